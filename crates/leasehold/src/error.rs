@@ -1,0 +1,149 @@
+//! The one public error type.
+
+use std::time::Duration;
+
+use crate::backend::HolderInfo;
+
+/// Result alias used throughout leasehold.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Boxed error used as the source of a backend failure.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Everything that can go wrong with a lease, in a form callers can match.
+///
+/// Backends map their own errors into this enum in one place each; the
+/// variants say what happened, not which backend it happened on.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The key is held by somebody else. `holder` describes them when the
+    /// backend could tell (a backend may know a lease exists but not whose).
+    #[error("{key} is held by another holder{}", describe_holder(holder))]
+    Held {
+        /// The key that was asked for.
+        key: String,
+        /// Who holds it, as far as the backend knows.
+        holder: Option<Box<HolderInfo>>,
+    },
+
+    /// Waiting for the key took longer than the caller allowed.
+    #[error("timed out after {waited:?} waiting for {key}")]
+    TimedOut {
+        /// The key that was waited for.
+        key: String,
+        /// How long was waited.
+        waited: Duration,
+    },
+
+    /// The lease is no longer ours: it expired before it could be renewed,
+    /// was broken, or was taken over by someone else.
+    #[error("lease on {key} lost: {reason}")]
+    LeaseLost {
+        /// The key whose lease was lost.
+        key: String,
+        /// Why the lease counts as lost.
+        reason: LossReason,
+    },
+
+    /// The caller passed something leasehold cannot accept (a bad key, TTL,
+    /// store URL, size). The message says what is allowed.
+    #[error("invalid {what}: {message}")]
+    InvalidInput {
+        /// What was invalid ("key", "ttl", "store URL", ...).
+        what: &'static str,
+        /// What is wrong and what is allowed.
+        message: String,
+    },
+
+    /// The requested feature or store is not available in this build.
+    #[error("{0}")]
+    NotSupported(String),
+
+    /// The storage backend failed. `retryable` says whether trying again
+    /// later can help (timeouts, throttling, 5xx) or not (bad credentials,
+    /// missing permissions, corrupt data).
+    #[error("{backend} backend failed during {operation}: {source}")]
+    Backend {
+        /// Name of the backend ("sqlite", "azblob", ...).
+        backend: &'static str,
+        /// The operation that failed ("acquire", "renew", ...).
+        operation: &'static str,
+        /// Whether a retry may succeed.
+        retryable: bool,
+        /// The underlying error. Never carries secrets.
+        #[source]
+        source: BoxError,
+    },
+}
+
+fn describe_holder(holder: &Option<Box<HolderInfo>>) -> String {
+    match holder {
+        Some(h) => format!(" ({})", h.owner),
+        None => String::new(),
+    }
+}
+
+impl Error {
+    /// Builds an [`Error::InvalidInput`].
+    pub fn invalid(what: &'static str, message: impl Into<String>) -> Self {
+        Error::InvalidInput {
+            what,
+            message: message.into(),
+        }
+    }
+
+    /// Builds an [`Error::Backend`].
+    pub fn backend(
+        backend: &'static str,
+        operation: &'static str,
+        retryable: bool,
+        source: impl Into<BoxError>,
+    ) -> Self {
+        Error::Backend {
+            backend,
+            operation,
+            retryable,
+            source: source.into(),
+        }
+    }
+
+    /// Whether trying the same operation again later may succeed.
+    ///
+    /// True for transient backend failures, and for [`Error::Held`] and
+    /// [`Error::TimedOut`] (the holder may go away).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Backend { retryable, .. } => *retryable,
+            Error::Held { .. } | Error::TimedOut { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// Whether this error says the lease is definitively not ours.
+    pub fn is_lease_lost(&self) -> bool {
+        matches!(self, Error::LeaseLost { .. })
+    }
+}
+
+/// Why a lease counts as lost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// No renewal succeeded before the safety deadline (last successful
+    /// request's send time + TTL − safety margin). The backend may not have
+    /// handed the lease to anyone yet, but it could soon.
+    Expired,
+    /// The backend said definitively that the lease is not ours any more
+    /// (someone else holds it, it was broken, the record is gone).
+    Revoked(String),
+}
+
+impl std::fmt::Display for LossReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LossReason::Expired => f.write_str("no renewal succeeded before the safety deadline"),
+            LossReason::Revoked(why) => write!(f, "revoked by the backend ({why})"),
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! Distributed mutual exclusion on leases.
+//!
+//! Many instances of a program on many machines; for a given resource only
+//! one may work at a time. leasehold gives them a named [`Lock`] kept in
+//! storage they already run (the embedded SQLite store on one machine; Azure
+//! Blob Storage and DynamoDB through their own crates). A holder's lease
+//! times out if it dies; a live holder's [`LeaseGuard`] renews it in the
+//! background; a holder that can no longer renew is told so *before* anyone
+//! else can take over; and every grant carries a fencing token that only ever
+//! grows, so stale holders can be rejected downstream.
+//!
+//! ```
+//! use std::time::Duration;
+//! use leasehold::{LockOptions, Store, Wait};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> leasehold::Result<()> {
+//! # let dir = tempfile::tempdir().unwrap();
+//! # let path = dir.path().join("leases.db");
+//! // The embedded store; `sqlite:` alone uses the default file.
+//! let store = Store::open(&format!("sqlite:{}", path.display()))?;
+//! let lock = store.lock_with(
+//!     "import-A",
+//!     LockOptions::new()
+//!         .ttl(Duration::from_secs(30))
+//!         .owner_label("vm-1")
+//!         .data("nightly import"),
+//! )?;
+//!
+//! // Wait up to a minute for whoever holds it.
+//! let guard = lock.acquire(Wait::Timeout(Duration::from_secs(60))).await?;
+//! let token = guard.fencing_token(); // hand this to the protected resource
+//!
+//! tokio::select! {
+//!     _ = async { /* the critical section */ } => {}
+//!     reason = guard.lost() => {
+//!         // Stop: someone else may get the lease soon.
+//!         eprintln!("lost the lease: {reason}");
+//!     }
+//! }
+//! guard.release().await?;
+//!
+//! // Anyone can see who holds a key.
+//! let info = store.inspect("import-A").await?;
+//! assert!(info.holder.is_none());
+//! assert_eq!(info.fencing_token, token);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Pieces
+//! * [`Store`]: a [`Backend`] plus in-process state; opened from a URL
+//!   ([`Store::open`]) or built from a backend.
+//! * [`Lock`]: [`try_acquire`](Lock::try_acquire) and
+//!   [`acquire`](Lock::acquire) (waiting with jitter, woken at once by
+//!   releases in the same process).
+//! * [`LeaseGuard`]: renewal, [`fencing_token`](LeaseGuard::fencing_token),
+//!   [`lost`](LeaseGuard::lost) / [`is_lost`](LeaseGuard::is_lost),
+//!   [`release`](LeaseGuard::release).
+//! * [`Backend`]: the few primitives a store implements; see its module for
+//!   the contract.
+//! * [`Error`]: one error enum to match on.
+
+#![warn(missing_docs)]
+
+pub mod backend;
+mod clock;
+mod error;
+mod guard;
+mod key;
+mod local;
+mod lock;
+pub mod memory;
+mod options;
+mod renewal;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
+mod store;
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+
+pub use backend::{
+    AcquireOutcome, AcquireRequest, Backend, Capabilities, Grant, HolderInfo, KeyInfo, Lease,
+    LeaseId, Owner,
+};
+pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
+pub use error::{BoxError, Error, LossReason, Result};
+pub use guard::LeaseGuard;
+pub use key::{Key, MAX_KEY_LEN};
+pub use lock::Lock;
+pub use options::{
+    LockOptions, LossPolicy, Wait, DEFAULT_POLL_MAX, DEFAULT_POLL_MIN, DEFAULT_TTL, MAX_DATA_LEN,
+    MAX_LABEL_LEN,
+};
+pub use store::{default_sqlite_path, Store, BUILTIN_SCHEMES};

@@ -1,0 +1,83 @@
+//! In-process coordination of tasks that use the same key through one
+//! [`Store`](crate::Store).
+//!
+//! Each key in use has a [`LocalKey`]: a FIFO gate that one task at a time
+//! holds while it waits on the backend or holds the lease, and a notifier
+//! rung when a guard of this process lets the key go. So N tasks of one
+//! process waiting on one key cost the backend what one waiter costs, and a
+//! local waiter takes over the moment a local guard releases, without waiting
+//! for its next poll.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
+use tokio::sync::Notify;
+
+use crate::key::Key;
+
+/// In-process state of one key.
+#[derive(Debug, Default)]
+pub(crate) struct LocalKey {
+    /// Held by the one task of this process that polls the backend for the
+    /// key, and then by the guard it obtains. tokio's mutex is fair (FIFO).
+    pub gate: Arc<tokio::sync::Mutex<()>>,
+    /// Rung when a guard of this process has released the key.
+    pub released: Notify,
+}
+
+/// The registry of [`LocalKey`]s of one store. Entries live as long as some
+/// waiter or guard uses them; dead ones are pruned as the map grows.
+#[derive(Debug, Default)]
+pub(crate) struct LocalKeys {
+    map: Mutex<Registry>,
+}
+
+#[derive(Debug, Default)]
+struct Registry {
+    keys: HashMap<Key, Weak<LocalKey>>,
+    prune_at: usize,
+}
+
+impl LocalKeys {
+    pub fn get(&self, key: &Key) -> Arc<LocalKey> {
+        let mut reg = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(live) = reg.keys.get(key).and_then(Weak::upgrade) {
+            return live;
+        }
+        let fresh = Arc::new(LocalKey::default());
+        reg.keys.insert(key.clone(), Arc::downgrade(&fresh));
+        if reg.keys.len() >= reg.prune_at {
+            reg.keys.retain(|_, w| w.strong_count() > 0);
+            reg.prune_at = (reg.keys.len() * 2).max(64);
+        }
+        fresh
+    }
+
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.map.lock().unwrap().keys.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_key_shares_state_while_in_use() {
+        let reg = LocalKeys::default();
+        let k = Key::new("a").unwrap();
+        let one = reg.get(&k);
+        let two = reg.get(&k);
+        assert!(Arc::ptr_eq(&one, &two));
+    }
+
+    #[test]
+    fn unused_entries_are_pruned() {
+        let reg = LocalKeys::default();
+        for i in 0..1000 {
+            drop(reg.get(&Key::new(format!("k{i}")).unwrap()));
+        }
+        assert!(reg.len() <= 64, "{} entries left", reg.len());
+    }
+}

@@ -1,0 +1,342 @@
+//! [`Lock`]: a mutex on one key of a store.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{oneshot, OwnedMutexGuard};
+use tracing::Instrument;
+
+use crate::backend::{
+    AcquireOutcome, AcquireRequest, Backend, HolderInfo, KeyInfo, Lease, LeaseId, Owner,
+};
+use crate::clock::SharedClock;
+use crate::error::{Error, Result};
+use crate::guard::{GuardParts, LeaseGuard};
+use crate::key::Key;
+use crate::local::LocalKey;
+use crate::options::{ResolvedOptions, Wait};
+use crate::store::Store;
+
+/// A named mutex: at most one holder at a time across every process that
+/// uses the same store. Made by [`Store::lock`] or [`Store::lock_with`].
+///
+/// A `Lock` is cheap to clone; clones share the in-process wake-ups of the
+/// store they came from.
+#[derive(Debug, Clone)]
+pub struct Lock {
+    store: Store,
+    key: Key,
+    opts: ResolvedOptions,
+    owner: Owner,
+}
+
+impl Lock {
+    pub(crate) fn new(store: Store, key: Key, opts: ResolvedOptions) -> Self {
+        let mut owner = Owner::current();
+        owner.label = opts.label.clone();
+        Lock {
+            store,
+            key,
+            opts,
+            owner,
+        }
+    }
+
+    /// The key this lock is on.
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// The owner identity stored with this lock's leases.
+    pub fn owner(&self) -> &Owner {
+        &self.owner
+    }
+
+    /// The lease TTL.
+    pub fn ttl(&self) -> Duration {
+        self.opts.ttl
+    }
+
+    /// What the store holds for this key now.
+    ///
+    /// # Errors
+    /// Backend failures.
+    pub async fn inspect(&self) -> Result<KeyInfo> {
+        self.store.backend().inspect(&self.key).await
+    }
+
+    /// One attempt to take the lock, without waiting.
+    ///
+    /// # Errors
+    /// [`Error::Held`] with the holder's description if someone else holds
+    /// the key; backend failures.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: if the future is dropped while the request is in flight
+    /// and the backend grants the lease anyway, it is released in the
+    /// background at once.
+    pub async fn try_acquire(&self) -> Result<LeaseGuard> {
+        let local = self.store.local_key(&self.key);
+        // Take the local gate if it is free so local waiters queue behind us;
+        // if another task of ours holds it, try the backend anyway: it decides.
+        let gate = local.gate.clone().try_lock_owned().ok();
+        let mut pending = PendingLease::new(
+            self.store.backend().clone(),
+            self.lease_for(LeaseId::random(), 0),
+        );
+        let sent = self.clock().now();
+        match self.attempt(&pending.lease).await {
+            Ok(AcquireOutcome::Acquired(grant)) => {
+                Ok(self.make_guard(&mut pending, grant.fencing_token, sent, local, gate))
+            }
+            Ok(AcquireOutcome::Held(holder)) => Err(self.held(holder)),
+            Err(err) => {
+                if err.is_retryable() {
+                    pending.arm();
+                }
+                Err(err)
+            }
+        }
+        .inspect(|g| tracing::debug!(key = %self.key, token = g.fencing_token(), "acquired"))
+    }
+
+    /// Takes the lock, waiting up to `wait` for the holder to let go.
+    ///
+    /// While waiting, the backend is polled after a random pause between the
+    /// poll bounds, and a release by a guard of this same process (same
+    /// [`Store`]) wakes the first local waiter at once. Tasks of one process
+    /// waiting on one key queue in FIFO order, and only the first polls the
+    /// backend.
+    ///
+    /// # Errors
+    /// [`Error::TimedOut`] when the wait runs out; non-retryable backend
+    /// failures (retryable ones are retried while the wait lasts).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future never leaves a lease behind (a lease
+    /// granted to a request in flight is released in the background), and
+    /// gives up this task's place in the local queue.
+    pub async fn acquire(&self, wait: impl Into<Wait>) -> Result<LeaseGuard> {
+        self.acquire_with(wait, |_| {}).await
+    }
+
+    /// Like [`acquire`](Self::acquire), calling `on_held` with what the
+    /// backend said about the holder every time an attempt finds the key held
+    /// (for progress displays).
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    pub async fn acquire_with(
+        &self,
+        wait: impl Into<Wait>,
+        mut on_held: impl FnMut(Option<&HolderInfo>),
+    ) -> Result<LeaseGuard> {
+        let wait = wait.into();
+        let started = tokio::time::Instant::now();
+        let give_up = match wait {
+            Wait::Forever => None,
+            Wait::Timeout(d) => Some(started + d),
+        };
+        let timed_out = || Error::TimedOut {
+            key: self.key.to_string(),
+            waited: started.elapsed(),
+        };
+        let span = tracing::debug_span!("acquire", key = %self.key, ?wait);
+        async {
+            let local = self.store.local_key(&self.key);
+            let gate = until(give_up, local.gate.clone().lock_owned())
+                .await
+                .ok_or_else(timed_out)?;
+            let mut gate = Some(gate);
+            let mut pending = PendingLease::new(self.store.backend().clone(), self.lease_for(LeaseId::random(), 0));
+            // Send time of the first attempt since our id was last known not
+            // to hold the key: the lease, if granted, dates from no earlier.
+            let mut anchor = None;
+            let mut failures = 0u32;
+            loop {
+                let released = local.released.notified();
+                tokio::pin!(released);
+                released.as_mut().enable();
+
+                let sent = self.clock().now();
+                let anchor_now = *anchor.get_or_insert(sent);
+                let pause = match self.attempt(&pending.lease).await {
+                    Ok(AcquireOutcome::Acquired(grant)) => {
+                        if self.clock().now() >= anchor_now + self.opts.ttl - self.opts.safety_margin {
+                            // Granted so late (after ambiguous retries) that it
+                            // may already be past its safety deadline: let it
+                            // go and start afresh with a new id.
+                            pending.release_in_background();
+                            pending = PendingLease::new(self.store.backend().clone(), self.lease_for(LeaseId::random(), 0));
+                            anchor = None;
+                            continue;
+                        }
+                        let guard = self.make_guard(&mut pending, grant.fencing_token, anchor_now, local.clone(), gate.take());
+                        tracing::debug!(token = guard.fencing_token(), waited = ?started.elapsed(), "acquired");
+                        return Ok(guard);
+                    }
+                    Ok(AcquireOutcome::Held(holder)) => {
+                        failures = 0;
+                        anchor = None;
+                        pending.disarm();
+                        on_held(holder.as_ref());
+                        self.opts.poll_pause()
+                    }
+                    Err(err) if err.is_retryable() => {
+                        failures += 1;
+                        pending.arm();
+                        let pause = self.opts.poll_pause().saturating_mul(1 << failures.min(5));
+                        tracing::warn!(error = %err, retry_in = ?pause, "acquire attempt failed; retrying");
+                        pause
+                    }
+                    Err(err) => return Err(err),
+                };
+                let sleep = tokio::time::sleep(pause);
+                tokio::select! {
+                    _ = sleep => {}
+                    _ = released => { tracing::trace!("woken by a local release"); }
+                    _ = until(give_up, std::future::pending::<()>()) => return Err(timed_out()),
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    fn clock(&self) -> &SharedClock {
+        self.store.clock()
+    }
+
+    fn lease_for(&self, lease_id: LeaseId, fencing_token: u64) -> Lease {
+        Lease {
+            key: self.key.clone(),
+            lease_id,
+            ttl: self.opts.ttl,
+            fencing_token,
+        }
+    }
+
+    fn held(&self, holder: Option<HolderInfo>) -> Error {
+        Error::Held {
+            key: self.key.to_string(),
+            holder: holder.map(Box::new),
+        }
+    }
+
+    fn make_guard(
+        &self,
+        pending: &mut PendingLease,
+        fencing_token: u64,
+        anchor: Duration,
+        local: Arc<LocalKey>,
+        gate: Option<OwnedMutexGuard<()>>,
+    ) -> LeaseGuard {
+        pending.disarm();
+        let mut lease = pending.lease.clone();
+        lease.fencing_token = fencing_token;
+        LeaseGuard::start(GuardParts {
+            backend: self.store.backend().clone(),
+            lease,
+            opts: self.opts.clone(),
+            clock: self.clock().clone(),
+            anchor,
+            local,
+            gate,
+        })
+    }
+
+    /// One backend attempt, run in its own task so that dropping the caller
+    /// cannot strand a granted lease: if nobody is left to receive a grant
+    /// (or an ambiguous failure), the task releases the lease itself.
+    async fn attempt(&self, lease: &Lease) -> Result<AcquireOutcome> {
+        let backend = self.store.backend().clone();
+        let request = AcquireRequest {
+            key: self.key.clone(),
+            lease_id: lease.lease_id.clone(),
+            ttl: self.opts.ttl,
+            owner: self.owner.clone(),
+            data: self.opts.data.clone(),
+        };
+        let lease = lease.clone();
+        let (tx, rx) = oneshot::channel();
+        tokio::spawn(async move {
+            let outcome = backend.try_acquire(&request).await;
+            match tx.send(outcome) {
+                Ok(()) => {}
+                Err(Ok(AcquireOutcome::Held(_))) => {}
+                Err(Err(e)) if !e.is_retryable() => {}
+                Err(_granted_or_unknown) => {
+                    let _ = backend.release(&lease).await;
+                }
+            }
+        });
+        rx.await.unwrap_or_else(|_| {
+            Err(Error::backend(
+                self.store.backend().name(),
+                "acquire",
+                true,
+                "the acquire task ended without an answer",
+            ))
+        })
+    }
+}
+
+/// A lease id that may hold the key without our knowing (after an ambiguous
+/// failure). If still armed when dropped, it is released in the background.
+struct PendingLease {
+    backend: Arc<dyn Backend>,
+    lease: Lease,
+    armed: bool,
+}
+
+impl PendingLease {
+    fn new(backend: Arc<dyn Backend>, lease: Lease) -> Self {
+        PendingLease {
+            backend,
+            lease,
+            // A drop during an attempt is covered by the attempt's own task;
+            // only an ambiguous failure arms this.
+            armed: false,
+        }
+    }
+
+    fn arm(&mut self) {
+        self.armed = true;
+    }
+
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+
+    fn release_in_background(&mut self) {
+        if std::mem::take(&mut self.armed) {
+            let backend = self.backend.clone();
+            let lease = self.lease.clone();
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(async move {
+                    let _ = backend.release(&lease).await;
+                });
+            }
+        }
+    }
+}
+
+impl Drop for PendingLease {
+    fn drop(&mut self) {
+        self.release_in_background();
+    }
+}
+
+/// Runs `fut` until `deadline` (if any); `None` if the deadline came first.
+async fn until<F: std::future::Future>(
+    deadline: Option<tokio::time::Instant>,
+    fut: F,
+) -> Option<F::Output> {
+    match deadline {
+        Some(at) => tokio::time::timeout_at(at, fut).await.ok(),
+        None => Some(fut.await),
+    }
+}

@@ -1,0 +1,215 @@
+//! The in-memory backend: one process only, for tests and examples.
+//!
+//! # Protocol
+//! A map from key to record, behind one mutex. A record keeps the last
+//! fencing token issued for the key (records are never removed, so the
+//! counter never goes back) and the current lease, if any: lease id, owner,
+//! data, and an expiry on the backend's [`Clock`](crate::Clock) (the system
+//! monotonic clock unless another is injected). A lease is live while the
+//! clock is before its expiry. Every operation is one critical section of
+//! the mutex, so the contract of [`Backend`] holds trivially.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+
+use crate::backend::{
+    AcquireOutcome, AcquireRequest, Backend, Capabilities, Grant, HolderInfo, KeyInfo, Lease,
+    LeaseId, Owner,
+};
+use crate::clock::{SharedClock, SystemClock};
+use crate::error::{Error, LossReason, Result};
+use crate::key::Key;
+
+/// Shortest TTL of the in-process stores (memory, SQLite).
+pub const LOCAL_MIN_TTL: Duration = Duration::from_millis(100);
+/// Longest TTL of the in-process stores (memory, SQLite).
+pub const LOCAL_MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// An in-memory [`Backend`].
+#[derive(Debug, Clone)]
+pub struct MemoryBackend {
+    records: Arc<Mutex<BTreeMap<Key, Record>>>,
+    clock: SharedClock,
+}
+
+#[derive(Debug, Default)]
+struct Record {
+    fence: u64,
+    lease: Option<Held>,
+}
+
+#[derive(Debug)]
+struct Held {
+    lease_id: LeaseId,
+    expires_at: Duration,
+    ttl: Duration,
+    owner: Owner,
+    data: Option<String>,
+    acquired_at: SystemTime,
+}
+
+impl Default for MemoryBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryBackend {
+    /// An empty store on the system clock.
+    pub fn new() -> Self {
+        Self::with_clock(Arc::new(SystemClock))
+    }
+
+    /// An empty store whose expiries are measured on `clock`.
+    pub fn with_clock(clock: SharedClock) -> Self {
+        MemoryBackend {
+            records: Arc::default(),
+            clock,
+        }
+    }
+
+    fn with_records<T>(&self, f: impl FnOnce(&mut BTreeMap<Key, Record>, Duration) -> T) -> T {
+        let now = self.clock.now();
+        let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut records, now)
+    }
+}
+
+impl Record {
+    /// The current lease if it is live at `now`.
+    fn live(&self, now: Duration) -> Option<&Held> {
+        self.lease.as_ref().filter(|h| h.expires_at > now)
+    }
+
+    fn holder(&self, now: Duration) -> Option<HolderInfo> {
+        self.live(now).map(|h| {
+            HolderInfo::new(h.owner.clone(), self.fence)
+                .with_data(h.data.clone())
+                .with_acquired_at(Some(h.acquired_at))
+                .with_expires_in(Some(h.expires_at - now))
+                .with_ttl(Some(h.ttl))
+        })
+    }
+
+    fn info(&self, key: &Key, now: Duration) -> KeyInfo {
+        KeyInfo::new(key.clone(), self.fence, self.holder(now))
+    }
+
+    /// Why `lease` is not ours in this record, or `None` if it is.
+    fn not_ours(&self, lease: &Lease, now: Duration) -> Option<String> {
+        match &self.lease {
+            None => Some("the lease was released or broken".into()),
+            Some(h) if h.lease_id != lease.lease_id => {
+                Some("the key is held by another lease".into())
+            }
+            Some(h) if h.expires_at <= now => Some("the lease expired".into()),
+            Some(_) => None,
+        }
+    }
+}
+
+fn lost(lease: &Lease, why: String) -> Error {
+    Error::LeaseLost {
+        key: lease.key.to_string(),
+        reason: LossReason::Revoked(why),
+    }
+}
+
+#[async_trait]
+impl Backend for MemoryBackend {
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(LOCAL_MIN_TTL, LOCAL_MAX_TTL)
+    }
+
+    async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
+        Ok(self.with_records(|records, now| {
+            let record = records.entry(req.key.clone()).or_default();
+            if let Some(h) = record.live(now) {
+                if h.lease_id != req.lease_id {
+                    return AcquireOutcome::Held(record.holder(now));
+                }
+                // Our own lease, asked for again: extend it, same token.
+                let fence = record.fence;
+                if let Some(h) = record.lease.as_mut() {
+                    h.expires_at = now + req.ttl;
+                }
+                return AcquireOutcome::Acquired(Grant::new(fence));
+            }
+            record.fence += 1;
+            record.lease = Some(Held {
+                lease_id: req.lease_id.clone(),
+                expires_at: now + req.ttl,
+                ttl: req.ttl,
+                owner: req.owner.clone(),
+                data: req.data.clone(),
+                acquired_at: SystemTime::now(),
+            });
+            AcquireOutcome::Acquired(Grant::new(record.fence))
+        }))
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<()> {
+        self.with_records(|records, now| {
+            let record = records
+                .get_mut(&lease.key)
+                .ok_or_else(|| lost(lease, "the key has no record".into()))?;
+            if let Some(why) = record.not_ours(lease, now) {
+                return Err(lost(lease, why));
+            }
+            if let Some(h) = record.lease.as_mut() {
+                h.expires_at = now + lease.ttl;
+            }
+            Ok(())
+        })
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        self.with_records(|records, _now| {
+            let record = records
+                .get_mut(&lease.key)
+                .ok_or_else(|| lost(lease, "the key has no record".into()))?;
+            match &record.lease {
+                // Ours, live or expired but not taken: end it.
+                Some(h) if h.lease_id == lease.lease_id => {
+                    record.lease = None;
+                    Ok(())
+                }
+                Some(_) => Err(lost(lease, "the key is held by another lease".into())),
+                None => Err(lost(lease, "the lease was released or broken".into())),
+            }
+        })
+    }
+
+    async fn inspect(&self, key: &Key) -> Result<KeyInfo> {
+        Ok(self.with_records(|records, now| match records.get(key) {
+            Some(r) => r.info(key, now),
+            None => KeyInfo::new(key.clone(), 0, None),
+        }))
+    }
+
+    async fn break_lease(&self, key: &Key) -> Result<Option<HolderInfo>> {
+        Ok(self.with_records(|records, now| {
+            let record = records.get_mut(key)?;
+            let holder = record.holder(now);
+            record.lease = None;
+            holder
+        }))
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {
+        Ok(self.with_records(|records, now| {
+            records
+                .iter()
+                .filter(|(k, _)| k.as_str().starts_with(prefix))
+                .map(|(k, r)| r.info(k, now))
+                .collect()
+        }))
+    }
+}

@@ -1,0 +1,319 @@
+//! Lock options and how long to wait.
+
+use std::time::Duration;
+
+use crate::backend::Capabilities;
+use crate::error::{Error, Result};
+
+/// The longest user data stored with a lease, in bytes.
+pub const MAX_DATA_LEN: usize = 1024;
+/// The longest owner label, in bytes.
+pub const MAX_LABEL_LEN: usize = 128;
+
+/// What to do when a guard finds its lease lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum LossPolicy {
+    /// Mark the guard lost and wake [`LeaseGuard::lost`](crate::LeaseGuard::lost)
+    /// waiters; the program decides what to do.
+    #[default]
+    Notify,
+    /// Log the loss and abort the whole process at once (like
+    /// `TerminateApplicationOnFailedRenew` in aws-distributed-mutex), for
+    /// programs that must never run a critical section without the lease.
+    Abort,
+}
+
+/// How long [`Lock::acquire`](crate::Lock::acquire) may wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Until the lock is obtained.
+    Forever,
+    /// Up to this long; then [`Error::TimedOut`].
+    Timeout(Duration),
+}
+
+impl From<Duration> for Wait {
+    fn from(d: Duration) -> Self {
+        Wait::Timeout(d)
+    }
+}
+
+/// Options of a [`Lock`](crate::Lock). Every setter has a sensible default;
+/// the combination is checked by [`Store::lock_with`](crate::Store::lock_with).
+#[derive(Debug, Clone)]
+pub struct LockOptions {
+    pub(crate) ttl: Duration,
+    pub(crate) renew_interval: Option<Duration>,
+    pub(crate) safety_margin: Option<Duration>,
+    pub(crate) poll_min: Duration,
+    pub(crate) poll_max: Duration,
+    pub(crate) label: Option<String>,
+    pub(crate) data: Option<String>,
+    pub(crate) loss_policy: LossPolicy,
+}
+
+/// Default lease TTL.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+/// Default shortest pause between two attempts while waiting.
+pub const DEFAULT_POLL_MIN: Duration = Duration::from_millis(50);
+/// Default longest pause between two attempts while waiting.
+pub const DEFAULT_POLL_MAX: Duration = Duration::from_millis(100);
+
+impl Default for LockOptions {
+    fn default() -> Self {
+        LockOptions {
+            ttl: DEFAULT_TTL,
+            renew_interval: None,
+            safety_margin: None,
+            poll_min: DEFAULT_POLL_MIN,
+            poll_max: DEFAULT_POLL_MAX,
+            label: None,
+            data: None,
+            loss_policy: LossPolicy::Notify,
+        }
+    }
+}
+
+impl LockOptions {
+    /// Default options: TTL 30 s, renewal every TTL/3, safety margin TTL/10,
+    /// polling every 50–100 ms (uniformly random), no label, no data,
+    /// [`LossPolicy::Notify`].
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How long a lease lasts without renewal. Must lie in the backend's
+    /// range ([`Capabilities::min_ttl`]..=[`Capabilities::max_ttl`]).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// How often the guard renews (default TTL/3).
+    pub fn renew_interval(mut self, every: Duration) -> Self {
+        self.renew_interval = Some(every);
+        self
+    }
+
+    /// How long before the backend could hand the lease to someone else the
+    /// guard declares itself lost (default TTL/10). The guard is lost once no
+    /// renewal has succeeded by: send time of the last successful request +
+    /// TTL − this margin. Make it at least as long as your code needs to stop
+    /// its critical section after [`LeaseGuard::lost`](crate::LeaseGuard::lost)
+    /// fires.
+    pub fn safety_margin(mut self, margin: Duration) -> Self {
+        self.safety_margin = Some(margin);
+        self
+    }
+
+    /// Bounds of the random pause between attempts while waiting
+    /// (defaults 50 ms and 100 ms).
+    pub fn poll_interval(mut self, min: Duration, max: Duration) -> Self {
+        self.poll_min = min;
+        self.poll_max = max;
+        self
+    }
+
+    /// A label stored with the owner identity (at most [`MAX_LABEL_LEN`] bytes).
+    pub fn owner_label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
+        self
+    }
+
+    /// User data stored with the lease (at most [`MAX_DATA_LEN`] bytes).
+    pub fn data(mut self, data: impl Into<String>) -> Self {
+        self.data = Some(data.into());
+        self
+    }
+
+    /// What a guard does when its lease is lost.
+    pub fn loss_policy(mut self, policy: LossPolicy) -> Self {
+        self.loss_policy = policy;
+        self
+    }
+
+    /// Checks the options against a backend and fills in the defaults.
+    pub(crate) fn resolve(&self, caps: &Capabilities, backend: &str) -> Result<ResolvedOptions> {
+        let ttl = self.ttl;
+        if ttl < caps.min_ttl || ttl > caps.max_ttl {
+            return Err(Error::invalid(
+                "ttl",
+                format!(
+                    "{} is outside the {backend} backend's range {}..={}",
+                    fmt_duration(ttl),
+                    fmt_duration(caps.min_ttl),
+                    fmt_duration(caps.max_ttl)
+                ),
+            ));
+        }
+        let margin = self.safety_margin.unwrap_or(ttl / 10);
+        let interval = self.renew_interval.unwrap_or(ttl / 3);
+        if margin >= ttl {
+            return Err(Error::invalid(
+                "safety margin",
+                format!(
+                    "{} must be shorter than the TTL ({})",
+                    fmt_duration(margin),
+                    fmt_duration(ttl)
+                ),
+            ));
+        }
+        if interval.is_zero() || interval >= ttl - margin {
+            return Err(Error::invalid(
+                "renew interval",
+                format!(
+                    "{} must be above zero and below TTL − safety margin ({})",
+                    fmt_duration(interval),
+                    fmt_duration(ttl - margin)
+                ),
+            ));
+        }
+        if self.poll_min.is_zero() || self.poll_min > self.poll_max {
+            return Err(Error::invalid(
+                "poll interval",
+                format!(
+                    "bounds {}..{} must satisfy 0 < min <= max",
+                    fmt_duration(self.poll_min),
+                    fmt_duration(self.poll_max)
+                ),
+            ));
+        }
+        check_len("owner label", self.label.as_deref(), MAX_LABEL_LEN)?;
+        check_len("data", self.data.as_deref(), MAX_DATA_LEN)?;
+        Ok(ResolvedOptions {
+            ttl,
+            renew_interval: interval,
+            safety_margin: margin,
+            poll_min: self.poll_min,
+            poll_max: self.poll_max,
+            label: self.label.clone(),
+            data: self.data.clone(),
+            loss_policy: self.loss_policy,
+        })
+    }
+}
+
+fn check_len(what: &'static str, value: Option<&str>, max: usize) -> Result<()> {
+    match value {
+        Some(v) if v.len() > max => Err(Error::invalid(
+            what,
+            format!("{} bytes is more than the limit of {max} bytes", v.len()),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Options after validation against a backend.
+#[derive(Debug, Clone)]
+pub(crate) struct ResolvedOptions {
+    pub ttl: Duration,
+    pub renew_interval: Duration,
+    pub safety_margin: Duration,
+    pub poll_min: Duration,
+    pub poll_max: Duration,
+    pub label: Option<String>,
+    pub data: Option<String>,
+    pub loss_policy: LossPolicy,
+}
+
+impl ResolvedOptions {
+    /// A random pause between `poll_min` and `poll_max`.
+    pub fn poll_pause(&self) -> Duration {
+        use rand::Rng;
+        if self.poll_min == self.poll_max {
+            return self.poll_min;
+        }
+        rand::rng().random_range(self.poll_min..=self.poll_max)
+    }
+}
+
+/// Formats a duration for messages: "30s", "1.5s", "250ms".
+pub(crate) fn fmt_duration(d: Duration) -> String {
+    if d.subsec_nanos() == 0 {
+        format!("{}s", d.as_secs())
+    } else if d < Duration::from_secs(1) && d.subsec_nanos() % 1_000_000 == 0 {
+        format!("{}ms", d.as_millis())
+    } else {
+        format!("{:?}", d)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caps() -> Capabilities {
+        Capabilities::new(Duration::from_secs(15), Duration::from_secs(60))
+    }
+
+    #[test]
+    fn defaults_derive_from_ttl() {
+        let r = LockOptions::new().resolve(&caps(), "x").unwrap();
+        assert_eq!(r.ttl, Duration::from_secs(30));
+        assert_eq!(r.renew_interval, Duration::from_secs(10));
+        assert_eq!(r.safety_margin, Duration::from_secs(3));
+    }
+
+    #[test]
+    fn ttl_outside_range_names_the_range() {
+        for ttl in [10, 90] {
+            let err = LockOptions::new()
+                .ttl(Duration::from_secs(ttl))
+                .resolve(&caps(), "azblob")
+                .unwrap_err();
+            assert!(err.to_string().contains("15s..=60s"), "{err}");
+        }
+    }
+
+    #[test]
+    fn inconsistent_timings_are_rejected() {
+        let c = caps();
+        let o = LockOptions::new();
+        assert!(o
+            .clone()
+            .safety_margin(Duration::from_secs(30))
+            .resolve(&c, "x")
+            .is_err());
+        assert!(o
+            .clone()
+            .renew_interval(Duration::from_secs(28))
+            .resolve(&c, "x")
+            .is_err());
+        assert!(o
+            .clone()
+            .renew_interval(Duration::ZERO)
+            .resolve(&c, "x")
+            .is_err());
+        assert!(o
+            .clone()
+            .poll_interval(Duration::from_millis(10), Duration::from_millis(5))
+            .resolve(&c, "x")
+            .is_err());
+    }
+
+    #[test]
+    fn oversized_label_and_data_are_rejected() {
+        let c = caps();
+        let err = LockOptions::new()
+            .data("x".repeat(MAX_DATA_LEN + 1))
+            .resolve(&c, "x")
+            .unwrap_err();
+        assert!(matches!(err, Error::InvalidInput { what: "data", .. }));
+        LockOptions::new()
+            .data("x".repeat(MAX_DATA_LEN))
+            .resolve(&c, "x")
+            .unwrap();
+        let err = LockOptions::new()
+            .owner_label("l".repeat(MAX_LABEL_LEN + 1))
+            .resolve(&c, "x")
+            .unwrap_err();
+        assert!(matches!(
+            err,
+            Error::InvalidInput {
+                what: "owner label",
+                ..
+            }
+        ));
+    }
+}

@@ -1,0 +1,252 @@
+//! [`Store`]: a backend plus the in-process state shared by its locks.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::backend::{Backend, HolderInfo, KeyInfo};
+use crate::clock::{SharedClock, SystemClock};
+use crate::error::{Error, Result};
+use crate::key::{validate_prefix, Key};
+use crate::local::{LocalKey, LocalKeys};
+use crate::lock::Lock;
+use crate::memory::MemoryBackend;
+use crate::options::LockOptions;
+
+/// A lease store: where locks live. Cheap to clone; clones share one
+/// backend connection and one set of in-process wake-ups.
+///
+/// ```
+/// # async fn demo() -> leasehold::Result<()> {
+/// let store = leasehold::Store::open("memory:")?;
+/// let lock = store.lock("jobs/import-A")?;
+/// let guard = lock.try_acquire().await?;
+/// assert!(guard.fencing_token() >= 1);
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Store {
+    inner: Arc<StoreInner>,
+}
+
+#[derive(Debug)]
+struct StoreInner {
+    backend: Arc<dyn Backend>,
+    clock: SharedClock,
+    local: LocalKeys,
+}
+
+/// URL schemes this crate opens by itself.
+pub const BUILTIN_SCHEMES: &[&str] = &["sqlite:", "memory:"];
+
+impl Store {
+    /// A store over `backend`.
+    pub fn new(backend: impl Backend) -> Self {
+        Self::from_backend(Arc::new(backend))
+    }
+
+    /// A store over a shared backend. Two stores made from one backend see
+    /// the same leases but do not share in-process wake-ups (they behave like
+    /// two processes), which the conformance suite uses to race "processes".
+    pub fn from_backend(backend: Arc<dyn Backend>) -> Self {
+        Self::with_clock(backend, Arc::new(SystemClock))
+    }
+
+    /// A store whose guards time their deadlines on `clock`.
+    pub fn with_clock(backend: Arc<dyn Backend>, clock: SharedClock) -> Self {
+        Store {
+            inner: Arc::new(StoreInner {
+                backend,
+                clock,
+                local: LocalKeys::default(),
+            }),
+        }
+    }
+
+    /// Opens a store from a URL:
+    ///
+    /// * `sqlite:PATH` or `sqlite:///ABSOLUTE/PATH`: the SQLite file at PATH,
+    ///   created if missing; `sqlite:` alone is the default file
+    ///   ([`default_sqlite_path`]).
+    /// * `memory:`: a new in-memory store, private to this `Store` and its
+    ///   clones (for tests).
+    ///
+    /// Cloud stores (`azblob://`, `dynamodb://`) live in crates of their own
+    /// and are opened through them (the `leasehold` CLI does that for you).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a malformed URL,
+    /// [`Error::NotSupported`] for a scheme this build cannot open, backend
+    /// errors opening the store.
+    pub fn open(url: &str) -> Result<Store> {
+        if url == "memory:" {
+            return Ok(Store::new(MemoryBackend::new()));
+        }
+        if let Some(rest) = url.strip_prefix("sqlite:") {
+            return open_sqlite(rest);
+        }
+        let scheme = url.split_once(':').map(|(s, _)| s).unwrap_or("");
+        if matches!(scheme, "azblob" | "dynamodb") {
+            return Err(Error::NotSupported(format!(
+                "the {scheme}:// store is not supported by leasehold::Store::open; use the {scheme} backend crate (or a leasehold CLI built with it)"
+            )));
+        }
+        Err(Error::invalid(
+            "store URL",
+            format!("{url:?}: expected sqlite:PATH, sqlite:///ABS/PATH, sqlite:, memory:, azblob://CONTAINER[/PREFIX] or dynamodb://TABLE"),
+        ))
+    }
+
+    /// The backend underneath.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.inner.backend
+    }
+
+    /// The clock guards of this store use.
+    pub fn clock(&self) -> &SharedClock {
+        &self.inner.clock
+    }
+
+    pub(crate) fn local_key(&self, key: &Key) -> Arc<LocalKey> {
+        self.inner.local.get(key)
+    }
+
+    /// A lock on `key` with default [`LockOptions`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] if the key breaks the [key rule](Key) or the
+    /// default TTL is outside the backend's range.
+    pub fn lock(&self, key: &str) -> Result<Lock> {
+        self.lock_with(key, LockOptions::default())
+    }
+
+    /// A lock on `key` with `options`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] if the key breaks the [key rule](Key) or the
+    /// options do not fit together or with the backend (the message says
+    /// what is allowed).
+    pub fn lock_with(&self, key: &str, options: LockOptions) -> Result<Lock> {
+        let key = Key::new(key)?;
+        let backend = self.backend();
+        let resolved = options.resolve(&backend.capabilities(), backend.name())?;
+        Ok(Lock::new(self.clone(), key, resolved))
+    }
+
+    /// What the store holds for `key`.
+    ///
+    /// # Errors
+    /// A bad key; backend failures.
+    pub async fn inspect(&self, key: &str) -> Result<KeyInfo> {
+        self.backend().inspect(&Key::new(key)?).await
+    }
+
+    /// Every key with a record in the store whose name starts with `prefix`.
+    ///
+    /// # Errors
+    /// A bad prefix; backend failures.
+    pub async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {
+        validate_prefix(prefix)?;
+        self.backend().list(prefix).await
+    }
+
+    /// Ends any lease on `key`, whoever holds it, and returns the holder it
+    /// ended. The holder's guard notices at its next renewal. The fencing
+    /// counter is kept, so the next holder's token is still greater.
+    ///
+    /// # Errors
+    /// A bad key; backend failures.
+    pub async fn break_lease(&self, key: &str) -> Result<Option<HolderInfo>> {
+        let key = Key::new(key)?;
+        let broken = self.backend().break_lease(&key).await?;
+        tracing::info!(%key, holder = ?broken.as_ref().map(|h| h.owner.to_string()), "lease broken");
+        Ok(broken)
+    }
+}
+
+#[cfg(feature = "sqlite")]
+fn open_sqlite(rest: &str) -> Result<Store> {
+    let path = sqlite_path(rest)?;
+    Ok(Store::new(crate::sqlite::SqliteBackend::open(path)?))
+}
+
+#[cfg(not(feature = "sqlite"))]
+fn open_sqlite(_rest: &str) -> Result<Store> {
+    Err(Error::NotSupported(
+        "the sqlite: store is not in this build (cargo feature \"sqlite\")".into(),
+    ))
+}
+
+/// The path a `sqlite:` URL names.
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+fn sqlite_path(rest: &str) -> Result<PathBuf> {
+    if rest.is_empty() {
+        return default_sqlite_path();
+    }
+    if let Some(after) = rest.strip_prefix("//") {
+        return match after.strip_prefix('/') {
+            Some(_) => Ok(PathBuf::from(after)),
+            None => Err(Error::invalid(
+                "store URL",
+                format!("sqlite:{rest}: use sqlite:PATH or sqlite:///ABSOLUTE/PATH (no host part)"),
+            )),
+        };
+    }
+    Ok(PathBuf::from(rest))
+}
+
+/// The default SQLite file: `$XDG_STATE_HOME/leasehold/leases.db` (that is,
+/// `~/.local/state/leasehold/leases.db` when the variable is unset), or the
+/// platform's local data directory where there is no state directory.
+///
+/// # Errors
+/// [`Error::InvalidInput`] when no home directory can be found.
+pub fn default_sqlite_path() -> Result<PathBuf> {
+    #[cfg(feature = "sqlite")]
+    let dir = dirs::state_dir().or_else(dirs::data_local_dir);
+    #[cfg(not(feature = "sqlite"))]
+    let dir: Option<PathBuf> = None;
+    dir.map(|d| d.join("leasehold").join("leases.db")).ok_or_else(|| {
+        Error::invalid(
+            "store URL",
+            "no state directory for the default SQLite file (set HOME or XDG_STATE_HOME, or pass sqlite:PATH)",
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlite_urls_name_paths() {
+        assert_eq!(
+            sqlite_path("/tmp/a.db").unwrap(),
+            PathBuf::from("/tmp/a.db")
+        );
+        assert_eq!(sqlite_path("rel/a.db").unwrap(), PathBuf::from("rel/a.db"));
+        assert_eq!(
+            sqlite_path("///tmp/a.db").unwrap(),
+            PathBuf::from("/tmp/a.db")
+        );
+        assert!(sqlite_path("//host/a.db").is_err());
+    }
+
+    #[test]
+    fn unknown_and_future_schemes_are_clear_errors() {
+        let err = Store::open("bogus://x").unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::InvalidInput {
+                    what: "store URL",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("sqlite:PATH"));
+        let err = Store::open("azblob://container").unwrap_err();
+        assert!(matches!(err, Error::NotSupported(_)), "{err}");
+    }
+}
