@@ -1,1 +1,82 @@
-fn main() {}
+//! The `leasehold` command: a thin shell over the leasehold library.
+
+mod cli;
+mod inspect;
+mod run;
+mod store;
+
+use std::process::ExitCode;
+
+use cli::{Cli, Command};
+
+/// Exit code when the lock was not obtained (held elsewhere, wait ran out).
+pub const EXIT_NOT_OBTAINED: u8 = 75;
+/// Exit code when the lease was lost while the command ran.
+pub const EXIT_LOST: u8 = 76;
+/// Exit code for usage and configuration errors (clap uses 2 as well).
+pub const EXIT_USAGE: u8 = 2;
+/// Exit code for store failures.
+pub const EXIT_BACKEND: u8 = 1;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse_args();
+    init_tracing(cli.verbose);
+    // One thread: the child is spawned from the main thread, which lives as
+    // long as the process, so the child's parent-death signal fires only when
+    // leasehold itself dies (PR_SET_PDEATHSIG is tied to the spawning thread).
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("leasehold: cannot start the async runtime: {e}");
+            return ExitCode::from(EXIT_BACKEND);
+        }
+    };
+    match runtime.block_on(dispatch(cli)) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("leasehold: {err:#}");
+            ExitCode::from(exit_code_for(&err))
+        }
+    }
+}
+
+async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    let store = store::open(cli.store.as_deref()).await?;
+    match cli.command {
+        Command::Run(args) => run::run(&store, args).await,
+        Command::Status { key, json } => inspect::status(&store, &key, json).await,
+        Command::List { prefix, json } => inspect::list(&store, &prefix, json).await,
+        Command::Break { key } => inspect::break_lease(&store, &key).await,
+    }
+}
+
+/// Maps a failure to the documented exit code.
+fn exit_code_for(err: &anyhow::Error) -> u8 {
+    match err.downcast_ref::<leasehold::Error>() {
+        Some(leasehold::Error::InvalidInput { .. } | leasehold::Error::NotSupported(_)) => {
+            EXIT_USAGE
+        }
+        Some(leasehold::Error::Held { .. } | leasehold::Error::TimedOut { .. }) => {
+            EXIT_NOT_OBTAINED
+        }
+        Some(leasehold::Error::LeaseLost { .. }) => EXIT_LOST,
+        _ => EXIT_BACKEND,
+    }
+}
+
+fn init_tracing(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let filter = match verbose {
+        0 => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("off")),
+        1 => EnvFilter::new("leasehold=debug,leasehold_cli=debug"),
+        _ => EnvFilter::new("leasehold=trace,leasehold_cli=trace,info"),
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}

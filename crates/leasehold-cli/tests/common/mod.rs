@@ -1,0 +1,124 @@
+//! Shared helpers for the CLI tests: a private SQLite store per test, the
+//! built binary, and ways to await processes without sleeping.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::Duration;
+
+pub struct Env {
+    pub dir: tempfile::TempDir,
+}
+
+impl Env {
+    pub fn new() -> Self {
+        Env {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("sqlite:{}", self.dir.path().join("leases.db").display())
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The `leasehold` binary on this test's store.
+    pub fn leasehold(&self) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+        cmd.env("LEASEHOLD_STORE", self.url())
+            .env("D", self.dir.path())
+            .env_remove("RUST_LOG");
+        cmd
+    }
+
+    /// Runs `leasehold ARGS` to completion.
+    pub fn output(&self, args: &[&str]) -> Output {
+        let out = self.leasehold().args(args).output().unwrap();
+        Output {
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// Starts `leasehold ARGS` with piped stdout and stderr.
+    pub fn spawn(&self, args: &[&str]) -> Child {
+        self.leasehold()
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    /// The same store, opened by the library in this test process.
+    pub fn store(&self) -> leasehold::Store {
+        leasehold::Store::open(&self.url()).unwrap()
+    }
+}
+
+#[derive(Debug)]
+pub struct Output {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Reads one line (blocking until the process writes it or closes).
+pub fn read_line(from: &mut BufReader<impl Read>) -> String {
+    let mut line = String::new();
+    from.read_line(&mut line).unwrap();
+    line.trim_end().to_string()
+}
+
+pub fn stdout_reader(child: &mut Child) -> BufReader<ChildStdout> {
+    BufReader::new(child.stdout.take().unwrap())
+}
+
+/// Waits, without polling, until process `pid` (not necessarily our child)
+/// has ended, or `timeout` passes; true if it ended.
+pub fn wait_gone(pid: i32, timeout: Duration) -> bool {
+    // SAFETY: plain syscalls; the fd is closed before returning.
+    unsafe {
+        let fd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as i32;
+        if fd < 0 {
+            // ESRCH: no such process any more.
+            return std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        }
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let n = libc::poll(&mut pfd, 1, timeout.as_millis() as i32);
+        libc::close(fd);
+        n == 1
+    }
+}
+
+pub fn kill(pid: u32, sig: i32) {
+    // SAFETY: kill has no memory-safety preconditions.
+    let rc = unsafe { libc::kill(pid as i32, sig) };
+    assert_eq!(rc, 0, "kill({pid}, {sig}) failed");
+}
+
+/// Waits for a child with a bound, killing it if the bound passes.
+pub fn wait_with_timeout(child: &mut Child, timeout: Duration) -> Option<i32> {
+    assert!(
+        wait_gone(child.id() as i32, timeout),
+        "process {} still running after {timeout:?}",
+        child.id()
+    );
+    child.wait().unwrap().code()
+}
+
+pub fn read_all(r: &mut impl Read) -> String {
+    let mut s = String::new();
+    r.read_to_string(&mut s).unwrap();
+    s
+}

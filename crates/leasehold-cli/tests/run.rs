@@ -1,0 +1,278 @@
+//! `leasehold run` across real processes on a shared SQLite store.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use leasehold::{LockOptions, Wait};
+
+const SECS: Duration = Duration::from_secs(1);
+
+#[test]
+fn runs_the_command_with_key_and_token_in_its_environment() {
+    let env = Env::new();
+    let script = r#"echo "$LEASEHOLD_KEY $LEASEHOLD_FENCING_TOKEN""#;
+    let first = env.output(&["run", "jobs/import-A", "--", "sh", "-c", script]);
+    assert_eq!(first.code, Some(0), "{first:?}");
+    assert_eq!(first.stdout, "jobs/import-A 1\n");
+    let second = env.output(&["run", "jobs/import-A", "--", "sh", "-c", script]);
+    assert_eq!(
+        second.stdout, "jobs/import-A 2\n",
+        "tokens grow across runs"
+    );
+}
+
+#[test]
+fn exit_code_is_the_commands_own() {
+    let env = Env::new();
+    assert_eq!(
+        env.output(&["run", "k", "--", "sh", "-c", "exit 7"]).code,
+        Some(7)
+    );
+    let killed = env.output(&["run", "k", "--", "sh", "-c", "kill -TERM $$"]);
+    assert_eq!(killed.code, Some(128 + libc::SIGTERM), "{killed:?}");
+    let missing = env.output(&["run", "k", "--", "/nonexistent/cmd"]);
+    assert_eq!(missing.code, Some(127), "{missing:?}");
+    // None of these left the lock held.
+    assert_eq!(env.output(&["run", "k", "--", "true"]).code, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_elsewhere_exits_75_without_running_the_command() {
+    let env = Env::new();
+    let store = env.store();
+    let guard = store
+        .lock_with("k", LockOptions::new().owner_label("other-vm"))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    let out = env.output(&["run", "k", "--", "sh", "-c", "echo ran"]);
+    assert_eq!(out.code, Some(75), "{out:?}");
+    assert_eq!(out.stdout, "", "the command must not run");
+    assert!(out.stderr.contains("held by other-vm"), "{}", out.stderr);
+
+    let out = env.output(&["run", "--wait", "300ms", "k", "--", "sh", "-c", "echo ran"]);
+    assert_eq!(out.code, Some(75), "{out:?}");
+    assert!(out.stderr.contains("gave up waiting"), "{}", out.stderr);
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_runs_once_the_holder_releases() {
+    let env = Env::new();
+    let store = env.store();
+    let guard = store.lock("k").unwrap().try_acquire().await.unwrap();
+    let mut waiter = env.spawn(&[
+        "run",
+        "--wait",
+        "30s",
+        "k",
+        "--",
+        "sh",
+        "-c",
+        "echo $LEASEHOLD_FENCING_TOKEN",
+    ]);
+    let mut stderr = std::io::BufReader::new(waiter.stderr.take().unwrap());
+    let line = tokio::task::spawn_blocking(move || read_line(&mut stderr))
+        .await
+        .unwrap();
+    assert!(line.contains("waiting for k"), "{line}");
+    let token = guard.fencing_token();
+    guard.release().await.unwrap();
+    let code = wait_with_timeout(&mut waiter, 10 * SECS);
+    assert_eq!(code, Some(0));
+    let out: u64 = read_all(waiter.stdout.as_mut().unwrap())
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(out > token, "{out} after {token}");
+}
+
+#[test]
+fn many_processes_take_turns_with_growing_tokens() {
+    let env = Env::new();
+    // mkdir is atomic: it fails if another command is inside at the same time.
+    let section = r#"mkdir "$D/inside" || exit 99
+echo "$LEASEHOLD_FENCING_TOKEN" >> "$D/log"
+sleep 0.05
+rmdir "$D/inside""#;
+    let mut children: Vec<_> = (0..8)
+        .map(|_| env.spawn(&["run", "--wait", "60s", "shared", "--", "sh", "-c", section]))
+        .collect();
+    for child in &mut children {
+        assert_eq!(
+            wait_with_timeout(child, 60 * SECS),
+            Some(0),
+            "a command overlapped another or failed"
+        );
+    }
+    let log = std::fs::read_to_string(env.path("log")).unwrap();
+    let tokens: Vec<u64> = log.lines().map(|l| l.parse().unwrap()).collect();
+    assert_eq!(tokens.len(), 8);
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+}
+
+#[test]
+fn a_killed_holder_is_recovered_within_the_ttl_and_its_command_dies() {
+    let env = Env::new();
+    let mut holder = env.spawn(&[
+        "run",
+        "--ttl",
+        "1s",
+        "--grace",
+        "100ms",
+        "k",
+        "--",
+        "sh",
+        "-c",
+        "echo $$; exec sleep 1000",
+    ]);
+    let child_pid: i32 = read_line(&mut stdout_reader(&mut holder)).parse().unwrap();
+    kill(holder.id(), libc::SIGKILL);
+    holder.wait().unwrap();
+    assert!(
+        wait_gone(child_pid, 5 * SECS),
+        "the command survived its leasehold"
+    );
+    // The bound is the TTL (1 s) + one poll interval (100 ms), plus slack
+    // for starting a process on a loaded CI machine.
+    let out = env.output(&["run", "--wait", "2s", "k", "--", "true"]);
+    assert_eq!(out.code, Some(0), "not recovered in time: {out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lease_stops_the_command_and_exits_76() {
+    let env = Env::new();
+    // The command ignores SIGTERM, so it takes the SIGKILL after the grace.
+    let script = r#"trap "" TERM; echo $$; while :; do sleep 0.05; done"#;
+    let mut holder = env.spawn(&[
+        "run", "--ttl", "1s", "--grace", "200ms", "k", "--", "sh", "-c", script,
+    ]);
+    let mut out = stdout_reader(&mut holder);
+    let child_pid: i32 = tokio::task::spawn_blocking(move || read_line(&mut out).parse().unwrap())
+        .await
+        .unwrap();
+    let broken = env.store().break_lease("k").await.unwrap();
+    assert!(broken.is_some());
+    let code = tokio::task::spawn_blocking(move || {
+        let code = wait_with_timeout(&mut holder, 10 * SECS);
+        (code, read_all(holder.stderr.as_mut().unwrap()))
+    })
+    .await
+    .unwrap();
+    assert_eq!(code.0, Some(76), "{}", code.1);
+    assert!(code.1.contains("lost"), "{}", code.1);
+    assert!(
+        wait_gone(child_pid, SECS),
+        "the command outlived the lost lease"
+    );
+}
+
+#[test]
+fn sigterm_is_forwarded_to_the_command() {
+    let env = Env::new();
+    let script = r#"trap "echo got TERM; exit 3" TERM; echo ready; while :; do sleep 0.05; done"#;
+    let mut holder = env.spawn(&["run", "k", "--", "sh", "-c", script]);
+    let mut out = stdout_reader(&mut holder);
+    assert_eq!(read_line(&mut out), "ready");
+    kill(holder.id(), libc::SIGTERM);
+    assert_eq!(wait_with_timeout(&mut holder, 10 * SECS), Some(3));
+    assert_eq!(read_line(&mut out), "got TERM");
+    let status = env.output(&["status", "k", "--json"]);
+    let json: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
+    assert!(
+        json["holder"].is_null(),
+        "released after the command ended: {json}"
+    );
+}
+
+#[test]
+fn bad_usage_exits_2_with_a_clear_message() {
+    let env = Env::new();
+    let cases: &[(&[&str], &str)] = &[
+        (&["run", "bad key", "--", "true"], "1-256 characters"),
+        (
+            &["run", "--ttl", "10ms", "k", "--", "true"],
+            "outside the sqlite backend's range",
+        ),
+        (
+            &["run", "--ttl", "2s", "--grace", "5s", "k", "--", "true"],
+            "at most half the TTL",
+        ),
+        (
+            &["--store", "ftp://x", "status", "k"],
+            "expected sqlite:PATH",
+        ),
+        (
+            &["--store", "azblob://c", "status", "k"],
+            "built without the azblob",
+        ),
+        (&["run", "k"], "CMD"),
+        (&["run", "--wait", "soon", "k", "--", "true"], "forever"),
+    ];
+    for (args, expected) in cases {
+        let out = env.output(args);
+        assert_eq!(out.code, Some(2), "{args:?}: {out:?}");
+        assert!(out.stderr.contains(expected), "{args:?}: {}", out.stderr);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_list_and_break_show_and_clear_holders() {
+    let env = Env::new();
+    let store = env.store();
+    let lock = store
+        .lock_with(
+            "jobs/a",
+            LockOptions::new().owner_label("vm-7").data("account A"),
+        )
+        .unwrap();
+    let guard = lock.acquire(Wait::Forever).await.unwrap();
+
+    let status = env.output(&["status", "jobs/a"]);
+    assert!(
+        status.stdout.contains("state:         held"),
+        "{}",
+        status.stdout
+    );
+    assert!(status.stdout.contains("vm-7"), "{}", status.stdout);
+    assert!(status.stdout.contains("account A"), "{}", status.stdout);
+
+    let json: serde_json::Value =
+        serde_json::from_str(&env.output(&["status", "jobs/a", "--json"]).stdout).unwrap();
+    assert_eq!(json["holder"]["owner"]["label"], "vm-7");
+    assert_eq!(json["holder"]["owner"]["pid"], std::process::id());
+    assert_eq!(json["holder"]["data"], "account A");
+    assert_eq!(json["fencing_token"], guard.fencing_token());
+
+    env.output(&["run", "jobs/b", "--", "true"]);
+    env.output(&["run", "other", "--", "true"]);
+    let listed: serde_json::Value =
+        serde_json::from_str(&env.output(&["list", "--prefix", "jobs/", "--json"]).stdout).unwrap();
+    let keys: Vec<_> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["jobs/a", "jobs/b"]);
+    assert!(listed[1]["holder"].is_null());
+
+    let broke = env.output(&["break", "jobs/a"]);
+    assert_eq!(broke.code, Some(0));
+    assert!(
+        broke.stdout.contains("broke the lease of vm-7"),
+        "{}",
+        broke.stdout
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&env.output(&["status", "jobs/a", "--json"]).stdout).unwrap();
+    assert!(json["holder"].is_null());
+    assert!(env
+        .output(&["break", "jobs/a"])
+        .stdout
+        .contains("was not held"));
+    drop(guard);
+}

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh clone: installs and starts the storage
+# emulators on 127.0.0.1 (Azurite for Azure Blob Storage, DynamoDB Local),
+# checks formatting and lints, runs every test with the emulators required
+# (a missing emulator fails the run instead of skipping), and stops the
+# emulators again.
+#
+#   scripts/test.sh            # everything
+#   scripts/test.sh -p leasehold   # extra arguments go to `cargo test`
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+emulators=(azurite dynamodb-local)
+started=()
+stop_all() {
+    for e in "${started[@]}"; do
+        "scripts/$e.sh" stop || true
+    done
+}
+trap stop_all EXIT
+
+for e in "${emulators[@]}"; do
+    "scripts/$e.sh" start
+    started+=("$e")
+done
+
+export LEASEHOLD_REQUIRE_EMULATORS=1
+export LEASEHOLD_TEST_AZBLOB_CONNECTION_STRING="${LEASEHOLD_TEST_AZBLOB_CONNECTION_STRING:-UseDevelopmentStorage=true}"
+export LEASEHOLD_TEST_DYNAMODB_ENDPOINT="${LEASEHOLD_TEST_DYNAMODB_ENDPOINT:-http://127.0.0.1:8000}"
+
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+# Tests mostly wait on leases and emulators, not on the CPU: run more of
+# them at once than there are cores.
+cargo test --workspace --locked "$@" -- --test-threads=8
