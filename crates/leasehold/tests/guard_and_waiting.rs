@@ -1,0 +1,219 @@
+//! Behaviour of the layer above the backend: in-process waiting, loss
+//! detection under network faults, retries, and the abort policy. The
+//! backend is the real memory backend, wrapped to count requests or to stop
+//! answering like a partitioned network would.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use leasehold::{
+    AcquireOutcome, AcquireRequest, Backend, Capabilities, Error, HolderInfo, Key, KeyInfo, Lease,
+    LockOptions, LossPolicy, LossReason, Result, Store, Wait,
+};
+
+/// The memory backend, with a request counter and injectable faults.
+#[derive(Debug, Default)]
+struct Faulty {
+    inner: leasehold::memory::MemoryBackend,
+    acquires: AtomicU32,
+    renewals: AtomicU32,
+    /// Renewals never answer (a blackholed connection).
+    partitioned: AtomicBool,
+    /// This many renewals fail with a retryable error first.
+    transient_failures: AtomicU32,
+}
+
+#[async_trait]
+impl Backend for Faulty {
+    fn name(&self) -> &'static str {
+        "faulty-memory"
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
+        self.acquires.fetch_add(1, Ordering::SeqCst);
+        self.inner.try_acquire(req).await
+    }
+    async fn renew(&self, lease: &Lease) -> Result<()> {
+        self.renewals.fetch_add(1, Ordering::SeqCst);
+        if self.partitioned.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        let left = self.transient_failures.load(Ordering::SeqCst);
+        if left > 0 {
+            self.transient_failures.store(left - 1, Ordering::SeqCst);
+            return Err(Error::backend("faulty-memory", "renew", true, "injected 503"));
+        }
+        self.inner.renew(lease).await
+    }
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        self.inner.release(lease).await
+    }
+    async fn inspect(&self, key: &Key) -> Result<KeyInfo> {
+        self.inner.inspect(key).await
+    }
+    async fn break_lease(&self, key: &Key) -> Result<Option<HolderInfo>> {
+        self.inner.break_lease(key).await
+    }
+    async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {
+        self.inner.list(prefix).await
+    }
+}
+
+fn faulty() -> (Arc<Faulty>, Store) {
+    let backend = Arc::new(Faulty::default());
+    let store = Store::from_backend(backend.clone());
+    (backend, store)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_waiters_on_one_key_poll_the_backend_as_one() {
+    let (backend, store) = faulty();
+    let poll = Duration::from_millis(50);
+    let opts = LockOptions::new().poll_interval(poll, poll);
+    let holder = store.lock_with("k", opts.clone()).unwrap().try_acquire().await.unwrap();
+    let waiters: Vec<_> = (0..8)
+        .map(|_| {
+            let lock = store.lock_with("k", opts.clone()).unwrap();
+            tokio::spawn(async move { lock.acquire(Wait::Forever).await.map(|g| g.fencing_token()) })
+        })
+        .collect();
+    let before = backend.acquires.load(Ordering::SeqCst);
+    let window = Duration::from_secs(1);
+    tokio::time::sleep(window).await;
+    let polls = backend.acquires.load(Ordering::SeqCst) - before;
+    // One waiter polls about window/poll = 20 times; eight would poll ~160.
+    assert!(polls <= 30, "{polls} backend attempts in {window:?} from 8 local waiters");
+    holder.release().await.unwrap();
+    let mut tokens = Vec::new();
+    for w in waiters {
+        tokens.push(w.await.unwrap().unwrap());
+    }
+    tokens.sort();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 8, "every waiter got its own turn");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_release_wakes_a_local_waiter_without_waiting_for_its_poll() {
+    let (_backend, store) = faulty();
+    // Polls so rare that only the in-process wake-up can meet the deadline.
+    let slow = LockOptions::new().poll_interval(Duration::from_secs(60), Duration::from_secs(60));
+    let lock = store.lock_with("k", slow.clone()).unwrap();
+    for explicit_release in [true, false] {
+        let guard = lock.try_acquire().await.unwrap();
+        let waiter = store.lock_with("k", slow.clone()).unwrap();
+        let task = tokio::spawn(async move { waiter.acquire(Duration::from_secs(5)).await });
+        tokio::task::yield_now().await;
+        if explicit_release {
+            guard.release().await.unwrap();
+        } else {
+            drop(guard); // released in the background
+        }
+        let next = task.await.unwrap().expect("woken by the local release");
+        next.release().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_holder_is_lost_before_anyone_else_can_acquire() {
+    let (backend, store) = faulty();
+    let ttl = Duration::from_secs(1);
+    let opts = LockOptions::new()
+        .ttl(ttl)
+        .poll_interval(Duration::from_millis(10), Duration::from_millis(20));
+    let guard = store.lock_with("k", opts.clone()).unwrap().try_acquire().await.unwrap();
+    backend.partitioned.store(true, Ordering::SeqCst);
+    // Another "process" waits for the key; the memory backend hands it over
+    // once the holder's TTL has run out.
+    let other = Store::from_backend(backend.clone());
+    let next = other
+        .lock_with("k", opts)
+        .unwrap()
+        .acquire(Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(
+        guard.is_lost(),
+        "the partitioned holder must know it is lost by the time another holds the key"
+    );
+    assert_eq!(guard.loss_reason(), Some(LossReason::Expired));
+    assert_eq!(guard.valid_for(), Duration::ZERO);
+    // And the lost() future had already completed.
+    tokio::time::timeout(Duration::ZERO, guard.lost()).await.unwrap();
+    assert!(next.fencing_token() > guard.fencing_token());
+    assert!(guard.release().await.unwrap_err().is_lease_lost());
+    backend.partitioned.store(false, Ordering::SeqCst);
+    next.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transient_renewal_errors_are_retried_until_one_succeeds() {
+    let (backend, store) = faulty();
+    let ttl = Duration::from_secs(2);
+    let opts = LockOptions::new().ttl(ttl).renew_interval(Duration::from_millis(200));
+    backend.transient_failures.store(3, Ordering::SeqCst);
+    let guard = store.lock_with("k", opts).unwrap().try_acquire().await.unwrap();
+    // Three failures, then the retry that succeeds, then one more renewal.
+    while backend.renewals.load(Ordering::SeqCst) < 5 {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+            reason = guard.lost() => panic!("lost despite retries: {reason}"),
+        }
+    }
+    assert_eq!(backend.transient_failures.load(Ordering::SeqCst), 0);
+    assert!(!guard.is_lost());
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_lease_lost_while_held_is_reported_by_release() {
+    let (_backend, store) = faulty();
+    let opts = LockOptions::new()
+        .ttl(Duration::from_millis(500))
+        .renew_interval(Duration::from_millis(50));
+    let guard = store.lock_with("k", opts).unwrap().try_acquire().await.unwrap();
+    store.break_lease("k").await.unwrap();
+    let reason = guard.lost().await;
+    assert!(matches!(reason, LossReason::Revoked(_)), "{reason:?}");
+    match guard.release().await {
+        Err(Error::LeaseLost { key, .. }) => assert_eq!(key, "k"),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// With `LossPolicy::Abort`, a lost lease aborts the process. Runs itself in
+/// a child process (the same test binary) to watch it die.
+#[test]
+fn abort_policy_aborts_the_process_on_loss() {
+    if std::env::var("LEASEHOLD_TEST_ABORT_CHILD").is_ok() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let store = Store::open("memory:").unwrap();
+            let opts = LockOptions::new()
+                .ttl(Duration::from_millis(500))
+                .renew_interval(Duration::from_millis(50))
+                .loss_policy(LossPolicy::Abort);
+            let guard = store.lock_with("k", opts).unwrap().try_acquire().await.unwrap();
+            store.break_lease("k").await.unwrap();
+            guard.lost().await;
+        });
+        // Only reached if the policy did not abort.
+        std::process::exit(0);
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "abort_policy_aborts_the_process_on_loss", "--nocapture"])
+        .env("LEASEHOLD_TEST_ABORT_CHILD", "1")
+        .output()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(libc_sigabrt()), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("aborting the process"));
+}
+
+fn libc_sigabrt() -> i32 {
+    6
+}
