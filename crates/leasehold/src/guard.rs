@@ -13,6 +13,7 @@ use crate::clock::SharedClock;
 use crate::error::{Error, LossReason, Result};
 use crate::key::Key;
 use crate::local::LocalKey;
+use crate::metric::Labels;
 use crate::options::{LossPolicy, ResolvedOptions};
 use crate::renewal::RenewalLoop;
 
@@ -111,6 +112,10 @@ pub(crate) struct GuardParts {
     pub anchor: Duration,
     pub local: Arc<LocalKey>,
     pub gate: Option<OwnedMutexGuard<()>>,
+    /// Also rung when the guard lets go (see `Lock::part_of`).
+    pub group: Option<Arc<LocalKey>>,
+    /// Metrics labels.
+    pub labels: Labels,
 }
 
 impl LeaseGuard {
@@ -123,6 +128,7 @@ impl LeaseGuard {
             deadline,
         ));
         let (release_tx, release_rx) = oneshot::channel();
+        parts.labels.held(1.0);
         let renewal = RenewalLoop {
             backend: parts.backend,
             lease: parts.lease,
@@ -131,6 +137,9 @@ impl LeaseGuard {
             next_renewal: parts.anchor,
             local: parts.local,
             gate: parts.gate,
+            group: parts.group,
+            labels: parts.labels,
+            held_since: Some(std::time::Instant::now()),
         };
         tokio::spawn(renewal.run(release_rx));
         LeaseGuard {

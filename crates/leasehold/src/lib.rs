@@ -57,22 +57,50 @@
 //! * [`LeaseGuard`]: renewal, [`fencing_token`](LeaseGuard::fencing_token),
 //!   [`lost`](LeaseGuard::lost) / [`is_lost`](LeaseGuard::is_lost),
 //!   [`release`](LeaseGuard::release).
+//! * [`Semaphore`]: at most N holders of a key at once
+//!   ([`Store::semaphore`]); each [`SemaphorePermit`] is a lease guard on
+//!   one of N slot keys.
+//! * [`Election`]: leader election on a key ([`Store::election`]):
+//!   [`campaign`](Election::campaign) for a [`Leadership`],
+//!   [`leader`](Election::leader) to see who leads and what they published,
+//!   [`observe`](Election::observe) to follow changes.
 //! * [`Backend`]: the few primitives a store implements; see its module for
 //!   the contract.
 //! * [`Error`]: one error enum to match on.
+//! * [`metric`]: the metrics leasehold records through the `metrics` facade.
+//!
+//! # Holder data
+//! Every lease carries its holder's [`Owner`] (host, pid, optional label of
+//! at most [`MAX_LABEL_LEN`] bytes) and optional user data of at most
+//! [`MAX_DATA_LEN`] bytes (any UTF-8), set through [`LockOptions`] for
+//! locks, semaphore permits and leaderships alike. Anyone can read them back
+//! with [`Store::inspect`], [`Store::list`], [`Semaphore::inspect`] and
+//! [`Election::leader`], and an [`Error::Held`] carries them. Longer data or
+//! labels are refused when the lock, semaphore or election is made, with
+//! [`Error::InvalidInput`] (what: `"data"` or `"owner label"`).
+//!
+//! # Metrics
+//! leasehold counts acquire attempts and outcomes, wait and hold times,
+//! renewals and their failures, and losses, labelled by backend and by kind
+//! (lock, semaphore, election), through the [`metrics`](::metrics) facade:
+//! install any recorder to collect them; none is installed for you. The
+//! names are listed in [`metric`].
 
 #![warn(missing_docs)]
 
 pub mod backend;
 mod clock;
+mod election;
 mod error;
 mod guard;
 mod key;
 mod local;
 mod lock;
 pub mod memory;
+pub mod metric;
 mod options;
 mod renewal;
+mod semaphore;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 mod store;
@@ -85,6 +113,7 @@ pub use backend::{
     LeaseId, Owner,
 };
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
+pub use election::{Election, LeaderChange, LeaderObserver, LeaderStream, Leadership};
 pub use error::{BoxError, Error, LossReason, Result};
 pub use guard::LeaseGuard;
 pub use key::{Key, MAX_KEY_LEN};
@@ -92,5 +121,8 @@ pub use lock::Lock;
 pub use options::{
     LockOptions, LossPolicy, Wait, DEFAULT_POLL_MAX, DEFAULT_POLL_MIN, DEFAULT_TTL, MAX_DATA_LEN,
     MAX_LABEL_LEN,
+};
+pub use semaphore::{
+    Semaphore, SemaphorePermit, SlotInfo, MAX_SEMAPHORE_KEY_LEN, MAX_SEMAPHORE_LIMIT,
 };
 pub use store::{default_sqlite_path, Store, BUILTIN_SCHEMES};

@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::guard::{GuardParts, LeaseGuard};
 use crate::key::Key;
 use crate::local::LocalKey;
+use crate::metric::{Kind, Labels};
 use crate::options::{ResolvedOptions, Wait};
 use crate::store::Store;
 
@@ -28,6 +29,11 @@ pub struct Lock {
     key: Key,
     opts: ResolvedOptions,
     owner: Owner,
+    /// The `kind` metrics label.
+    kind: Kind,
+    /// Rung, besides the key's own notifier, when a guard of this lock lets
+    /// go (a semaphore's slots share one, so its waiters hear of any slot).
+    group: Option<Arc<LocalKey>>,
 }
 
 impl Lock {
@@ -39,7 +45,28 @@ impl Lock {
             key,
             opts,
             owner,
+            kind: Kind::Lock,
+            group: None,
         }
+    }
+
+    /// Makes this lock count as `kind` in metrics and ring `group` (if any)
+    /// when its guards let go.
+    pub(crate) fn part_of(mut self, kind: Kind, group: Option<Arc<LocalKey>>) -> Self {
+        self.kind = kind;
+        self.group = group;
+        self
+    }
+
+    pub(crate) fn labels(&self) -> Labels {
+        Labels {
+            backend: self.store.backend().name(),
+            kind: self.kind,
+        }
+    }
+
+    pub(crate) fn options(&self) -> &ResolvedOptions {
+        &self.opts
     }
 
     /// The key this lock is on.
@@ -76,6 +103,15 @@ impl Lock {
     /// and the backend grants the lease anyway, it is released in the
     /// background at once.
     pub async fn try_acquire(&self) -> Result<LeaseGuard> {
+        let started = tokio::time::Instant::now();
+        let result = self.try_once().await;
+        self.labels().acquire(&result, started.elapsed());
+        result
+    }
+
+    /// [`try_acquire`](Self::try_acquire) without the per-call metrics (the
+    /// caller records its own).
+    pub(crate) async fn try_once(&self) -> Result<LeaseGuard> {
         let local = self.store.local_key(&self.key);
         // Take the local gate if it is free so local waiters queue behind us;
         // if another task of ours holds it, try the backend anyway: it decides.
@@ -136,6 +172,17 @@ impl Lock {
     ) -> Result<LeaseGuard> {
         let wait = wait.into();
         let started = tokio::time::Instant::now();
+        let result = self.wait_for(wait, started, &mut on_held).await;
+        self.labels().acquire(&result, started.elapsed());
+        result
+    }
+
+    async fn wait_for(
+        &self,
+        wait: Wait,
+        started: tokio::time::Instant,
+        on_held: &mut impl FnMut(Option<&HolderInfo>),
+    ) -> Result<LeaseGuard> {
         let give_up = match wait {
             Wait::Forever => None,
             Wait::Timeout(d) => Some(started + d),
@@ -245,6 +292,8 @@ impl Lock {
             anchor,
             local,
             gate,
+            group: self.group.clone(),
+            labels: self.labels(),
         })
     }
 
@@ -261,9 +310,15 @@ impl Lock {
             data: self.opts.data.clone(),
         };
         let lease = lease.clone();
+        let labels = self.labels();
         let (tx, rx) = oneshot::channel();
         tokio::spawn(async move {
             let outcome = backend.try_acquire(&request).await;
+            labels.attempt(match &outcome {
+                Ok(AcquireOutcome::Acquired(_)) => "acquired",
+                Ok(AcquireOutcome::Held(_)) => "held",
+                Err(_) => "error",
+            });
             match tx.send(outcome) {
                 Ok(()) => {}
                 Err(Ok(AcquireOutcome::Held(_))) => {}

@@ -9,6 +9,7 @@ use crate::backend::{Backend, Lease};
 use crate::error::{Error, LossReason, Result};
 use crate::guard::{GuardState, ReleaseCommand};
 use crate::local::LocalKey;
+use crate::metric::Labels;
 use crate::options::ResolvedOptions;
 
 /// Renews one lease until it is released or lost.
@@ -22,6 +23,11 @@ pub(crate) struct RenewalLoop {
     pub next_renewal: Duration,
     pub local: Arc<LocalKey>,
     pub gate: Option<OwnedMutexGuard<()>>,
+    /// Also rung when the lease is let go (a semaphore's waiters).
+    pub group: Option<Arc<LocalKey>>,
+    pub labels: Labels,
+    /// When the lease was granted; taken when the hold is recorded.
+    pub held_since: Option<std::time::Instant>,
 }
 
 enum Step {
@@ -86,6 +92,11 @@ impl RenewalLoop {
             // Whatever the network does, the guard is lost at the deadline.
             r = tokio::time::timeout(deadline - sent, self.backend.renew(&self.lease)) => r,
         };
+        self.labels.renewal(match &outcome {
+            Ok(Ok(())) => "ok",
+            Ok(Err(Error::LeaseLost { .. })) | Err(_) => "lost",
+            Ok(Err(_)) => "error",
+        });
         match outcome {
             Ok(Ok(())) => {
                 *failures = 0;
@@ -124,14 +135,29 @@ impl RenewalLoop {
         base.mul_f64(rand::rng().random_range(0.5..=1.0))
     }
 
-    fn lose(&self, reason: LossReason) {
+    fn lose(&mut self, reason: LossReason) {
+        if self.held_since.is_some() {
+            self.labels.loss(&reason);
+        }
+        self.end_hold();
         self.state.mark_lost(reason, self.opts.loss_policy);
+    }
+
+    /// Records the hold time and the held gauge, once.
+    fn end_hold(&mut self) {
+        if let Some(since) = self.held_since.take() {
+            self.labels.hold_time(since.elapsed());
+            self.labels.held(-1.0);
+        }
     }
 
     /// Opens the local gate and wakes local waiters.
     fn let_go(&mut self) {
         self.gate.take();
         self.local.released.notify_waiters();
+        if let Some(group) = &self.group {
+            group.released.notify_waiters();
+        }
     }
 
     /// Releases the lease on the backend, then lets local waiters in.
@@ -142,6 +168,16 @@ impl RenewalLoop {
             Some(LossReason::Revoked(_)) => Ok(()),
             _ => self.backend.release(&self.lease).await,
         };
+        if let (Some(reason), Some(_)) = (&lost, self.held_since) {
+            // Lost on the clock before the loop got to notice.
+            self.labels.loss(reason);
+        }
+        self.end_hold();
+        self.labels.release(match (&lost, &result) {
+            (Some(_), _) => "lost",
+            (None, Ok(())) => "ok",
+            (None, Err(_)) => "error",
+        });
         self.let_go();
         match (lost, result) {
             (Some(reason), _) => Err(Error::LeaseLost {

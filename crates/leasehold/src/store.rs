@@ -5,12 +5,14 @@ use std::sync::Arc;
 
 use crate::backend::{Backend, HolderInfo, KeyInfo};
 use crate::clock::{SharedClock, SystemClock};
+use crate::election::Election;
 use crate::error::{Error, Result};
 use crate::key::{validate_prefix, Key};
 use crate::local::{LocalKey, LocalKeys};
 use crate::lock::Lock;
 use crate::memory::MemoryBackend;
 use crate::options::LockOptions;
+use crate::semaphore::Semaphore;
 
 /// A lease store: where locks live. Cheap to clone; clones share one
 /// backend connection and one set of in-process wake-ups.
@@ -34,6 +36,9 @@ struct StoreInner {
     backend: Arc<dyn Backend>,
     clock: SharedClock,
     local: LocalKeys,
+    /// In-process state of semaphores, apart from that of plain keys so that
+    /// a lock and a semaphore on one key do not share a gate.
+    groups: LocalKeys,
 }
 
 /// URL schemes this crate opens by itself.
@@ -59,6 +64,7 @@ impl Store {
                 backend,
                 clock,
                 local: LocalKeys::default(),
+                groups: LocalKeys::default(),
             }),
         }
     }
@@ -111,6 +117,10 @@ impl Store {
         self.inner.local.get(key)
     }
 
+    pub(crate) fn local_group(&self, key: &Key) -> Arc<LocalKey> {
+        self.inner.groups.get(key)
+    }
+
     /// A lock on `key` with default [`LockOptions`].
     ///
     /// # Errors
@@ -131,6 +141,51 @@ impl Store {
         let backend = self.backend();
         let resolved = options.resolve(&backend.capabilities(), backend.name())?;
         Ok(Lock::new(self.clone(), key, resolved))
+    }
+
+    /// A [`Semaphore`] on `key` admitting `limit` holders at once, with
+    /// default [`LockOptions`].
+    ///
+    /// # Errors
+    /// As [`semaphore_with`](Self::semaphore_with).
+    pub fn semaphore(&self, key: &str, limit: u32) -> Result<Semaphore> {
+        self.semaphore_with(key, limit, LockOptions::default())
+    }
+
+    /// A [`Semaphore`] on `key` admitting `limit` holders at once; every
+    /// permit is a lease taken with `options` (its TTL, renewal, owner label
+    /// and data).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] if the key breaks the [key rule](Key) or is
+    /// longer than [`MAX_SEMAPHORE_KEY_LEN`](crate::MAX_SEMAPHORE_KEY_LEN)
+    /// (what: `"semaphore key"`), if `limit` is 0 or above
+    /// [`MAX_SEMAPHORE_LIMIT`](crate::MAX_SEMAPHORE_LIMIT)
+    /// (what: `"semaphore limit"`), or if the options do not fit together or
+    /// with the backend.
+    pub fn semaphore_with(&self, key: &str, limit: u32, options: LockOptions) -> Result<Semaphore> {
+        let key = Key::new(key)?;
+        let backend = self.backend();
+        let resolved = options.resolve(&backend.capabilities(), backend.name())?;
+        Semaphore::new(self.clone(), key, limit, resolved)
+    }
+
+    /// An [`Election`] on `key` with default [`LockOptions`].
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock).
+    pub fn election(&self, key: &str) -> Result<Election> {
+        self.election_with(key, LockOptions::default())
+    }
+
+    /// An [`Election`] on `key`; leadership is a lease taken with `options`
+    /// (its TTL, renewal, and the owner label and data the leader
+    /// publishes).
+    ///
+    /// # Errors
+    /// As [`lock_with`](Self::lock_with).
+    pub fn election_with(&self, key: &str, options: LockOptions) -> Result<Election> {
+        Ok(Election::new(self.lock_with(key, options)?))
     }
 
     /// What the store holds for `key`.

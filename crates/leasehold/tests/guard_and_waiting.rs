@@ -45,7 +45,12 @@ impl Backend for Faulty {
         let left = self.transient_failures.load(Ordering::SeqCst);
         if left > 0 {
             self.transient_failures.store(left - 1, Ordering::SeqCst);
-            return Err(Error::backend("faulty-memory", "renew", true, "injected 503"));
+            return Err(Error::backend(
+                "faulty-memory",
+                "renew",
+                true,
+                "injected 503",
+            ));
         }
         self.inner.renew(lease).await
     }
@@ -74,11 +79,18 @@ async fn local_waiters_on_one_key_poll_the_backend_as_one() {
     let (backend, store) = faulty();
     let poll = Duration::from_millis(50);
     let opts = LockOptions::new().poll_interval(poll, poll);
-    let holder = store.lock_with("k", opts.clone()).unwrap().try_acquire().await.unwrap();
+    let holder = store
+        .lock_with("k", opts.clone())
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
     let waiters: Vec<_> = (0..8)
         .map(|_| {
             let lock = store.lock_with("k", opts.clone()).unwrap();
-            tokio::spawn(async move { lock.acquire(Wait::Forever).await.map(|g| g.fencing_token()) })
+            tokio::spawn(
+                async move { lock.acquire(Wait::Forever).await.map(|g| g.fencing_token()) },
+            )
         })
         .collect();
     let before = backend.acquires.load(Ordering::SeqCst);
@@ -86,7 +98,10 @@ async fn local_waiters_on_one_key_poll_the_backend_as_one() {
     tokio::time::sleep(window).await;
     let polls = backend.acquires.load(Ordering::SeqCst) - before;
     // One waiter polls about window/poll = 20 times; eight would poll ~160.
-    assert!(polls <= 30, "{polls} backend attempts in {window:?} from 8 local waiters");
+    assert!(
+        polls <= 30,
+        "{polls} backend attempts in {window:?} from 8 local waiters"
+    );
     holder.release().await.unwrap();
     let mut tokens = Vec::new();
     for w in waiters {
@@ -125,7 +140,12 @@ async fn a_partitioned_holder_is_lost_before_anyone_else_can_acquire() {
     let opts = LockOptions::new()
         .ttl(ttl)
         .poll_interval(Duration::from_millis(10), Duration::from_millis(20));
-    let guard = store.lock_with("k", opts.clone()).unwrap().try_acquire().await.unwrap();
+    let guard = store
+        .lock_with("k", opts.clone())
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
     backend.partitioned.store(true, Ordering::SeqCst);
     // Another "process" waits for the key; the memory backend hands it over
     // once the holder's TTL has run out.
@@ -143,7 +163,9 @@ async fn a_partitioned_holder_is_lost_before_anyone_else_can_acquire() {
     assert_eq!(guard.loss_reason(), Some(LossReason::Expired));
     assert_eq!(guard.valid_for(), Duration::ZERO);
     // And the lost() future had already completed.
-    tokio::time::timeout(Duration::ZERO, guard.lost()).await.unwrap();
+    tokio::time::timeout(Duration::ZERO, guard.lost())
+        .await
+        .unwrap();
     assert!(next.fencing_token() > guard.fencing_token());
     assert!(guard.release().await.unwrap_err().is_lease_lost());
     backend.partitioned.store(false, Ordering::SeqCst);
@@ -154,9 +176,16 @@ async fn a_partitioned_holder_is_lost_before_anyone_else_can_acquire() {
 async fn transient_renewal_errors_are_retried_until_one_succeeds() {
     let (backend, store) = faulty();
     let ttl = Duration::from_secs(2);
-    let opts = LockOptions::new().ttl(ttl).renew_interval(Duration::from_millis(200));
+    let opts = LockOptions::new()
+        .ttl(ttl)
+        .renew_interval(Duration::from_millis(200));
     backend.transient_failures.store(3, Ordering::SeqCst);
-    let guard = store.lock_with("k", opts).unwrap().try_acquire().await.unwrap();
+    let guard = store
+        .lock_with("k", opts)
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
     // Three failures, then the retry that succeeds, then one more renewal.
     while backend.renewals.load(Ordering::SeqCst) < 5 {
         tokio::select! {
@@ -175,7 +204,12 @@ async fn a_lease_lost_while_held_is_reported_by_release() {
     let opts = LockOptions::new()
         .ttl(Duration::from_millis(500))
         .renew_interval(Duration::from_millis(50));
-    let guard = store.lock_with("k", opts).unwrap().try_acquire().await.unwrap();
+    let guard = store
+        .lock_with("k", opts)
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
     store.break_lease("k").await.unwrap();
     let reason = guard.lost().await;
     assert!(matches!(reason, LossReason::Revoked(_)), "{reason:?}");
@@ -197,7 +231,12 @@ fn abort_policy_aborts_the_process_on_loss() {
                 .ttl(Duration::from_millis(500))
                 .renew_interval(Duration::from_millis(50))
                 .loss_policy(LossPolicy::Abort);
-            let guard = store.lock_with("k", opts).unwrap().try_acquire().await.unwrap();
+            let guard = store
+                .lock_with("k", opts)
+                .unwrap()
+                .try_acquire()
+                .await
+                .unwrap();
             store.break_lease("k").await.unwrap();
             guard.lost().await;
         });
@@ -205,7 +244,11 @@ fn abort_policy_aborts_the_process_on_loss() {
         std::process::exit(0);
     }
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "abort_policy_aborts_the_process_on_loss", "--nocapture"])
+        .args([
+            "--exact",
+            "abort_policy_aborts_the_process_on_loss",
+            "--nocapture",
+        ])
         .env("LEASEHOLD_TEST_ABORT_CHILD", "1")
         .output()
         .unwrap();

@@ -1,0 +1,388 @@
+//! [`Election`]: leader election on a key.
+//!
+//! The leader is whoever holds the lease on the election's key: an election
+//! on `KEY` *is* a [`Lock`] on `KEY` (so `inspect KEY` shows the leader, and
+//! a plain lock on the same key competes with the candidates). Leadership is
+//! a [`Leadership`] guard: a [`LeaseGuard`] underneath, renewed in the
+//! background, that says when leadership is lost. Its fencing token is the
+//! leader's *term*: every new leader's is strictly greater.
+//!
+//! Anyone, candidate or not, can ask who leads ([`Election::leader`]): the
+//! owner identity and the data the leader published (its
+//! [`LockOptions::data`](crate::LockOptions::data)), and can follow changes
+//! by polling ([`Election::observe`]).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::{HolderInfo, Owner};
+use crate::error::{LossReason, Result};
+use crate::guard::LeaseGuard;
+use crate::key::Key;
+use crate::lock::Lock;
+use crate::metric::Kind;
+use crate::options::Wait;
+
+/// Leader election on one key. Made by [`Store::election`](crate::Store::election)
+/// or [`Store::election_with`](crate::Store::election_with); cheap to clone.
+///
+/// ```
+/// # async fn demo() -> leasehold::Result<()> {
+/// use std::time::Duration;
+/// use leasehold::LockOptions;
+/// let store = leasehold::Store::open("memory:")?;
+/// let election = store.election_with(
+///     "services/scheduler",
+///     LockOptions::new().owner_label("node-1").data("http://node-1:8080"),
+/// )?;
+/// let leadership = election.campaign().await?;
+/// let leader = election.leader().await?.expect("someone leads");
+/// assert_eq!(leader.data.as_deref(), Some("http://node-1:8080"));
+/// tokio::select! {
+///     _ = async { /* lead */ } => {}
+///     reason = leadership.lost() => eprintln!("no longer leader: {reason}"),
+/// }
+/// leadership.resign().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Election {
+    lock: Lock,
+}
+
+/// Leadership of an [`Election`]: a held lease on its key. Resign with
+/// [`resign`](Self::resign); dropping it resigns in the background (best
+/// effort).
+#[must_use = "leadership ends as soon as it is dropped"]
+#[derive(Debug)]
+pub struct Leadership {
+    guard: LeaseGuard,
+}
+
+impl Election {
+    pub(crate) fn new(lock: Lock) -> Self {
+        let lock = lock.part_of(Kind::Election, None);
+        Election { lock }
+    }
+
+    /// The election's key.
+    pub fn key(&self) -> &Key {
+        self.lock.key()
+    }
+
+    /// The owner identity this candidate publishes when it leads.
+    pub fn owner(&self) -> &Owner {
+        self.lock.owner()
+    }
+
+    /// The lease TTL: how long a dead leader can keep leadership.
+    pub fn ttl(&self) -> Duration {
+        self.lock.ttl()
+    }
+
+    /// Waits as long as it takes to become leader.
+    ///
+    /// # Errors
+    /// Non-retryable backend failures.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future never leaves this candidate leading
+    /// (as [`Lock::acquire`]).
+    pub async fn campaign(&self) -> Result<Leadership> {
+        self.campaign_with(Wait::Forever, |_| {}).await
+    }
+
+    /// Becomes leader if nobody leads now, without waiting.
+    ///
+    /// # Errors
+    /// [`Error::Held`](crate::Error::Held) with the current leader; backend
+    /// failures.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Lock::try_acquire`].
+    pub async fn try_campaign(&self) -> Result<Leadership> {
+        let guard = self.lock.try_acquire().await?;
+        Ok(Leadership { guard })
+    }
+
+    /// Waits up to `wait` to become leader, calling `on_leader` with the
+    /// current leader (as far as the backend tells) every time an attempt
+    /// finds one (for progress displays).
+    ///
+    /// # Errors
+    /// [`Error::TimedOut`](crate::Error::TimedOut) when the wait runs out;
+    /// non-retryable backend failures.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Lock::acquire`].
+    pub async fn campaign_with(
+        &self,
+        wait: impl Into<Wait>,
+        on_leader: impl FnMut(Option<&HolderInfo>),
+    ) -> Result<Leadership> {
+        let guard = self.lock.acquire_with(wait, on_leader).await?;
+        tracing::info!(key = %self.key(), term = guard.fencing_token(), "became leader");
+        Ok(Leadership { guard })
+    }
+
+    /// Who leads now, as the backend sees it: owner identity, published
+    /// data, term ([`fencing_token`](HolderInfo::fencing_token)), since
+    /// when. `None` when nobody does.
+    ///
+    /// # Errors
+    /// Backend failures.
+    pub async fn leader(&self) -> Result<Option<HolderInfo>> {
+        Ok(self.lock.inspect().await?.holder)
+    }
+
+    /// Follows leader changes by asking the store every `every`. The
+    /// observer's first [`next`](LeaderObserver::next) returns the current
+    /// state at once.
+    pub fn observe(&self, every: Duration) -> LeaderObserver {
+        LeaderObserver {
+            lock: self.lock.clone(),
+            every,
+            last: None,
+        }
+    }
+}
+
+impl Leadership {
+    /// The election's key.
+    pub fn key(&self) -> &Key {
+        self.guard.key()
+    }
+
+    /// This leadership's term: its fencing token, strictly greater than
+    /// every earlier leader's.
+    pub fn term(&self) -> u64 {
+        self.guard.fencing_token()
+    }
+
+    /// The fencing token (the same as [`term`](Self::term)).
+    pub fn fencing_token(&self) -> u64 {
+        self.guard.fencing_token()
+    }
+
+    /// Whether leadership is lost; see [`LeaseGuard::is_lost`].
+    pub fn is_lost(&self) -> bool {
+        self.guard.is_lost()
+    }
+
+    /// Why leadership is lost, or `None` while it lasts.
+    pub fn loss_reason(&self) -> Option<LossReason> {
+        self.guard.loss_reason()
+    }
+
+    /// How much longer leadership is certain without another renewal.
+    pub fn valid_for(&self) -> Duration {
+        self.guard.valid_for()
+    }
+
+    /// Completes when leadership is lost (before anyone else can be granted
+    /// it), with the reason.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future changes nothing.
+    pub async fn lost(&self) -> LossReason {
+        self.guard.lost().await
+    }
+
+    /// A token cancelled when leadership is lost.
+    pub fn lost_token(&self) -> CancellationToken {
+        self.guard.lost_token()
+    }
+
+    /// The lease guard underneath.
+    pub fn guard(&self) -> &LeaseGuard {
+        &self.guard
+    }
+
+    /// The lease guard underneath.
+    pub fn into_guard(self) -> LeaseGuard {
+        self.guard
+    }
+
+    /// Steps down: releases the lease so that a waiting candidate takes
+    /// over at its next poll (at once if it is in this process).
+    ///
+    /// # Errors
+    /// As [`LeaseGuard::release`]: [`Error::LeaseLost`](crate::Error::LeaseLost)
+    /// if leadership was already lost.
+    ///
+    /// # Cancel safety
+    /// The release goes on in the background if this future is dropped.
+    pub async fn resign(self) -> Result<()> {
+        let key = self.key().clone();
+        let term = self.term();
+        let result = self.guard.release().await;
+        tracing::info!(%key, term, ok = result.is_ok(), "resigned");
+        result
+    }
+}
+
+/// A change of leader seen by a [`LeaderObserver`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct LeaderChange {
+    /// Who leads now (`None`: nobody).
+    pub leader: Option<HolderInfo>,
+    /// The last term ever begun on the key (its last fencing token; 0 if
+    /// nobody ever led).
+    pub last_term: u64,
+    /// How many terms began and ended between this observation and the
+    /// previous one, unseen (polling can miss short terms; this says so).
+    pub missed_terms: u64,
+}
+
+/// Follows an election's leader by polling; made by [`Election::observe`].
+/// Also a [`Stream`](futures_core::Stream) through
+/// [`into_stream`](Self::into_stream).
+#[derive(Debug)]
+pub struct LeaderObserver {
+    lock: Lock,
+    every: Duration,
+    /// (current holder's term, last term issued) at the last observation.
+    last: Option<(Option<u64>, u64)>,
+}
+
+impl LeaderObserver {
+    /// The next change of leader: at once on the first call (the current
+    /// state), then whenever a poll finds the leader (or its term) changed,
+    /// or finds that terms began since the last poll.
+    ///
+    /// # Errors
+    /// Backend failures of a poll; the observer stays usable, and the next
+    /// call polls again after the interval.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a change is only consumed when it is returned.
+    pub async fn next(&mut self) -> Result<LeaderChange> {
+        loop {
+            if self.last.is_some() {
+                tokio::time::sleep(self.every).await;
+            }
+            let info = self.lock.inspect().await?;
+            let now = (
+                info.holder.as_ref().map(|h| h.fencing_token),
+                info.fencing_token,
+            );
+            let missed_terms = match self.last {
+                None => 0,
+                Some(last) if last == now => continue,
+                Some((_, last_issued)) => {
+                    let begun = info.fencing_token.saturating_sub(last_issued);
+                    let seen_new = now.0.is_some_and(|t| t > last_issued);
+                    begun.saturating_sub(seen_new as u64)
+                }
+            };
+            self.last = Some(now);
+            return Ok(LeaderChange {
+                leader: info.holder,
+                last_term: info.fencing_token,
+                missed_terms,
+            });
+        }
+    }
+
+    /// The observer as a stream of changes (never ending; errors are items).
+    pub fn into_stream(self) -> LeaderStream {
+        LeaderStream {
+            next: Box::pin(step(self)),
+        }
+    }
+}
+
+type Step = Pin<Box<dyn Future<Output = (LeaderObserver, Result<LeaderChange>)> + Send>>;
+
+async fn step(mut observer: LeaderObserver) -> (LeaderObserver, Result<LeaderChange>) {
+    let item = observer.next().await;
+    (observer, item)
+}
+
+/// A [`LeaderObserver`] as a [`Stream`](futures_core::Stream) of changes.
+pub struct LeaderStream {
+    next: Step,
+}
+
+impl std::fmt::Debug for LeaderStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaderStream").finish_non_exhaustive()
+    }
+}
+
+impl futures_core::Stream for LeaderStream {
+    type Item = Result<LeaderChange>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let (observer, item) = ready!(self.next.as_mut().poll(cx));
+        self.next = Box::pin(step(observer));
+        Poll::Ready(Some(item))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::LockOptions;
+    use crate::store::Store;
+
+    fn opts(label: &str) -> LockOptions {
+        LockOptions::new()
+            .ttl(Duration::from_secs(5))
+            .poll_interval(Duration::from_millis(5), Duration::from_millis(10))
+            .owner_label(label)
+            .data(format!("{label}-data"))
+    }
+
+    #[tokio::test]
+    async fn leader_shows_owner_and_data_and_resign_clears_it() {
+        let store = Store::open("memory:").unwrap();
+        let e = store.election_with("lead", opts("a")).unwrap();
+        assert_eq!(e.leader().await.unwrap(), None);
+        let l = e.campaign().await.unwrap();
+        let leader = e.leader().await.unwrap().unwrap();
+        assert_eq!(leader.owner.label.as_deref(), Some("a"));
+        assert_eq!(leader.data.as_deref(), Some("a-data"));
+        assert_eq!(leader.fencing_token, l.term());
+        let other = store.election_with("lead", opts("b")).unwrap();
+        assert!(matches!(
+            other.try_campaign().await.unwrap_err(),
+            crate::Error::Held { .. }
+        ));
+        l.resign().await.unwrap();
+        assert_eq!(e.leader().await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn observer_counts_missed_terms_and_streams() {
+        use std::future::poll_fn;
+        let store = Store::open("memory:").unwrap();
+        let e = store.election_with("obs", opts("a")).unwrap();
+        use futures_core::Stream;
+        async fn next_of(stream: &mut LeaderStream) -> Option<Result<LeaderChange>> {
+            poll_fn(|cx| Pin::new(&mut *stream).poll_next(cx)).await
+        }
+        let mut stream = e.observe(Duration::from_millis(10)).into_stream();
+        let first = next_of(&mut stream).await.unwrap().unwrap();
+        assert_eq!(
+            (first.leader, first.last_term, first.missed_terms),
+            (None, 0, 0)
+        );
+        // Two whole terms come and go; the third stays.
+        e.campaign().await.unwrap().resign().await.unwrap();
+        e.campaign().await.unwrap().resign().await.unwrap();
+        let third = e.campaign().await.unwrap();
+        let change = next_of(&mut stream).await.unwrap().unwrap();
+        assert_eq!(change.leader.map(|h| h.fencing_token), Some(third.term()));
+        assert_eq!(change.missed_terms, 2);
+        third.resign().await.unwrap();
+        let change = next_of(&mut stream).await.unwrap().unwrap();
+        assert_eq!((change.leader, change.missed_terms), (None, 0));
+    }
+}

@@ -1,0 +1,569 @@
+//! [`Semaphore`]: at most N holders of one key at a time, across processes.
+//!
+//! # How it works
+//! A semaphore on `KEY` with limit N is N ordinary leases on N *slot keys*,
+//! `KEY/:slot:0` … `KEY/:slot:{N-1}`. A permit is a [`LeaseGuard`] on one
+//! slot, taken through the same machinery as a [`Lock`]'s, so it renews in
+//! the background, says when it is lost, is cancel safe, and ends at its TTL
+//! if its holder dies. Nothing else is stored: no counter, no list of
+//! waiters, so it works on every backend unchanged.
+//!
+//! The slot segment `:slot:` is a key segment starting with `:`, which
+//! ordinary keys almost never have; keep such keys out of your own naming and
+//! a semaphore's slots cannot collide with your locks. Slot keys are ordinary
+//! keys otherwise: `store.list("KEY/")` shows a semaphore's holders,
+//! `store.break_lease("KEY/:slot:2")` ends one permit. Because a slot key
+//! must obey the [key rule](crate::Key), a semaphore key is at most
+//! [`MAX_SEMAPHORE_KEY_LEN`] characters and the limit at most
+//! [`MAX_SEMAPHORE_LIMIT`].
+//!
+//! # Fencing tokens
+//! Tokens are **per slot**: each slot key has its own counter, and a
+//! permit's token is strictly greater than every token issued before for
+//! the same slot. Two permits on different slots may carry the same token,
+//! so a resource that fences on permits must compare the pair
+//! ([`slot`](SemaphorePermit::slot), [`fencing_token`](SemaphorePermit::fencing_token)).
+//!
+//! # Waiting
+//! Each attempt tries every slot once, in a fresh random order, and stops at
+//! the first that is granted; between attempts a waiter pauses for a random
+//! time within the poll bounds. So waiters spread over the slots, and when a
+//! permit is released the next poll of *one* waiter takes it: the others'
+//! attempts find it held again and go back to sleep. In one process (one
+//! [`Store`]) the waiters of a semaphore queue in FIFO order and only the
+//! first polls the backend; a permit released in that process wakes it at
+//! once. Slots held by a guard of the same process are not asked for.
+//!
+//! # Changing the limit
+//! The limit is not stored; each [`Semaphore`] value uses its own. Raising
+//! it takes effect at once for holders that use the new value (they also
+//! try the new slots). Lowering it does not revoke permits already held on
+//! slots at or above the new limit: they stay valid until released or
+//! expired, while holders with the new limit never take those slots, so the
+//! number of holders falls to the new limit as they go. Processes that
+//! disagree on the limit admit up to the largest of their limits.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::{HolderInfo, KeyInfo};
+use crate::error::{Error, LossReason, Result};
+use crate::guard::LeaseGuard;
+use crate::key::{Key, MAX_KEY_LEN};
+use crate::local::LocalKey;
+use crate::lock::Lock;
+use crate::metric::{Kind, Labels};
+use crate::options::{ResolvedOptions, Wait};
+use crate::store::Store;
+
+/// The largest semaphore limit.
+pub const MAX_SEMAPHORE_LIMIT: u32 = 1000;
+
+/// What goes between a semaphore key and a slot number.
+const SLOT_SEGMENT: &str = "/:slot:";
+
+/// The longest semaphore key, so that every slot key
+/// (`KEY/:slot:999` at most) obeys the key rule.
+pub const MAX_SEMAPHORE_KEY_LEN: usize = MAX_KEY_LEN - SLOT_SEGMENT.len() - 3;
+
+/// A counting semaphore: at most `limit` holders of one key at a time
+/// across every process that uses the same store. Made by
+/// [`Store::semaphore`] or [`Store::semaphore_with`]; see the
+/// [module docs](self) for how it works.
+///
+/// Cheap to clone; clones share in-process wake-ups. Permits are owned
+/// ([`SemaphorePermit`] borrows nothing), so they can move into tasks.
+///
+/// ```
+/// # async fn demo() -> leasehold::Result<()> {
+/// use std::time::Duration;
+/// let store = leasehold::Store::open("memory:")?;
+/// let sem = store.semaphore("render-farm", 3)?;
+/// let permit = sem.acquire(Duration::from_secs(60)).await?;
+/// println!("slot {} token {}", permit.slot(), permit.fencing_token());
+/// permit.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Semaphore {
+    key: Key,
+    slots: Arc<[Lock]>,
+    group: Arc<LocalKey>,
+    store: Store,
+}
+
+/// A permit of a [`Semaphore`]: a held lease on one of its slots, renewed
+/// in the background, released on drop (best effort) or by
+/// [`release`](Self::release).
+#[must_use = "the permit is released as soon as it is dropped"]
+#[derive(Debug)]
+pub struct SemaphorePermit {
+    semaphore: Key,
+    slot: u32,
+    guard: LeaseGuard,
+}
+
+/// What the store holds for one slot of a semaphore.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct SlotInfo {
+    /// The slot number.
+    pub slot: u32,
+    /// What the store holds for the slot key, holder included.
+    #[serde(flatten)]
+    pub info: KeyInfo,
+}
+
+/// The outcome of one pass over the slots.
+enum Round {
+    Acquired(SemaphorePermit),
+    Full {
+        holders: Vec<HolderInfo>,
+        failure: Option<Error>,
+    },
+}
+
+impl Semaphore {
+    pub(crate) fn new(store: Store, key: Key, limit: u32, opts: ResolvedOptions) -> Result<Self> {
+        if limit == 0 || limit > MAX_SEMAPHORE_LIMIT {
+            return Err(Error::invalid(
+                "semaphore limit",
+                format!("{limit} is not in 1..={MAX_SEMAPHORE_LIMIT}"),
+            ));
+        }
+        if key.as_str().len() > MAX_SEMAPHORE_KEY_LEN {
+            return Err(Error::invalid(
+                "semaphore key",
+                format!(
+                    "the key is {} characters long; a semaphore key may have at most {MAX_SEMAPHORE_KEY_LEN}, leaving room for the slot keys (KEY{SLOT_SEGMENT}N) under the {MAX_KEY_LEN}-character key limit",
+                    key.as_str().len()
+                ),
+            ));
+        }
+        let group = store.local_group(&key);
+        let slots = (0..limit)
+            .map(|slot| {
+                Lock::new(store.clone(), slot_key(&key, slot), opts.clone())
+                    .part_of(Kind::Semaphore, Some(group.clone()))
+            })
+            .collect();
+        Ok(Semaphore {
+            key,
+            slots,
+            group,
+            store,
+        })
+    }
+
+    /// The semaphore's key.
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// How many holders it admits at once.
+    pub fn limit(&self) -> u32 {
+        self.slots.len() as u32
+    }
+
+    /// The key of slot `slot` (`KEY/:slot:N`), also for slots beyond the
+    /// limit.
+    pub fn slot_key(&self, slot: u32) -> Key {
+        slot_key(&self.key, slot)
+    }
+
+    /// The lease TTL of permits.
+    pub fn ttl(&self) -> Duration {
+        self.slots[0].ttl()
+    }
+
+    /// Every slot of this semaphore the store has a record of, held or not,
+    /// in slot order, including slots at or above the limit (left by holders
+    /// with a larger limit). One `list` request.
+    ///
+    /// # Errors
+    /// Backend failures.
+    pub async fn inspect(&self) -> Result<Vec<SlotInfo>> {
+        let prefix = format!("{}{SLOT_SEGMENT}", self.key);
+        let mut slots: Vec<SlotInfo> = self
+            .store
+            .list(&prefix)
+            .await?
+            .into_iter()
+            .filter_map(|info| {
+                let n = info.key.as_str().strip_prefix(&prefix)?;
+                // Only canonical numbers: "007" is no slot of ours.
+                let slot: u32 = n.parse().ok()?;
+                (slot.to_string() == n).then_some(SlotInfo { slot, info })
+            })
+            .collect();
+        slots.sort_by_key(|s| s.slot);
+        Ok(slots)
+    }
+
+    /// One pass over the slots, without waiting.
+    ///
+    /// # Errors
+    /// [`Error::Held`] (with the semaphore's key and one of the holders, if
+    /// the backend described one; slots held in this process are not asked
+    /// for) when every slot is held; a backend failure if some slot could not be
+    /// tried and none was granted.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a slot granted to a request in flight when the future is
+    /// dropped is released in the background.
+    pub async fn try_acquire(&self) -> Result<SemaphorePermit> {
+        let started = tokio::time::Instant::now();
+        let result = match self.round().await {
+            Ok(Round::Acquired(permit)) => Ok(permit),
+            Ok(Round::Full {
+                failure: Some(err), ..
+            }) => Err(err),
+            Ok(Round::Full { holders, .. }) => Err(Error::Held {
+                key: self.key.to_string(),
+                holder: holders.into_iter().next().map(Box::new),
+            }),
+            Err(err) => Err(err),
+        };
+        self.labels().acquire(&result, started.elapsed());
+        result
+    }
+
+    /// Takes a permit, waiting up to `wait` for one to come free.
+    ///
+    /// # Errors
+    /// [`Error::TimedOut`] when the wait runs out; non-retryable backend
+    /// failures (retryable ones are retried while the wait lasts).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future never leaves a permit behind, and
+    /// gives up this task's place in the local queue.
+    pub async fn acquire(&self, wait: impl Into<Wait>) -> Result<SemaphorePermit> {
+        self.acquire_with(wait, |_| {}).await
+    }
+
+    /// Like [`acquire`](Self::acquire), calling `on_full` with the holders
+    /// the backend described every time a pass finds every slot held (for
+    /// progress displays). Slots held in this process are not asked for, so
+    /// their holders are not in the list.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    pub async fn acquire_with(
+        &self,
+        wait: impl Into<Wait>,
+        mut on_full: impl FnMut(&[HolderInfo]),
+    ) -> Result<SemaphorePermit> {
+        let wait = wait.into();
+        let started = tokio::time::Instant::now();
+        let waiting = self.wait(&mut on_full);
+        let result = match wait {
+            Wait::Forever => waiting.await,
+            Wait::Timeout(d) => tokio::time::timeout_at(started + d, waiting)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Error::TimedOut {
+                        key: self.key.to_string(),
+                        waited: started.elapsed(),
+                    })
+                }),
+        };
+        self.labels().acquire(&result, started.elapsed());
+        result
+    }
+
+    async fn wait(&self, on_full: &mut impl FnMut(&[HolderInfo])) -> Result<SemaphorePermit> {
+        // One poller per process: the others queue here, in FIFO order.
+        let _queue = self.group.gate.clone().lock_owned().await;
+        let opts = self.slots[0].options();
+        let mut failures = 0u32;
+        loop {
+            let released = self.group.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            let pause = match self.round().await? {
+                Round::Acquired(permit) => return Ok(permit),
+                Round::Full {
+                    failure: Some(err),
+                    holders,
+                } if holders.is_empty() => {
+                    failures += 1;
+                    let pause = opts.poll_pause().saturating_mul(1 << failures.min(5));
+                    tracing::warn!(key = %self.key, error = %err, retry_in = ?pause, "semaphore attempt failed; retrying");
+                    pause
+                }
+                Round::Full { holders, .. } => {
+                    failures = 0;
+                    on_full(&holders);
+                    opts.poll_pause()
+                }
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = released => tracing::trace!(key = %self.key, "woken by a local release"),
+            }
+        }
+    }
+
+    /// Tries every slot once in random order; slots a guard of this process
+    /// holds are skipped.
+    async fn round(&self) -> Result<Round> {
+        use rand::seq::SliceRandom;
+        let mut order: Vec<u32> = (0..self.limit()).collect();
+        order.shuffle(&mut rand::rng());
+        let mut holders = Vec::new();
+        let mut failure = None;
+        for slot in order {
+            let lock = &self.slots[slot as usize];
+            if self.held_here(lock) {
+                continue;
+            }
+            match lock.try_once().await {
+                Ok(guard) => {
+                    tracing::debug!(key = %self.key, slot, token = guard.fencing_token(), "permit acquired");
+                    return Ok(Round::Acquired(SemaphorePermit {
+                        semaphore: self.key.clone(),
+                        slot,
+                        guard,
+                    }));
+                }
+                Err(Error::Held { holder, .. }) => holders.extend(holder.map(|h| *h)),
+                Err(err) if err.is_retryable() => failure = Some(err),
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(Round::Full { holders, failure })
+    }
+
+    /// Whether a guard (or waiter) of this process holds the slot's gate.
+    fn held_here(&self, lock: &Lock) -> bool {
+        self.store.local_key(lock.key()).gate.try_lock().is_err()
+    }
+
+    fn labels(&self) -> Labels {
+        Labels {
+            backend: self.store.backend().name(),
+            kind: Kind::Semaphore,
+        }
+    }
+}
+
+fn slot_key(key: &Key, slot: u32) -> Key {
+    Key::new(format!("{key}{SLOT_SEGMENT}{slot}"))
+        .expect("a semaphore key within MAX_SEMAPHORE_KEY_LEN makes valid slot keys")
+}
+
+impl SemaphorePermit {
+    /// The semaphore's key.
+    pub fn semaphore_key(&self) -> &Key {
+        &self.semaphore
+    }
+
+    /// The slot this permit holds, in `0..limit`.
+    pub fn slot(&self) -> u32 {
+        self.slot
+    }
+
+    /// The slot's key (`KEY/:slot:N`).
+    pub fn key(&self) -> &Key {
+        self.guard.key()
+    }
+
+    /// The fencing token: strictly greater than every token issued before
+    /// for this *slot* (tokens are per slot; compare `(slot, token)` pairs).
+    pub fn fencing_token(&self) -> u64 {
+        self.guard.fencing_token()
+    }
+
+    /// Whether the permit's lease is lost; see [`LeaseGuard::is_lost`].
+    pub fn is_lost(&self) -> bool {
+        self.guard.is_lost()
+    }
+
+    /// Why the lease is lost, or `None` while it is held.
+    pub fn loss_reason(&self) -> Option<LossReason> {
+        self.guard.loss_reason()
+    }
+
+    /// How much longer the permit is certainly ours without another
+    /// successful renewal.
+    pub fn valid_for(&self) -> Duration {
+        self.guard.valid_for()
+    }
+
+    /// Completes when the permit's lease is lost, with the reason.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future changes nothing.
+    pub async fn lost(&self) -> LossReason {
+        self.guard.lost().await
+    }
+
+    /// A token cancelled when the permit's lease is lost.
+    pub fn lost_token(&self) -> CancellationToken {
+        self.guard.lost_token()
+    }
+
+    /// The lease guard underneath.
+    pub fn guard(&self) -> &LeaseGuard {
+        &self.guard
+    }
+
+    /// The lease guard underneath, which keeps the slot when the permit is
+    /// gone.
+    pub fn into_guard(self) -> LeaseGuard {
+        self.guard
+    }
+
+    /// Gives the permit back and reports how that went.
+    ///
+    /// # Errors
+    /// As [`LeaseGuard::release`].
+    ///
+    /// # Cancel safety
+    /// The release goes on in the background if this future is dropped.
+    pub async fn release(self) -> Result<()> {
+        self.guard.release().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::LockOptions;
+
+    fn store() -> Store {
+        Store::open("memory:").unwrap()
+    }
+
+    fn fast() -> LockOptions {
+        LockOptions::new()
+            .ttl(Duration::from_secs(5))
+            .poll_interval(Duration::from_millis(5), Duration::from_millis(10))
+    }
+
+    #[test]
+    fn slot_keys_are_documented_and_valid() {
+        let k = Key::new("jobs/render").unwrap();
+        assert_eq!(slot_key(&k, 0).as_str(), "jobs/render/:slot:0");
+        let longest = Key::new("k".repeat(MAX_SEMAPHORE_KEY_LEN)).unwrap();
+        assert_eq!(
+            slot_key(&longest, MAX_SEMAPHORE_LIMIT - 1).as_str().len(),
+            MAX_KEY_LEN
+        );
+    }
+
+    #[tokio::test]
+    async fn bad_limits_and_long_keys_are_clear_errors() {
+        let s = store();
+        for limit in [0, MAX_SEMAPHORE_LIMIT + 1] {
+            let err = s.semaphore("sem", limit).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    Error::InvalidInput {
+                        what: "semaphore limit",
+                        ..
+                    }
+                ),
+                "{err}"
+            );
+        }
+        let err = s
+            .semaphore(&"k".repeat(MAX_SEMAPHORE_KEY_LEN + 1), 2)
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::InvalidInput {
+                    what: "semaphore key",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("at most 246"), "{err}");
+        s.semaphore(&"k".repeat(MAX_SEMAPHORE_KEY_LEN), MAX_SEMAPHORE_LIMIT)
+            .unwrap();
+        assert!(matches!(
+            s.semaphore("bad key", 2).unwrap_err(),
+            Error::InvalidInput { what: "key", .. }
+        ));
+    }
+
+    #[tokio::test]
+    async fn limit_permits_then_held_then_free_again() {
+        let s = store();
+        let sem = s.semaphore_with("sem", 3, fast()).unwrap();
+        let mut permits = Vec::new();
+        for _ in 0..3 {
+            permits.push(sem.try_acquire().await.unwrap());
+        }
+        let mut slots: Vec<_> = permits.iter().map(|p| p.slot()).collect();
+        slots.sort();
+        assert_eq!(slots, [0, 1, 2]);
+        let err = sem.try_acquire().await.unwrap_err();
+        assert!(
+            matches!(&err, Error::Held { key, .. } if key == "sem"),
+            "{err}"
+        );
+        // Another process is told who holds a slot.
+        let other = Store::from_backend(s.backend().clone())
+            .semaphore_with("sem", 3, fast())
+            .unwrap();
+        let err = other.try_acquire().await.unwrap_err();
+        assert!(
+            matches!(&err, Error::Held { key, holder: Some(_) } if key == "sem"),
+            "{err}"
+        );
+        let freed = permits.pop().unwrap();
+        let slot = freed.slot();
+        freed.release().await.unwrap();
+        let again = sem.try_acquire().await.unwrap();
+        assert_eq!(again.slot(), slot);
+        let listed = sem.inspect().await.unwrap();
+        assert_eq!(listed.iter().map(|s| s.slot).collect::<Vec<_>>(), [0, 1, 2]);
+        assert!(listed.iter().all(|s| s.info.holder.is_some()));
+    }
+
+    #[tokio::test]
+    async fn local_release_wakes_a_local_waiter_at_once() {
+        let s = store();
+        // Polls far apart: only the local wake-up can be quick.
+        let sem = s
+            .semaphore_with(
+                "sem",
+                1,
+                fast().poll_interval(Duration::from_secs(30), Duration::from_secs(30)),
+            )
+            .unwrap();
+        let held = sem.try_acquire().await.unwrap();
+        let (full_tx, full_rx) = tokio::sync::oneshot::channel();
+        let waiter = {
+            let sem = sem.clone();
+            let mut full_tx = Some(full_tx);
+            tokio::spawn(async move {
+                sem.acquire_with(Duration::from_secs(20), |holders| {
+                    // The only slot is held here, so not even asked for.
+                    assert!(holders.is_empty());
+                    if let Some(tx) = full_tx.take() {
+                        let _ = tx.send(());
+                    }
+                })
+                .await
+            })
+        };
+        // The waiter's first pass found the semaphore full.
+        full_rx.await.unwrap();
+        let started = tokio::time::Instant::now();
+        held.release().await.unwrap();
+        let permit = waiter.await.unwrap().unwrap();
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert_eq!(permit.slot(), 0);
+    }
+}
