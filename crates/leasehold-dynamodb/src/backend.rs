@@ -1,0 +1,557 @@
+//! [`DynamoDbBackend`]: the protocol of the crate docs, request by request.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::Client;
+use leasehold::{
+    AcquireOutcome, AcquireRequest, Backend, Capabilities, Error, Grant, HolderInfo, Key, KeyInfo,
+    Lease, LossReason, Result, SharedClock,
+};
+
+use crate::builder::DynamoDbBackendBuilder;
+use crate::error::{map_sdk, Message, BACKEND};
+use crate::item::{self, n, s, unix_ms, Expr, Item, Stored};
+use crate::observe::Observations;
+use crate::{TakeoverMode, MAX_TTL, MIN_TTL};
+
+/// A [`Backend`] on a DynamoDB table. See the [crate docs](crate) for the
+/// protocol, the table schema and the IAM permissions.
+///
+/// Cheap to share behind an `Arc` (a [`leasehold::Store`] does that); one
+/// backend keeps the takeover observations of every lock that uses it.
+pub struct DynamoDbBackend {
+    pub(crate) client: Client,
+    pub(crate) table: String,
+    pub(crate) region: String,
+    pub(crate) endpoint: Option<String>,
+    pub(crate) clock: SharedClock,
+    pub(crate) takeover: TakeoverMode,
+    pub(crate) margin: Duration,
+    pub(crate) retention: Option<Duration>,
+    pub(crate) observations: Observations,
+    pub(crate) requests: Arc<AtomicU64>,
+}
+
+impl fmt::Debug for DynamoDbBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DynamoDbBackend")
+            .field("table", &self.table)
+            .field("region", &self.region)
+            .field("endpoint", &self.endpoint)
+            .field("takeover", &self.takeover)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The outcome of one conditional write.
+enum Write {
+    /// Applied; the attributes asked for with `ReturnValues`.
+    Done(Item),
+    /// The condition failed; the item as it was (absent if there is none).
+    Refused(Option<Item>),
+}
+
+impl DynamoDbBackend {
+    /// A builder for a backend on `table`.
+    pub fn builder(table: impl Into<String>) -> DynamoDbBackendBuilder {
+        DynamoDbBackendBuilder::new(table)
+    }
+
+    /// Opens `dynamodb://TABLE?region=…&endpoint=…&profile=…&max_clock_skew=…&create_table=…`
+    /// (see the [crate docs](crate#store-url)): loads the AWS configuration,
+    /// then checks the table or creates it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a malformed URL, table name, region or
+    /// endpoint (naming what is wrong, never repeating a possible secret);
+    /// [`Error::Backend`] when DynamoDB cannot be reached or refuses the
+    /// credentials.
+    ///
+    /// # Cancel safety
+    /// As [`DynamoDbBackendBuilder::build`].
+    pub async fn from_url(url: &str) -> Result<DynamoDbBackend> {
+        crate::url::parse(url)?.build().await
+    }
+
+    /// The table name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// The region requests are signed for.
+    pub fn region(&self) -> &str {
+        &self.region
+    }
+
+    /// How many HTTP requests this backend has sent (every attempt,
+    /// the SDK's retries included), for metrics and tests.
+    pub fn requests_sent(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    /// The SDK client, for anything leasehold does not do.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Adds where we tried to connect to an error from opening the table.
+    pub(crate) fn connect_error(&self, err: Error) -> Error {
+        match err {
+            Error::Backend {
+                backend,
+                operation,
+                retryable,
+                source,
+            } => Error::backend(
+                backend,
+                operation,
+                retryable,
+                Message(format!(
+                    "{source} (table {:?}, region {}, endpoint {})",
+                    self.table,
+                    self.region,
+                    self.endpoint
+                        .as_deref()
+                        .unwrap_or("the region's AWS endpoint")
+                )),
+            ),
+            other => other,
+        }
+    }
+
+    /// How long a holder's version must stay unchanged before a takeover.
+    fn observation_wait(&self, holder_ttl: Option<Duration>) -> Duration {
+        let ttl = holder_ttl.unwrap_or(MAX_TTL);
+        ttl + ttl / 1000 + self.margin
+    }
+
+    /// `gc_at` for an item whose lease (if any) ends `after` from now.
+    fn gc_at(&self, after: Duration) -> Option<u64> {
+        self.retention
+            .map(|r| (SystemTime::now() + after + r).duration_since(SystemTime::UNIX_EPOCH))
+            .and_then(|d| d.ok())
+            .map(|d| d.as_secs())
+    }
+
+    /// Adds `gc_at` to the SET or the REMOVE list.
+    fn push_gc(
+        &self,
+        e: &mut Expr,
+        after: Duration,
+        set: &mut Vec<String>,
+        remove: &mut Vec<String>,
+    ) {
+        let attr = e.n(item::GC_AT);
+        match self.gc_at(after) {
+            Some(at) => set.push(format!("{attr} = {}", e.v("gc", n(at)))),
+            None => remove.push(attr),
+        }
+    }
+
+    async fn update(
+        &self,
+        operation: &'static str,
+        key: &str,
+        e: Expr,
+        set: Vec<String>,
+        remove: Vec<String>,
+        condition: String,
+        returns: ReturnValue,
+    ) -> Result<Write> {
+        let mut update = format!("SET {}", set.join(", "));
+        if !remove.is_empty() {
+            update.push_str(&format!(" REMOVE {}", remove.join(", ")));
+        }
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(item::KEY, s(key))
+            .update_expression(update)
+            .condition_expression(condition)
+            .set_expression_attribute_names(e.names())
+            .set_expression_attribute_values(e.values())
+            .return_values(returns)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match result {
+            Ok(out) => Ok(Write::Done(out.attributes.unwrap_or_default())),
+            Err(err) => match err.as_service_error() {
+                Some(UpdateItemError::ConditionalCheckFailedException(c)) => {
+                    Ok(Write::Refused(c.item().cloned()))
+                }
+                _ => Err(map_sdk(&self.table, operation, err)),
+            },
+        }
+    }
+
+    /// The write that grants `req` a new lease with the next token, if the
+    /// key is free, or still at version `observed` (a ripe takeover), or
+    /// (trusting clocks) past its stored expiry plus the skew.
+    async fn grant(&self, req: &AcquireRequest, observed: Option<&str>) -> Result<Write> {
+        let mut e = Expr::default();
+        let now = SystemTime::now();
+        let fence = e.n(item::FENCE);
+        let mut set = vec![
+            format!(
+                "{fence} = if_not_exists({fence}, {}) + {}",
+                e.v("zero", n(0)),
+                e.v("one", n(1))
+            ),
+            format!("{} = {}", e.n(item::RVN), e.v("rvn", s(new_rvn()))),
+            format!(
+                "{} = {}",
+                e.n(item::LEASE_ID),
+                e.v("lid", s(req.lease_id.as_str()))
+            ),
+            format!(
+                "{} = {}",
+                e.n(item::OWNER_HOST),
+                e.v("host", s(&req.owner.host))
+            ),
+            format!(
+                "{} = {}",
+                e.n(item::OWNER_PID),
+                e.v("pid", n(req.owner.pid))
+            ),
+            format!(
+                "{} = {}",
+                e.n(item::TTL_MS),
+                e.v("ttl", n(req.ttl.as_millis()))
+            ),
+            format!(
+                "{} = {}",
+                e.n(item::ACQUIRED_MS),
+                e.v("now", n(unix_ms(now)))
+            ),
+            format!(
+                "{} = {}",
+                e.n(item::EXPIRES_MS),
+                e.v("exp", n(unix_ms(now + req.ttl)))
+            ),
+        ];
+        let mut remove = vec![e.n(item::RELEASED_BY)];
+        for (attr, value) in [
+            (item::OWNER_LABEL, &req.owner.label),
+            (item::DATA, &req.data),
+        ] {
+            match value {
+                Some(v) => set.push(format!("{} = {}", e.n(attr), e.v(attr, s(v)))),
+                None => remove.push(e.n(attr)),
+            }
+        }
+        self.push_gc(&mut e, req.ttl, &mut set, &mut remove);
+        let mut condition = format!("attribute_not_exists({})", e.n(item::LEASE_ID));
+        if let Some(rvn) = observed {
+            condition.push_str(&format!(" OR {} = {}", e.n(item::RVN), e.v("seen", s(rvn))));
+        }
+        if let TakeoverMode::TrustClocks { max_skew } = self.takeover {
+            let cutoff = unix_ms(now).saturating_sub(max_skew.as_millis() as u64);
+            condition.push_str(&format!(
+                " OR {} < {}",
+                e.n(item::EXPIRES_MS),
+                e.v("cutoff", n(cutoff))
+            ));
+        }
+        self.update(
+            "acquire",
+            req.key.as_str(),
+            e,
+            set,
+            remove,
+            condition,
+            ReturnValue::AllNew,
+        )
+        .await
+    }
+
+    /// Extends a lease that `req`'s lease id already holds; `None` if it
+    /// does not (any more).
+    async fn extend(&self, req: &AcquireRequest) -> Result<Option<u64>> {
+        match self
+            .refresh(
+                "acquire",
+                &req.key,
+                &req.lease_id,
+                req.ttl,
+                ReturnValue::AllNew,
+            )
+            .await?
+        {
+            Write::Done(item) => Ok(Some(Stored::decode(&item)?.fence)),
+            Write::Refused(_) => Ok(None),
+        }
+    }
+
+    /// New version and expiry for the lease `lease_id`, if it holds `key`.
+    async fn refresh(
+        &self,
+        operation: &'static str,
+        key: &Key,
+        lease_id: &leasehold::LeaseId,
+        ttl: Duration,
+        returns: ReturnValue,
+    ) -> Result<Write> {
+        let mut e = Expr::default();
+        let now = SystemTime::now();
+        let mut set = vec![
+            format!("{} = {}", e.n(item::RVN), e.v("rvn", s(new_rvn()))),
+            format!("{} = {}", e.n(item::TTL_MS), e.v("ttl", n(ttl.as_millis()))),
+            format!(
+                "{} = {}",
+                e.n(item::EXPIRES_MS),
+                e.v("exp", n(unix_ms(now + ttl)))
+            ),
+        ];
+        let mut remove = Vec::new();
+        self.push_gc(&mut e, ttl, &mut set, &mut remove);
+        let condition = format!(
+            "{} = {}",
+            e.n(item::LEASE_ID),
+            e.v("lid", s(lease_id.as_str()))
+        );
+        self.update(operation, key.as_str(), e, set, remove, condition, returns)
+            .await
+    }
+}
+
+fn new_rvn() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+fn check_ttl(ttl: Duration) -> Result<()> {
+    if (MIN_TTL..=MAX_TTL).contains(&ttl) {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            "ttl",
+            format!(
+                "{ttl:?} is outside the DynamoDB backend's range of {MIN_TTL:?} to {MAX_TTL:?}"
+            ),
+        ))
+    }
+}
+
+/// Why a lease is not ours, from the item as it was when the condition
+/// failed.
+fn not_ours(old: Option<&Item>) -> Result<String> {
+    let Some(old) = old else {
+        return Ok("the key has no record".into());
+    };
+    let stored = Stored::decode(old)?;
+    Ok(match stored.lease {
+        None => "the lease was released or broken".into(),
+        Some(_) => format!(
+            "the key is held by another lease (fencing token {})",
+            stored.fence
+        ),
+    })
+}
+
+fn lost(lease: &Lease, why: String) -> Error {
+    Error::LeaseLost {
+        key: lease.key.to_string(),
+        reason: LossReason::Revoked(why),
+    }
+}
+
+#[async_trait]
+impl Backend for DynamoDbBackend {
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(MIN_TTL, MAX_TTL)
+            .shared_across_processes(true)
+            .shared_across_machines(true)
+            .takeover_needs_observation(self.takeover == TakeoverMode::Observe)
+    }
+
+    async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
+        check_ttl(req.ttl)?;
+        let key = req.key.as_str();
+        let mut holder = None;
+        // One request in the usual cases; more only after races (each
+        // further round follows a change seen on the item).
+        for _ in 0..4 {
+            let observed = self.observations.ripe(key, self.clock.now());
+            let old = match self.grant(req, observed.as_deref()).await? {
+                Write::Done(item) => {
+                    self.observations.forget(key);
+                    let fence = Stored::decode(&item)?.fence;
+                    return Ok(AcquireOutcome::Acquired(Grant::new(fence)));
+                }
+                Write::Refused(Some(old)) => Stored::decode(&old)?,
+                // attribute_not_exists(lease_id) holds on a missing item, so
+                // this cannot be; try again rather than guess.
+                Write::Refused(None) => continue,
+            };
+            let Some(lease) = &old.lease else { continue };
+            if lease.lease_id == req.lease_id {
+                // Ours already: an earlier attempt with this id went through.
+                match self.extend(req).await? {
+                    Some(fence) => {
+                        self.observations.forget(key);
+                        return Ok(AcquireOutcome::Acquired(Grant::new(fence)));
+                    }
+                    None => continue,
+                }
+            }
+            holder = old.holder();
+            let Some(rvn) = old.rvn.as_deref() else {
+                return Ok(AcquireOutcome::Held(holder));
+            };
+            let now = self.clock.now();
+            let ripe = self
+                .observations
+                .saw(key, rvn, self.observation_wait(lease.ttl), now);
+            if !ripe || observed.as_deref() == Some(rvn) {
+                return Ok(AcquireOutcome::Held(holder));
+            }
+            // Ripe only now: take over at once, conditional on that version.
+        }
+        Ok(AcquireOutcome::Held(holder))
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<()> {
+        check_ttl(lease.ttl)?;
+        match self
+            .refresh(
+                "renew",
+                &lease.key,
+                &lease.lease_id,
+                lease.ttl,
+                ReturnValue::None,
+            )
+            .await?
+        {
+            Write::Done(_) => Ok(()),
+            Write::Refused(old) => Err(lost(lease, not_ours(old.as_ref())?)),
+        }
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        let mut e = Expr::default();
+        let lid = e.v("lid", s(lease.lease_id.as_str()));
+        let mut set = vec![
+            format!("{} = {}", e.n(item::RVN), e.v("rvn", s(new_rvn()))),
+            format!("{} = {lid}", e.n(item::RELEASED_BY)),
+        ];
+        let mut remove: Vec<String> = item::LEASE_ATTRS.iter().map(|a| e.n(a)).collect();
+        self.push_gc(&mut e, Duration::ZERO, &mut set, &mut remove);
+        let condition = format!("{} = {lid}", e.n(item::LEASE_ID));
+        match self
+            .update(
+                "release",
+                lease.key.as_str(),
+                e,
+                set,
+                remove,
+                condition,
+                ReturnValue::None,
+            )
+            .await?
+        {
+            Write::Done(_) => Ok(()),
+            Write::Refused(old) => {
+                if let Some(item) = &old {
+                    let stored = Stored::decode(item)?;
+                    if stored.lease.is_none()
+                        && stored.released_by.as_deref() == Some(lease.lease_id.as_str())
+                    {
+                        // Our own earlier attempt went through.
+                        return Ok(());
+                    }
+                }
+                Err(lost(lease, not_ours(old.as_ref())?))
+            }
+        }
+    }
+
+    async fn inspect(&self, key: &Key) -> Result<KeyInfo> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(item::KEY, s(key.as_str()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| map_sdk(&self.table, "inspect", e))?;
+        match out.item {
+            Some(item) => Ok(Stored::decode(&item)?.info(key.clone())),
+            None => Ok(KeyInfo::new(key.clone(), 0, None)),
+        }
+    }
+
+    async fn break_lease(&self, key: &Key) -> Result<Option<HolderInfo>> {
+        let mut e = Expr::default();
+        let mut set = vec![format!("{} = {}", e.n(item::RVN), e.v("rvn", s(new_rvn())))];
+        let mut remove: Vec<String> = item::LEASE_ATTRS.iter().map(|a| e.n(a)).collect();
+        remove.push(e.n(item::RELEASED_BY));
+        self.push_gc(&mut e, Duration::ZERO, &mut set, &mut remove);
+        let condition = format!("attribute_exists({})", e.n(item::LEASE_ID));
+        match self
+            .update(
+                "break",
+                key.as_str(),
+                e,
+                set,
+                remove,
+                condition,
+                ReturnValue::AllOld,
+            )
+            .await?
+        {
+            Write::Done(old) => Ok(Stored::decode(&old)?.holder()),
+            Write::Refused(_) => Ok(None),
+        }
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {
+        let mut infos = Vec::new();
+        let mut start = None;
+        loop {
+            let mut scan = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .consistent_read(true)
+                .set_exclusive_start_key(start.take());
+            if !prefix.is_empty() {
+                scan = scan
+                    .filter_expression("begins_with(#k, :prefix)")
+                    .expression_attribute_names("#k", item::KEY)
+                    .expression_attribute_values(":prefix", s(prefix));
+            }
+            let out = scan
+                .send()
+                .await
+                .map_err(|e| map_sdk(&self.table, "list", e))?;
+            for it in out.items() {
+                let Some(key) = it.get(item::KEY).and_then(|k| k.as_s().ok()) else {
+                    continue;
+                };
+                // Items whose key is not a leasehold key are not ours.
+                let Ok(key) = Key::new(key.as_str()) else {
+                    continue;
+                };
+                infos.push(Stored::decode(it)?.info(key));
+            }
+            match out.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => break,
+            }
+        }
+        infos.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(infos)
+    }
+}

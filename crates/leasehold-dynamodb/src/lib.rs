@@ -1,0 +1,182 @@
+//! DynamoDB backend for [leasehold](leasehold): leases that stay safe when
+//! clocks disagree, with fencing tokens that never go back.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use leasehold::{LockOptions, Store};
+//! use leasehold_dynamodb::DynamoDbBackend;
+//!
+//! # async fn f() -> leasehold::Result<()> {
+//! // Credentials come from the standard AWS chain; the table is created if missing.
+//! let backend = DynamoDbBackend::from_url("dynamodb://locks?region=eu-west-1").await?;
+//! let store = Store::new(backend);
+//! let lock = store.lock_with("import-A", LockOptions::new().ttl(Duration::from_secs(30)))?;
+//! let guard = lock.acquire(Duration::from_secs(60)).await?;
+//! // … work, handing guard.fencing_token() to the protected resource …
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Store URL
+//! `dynamodb://TABLE?region=REGION&endpoint=URL&profile=NAME&max_clock_skew=DURATION&create_table=true|false`,
+//! every parameter optional: `region` (else `AWS_REGION` or the profile's),
+//! `endpoint` for an emulator such as DynamoDB Local
+//! (`http://127.0.0.1:8000`), `profile` for an AWS profile,
+//! `max_clock_skew` (such as `2s`) to opt into [`TakeoverMode::TrustClocks`],
+//! `create_table=false` to refuse creating a missing table. Credentials come
+//! from aws-config's standard chain: environment, profile files, web
+//! identity, ECS and EC2 instance metadata. See [`DynamoDbBackend::builder`]
+//! for the same in code.
+//!
+//! # Table
+//! One item per key, in a table with a single string partition key:
+//!
+//! | attribute     | type | meaning |
+//! |---------------|------|---------|
+//! | `lease_key`   | S    | partition key: the lock key |
+//! | `fence`       | N    | last fencing token issued for the key; only ever grows |
+//! | `rvn`         | S    | record version number: a fresh random UUID on *every* write |
+//! | `lease_id`    | S    | the current lease; absent when the key is free |
+//! | `owner_host`, `owner_pid`, `owner_label`, `data` | S, N, S, S | who holds it and their data |
+//! | `ttl_ms`      | N    | the holder's lease duration |
+//! | `acquired_ms`, `expires_ms` | N | the holder's wall clock at acquisition, and at its last grant or renewal plus `ttl_ms` (Unix ms) |
+//! | `released_by` | S    | lease id of the release that freed the key (recognises a retried release) |
+//! | `gc_at`       | N    | epoch seconds for DynamoDB TTL; only written with [`release_retention`](DynamoDbBackendBuilder::release_retention) |
+//!
+//! A missing table is created (on-demand billing, wait until ACTIVE, TTL
+//! enabled on `gc_at`); an existing one is checked and never altered.
+//!
+//! # Protocol
+//! Every write is one `UpdateItem` whose condition is what the writer last
+//! saw or expects; nothing is ever put or deleted blindly, and items are
+//! never deleted by leasehold.
+//!
+//! * **Acquire** sets `fence = fence + 1`, a new `rvn` and our lease, on
+//!   condition `attribute_not_exists(lease_id)` (the key is free or has no
+//!   item) `OR rvn = :observed` (a takeover, see below) [`OR expires_ms <
+//!   :now - max_skew`, in the clock-trusting mode], returning `ALL_NEW` for
+//!   the token. On a failed condition the same response carries the item
+//!   (`ReturnValuesOnConditionCheckFailure = ALL_OLD`): it names the
+//!   holder, so a failed try-acquire costs exactly one request. If that
+//!   holder is our own lease id (a retry after an ambiguous failure, the
+//!   SDK's or the caller's), the lease is extended on condition `lease_id =
+//!   ours` and the *same* token is answered.
+//! * **Renew** sets a new `rvn` and `expires_ms` on condition `lease_id =
+//!   ours`; a failed condition is a definitive loss
+//!   ([`leasehold::Error::LeaseLost`]).
+//! * **Release** removes the lease attributes and sets `released_by = ours`
+//!   and a new `rvn`, on condition `lease_id = ours`. When the condition
+//!   fails, the returned item tells whether it failed because our own first
+//!   attempt already went through (`released_by = ours`, a success) or
+//!   because the lease is not ours ([`leasehold::Error::LeaseLost`]).
+//! * **Break** removes the lease attributes on condition
+//!   `attribute_exists(lease_id)`, returning the old item to say whom it
+//!   ended. The fence stays.
+//! * **Inspect** is a strongly consistent `GetItem`. **List** is a strongly
+//!   consistent `Scan` filtered with `begins_with(lease_key, :prefix)`, sorted
+//!   here: it reads (and is billed for) the whole table whatever the prefix,
+//!   about one read unit per 4 KB scanned, so it is an operator's tool, not
+//!   something to call in a loop on a big table.
+//!
+//! An ambiguous outcome (a timeout after the request was sent) is never
+//! guessed at: the retried conditional write fails or succeeds on what is
+//! stored, and the item returned with a failed condition says whether the
+//! earlier attempt took effect.
+//!
+//! # Clocks: when a waiter may take over
+//! In the default [`TakeoverMode::Observe`] no clock is compared with
+//! another machine's, as in awslabs' record-version-number lock client.
+//! Each failed acquire tells the waiter the holder's `rvn` and `ttl_ms`; the
+//! waiter notes, on its own monotonic [`Clock`](leasehold::Clock), when it
+//! first saw that `rvn` (taken when the answer *arrived*, which is after the
+//! holder sent the write). Only once it has seen the same `rvn` for the
+//! holder's whole TTL, plus 0.1 % for clock-rate differences, plus a margin
+//! ([`takeover_margin`](DynamoDbBackendBuilder::takeover_margin), 200 ms by
+//! default), does it send the takeover, conditional on that `rvn`. A live
+//! holder renews well within its TTL, which changes the `rvn` and voids the
+//! takeover; a holder that could not renew in time has already stopped by
+//! its own clock (leasehold's guard stops before its TTL runs out). Clocks
+//! may be set to any time: only their *rates* matter. The cost: after a
+//! holder dies, a waiter that only starts watching then waits a whole TTL
+//! more, so recovery takes up to two TTLs
+//! ([`Capabilities::takeover_needs_observation`](leasehold::Capabilities)).
+//!
+//! [`TakeoverMode::TrustClocks`] additionally lets a waiter take over once
+//! its wall clock is past the stored `expires_ms` plus a stated maximum skew
+//! between any two machines' wall clocks. Faster, and safe only while that
+//! bound really holds.
+//!
+//! # Fencing tokens
+//! `fence` is raised by one in the same conditional write that grants a
+//! lease, and items are only ever marked free, never deleted (unless you opt
+//! into [`release_retention`](DynamoDbBackendBuilder::release_retention)),
+//! so tokens per key start at 1 and never repeat or go back.
+//!
+//! # TTL range
+//! 1 second to 24 hours. Below a second, request latency to DynamoDB (tens
+//! of milliseconds, more on a retry) becomes a real share of the lease.
+//!
+//! # IAM permissions (least privilege)
+//! On `arn:aws:dynamodb:REGION:ACCOUNT:table/TABLE`:
+//! `dynamodb:DescribeTable`, `dynamodb:GetItem`, `dynamodb:UpdateItem`,
+//! `dynamodb:Scan` (only for `list`), plus `dynamodb:CreateTable` and
+//! `dynamodb:UpdateTimeToLive` only if leasehold is to create the table.
+//! `PutItem` and `DeleteItem` are never used.
+//!
+//! ```json
+//! {"Version": "2012-10-17", "Statement": [{
+//!   "Effect": "Allow",
+//!   "Action": ["dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Scan"],
+//!   "Resource": "arn:aws:dynamodb:eu-west-1:123456789012:table/locks"
+//! }]}
+//! ```
+//!
+//! # Cargo features
+//! * `default-https-client` (default): the SDK's HTTPS client (hyper and
+//!   rustls). Without it, pass an [`aws_config::SdkConfig`] carrying an HTTP
+//!   client to [`DynamoDbBackendBuilder::sdk_config`].
+//! * `sso`, `credentials-process`: those entries of AWS profiles.
+
+#![warn(missing_docs)]
+
+mod backend;
+mod builder;
+mod error;
+mod item;
+mod observe;
+mod table;
+mod url;
+
+use std::time::Duration;
+
+pub use backend::DynamoDbBackend;
+pub use builder::DynamoDbBackendBuilder;
+
+/// Re-exported for building credentials providers and SDK configurations.
+pub use aws_config;
+/// Re-exported for building credentials providers and SDK configurations.
+pub use aws_sdk_dynamodb;
+
+/// Shortest TTL this backend accepts.
+pub const MIN_TTL: Duration = Duration::from_secs(1);
+/// Longest TTL this backend accepts.
+pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// How a waiter decides that a lease it finds held may be taken over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum TakeoverMode {
+    /// Only after watching the holder's record version stay unchanged for
+    /// the holder's whole TTL on the waiter's own monotonic clock (plus a
+    /// margin). Trusts no clock against another; recovering a dead holder's
+    /// lease takes up to two TTLs.
+    #[default]
+    Observe,
+    /// Also as soon as the waiter's wall clock is past the holder's stored
+    /// expiry plus `max_skew`. Safe only if no two machines' wall clocks
+    /// ever differ by more than `max_skew`.
+    TrustClocks {
+        /// The largest difference between two machines' wall clocks.
+        max_skew: Duration,
+    },
+}
