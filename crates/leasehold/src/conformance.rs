@@ -16,15 +16,16 @@
 //! leasehold::conformance_tests!(store);
 //! ```
 
+use std::collections::BTreeMap;
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::backend::{AcquireOutcome, AcquireRequest, Lease, LeaseId, Owner};
 use crate::error::Error;
 use crate::key::Key;
-use crate::options::{LockOptions, Wait};
+use crate::options::{LockOptions, Wait, MAX_DATA_LEN, MAX_LABEL_LEN};
 use crate::store::Store;
 
 /// Runs every conformance test as its own `#[tokio::test]`. `$factory` is a
@@ -49,7 +50,15 @@ macro_rules! conformance_tests {
             dropped_acquire_leaves_no_lease,
             release_by_non_holder_is_refused,
             retry_with_same_lease_id_is_idempotent,
-            list_under_prefix
+            list_under_prefix,
+            semaphore_never_exceeds_limit,
+            semaphore_permits_freed_by_expiry,
+            semaphore_dropped_acquire_leaves_no_permit,
+            holder_data_visible_everywhere,
+            oversized_data_rejected,
+            election_resign_hands_over,
+            election_leader_told_of_loss,
+            election_observers_see_every_change
         );
     };
     (@each $factory:path; $($name:ident),+) => {
@@ -579,4 +588,461 @@ pub async fn list_under_prefix(store: Store) {
     assert!(store.list("/bad").await.is_err());
     held.release().await.unwrap();
     other.release().await.unwrap();
+}
+
+/// Many tasks in several "processes" race for a semaphore's permits: never
+/// more than N hold one at once, never two the same slot, all get their
+/// turns, and each slot's tokens grow in the order its holders ran.
+pub async fn semaphore_never_exceeds_limit(store: Store) {
+    const LIMIT: u32 = 3;
+    let key = unique_key("sem-race");
+    let sem = |s: &Store| s.semaphore_with(&key, LIMIT, opts(&store)).unwrap();
+
+    // Exactly N permits are to be had, in N different processes.
+    let mut first = Vec::new();
+    for _ in 0..LIMIT {
+        first.push(sem(&other_process(&store)).try_acquire().await.unwrap());
+    }
+    let mut slots: Vec<_> = first.iter().map(|p| p.slot()).collect();
+    slots.sort();
+    assert_eq!(slots, (0..LIMIT).collect::<Vec<_>>());
+    let full = sem(&other_process(&store)).try_acquire().await;
+    match full {
+        Err(Error::Held { key: k, .. }) => assert_eq!(k, key),
+        Err(e) => panic!("expected Held from a full semaphore, got {e}"),
+        Ok(p) => panic!("got permit {} beyond the limit", p.slot()),
+    }
+    for p in first {
+        p.release().await.unwrap();
+    }
+
+    let inside = Arc::new(AtomicU32::new(0));
+    let most = Arc::new(AtomicU32::new(0));
+    let slot_busy: Arc<Vec<AtomicBool>> =
+        Arc::new((0..LIMIT).map(|_| AtomicBool::new(false)).collect());
+    let tokens = Arc::new(Mutex::new(BTreeMap::<u32, Vec<u64>>::new()));
+    let mut tasks = Vec::new();
+    for _process in 0..4 {
+        let s = other_process(&store);
+        for _task in 0..3 {
+            let sem = sem(&s);
+            let (inside, most, slot_busy, tokens) = (
+                inside.clone(),
+                most.clone(),
+                slot_busy.clone(),
+                tokens.clone(),
+            );
+            tasks.push(tokio::spawn(async move {
+                for _round in 0..2 {
+                    let permit = sem.acquire(Duration::from_secs(120)).await.unwrap();
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    assert!(now <= LIMIT, "{now} holders at once, limit {LIMIT}");
+                    let slot = permit.slot() as usize;
+                    assert!(
+                        !slot_busy[slot].swap(true, Ordering::SeqCst),
+                        "two holders of slot {slot}"
+                    );
+                    tokens
+                        .lock()
+                        .unwrap()
+                        .entry(permit.slot())
+                        .or_default()
+                        .push(permit.fencing_token());
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    slot_busy[slot].store(false, Ordering::SeqCst);
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    permit.release().await.unwrap();
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert!(most.load(Ordering::SeqCst) <= LIMIT);
+    let tokens = tokens.lock().unwrap();
+    assert_eq!(
+        tokens.values().map(Vec::len).sum::<usize>(),
+        24,
+        "every task got its turns"
+    );
+    for (slot, ts) in tokens.iter() {
+        assert!(
+            ts.windows(2).all(|w| w[0] < w[1]),
+            "slot {slot} tokens out of order: {ts:?}"
+        );
+    }
+    let listed = sem(&store).inspect().await.unwrap();
+    assert!(
+        listed
+            .iter()
+            .all(|s| s.info.holder.is_none() && s.slot < LIMIT),
+        "{listed:?}"
+    );
+}
+
+/// Permits whose holders died (leases nobody renews) come free at their
+/// TTL, not before, and the next permit on a slot has a greater token.
+pub async fn semaphore_permits_freed_by_expiry(store: Store) {
+    let key = unique_key("sem-expiry");
+    let ttl = test_ttl(&store);
+    let sem = other_process(&store)
+        .semaphore_with(&key, 2, opts(&store))
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let mut dead = BTreeMap::new();
+    for slot in 0..2 {
+        let lease = raw_lease(&store, sem.slot_key(slot).as_str(), ttl).await;
+        dead.insert(slot, lease.fencing_token);
+    }
+    assert_held(sem.try_acquire().await.map(|p| p.into_guard()));
+    let permit = sem.acquire(expiry_wait(&store)).await.unwrap();
+    assert!(
+        started.elapsed() >= ttl.mul_f64(0.9),
+        "permit free after {:?}, before the TTL of {ttl:?} ran out",
+        started.elapsed()
+    );
+    assert!(permit.fencing_token() > dead[&permit.slot()]);
+    assert_eq!(permit.semaphore_key().as_str(), key);
+    assert_eq!(permit.key(), &sem.slot_key(permit.slot()));
+    permit.release().await.unwrap();
+}
+
+/// Dropping semaphore acquire futures, waiting or mid-request, leaves no
+/// permit behind.
+pub async fn semaphore_dropped_acquire_leaves_no_permit(store: Store) {
+    let key = unique_key("sem-cancel");
+    let long = store
+        .backend()
+        .capabilities()
+        .max_ttl
+        .min(Duration::from_secs(60));
+    let sem = |s: &Store| s.semaphore_with(&key, 2, opts(&store).ttl(long)).unwrap();
+    // Dropped while waiting on a full semaphore.
+    let a = sem(&store).try_acquire().await.unwrap();
+    let b = sem(&store).try_acquire().await.unwrap();
+    let waiter = sem(&other_process(&store));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), waiter.acquire(Wait::Forever))
+            .await
+            .is_err()
+    );
+    a.release().await.unwrap();
+    b.release().await.unwrap();
+    // Dropped at every point of the requests in flight.
+    let s = sem(&other_process(&store));
+    for _ in 0..20 {
+        tokio::select! {
+            biased;
+            r = s.try_acquire() => { if let Ok(p) = r { p.release().await.unwrap(); } }
+            _ = tokio::task::yield_now() => {}
+        }
+    }
+    // Had any of those left a lease, it would last `long`, beyond this wait.
+    let last = sem(&other_process(&store));
+    let p1 = last.acquire(Duration::from_secs(15)).await.unwrap();
+    let p2 = last.acquire(Duration::from_secs(15)).await.unwrap();
+    assert_ne!(p1.slot(), p2.slot());
+    p1.release().await.unwrap();
+    p2.release().await.unwrap();
+}
+
+/// Owner label and data are stored with locks, semaphore permits and
+/// leaderships, and shown by inspect, list, the semaphore's inspect, the
+/// election's leader() and Held errors; the longest data allowed (multibyte
+/// UTF-8 included) comes back intact.
+pub async fn holder_data_visible_everywhere(store: Store) {
+    let base = unique_key("holder-data");
+    let data = format!("{}{}", "ü".repeat(500), "x".repeat(24));
+    assert_eq!(data.len(), MAX_DATA_LEN);
+    let label = "l".repeat(MAX_LABEL_LEN);
+    let with = |l: &str, d: &str| opts(&store).owner_label(l).data(d);
+
+    let lock_key = format!("{base}/lock");
+    let guard = store
+        .lock_with(&lock_key, with(&label, &data))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    let holder = store
+        .inspect(&lock_key)
+        .await
+        .unwrap()
+        .holder
+        .expect("held");
+    assert_eq!(holder.data.as_deref(), Some(data.as_str()));
+    assert_eq!(holder.owner.label.as_deref(), Some(label.as_str()));
+
+    let sem_key = format!("{base}/sem");
+    let sem = store
+        .semaphore_with(&sem_key, 2, with("permit-holder", "permit data"))
+        .unwrap();
+    let permit = sem.try_acquire().await.unwrap();
+    let slots = sem.inspect().await.unwrap();
+    assert_eq!(slots.len(), 1, "{slots:?}");
+    assert_eq!(slots[0].slot, permit.slot());
+    let h = slots[0].info.holder.as_ref().expect("slot held");
+    assert_eq!(
+        (h.owner.label.as_deref(), h.data.as_deref()),
+        (Some("permit-holder"), Some("permit data"))
+    );
+    assert_eq!(h.fencing_token, permit.fencing_token());
+    let other = other_process(&store)
+        .semaphore_with(&sem_key, 1, opts(&store))
+        .unwrap();
+    if permit.slot() == 0 {
+        let held = assert_held(other.try_acquire().await.map(|p| p.into_guard()));
+        assert_eq!(held.and_then(|h| h.data).as_deref(), Some("permit data"));
+    }
+
+    let election = store
+        .election_with(&format!("{base}/election"), with("leader-1", &data))
+        .unwrap();
+    let leadership = election.campaign().await.unwrap();
+    let leader = other_process(&store)
+        .election(election.key().as_str())
+        .unwrap()
+        .leader()
+        .await
+        .unwrap()
+        .expect("a leader");
+    assert_eq!(leader.owner, *election.owner());
+    assert_eq!(leader.data.as_deref(), Some(data.as_str()));
+    assert_eq!(leader.fencing_token, leadership.term());
+
+    let listed = store.list(&format!("{base}/")).await.unwrap();
+    let held: Vec<_> = listed
+        .iter()
+        .filter_map(|i| {
+            Some((
+                i.key.as_str().strip_prefix(&base)?,
+                i.holder.as_ref()?.data.as_deref()?.len(),
+            ))
+        })
+        .collect();
+    assert_eq!(
+        held,
+        vec![
+            ("/election", MAX_DATA_LEN),
+            ("/lock", MAX_DATA_LEN),
+            (
+                &*format!("/sem/:slot:{}", permit.slot()),
+                "permit data".len()
+            ),
+        ]
+    );
+    guard.release().await.unwrap();
+    permit.release().await.unwrap();
+    leadership.resign().await.unwrap();
+}
+
+/// Data and labels over the documented limits are refused with a clear
+/// invalid-input error, for locks, semaphores and elections alike, before
+/// anything reaches the backend.
+pub async fn oversized_data_rejected(store: Store) {
+    let key = unique_key("oversized");
+    let too_long = "d".repeat(MAX_DATA_LEN + 1);
+    let check = |err: Error, what: &str| {
+        match &err {
+            Error::InvalidInput { what: w, .. } => assert_eq!(*w, what, "{err}"),
+            other => panic!("expected InvalidInput, got {other}"),
+        }
+        assert!(
+            err.to_string().contains(&format!(
+                "limit of {}",
+                if what == "data" {
+                    MAX_DATA_LEN
+                } else {
+                    MAX_LABEL_LEN
+                }
+            )),
+            "{err}"
+        );
+    };
+    check(
+        store
+            .lock_with(&key, opts(&store).data(too_long.clone()))
+            .unwrap_err(),
+        "data",
+    );
+    check(
+        store
+            .semaphore_with(&key, 2, opts(&store).data(too_long.clone()))
+            .unwrap_err(),
+        "data",
+    );
+    check(
+        store
+            .election_with(&key, opts(&store).data(too_long.clone()))
+            .unwrap_err(),
+        "data",
+    );
+    // Multibyte: the limit is in bytes.
+    check(
+        store
+            .lock_with(&key, opts(&store).data("ü".repeat(MAX_DATA_LEN / 2 + 1)))
+            .unwrap_err(),
+        "data",
+    );
+    let long_label = "l".repeat(MAX_LABEL_LEN + 1);
+    check(
+        store
+            .lock_with(&key, opts(&store).owner_label(long_label.clone()))
+            .unwrap_err(),
+        "owner label",
+    );
+    check(
+        store
+            .election_with(&key, opts(&store).owner_label(long_label))
+            .unwrap_err(),
+        "owner label",
+    );
+    let info = store.inspect(&key).await.unwrap();
+    assert_eq!(
+        (info.fencing_token, info.holder),
+        (0, None),
+        "nothing was stored"
+    );
+}
+
+/// A leader that resigns hands over to a waiting candidate at once (well
+/// before its lease could have expired), with a greater term.
+pub async fn election_resign_hands_over(store: Store) {
+    let key = unique_key("election-handover");
+    let ttl = test_ttl(&store);
+    let a = store
+        .election_with(&key, opts(&store).owner_label("a").ttl(ttl * 4))
+        .unwrap();
+    let b = other_process(&store)
+        .election_with(&key, opts(&store).owner_label("b"))
+        .unwrap();
+    let lead_a = a.campaign().await.unwrap();
+    let (saw_a_tx, saw_a) = tokio::sync::oneshot::channel();
+    let candidate = tokio::spawn(async move {
+        let mut saw_a_tx = Some(saw_a_tx);
+        b.campaign_with(Wait::Forever, |leader| {
+            if leader.and_then(|l| l.owner.label.as_deref()) == Some("a") {
+                if let Some(tx) = saw_a_tx.take() {
+                    let _ = tx.send(());
+                }
+            }
+        })
+        .await
+    });
+    // b is campaigning and has seen a lead.
+    saw_a.await.expect("b saw a as leader");
+    let term_a = lead_a.term();
+    let resigned = tokio::time::Instant::now();
+    lead_a.resign().await.unwrap();
+    let lead_b = tokio::time::timeout(ttl * 2, candidate)
+        .await
+        .expect("b leads within two TTLs of a's resignation (a's lease lasts four)")
+        .unwrap()
+        .unwrap();
+    assert!(resigned.elapsed() < ttl * 2);
+    assert!(lead_b.term() > term_a);
+    let leader = a.leader().await.unwrap().expect("b leads");
+    assert_eq!(leader.owner.label.as_deref(), Some("b"));
+    assert_eq!(leader.fencing_token, lead_b.term());
+    lead_b.resign().await.unwrap();
+    assert_eq!(a.leader().await.unwrap(), None);
+}
+
+/// A leader whose lease is broken is told so by its leadership guard, and
+/// resigning then reports the loss.
+pub async fn election_leader_told_of_loss(store: Store) {
+    let key = unique_key("election-lost");
+    let ttl = test_ttl(&store);
+    let election = store
+        .election_with(&key, opts(&store).renew_interval(ttl / 5))
+        .unwrap();
+    let leadership = election.campaign().await.unwrap();
+    assert!(!leadership.is_lost());
+    store.break_lease(&key).await.unwrap();
+    let reason = tokio::time::timeout(ttl, leadership.lost())
+        .await
+        .expect("loss noticed within one TTL");
+    assert!(
+        matches!(reason, crate::LossReason::Revoked(_)),
+        "{reason:?}"
+    );
+    assert!(leadership.is_lost());
+    assert!(leadership.resign().await.unwrap_err().is_lease_lost());
+}
+
+/// An observer in another process reports every change of leader, in
+/// order, with who leads and what they published; changes it could not see
+/// between two polls are counted, not hidden.
+pub async fn election_observers_see_every_change(store: Store) {
+    let key = unique_key("election-observe");
+    let observer_store = other_process(&store);
+    let mut observer = observer_store
+        .election(&key)
+        .unwrap()
+        .observe(Duration::from_millis(20));
+    let (tx, mut changes) = tokio::sync::mpsc::unbounded_channel();
+    let watching = tokio::spawn(async move {
+        loop {
+            let change = observer.next().await.unwrap();
+            if tx.send(change).is_err() {
+                break;
+            }
+        }
+    });
+    let wait = test_ttl(&store) * 2;
+    let who = |c: &crate::LeaderChange| {
+        c.leader.as_ref().map(|h| {
+            (
+                h.owner.label.clone().unwrap_or_default(),
+                h.data.clone().unwrap_or_default(),
+                h.fencing_token,
+            )
+        })
+    };
+
+    let first = next_change(&mut changes, wait).await;
+    assert_eq!(
+        (who(&first), first.last_term, first.missed_terms),
+        (None, 0, 0)
+    );
+
+    let a = store
+        .election_with(&key, opts(&store).owner_label("a").data("at a"))
+        .unwrap();
+    let b = other_process(&store)
+        .election_with(&key, opts(&store).owner_label("b").data("at b"))
+        .unwrap();
+    let mut expected = Vec::new();
+    for candidate in [&a, &b, &a] {
+        let leadership = candidate.campaign().await.unwrap();
+        let label = candidate.owner().label.clone().unwrap();
+        let change = next_change(&mut changes, wait).await;
+        assert_eq!(
+            who(&change),
+            Some((label.clone(), format!("at {label}"), leadership.term()))
+        );
+        assert_eq!(change.missed_terms, 0);
+        expected.push(leadership.term());
+        leadership.resign().await.unwrap();
+        let change = next_change(&mut changes, wait).await;
+        assert_eq!((who(&change), change.missed_terms), (None, 0));
+        assert_eq!(change.last_term, *expected.last().unwrap());
+    }
+    assert!(
+        expected.windows(2).all(|w| w[0] < w[1]),
+        "terms {expected:?}"
+    );
+    watching.abort();
+}
+
+async fn next_change(
+    changes: &mut tokio::sync::mpsc::UnboundedReceiver<crate::LeaderChange>,
+    wait: Duration,
+) -> crate::LeaderChange {
+    tokio::time::timeout(wait, changes.recv())
+        .await
+        .expect("the observer reports the change within two TTLs")
+        .expect("the observer runs")
 }
