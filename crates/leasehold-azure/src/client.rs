@@ -1,0 +1,159 @@
+//! SDK errors mapped into [`leasehold::Error`], in one place.
+
+use std::fmt;
+use std::sync::Arc;
+
+use azure_core::error::ErrorKind;
+use azure_core::http::StatusCode;
+use leasehold::{Error, Key, LossReason};
+
+pub(crate) const NAME: &str = "azblob";
+
+/// One failed request, as far as leasehold cares: its status, Azure's error
+/// code, and a message with every secret removed.
+#[derive(Debug)]
+pub(crate) struct RequestError {
+    pub status: Option<u16>,
+    pub code: Option<String>,
+    message: String,
+    retryable: bool,
+}
+
+impl fmt::Display for RequestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for RequestError {}
+
+impl RequestError {
+    pub(crate) fn new(err: azure_core::Error, secrets: &[String]) -> Self {
+        match err.kind() {
+            ErrorKind::HttpResponse {
+                status, error_code, ..
+            } => {
+                let code = error_code.clone();
+                let n = u16::from(*status);
+                let retryable = matches!(n, 408 | 429 | 500..=599);
+                let hint = match n {
+                    401 | 403 => {
+                        "; the service refused the credentials (check the account key, SAS token or Entra ID role)"
+                    }
+                    _ => "",
+                };
+                let message = format!(
+                    "HTTP {n} {}{hint}",
+                    code.as_deref().unwrap_or("(no error code)")
+                );
+                RequestError {
+                    status: Some(n),
+                    code,
+                    message,
+                    retryable,
+                }
+            }
+            kind => {
+                // Connection failures, I/O, timeouts: may pass. Credential
+                // failures (Entra ID) usually do not, but a token endpoint can
+                // be briefly unreachable: retry those too.
+                let retryable = matches!(
+                    kind,
+                    ErrorKind::Connection | ErrorKind::Io | ErrorKind::Credential
+                ) || err.to_string().contains("timed out");
+                RequestError {
+                    status: None,
+                    code: None,
+                    message: redact(&full_message(&err), secrets),
+                    retryable,
+                }
+            }
+        }
+    }
+
+    pub(crate) fn is(&self, status: StatusCode) -> bool {
+        self.status == Some(u16::from(status))
+    }
+
+    pub(crate) fn code_is(&self, code: &str) -> bool {
+        self.code.as_deref() == Some(code)
+    }
+
+    /// As a backend failure of `operation`.
+    pub(crate) fn into_error(self, operation: &'static str) -> Error {
+        Error::backend(NAME, operation, self.retryable, self)
+    }
+
+    /// As a definitive loss of the lease on `key` when the service said so
+    /// (404: blob or container gone; 409: another lease, none, or broken;
+    /// 412: lease conditions), otherwise as a backend failure.
+    pub(crate) fn into_lease_error(self, operation: &'static str, key: &Key) -> Error {
+        match self.status {
+            Some(404) | Some(409) | Some(412) => Error::LeaseLost {
+                key: key.to_string(),
+                reason: LossReason::Revoked(format!(
+                    "Azure answered {} to {operation}",
+                    self.message
+                )),
+            },
+            _ => self.into_error(operation),
+        }
+    }
+}
+
+fn full_message(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut msg = err.to_string();
+    let mut source = err.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !msg.contains(&text) {
+            msg.push_str(": ");
+            msg.push_str(&text);
+        }
+        source = s.source();
+    }
+    msg
+}
+
+/// `text` with every occurrence of a secret (raw or percent-encoded) and
+/// every URL query string replaced.
+pub(crate) fn redact(text: &str, secrets: &[String]) -> String {
+    let mut out = text.to_string();
+    for secret in secrets.iter().filter(|s| s.len() >= 4) {
+        out = out.replace(secret.as_str(), "<redacted>");
+        let encoded = crate::names::encode(secret);
+        out = out.replace(&encoded, "<redacted>");
+    }
+    // A URL's query may carry a SAS signature: drop it wholesale.
+    let mut cleaned = String::with_capacity(out.len());
+    let mut rest = out.as_str();
+    while let Some(q) = rest.find('?') {
+        cleaned.push_str(&rest[..q]);
+        let after = &rest[q..];
+        let end = after
+            .find(|c: char| c.is_whitespace() || c == ')' || c == '"' || c == '\'')
+            .unwrap_or(after.len());
+        cleaned.push_str("?<query redacted>");
+        rest = &after[end..];
+    }
+    cleaned.push_str(rest);
+    cleaned
+}
+
+/// Shared by the backend's clones: what to scrub from messages.
+pub(crate) type Secrets = Arc<[String]>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redact_removes_secrets_and_queries() {
+        let s = redact(
+            "error sending request for url (http://h/c/b?sv=1&sig=abc%2B) key=S3cr3tKey",
+            &["S3cr3tKey".into()],
+        );
+        assert!(!s.contains("abc") && !s.contains("S3cr3tKey"), "{s}");
+        assert!(s.contains("http://h/c/b"), "{s}");
+    }
+}

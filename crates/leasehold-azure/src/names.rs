@@ -1,0 +1,272 @@
+//! Key ↔ blob name mapping and the metadata record.
+//!
+//! # Blob names
+//! The blob for key `K` under prefix `P` is `P/` + escape(`K`) (just
+//! escape(`K`) without a prefix). Keys use only `A-Z a-z 0-9 . _ : / -`,
+//! all fine in blob names, except that Azure mishandles names (and path
+//! segments) ending in `.`: a `.` that ends a `/`-separated segment is
+//! written `~2E`. `~` never occurs in keys, so the mapping is reversible:
+//! unescaping replaces every `~2E` by `.`. Examples: `import-A` →
+//! `import-A`; `jobs/v1./x.` → `jobs/v1~2E/x~2E`; `a/../b` → `a/.~2E/b`.
+//!
+//! # Metadata
+//! Metadata names are fixed lower-case ASCII identifiers (`leaseholdfence`,
+//! `leaseholdlease`, `leaseholdhost`, `leaseholdpid`, `leaseholdlabel`,
+//! `leaseholddata`, `leaseholdacquiredms`, `leaseholdttlms`); values are
+//! percent-encoded so that any UTF-8 (user data, labels, host names) becomes
+//! a valid header value that survives trimming: everything except
+//! `A-Z a-z 0-9 - _ . ~ : / @ ! $ & ' ( ) * + , ; =` is written `%XX`.
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use leasehold::{HolderInfo, Key, LeaseId, Owner};
+use sha2::{Digest, Sha256};
+
+const ESCAPED_DOT: &str = "~2E";
+
+/// The blob name of `key` under `prefix` ("" or ending in `/`).
+pub(crate) fn blob_name(prefix: &str, key: &Key) -> String {
+    format!("{prefix}{}", escape(key.as_str()))
+}
+
+/// The escaped form of a key.
+pub(crate) fn escape(key: &str) -> String {
+    let bytes = key.as_bytes();
+    let mut out = String::with_capacity(key.len() + 4);
+    for (i, c) in key.char_indices() {
+        let ends_segment = i + 1 == bytes.len() || bytes[i + 1] == b'/';
+        if c == '.' && ends_segment {
+            out.push_str(ESCAPED_DOT);
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The server-side listing prefix for key prefix `prefix`: the escaped
+/// prefix without trailing dots (whose escaping depends on what follows).
+/// Callers filter the decoded keys by the real prefix.
+pub(crate) fn list_prefix(blob_prefix: &str, prefix: &str) -> String {
+    // Without its trailing dots the prefix cannot end in one, so escaping
+    // it never guesses wrong about a segment's end.
+    format!("{blob_prefix}{}", escape(prefix.trim_end_matches('.')))
+}
+
+/// The key a blob name under `prefix` stands for, if it is one of ours.
+pub(crate) fn key_of(prefix: &str, blob: &str) -> Option<Key> {
+    let escaped = blob.strip_prefix(prefix)?;
+    let key = escaped.replace(ESCAPED_DOT, ".");
+    if key.contains('~') || escape(&key) != escaped {
+        return None;
+    }
+    Key::new(key).ok()
+}
+
+// Metadata names.
+const FENCE: &str = "leaseholdfence";
+const LEASE: &str = "leaseholdlease";
+const HOST: &str = "leaseholdhost";
+const PID: &str = "leaseholdpid";
+const LABEL: &str = "leaseholdlabel";
+const DATA: &str = "leaseholddata";
+const ACQUIRED_MS: &str = "leaseholdacquiredms";
+const TTL_MS: &str = "leaseholdttlms";
+
+/// What a lock blob's metadata says.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Record {
+    /// Last fencing token issued.
+    pub fence: u64,
+    /// Hash of the lease id of the acquisition that wrote this record.
+    pub lease: Option<String>,
+    pub owner: Option<Owner>,
+    pub data: Option<String>,
+    pub acquired_at_ms: Option<u64>,
+    pub ttl_ms: Option<u64>,
+}
+
+/// A one-way tag of a lease id: lets a retry recognise its own record
+/// without storing the id (which would let any reader release the lease).
+pub(crate) fn lease_tag(id: &LeaseId) -> String {
+    let digest = Sha256::digest(id.as_str().as_bytes());
+    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Record {
+    pub(crate) fn from_metadata(meta: &HashMap<String, String>) -> Self {
+        let get = |name: &str| {
+            meta.iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.as_str())
+        };
+        let text = |name: &str| get(name).and_then(decode);
+        let num = |name: &str| get(name).and_then(|v| v.parse::<u64>().ok());
+        let owner = text(HOST).map(|host| Owner {
+            host,
+            pid: num(PID).unwrap_or(0) as u32,
+            label: text(LABEL),
+        });
+        Record {
+            fence: num(FENCE).unwrap_or(0),
+            lease: get(LEASE).map(str::to_string),
+            owner,
+            data: text(DATA),
+            acquired_at_ms: num(ACQUIRED_MS),
+            ttl_ms: num(TTL_MS),
+        }
+    }
+
+    pub(crate) fn to_metadata(&self) -> HashMap<String, String> {
+        let mut m = HashMap::new();
+        m.insert(FENCE.to_string(), self.fence.to_string());
+        if let Some(lease) = &self.lease {
+            m.insert(LEASE.to_string(), lease.clone());
+        }
+        if let Some(owner) = &self.owner {
+            m.insert(HOST.to_string(), encode(&owner.host));
+            m.insert(PID.to_string(), owner.pid.to_string());
+            if let Some(label) = &owner.label {
+                m.insert(LABEL.to_string(), encode(label));
+            }
+        }
+        if let Some(data) = &self.data {
+            m.insert(DATA.to_string(), encode(data));
+        }
+        if let Some(ms) = self.acquired_at_ms {
+            m.insert(ACQUIRED_MS.to_string(), ms.to_string());
+        }
+        if let Some(ms) = self.ttl_ms {
+            m.insert(TTL_MS.to_string(), ms.to_string());
+        }
+        m
+    }
+
+    /// The holder this record describes (when the blob is leased).
+    pub(crate) fn holder(&self) -> HolderInfo {
+        let owner = self.owner.clone().unwrap_or(Owner {
+            host: "unknown".into(),
+            pid: 0,
+            label: None,
+        });
+        HolderInfo::new(owner, self.fence)
+            .with_data(self.data.clone())
+            .with_acquired_at(
+                self.acquired_at_ms
+                    .map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
+            )
+            .with_ttl(self.ttl_ms.map(Duration::from_millis))
+    }
+}
+
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn is_plain(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"-_.~:/@!$&'()*+,;=".contains(&b)
+}
+
+/// Percent-encodes `s` into a header-safe ASCII value.
+pub(crate) fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if is_plain(b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Reverses [`encode`]; `None` if `s` is not valid encoded UTF-8.
+pub(crate) fn decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for (key, name) in [
+            ("import-A", "import-A"),
+            ("jobs/nightly/import.v2", "jobs/nightly/import.v2"),
+            ("a.", "a~2E"),
+            ("a/./b", "a/~2E/b"),
+            ("a/../b", "a/.~2E/b"),
+            ("x.../y", "x..~2E/y"),
+            ("ns:key_1", "ns:key_1"),
+        ] {
+            let k = Key::new(key).unwrap();
+            assert_eq!(blob_name("p/", &k), format!("p/{name}"));
+            assert_eq!(key_of("p/", &format!("p/{name}")), Some(k));
+        }
+        assert_eq!(key_of("p/", "p/a~2F"), None);
+        assert_eq!(key_of("p/", "p/a."), None, "not produced by escape");
+        assert_eq!(key_of("p/", "q/a"), None);
+    }
+
+    #[test]
+    fn list_prefixes_are_prefixes_of_escaped_keys() {
+        for (prefix, key) in [
+            ("jobs/", "jobs/a"),
+            ("a.", "a.b"),
+            ("a.", "a."),
+            ("a..", "a...c"),
+            ("", "x."),
+            ("a/.", "a/.x"),
+        ] {
+            let k = Key::new(key).unwrap();
+            assert!(
+                blob_name("p/", &k).starts_with(&list_prefix("p/", prefix)),
+                "{prefix:?} {key:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn values_round_trip() {
+        for s in ["", "plain", "payload: ünïcode, 42", " lead", "100%", "a\nb"] {
+            let e = encode(s);
+            assert!(e.bytes().all(|b| b.is_ascii_graphic()), "{e}");
+            assert_eq!(decode(&e).as_deref(), Some(s));
+        }
+    }
+
+    #[test]
+    fn record_round_trips() {
+        let r = Record {
+            fence: 7,
+            lease: Some(lease_tag(&LeaseId::random())),
+            owner: Some(Owner {
+                host: "h".into(),
+                pid: 3,
+                label: Some("lbl ü".into()),
+            }),
+            data: Some("d".into()),
+            acquired_at_ms: Some(5),
+            ttl_ms: Some(15000),
+        };
+        assert_eq!(Record::from_metadata(&r.to_metadata()), r);
+    }
+}

@@ -1,0 +1,72 @@
+//! Shared by the Azurite tests: where Azurite is and how to reach it.
+
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use leasehold_azure::{AzureBackend, AzureBackendBuilder};
+
+/// Azurite's development account, as a connection string.
+pub const DEV_CONNECTION_STRING: &str = "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1;";
+
+/// The connection string under test: `LEASEHOLD_TEST_AZBLOB_CONNECTION_STRING`
+/// or Azurite's development account.
+pub fn connection_string() -> String {
+    std::env::var("LEASEHOLD_TEST_AZBLOB_CONNECTION_STRING")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| DEV_CONNECTION_STRING.to_string())
+}
+
+/// host:port of the blob endpoint in `cs`.
+fn endpoint_addr(cs: &str) -> String {
+    let endpoint = cs
+        .split(';')
+        .find_map(|p| p.strip_prefix("BlobEndpoint="))
+        .unwrap_or("http://127.0.0.1:10000/");
+    let rest = endpoint.split_once("://").map(|(_, r)| r).unwrap_or(endpoint);
+    let host = rest.split('/').next().unwrap_or("127.0.0.1:10000");
+    if host.contains(':') {
+        host.to_string()
+    } else {
+        format!("{host}:443")
+    }
+}
+
+/// Whether the blob endpoint accepts TCP connections; the reason if not.
+pub async fn reachable() -> Result<(), String> {
+    let addr = endpoint_addr(&connection_string());
+    match tokio::time::timeout(
+        Duration::from_secs(2),
+        tokio::net::TcpStream::connect(addr.as_str()),
+    )
+    .await
+    {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(format!(
+            "Azurite is not reachable at {addr} ({e}); run scripts/azurite.sh start"
+        )),
+        Err(_) => Err(format!("connecting to {addr} timed out")),
+    }
+}
+
+/// A fresh container name, so tests never see each other's blobs.
+pub fn fresh_container() -> String {
+    format!("lh-{}", &uuid::Uuid::new_v4().simple().to_string()[..20])
+}
+
+/// A builder on a fresh container of the Azurite under test.
+pub fn builder() -> AzureBackendBuilder {
+    AzureBackend::builder()
+        .connection_string(connection_string())
+        .container(fresh_container())
+}
+
+/// A backend on a fresh container, or `None` (after saying why) without
+/// Azurite.
+pub async fn backend() -> Option<AzureBackend> {
+    if let Err(why) = reachable().await {
+        return leasehold::conformance::skip("azblob", &why);
+    }
+    Some(builder().prefix("tests").build().expect("backend builds"))
+}
