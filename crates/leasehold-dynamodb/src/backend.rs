@@ -18,7 +18,7 @@ use crate::builder::DynamoDbBackendBuilder;
 use crate::error::{map_sdk, Message, BACKEND};
 use crate::item::{self, n, s, unix_ms, Expr, Item, Stored};
 use crate::observe::Observations;
-use crate::{TakeoverMode, MAX_TTL, MIN_TTL};
+use crate::{TakeoverMode, WallClock, MAX_TTL, MIN_TTL};
 
 /// A [`Backend`] on a DynamoDB table. See the [crate docs](crate) for the
 /// protocol, the table schema and the IAM permissions.
@@ -31,6 +31,7 @@ pub struct DynamoDbBackend {
     pub(crate) region: String,
     pub(crate) endpoint: Option<String>,
     pub(crate) clock: SharedClock,
+    pub(crate) wall: WallClock,
     pub(crate) takeover: TakeoverMode,
     pub(crate) margin: Duration,
     pub(crate) retention: Option<Duration>,
@@ -134,7 +135,7 @@ impl DynamoDbBackend {
     /// `gc_at` for an item whose lease (if any) ends `after` from now.
     fn gc_at(&self, after: Duration) -> Option<u64> {
         self.retention
-            .map(|r| (SystemTime::now() + after + r).duration_since(SystemTime::UNIX_EPOCH))
+            .map(|r| ((self.wall)() + after + r).duration_since(SystemTime::UNIX_EPOCH))
             .and_then(|d| d.ok())
             .map(|d| d.as_secs())
     }
@@ -197,7 +198,7 @@ impl DynamoDbBackend {
     /// (trusting clocks) past its stored expiry plus the skew.
     async fn grant(&self, req: &AcquireRequest, observed: Option<&str>) -> Result<Write> {
         let mut e = Expr::default();
-        let now = SystemTime::now();
+        let now = (self.wall)();
         let fence = e.n(item::FENCE);
         let mut set = vec![
             format!(
@@ -300,7 +301,7 @@ impl DynamoDbBackend {
         returns: ReturnValue,
     ) -> Result<Write> {
         let mut e = Expr::default();
-        let now = SystemTime::now();
+        let now = (self.wall)();
         let mut set = vec![
             format!("{} = {}", e.n(item::RVN), e.v("rvn", s(new_rvn()))),
             format!("{} = {}", e.n(item::TTL_MS), e.v("ttl", n(ttl.as_millis()))),
@@ -405,7 +406,7 @@ impl Backend for DynamoDbBackend {
                     None => continue,
                 }
             }
-            holder = old.holder();
+            holder = old.holder((self.wall)());
             let Some(rvn) = old.rvn.as_deref() else {
                 return Ok(AcquireOutcome::Held(holder));
             };
@@ -487,7 +488,7 @@ impl Backend for DynamoDbBackend {
             .await
             .map_err(|e| map_sdk(&self.table, "inspect", e))?;
         match out.item {
-            Some(item) => Ok(Stored::decode(&item)?.info(key.clone())),
+            Some(item) => Ok(Stored::decode(&item)?.info(key.clone(), (self.wall)())),
             None => Ok(KeyInfo::new(key.clone(), 0, None)),
         }
     }
@@ -511,7 +512,7 @@ impl Backend for DynamoDbBackend {
             )
             .await?
         {
-            Write::Done(old) => Ok(Stored::decode(&old)?.holder()),
+            Write::Done(old) => Ok(Stored::decode(&old)?.holder((self.wall)())),
             Write::Refused(_) => Ok(None),
         }
     }
@@ -544,7 +545,7 @@ impl Backend for DynamoDbBackend {
                 let Ok(key) = Key::new(key.as_str()) else {
                     continue;
                 };
-                infos.push(Stored::decode(it)?.info(key));
+                infos.push(Stored::decode(it)?.info(key, (self.wall)()));
             }
             match out.last_evaluated_key {
                 Some(k) if !k.is_empty() => start = Some(k),

@@ -3,18 +3,18 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use aws_config::{BehaviorVersion, SdkConfig};
 use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
 use aws_sdk_dynamodb::config::{
-    ConfigBag, Intercept, Region, RuntimeComponents, SharedCredentialsProvider,
+    ConfigBag, Intercept, ProvideCredentials, Region, RuntimeComponents, SharedCredentialsProvider,
 };
 use aws_sdk_dynamodb::error::BoxError;
 use leasehold::{Error, Result, SharedClock, SystemClock};
 
-use crate::{DynamoDbBackend, TakeoverMode};
+use crate::{DynamoDbBackend, TakeoverMode, WallClock};
 
 const DEFAULT_MARGIN: Duration = Duration::from_millis(200);
 
@@ -39,6 +39,7 @@ pub struct DynamoDbBackendBuilder {
     pub(crate) credentials: Option<SharedCredentialsProvider>,
     pub(crate) sdk_config: Option<SdkConfig>,
     pub(crate) clock: Option<SharedClock>,
+    pub(crate) wall: Option<WallClock>,
     pub(crate) takeover: TakeoverMode,
     pub(crate) margin: Duration,
     pub(crate) retention: Option<Duration>,
@@ -70,6 +71,7 @@ impl DynamoDbBackendBuilder {
             credentials: None,
             sdk_config: None,
             clock: None,
+            wall: None,
             takeover: TakeoverMode::Observe,
             margin: DEFAULT_MARGIN,
             retention: None,
@@ -100,8 +102,8 @@ impl DynamoDbBackendBuilder {
 
     /// Credentials to use instead of the standard chain (static test
     /// credentials for an emulator, or a provider of your own).
-    pub fn credentials_provider(mut self, provider: impl Into<SharedCredentialsProvider>) -> Self {
-        self.credentials = Some(provider.into());
+    pub fn credentials_provider(mut self, provider: impl ProvideCredentials + 'static) -> Self {
+        self.credentials = Some(SharedCredentialsProvider::new(provider));
         self
     }
 
@@ -118,6 +120,14 @@ impl DynamoDbBackendBuilder {
     /// skewed clock).
     pub fn clock(mut self, clock: SharedClock) -> Self {
         self.clock = Some(clock);
+        self
+    }
+
+    /// The wall clock written into items (`acquired_ms`, `expires_ms`) and,
+    /// in [`TakeoverMode::TrustClocks`], compared with them. The system time
+    /// unless set; tests inject skewed ones.
+    pub fn wall_clock(mut self, wall: WallClock) -> Self {
+        self.wall = Some(wall);
         self
     }
 
@@ -229,6 +239,7 @@ impl DynamoDbBackendBuilder {
             region,
             endpoint: self.endpoint,
             clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
+            wall: self.wall.unwrap_or_else(|| Arc::new(SystemTime::now)),
             takeover: self.takeover,
             margin: self.margin,
             retention: self.retention,

@@ -163,9 +163,9 @@ impl Stored {
 
     /// The holder described by this item, if the key is held. The remaining
     /// time is estimated from the holder's wall clock and ours.
-    pub(crate) fn holder(&self) -> Option<HolderInfo> {
+    pub(crate) fn holder(&self, now: SystemTime) -> Option<HolderInfo> {
         let lease = self.lease.as_ref()?;
-        let now_ms = unix_ms(SystemTime::now());
+        let now_ms = unix_ms(now);
         Some(
             HolderInfo::new(lease.owner.clone(), self.fence)
                 .with_data(lease.data.clone())
@@ -183,7 +183,7 @@ impl Stored {
         )
     }
 
-    pub(crate) fn info(&self, key: Key) -> KeyInfo {
-        KeyInfo::new(key, self.fence, self.holder())
+    pub(crate) fn info(&self, key: Key, now: SystemTime) -> KeyInfo {
+        KeyInfo::new(key, self.fence, self.holder(now))
     }
 }

@@ -2,7 +2,7 @@
 //! clocks disagree, with fencing tokens that never go back.
 //!
 //! ```no_run
-//! use std::time::Duration;
+//! use std::time::{Duration, SystemTime};
 //! use leasehold::{LockOptions, Store};
 //! use leasehold_dynamodb::DynamoDbBackend;
 //!
@@ -147,7 +147,7 @@ mod observe;
 mod table;
 mod url;
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 pub use backend::DynamoDbBackend;
 pub use builder::DynamoDbBackendBuilder;
@@ -156,6 +156,9 @@ pub use builder::DynamoDbBackendBuilder;
 pub use aws_config;
 /// Re-exported for building credentials providers and SDK configurations.
 pub use aws_sdk_dynamodb;
+
+/// A wall clock: the time of day, as [`SystemTime::now`] gives it.
+pub type WallClock = std::sync::Arc<dyn Fn() -> SystemTime + Send + Sync>;
 
 /// Shortest TTL this backend accepts.
 pub const MIN_TTL: Duration = Duration::from_secs(1);

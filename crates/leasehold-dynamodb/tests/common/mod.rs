@@ -1,0 +1,95 @@
+//! Shared set-up for the tests against DynamoDB Local.
+//!
+//! The endpoint is `LEASEHOLD_TEST_DYNAMODB_ENDPOINT` (default
+//! `http://127.0.0.1:8000`; `scripts/dynamodb-local.sh start` runs one there).
+//! Without it the tests are skipped, loudly, unless
+//! `LEASEHOLD_REQUIRE_EMULATORS=1`, which makes them fail instead.
+
+#![allow(dead_code)]
+
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use leasehold_dynamodb::aws_sdk_dynamodb::config::Credentials;
+use leasehold_dynamodb::{DynamoDbBackend, DynamoDbBackendBuilder};
+
+pub const REGION: &str = "us-east-1";
+/// Dummy credentials: DynamoDB Local checks only their shape.
+pub const ACCESS_KEY: &str = "leaseholdtests";
+pub const SECRET_KEY: &str = "leasehold-test-secret-0f1e2d3c";
+
+pub fn endpoint() -> String {
+    std::env::var("LEASEHOLD_TEST_DYNAMODB_ENDPOINT")
+        .unwrap_or_else(|_| "http://127.0.0.1:8000".to_string())
+}
+
+/// Whether something accepts TCP connections at the endpoint.
+pub fn reachable() -> Result<(), String> {
+    let endpoint = endpoint();
+    let authority = endpoint
+        .split_once("://")
+        .map(|(_, rest)| rest)
+        .unwrap_or(&endpoint)
+        .split('/')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let addrs = authority
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {authority}: {e}"))?;
+    for addr in addrs {
+        if TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok() {
+            return Ok(());
+        }
+    }
+    Err(format!(
+        "DynamoDB Local is not reachable at {endpoint} (run scripts/dynamodb-local.sh start, or set LEASEHOLD_TEST_DYNAMODB_ENDPOINT)"
+    ))
+}
+
+pub fn credentials() -> Credentials {
+    Credentials::new(ACCESS_KEY, SECRET_KEY, None, None, "leasehold-tests")
+}
+
+/// One table per test binary run: unique, so runs never see each other.
+pub fn table() -> &'static str {
+    static TABLE: OnceLock<String> = OnceLock::new();
+    TABLE.get_or_init(unique_table)
+}
+
+pub fn unique_table() -> String {
+    format!(
+        "leasehold-test-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    )
+}
+
+/// A builder for the emulator on `table`, with test credentials.
+pub fn builder_for(table: &str) -> DynamoDbBackendBuilder {
+    DynamoDbBackend::builder(table)
+        .region(REGION)
+        .endpoint(endpoint())
+        .credentials_provider(credentials())
+}
+
+/// A builder for the emulator on the run's table, or `None` (skipped) when
+/// the emulator is not there.
+pub fn builder() -> Option<DynamoDbBackendBuilder> {
+    match reachable() {
+        Ok(()) => Some(builder_for(table())),
+        Err(why) => leasehold::conformance::skip("dynamodb", &why),
+    }
+}
+
+/// A backend on the run's table, or `None` (skipped).
+pub async fn backend() -> Option<DynamoDbBackend> {
+    Some(builder()?.build().await.expect("open DynamoDB Local"))
+}
+
+pub fn unique_key(test: &str) -> String {
+    format!(
+        "{test}/{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    )
+}
