@@ -1,16 +1,4 @@
 //! [`Election`]: leader election on a key.
-//!
-//! The leader is whoever holds the lease on the election's key: an election
-//! on `KEY` *is* a [`Lock`] on `KEY` (so `inspect KEY` shows the leader, and
-//! a plain lock on the same key competes with the candidates). Leadership is
-//! a [`Leadership`] guard: a [`LeaseGuard`] underneath, renewed in the
-//! background, that says when leadership is lost. Its fencing token is the
-//! leader's *term*: every new leader's is strictly greater.
-//!
-//! Anyone, candidate or not, can ask who leads ([`Election::leader`]): the
-//! owner identity and the data the leader published (its
-//! [`LockOptions::data`](crate::LockOptions::data)), and can follow changes
-//! by polling ([`Election::observe`]).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -50,6 +38,18 @@ use crate::options::Wait;
 /// leadership.resign().await?;
 /// # Ok(()) }
 /// ```
+///
+/// The leader is whoever holds the lease on the election's key: an election
+/// on `KEY` *is* a [`Lock`] on `KEY` (so `inspect KEY` shows the leader, and
+/// a plain lock on the same key competes with the candidates). Leadership is
+/// a [`Leadership`] guard: a [`LeaseGuard`] underneath, renewed in the
+/// background, that says when leadership is lost. Its fencing token is the
+/// leader's *term*: every new leader's is strictly greater.
+///
+/// Anyone, candidate or not, can ask who leads ([`Election::leader`]): the
+/// owner identity and the data the leader published (its
+/// [`LockOptions::data`](crate::LockOptions::data)), and can follow changes
+/// by polling ([`Election::observe`]).
 #[derive(Debug, Clone)]
 pub struct Election {
     lock: Lock,

@@ -82,7 +82,7 @@
 //! # Metrics
 //! leasehold counts acquire attempts and outcomes, wait and hold times,
 //! renewals and their failures, and losses, labelled by backend and by kind
-//! (lock, semaphore, election), through the [`metrics`](::metrics) facade:
+//! (lock, semaphore, election), through the [`metrics`] facade:
 //! install any recorder to collect them; none is installed for you. The
 //! names are listed in [`metric`].
 

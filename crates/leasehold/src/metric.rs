@@ -170,3 +170,146 @@ impl Labels {
         counter!(RELEASES, "backend" => self.backend, "kind" => self.kind.as_str(), "outcome" => outcome).increment(1);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+
+    use super::*;
+    use crate::{Error, LockOptions, LossReason, Store, Wait};
+
+    /// Everything recorded so far, summed over snapshots (a snapshot of the
+    /// debugging recorder drains what it reports).
+    #[derive(Default)]
+    struct Tally {
+        counters: BTreeMap<String, u64>,
+        gauges: BTreeMap<String, f64>,
+        histograms: BTreeMap<String, Vec<f64>>,
+    }
+
+    impl Tally {
+        fn take(&mut self, snapshotter: &Snapshotter) {
+            for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+                let key = key.key();
+                let mut id = key.name().to_string();
+                let mut labels: Vec<_> = key
+                    .labels()
+                    .map(|l| format!("{}={}", l.key(), l.value()))
+                    .collect();
+                labels.sort();
+                id = format!("{id}{{{}}}", labels.join(","));
+                match value {
+                    DebugValue::Counter(n) => *self.counters.entry(id).or_default() += n,
+                    DebugValue::Gauge(g) => *self.gauges.entry(id).or_default() += g.0,
+                    DebugValue::Histogram(h) => self
+                        .histograms
+                        .entry(id)
+                        .or_default()
+                        .extend(h.into_iter().map(|v| v.0)),
+                }
+            }
+        }
+
+        fn counter(&self, name: &str, kind: &str, extra: &str) -> u64 {
+            let id = format!("{name}{{backend=memory,kind={kind},{extra}}}");
+            self.counters.get(&id).copied().unwrap_or(0)
+        }
+
+        fn gauge(&self, name: &str, kind: &str) -> f64 {
+            let id = format!("{name}{{backend=memory,kind={kind}}}");
+            self.gauges.get(&id).copied().unwrap_or(0.0)
+        }
+
+        fn samples(&self, name: &str, kind: &str) -> &[f64] {
+            let id = format!("{name}{{backend=memory,kind={kind}}}");
+            self.histograms.get(&id).map_or(&[], |v| v.as_slice())
+        }
+    }
+
+    #[test]
+    fn every_outcome_is_counted_per_backend_and_kind() {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let mut tally = Tally::default();
+        ::metrics::with_local_recorder(&recorder, || {
+            describe();
+            // A current-thread runtime: every task runs on this thread, under
+            // the thread-local recorder.
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let store = Store::open("memory:").unwrap();
+                let opts = LockOptions::new()
+                    .ttl(Duration::from_millis(600))
+                    .renew_interval(Duration::from_millis(50))
+                    .poll_interval(Duration::from_millis(5), Duration::from_millis(10));
+                let lock = store.lock_with("m", opts.clone()).unwrap();
+                let guard = lock.try_acquire().await.unwrap();
+                let other = Store::from_backend(store.backend().clone())
+                    .lock_with("m", opts.clone())
+                    .unwrap();
+                assert!(matches!(other.try_acquire().await, Err(Error::Held { .. })));
+                assert!(matches!(
+                    other.acquire(Duration::from_millis(30)).await,
+                    Err(Error::TimedOut { .. })
+                ));
+                // Renewals happen in the background; wait until two did.
+                tokio::time::timeout(Duration::from_secs(5), async {
+                    while tally.counter(RENEWALS, "lock", "outcome=ok") < 2 {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        tally.take(&snapshotter);
+                    }
+                })
+                .await
+                .expect("two renewals");
+                guard.release().await.unwrap();
+
+                // A broken lease: lost, counted as revoked.
+                let guard = lock.acquire(Wait::Forever).await.unwrap();
+                store.break_lease("m").await.unwrap();
+                assert!(matches!(guard.lost().await, LossReason::Revoked(_)));
+                assert!(guard.release().await.is_err());
+
+                let sem = store.semaphore_with("s", 1, opts.clone()).unwrap();
+                let permit = sem.try_acquire().await.unwrap();
+                assert!(sem.try_acquire().await.is_err());
+                permit.release().await.unwrap();
+
+                let election = store.election_with("e", opts).unwrap();
+                election.campaign().await.unwrap().resign().await.unwrap();
+            });
+        });
+        tally.take(&snapshotter);
+
+        let c = |name, kind, extra| tally.counter(name, kind, extra);
+        assert_eq!(c(ACQUIRES, "lock", "outcome=acquired"), 2);
+        assert_eq!(c(ACQUIRES, "lock", "outcome=held"), 1);
+        assert_eq!(c(ACQUIRES, "lock", "outcome=timed_out"), 1);
+        assert_eq!(c(ACQUIRE_ATTEMPTS, "lock", "outcome=acquired"), 2);
+        assert!(c(ACQUIRE_ATTEMPTS, "lock", "outcome=held") >= 2);
+        assert_eq!(tally.samples(ACQUIRE_WAIT, "lock").len(), 2);
+        assert!(c(RENEWALS, "lock", "outcome=ok") >= 2);
+        assert!(c(RENEWALS, "lock", "outcome=lost") >= 1);
+        assert_eq!(c(LOSSES, "lock", "reason=revoked"), 1);
+        assert_eq!(c(LOSSES, "lock", "reason=expired"), 0);
+        assert_eq!(c(RELEASES, "lock", "outcome=ok"), 1);
+        assert_eq!(c(RELEASES, "lock", "outcome=lost"), 1);
+        assert_eq!(tally.samples(HOLD_TIME, "lock").len(), 2);
+        assert_eq!(tally.gauge(HELD, "lock"), 0.0);
+
+        assert_eq!(c(ACQUIRES, "semaphore", "outcome=acquired"), 1);
+        assert_eq!(c(ACQUIRES, "semaphore", "outcome=held"), 1);
+        assert_eq!(c(ACQUIRE_ATTEMPTS, "semaphore", "outcome=acquired"), 1);
+        assert_eq!(c(RELEASES, "semaphore", "outcome=ok"), 1);
+        assert_eq!(tally.gauge(HELD, "semaphore"), 0.0);
+
+        assert_eq!(c(ACQUIRES, "election", "outcome=acquired"), 1);
+        assert_eq!(c(RELEASES, "election", "outcome=ok"), 1);
+        assert_eq!(tally.samples(HOLD_TIME, "election").len(), 1);
+    }
+}

@@ -1,47 +1,4 @@
 //! [`Semaphore`]: at most N holders of one key at a time, across processes.
-//!
-//! # How it works
-//! A semaphore on `KEY` with limit N is N ordinary leases on N *slot keys*,
-//! `KEY/:slot:0` … `KEY/:slot:{N-1}`. A permit is a [`LeaseGuard`] on one
-//! slot, taken through the same machinery as a [`Lock`]'s, so it renews in
-//! the background, says when it is lost, is cancel safe, and ends at its TTL
-//! if its holder dies. Nothing else is stored: no counter, no list of
-//! waiters, so it works on every backend unchanged.
-//!
-//! The slot segment `:slot:` is a key segment starting with `:`, which
-//! ordinary keys almost never have; keep such keys out of your own naming and
-//! a semaphore's slots cannot collide with your locks. Slot keys are ordinary
-//! keys otherwise: `store.list("KEY/")` shows a semaphore's holders,
-//! `store.break_lease("KEY/:slot:2")` ends one permit. Because a slot key
-//! must obey the [key rule](crate::Key), a semaphore key is at most
-//! [`MAX_SEMAPHORE_KEY_LEN`] characters and the limit at most
-//! [`MAX_SEMAPHORE_LIMIT`].
-//!
-//! # Fencing tokens
-//! Tokens are **per slot**: each slot key has its own counter, and a
-//! permit's token is strictly greater than every token issued before for
-//! the same slot. Two permits on different slots may carry the same token,
-//! so a resource that fences on permits must compare the pair
-//! ([`slot`](SemaphorePermit::slot), [`fencing_token`](SemaphorePermit::fencing_token)).
-//!
-//! # Waiting
-//! Each attempt tries every slot once, in a fresh random order, and stops at
-//! the first that is granted; between attempts a waiter pauses for a random
-//! time within the poll bounds. So waiters spread over the slots, and when a
-//! permit is released the next poll of *one* waiter takes it: the others'
-//! attempts find it held again and go back to sleep. In one process (one
-//! [`Store`]) the waiters of a semaphore queue in FIFO order and only the
-//! first polls the backend; a permit released in that process wakes it at
-//! once. Slots held by a guard of the same process are not asked for.
-//!
-//! # Changing the limit
-//! The limit is not stored; each [`Semaphore`] value uses its own. Raising
-//! it takes effect at once for holders that use the new value (they also
-//! try the new slots). Lowering it does not revoke permits already held on
-//! slots at or above the new limit: they stay valid until released or
-//! expired, while holders with the new limit never take those slots, so the
-//! number of holders falls to the new limit as they go. Processes that
-//! disagree on the limit admit up to the largest of their limits.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -72,7 +29,7 @@ pub const MAX_SEMAPHORE_KEY_LEN: usize = MAX_KEY_LEN - SLOT_SEGMENT.len() - 3;
 /// A counting semaphore: at most `limit` holders of one key at a time
 /// across every process that uses the same store. Made by
 /// [`Store::semaphore`] or [`Store::semaphore_with`]; see the
-/// [module docs](self) for how it works.
+/// notes below for how it works.
 ///
 /// Cheap to clone; clones share in-process wake-ups. Permits are owned
 /// ([`SemaphorePermit`] borrows nothing), so they can move into tasks.
@@ -87,6 +44,49 @@ pub const MAX_SEMAPHORE_KEY_LEN: usize = MAX_KEY_LEN - SLOT_SEGMENT.len() - 3;
 /// permit.release().await?;
 /// # Ok(()) }
 /// ```
+///
+/// # How it works
+/// A semaphore on `KEY` with limit N is N ordinary leases on N *slot keys*,
+/// `KEY/:slot:0` … `KEY/:slot:{N-1}`. A permit is a [`LeaseGuard`] on one
+/// slot, taken through the same machinery as a [`Lock`]'s, so it renews in
+/// the background, says when it is lost, is cancel safe, and ends at its TTL
+/// if its holder dies. Nothing else is stored: no counter, no list of
+/// waiters, so it works on every backend unchanged.
+///
+/// The slot segment `:slot:` is a key segment starting with `:`, which
+/// ordinary keys almost never have; keep such keys out of your own naming and
+/// a semaphore's slots cannot collide with your locks. Slot keys are ordinary
+/// keys otherwise: `store.list("KEY/")` shows a semaphore's holders,
+/// `store.break_lease("KEY/:slot:2")` ends one permit. Because a slot key
+/// must obey the [key rule](crate::Key), a semaphore key is at most
+/// [`MAX_SEMAPHORE_KEY_LEN`] characters and the limit at most
+/// [`MAX_SEMAPHORE_LIMIT`].
+///
+/// # Fencing tokens
+/// Tokens are **per slot**: each slot key has its own counter, and a
+/// permit's token is strictly greater than every token issued before for
+/// the same slot. Two permits on different slots may carry the same token,
+/// so a resource that fences on permits must compare the pair
+/// ([`slot`](SemaphorePermit::slot), [`fencing_token`](SemaphorePermit::fencing_token)).
+///
+/// # Waiting
+/// Each attempt tries every slot once, in a fresh random order, and stops at
+/// the first that is granted; between attempts a waiter pauses for a random
+/// time within the poll bounds. So waiters spread over the slots, and when a
+/// permit is released the next poll of *one* waiter takes it: the others'
+/// attempts find it held again and go back to sleep. In one process (one
+/// [`Store`]) the waiters of a semaphore queue in FIFO order and only the
+/// first polls the backend; a permit released in that process wakes it at
+/// once. Slots held by a guard of the same process are not asked for.
+///
+/// # Changing the limit
+/// The limit is not stored; each [`Semaphore`] value uses its own. Raising
+/// it takes effect at once for holders that use the new value (they also
+/// try the new slots). Lowering it does not revoke permits already held on
+/// slots at or above the new limit: they stay valid until released or
+/// expired, while holders with the new limit never take those slots, so the
+/// number of holders falls to the new limit as they go. Processes that
+/// disagree on the limit admit up to the largest of their limits.
 #[derive(Debug, Clone)]
 pub struct Semaphore {
     key: Key,
