@@ -232,7 +232,10 @@ impl AzureBackendBuilder {
         if url.query().is_some() || !matches!(url.scheme(), "http" | "https") {
             return Err(Error::invalid(
                 "endpoint",
-                format!("{}: expected an http(s) URL without a query", url.origin().ascii_serialization()),
+                format!(
+                    "{}: expected an http(s) URL without a query",
+                    url.origin().ascii_serialization()
+                ),
             ));
         }
         if url.scheme() == "https" && !cfg!(feature = "rustls") {
@@ -281,8 +284,9 @@ impl AzureBackendBuilder {
             },
             version: self.api_version.unwrap_or_else(|| API_VERSION.to_string()),
         };
-        let client = BlobContainerClient::new(url, token, Some(options))
-            .map_err(|e| Error::invalid("endpoint", crate::client::redact(&e.to_string(), &secrets)))?;
+        let client = BlobContainerClient::new(url, token, Some(options)).map_err(|e| {
+            Error::invalid("endpoint", crate::client::redact(&e.to_string(), &secrets))
+        })?;
         Ok(AzureBackend::new(client, container, prefix, secrets))
     }
 
@@ -422,34 +426,34 @@ pub(crate) fn parse_connection_string(cs: &str) -> Result<(String, Credential)> 
             },
         ));
     }
-    let endpoint = match (blob_endpoint, &account) {
-        (Some(e), _) => e,
-        (None, Some(a)) => {
-            let protocol = protocol.unwrap_or_else(|| "https".into());
-            if !matches!(protocol.as_str(), "http" | "https") {
-                return Err(bad("DefaultEndpointsProtocol must be http or https".into()));
+    let endpoint =
+        match (blob_endpoint, &account) {
+            (Some(e), _) => e,
+            (None, Some(a)) => {
+                let protocol = protocol.unwrap_or_else(|| "https".into());
+                if !matches!(protocol.as_str(), "http" | "https") {
+                    return Err(bad("DefaultEndpointsProtocol must be http or https".into()));
+                }
+                let suffix = suffix.unwrap_or_else(|| "core.windows.net".into());
+                format!("{protocol}://{a}.blob.{suffix}")
             }
-            let suffix = suffix.unwrap_or_else(|| "core.windows.net".into());
-            format!("{protocol}://{a}.blob.{suffix}")
-        }
-        (None, None) => {
-            return Err(bad(
+            (None, None) => return Err(bad(
                 "it names neither AccountName nor BlobEndpoint (nor UseDevelopmentStorage=true)"
                     .into(),
-            ))
-        }
-    };
+            )),
+        };
     let credential = match (key, sas) {
         (Some(key), _) => {
             let account = account.ok_or_else(|| bad("AccountKey needs AccountName".into()))?;
             let key = Secret::new(key);
-            check_key(&key).map_err(|_| bad("AccountKey is not valid base64 (it is not shown here)".into()))?;
+            check_key(&key)
+                .map_err(|_| bad("AccountKey is not valid base64 (it is not shown here)".into()))?;
             Credential::SharedKey { account, key }
         }
         (None, Some(sas)) => Credential::Sas(Secret::new(sas.trim_start_matches('?').to_string())),
         (None, None) => {
             return Err(bad(
-                "it has neither AccountKey nor SharedAccessSignature".into(),
+                "it has neither AccountKey nor SharedAccessSignature".into()
             ))
         }
     };
@@ -485,7 +489,9 @@ fn normalize_prefix(prefix: &str) -> Result<String> {
     let key = leasehold::Key::new(p).map_err(|_| {
         Error::invalid(
             "prefix",
-            format!("{prefix:?}: a prefix follows the key rule (A-Z a-z 0-9 . _ : / -, no doubled '/')"),
+            format!(
+                "{prefix:?}: a prefix follows the key rule (A-Z a-z 0-9 . _ : / -, no doubled '/')"
+            ),
         )
     })?;
     if key.as_str().len() > 256 {
@@ -521,12 +527,21 @@ mod tests {
 
     #[test]
     fn urls() {
-        assert_eq!(parse_url("azblob://locks").unwrap(), ("locks".into(), "".into()));
+        assert_eq!(
+            parse_url("azblob://locks").unwrap(),
+            ("locks".into(), "".into())
+        );
         assert_eq!(
             parse_url("azblob://locks/prod/eu").unwrap(),
             ("locks".into(), "prod/eu".into())
         );
-        for bad in ["azblob://", "azblob://Locks", "s3://x", "azblob://ab", "azblob://locks/a//b"] {
+        for bad in [
+            "azblob://",
+            "azblob://Locks",
+            "s3://x",
+            "azblob://ab",
+            "azblob://locks/a//b",
+        ] {
             assert!(parse_url(bad).is_err(), "{bad}");
         }
     }
@@ -541,9 +556,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(e, "https://acct.blob.core.chinacloudapi.cn");
-        let (e, c) =
-            parse_connection_string("BlobEndpoint=https://x.example/;SharedAccessSignature=sv=1&sig=zz")
-                .unwrap();
+        let (e, c) = parse_connection_string(
+            "BlobEndpoint=https://x.example/;SharedAccessSignature=sv=1&sig=zz",
+        )
+        .unwrap();
         assert_eq!(e, "https://x.example/");
         assert!(matches!(c, Credential::Sas(_)));
         for bad in [

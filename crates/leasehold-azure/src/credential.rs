@@ -237,10 +237,9 @@ mod tests {
 
     #[test]
     fn canonical_string_covers_headers_and_query() {
-        let url = Url::parse(
-            "http://127.0.0.1:10000/devstoreaccount1/locks/a%2Fb?comp=lease&timeout=5",
-        )
-        .unwrap();
+        let url =
+            Url::parse("http://127.0.0.1:10000/devstoreaccount1/locks/a%2Fb?comp=lease&timeout=5")
+                .unwrap();
         let mut req = Request::new(url, Method::Put);
         req.insert_header("x-ms-version", "2025-11-05");
         req.insert_header("x-ms-lease-action", "acquire");

@@ -200,6 +200,26 @@ impl AzureBackend {
         &self.inner.container_name
     }
 
+    /// Deletes the container with every lock blob in it. This resets every
+    /// key's fencing counter, so it is for tests and teardown only, never
+    /// while anyone may still hold or want a lock in it.
+    ///
+    /// # Errors
+    /// Backend failures (a missing container is not one).
+    pub async fn delete_container(&self) -> Result<()> {
+        match self.inner.container.delete(None).await {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let e = self.err(e);
+                if e.is(StatusCode::NotFound) {
+                    Ok(())
+                } else {
+                    Err(e.into_error("delete container"))
+                }
+            }
+        }
+    }
+
     fn blob(&self, key: &Key) -> (String, BlobClient) {
         let name = names::blob_name(&self.inner.prefix, key);
         let client = self.inner.container.blob_client(&name);
@@ -250,7 +270,11 @@ impl AzureBackend {
                 let etag = resp.etag().ok().flatten().map(|e| e.to_string());
                 let meta = resp.metadata().unwrap_or_default();
                 let leased = matches!(resp.lease_state(), Ok(Some(LeaseState::Leased)));
-                Ok(Some((etag.unwrap_or_default(), Record::from_metadata(&meta), leased)))
+                Ok(Some((
+                    etag.unwrap_or_default(),
+                    Record::from_metadata(&meta),
+                    leased,
+                )))
             }
             Err(e) => {
                 let e = self.err(e);
@@ -539,10 +563,7 @@ impl Backend for AzureBackend {
             else {
                 continue;
             };
-            let meta = item
-                .metadata
-                .and_then(|m| m.values)
-                .unwrap_or_default();
+            let meta = item.metadata.and_then(|m| m.values).unwrap_or_default();
             let record = Record::from_metadata(&meta);
             let leased = item
                 .properties

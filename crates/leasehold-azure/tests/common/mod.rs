@@ -24,7 +24,10 @@ fn endpoint_addr(cs: &str) -> String {
         .split(';')
         .find_map(|p| p.strip_prefix("BlobEndpoint="))
         .unwrap_or("http://127.0.0.1:10000/");
-    let rest = endpoint.split_once("://").map(|(_, r)| r).unwrap_or(endpoint);
+    let rest = endpoint
+        .split_once("://")
+        .map(|(_, r)| r)
+        .unwrap_or(endpoint);
     let host = rest.split('/').next().unwrap_or("127.0.0.1:10000");
     if host.contains(':') {
         host.to_string()

@@ -1,0 +1,446 @@
+//! Azure-specific behaviour, against a real Azurite (no mocks): faults are
+//! injected by pipeline policies around real requests.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use azure_core::http::policies::{Policy, PolicyResult};
+use azure_core::http::{Context, Request};
+use leasehold::{
+    AcquireOutcome, AcquireRequest, Backend, Error, Key, LeaseId, LockOptions, LossReason, Owner,
+    Store,
+};
+use leasehold_azure::AzureBackend;
+
+macro_rules! require_azurite {
+    () => {
+        if let Err(why) = common::reachable().await {
+            if leasehold::conformance::skip::<()>("azblob", &why).is_none() {
+                return;
+            }
+        }
+    };
+}
+
+const TTL: Duration = Duration::from_secs(15);
+
+fn request(key: &str, lease_id: &LeaseId) -> AcquireRequest {
+    AcquireRequest {
+        key: Key::new(key).unwrap(),
+        lease_id: lease_id.clone(),
+        ttl: TTL,
+        owner: Owner::current(),
+        data: Some("payload".into()),
+    }
+}
+
+fn granted(outcome: AcquireOutcome) -> u64 {
+    match outcome {
+        AcquireOutcome::Acquired(g) => g.fencing_token,
+        AcquireOutcome::Held(h) => panic!("unexpectedly held: {h:?}"),
+    }
+}
+
+/// Counts requests (every try) and, while `drop_answers` is above zero,
+/// sends matching requests but loses their answers: the ambiguous failure
+/// of a dropped connection.
+#[derive(Debug, Default)]
+struct Faults {
+    sent: AtomicUsize,
+    drop_answers: AtomicUsize,
+    drop_query: std::sync::Mutex<String>,
+}
+
+#[async_trait]
+impl Policy for Faults {
+    async fn send(
+        &self,
+        ctx: &Context,
+        request: &mut Request,
+        next: &[Arc<dyn Policy>],
+    ) -> PolicyResult {
+        self.sent.fetch_add(1, Ordering::SeqCst);
+        let query = request.url().query().unwrap_or("").to_string();
+        let matches = {
+            let wanted = self.drop_query.lock().unwrap();
+            !wanted.is_empty() && query.contains(wanted.as_str())
+        };
+        let response = next[0].send(ctx, request, &next[1..]).await?;
+        if matches
+            && self
+                .drop_answers
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        {
+            return Err(azure_core::Error::with_message(
+                azure_core::error::ErrorKind::Io,
+                "injected fault: connection reset after the request was sent",
+            ));
+        }
+        Ok(response)
+    }
+}
+
+fn faulty_backend() -> (AzureBackend, Arc<Faults>) {
+    let faults = Arc::new(Faults::default());
+    let backend = common::builder()
+        .per_try_policy(faults.clone())
+        .build()
+        .unwrap();
+    (backend, faults)
+}
+
+/// The metadata write succeeds but its answer is lost, on every try the
+/// SDK makes: the acquisition fails ambiguously. Asking again with the same
+/// lease id gets the lease with the token that was written, and the next
+/// holder's token is one more.
+#[tokio::test]
+async fn ambiguous_acquire_retry_gets_the_same_token() {
+    require_azurite!();
+    let (backend, faults) = faulty_backend();
+    let id = LeaseId::random();
+    let req = request("ambiguous", &id);
+
+    // Warm up: creates the container and blob; token 1.
+    let warm = LeaseId::random();
+    let t1 = granted(
+        backend
+            .try_acquire(&request("ambiguous", &warm))
+            .await
+            .unwrap(),
+    );
+    backend
+        .release(&leasehold::Lease {
+            key: req.key.clone(),
+            lease_id: warm,
+            ttl: TTL,
+            fencing_token: t1,
+        })
+        .await
+        .unwrap();
+
+    *faults.drop_query.lock().unwrap() = "comp=metadata".into();
+    faults.drop_answers.store(100, Ordering::SeqCst);
+    let err = backend.try_acquire(&req).await.unwrap_err();
+    assert!(
+        err.is_retryable(),
+        "an ambiguous failure is retryable: {err}"
+    );
+    faults.drop_answers.store(0, Ordering::SeqCst);
+
+    let t2 = granted(backend.try_acquire(&req).await.unwrap());
+    assert_eq!(t2, t1 + 1, "the lost write counted once");
+    assert_eq!(
+        granted(backend.try_acquire(&req).await.unwrap()),
+        t2,
+        "idempotent"
+    );
+    let info = backend.inspect(&req.key).await.unwrap();
+    assert_eq!(info.fencing_token, t2);
+    assert_eq!(info.holder.unwrap().data.as_deref(), Some("payload"));
+
+    // One lost answer only: the SDK's own retry sees 412 ConditionNotMet,
+    // the backend re-reads and recognises its own write.
+    let lease = leasehold::Lease {
+        key: req.key.clone(),
+        lease_id: id,
+        ttl: TTL,
+        fencing_token: t2,
+    };
+    backend.release(&lease).await.unwrap();
+    faults.drop_answers.store(1, Ordering::SeqCst);
+    let id3 = LeaseId::random();
+    let t3 = granted(
+        backend
+            .try_acquire(&request("ambiguous", &id3))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(t3, t2 + 1);
+    assert_eq!(faults.drop_answers.load(Ordering::SeqCst), 0);
+    backend.delete_container().await.unwrap();
+}
+
+/// Once a lock blob exists, an uncontended acquire + release costs three
+/// requests (acquire, metadata write, release) in a process that has seen
+/// the blob's record; a failed attempt costs two (acquire, and reading who
+/// holds it, which the backend always does because the trait has no way
+/// to say it is not wanted).
+#[tokio::test]
+async fn request_counts() {
+    require_azurite!();
+    let (backend, faults) = faulty_backend();
+    let store = Store::new(backend.clone());
+    let lock = store
+        .lock_with("counted", LockOptions::new().ttl(TTL))
+        .unwrap();
+    lock.try_acquire().await.unwrap().release().await.unwrap();
+
+    let before = faults.sent.load(Ordering::SeqCst);
+    let guard = lock.try_acquire().await.unwrap();
+    guard.release().await.unwrap();
+    assert_eq!(faults.sent.load(Ordering::SeqCst) - before, 3);
+
+    let guard = lock.try_acquire().await.unwrap();
+    let other = Store::new(backend.clone())
+        .lock_with("counted", LockOptions::new().ttl(TTL))
+        .unwrap();
+    let before = faults.sent.load(Ordering::SeqCst);
+    assert!(matches!(
+        other.try_acquire().await,
+        Err(Error::Held {
+            holder: Some(_),
+            ..
+        })
+    ));
+    assert_eq!(faults.sent.load(Ordering::SeqCst) - before, 2);
+    guard.release().await.unwrap();
+    backend.delete_container().await.unwrap();
+}
+
+/// A lease broken by someone else (another process, with its own backend)
+/// is noticed at the holder's next renewal, as a revocation.
+#[tokio::test]
+async fn lease_broken_from_outside_is_noticed_at_next_renewal() {
+    require_azurite!();
+    let holder = common::builder().build().unwrap();
+    let admin = common::builder()
+        .container(holder.container())
+        .build()
+        .unwrap();
+    let store = Store::new(holder.clone());
+    let guard = store
+        .lock_with(
+            "broken-outside",
+            LockOptions::new()
+                .ttl(TTL)
+                .renew_interval(Duration::from_secs(1)),
+        )
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    let broken = Store::new(admin)
+        .break_lease("broken-outside")
+        .await
+        .unwrap();
+    assert_eq!(broken.map(|h| h.fencing_token), Some(guard.fencing_token()));
+    let reason = tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("noticed at the next renewal (1 s)");
+    assert!(matches!(reason, LossReason::Revoked(_)), "{reason:?}");
+    assert!(guard.release().await.unwrap_err().is_lease_lost());
+    holder.delete_container().await.unwrap();
+}
+
+/// Deleting the container under a holder is a definitive loss at the next
+/// renewal; the next acquisition recreates container and blob.
+#[tokio::test]
+async fn container_deleted_under_a_holder() {
+    require_azurite!();
+    let backend = common::builder().build().unwrap();
+    let store = Store::new(backend.clone());
+    let lock = store
+        .lock_with(
+            "doomed",
+            LockOptions::new()
+                .ttl(TTL)
+                .renew_interval(Duration::from_secs(1)),
+        )
+        .unwrap();
+    let guard = lock.try_acquire().await.unwrap();
+    backend.delete_container().await.unwrap();
+    let reason = tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("noticed at the next renewal (1 s)");
+    match reason {
+        LossReason::Revoked(why) => assert!(why.contains("404"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    drop(guard);
+    // Azure refuses to recreate a container for a while after deleting it
+    // (409 ContainerBeingDeleted); Azurite does not. Either way: no panic,
+    // and once it can be created again the lock works.
+    let again = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            match lock.try_acquire().await {
+                Ok(g) => return g,
+                Err(e) if e.is_retryable() => tokio::time::sleep(Duration::from_millis(200)).await,
+                Err(e) => panic!("{e}"),
+            }
+        }
+    })
+    .await
+    .expect("the lock works again");
+    assert!(again.fencing_token() >= 1);
+    again.release().await.unwrap();
+    backend.delete_container().await.unwrap();
+}
+
+/// Wrong keys fail clearly (not retryable, naming the refusal) and never
+/// echo the key.
+#[tokio::test]
+async fn wrong_key_is_a_clear_error_without_the_key() {
+    require_azurite!();
+    let wrong = "V3JvbmdLZXlXcm9uZ0tleVdyb25nS2V5V3JvbmdLZXk=";
+    let backend = AzureBackend::builder()
+        .connection_string(format!(
+            "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={wrong};BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1"
+        ))
+        .container(common::fresh_container())
+        .build()
+        .unwrap();
+    assert!(!format!("{backend:?}").contains(wrong));
+    let store = Store::new(backend);
+    let err = store
+        .lock_with("k", LockOptions::new().ttl(TTL))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap_err();
+    let text = format!("{err} / {err:?}");
+    assert!(
+        matches!(
+            err,
+            Error::Backend {
+                retryable: false,
+                ..
+            }
+        ),
+        "{text}"
+    );
+    assert!(text.contains("403"), "{text}");
+    assert!(
+        !text.contains(wrong) && !text.contains("V3JvbmdLZXl"),
+        "{text}"
+    );
+    let err = store.inspect("k").await.unwrap_err();
+    assert!(!format!("{err:?}").contains(wrong));
+}
+
+/// Malformed connection strings are invalid input that names what is wrong
+/// but shows no value; nothing panics.
+#[tokio::test]
+async fn bad_connection_strings_are_clear_errors() {
+    let secret = "c2VjcmV0LXNlY3JldC1zZWNyZXQ=";
+    for (cs, expect) in [
+        (format!("AccountName=a;AccountKey={secret}"), None),
+        ("".to_string(), Some("neither")),
+        ("just-garbage".to_string(), Some("NAME=VALUE")),
+        (
+            format!("AccountName=a;Key={secret}"),
+            Some("unknown setting"),
+        ),
+        (
+            format!("AccountKey={secret};BlobEndpoint=http://127.0.0.1:1/x"),
+            Some("AccountName"),
+        ),
+        (
+            "AccountName=a;AccountKey=%%%not-base64%%%".to_string(),
+            Some("base64"),
+        ),
+        (
+            format!("AccountName=a;AccountKey={secret};DefaultEndpointsProtocol=ftp"),
+            Some("http or https"),
+        ),
+    ] {
+        let result = AzureBackend::builder()
+            .connection_string(cs.clone())
+            .container("locks")
+            .build();
+        match (result, expect) {
+            // Well-formed (https without the rustls feature is NotSupported).
+            (Ok(_), None) | (Err(Error::NotSupported(_)), None) => {}
+            (Err(e @ Error::InvalidInput { .. }), Some(words)) => {
+                let text = format!("{e} / {e:?}");
+                assert!(text.contains(words), "{cs:?}: {text}");
+                assert!(
+                    !text.contains(secret) && !text.contains("not-base64"),
+                    "{text}"
+                );
+            }
+            (other, _) => panic!("{cs:?}: {other:?}"),
+        }
+    }
+    let err = AzureBackend::from_url("azblob://No_Such")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
+    let err = AzureBackend::from_url("azblob://").await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidInput {
+                what: "store URL",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+/// TTLs outside Azure's 15-60 s are rejected, naming the range.
+#[tokio::test]
+async fn ttl_outside_azure_range_is_rejected_with_the_range() {
+    let backend = common::builder().build().unwrap();
+    let store = Store::new(backend);
+    for secs in [10, 90] {
+        let err = store
+            .lock_with("ttl", LockOptions::new().ttl(Duration::from_secs(secs)))
+            .unwrap_err();
+        match &err {
+            Error::InvalidInput {
+                what: "ttl",
+                message,
+            } => {
+                assert!(
+                    message.contains("15s") && message.contains("60s"),
+                    "{message}"
+                );
+            }
+            other => panic!("{secs}: {other}"),
+        }
+    }
+}
+
+/// Keys whose segments end in dots, and prefixes ending in dots, map to
+/// valid blob names and list back correctly.
+#[tokio::test]
+async fn awkward_keys_round_trip_through_list() {
+    require_azurite!();
+    let backend = common::builder().prefix("p.").build().unwrap();
+    let store = Store::new(backend.clone());
+    let keys = ["a.", "a./b", "a/../c", "a..b", "x:y_z-1"];
+    for k in keys {
+        let g = store
+            .lock_with(k, LockOptions::new().ttl(TTL))
+            .unwrap()
+            .try_acquire()
+            .await
+            .unwrap();
+        g.release().await.unwrap();
+    }
+    let all: Vec<String> = store
+        .list("")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| i.key.as_str().to_string())
+        .collect();
+    let mut expected: Vec<String> = keys.iter().map(|s| s.to_string()).collect();
+    expected.sort();
+    assert_eq!(all, expected);
+    let dotted: Vec<String> = store
+        .list("a.")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| i.key.as_str().to_string())
+        .collect();
+    assert_eq!(dotted, vec!["a.", "a..b", "a./b"]);
+    backend.delete_container().await.unwrap();
+}
