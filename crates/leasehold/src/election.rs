@@ -132,7 +132,9 @@ impl Election {
 
     /// Who leads now, as the backend sees it: owner identity, published
     /// data, term ([`fencing_token`](HolderInfo::fencing_token)), since
-    /// when. `None` when nobody does.
+    /// when. `None` when nobody does. A leader that died is shown until its
+    /// lease runs out (on backends whose capabilities say
+    /// `takeover_needs_observation`, until a candidate takes over).
     ///
     /// # Errors
     /// Backend failures.
@@ -140,13 +142,15 @@ impl Election {
         Ok(self.lock.inspect().await?.holder)
     }
 
-    /// Follows leader changes by asking the store every `every`. The
-    /// observer's first [`next`](LeaderObserver::next) returns the current
-    /// state at once.
+    /// Follows leader changes by asking the store every `every` (at least
+    /// 1 ms; one `inspect` request each). The observer's first
+    /// [`next`](LeaderObserver::next) returns the current state at once.
+    /// Changes made and undone between two polls are not seen, but the
+    /// terms they began are counted ([`LeaderChange::missed_terms`]).
     pub fn observe(&self, every: Duration) -> LeaderObserver {
         LeaderObserver {
             lock: self.lock.clone(),
-            every,
+            every: every.max(Duration::from_millis(1)),
             last: None,
         }
     }
