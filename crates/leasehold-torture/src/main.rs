@@ -1,0 +1,106 @@
+//! `leasehold-torture`: many real processes contend for the same keys, through
+//! the library and through `leasehold run`, while faults are injected; an
+//! independent witness records what every holder did, and a checker reports
+//! any violation of mutual exclusion or fencing.
+//!
+//! ```text
+//! leasehold-torture run --store sqlite:/tmp/t.db --duration 60s
+//! ```
+//!
+//! The `worker` and `section` subcommands are the processes `run` starts.
+
+mod check;
+mod coordinator;
+mod report;
+mod witness;
+mod worker;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "leasehold-torture", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a bounded torture session and report.
+    Run(coordinator::RunArgs),
+    /// (internal) A library worker process.
+    Worker {
+        #[arg(long)]
+        store: String,
+        #[arg(long)]
+        key: String,
+        #[arg(long)]
+        witness: PathBuf,
+        #[arg(long)]
+        id: String,
+        #[arg(long, value_parser = humantime::parse_duration)]
+        ttl: Duration,
+        /// Stop taking the lock after this boot-clock time (ns).
+        #[arg(long)]
+        until_ns: u64,
+    },
+    /// (internal) The command `leasehold run` runs under the lock.
+    Section {
+        #[arg(long)]
+        witness: PathBuf,
+        #[arg(long)]
+        id: String,
+        #[arg(long)]
+        ticks: u32,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Section { witness, id, ticks } => {
+            worker::section(&witness::Witness::new(witness), &id, ticks).map(|_| ExitCode::SUCCESS)
+        }
+        Command::Worker {
+            store,
+            key,
+            witness,
+            id,
+            ttl,
+            until_ns,
+        } => runtime().and_then(|rt| {
+            rt.block_on(async {
+                let store = coordinator::open_store(&store).await?;
+                worker::library_worker(worker::WorkerArgs {
+                    store,
+                    key,
+                    witness: witness::Witness::new(witness),
+                    id,
+                    ttl,
+                    until_ns,
+                })
+                .await
+                .map(|_| ExitCode::SUCCESS)
+            })
+        }),
+        Command::Run(args) => runtime().and_then(|rt| rt.block_on(coordinator::run(args))),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("leasehold-torture: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
+}

@@ -1,0 +1,343 @@
+//! The independent witness: a fenced resource that every holder writes to
+//! while it believes it holds a lock, and the log the checker reads.
+//!
+//! It trusts nothing of leasehold's: it is a directory of plain files. Each
+//! write takes an exclusive `flock` on the key's state file, compares the
+//! writer's fencing token with the greatest one the key has accepted (in the
+//! current store epoch), accepts the write if it is not smaller (and raises
+//! the maximum), and appends one line to `witness.log` saying what happened.
+//! Time is the machine's boot clock, shared by every process here.
+//!
+//! Log line: `KIND KEY EPOCH TOKEN WORKER PID PPID T_NS ACCEPTED [DETAIL]`.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+
+use leasehold::Clock;
+
+/// What a record says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A holder starts its critical section.
+    Begin,
+    /// A holder does a unit of work.
+    Tick,
+    /// A holder ends its critical section normally.
+    End,
+    /// A holder's guard said the lease is lost.
+    Lost,
+    /// A write deliberately sent after the guard said lost (as if it had
+    /// been in flight): fencing must reject it if someone newer wrote.
+    Late,
+    /// The coordinator injected a fault (DETAIL names it).
+    Fault,
+    /// The store lost its state; tokens start again (coordinator).
+    Epoch,
+}
+
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::Begin => "begin",
+            Kind::Tick => "tick",
+            Kind::End => "end",
+            Kind::Lost => "lost",
+            Kind::Late => "late",
+            Kind::Fault => "fault",
+            Kind::Epoch => "epoch",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Kind> {
+        Some(match s {
+            "begin" => Kind::Begin,
+            "tick" => Kind::Tick,
+            "end" => Kind::End,
+            "lost" => Kind::Lost,
+            "late" => Kind::Late,
+            "fault" => Kind::Fault,
+            "epoch" => Kind::Epoch,
+            _ => return None,
+        })
+    }
+}
+
+/// One line of the log.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub kind: Kind,
+    pub key: String,
+    pub epoch: u64,
+    pub token: u64,
+    pub worker: String,
+    pub pid: u32,
+    pub ppid: u32,
+    pub t_ns: u64,
+    pub accepted: bool,
+    pub detail: String,
+}
+
+/// A handle on the witness directory.
+#[derive(Debug, Clone)]
+pub struct Witness {
+    dir: PathBuf,
+}
+
+pub fn now_ns() -> u64 {
+    leasehold::SystemClock.now().as_nanos() as u64
+}
+
+impl Witness {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Witness { dir: dir.into() }
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.join("witness.log")
+    }
+
+    fn epoch(&self) -> u64 {
+        std::fs::read_to_string(self.dir.join("epoch"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Starts a new store epoch (the store lost its state).
+    pub fn bump_epoch(&self, detail: &str) -> std::io::Result<u64> {
+        let next = self.epoch() + 1;
+        std::fs::write(self.dir.join("epoch"), next.to_string())?;
+        self.append(&Record {
+            kind: Kind::Epoch,
+            key: "-".into(),
+            epoch: next,
+            token: 0,
+            worker: "coordinator".into(),
+            pid: std::process::id(),
+            ppid: 0,
+            t_ns: now_ns(),
+            accepted: true,
+            detail: detail.into(),
+        })?;
+        Ok(next)
+    }
+
+    /// A fenced write of `kind` by `worker` holding `token` on `key`: accepted
+    /// unless a greater token has written to the key in this epoch.
+    pub fn write(&self, kind: Kind, key: &str, token: u64, worker: &str) -> std::io::Result<bool> {
+        Ok(self
+            .write_inner(kind, key, token, worker, || true)?
+            .unwrap_or(false))
+    }
+
+    /// Like [`write`](Self::write), but only if `still_held()` is true when
+    /// checked under the witness's lock; returns whether it was (so a check
+    /// of the guard and the write it allows are one step).
+    pub fn write_if(
+        &self,
+        kind: Kind,
+        key: &str,
+        token: u64,
+        worker: &str,
+        still_held: impl FnOnce() -> bool,
+    ) -> std::io::Result<bool> {
+        Ok(self
+            .write_inner(kind, key, token, worker, still_held)?
+            .is_some())
+    }
+
+    fn write_inner(
+        &self,
+        kind: Kind,
+        key: &str,
+        token: u64,
+        worker: &str,
+        still_held: impl FnOnce() -> bool,
+    ) -> std::io::Result<Option<bool>> {
+        let state_path = self.dir.join(format!("{}.state", key.replace('/', "%")));
+        let state = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(state_path)?;
+        let _lock = Flock::exclusive(&state)?;
+        if !still_held() {
+            return Ok(None);
+        }
+        let epoch = self.epoch();
+        let mut text = String::new();
+        (&state).read_to_string(&mut text)?;
+        let (state_epoch, max) = text
+            .split_once(' ')
+            .and_then(|(e, m)| Some((e.trim().parse::<u64>().ok()?, m.trim().parse::<u64>().ok()?)))
+            .unwrap_or((0, 0));
+        let max = if state_epoch == epoch { max } else { 0 };
+        let accepted = match kind {
+            Kind::Lost => true,
+            _ => token >= max,
+        };
+        if accepted && token > max {
+            state.set_len(0)?;
+            (&state).seek(SeekFrom::Start(0))?;
+            write!(&state, "{epoch} {token}")?;
+        }
+        self.append(&Record {
+            kind,
+            key: key.into(),
+            epoch,
+            token,
+            worker: worker.into(),
+            pid: std::process::id(),
+            // SAFETY: getppid cannot fail.
+            ppid: unsafe { libc::getppid() } as u32,
+            t_ns: now_ns(),
+            accepted,
+            detail: String::new(),
+        })?;
+        Ok(Some(accepted))
+    }
+
+    /// Records a fault injected on `key`'s holder `worker`.
+    pub fn fault(&self, key: &str, worker: &str, pid: u32, what: &str) -> std::io::Result<()> {
+        self.append(&Record {
+            kind: Kind::Fault,
+            key: key.into(),
+            epoch: self.epoch(),
+            token: 0,
+            worker: worker.into(),
+            pid,
+            ppid: 0,
+            t_ns: now_ns(),
+            accepted: true,
+            detail: what.into(),
+        })
+    }
+
+    fn append(&self, r: &Record) -> std::io::Result<()> {
+        let line = format!(
+            "{} {} {} {} {} {} {} {} {} {}\n",
+            r.kind.as_str(),
+            r.key,
+            r.epoch,
+            r.token,
+            r.worker,
+            r.pid,
+            r.ppid,
+            r.t_ns,
+            u8::from(r.accepted),
+            if r.detail.is_empty() { "-" } else { &r.detail }
+        );
+        // One write() on an O_APPEND file: lines never interleave.
+        let mut log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())?;
+        log.write_all(line.as_bytes())
+    }
+
+    /// Every record so far, in log order.
+    pub fn read(&self) -> std::io::Result<Vec<Record>> {
+        let text = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        Ok(text.lines().filter_map(parse_line).collect())
+    }
+
+    /// Records appended after byte `offset`; returns them and the new offset.
+    pub fn read_from(&self, offset: u64) -> std::io::Result<(Vec<Record>, u64)> {
+        let mut f = match File::open(self.log_path()) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), offset)),
+            Err(e) => return Err(e),
+        };
+        f.seek(SeekFrom::Start(offset))?;
+        let mut text = String::new();
+        f.read_to_string(&mut text)?;
+        // Only whole lines; a partial last line is read next time.
+        let whole = text.rfind('\n').map(|i| i + 1).unwrap_or(0);
+        let records = text[..whole].lines().filter_map(parse_line).collect();
+        Ok((records, offset + whole as u64))
+    }
+}
+
+fn parse_line(line: &str) -> Option<Record> {
+    let f: Vec<&str> = line.split(' ').collect();
+    if f.len() < 10 {
+        return None;
+    }
+    Some(Record {
+        kind: Kind::parse(f[0])?,
+        key: f[1].into(),
+        epoch: f[2].parse().ok()?,
+        token: f[3].parse().ok()?,
+        worker: f[4].into(),
+        pid: f[5].parse().ok()?,
+        ppid: f[6].parse().ok()?,
+        t_ns: f[7].parse().ok()?,
+        accepted: f[8] == "1",
+        detail: if f[9] == "-" {
+            String::new()
+        } else {
+            f[9..].join(" ")
+        },
+    })
+}
+
+/// An exclusive `flock` held until dropped.
+struct Flock<'a>(&'a File);
+
+impl<'a> Flock<'a> {
+    fn exclusive(file: &'a File) -> std::io::Result<Self> {
+        // std's File::lock would do, but it needs Rust 1.89; flock is one call.
+        // SAFETY: a valid open fd.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Flock(file))
+    }
+}
+
+impl Drop for Flock<'_> {
+    fn drop(&mut self) {
+        // SAFETY: a valid open fd.
+        unsafe {
+            libc::flock(self.0.as_raw_fd(), libc::LOCK_UN);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fencing_rejects_older_tokens_until_a_new_epoch() {
+        let dir = tempfile_dir();
+        let w = Witness::new(&dir);
+        assert!(w.write(Kind::Begin, "k", 5, "a").unwrap());
+        assert!(w.write(Kind::Tick, "k", 5, "a").unwrap());
+        assert!(w.write(Kind::Begin, "k", 6, "b").unwrap());
+        assert!(!w.write(Kind::Late, "k", 5, "a").unwrap());
+        assert!(
+            w.write(Kind::Begin, "other", 1, "c").unwrap(),
+            "keys are independent"
+        );
+        w.bump_epoch("restart").unwrap();
+        assert!(
+            w.write(Kind::Begin, "k", 1, "d").unwrap(),
+            "a new epoch starts over"
+        );
+        let records = w.read().unwrap();
+        assert_eq!(records.len(), 7);
+        assert!(!records[3].accepted && records[3].kind == Kind::Late);
+        assert_eq!(records[6].epoch, 1);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    fn tempfile_dir() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("witness-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+}

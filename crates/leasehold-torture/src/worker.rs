@@ -1,0 +1,104 @@
+//! The two kinds of holders: a library worker (a process that takes the lock
+//! through the library in a loop) and a section (the command a `leasehold
+//! run` process runs under the lock).
+
+use std::time::Duration;
+
+use leasehold::{Error, LockOptions, Store, Wait};
+use rand::Rng;
+
+use crate::witness::{now_ns, Kind, Witness};
+
+/// Pause between two units of work inside a critical section.
+pub const TICK: Duration = Duration::from_millis(20);
+
+pub struct WorkerArgs {
+    pub store: Store,
+    pub key: String,
+    pub witness: Witness,
+    pub id: String,
+    pub ttl: Duration,
+    pub until_ns: u64,
+}
+
+/// Takes the lock, works, releases, until `until_ns`. Every write to the
+/// witness is made only while the guard says the lease is held (checked
+/// under the witness's lock, so the check and the write are one step); when
+/// the guard says lost, the worker records it and sends one deliberate late
+/// write, which fencing must reject if a newer holder has written.
+pub async fn library_worker(a: WorkerArgs) -> anyhow::Result<()> {
+    let lock = a.store.lock_with(
+        &a.key,
+        LockOptions::new().ttl(a.ttl).owner_label(a.id.clone()),
+    )?;
+    while now_ns() < a.until_ns {
+        let left = Duration::from_nanos(a.until_ns.saturating_sub(now_ns()));
+        let guard = match lock.acquire(Wait::Timeout(left.min(a.ttl * 5))).await {
+            Ok(g) => g,
+            Err(Error::TimedOut { .. }) => continue,
+            Err(e) => {
+                eprintln!("{}: acquire failed: {e}", a.id);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let token = guard.fencing_token();
+        // Record the loss the moment the guard declares it.
+        let on_loss = {
+            let lost = guard.lost_token();
+            let (w, key, id) = (a.witness.clone(), a.key.clone(), a.id.clone());
+            tokio::spawn(async move {
+                lost.cancelled().await;
+                let _ = w.write(Kind::Lost, &key, token, &id);
+            })
+        };
+        let ticks = rand::rng().random_range(3..12);
+        let mut held = a
+            .witness
+            .write_if(Kind::Begin, &a.key, token, &a.id, || !guard.is_lost())?;
+        for _ in 0..ticks {
+            if !held {
+                break;
+            }
+            tokio::time::sleep(TICK).await;
+            held = a
+                .witness
+                .write_if(Kind::Tick, &a.key, token, &a.id, || !guard.is_lost())?;
+        }
+        if held {
+            held = a
+                .witness
+                .write_if(Kind::End, &a.key, token, &a.id, || !guard.is_lost())?;
+        }
+        if held {
+            on_loss.abort();
+            match guard.release().await {
+                // Broken from outside before the guard noticed: expected.
+                Ok(()) | Err(Error::LeaseLost { .. }) => {}
+                Err(e) => eprintln!("{}: release failed: {e}", a.id),
+            }
+        } else {
+            a.witness.write(Kind::Lost, &a.key, token, &a.id)?;
+            a.witness.write(Kind::Late, &a.key, token, &a.id)?;
+            on_loss.abort();
+            let _ = guard.release().await;
+        }
+        let think = rand::rng().random_range(0..30);
+        tokio::time::sleep(Duration::from_millis(think)).await;
+    }
+    Ok(())
+}
+
+/// The command run by `leasehold run`: begin, a few ticks, end. It knows
+/// nothing of leases; `leasehold run` must stop it when the lease is lost.
+pub fn section(witness: &Witness, id: &str, ticks: u32) -> anyhow::Result<()> {
+    let key = std::env::var("LEASEHOLD_KEY")?;
+    let token: u64 = std::env::var("LEASEHOLD_FENCING_TOKEN")?.parse()?;
+    witness.write(Kind::Begin, &key, token, id)?;
+    for _ in 0..ticks {
+        std::thread::sleep(TICK);
+        witness.write(Kind::Tick, &key, token, id)?;
+    }
+    witness.write(Kind::End, &key, token, id)?;
+    Ok(())
+}
