@@ -113,14 +113,16 @@ impl DynamoDbBackend {
                 backend,
                 operation,
                 retryable,
-                Message(format!(
-                    "{source} (table {:?}, region {}, endpoint {})",
-                    self.table,
-                    self.region,
-                    self.endpoint
-                        .as_deref()
-                        .unwrap_or("the region's AWS endpoint")
-                )),
+                Message(match &self.endpoint {
+                    Some(endpoint) => format!(
+                        "{source} (table {:?}, region {}, endpoint {endpoint})",
+                        self.table, self.region
+                    ),
+                    None => format!(
+                        "{source} (table {:?}, region {}, the region's AWS endpoint; is the region name right?)",
+                        self.table, self.region
+                    ),
+                }),
             ),
             other => other,
         }

@@ -3,7 +3,7 @@
 use std::fmt;
 
 use aws_sdk_dynamodb::config::http::HttpResponse;
-use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use leasehold::Error;
 
 pub(crate) const BACKEND: &str = "dynamodb";
@@ -57,7 +57,16 @@ pub(crate) fn map_sdk<E>(
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
-    let chain = DisplayErrorContext(&err).to_string();
+    let chain = match &err {
+        SdkError::ServiceError(se) => {
+            let code = se.err().code().unwrap_or("unknown error");
+            match se.err().message() {
+                Some(m) => format!("{code}: {m}"),
+                None => code.to_string(),
+            }
+        }
+        other => chain(other),
+    };
     let (retryable, text) = match &err {
         SdkError::ConstructionFailure(_) => (
             false,
@@ -73,7 +82,12 @@ where
             // Identity resolution failures surface here too, and are not
             // transient in the way a refused connection may be.
             let no_credentials = chain.contains("credentials") || chain.contains("identity");
-            if no_credentials {
+            if chain.contains("no identity resolver") {
+                (
+                    false,
+                    "no AWS credentials: none are configured (the standard chain looks at the environment, profile files, web identity, container and instance metadata)".to_string(),
+                )
+            } else if no_credentials {
                 (
                     false,
                     format!("could not get AWS credentials from the standard chain (environment, profile, web identity, instance metadata): {chain}"),
@@ -92,7 +106,7 @@ where
             if AUTH_CODES.contains(&code) {
                 (
                     false,
-                    format!("DynamoDB refused the credentials or the permission ({code}): {chain}"),
+                    format!("DynamoDB refused the credentials or the permission: {chain}"),
                 )
             } else if code == "ResourceNotFoundException" {
                 (
@@ -106,4 +120,19 @@ where
         _ => (true, chain),
     };
     Error::backend(BACKEND, operation, retryable, Message(text))
+}
+
+/// The Display texts of an error and its sources, without the Debug dumps
+/// (raw responses, headers) that the SDK's own context printer adds.
+fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = vec![err.to_string()];
+    let mut source = err.source();
+    while let Some(e) = source {
+        let text = e.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        source = e.source();
+    }
+    parts.join(": ")
 }

@@ -1,0 +1,223 @@
+//! Skewed clocks against DynamoDB Local: the default mode never lets two
+//! holders in at once, whatever the clocks say; the clock-trusting mode is
+//! as safe as its stated skew bound.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use leasehold::{
+    AcquireOutcome, AcquireRequest, Backend, Clock, Key, Lease, LeaseId, LockOptions, Owner,
+    SharedClock, Store, SystemClock,
+};
+use leasehold_dynamodb::{DynamoDbBackend, TakeoverMode, WallClock};
+
+/// A monotonic clock with an offset and a rate error.
+#[derive(Debug)]
+struct SkewedClock {
+    origin: Duration,
+    offset: Duration,
+    rate_ppm: i64,
+}
+
+impl SkewedClock {
+    fn new(offset: Duration, rate_ppm: i64) -> SharedClock {
+        Arc::new(SkewedClock {
+            origin: SystemClock.now(),
+            offset,
+            rate_ppm,
+        })
+    }
+}
+
+impl Clock for SkewedClock {
+    fn now(&self) -> Duration {
+        let elapsed = SystemClock.now() - self.origin;
+        let skew = elapsed.as_nanos() as i128 * self.rate_ppm as i128 / 1_000_000;
+        self.offset + Duration::from_nanos((elapsed.as_nanos() as i128 + skew) as u64)
+    }
+}
+
+fn wall(offset_secs: i64) -> WallClock {
+    Arc::new(move || {
+        let now = SystemTime::now();
+        if offset_secs >= 0 {
+            now + Duration::from_secs(offset_secs as u64)
+        } else {
+            now - Duration::from_secs(offset_secs.unsigned_abs())
+        }
+    })
+}
+
+/// Machine A: monotonic clock hours ahead and fast, wall clock 10 min slow.
+fn machine_a() -> Option<(SharedClock, leasehold_dynamodb::DynamoDbBackendBuilder)> {
+    let clock = SkewedClock::new(Duration::from_secs(3 * 3600), 400);
+    let b = common::builder()?
+        .clock(clock.clone())
+        .wall_clock(wall(-600));
+    Some((clock, b))
+}
+
+/// Machine B: monotonic clock at zero and slow, wall clock 10 min fast.
+fn machine_b() -> Option<(SharedClock, leasehold_dynamodb::DynamoDbBackendBuilder)> {
+    let clock = SkewedClock::new(Duration::ZERO, -400);
+    let b = common::builder()?
+        .clock(clock.clone())
+        .wall_clock(wall(600));
+    Some((clock, b))
+}
+
+async fn raw_lease(backend: &DynamoDbBackend, key: &str, ttl: Duration) -> Lease {
+    let req = AcquireRequest {
+        key: Key::new(key).unwrap(),
+        lease_id: LeaseId::random(),
+        ttl,
+        owner: Owner::current(),
+        data: None,
+    };
+    match backend.try_acquire(&req).await.unwrap() {
+        AcquireOutcome::Acquired(g) => Lease {
+            key: req.key,
+            lease_id: req.lease_id,
+            ttl,
+            fencing_token: g.fencing_token,
+        },
+        AcquireOutcome::Held(h) => panic!("{key} unexpectedly held by {h:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn skewed_clocks_never_both_hold_a_lock() {
+    let Some((clock_a, a)) = machine_a() else {
+        return;
+    };
+    let (clock_b, b) = machine_b().unwrap();
+    let store_a = Store::with_clock(Arc::new(a.build().await.unwrap()), clock_a);
+    let store_b = Store::with_clock(Arc::new(b.build().await.unwrap()), clock_b);
+    let key = common::unique_key("skew");
+    let ttl = Duration::from_secs(1);
+    let inside = Arc::new(AtomicBool::new(false));
+    let tokens = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for store in [&store_a, &store_b] {
+        for _ in 0..2 {
+            let lock = store
+                .lock_with(
+                    &key,
+                    LockOptions::new()
+                        .ttl(ttl)
+                        .poll_interval(Duration::from_millis(20), Duration::from_millis(60)),
+                )
+                .unwrap();
+            let inside = inside.clone();
+            let tokens = tokens.clone();
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..2 {
+                    let guard = lock.acquire(Duration::from_secs(120)).await.unwrap();
+                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                    tokens.lock().unwrap().push(guard.fencing_token());
+                    // Longer than the TTL: only renewals keep the lease, and a
+                    // wrongful takeover would land inside this section.
+                    tokio::select! {
+                        _ = tokio::time::sleep(ttl * 3 / 2) => {}
+                        reason = guard.lost() => panic!("lease lost while renewing: {reason}"),
+                    }
+                    inside.store(false, Ordering::SeqCst);
+                    guard.release().await.unwrap();
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let tokens = tokens.lock().unwrap();
+    assert_eq!(tokens.len(), 8);
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+}
+
+/// A holder that stops renewing is taken over only after its whole TTL has
+/// passed in real time, though the waiter's clocks say it expired long ago.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_holder_taken_over_only_after_its_ttl_despite_skew() {
+    let Some((_, a)) = machine_a() else { return };
+    let (clock_b, b) = machine_b().unwrap();
+    let a = a.build().await.unwrap();
+    let key = common::unique_key("skew-dead");
+    let ttl = Duration::from_secs(2);
+    let started = tokio::time::Instant::now();
+    let lease = raw_lease(&a, &key, ttl).await;
+    let store_b = Store::with_clock(Arc::new(b.build().await.unwrap()), clock_b);
+    let guard = store_b
+        .lock_with(
+            &key,
+            LockOptions::new()
+                .ttl(ttl)
+                .poll_interval(Duration::from_millis(20), Duration::from_millis(60)),
+        )
+        .unwrap()
+        .acquire(Duration::from_secs(30))
+        .await
+        .unwrap();
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed >= ttl,
+        "taken over after {elapsed:?}, within the TTL of {ttl:?}"
+    );
+    assert!(
+        elapsed < ttl * 2 + Duration::from_secs(2),
+        "took {elapsed:?}"
+    );
+    assert!(guard.fencing_token() > lease.fencing_token);
+    assert!(a.renew(&lease).await.unwrap_err().is_lease_lost());
+    guard.release().await.unwrap();
+}
+
+/// The same skew breaks the clock-trusting mode when it exceeds the stated
+/// bound (which is why it is opt-in), and with clocks within the bound that
+/// mode takes over from the stored expiry at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trusting_clocks_is_only_as_safe_as_the_stated_skew() {
+    let Some((_, a)) = machine_a() else { return };
+    let a = a.build().await.unwrap();
+    let ttl = Duration::from_secs(5);
+
+    // B's wall clock is 20 minutes ahead of A's, far beyond the stated 1 s:
+    // B takes A's live lease at once. The default mode above never does.
+    let (_, b) = machine_b().unwrap();
+    let b = b
+        .takeover(TakeoverMode::TrustClocks {
+            max_skew: Duration::from_secs(1),
+        })
+        .build()
+        .await
+        .unwrap();
+    assert!(!b.capabilities().takeover_needs_observation);
+    let key = common::unique_key("trust-broken");
+    let lease = raw_lease(&a, &key, ttl).await;
+    let stolen = raw_lease(&b, &key, ttl).await;
+    assert!(stolen.fencing_token > lease.fencing_token);
+
+    // With honest clocks, a waiter that first looks after expiry + skew
+    // gets the lease on its first request.
+    let honest = common::builder()
+        .unwrap()
+        .takeover(TakeoverMode::TrustClocks {
+            max_skew: Duration::from_millis(200),
+        })
+        .build()
+        .await
+        .unwrap();
+    let key = common::unique_key("trust-ok");
+    let short = Duration::from_secs(1);
+    let plain = common::backend().await.unwrap();
+    let old = raw_lease(&plain, &key, short).await;
+    // Let the lease run out unrenewed: nothing to await but time itself.
+    tokio::time::sleep(short + Duration::from_millis(400)).await;
+    let before = honest.requests_sent();
+    let new = raw_lease(&honest, &key, short).await;
+    assert_eq!(honest.requests_sent() - before, 1, "one request");
+    assert!(new.fencing_token > old.fencing_token);
+}
