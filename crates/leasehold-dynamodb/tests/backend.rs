@@ -1,0 +1,484 @@
+//! The DynamoDB backend's own tests against DynamoDB Local: losing and
+//! refusing leases across clients, request counts, the table, and errors.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold::{
+    AcquireOutcome, AcquireRequest, Backend, Error, Key, Lease, LeaseId, LockOptions, LossReason,
+    Owner, Store,
+};
+use leasehold_dynamodb::aws_config::{BehaviorVersion, SdkConfig};
+use leasehold_dynamodb::aws_sdk_dynamodb::config::Credentials;
+use leasehold_dynamodb::aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, TableStatus,
+    TimeToLiveStatus,
+};
+use leasehold_dynamodb::DynamoDbBackend;
+
+fn request(key: &str, ttl: Duration) -> AcquireRequest {
+    AcquireRequest {
+        key: Key::new(key).unwrap(),
+        lease_id: LeaseId::random(),
+        ttl,
+        owner: Owner::current(),
+        data: None,
+    }
+}
+
+async fn raw_lease(backend: &DynamoDbBackend, key: &str, ttl: Duration) -> Lease {
+    let req = request(key, ttl);
+    match backend.try_acquire(&req).await.unwrap() {
+        AcquireOutcome::Acquired(g) => Lease {
+            key: req.key,
+            lease_id: req.lease_id,
+            ttl,
+            fencing_token: g.fencing_token,
+        },
+        AcquireOutcome::Held(h) => panic!("{key} unexpectedly held by {h:?}"),
+    }
+}
+
+fn opts(ttl: Duration) -> LockOptions {
+    LockOptions::new()
+        .ttl(ttl)
+        .poll_interval(Duration::from_millis(20), Duration::from_millis(60))
+}
+
+fn assert_revoked(err: Error) {
+    assert!(
+        matches!(
+            &err,
+            Error::LeaseLost {
+                reason: LossReason::Revoked(_),
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+/// Two clients (two SDK clients, as two machines would have): after B takes
+/// over A's expired lease, A's renew and release are definitive losses and
+/// change nothing for B.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_holder_renew_after_takeover_fails() {
+    let Some(a) = common::backend().await else {
+        return;
+    };
+    let b = Arc::new(common::backend().await.unwrap());
+    let key = common::unique_key("stale");
+    let ttl = Duration::from_secs(1);
+    let stale = raw_lease(&a, &key, ttl).await;
+    let store_b = Store::from_backend(b.clone());
+    let guard = store_b
+        .lock_with(&key, opts(ttl))
+        .unwrap()
+        .acquire(Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert!(guard.fencing_token() > stale.fencing_token);
+    assert_revoked(a.renew(&stale).await.unwrap_err());
+    assert_revoked(a.release(&stale).await.unwrap_err());
+    let info = a.inspect(&Key::new(&key).unwrap()).await.unwrap();
+    assert_eq!(
+        info.holder.map(|h| h.fencing_token),
+        Some(guard.fencing_token())
+    );
+    assert!(!guard.is_lost());
+    guard.release().await.unwrap();
+}
+
+/// Releases by lease ids that do not hold the key are refused and change
+/// nothing; a repeated release of our own (a retry after an ambiguous
+/// failure) is recognised as already done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_by_non_holder_is_refused() {
+    let Some(a) = common::backend().await else {
+        return;
+    };
+    let b = common::backend().await.unwrap();
+    let key = common::unique_key("foreign");
+    let ttl = Duration::from_secs(30);
+    let b_old = raw_lease(&b, &key, ttl).await;
+    b.release(&b_old).await.unwrap();
+    b.release(&b_old)
+        .await
+        .expect("a retried release of our own is done, not lost");
+    let held = raw_lease(&a, &key, ttl).await;
+    // B's old lease, and a forged id with the holder's token.
+    assert_revoked(b.release(&b_old).await.unwrap_err());
+    let forged = Lease {
+        lease_id: LeaseId::random(),
+        ..held.clone()
+    };
+    assert_revoked(b.release(&forged).await.unwrap_err());
+    assert_revoked(b.renew(&forged).await.unwrap_err());
+    let info = b.inspect(&held.key).await.unwrap();
+    assert_eq!(info.fencing_token, held.fencing_token);
+    assert_eq!(
+        info.holder.map(|h| h.fencing_token),
+        Some(held.fencing_token)
+    );
+    a.release(&held).await.unwrap();
+    assert!(b.inspect(&held.key).await.unwrap().holder.is_none());
+    // A release after a break (not our own release) is refused.
+    let again = raw_lease(&a, &key, ttl).await;
+    assert!(a.break_lease(&again.key).await.unwrap().is_some());
+    assert_revoked(a.release(&again).await.unwrap_err());
+}
+
+/// An uncontended acquire + release costs two requests; a failed
+/// try-acquire costs one and names the holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_counts() {
+    let Some(backend) = common::backend().await else {
+        return;
+    };
+    let backend = Arc::new(backend);
+    let store = Store::from_backend(backend.clone());
+    let other = Store::from_backend(backend.clone());
+    let key = common::unique_key("count");
+    // Long enough that no renewal runs during the measurement.
+    let ttl = Duration::from_secs(60);
+
+    let before = backend.requests_sent();
+    let guard = store
+        .lock_with(&key, opts(ttl))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+    assert_eq!(backend.requests_sent() - before, 2, "acquire + release");
+
+    let guard = store
+        .lock_with(&key, opts(ttl).owner_label("counter").data("d1"))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    let before = backend.requests_sent();
+    let err = other
+        .lock_with(&key, opts(ttl))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap_err();
+    assert_eq!(backend.requests_sent() - before, 1, "failed try-acquire");
+    match err {
+        Error::Held {
+            holder: Some(h), ..
+        } => {
+            assert_eq!(h.owner.label.as_deref(), Some("counter"));
+            assert_eq!(h.owner.pid, std::process::id());
+            assert_eq!(h.data.as_deref(), Some("d1"));
+            assert_eq!(h.fencing_token, guard.fencing_token());
+            assert_eq!(h.ttl, Some(ttl));
+        }
+        other => panic!("expected Held with the holder, got {other}"),
+    }
+    guard.release().await.unwrap();
+}
+
+/// A missing table is created (on demand, ACTIVE, TTL on gc_at); an existing
+/// one is used as is; a foreign one is refused with a clear error; with
+/// create_table off, a missing one is an error naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn table_auto_creation() {
+    if common::reachable().is_err() {
+        let _: Option<()> =
+            leasehold::conformance::skip("dynamodb", "DynamoDB Local not reachable");
+        return;
+    }
+    let name = common::unique_table();
+    let backend = common::builder_for(&name).build().await.unwrap();
+    let client = backend.client().clone();
+    let table = client
+        .describe_table()
+        .table_name(&name)
+        .send()
+        .await
+        .unwrap()
+        .table
+        .unwrap();
+    assert_eq!(table.table_status(), Some(&TableStatus::Active));
+    let keys = table.key_schema();
+    assert_eq!(keys.len(), 1);
+    assert_eq!(keys[0].attribute_name(), "lease_key");
+    assert_eq!(keys[0].key_type(), &KeyType::Hash);
+    if let Some(billing) = table.billing_mode_summary() {
+        assert_eq!(billing.billing_mode(), Some(&BillingMode::PayPerRequest));
+    }
+    let ttl = client
+        .describe_time_to_live()
+        .table_name(&name)
+        .send()
+        .await
+        .unwrap()
+        .time_to_live_description
+        .unwrap();
+    assert_eq!(ttl.attribute_name(), Some("gc_at"));
+    assert_eq!(ttl.time_to_live_status(), Some(&TimeToLiveStatus::Enabled));
+    // Usable at once.
+    let lease = raw_lease(&backend, "created/k", Duration::from_secs(5)).await;
+    backend.release(&lease).await.unwrap();
+
+    // Opening again uses the table as it is, items and all.
+    let again = common::builder_for(&name).build().await.unwrap();
+    assert_eq!(
+        again.inspect(&lease.key).await.unwrap().fencing_token,
+        lease.fencing_token
+    );
+
+    // Another application's table is refused, not altered.
+    let foreign = common::unique_table();
+    client
+        .create_table()
+        .table_name(&foreign)
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("id")
+                .attribute_type(ScalarAttributeType::N)
+                .build()
+                .unwrap(),
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("id")
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .billing_mode(BillingMode::PayPerRequest)
+        .send()
+        .await
+        .unwrap();
+    let err = common::builder_for(&foreign).build().await.unwrap_err();
+    assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
+    assert!(err.to_string().contains("lease_key"), "{err}");
+
+    // Not created when told not to.
+    let missing = common::unique_table();
+    let err = common::builder_for(&missing)
+        .create_table(false)
+        .build()
+        .await
+        .unwrap_err();
+    assert!(!err.is_retryable(), "{err}");
+    assert!(err.to_string().contains(&missing), "{err}");
+    assert!(client
+        .describe_table()
+        .table_name(&missing)
+        .send()
+        .await
+        .is_err());
+
+    for t in [&name, &foreign] {
+        client.delete_table().table_name(t).send().await.unwrap();
+    }
+}
+
+/// Bad regions, endpoints and credentials are clear errors that never
+/// repeat a secret.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_region_endpoint_and_credentials_are_clear_errors() {
+    if common::reachable().is_err() {
+        let _: Option<()> =
+            leasehold::conformance::skip("dynamodb", "DynamoDB Local not reachable");
+        return;
+    }
+    const SENTINEL: &str = "SENTINEL-secret-7d1c0ffee";
+    let secret_creds =
+        || Credentials::new("leaseholdtests", SENTINEL, Some(SENTINEL.into()), None, "t");
+    let no_secret = |err: &Error| {
+        let shown = format!("{err} {err:?}");
+        assert!(!shown.contains(SENTINEL), "secret echoed: {shown}");
+    };
+    let table = common::table();
+
+    // Region: malformed, and missing altogether.
+    let err = DynamoDbBackend::builder(table)
+        .region("Not A Region!")
+        .endpoint(common::endpoint())
+        .credentials_provider(secret_creds())
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidInput { what: "region", .. }),
+        "{err}"
+    );
+    no_secret(&err);
+    let bare = SdkConfig::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .build();
+    let err = DynamoDbBackend::builder(table)
+        .sdk_config(bare.clone())
+        .endpoint(common::endpoint())
+        .credentials_provider(secret_creds())
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidInput { what: "region", .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("region="), "{err}");
+    // Well-formed but unknown: its endpoint does not resolve.
+    let err = DynamoDbBackend::builder(table)
+        .region("nowhere-9")
+        .credentials_provider(secret_creds())
+        .attempt_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Backend { .. }), "{err}");
+    assert!(err.to_string().contains("nowhere-9"), "{err}");
+    no_secret(&err);
+
+    // Endpoint: nobody listening, wrong scheme, credentials in it.
+    let err = DynamoDbBackend::builder(table)
+        .region(common::REGION)
+        .endpoint("http://127.0.0.1:1")
+        .credentials_provider(secret_creds())
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Backend {
+                retryable: true,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("could not reach DynamoDB") && text.contains("127.0.0.1:1"),
+        "{text}"
+    );
+    no_secret(&err);
+    let err = DynamoDbBackend::from_url(
+        "dynamodb://locks?region=us-east-1&endpoint=ftp://127.0.0.1:8000",
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidInput {
+                what: "endpoint",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = DynamoDbBackend::from_url(&format!(
+        "dynamodb://locks?region=us-east-1&endpoint=http://key:{SENTINEL}@127.0.0.1:8000"
+    ))
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidInput {
+                what: "endpoint",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    no_secret(&err);
+    let err = DynamoDbBackend::from_url(&format!(
+        "dynamodb://locks?aws_secret_access_key={SENTINEL}"
+    ))
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("aws_secret_access_key"), "{err}");
+    no_secret(&err);
+
+    // Credentials: refused by the service, and none at all.
+    let err = DynamoDbBackend::builder(table)
+        .region(common::REGION)
+        .endpoint(common::endpoint())
+        .credentials_provider(Credentials::new("not a key!", SENTINEL, None, None, "t"))
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Backend {
+                retryable: false,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("refused the credentials"), "{err}");
+    no_secret(&err);
+    let err = DynamoDbBackend::builder(table)
+        .sdk_config(bare)
+        .region(common::REGION)
+        .endpoint(common::endpoint())
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Backend {
+                retryable: false,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("no AWS credentials"), "{err}");
+
+    // A working backend built with the secret never shows it either.
+    let ok = DynamoDbBackend::builder(table)
+        .region(common::REGION)
+        .endpoint(common::endpoint())
+        .credentials_provider(secret_creds())
+        .build()
+        .await
+        .unwrap();
+    assert!(!format!("{ok:?}").contains(SENTINEL));
+}
+
+/// The store URL opens the same backend as the builder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opens_from_url() {
+    if common::reachable().is_err() {
+        let _: Option<()> =
+            leasehold::conformance::skip("dynamodb", "DynamoDB Local not reachable");
+        return;
+    }
+    // Credentials from the standard chain: the environment here.
+    // No other test of this binary reads these variables.
+    std::env::set_var("AWS_ACCESS_KEY_ID", common::ACCESS_KEY);
+    std::env::set_var("AWS_SECRET_ACCESS_KEY", common::SECRET_KEY);
+    let url = format!(
+        "dynamodb://{}?region={}&endpoint={}",
+        common::table(),
+        common::REGION,
+        common::endpoint()
+    );
+    let backend = DynamoDbBackend::from_url(&url).await.unwrap();
+    assert_eq!(backend.table(), common::table());
+    assert_eq!(backend.region(), common::REGION);
+    assert!(backend.capabilities().takeover_needs_observation);
+    let key = common::unique_key("url");
+    let lease = raw_lease(&backend, &key, Duration::from_secs(5)).await;
+    backend.release(&lease).await.unwrap();
+    let trusting = DynamoDbBackend::from_url(&format!("{url}&max_clock_skew=500ms"))
+        .await
+        .unwrap();
+    assert!(!trusting.capabilities().takeover_needs_observation);
+}
