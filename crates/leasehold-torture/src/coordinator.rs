@@ -12,12 +12,26 @@ use rand::seq::IndexedRandom;
 use rand::Rng;
 use tokio::process::Command;
 
+use std::net::SocketAddr;
+
 use crate::check;
+use crate::proxy::FaultProxy;
 use crate::report::{self, RunMeta};
 use crate::witness::{now_ns, Kind, Witness};
 
 /// Fault kinds the coordinator can inject.
-pub const FAULTS: &[&str] = &["kill", "pause", "break", "restart"];
+pub const FAULTS: &[&str] = &[
+    "kill",
+    "pause",
+    "break",
+    "restart",
+    "partition",
+    "delay",
+    "reset",
+];
+
+/// Faults that need the fault proxy (network stores only).
+const NETWORK_FAULTS: &[&str] = &["partition", "delay", "reset"];
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
@@ -42,7 +56,9 @@ pub struct RunArgs {
     /// Comma-separated fault kinds: kill (SIGKILL a holder, or the `leasehold
     /// run` process of one), pause (SIGSTOP a library holder for 1.5 TTL),
     /// break (`leasehold break`), restart (run --restart-cmd: the store
-    /// restarts with its state lost).
+    /// restarts with its state lost), and for network stores, through a
+    /// fault proxy per holder: partition (blackhole for 1.5 TTL), delay
+    /// (TTL/10 per chunk for 2 TTL), reset (RST every open connection).
     #[arg(long, default_value = "kill,pause,break", value_delimiter = ',')]
     pub faults: Vec<String>,
     /// Shell command that restarts the store with its state lost (for the
@@ -147,6 +163,29 @@ pub async fn run(args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
     let witness = Witness::new(&witness_dir);
     open_store(&args.store).await?; // fail early on a bad URL
 
+    let network = NETWORK_FAULTS
+        .iter()
+        .any(|f| args.faults.iter().any(|g| g == f));
+    let upstream = match network {
+        true => Some(
+            upstream(&args.store)
+                .context("network faults need a store reached over TCP on loopback")?,
+        ),
+        false => None,
+    };
+    let mut routes = HashMap::new();
+    for id in (0..args.workers)
+        .map(|i| format!("lib-{i}"))
+        .chain((0..args.cli_workers).map(|i| format!("cli-{i}")))
+    {
+        let route = match upstream {
+            Some(up) => Route::through(&args.store, up, FaultProxy::start(up).await?)?,
+            None => Route::direct(&args.store),
+        };
+        routes.insert(id, route);
+    }
+    let routes = Arc::new(routes);
+
     let started = now_ns();
     let until_ns = started + args.duration.as_nanos() as u64;
     let keys: Vec<String> = (0..args.keys.max(1))
@@ -156,10 +195,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
     let mut tasks = Vec::new();
 
     for i in 0..args.workers {
+        let route = routes[&format!("lib-{i}")].clone();
         let (me, witness_dir, store, key, ttl) = (
             me.clone(),
             witness_dir.clone(),
-            args.store.clone(),
+            route.url.clone(),
             keys[i % keys.len()].clone(),
             args.ttl,
         );
@@ -184,6 +224,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
                         "--until-ns",
                         &until_ns.to_string(),
                     ])
+                    .envs(route.env.clone())
                     .kill_on_drop(true)
                     .status()
                     .await;
@@ -197,10 +238,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
     }
     for i in 0..args.cli_workers {
         let key = keys[(args.workers + i) % keys.len()].clone();
+        let route = routes[&format!("cli-{i}")].clone();
         let (me, witness_dir, store, ttl, leasehold, exits) = (
             me.clone(),
             witness_dir.clone(),
-            args.store.clone(),
+            route.url.clone(),
             args.ttl,
             leasehold.clone(),
             cli_exits.clone(),
@@ -227,6 +269,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
                     .args(["section", "--id", &format!("cli-{i}"), "--ticks", &ticks])
                     .arg("--witness")
                     .arg(&witness_dir)
+                    .envs(route.env.clone())
                     .stderr(std::process::Stdio::null())
                     .kill_on_drop(true)
                     .status()
@@ -243,7 +286,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
         }));
     }
 
-    let orphans = inject_faults(&args, &witness, &leasehold, until_ns).await;
+    let orphans = inject_faults(&args, &witness, &leasehold, until_ns, &routes).await;
 
     for t in tasks {
         let _ = tokio::time::timeout(args.ttl * 10 + Duration::from_secs(10), t).await;
@@ -280,6 +323,7 @@ async fn inject_faults(
     witness: &Witness,
     leasehold: &PathBuf,
     until_ns: u64,
+    routes: &HashMap<String, Route>,
 ) -> usize {
     let mut tracker = Tracker::default();
     let mut orphans = 0;
@@ -301,6 +345,7 @@ async fn inject_faults(
             continue;
         };
         let is_cli = holder.worker.starts_with("cli-");
+        let proxy = routes.get(&holder.worker).and_then(|r| r.proxy.clone());
         let kinds: Vec<&String> = args
             .faults
             .iter()
@@ -352,6 +397,24 @@ async fn inject_faults(
                     signal(pid, libc::SIGCONT);
                 }));
             }
+            "partition" | "delay" | "reset" => {
+                let Some(proxy) = proxy else { continue };
+                let ttl = args.ttl;
+                match kind {
+                    "reset" => proxy.reset(),
+                    "partition" => proxy.blackhole(),
+                    _ => proxy.delay(ttl / 10),
+                }
+                let heal_after = if kind == "delay" {
+                    ttl * 2
+                } else {
+                    ttl * 3 / 2
+                };
+                pauses.push(tokio::spawn(async move {
+                    tokio::time::sleep(heal_after).await;
+                    proxy.heal();
+                }));
+            }
             "break" => {
                 let _ = Command::new(leasehold)
                     .args(["--store", &args.store, "break", &key])
@@ -394,6 +457,97 @@ fn wait_gone(pid: i32, timeout: Duration) -> bool {
         libc::close(fd);
         n == 1
     }
+}
+
+/// How one holder reaches the store: directly, or through its fault proxy.
+#[derive(Clone)]
+struct Route {
+    url: String,
+    env: Vec<(String, String)>,
+    proxy: Option<FaultProxy>,
+}
+
+/// Azurite's well-known development account (public, not a secret).
+const AZURITE_DEV: &str = "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1;";
+
+fn azure_connection_string() -> String {
+    match std::env::var("AZURE_STORAGE_CONNECTION_STRING") {
+        Ok(cs)
+            if !cs.trim().eq_ignore_ascii_case("UseDevelopmentStorage=true") && !cs.is_empty() =>
+        {
+            cs
+        }
+        _ => AZURITE_DEV.to_string(),
+    }
+}
+
+impl Route {
+    fn direct(store: &str) -> Route {
+        Route {
+            url: store.to_string(),
+            env: Vec::new(),
+            proxy: None,
+        }
+    }
+
+    /// The store's URL and environment with `upstream` replaced by the proxy.
+    fn through(store: &str, upstream: SocketAddr, proxy: FaultProxy) -> anyhow::Result<Route> {
+        let (from, to) = (upstream.to_string(), proxy.addr.to_string());
+        let mut route = Route {
+            url: store.replace(&from, &to),
+            env: Vec::new(),
+            proxy: Some(proxy),
+        };
+        if store.starts_with("azblob://") {
+            route.env.push((
+                "AZURE_STORAGE_CONNECTION_STRING".into(),
+                azure_connection_string().replace(&from, &to),
+            ));
+        }
+        Ok(route)
+    }
+}
+
+/// The loopback address a network store is reached at.
+fn upstream(store: &str) -> anyhow::Result<SocketAddr> {
+    let authority = if store.starts_with("azblob://") {
+        let cs = azure_connection_string();
+        let endpoint = cs
+            .split(';')
+            .find_map(|kv| kv.strip_prefix("BlobEndpoint="))
+            .context("the connection string has no BlobEndpoint")?
+            .to_string();
+        authority_of(&endpoint)
+    } else if store.starts_with("dynamodb://") {
+        let query = store.split_once('?').map(|(_, q)| q).unwrap_or("");
+        let endpoint = query
+            .split('&')
+            .find_map(|kv| kv.strip_prefix("endpoint="))
+            .context("the dynamodb URL has no endpoint=")?;
+        anyhow::ensure!(
+            !endpoint.contains('%'),
+            "give the endpoint unencoded for the fault proxy"
+        );
+        authority_of(endpoint)
+    } else {
+        anyhow::bail!("{} is not reached over TCP", redact(store))
+    };
+    let addr: SocketAddr = authority
+        .parse()
+        .with_context(|| format!("{authority} is not IP:PORT"))?;
+    anyhow::ensure!(
+        addr.ip().is_loopback(),
+        "fault injection targets loopback only, not {addr}"
+    );
+    Ok(addr)
+}
+
+fn authority_of(endpoint: &str) -> String {
+    let rest = endpoint
+        .split_once("://")
+        .map(|(_, r)| r)
+        .unwrap_or(endpoint);
+    rest.split('/').next().unwrap_or(rest).to_string()
 }
 
 /// The URL without a query string (which may carry credentials).

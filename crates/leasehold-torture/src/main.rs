@@ -11,6 +11,7 @@
 
 mod check;
 mod coordinator;
+mod proxy;
 mod report;
 mod witness;
 mod worker;
