@@ -334,6 +334,8 @@ impl AzureBackendBuilder {
 
 #[cfg(feature = "identity")]
 fn entra_id_credential() -> Result<Arc<dyn TokenCredential>> {
+    // azure_identity builds its own reqwest clients, which need the provider.
+    install_crypto_provider();
     crate::credential::default_token_credential()
         .map_err(|e| Error::backend(crate::client::NAME, "open", false, e.to_string()))
 }
@@ -359,11 +361,19 @@ fn check_key(key: &Secret) -> Result<()> {
 
 #[cfg(feature = "rustls")]
 fn http_client(timeout: Duration) -> Result<reqwest::Client> {
-    // reqwest is built without a crypto provider of its own; ring is ours.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    install_crypto_provider();
     client_builder(timeout)
         .build()
         .map_err(|e| Error::backend(crate::client::NAME, "open", false, e))
+}
+
+/// reqwest is built without a TLS crypto provider of its own: this installs
+/// ring as the process default, unless the application installed one first.
+#[cfg(feature = "rustls")]
+fn install_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
 }
 
 #[cfg(not(feature = "rustls"))]
@@ -571,6 +581,41 @@ mod tests {
             let err = parse_connection_string(bad).unwrap_err().to_string();
             assert!(!err.contains("base64!!") && !err.contains("bar"), "{err}");
         }
+    }
+
+    #[test]
+    fn https_needs_the_rustls_feature() {
+        let built = AzureBackendBuilder::new()
+            .container("locks")
+            .account("acct")
+            .access_key("a2V5")
+            .build();
+        if cfg!(feature = "rustls") {
+            built.unwrap();
+        } else {
+            assert!(matches!(built, Err(Error::NotSupported(_))));
+        }
+    }
+
+    #[test]
+    fn entra_id_needs_https_and_the_identity_feature() {
+        let built = AzureBackendBuilder::new()
+            .container("locks")
+            .account("acct")
+            .entra_id()
+            .build();
+        if cfg!(all(feature = "rustls", feature = "identity")) {
+            built.unwrap();
+        } else {
+            assert!(matches!(built, Err(Error::NotSupported(_))));
+        }
+        let http = AzureBackendBuilder::new()
+            .container("locks")
+            .account("acct")
+            .endpoint("http://127.0.0.1:10000/acct")
+            .entra_id()
+            .build();
+        assert!(http.is_err());
     }
 
     #[test]

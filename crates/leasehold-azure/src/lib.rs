@@ -82,8 +82,13 @@
 //!
 //! # Features
 //! * `rustls`: https endpoints (rustls with ring, the platform's roots).
-//!   Without it only `http://` endpoints (Azurite) work.
-//! * `identity`: Entra ID credentials through `azure_identity`.
+//!   Without it only `http://` endpoints (Azurite) work. It installs ring as
+//!   rustls's process-wide default crypto provider unless the application
+//!   installed one before the first backend was built.
+//! * `identity` (implies `rustls`): Entra ID credentials through
+//!   `azure_identity`.
+//!
+//! The default build has neither, to keep compile times short.
 
 #![warn(missing_docs)]
 
