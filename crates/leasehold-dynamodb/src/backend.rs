@@ -162,15 +162,10 @@ impl DynamoDbBackend {
         operation: &'static str,
         key: &str,
         e: Expr,
-        set: Vec<String>,
-        remove: Vec<String>,
+        update: String,
         condition: String,
         returns: ReturnValue,
     ) -> Result<Write> {
-        let mut update = format!("SET {}", set.join(", "));
-        if !remove.is_empty() {
-            update.push_str(&format!(" REMOVE {}", remove.join(", ")));
-        }
         let result = self
             .client
             .update_item()
@@ -267,8 +262,7 @@ impl DynamoDbBackend {
             "acquire",
             req.key.as_str(),
             e,
-            set,
-            remove,
+            update_expression(&set, &remove),
             condition,
             ReturnValue::AllNew,
         )
@@ -320,9 +314,25 @@ impl DynamoDbBackend {
             e.n(item::LEASE_ID),
             e.v("lid", s(lease_id.as_str()))
         );
-        self.update(operation, key.as_str(), e, set, remove, condition, returns)
-            .await
+        self.update(
+            operation,
+            key.as_str(),
+            e,
+            update_expression(&set, &remove),
+            condition,
+            returns,
+        )
+        .await
     }
+}
+
+/// `SET a, b REMOVE c, d`.
+fn update_expression(set: &[String], remove: &[String]) -> String {
+    let mut update = format!("SET {}", set.join(", "));
+    if !remove.is_empty() {
+        update.push_str(&format!(" REMOVE {}", remove.join(", ")));
+    }
+    update
 }
 
 fn new_rvn() -> String {
@@ -456,8 +466,7 @@ impl Backend for DynamoDbBackend {
                 "release",
                 lease.key.as_str(),
                 e,
-                set,
-                remove,
+                update_expression(&set, &remove),
                 condition,
                 ReturnValue::None,
             )
@@ -507,8 +516,7 @@ impl Backend for DynamoDbBackend {
                 "break",
                 key.as_str(),
                 e,
-                set,
-                remove,
+                update_expression(&set, &remove),
                 condition,
                 ReturnValue::AllOld,
             )

@@ -1,4 +1,4 @@
-//! DynamoDB backend for [leasehold](leasehold): leases that stay safe when
+//! DynamoDB backend for [leasehold]: leases that stay safe when
 //! clocks disagree, with fencing tokens that never go back.
 //!
 //! ```no_run
@@ -53,8 +53,8 @@
 //!
 //! * **Acquire** sets `fence = fence + 1`, a new `rvn` and our lease, on
 //!   condition `attribute_not_exists(lease_id)` (the key is free or has no
-//!   item) `OR rvn = :observed` (a takeover, see below) [`OR expires_ms <
-//!   :now - max_skew`, in the clock-trusting mode], returning `ALL_NEW` for
+//!   item) `OR rvn = :observed` (a takeover, see below), and in the clock-trusting mode
+//!   `OR expires_ms < :now - max_skew`; it returns `ALL_NEW` for
 //!   the token. On a failed condition the same response carries the item
 //!   (`ReturnValuesOnConditionCheckFailure = ALL_OLD`): it names the
 //!   holder, so a failed try-acquire costs exactly one request. If that

@@ -23,7 +23,7 @@ struct SkewedClock {
 }
 
 impl SkewedClock {
-    fn new(offset: Duration, rate_ppm: i64) -> SharedClock {
+    fn shared(offset: Duration, rate_ppm: i64) -> SharedClock {
         Arc::new(SkewedClock {
             origin: SystemClock.now(),
             offset,
@@ -53,7 +53,7 @@ fn wall(offset_secs: i64) -> WallClock {
 
 /// Machine A: monotonic clock hours ahead and fast, wall clock 10 min slow.
 fn machine_a() -> Option<(SharedClock, leasehold_dynamodb::DynamoDbBackendBuilder)> {
-    let clock = SkewedClock::new(Duration::from_secs(3 * 3600), 400);
+    let clock = SkewedClock::shared(Duration::from_secs(3 * 3600), 400);
     let b = common::builder()?
         .clock(clock.clone())
         .wall_clock(wall(-600));
@@ -62,7 +62,7 @@ fn machine_a() -> Option<(SharedClock, leasehold_dynamodb::DynamoDbBackendBuilde
 
 /// Machine B: monotonic clock at zero and slow, wall clock 10 min fast.
 fn machine_b() -> Option<(SharedClock, leasehold_dynamodb::DynamoDbBackendBuilder)> {
-    let clock = SkewedClock::new(Duration::ZERO, -400);
+    let clock = SkewedClock::shared(Duration::ZERO, -400);
     let b = common::builder()?
         .clock(clock.clone())
         .wall_clock(wall(600));
