@@ -17,29 +17,34 @@
 //! lock: the service alone decides who holds it and for how long, so no
 //! clock of ours is trusted for exclusion.
 //!
-//! * **Setup, lazily.** A request answered 404 `ContainerNotFound` creates the
-//!   container (an existing one is fine); 404 `BlobNotFound` creates the lock
-//!   blob with `If-None-Match: *`, so an existing blob (and its counter) is
-//!   never overwritten. The request is then sent again.
-//! * **Acquire** = *Lease Blob* `acquire` with the request's lease id as the
-//!   proposed id and the TTL as duration (15-60 s, as Azure allows; whole
-//!   seconds, rounded up). 409 means someone else holds it: the answer is
-//!   *held*, with the holder read from the metadata (one *Get Blob
-//!   Properties*). Asking again with the same id succeeds, so a retry after
-//!   an ambiguous failure is safe.
-//! * **Fencing.** Once the lease is ours, one conditional *Set Blob Metadata*
-//!   (`x-ms-lease-id` = ours, `If-Match` = the ETag the record was read
-//!   with) writes fence + 1, the owner (host, pid, label), the user data, the
-//!   acquisition time, the TTL and a one-way tag of the lease id, all in one
-//!   request; the grant is returned only after it succeeded. The record is
-//!   read with *Get Blob Properties* unless this process already knows the
-//!   record for the ETag the acquire answered with (lease operations do not
-//!   change a blob's ETag), so a warm uncontended acquire + release is three
-//!   requests. If the record already carries our lease id's tag, the
-//!   acquisition was a retry of one that was recorded: its token is returned
-//!   and nothing is written. 412 `ConditionNotMet` (the record changed, e.g.
-//!   our own earlier write whose answer was lost) re-reads and retries; a
-//!   lost lease (412 lease errors) starts the attempt over.
+//! * **Setup, lazily.** A lock blob answered 404 is created with
+//!   `If-None-Match: *`, so an existing blob (and its counter) is never
+//!   overwritten; if the container is missing (404 `ContainerNotFound`) it is
+//!   created first (an existing one is fine).
+//! * **Acquire** writes the record first, then takes the lease on exactly
+//!   that record:
+//!   1. Know the blob's ETag, record and lease state: from this process's
+//!      memory if it saw the blob free (or leased by this very lease id)
+//!      last, else one *Get Blob Properties*. Leased by someone else: the
+//!      answer is *held*, with the holder from the record, for one request.
+//!   2. *Set Blob Metadata* with `If-Match` = that ETag and no lease id:
+//!      fence + 1, the owner (host, pid, label), the user data, the
+//!      acquisition time, the TTL and a one-way tag of the lease id, in one
+//!      request. Azure refuses it (412) if the blob is leased meanwhile or
+//!      the record changed.
+//!   3. *Lease Blob* `acquire` with the request's lease id as the proposed id,
+//!      the TTL as duration (15-60 s, whole seconds rounded up) and
+//!      `If-Match` = the ETag the write returned: the lease is granted only
+//!      on our record, and while it lasts nobody can change the record.
+//!      So whenever the blob is leased, its record names the holder.
+//!
+//!   Any 409/412/404 on the way re-reads and starts over. A record that
+//!   already carries our lease id's tag is a retry of ours (say, our write
+//!   went through but its answer was lost): step 2 is skipped and its token
+//!   returned; asking Azure again with the same lease id succeeds, so retries
+//!   after ambiguous failures are safe. Lease operations do not change the
+//!   ETag, so a warm uncontended acquire + release costs three requests
+//!   (write, acquire, release) and an attempt on a held key one.
 //! * **Renew** = *Lease Blob* `renew`. 404 (blob or container gone), 409
 //!   (another lease id, no lease, lease broken) and 412 are a definitive loss
 //!   ([`LossReason::Revoked`](leasehold::LossReason::Revoked)); 408, 429,
@@ -51,13 +56,12 @@
 //! * **Inspect / list** = *Get Blob Properties* / *List Blobs* (with
 //!   metadata) under the prefix: the lease state says whether the key is
 //!   held, the metadata by whom and the last token. Azure does not say when a
-//!   lease runs out, so `expires_in` is unknown. Just after a new holder's
-//!   acquire and before its metadata write, the record still names the
-//!   previous holder.
+//!   lease runs out, so `expires_in` is unknown.
 //!
-//! Fencing tokens never go back: only a holder of the lease writes the
-//! record, always conditionally on the ETag it read, and lock blobs are
-//! never deleted. Deleting a lock blob (or its container) by hand resets its
+//! Fencing tokens never go back: every record write is conditional on the
+//! ETag of the record it increments (a grant's token may skip numbers when
+//! a written record loses the race for the lease), and lock blobs are never
+//! deleted. Deleting a lock blob (or its container) by hand resets its
 //! counter: don't.
 //!
 //! # Blob names
@@ -104,8 +108,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use azure_core::http::{Etag, RequestContent, StatusCode};
 use azure_storage_blob::models::{
-    BlobClientAcquireLeaseOptions, BlobClientAcquireLeaseResultHeaders,
-    BlobClientBreakLeaseOptions, BlobClientGetPropertiesOptions,
+    BlobClientAcquireLeaseOptions, BlobClientBreakLeaseOptions, BlobClientGetPropertiesOptions,
     BlobClientGetPropertiesResultHeaders, BlobClientSetMetadataOptions,
     BlobContainerClientListBlobsOptions, BlockBlobClientUploadOptions, LeaseState,
     ListBlobsIncludeItem,
@@ -126,6 +129,15 @@ pub const MIN_TTL: std::time::Duration = std::time::Duration::from_secs(15);
 /// Longest finite lease Azure grants.
 pub const MAX_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// A lock blob as last seen by this process.
+#[derive(Debug, Clone)]
+struct Snapshot {
+    etag: String,
+    record: Record,
+    /// Whether it was leased (by anyone) then.
+    leased: bool,
+}
+
 /// How many records a backend remembers by ETag (see the protocol).
 const RECORD_CACHE_LIMIT: usize = 4096;
 
@@ -142,7 +154,7 @@ struct Inner {
     prefix: String,
     secrets: Secrets,
     /// Records this process wrote or read, by blob name: (ETag, record).
-    records: Mutex<HashMap<String, (String, Record)>>,
+    records: Mutex<HashMap<String, Snapshot>>,
 }
 
 impl fmt::Debug for AzureBackend {
@@ -235,26 +247,30 @@ impl AzureBackend {
         RequestError::new(e, &self.inner.secrets)
     }
 
-    fn cached(&self, blob: &str, etag: &str) -> Option<Record> {
+    fn cached(&self, blob: &str) -> Option<Snapshot> {
         let records = self.inner.records.lock().unwrap_or_else(|e| e.into_inner());
-        records
-            .get(blob)
-            .filter(|(e, _)| e == etag)
-            .map(|(_, r)| r.clone())
+        records.get(blob).cloned()
     }
 
-    fn remember(&self, blob: &str, etag: Option<String>, record: &Record) {
+    fn remember(&self, blob: &str, snapshot: Option<Snapshot>) {
         let mut records = self.inner.records.lock().unwrap_or_else(|e| e.into_inner());
-        match etag {
-            Some(etag) => {
+        match snapshot {
+            Some(s) => {
                 if records.len() >= RECORD_CACHE_LIMIT {
                     records.clear();
                 }
-                records.insert(blob.to_string(), (etag, record.clone()));
+                records.insert(blob.to_string(), s);
             }
             None => {
                 records.remove(blob);
             }
+        }
+    }
+
+    fn forget_lease(&self, blob: &str) {
+        let mut records = self.inner.records.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = records.get_mut(blob) {
+            s.leased = false;
         }
     }
 
@@ -294,20 +310,22 @@ impl AzureBackend {
 
     /// Creates the lock blob (and, if needed, the container), never
     /// overwriting an existing blob.
-    async fn create_blob(
-        &self,
-        blob: &BlobClient,
-        container_missing: bool,
-    ) -> std::result::Result<(), RequestError> {
-        if container_missing {
-            if let Err(e) = self.inner.container.create(None).await {
-                let e = self.err(e);
-                if !e.is(StatusCode::Conflict) {
-                    return Err(e);
-                }
-            }
-            tracing::debug!(container = %self.inner.container_name, "created container");
+    async fn create_blob(&self, blob: &BlobClient) -> std::result::Result<(), RequestError> {
+        match self.upload_empty(blob).await {
+            Err(e) if e.code_is("ContainerNotFound") => {}
+            other => return other,
         }
+        if let Err(e) = self.inner.container.create(None).await {
+            let e = self.err(e);
+            if !e.is(StatusCode::Conflict) {
+                return Err(e);
+            }
+        }
+        tracing::debug!(container = %self.inner.container_name, "created container");
+        self.upload_empty(blob).await
+    }
+
+    async fn upload_empty(&self, blob: &BlobClient) -> std::result::Result<(), RequestError> {
         let options = BlockBlobClientUploadOptions {
             if_none_match: Some(Etag::from("*")),
             metadata: Some(Record::default().to_metadata()),
@@ -328,83 +346,6 @@ impl AzureBackend {
                     Err(e)
                 }
             }
-        }
-    }
-
-    /// Writes the acquisition's record under the lease just taken. `Ok(None)`:
-    /// the lease was lost meanwhile; start over.
-    async fn record_acquisition(
-        &self,
-        req: &AcquireRequest,
-        name: &str,
-        blob: &BlobClient,
-        acquire_etag: Option<String>,
-    ) -> std::result::Result<Option<u64>, RequestError> {
-        let tag = names::lease_tag(&req.lease_id);
-        let lease_id = req.lease_id.as_str();
-        let mut known = acquire_etag.and_then(|e| self.cached(name, &e).map(|r| (e, r)));
-        for _ in 0..4 {
-            let (etag, current) = match known.take() {
-                Some(k) => k,
-                None => match self.read(blob, Some(lease_id)).await {
-                    Ok(Some((etag, record, _))) => (etag, record),
-                    Ok(None) => return Ok(None),
-                    Err(e) if e.is(StatusCode::PreconditionFailed) => return Ok(None),
-                    Err(e) => return Err(e),
-                },
-            };
-            if current.lease.as_deref() == Some(tag.as_str()) {
-                // A retry of an acquisition already recorded.
-                self.remember(name, Some(etag), &current);
-                return Ok(Some(current.fence));
-            }
-            let next = Record {
-                fence: current.fence + 1,
-                lease: Some(tag.clone()),
-                owner: Some(req.owner.clone()),
-                data: req.data.clone(),
-                acquired_at_ms: Some(names::now_ms()),
-                ttl_ms: Some(req.ttl.as_millis() as u64),
-            };
-            let options = BlobClientSetMetadataOptions {
-                lease_id: Some(lease_id.to_string()),
-                if_match: Some(Etag::from(etag.as_str())),
-                ..Default::default()
-            };
-            match blob.set_metadata(&next.to_metadata(), Some(options)).await {
-                Ok(resp) => {
-                    let etag = resp
-                        .headers()
-                        .get_optional_str(&azure_core::http::headers::ETAG)
-                        .map(str::to_string);
-                    self.remember(name, etag, &next);
-                    return Ok(Some(next.fence));
-                }
-                Err(e) => {
-                    let e = self.err(e);
-                    self.remember(name, None, &next);
-                    if e.code_is("ConditionNotMet") {
-                        continue; // re-read: maybe our own earlier write
-                    }
-                    if e.is(StatusCode::PreconditionFailed) || e.is(StatusCode::NotFound) {
-                        return Ok(None); // the lease is gone
-                    }
-                    return Err(e);
-                }
-            }
-        }
-        Err(RequestError::new(
-            azure_core::Error::with_message(
-                azure_core::error::ErrorKind::Other,
-                "the lock blob's metadata kept changing under our lease",
-            ),
-            &[],
-        ))
-    }
-
-    async fn release_quietly(&self, blob: &BlobClient, lease_id: &str) {
-        if let Err(e) = blob.release_lease(lease_id.to_string(), None).await {
-            tracing::debug!(error = %self.err(e), "releasing an unrecorded lease failed");
         }
     }
 }
@@ -432,43 +373,107 @@ impl Backend for AzureBackend {
         const OP: &str = "acquire";
         let (name, blob) = self.blob(&req.key);
         let duration = lease_seconds(req.ttl);
-        for _ in 0..4 {
+        let tag = names::lease_tag(&req.lease_id);
+        let acquire = |etag: String| {
             let options = BlobClientAcquireLeaseOptions {
                 proposed_lease_id: Some(req.lease_id.as_str().to_string()),
+                if_match: Some(Etag::from(etag)),
                 ..Default::default()
             };
-            let etag = match blob.acquire_lease(duration, Some(options)).await {
-                Ok(resp) => resp.etag().ok().flatten().map(|e| e.to_string()),
-                Err(e) => {
-                    let e = self.err(e);
-                    if e.is(StatusCode::Conflict) {
-                        let holder = match self.read(&blob, None).await {
-                            Ok(Some((_, record, true))) => Some(record.holder()),
-                            _ => None,
-                        };
-                        return Ok(AcquireOutcome::Held(holder));
-                    }
-                    if e.is(StatusCode::NotFound) {
-                        let container_missing = e.code_is("ContainerNotFound");
-                        self.create_blob(&blob, container_missing)
+            blob.acquire_lease(duration, Some(options))
+        };
+        let mut known = self.cached(&name);
+        for _ in 0..8 {
+            // What the blob holds: from this process's memory when it was
+            // free (or ours) at last sight, else read (one request, which
+            // is the whole cost of finding it held).
+            let snap = match known.take() {
+                Some(s) if !s.leased || s.record.lease.as_deref() == Some(tag.as_str()) => s,
+                _ => match self.read(&blob, None).await {
+                    Ok(Some((etag, record, leased))) => Snapshot {
+                        etag,
+                        record,
+                        leased,
+                    },
+                    Ok(None) => {
+                        self.create_blob(&blob)
                             .await
                             .map_err(|e| e.into_error(OP))?;
                         continue;
                     }
-                    return Err(e.into_error(OP));
+                    Err(e) => return Err(e.into_error(OP)),
+                },
+            };
+            let ours = snap.record.lease.as_deref() == Some(tag.as_str());
+            if snap.leased && !ours {
+                let holder = snap.record.holder();
+                self.remember(&name, Some(snap));
+                return Ok(AcquireOutcome::Held(Some(holder)));
+            }
+            let (etag, record) = if ours {
+                // A retry of an acquisition already recorded: take (or
+                // keep) the lease on that record.
+                (snap.etag, snap.record)
+            } else {
+                let next = Record {
+                    fence: snap.record.fence + 1,
+                    lease: Some(tag.clone()),
+                    owner: Some(req.owner.clone()),
+                    data: req.data.clone(),
+                    acquired_at_ms: Some(names::now_ms()),
+                    ttl_ms: Some(req.ttl.as_millis() as u64),
+                };
+                let options = BlobClientSetMetadataOptions {
+                    if_match: Some(Etag::from(snap.etag.as_str())),
+                    ..Default::default()
+                };
+                match blob.set_metadata(&next.to_metadata(), Some(options)).await {
+                    Ok(resp) => {
+                        let etag = resp
+                            .headers()
+                            .get_optional_str(&azure_core::http::headers::ETAG)
+                            .unwrap_or_default()
+                            .to_string();
+                        (etag, next)
+                    }
+                    Err(e) => {
+                        let e = self.err(e);
+                        self.remember(&name, None);
+                        // 412: leased meanwhile (LeaseIdMissing) or changed
+                        // (ConditionNotMet, maybe by our own write whose
+                        // answer was lost); 404: gone. Read again.
+                        if e.is(StatusCode::PreconditionFailed) || e.is(StatusCode::NotFound) {
+                            continue;
+                        }
+                        return Err(e.into_error(OP));
+                    }
                 }
             };
-            match self.record_acquisition(req, &name, &blob, etag).await {
-                Ok(Some(fence)) => return Ok(AcquireOutcome::Acquired(Grant::new(fence))),
-                Ok(None) => continue,
+            match acquire(etag.clone()).await {
+                Ok(_) => {
+                    let fence = record.fence;
+                    self.remember(
+                        &name,
+                        Some(Snapshot {
+                            etag,
+                            record,
+                            leased: true,
+                        }),
+                    );
+                    return Ok(AcquireOutcome::Acquired(Grant::new(fence)));
+                }
                 Err(e) => {
-                    // No grant without a record: give the lease back now
-                    // unless a retry may still record it.
-                    let err = e.into_error(OP);
-                    if !err.is_retryable() {
-                        self.release_quietly(&blob, req.lease_id.as_str()).await;
+                    let e = self.err(e);
+                    self.remember(&name, None);
+                    // 409: someone holds it; 412: the record changed since
+                    // we wrote it; 404: gone. Read again to see which.
+                    if e.is(StatusCode::Conflict)
+                        || e.is(StatusCode::PreconditionFailed)
+                        || e.is(StatusCode::NotFound)
+                    {
+                        continue;
                     }
-                    return Err(err);
+                    return Err(e.into_error(OP));
                 }
             }
         }
@@ -476,7 +481,7 @@ impl Backend for AzureBackend {
             NAME,
             OP,
             true,
-            "the lock blob kept disappearing or losing its lease during acquisition",
+            "the lock blob kept changing during acquisition",
         ))
     }
 
@@ -489,10 +494,10 @@ impl Backend for AzureBackend {
     }
 
     async fn release(&self, lease: &Lease) -> Result<()> {
-        let (_, blob) = self.blob(&lease.key);
+        let (name, blob) = self.blob(&lease.key);
         blob.release_lease(lease.lease_id.as_str().to_string(), None)
             .await
-            .map(|_| ())
+            .map(|_| self.forget_lease(&name))
             .map_err(|e| self.err(e).into_lease_error("release", &lease.key))
     }
 

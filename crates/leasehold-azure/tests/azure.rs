@@ -166,10 +166,9 @@ async fn ambiguous_acquire_retry_gets_the_same_token() {
 }
 
 /// Once a lock blob exists, an uncontended acquire + release costs three
-/// requests (acquire, metadata write, release) in a process that has seen
-/// the blob's record; a failed attempt costs two (acquire, and reading who
-/// holds it, which the backend always does because the trait has no way
-/// to say it is not wanted).
+/// requests (metadata write, acquire, release) in a process that has seen
+/// the blob's record; a failed attempt on a held key costs one (reading the
+/// blob, which says who holds it).
 #[tokio::test]
 async fn request_counts() {
     require_azurite!();
@@ -197,7 +196,13 @@ async fn request_counts() {
             ..
         })
     ));
-    assert_eq!(faults.sent.load(Ordering::SeqCst) - before, 2);
+    assert_eq!(faults.sent.load(Ordering::SeqCst) - before, 1);
+    assert!(matches!(other.try_acquire().await, Err(Error::Held { .. })));
+    assert_eq!(
+        faults.sent.load(Ordering::SeqCst) - before,
+        2,
+        "each attempt one request"
+    );
     guard.release().await.unwrap();
     backend.delete_container().await.unwrap();
 }
