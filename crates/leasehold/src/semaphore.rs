@@ -532,6 +532,46 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn lowering_the_limit_keeps_held_permits_until_released() {
+        let s = store();
+        let wide = s.semaphore_with("sem", 3, fast()).unwrap();
+        let narrow = Store::from_backend(s.backend().clone())
+            .semaphore_with("sem", 2, fast())
+            .unwrap();
+        let mut wide_permits = Vec::new();
+        for _ in 0..3 {
+            wide_permits.push(wide.try_acquire().await.unwrap());
+        }
+        // Free slots 0 and 1; slot 2 stays held by the wider holder.
+        wide_permits.sort_by_key(|p| p.slot());
+        let on_two = wide_permits.pop().unwrap();
+        assert_eq!(on_two.slot(), 2);
+        for p in wide_permits {
+            p.release().await.unwrap();
+        }
+        let a = narrow.try_acquire().await.unwrap();
+        let b = narrow.try_acquire().await.unwrap();
+        assert!(a.slot() < 2 && b.slot() < 2);
+        assert!(narrow.try_acquire().await.is_err());
+        // Three holders for now: the old permit on slot 2 is not revoked.
+        let held: Vec<_> = narrow
+            .inspect()
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|s| s.info.holder.is_some())
+            .map(|s| s.slot)
+            .collect();
+        assert_eq!(held, [0, 1, 2]);
+        assert!(!on_two.is_lost());
+        on_two.release().await.unwrap();
+        // Slot 2 is never taken by the narrower semaphore.
+        a.release().await.unwrap();
+        let again = narrow.try_acquire().await.unwrap();
+        assert!(again.slot() < 2);
+    }
+
+    #[tokio::test]
     async fn local_release_wakes_a_local_waiter_at_once() {
         let s = store();
         // Polls far apart: only the local wake-up can be quick.
