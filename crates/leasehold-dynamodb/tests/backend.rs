@@ -188,9 +188,7 @@ async fn request_counts() {
 /// create_table off, a missing one is an error naming it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn table_auto_creation() {
-    if common::reachable().is_err() {
-        let _: Option<()> =
-            leasehold::conformance::skip("dynamodb", "DynamoDB Local not reachable");
+    if !common::available() {
         return;
     }
     let name = common::unique_table();
@@ -285,9 +283,7 @@ async fn table_auto_creation() {
 /// repeat a secret.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_region_endpoint_and_credentials_are_clear_errors() {
-    if common::reachable().is_err() {
-        let _: Option<()> =
-            leasehold::conformance::skip("dynamodb", "DynamoDB Local not reachable");
+    if !common::available() {
         return;
     }
     const SENTINEL: &str = "SENTINEL-secret-7d1c0ffee";
@@ -455,9 +451,7 @@ async fn bad_region_endpoint_and_credentials_are_clear_errors() {
 /// The store URL opens the same backend as the builder.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn opens_from_url() {
-    if common::reachable().is_err() {
-        let _: Option<()> =
-            leasehold::conformance::skip("dynamodb", "DynamoDB Local not reachable");
+    if !common::available() {
         return;
     }
     // Credentials from the standard chain: the environment here.

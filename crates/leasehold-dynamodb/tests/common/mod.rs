@@ -48,6 +48,15 @@ pub fn reachable() -> Result<(), String> {
     ))
 }
 
+/// Whether the emulator is there; if not, says so (or fails the test under
+/// `LEASEHOLD_REQUIRE_EMULATORS=1`).
+pub fn available() -> bool {
+    match reachable() {
+        Ok(()) => true,
+        Err(why) => leasehold::conformance::skip::<()>("dynamodb", &why).is_some(),
+    }
+}
+
 pub fn credentials() -> Credentials {
     Credentials::new(ACCESS_KEY, SECRET_KEY, None, None, "leasehold-tests")
 }
