@@ -45,7 +45,7 @@ answers() {
         -H 'X-Amz-Target: DynamoDB_20120810.ListTables' \
         -H 'Authorization: AWS4-HMAC-SHA256 Credential=local/20200101/us-east-1/dynamodb/aws4_request, SignedHeaders=host, Signature=0' \
         -d '{}' 2>/dev/null)" || return 1
-    [[ "$body" == *TableNames* || "$body" == *__type* ]]
+    [[ "$body" == *TableNames* || "$body" == *dynamodb* ]]
 }
 
 install() {
@@ -71,7 +71,12 @@ start() {
             return 0
         fi
     elif answers; then
-        die "something else already answers on $HOST:$PORT; stop it or set DYNAMODB_LOCAL_PORT"
+        # A DynamoDB Local this script did not start (or whose pid file is
+        # gone): use it, and leave it to whoever started it.
+        echo "dynamodb-local: a DynamoDB endpoint already answers on $HOST:$PORT (not started here); using it" >&2
+        return 0
+    elif (exec 3<>"/dev/tcp/$HOST/$PORT") 2>/dev/null; then
+        die "port $PORT on $HOST is taken by something that is not DynamoDB; stop it or set DYNAMODB_LOCAL_PORT"
     fi
     command -v java >/dev/null || die "java is needed to run DynamoDB Local"
     command -v curl >/dev/null || die "curl is needed to probe DynamoDB Local"
