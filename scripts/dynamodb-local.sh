@@ -17,9 +17,10 @@ VERSION=10.3.0
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="$ROOT/.cache"
 DIR="$CACHE/dynamodb-local"
-PIDFILE="$CACHE/dynamodb-local.pid"
-LOG="$CACHE/dynamodb-local.log"
 PORT="${DYNAMODB_LOCAL_PORT:-8000}"
+if [[ "$PORT" == 8000 ]]; then SUFFIX=""; else SUFFIX="-$PORT"; fi
+PIDFILE="$CACHE/dynamodb-local$SUFFIX.pid"
+LOG="$CACHE/dynamodb-local$SUFFIX.log"
 HOST=127.0.0.1
 READY_TIMEOUT="${DYNAMODB_LOCAL_READY_TIMEOUT:-60}"
 
