@@ -3,7 +3,6 @@
 mod cli;
 mod inspect;
 mod run;
-mod store;
 
 use std::process::ExitCode;
 
@@ -44,7 +43,7 @@ fn main() -> ExitCode {
 }
 
 async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
-    let store = store::open(cli.store.as_deref()).await?;
+    let store = leasehold_cli::stores::open(cli.store.as_deref()).await?;
     match cli.command {
         Command::Run(args) => run::run(&store, args).await,
         Command::Status { key, json } => inspect::status(&store, &key, json).await,
