@@ -46,6 +46,26 @@ pub enum Command {
     #[command(after_help = EXIT_CODES)]
     Run(RunArgs),
 
+    /// Run a command only while this instance is the leader of KEY.
+    ///
+    /// Campaigns until elected, runs CMD (with LEASEHOLD_KEY and
+    /// LEASEHOLD_FENCING_TOKEN, the leadership term), stops it as `run` does
+    /// if leadership is lost, and campaigns again after CMD exits or
+    /// leadership is lost, until interrupted (SIGINT/SIGTERM, which are
+    /// forwarded to a running CMD). Exits with CMD's code when interrupted
+    /// while CMD runs, 128+N when interrupted by signal N while campaigning.
+    #[command(after_help = EXIT_CODES)]
+    Elect(ElectArgs),
+
+    /// Show who leads KEY (the election `elect` runs).
+    Leader {
+        /// The election key.
+        key: String,
+        /// Print JSON instead of text (null when nobody leads).
+        #[arg(long)]
+        json: bool,
+    },
+
     /// Show who holds KEY.
     Status {
         /// The lock key.
@@ -75,6 +95,30 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
+    #[command(flatten)]
+    pub lease: LeaseArgs,
+
+    /// How long to wait for the lock: a duration (e.g. 90s, 5m) or
+    /// "forever". Default: do not wait.
+    #[arg(long, value_parser = parse_wait, value_name = "DURATION|forever")]
+    pub wait: Option<leasehold::Wait>,
+
+    /// Hold one of N permits (a semaphore on KEY) instead of the lock: at
+    /// most N commands run at once. CMD also gets LEASEHOLD_SLOT (0..N-1);
+    /// the fencing token is per slot.
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u32>,
+}
+
+#[derive(Debug, Args)]
+pub struct ElectArgs {
+    #[command(flatten)]
+    pub lease: LeaseArgs,
+}
+
+/// What `run` and `elect` share: the key, the lease and the command.
+#[derive(Debug, Args)]
+pub struct LeaseArgs {
     /// The lock key: 1-256 characters from A-Z a-z 0-9 . _ : / - (no
     /// leading, trailing or doubled '/').
     pub key: String,
@@ -82,11 +126,6 @@ pub struct RunArgs {
     /// Lease time to live: how long the lock outlives a dead holder.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub ttl: Duration,
-
-    /// How long to wait for the lock: a duration (e.g. 90s, 5m) or
-    /// "forever". Default: do not wait.
-    #[arg(long, value_parser = parse_wait, value_name = "DURATION|forever")]
-    pub wait: Option<leasehold::Wait>,
 
     /// A label stored with the lease to say who holds it.
     #[arg(long, value_name = "LABEL")]
@@ -150,10 +189,10 @@ mod tests {
         let Command::Run(run) = cli.command else {
             panic!()
         };
-        assert_eq!(run.ttl, Duration::from_secs(20));
+        assert_eq!(run.lease.ttl, Duration::from_secs(20));
         assert_eq!(run.wait, Some(leasehold::Wait::Forever));
         assert_eq!(
-            run.command,
+            run.lease.command,
             vec![OsString::from("echo"), OsString::from("hi")]
         );
     }

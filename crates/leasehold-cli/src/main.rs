@@ -1,8 +1,10 @@
 //! The `leasehold` command: a thin shell over the leasehold library.
 
 mod cli;
+mod elect;
 mod inspect;
 mod run;
+mod summary;
 
 use std::process::ExitCode;
 
@@ -20,6 +22,7 @@ pub const EXIT_BACKEND: u8 = 1;
 fn main() -> ExitCode {
     let cli = Cli::parse_args();
     init_tracing(cli.verbose);
+    let metrics = (cli.verbose > 0).then(summary::MetricsSummary::install);
     // One thread: the child is spawned from the main thread, which lives as
     // long as the process, so the child's parent-death signal fires only when
     // leasehold itself dies (PR_SET_PDEATHSIG is tied to the spawning thread).
@@ -33,19 +36,25 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_BACKEND);
         }
     };
-    match runtime.block_on(dispatch(cli)) {
+    let code = match runtime.block_on(dispatch(cli)) {
         Ok(code) => code,
         Err(err) => {
             eprintln!("leasehold: {err:#}");
             ExitCode::from(exit_code_for(&err))
         }
+    };
+    if let Some(Some(metrics)) = metrics {
+        metrics.print();
     }
+    code
 }
 
 async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     let store = leasehold_cli::stores::open(cli.store.as_deref()).await?;
     match cli.command {
         Command::Run(args) => run::run(&store, args).await,
+        Command::Elect(args) => elect::elect(&store, args).await,
+        Command::Leader { key, json } => elect::leader(&store, &key, json).await,
         Command::Status { key, json } => inspect::status(&store, &key, json).await,
         Command::List { prefix, json } => inspect::list(&store, &prefix, json).await,
         Command::Break { key } => inspect::break_lease(&store, &key).await,

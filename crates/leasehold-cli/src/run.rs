@@ -4,56 +4,129 @@ use std::io::{IsTerminal, Write};
 use std::process::{ExitCode, ExitStatus};
 
 use anyhow::Context;
-use leasehold::{Error, HolderInfo, LeaseGuard, Lock, LockOptions, Store, Wait};
+use leasehold::{Error, HolderInfo, LeaseGuard, LockOptions, Store};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
-use crate::cli::RunArgs;
+use crate::cli::{LeaseArgs, RunArgs};
 use crate::inspect::{held_for, short};
 use crate::{EXIT_LOST, EXIT_NOT_OBTAINED};
 
 pub async fn run(store: &Store, args: RunArgs) -> anyhow::Result<ExitCode> {
+    let lease = &args.lease;
     // Key and TTL first, so their errors come before any about --grace.
-    store.lock_with(&args.key, LockOptions::new().ttl(args.ttl))?;
-    let lock = store.lock_with(&args.key, lock_options(&args)?)?;
+    let plain = LockOptions::new().ttl(lease.ttl);
+    match args.limit {
+        None => drop(store.lock_with(&lease.key, plain)?),
+        Some(n) => drop(store.semaphore_with(&lease.key, n, plain)?),
+    }
+    let opts = lock_options(lease)?;
     let mut signals = Signals::new()?;
 
+    let acquiring = async {
+        match args.limit {
+            None => {
+                let lock = store.lock_with(&lease.key, opts)?;
+                let guard = match args.wait {
+                    None => lock.try_acquire().await,
+                    Some(wait) => {
+                        let mut status = StatusLine::new(&lease.key);
+                        let r = lock
+                            .acquire_with(wait, |h| status.show(&describe_holder(h)))
+                            .await;
+                        status.clear();
+                        r
+                    }
+                };
+                guard.map(|g| (g, None))
+            }
+            Some(n) => {
+                let sem = store.semaphore_with(&lease.key, n, opts)?;
+                let permit = match args.wait {
+                    None => sem.try_acquire().await,
+                    Some(wait) => {
+                        let mut status = StatusLine::new(&lease.key);
+                        let r = sem
+                            .acquire_with(wait, |holders| {
+                                status.show(&format!(
+                                    "all {n} permits held ({})",
+                                    describe_holders(holders)
+                                ))
+                            })
+                            .await;
+                        status.clear();
+                        r
+                    }
+                };
+                permit
+                    .map(|p| (p.slot(), p))
+                    .map(|(slot, p)| (p.into_guard(), Some(slot)))
+            }
+        }
+    };
     let acquired = tokio::select! {
-        r = acquire(&lock, args.wait) => r,
+        r = acquiring => r,
         sig = signals.next() => {
-            eprintln!("leasehold: interrupted while waiting for {}", args.key);
+            eprintln!("leasehold: interrupted while waiting for {}", lease.key);
             return Ok(ExitCode::from(128 + sig as u8));
         }
     };
-    let guard = match acquired {
-        Ok(guard) => guard,
+    let (guard, slot) = match acquired {
+        Ok(acquired) => acquired,
         Err(Error::Held { holder, .. }) => {
             eprintln!(
                 "leasehold: {} is held by {}; not running the command",
-                args.key,
+                lease.key,
                 describe_holder(holder.as_deref())
             );
             return Ok(ExitCode::from(EXIT_NOT_OBTAINED));
         }
         Err(Error::TimedOut { waited, .. }) => {
-            let holder = lock.inspect().await.ok().and_then(|i| i.holder);
+            let holder = store.inspect(&lease.key).await.ok().and_then(|i| i.holder);
+            let by = match (args.limit, holder) {
+                (Some(n), _) => format!("all {n} permits held"),
+                (None, h) => format!("held by {}", describe_holder(h.as_ref())),
+            };
             eprintln!(
-                "leasehold: gave up waiting for {} after {} (held by {}); not running the command",
-                args.key,
-                short(waited),
-                describe_holder(holder.as_ref())
+                "leasehold: gave up waiting for {} after {} ({by}); not running the command",
+                lease.key,
+                short(waited)
             );
             return Ok(ExitCode::from(EXIT_NOT_OBTAINED));
         }
         Err(e) => return Err(e.into()),
     };
-    tracing::info!(key = %args.key, token = guard.fencing_token(), "running the command");
-    supervise(guard, &args, &mut signals).await
+    tracing::info!(key = %lease.key, token = guard.fencing_token(), ?slot, "running the command");
+    let mut env = vec![("LEASEHOLD_FENCING_TOKEN", guard.fencing_token().to_string())];
+    if let Some(slot) = slot {
+        env.push(("LEASEHOLD_SLOT", slot.to_string()));
+    }
+    let outcome = supervise(&guard, lease, &env, &mut signals).await?;
+    Ok(ExitCode::from(finish(guard, &lease.key, outcome).await))
+}
+
+/// Releases the lease after the command ended; the exit code `run` reports:
+/// 76 if the lease was lost while the command ran, else the command's.
+pub async fn finish(guard: LeaseGuard, key: &str, outcome: Outcome) -> u8 {
+    let released = guard.release().await;
+    if !outcome.started {
+        return outcome.code;
+    }
+    if outcome.lost || matches!(released, Err(Error::LeaseLost { .. })) {
+        if !outcome.lost {
+            eprintln!("leasehold: lease on {key} was lost while the command ran");
+        }
+        return EXIT_LOST;
+    }
+    if let Err(e) = released {
+        eprintln!("leasehold: could not release {key} ({e}); it ends when its TTL runs out");
+    }
+    outcome.code
 }
 
 /// Lock options for `run`: the safety margin includes the grace period, so
 /// that a child that ignores SIGTERM is killed before the lease could pass to
 /// anyone else.
-fn lock_options(args: &RunArgs) -> anyhow::Result<LockOptions> {
+pub fn lock_options(args: &LeaseArgs) -> anyhow::Result<LockOptions> {
     if args.grace > args.ttl / 2 {
         return Err(Error::invalid(
             "grace",
@@ -77,41 +150,52 @@ fn lock_options(args: &RunArgs) -> anyhow::Result<LockOptions> {
     Ok(opts)
 }
 
-/// Acquires, showing who holds the key while waiting: a live line on a
-/// terminal, otherwise one line when the wait starts.
-async fn acquire(lock: &Lock, wait: Option<Wait>) -> leasehold::Result<LeaseGuard> {
-    let Some(wait) = wait else {
-        return lock.try_acquire().await;
-    };
-    let terminal = std::io::stderr().is_terminal();
-    let mut shown = false;
-    let result = lock
-        .acquire_with(wait, |holder| {
-            if shown && !terminal {
-                return;
-            }
-            let line = format!(
-                "leasehold: waiting for {}: held by {}",
-                lock.key(),
-                describe_holder(holder)
-            );
-            let mut err = std::io::stderr().lock();
-            let _ = if terminal {
-                write!(err, "\r\x1b[2K{line}")
-            } else {
-                writeln!(err, "{line}")
-            };
-            let _ = err.flush();
-            shown = true;
-        })
-        .await;
-    if terminal && shown {
-        eprint!("\r\x1b[2K");
-    }
-    result
+/// Who holds the key, shown while waiting: a live line on a terminal,
+/// otherwise one line when the wait starts.
+pub struct StatusLine {
+    key: String,
+    terminal: bool,
+    shown: bool,
 }
 
-fn describe_holder(holder: Option<&HolderInfo>) -> String {
+impl StatusLine {
+    pub fn new(key: &str) -> Self {
+        StatusLine {
+            key: key.to_string(),
+            terminal: std::io::stderr().is_terminal(),
+            shown: false,
+        }
+    }
+
+    pub fn show(&mut self, holder: &str) {
+        if self.shown && !self.terminal {
+            return;
+        }
+        let line = format!("leasehold: waiting for {}: held by {holder}", self.key);
+        let mut err = std::io::stderr().lock();
+        let _ = if self.terminal {
+            write!(err, "\r\x1b[2K{line}")
+        } else {
+            writeln!(err, "{line}")
+        };
+        let _ = err.flush();
+        self.shown = true;
+    }
+
+    pub fn clear(&mut self) {
+        if self.terminal && self.shown {
+            eprint!("\r\x1b[2K");
+        }
+        self.shown = false;
+    }
+}
+
+fn describe_holders(holders: &[HolderInfo]) -> String {
+    let names: Vec<String> = holders.iter().map(|h| describe_holder(Some(h))).collect();
+    names.join("; ")
+}
+
+pub fn describe_holder(holder: Option<&HolderInfo>) -> String {
     match holder {
         None => "another holder".into(),
         Some(h) => match held_for(h) {
@@ -121,38 +205,60 @@ fn describe_holder(holder: Option<&HolderInfo>) -> String {
     }
 }
 
-/// Runs the child while holding `guard` and maps the outcome to an exit code.
-async fn supervise(
-    guard: LeaseGuard,
-    args: &RunArgs,
+/// How a command run under a lease ended.
+pub struct Outcome {
+    /// Its exit code, or 128 + the signal that killed it.
+    pub code: u8,
+    /// Whether the lease was lost while it ran (and it was stopped).
+    pub lost: bool,
+    /// The signal leasehold received and forwarded, if any.
+    pub interrupted: Option<libc::c_int>,
+    /// False if the command could not be started (`code` is then 127 when
+    /// it was not found, 126 otherwise, as shells, env and timeout say).
+    pub started: bool,
+}
+
+/// Runs the command while `guard` holds the lease: forwards signals, stops it
+/// (SIGTERM, then SIGKILL after the grace) when the lease is lost.
+pub async fn supervise(
+    guard: &LeaseGuard,
+    lease: &LeaseArgs,
+    env: &[(&str, String)],
     signals: &mut Signals,
-) -> anyhow::Result<ExitCode> {
-    let mut child = match spawn(args, guard.fencing_token()) {
+) -> anyhow::Result<Outcome> {
+    let mut child = match spawn(lease, env) {
         Ok(child) => child,
         Err(e) => {
-            let _ = guard.release().await;
-            eprintln!("leasehold: cannot run {:?}: {e}", args.command[0]);
-            // As shells, env and timeout do: 127 not found, 126 not runnable.
+            eprintln!("leasehold: cannot run {:?}: {e}", lease.command[0]);
             let code = if e.kind() == std::io::ErrorKind::NotFound {
                 127
             } else {
                 126
             };
-            return Ok(ExitCode::from(code));
+            return Ok(Outcome {
+                code,
+                lost: false,
+                interrupted: None,
+                started: false,
+            });
         }
     };
     let pid = child.id().context("the child has no pid")? as libc::pid_t;
     let mut lost = false;
+    let mut interrupted = None;
     let mut kill_at: Option<tokio::time::Instant> = None;
     let status = loop {
         tokio::select! {
             status = child.wait() => break status.context("waiting for the command")?,
-            sig = signals.next() => send(pid, sig),
+            sig = signals.next() => {
+                interrupted = Some(sig);
+                send(pid, sig);
+            }
             reason = guard.lost(), if !lost => {
                 lost = true;
-                eprintln!("leasehold: lease on {} lost ({reason}); stopping the command", args.key);
+                eprintln!("leasehold: lease on {} lost ({reason}); stopping the command", lease.key);
                 send(pid, libc::SIGTERM);
-                kill_at = Some(tokio::time::Instant::now() + args.grace);
+                kill_at = Some(tokio::time::Instant::now() + lease.grace);
             }
             _ = sleep_until(kill_at), if kill_at.is_some() => {
                 tracing::warn!(pid, "the command outlived the grace period; killing it");
@@ -161,30 +267,21 @@ async fn supervise(
             }
         }
     };
-    let released = guard.release().await;
-    if lost || matches!(released, Err(Error::LeaseLost { .. })) {
-        if !lost {
-            eprintln!(
-                "leasehold: lease on {} was lost while the command ran",
-                args.key
-            );
-        }
-        return Ok(ExitCode::from(EXIT_LOST));
-    }
-    if let Err(e) = released {
-        eprintln!(
-            "leasehold: could not release {} ({e}); it ends when its TTL runs out",
-            args.key
-        );
-    }
-    Ok(ExitCode::from(exit_code(status)))
+    Ok(Outcome {
+        code: exit_code(status),
+        lost,
+        interrupted,
+        started: true,
+    })
 }
 
-fn spawn(args: &RunArgs, token: u64) -> std::io::Result<tokio::process::Child> {
-    let mut cmd = tokio::process::Command::new(&args.command[0]);
-    cmd.args(&args.command[1..])
-        .env("LEASEHOLD_KEY", &args.key)
-        .env("LEASEHOLD_FENCING_TOKEN", token.to_string());
+fn spawn(lease: &LeaseArgs, env: &[(&str, String)]) -> std::io::Result<tokio::process::Child> {
+    let mut cmd = tokio::process::Command::new(&lease.command[0]);
+    cmd.args(&lease.command[1..])
+        .env("LEASEHOLD_KEY", &lease.key);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
     let parent = std::process::id();
     // SAFETY: the closure runs in the forked child before exec and calls only
     // async-signal-safe functions (prctl, getppid, _exit).
@@ -238,14 +335,14 @@ fn exit_code(status: ExitStatus) -> u8 {
 }
 
 /// SIGINT, SIGTERM and SIGHUP, caught so they can be forwarded to the child.
-struct Signals {
+pub struct Signals {
     int: Signal,
     term: Signal,
     hup: Signal,
 }
 
 impl Signals {
-    fn new() -> anyhow::Result<Self> {
+    pub fn new() -> anyhow::Result<Self> {
         Ok(Signals {
             int: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
             term: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
@@ -254,7 +351,7 @@ impl Signals {
     }
 
     /// The next signal received.
-    async fn next(&mut self) -> libc::c_int {
+    pub async fn next(&mut self) -> libc::c_int {
         tokio::select! {
             _ = self.int.recv() => libc::SIGINT,
             _ = self.term.recv() => libc::SIGTERM,
@@ -268,11 +365,10 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    fn args(ttl: u64, grace_ms: u64) -> RunArgs {
-        RunArgs {
+    fn args(ttl: u64, grace_ms: u64) -> LeaseArgs {
+        LeaseArgs {
             key: "k".into(),
             ttl: Duration::from_secs(ttl),
-            wait: None,
             owner: None,
             data: None,
             grace: Duration::from_millis(grace_ms),

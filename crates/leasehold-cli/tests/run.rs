@@ -207,7 +207,7 @@ fn bad_usage_exits_2_with_a_clear_message() {
         ),
         (
             &["--store", "azblob://c", "status", "k"],
-            "built without the azblob",
+            "Azure container names are 3-63 characters",
         ),
         (&["run", "k"], "CMD"),
         (&["run", "--wait", "soon", "k", "--", "true"], "forever"),

@@ -1,0 +1,168 @@
+//! `run --limit`, `elect` and `leader` across real processes on SQLite.
+
+mod common;
+
+use std::io::BufReader;
+use std::time::Duration;
+
+use common::*;
+
+const SECS: Duration = Duration::from_secs(1);
+
+#[test]
+fn run_with_limit_3_never_runs_more_than_3_and_runs_all_10() {
+    let env = Env::new();
+    std::fs::create_dir(env.path("in")).unwrap();
+    // Each command marks itself present, counts who is present, and claims
+    // its slot exclusively (mkdir fails if another command has the slot).
+    let section = r#"mkdir "$D/slot-$LEASEHOLD_SLOT" || exit 99
+touch "$D/in/$$"
+ls "$D/in" | wc -l >> "$D/counts"
+echo "$LEASEHOLD_SLOT $LEASEHOLD_FENCING_TOKEN" >> "$D/tokens"
+sleep 0.3
+rm "$D/in/$$"
+rmdir "$D/slot-$LEASEHOLD_SLOT""#;
+    let mut children: Vec<_> = (0..10)
+        .map(|_| {
+            env.spawn(&[
+                "run", "--limit", "3", "--wait", "60s", "jobs", "--", "sh", "-c", section,
+            ])
+        })
+        .collect();
+    for child in &mut children {
+        assert_eq!(wait_with_timeout(child, 60 * SECS), Some(0));
+    }
+    let counts: Vec<usize> = std::fs::read_to_string(env.path("counts"))
+        .unwrap()
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    assert_eq!(counts.len(), 10, "all 10 ran");
+    let most = *counts.iter().max().unwrap();
+    assert!(most <= 3, "{most} ran at once: {counts:?}");
+    assert!(most >= 2, "permits were not used in parallel: {counts:?}");
+    let tokens = std::fs::read_to_string(env.path("tokens")).unwrap();
+    for line in tokens.lines() {
+        let (slot, _token) = line.split_once(' ').unwrap();
+        assert!(slot.parse::<u32>().unwrap() < 3, "{line}");
+    }
+}
+
+#[test]
+fn run_with_a_full_semaphore_exits_75() {
+    let env = Env::new();
+    let mut holder = env.spawn(&[
+        "run",
+        "--limit",
+        "1",
+        "sem",
+        "--",
+        "sh",
+        "-c",
+        "echo in; exec sleep 1000",
+    ]);
+    let mut out = stdout_reader(&mut holder);
+    assert_eq!(read_line(&mut out), "in");
+    let full = env.output(&["run", "--limit", "1", "sem", "--", "true"]);
+    assert_eq!(full.code, Some(75), "{full:?}");
+    kill(holder.id(), libc::SIGTERM);
+    wait_with_timeout(&mut holder, 10 * SECS);
+}
+
+#[test]
+fn elect_moves_leadership_within_a_ttl_and_a_poll_after_kill_9() {
+    let env = Env::new();
+    let script = "echo $LEASEHOLD_FENCING_TOKEN; exec sleep 1000";
+    let mut a = env.spawn(&[
+        "elect", "--ttl", "1s", "--grace", "100ms", "--owner", "a", "svc", "--", "sh", "-c", script,
+    ]);
+    let term_a: u64 = read_line(&mut stdout_reader(&mut a)).parse().unwrap();
+    let leader = env.output(&["leader", "svc", "--json"]);
+    let json: serde_json::Value = serde_json::from_str(&leader.stdout).unwrap();
+    assert_eq!(json["owner"]["label"], "a");
+    assert_eq!(json["fencing_token"], term_a);
+
+    let mut b = env.spawn(&[
+        "elect", "--ttl", "1s", "--grace", "100ms", "--owner", "b", "svc", "--", "sh", "-c", script,
+    ]);
+    let mut b_out = stdout_reader(&mut b);
+    kill(a.id(), libc::SIGKILL);
+    let killed_at = std::time::Instant::now();
+    a.wait().unwrap();
+    let term_b: u64 = read_line(&mut b_out).parse().unwrap();
+    let took = killed_at.elapsed();
+    assert!(term_b > term_a);
+    // One TTL (1 s) + one poll (100 ms), with slack for a loaded machine.
+    assert!(
+        took < Duration::from_millis(2500),
+        "leadership moved after {took:?}"
+    );
+    let leader = env.output(&["leader", "svc"]);
+    assert!(leader.stdout.contains("led by b"), "{}", leader.stdout);
+    kill(b.id(), libc::SIGTERM);
+    wait_with_timeout(&mut b, 10 * SECS);
+}
+
+#[test]
+fn elect_campaigns_again_after_the_command_exits_until_interrupted() {
+    let env = Env::new();
+    let mut e = env.spawn(&[
+        "elect",
+        "--ttl",
+        "1s",
+        "--grace",
+        "100ms",
+        "cron",
+        "--",
+        "sh",
+        "-c",
+        "echo $LEASEHOLD_FENCING_TOKEN",
+    ]);
+    let mut out: BufReader<_> = stdout_reader(&mut e);
+    let terms: Vec<u64> = (0..3)
+        .map(|_| read_line(&mut out).parse().unwrap())
+        .collect();
+    assert!(terms.windows(2).all(|w| w[0] < w[1]), "{terms:?}");
+    kill(e.id(), libc::SIGTERM);
+    // 143 if the signal came while campaigning; the command's own code (0,
+    // or 143 if the forwarded signal killed it) if it came while it ran.
+    let code = wait_with_timeout(&mut e, 10 * SECS);
+    assert!(matches!(code, Some(0) | Some(143)), "{code:?}");
+    let leader = env.output(&["leader", "cron", "--json"]);
+    assert_eq!(leader.stdout.trim(), "null", "resigned on the way out");
+}
+
+#[test]
+fn a_lost_leadership_stops_the_command_and_campaigns_again() {
+    let env = Env::new();
+    let script = "echo $LEASEHOLD_FENCING_TOKEN; exec sleep 1000";
+    let mut e = env.spawn(&[
+        "elect", "--ttl", "1s", "--grace", "100ms", "svc", "--", "sh", "-c", script,
+    ]);
+    let mut out = stdout_reader(&mut e);
+    let first: u64 = read_line(&mut out).parse().unwrap();
+    let broke = env.output(&["break", "svc"]);
+    assert_eq!(broke.code, Some(0));
+    let second: u64 = read_line(&mut out).parse().unwrap();
+    assert!(second > first);
+    kill(e.id(), libc::SIGTERM);
+    wait_with_timeout(&mut e, 10 * SECS);
+}
+
+#[test]
+fn verbose_prints_a_metrics_summary() {
+    let env = Env::new();
+    let out = env.output(&["-v", "run", "k", "--", "true"]);
+    assert_eq!(out.code, Some(0));
+    assert!(
+        out.stderr
+            .contains("leasehold_acquires_total{backend=sqlite,kind=lock,outcome=acquired} 1"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("leasehold_releases_total"),
+        "{}",
+        out.stderr
+    );
+}
