@@ -29,7 +29,7 @@ export LEASEHOLD_TEST_AZBLOB_CONNECTION_STRING="${LEASEHOLD_TEST_AZBLOB_CONNECTI
 export LEASEHOLD_TEST_DYNAMODB_ENDPOINT="${LEASEHOLD_TEST_DYNAMODB_ENDPOINT:-http://127.0.0.1:8000}"
 
 cargo fmt --all --check
-cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy --workspace --all-targets -- -D warnings
 # Tests mostly wait on leases and emulators, not on the CPU: run more of
 # them at once than there are cores.
-cargo test --workspace --locked "$@" -- --test-threads=8
+cargo test --workspace "$@" -- --test-threads=8

@@ -18,10 +18,10 @@ stores=(${TORTURE_STORES:-sqlite azblob dynamodb})
 
 if [[ $mode == long ]]; then
     profile=release
-    cargo build --release --locked --bins
+    cargo build --release --bins
 else
     profile=debug
-    cargo build --locked --bins
+    cargo build --bins
 fi
 bin="target/$profile"
 
