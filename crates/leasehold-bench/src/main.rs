@@ -1,0 +1,116 @@
+//! `leasehold-bench`: the benchmarks of docs/benchmarks.md, side by side
+//! with the raw SDKs, `flock` and peer libraries. `scripts/bench.sh` runs it.
+//!
+//! ```text
+//! leasehold-bench run [--tiny] --out DIR [--venv DIR] [--peers DIR]
+//! ```
+//!
+//! The `worker` and `hold-many` subcommands are the child processes that
+//! `run` starts for the multi-process figures; each prints one JSON report.
+
+mod chart;
+mod figures;
+mod raw;
+mod report;
+mod stats;
+mod stores;
+mod sys;
+mod worker;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "leasehold-bench", about = "leasehold benchmarks")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Runs every figure and writes benchmarks.md, benchmarks.png and results.json to --out.
+    Run(figures::RunArgs),
+    /// (child) Waiter tasks on one key; prints a JSON report.
+    #[command(hide = true)]
+    Worker {
+        /// Store spec.
+        #[arg(long)]
+        store: String,
+        #[command(flatten)]
+        params: worker::WaiterParams,
+    },
+    /// (child) Holds many leases at once; prints a JSON report.
+    #[command(hide = true)]
+    HoldMany {
+        /// Store spec.
+        #[arg(long)]
+        store: String,
+        /// How many leases.
+        #[arg(long)]
+        leases: usize,
+        /// Their TTL (ms).
+        #[arg(long)]
+        ttl_ms: u64,
+        /// How long to hold them (ms).
+        #[arg(long)]
+        hold_ms: u64,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    // DynamoDB Local accepts any credentials made of letters and digits.
+    for (name, value) in [
+        ("AWS_ACCESS_KEY_ID", "local"),
+        ("AWS_SECRET_ACCESS_KEY", "local"),
+        ("AWS_REGION", "us-east-1"),
+    ] {
+        if std::env::var_os(name).is_none() {
+            // SAFETY: single-threaded here, before the runtime starts.
+            unsafe { std::env::set_var(name, value) };
+        }
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        match cli.command {
+            Command::Run(args) => figures::run(args).await,
+            Command::Worker { store, params } => {
+                let opened = stores::open(&stores::Spec::parse(&store)?, false).await?;
+                let report = worker::run_waiters(&opened, &params).await?;
+                println!("{}", serde_json::to_string(&report)?);
+                Ok(())
+            }
+            Command::HoldMany {
+                store,
+                leases,
+                ttl_ms,
+                hold_ms,
+            } => {
+                let opened = stores::open(&stores::Spec::parse(&store)?, true).await?;
+                let report = worker::run_many(
+                    &opened,
+                    leases,
+                    Duration::from_millis(ttl_ms),
+                    Duration::from_millis(hold_ms),
+                )
+                .await?;
+                println!("{}", serde_json::to_string(&report)?);
+                Ok(())
+            }
+        }
+    })?;
+    // Background releases and renewal tasks must not keep a child alive.
+    rt.shutdown_timeout(Duration::from_secs(2));
+    Ok(())
+}
+
+/// Where the `leasehold` CLI binary is: beside this one.
+fn sibling_binary(name: &str) -> Option<PathBuf> {
+    let p = std::env::current_exe().ok()?.parent()?.join(name);
+    p.exists().then_some(p)
+}

@@ -1,0 +1,453 @@
+//! The raw loops: the same minimal requests leasehold's protocols send for
+//! an uncontended acquire + release, issued directly with the same SDK and
+//! client settings, without leasehold. They are the physical limit that
+//! figure 1 compares leasehold with.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{anyhow, Context};
+use async_trait::async_trait;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+use azure_core::credentials::Secret;
+use azure_core::http::policies::{Policy, PolicyResult};
+use azure_core::http::{
+    ClientOptions, Context as AzContext, Etag, ExponentialRetryOptions, Request, RequestContent,
+    RetryOptions, Transport, Url,
+};
+use azure_core::time::{to_rfc7231, OffsetDateTime};
+use azure_storage_blob::models::{
+    BlobClientAcquireLeaseOptions, BlobClientSetMetadataOptions, BlockBlobClientUploadOptions,
+};
+use azure_storage_blob::{BlobClient, BlobContainerClient, BlobContainerClientOptions};
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+
+use crate::stores::CountRequests;
+use crate::sys::mono_ns;
+
+/// One raw acquire + release loop.
+pub enum RawLoop {
+    /// rusqlite on its own connection, same pragmas, same statements.
+    Sqlite(Option<Connection>),
+    /// azure_storage_blob, same client options: write record, lease, release.
+    Azure {
+        /// The lock blob.
+        blob: BlobClient,
+        /// Its ETag after our last write.
+        etag: String,
+        /// Requests sent.
+        requests: Arc<AtomicU64>,
+        /// Last fencing counter written.
+        fence: u64,
+    },
+    /// aws-sdk-dynamodb on leasehold's own client: conditional grant, release.
+    Dynamo {
+        /// The client (leasehold's, so the same settings).
+        client: aws_sdk_dynamodb::Client,
+        /// The table.
+        table: String,
+    },
+}
+
+const RAW_KEY: &str = "raw-overhead";
+
+impl RawLoop {
+    /// A loop on the SQLite file at `path` (whose schema leasehold created).
+    pub fn sqlite(path: &Path) -> anyhow::Result<RawLoop> {
+        let conn = Connection::open(path)?;
+        conn.busy_timeout(Duration::from_secs(5))?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        Ok(RawLoop::Sqlite(Some(conn)))
+    }
+
+    /// A loop on a blob of `container` in Azurite (created here).
+    pub async fn azure(container: &str) -> anyhow::Result<RawLoop> {
+        let requests = Arc::new(AtomicU64::new(0));
+        let client = container_client(container, requests.clone())?;
+        if let Err(e) = client.create(None).await {
+            if e.http_status().map(u16::from) != Some(409) {
+                return Err(e.into());
+            }
+        }
+        let blob = client.blob_client(RAW_KEY);
+        let options = BlockBlobClientUploadOptions {
+            if_none_match: Some(Etag::from("*")),
+            ..Default::default()
+        };
+        let _ = blob
+            .upload(RequestContent::from(Vec::<u8>::new()), Some(options))
+            .await;
+        let props = blob.get_properties(None).await?;
+        let etag = props
+            .headers()
+            .get_optional_str(&azure_core::http::headers::ETAG)
+            .unwrap_or_default()
+            .to_string();
+        requests.store(0, Ordering::Relaxed);
+        Ok(RawLoop::Azure {
+            blob,
+            etag,
+            requests,
+            fence: 0,
+        })
+    }
+
+    /// A loop on `client`'s `table`.
+    pub fn dynamo(client: aws_sdk_dynamodb::Client, table: &str) -> RawLoop {
+        RawLoop::Dynamo {
+            client,
+            table: table.to_string(),
+        }
+    }
+
+    /// Requests the loop's own client sent (Azure only; the others are
+    /// counted by the caller).
+    pub fn own_requests(&self) -> Option<u64> {
+        match self {
+            RawLoop::Azure { requests, .. } => Some(requests.load(Ordering::Relaxed)),
+            _ => None,
+        }
+    }
+
+    /// Runs cycles for up to `time` and `max` cycles; returns the count and
+    /// the elapsed time.
+    pub async fn run(&mut self, time: Duration, max: u64) -> anyhow::Result<(u64, Duration)> {
+        let start = Instant::now();
+        let mut n = 0;
+        match self {
+            RawLoop::Sqlite(slot) => {
+                let mut conn = slot.take().ok_or_else(|| anyhow!("no connection"))?;
+                let (conn, result) = tokio::task::spawn_blocking(move || {
+                    let mut n = 0;
+                    let result = (|| {
+                        while n < max && start.elapsed() < time {
+                            sqlite_cycle(&mut conn)?;
+                            n += 1;
+                        }
+                        anyhow::Ok(n)
+                    })();
+                    (conn, result)
+                })
+                .await?;
+                *slot = Some(conn);
+                n = result?;
+            }
+            RawLoop::Azure {
+                blob, etag, fence, ..
+            } => {
+                while n < max && start.elapsed() < time {
+                    azure_cycle(blob, etag, fence).await?;
+                    n += 1;
+                }
+            }
+            RawLoop::Dynamo { client, table } => {
+                while n < max && start.elapsed() < time {
+                    dynamo_cycle(client, table).await?;
+                    n += 1;
+                }
+            }
+        }
+        Ok((n, start.elapsed()))
+    }
+}
+
+fn sqlite_cycle(conn: &mut Connection) -> anyhow::Result<()> {
+    let lease_id = uuid::Uuid::new_v4().to_string();
+    let now = mono_ns() as i64;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let row: Option<(i64, Option<String>, Option<i64>)> = tx
+        .query_row(
+            "SELECT fence, lease_id, expires_at_ns FROM leasehold_leases WHERE key = ?1",
+            [RAW_KEY],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .optional()?;
+    let fence = match row {
+        Some((_, Some(_), Some(exp))) if exp > now => return Err(anyhow!("raw key held")),
+        Some((f, _, _)) => f + 1,
+        None => 1,
+    };
+    tx.execute(
+        "INSERT INTO leasehold_leases (key, fence, lease_id, boot_id, expires_at_ns, ttl_ms, owner_host, owner_pid, owner_label, data, acquired_at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+         ON CONFLICT(key) DO UPDATE SET fence = excluded.fence, lease_id = excluded.lease_id,
+           boot_id = excluded.boot_id, expires_at_ns = excluded.expires_at_ns, ttl_ms = excluded.ttl_ms,
+           owner_host = excluded.owner_host, owner_pid = excluded.owner_pid, owner_label = excluded.owner_label,
+           data = excluded.data, acquired_at_ms = excluded.acquired_at_ms",
+        params![
+            RAW_KEY,
+            fence,
+            lease_id,
+            "boot",
+            now + 30_000_000_000,
+            30_000,
+            "host",
+            std::process::id() as i64,
+            Option::<String>::None,
+            Option::<String>::None,
+            unix_ms() as i64,
+        ],
+    )?;
+    tx.commit()?;
+    conn.execute(
+        "UPDATE leasehold_leases SET lease_id = NULL, boot_id = NULL, expires_at_ns = NULL
+         WHERE key = ?1 AND lease_id = ?2",
+        params![RAW_KEY, lease_id],
+    )?;
+    Ok(())
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+async fn azure_cycle(blob: &BlobClient, etag: &mut String, fence: &mut u64) -> anyhow::Result<()> {
+    let lease_id = uuid::Uuid::new_v4().to_string();
+    let mut meta = HashMap::new();
+    *fence += 1;
+    meta.insert("leaseholdfence".to_string(), fence.to_string());
+    meta.insert("leaseholdlease".to_string(), lease_id[..16].to_string());
+    meta.insert("leaseholdhost".to_string(), "host".to_string());
+    meta.insert("leaseholdpid".to_string(), std::process::id().to_string());
+    meta.insert("leaseholdacquiredms".to_string(), unix_ms().to_string());
+    meta.insert("leaseholdttlms".to_string(), "30000".to_string());
+    let options = BlobClientSetMetadataOptions {
+        if_match: Some(Etag::from(etag.as_str())),
+        ..Default::default()
+    };
+    let resp = blob.set_metadata(&meta, Some(options)).await?;
+    *etag = resp
+        .headers()
+        .get_optional_str(&azure_core::http::headers::ETAG)
+        .unwrap_or_default()
+        .to_string();
+    let options = BlobClientAcquireLeaseOptions {
+        proposed_lease_id: Some(lease_id.clone()),
+        if_match: Some(Etag::from(etag.as_str())),
+        ..Default::default()
+    };
+    blob.acquire_lease(30, Some(options)).await?;
+    blob.release_lease(lease_id, None).await?;
+    Ok(())
+}
+
+async fn dynamo_cycle(client: &aws_sdk_dynamodb::Client, table: &str) -> anyhow::Result<()> {
+    let s = |v: &str| AttributeValue::S(v.to_string());
+    let n = |v: u64| AttributeValue::N(v.to_string());
+    let lease_id = uuid::Uuid::new_v4().to_string();
+    let now = unix_ms();
+    let names = [
+        ("#f", "fence"),
+        ("#r", "rvn"),
+        ("#l", "lease_id"),
+        ("#h", "owner_host"),
+        ("#p", "owner_pid"),
+        ("#t", "ttl_ms"),
+        ("#a", "acquired_ms"),
+        ("#e", "expires_ms"),
+        ("#rb", "released_by"),
+        ("#ol", "owner_label"),
+        ("#d", "data"),
+        ("#g", "gc_at"),
+    ];
+    let mut req = client
+        .update_item()
+        .table_name(table)
+        .key("lease_key", s(RAW_KEY))
+        .update_expression(
+            "SET #f = if_not_exists(#f, :zero) + :one, #r = :rvn, #l = :lid, #h = :host, #p = :pid, #t = :ttl, #a = :now, #e = :exp REMOVE #rb, #ol, #d, #g",
+        )
+        .condition_expression("attribute_not_exists(#l)")
+        .expression_attribute_values(":zero", n(0))
+        .expression_attribute_values(":one", n(1))
+        .expression_attribute_values(":rvn", s(&uuid::Uuid::new_v4().to_string()))
+        .expression_attribute_values(":lid", s(&lease_id))
+        .expression_attribute_values(":host", s("host"))
+        .expression_attribute_values(":pid", n(std::process::id() as u64))
+        .expression_attribute_values(":ttl", n(30_000))
+        .expression_attribute_values(":now", n(now))
+        .expression_attribute_values(":exp", n(now + 30_000))
+        .return_values(ReturnValue::AllNew)
+        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+    for (k, v) in names {
+        req = req.expression_attribute_names(k, v);
+    }
+    let out = req.send().await.context("raw DynamoDB grant")?;
+    let _fence = out
+        .attributes()
+        .and_then(|a| a.get("fence"))
+        .and_then(|v| v.as_n().ok())
+        .ok_or_else(|| anyhow!("no fence in the grant"))?;
+    let names = [
+        ("#r", "rvn"),
+        ("#rb", "released_by"),
+        ("#l", "lease_id"),
+        ("#h", "owner_host"),
+        ("#p", "owner_pid"),
+        ("#t", "ttl_ms"),
+        ("#a", "acquired_ms"),
+        ("#e", "expires_ms"),
+        ("#ol", "owner_label"),
+        ("#d", "data"),
+        ("#g", "gc_at"),
+    ];
+    let mut req = client
+        .update_item()
+        .table_name(table)
+        .key("lease_key", s(RAW_KEY))
+        .update_expression("SET #r = :rvn, #rb = :lid REMOVE #l, #h, #p, #t, #a, #e, #ol, #d, #g")
+        .condition_expression("#l = :lid")
+        .expression_attribute_values(":rvn", s(&uuid::Uuid::new_v4().to_string()))
+        .expression_attribute_values(":lid", s(&lease_id))
+        .return_values(ReturnValue::None)
+        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+    for (k, v) in names {
+        req = req.expression_attribute_names(k, v);
+    }
+    req.send().await.context("raw DynamoDB release")?;
+    Ok(())
+}
+
+/// A container client for Azurite with the settings leasehold-azure's
+/// builder uses (API version, retry policy, reqwest transport and timeouts,
+/// shared-key signing), counting requests.
+fn container_client(
+    container: &str,
+    requests: Arc<AtomicU64>,
+) -> anyhow::Result<BlobContainerClient> {
+    let mut url = Url::parse(leasehold_azure::DEV_ENDPOINT)?;
+    url.path_segments_mut()
+        .map_err(|_| anyhow!("endpoint"))?
+        .push(container);
+    let http = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(10))
+        .build()?;
+    let options = BlobContainerClientOptions {
+        client_options: ClientOptions {
+            per_try_policies: vec![
+                Arc::new(CountRequests(requests)),
+                Arc::new(SharedKey {
+                    account: leasehold_azure::DEV_ACCOUNT.to_string(),
+                    key: Secret::new(AZURITE_KEY),
+                }),
+            ],
+            retry: RetryOptions::exponential(ExponentialRetryOptions {
+                initial_delay: azure_core::time::Duration::milliseconds(200),
+                max_retries: 3,
+                max_total_elapsed: azure_core::time::Duration::seconds(10),
+                max_delay: azure_core::time::Duration::seconds(2),
+            }),
+            transport: Some(Transport::new(Arc::new(http))),
+            ..Default::default()
+        },
+        version: leasehold_azure::API_VERSION.to_string(),
+    };
+    Ok(BlobContainerClient::new(url, None, Some(options))?)
+}
+
+/// Azurite's published development account key.
+const AZURITE_KEY: &str =
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
+/// Shared-key signing (the SDK has none), as leasehold-azure does it.
+#[derive(Debug)]
+struct SharedKey {
+    account: String,
+    key: Secret,
+}
+
+#[async_trait]
+impl Policy for SharedKey {
+    async fn send(
+        &self,
+        ctx: &AzContext,
+        request: &mut Request,
+        next: &[Arc<dyn Policy>],
+    ) -> PolicyResult {
+        request.insert_header("x-ms-date", to_rfc7231(&OffsetDateTime::now_utc()));
+        let signature =
+            azure_core::hmac::hmac_sha256(&canonical(&self.account, request), &self.key)?;
+        request.insert_header(
+            "authorization",
+            format!("SharedKey {}:{signature}", self.account),
+        );
+        next[0].send(ctx, request, &next[1..]).await
+    }
+}
+
+/// The string a shared-key signature covers: verb, standard headers,
+/// `x-ms-*` headers sorted, then `/account/path` and the sorted query.
+fn canonical(account: &str, request: &Request) -> String {
+    let get = |name: &str| {
+        request
+            .headers()
+            .iter()
+            .find(|(n, _)| n.as_str().eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str().to_string())
+            .unwrap_or_default()
+    };
+    let mut length = get("content-length");
+    if length == "0" || length.is_empty() {
+        length = request
+            .body()
+            .len()
+            .filter(|n| *n > 0)
+            .map(|n| n.to_string())
+            .unwrap_or_default();
+    }
+    let standard = [
+        get("content-encoding"),
+        get("content-language"),
+        length,
+        get("content-md5"),
+        get("content-type"),
+        String::new(),
+        get("if-modified-since"),
+        get("if-match"),
+        get("if-none-match"),
+        get("if-unmodified-since"),
+        get("range"),
+    ];
+    let mut out = format!("{}\n{}\n", request.method().as_ref(), standard.join("\n"));
+    let mut ms: Vec<(String, String)> = request
+        .headers()
+        .iter()
+        .map(|(n, v)| {
+            (
+                n.as_str().to_ascii_lowercase(),
+                v.as_str().trim().to_string(),
+            )
+        })
+        .filter(|(n, _)| n.starts_with("x-ms-"))
+        .collect();
+    ms.sort();
+    for (n, v) in ms {
+        out.push_str(&format!("{n}:{v}\n"));
+    }
+    let url = request.url();
+    out.push_str(&format!("/{account}{}", url.path()));
+    let mut query: Vec<(String, String)> = url
+        .query_pairs()
+        .map(|(k, v)| (k.to_ascii_lowercase(), v.into_owned()))
+        .collect();
+    query.sort();
+    let mut i = 0;
+    while i < query.len() {
+        let name = query[i].0.clone();
+        let mut values = Vec::new();
+        while i < query.len() && query[i].0 == name {
+            values.push(query[i].1.clone());
+            i += 1;
+        }
+        out.push_str(&format!("\n{name}:{}", values.join(",")));
+    }
+    out
+}

@@ -1,0 +1,296 @@
+//! The stores under test, each opened with request counters: backend calls
+//! through a [`Counting`] wrapper, and HTTP requests where a store sends
+//! several per call (Azure, through a pipeline policy; DynamoDB, through the
+//! backend's own counter).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use anyhow::{bail, Context};
+use async_trait::async_trait;
+use azure_core::http::policies::{Policy, PolicyResult};
+use azure_core::http::{Context as AzContext, Request};
+use leasehold::{
+    AcquireOutcome, AcquireRequest, Backend, Capabilities, HolderInfo, Key, KeyInfo, Lease, Store,
+};
+use leasehold_dynamodb::DynamoDbBackend;
+
+use crate::sys::mono_ns;
+
+/// Azurite's blob port.
+pub const AZURITE_PORT: u16 = 10000;
+/// DynamoDB Local's port.
+pub const DYNAMODB_PORT: u16 = 8000;
+
+/// Which store, as passed between processes (`memory:`, `sqlite:PATH`,
+/// `azblob:CONTAINER`, `dynamodb:TABLE`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Spec {
+    /// In-process memory store.
+    Memory,
+    /// SQLite file.
+    Sqlite(PathBuf),
+    /// Azurite container.
+    Azblob(String),
+    /// DynamoDB Local table.
+    Dynamodb(String),
+}
+
+impl Spec {
+    /// Parses the form written by [`Spec::arg`].
+    pub fn parse(s: &str) -> anyhow::Result<Spec> {
+        Ok(match s.split_once(':') {
+            Some(("memory", "")) => Spec::Memory,
+            Some(("sqlite", p)) => Spec::Sqlite(PathBuf::from(p)),
+            Some(("azblob", c)) => Spec::Azblob(c.to_string()),
+            Some(("dynamodb", t)) => Spec::Dynamodb(t.to_string()),
+            _ => bail!("bad store spec {s:?}"),
+        })
+    }
+
+    /// The form [`Spec::parse`] reads.
+    pub fn arg(&self) -> String {
+        match self {
+            Spec::Memory => "memory:".into(),
+            Spec::Sqlite(p) => format!("sqlite:{}", p.display()),
+            Spec::Azblob(c) => format!("azblob:{c}"),
+            Spec::Dynamodb(t) => format!("dynamodb:{t}"),
+        }
+    }
+
+    /// The name on the results page.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Spec::Memory => "memory",
+            Spec::Sqlite(_) => "SQLite",
+            Spec::Azblob(_) => "Azurite",
+            Spec::Dynamodb(_) => "DynamoDB Local",
+        }
+    }
+}
+
+/// The Azurite connection string (the environment's, or the development one).
+pub fn azurite_connection_string() -> String {
+    std::env::var("AZURE_STORAGE_CONNECTION_STRING")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "UseDevelopmentStorage=true".into())
+}
+
+/// The DynamoDB Local endpoint.
+pub fn dynamodb_endpoint() -> String {
+    format!("http://127.0.0.1:{DYNAMODB_PORT}")
+}
+
+/// Reads a request counter.
+type RequestCount = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+/// A store and its counters.
+pub struct Opened {
+    /// The store.
+    pub store: Store,
+    /// Backend calls.
+    pub calls: Arc<Counting>,
+    /// The DynamoDB backend, for raw requests on the same client.
+    pub dynamo: Option<Arc<DynamoDbBackend>>,
+    requests: RequestCount,
+}
+
+impl Opened {
+    /// Requests sent to the store so far (HTTP requests for the emulators,
+    /// backend calls, i.e. transactions, for SQLite and memory).
+    pub fn requests(&self) -> u64 {
+        (self.requests)()
+    }
+}
+
+/// Opens `spec`; `track_renewals` records each key's renewal times.
+pub async fn open(spec: &Spec, track_renewals: bool) -> anyhow::Result<Opened> {
+    let (inner, requests, dynamo): (Arc<dyn Backend>, Option<RequestCount>, _) = match spec {
+        Spec::Memory => (
+            Arc::new(leasehold::memory::MemoryBackend::new()),
+            None,
+            None,
+        ),
+        Spec::Sqlite(path) => (
+            Arc::new(leasehold::sqlite::SqliteBackend::open(path)?),
+            None,
+            None,
+        ),
+        Spec::Azblob(container) => {
+            let count = Arc::new(AtomicU64::new(0));
+            let backend = leasehold_azure::AzureBackend::builder()
+                .container(container.clone())
+                .connection_string(azurite_connection_string())
+                .per_try_policy(Arc::new(CountRequests(count.clone())))
+                .build()?;
+            let f: RequestCount = Arc::new(move || count.load(Ordering::Relaxed));
+            (Arc::new(backend), Some(f), None)
+        }
+        Spec::Dynamodb(table) => {
+            let backend = Arc::new(
+                DynamoDbBackend::builder(table.clone())
+                    .region("us-east-1")
+                    .endpoint(dynamodb_endpoint())
+                    .build()
+                    .await
+                    .context("opening DynamoDB Local")?,
+            );
+            let b = backend.clone();
+            let f: RequestCount = Arc::new(move || b.requests_sent());
+            (backend.clone(), Some(f), Some(backend))
+        }
+    };
+    let calls = Arc::new(Counting::new(inner, track_renewals));
+    let requests = match requests {
+        Some(f) => f,
+        None => {
+            let c = calls.clone();
+            Arc::new(move || c.total())
+        }
+    };
+    Ok(Opened {
+        store: Store::from_backend(calls.clone()),
+        calls,
+        dynamo,
+        requests,
+    })
+}
+
+/// Counts every Azure request try.
+#[derive(Debug)]
+pub struct CountRequests(pub Arc<AtomicU64>);
+
+#[async_trait]
+impl Policy for CountRequests {
+    async fn send(
+        &self,
+        ctx: &AzContext,
+        request: &mut Request,
+        next: &[Arc<dyn Policy>],
+    ) -> PolicyResult {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        next[0].send(ctx, request, &next[1..]).await
+    }
+}
+
+/// A backend wrapper that counts calls and, optionally, when each key was
+/// last granted or renewed.
+#[derive(Debug)]
+pub struct Counting {
+    inner: Arc<dyn Backend>,
+    acquires: AtomicU64,
+    renews: AtomicU64,
+    releases: AtomicU64,
+    others: AtomicU64,
+    track: AtomicBool,
+    schedule: Mutex<HashMap<String, Renewals>>,
+}
+
+/// The renewal record of one key.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Renewals {
+    /// Last grant or successful renewal, monotonic ns.
+    pub last_ns: u64,
+    /// Longest time between two of them, ns.
+    pub max_gap_ns: u64,
+    /// Successful renewals.
+    pub count: u64,
+}
+
+impl Counting {
+    fn new(inner: Arc<dyn Backend>, track: bool) -> Self {
+        Counting {
+            inner,
+            acquires: AtomicU64::new(0),
+            renews: AtomicU64::new(0),
+            releases: AtomicU64::new(0),
+            others: AtomicU64::new(0),
+            track: AtomicBool::new(track),
+            schedule: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// All calls so far.
+    pub fn total(&self) -> u64 {
+        self.acquires.load(Ordering::Relaxed)
+            + self.renews.load(Ordering::Relaxed)
+            + self.releases.load(Ordering::Relaxed)
+            + self.others.load(Ordering::Relaxed)
+    }
+
+    /// Each tracked key's renewals.
+    pub fn renewals(&self) -> Vec<Renewals> {
+        self.schedule
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .copied()
+            .collect()
+    }
+
+    fn mark(&self, key: &Key, renewal: bool) {
+        if !self.track.load(Ordering::Relaxed) {
+            return;
+        }
+        let now = mono_ns();
+        let mut map = self.schedule.lock().unwrap_or_else(|e| e.into_inner());
+        let r = map.entry(key.as_str().to_string()).or_default();
+        if renewal && r.last_ns > 0 {
+            r.max_gap_ns = r.max_gap_ns.max(now - r.last_ns);
+            r.count += 1;
+        }
+        r.last_ns = now;
+    }
+}
+
+#[async_trait]
+impl Backend for Counting {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    async fn try_acquire(&self, request: &AcquireRequest) -> leasehold::Result<AcquireOutcome> {
+        self.acquires.fetch_add(1, Ordering::Relaxed);
+        let out = self.inner.try_acquire(request).await;
+        if let Ok(AcquireOutcome::Acquired(_)) = &out {
+            self.mark(&request.key, false);
+        }
+        out
+    }
+
+    async fn renew(&self, lease: &Lease) -> leasehold::Result<()> {
+        self.renews.fetch_add(1, Ordering::Relaxed);
+        let out = self.inner.renew(lease).await;
+        if out.is_ok() {
+            self.mark(&lease.key, true);
+        }
+        out
+    }
+
+    async fn release(&self, lease: &Lease) -> leasehold::Result<()> {
+        self.releases.fetch_add(1, Ordering::Relaxed);
+        self.inner.release(lease).await
+    }
+
+    async fn inspect(&self, key: &Key) -> leasehold::Result<KeyInfo> {
+        self.others.fetch_add(1, Ordering::Relaxed);
+        self.inner.inspect(key).await
+    }
+
+    async fn break_lease(&self, key: &Key) -> leasehold::Result<Option<HolderInfo>> {
+        self.others.fetch_add(1, Ordering::Relaxed);
+        self.inner.break_lease(key).await
+    }
+
+    async fn list(&self, prefix: &str) -> leasehold::Result<Vec<KeyInfo>> {
+        self.others.fetch_add(1, Ordering::Relaxed);
+        self.inner.list(prefix).await
+    }
+}

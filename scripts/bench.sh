@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Benchmarks: leasehold side by side with the raw SDKs, flock and peer
+# libraries (docs/benchmarks.md describes every figure). Builds the
+# benchmark and the CLI in release mode, installs and starts Azurite and
+# DynamoDB Local on 127.0.0.1 (stopping again those it started), installs
+# the Python peer libraries into .cache/bench-venv, runs everything and
+# writes docs/benchmarks.md, docs/benchmarks.png (and results.json beside
+# them when --out is given).
+#
+#   scripts/bench.sh               # the full run (several minutes) -> docs/
+#   scripts/bench.sh --out DIR     # the full run, written to DIR
+#   scripts/bench.sh --tiny        # seconds: tiny loads, no peers, to a temp dir
+#                                  # (uses the emulators only if already running)
+#
+# It is not a timed test: a --tiny run only checks that everything runs and
+# the report is written.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+tiny=0
+out=""
+while (($#)); do
+    case "$1" in
+        --tiny) tiny=1 ;;
+        --out) out="$2"; shift ;;
+        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+        *) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
+    esac
+    shift
+done
+
+TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
+cargo build --release --locked -p leasehold-bench -p leasehold-cli >&2
+BIN="$TARGET/release/leasehold-bench"
+
+answers() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+started=()
+cleanup() {
+    for e in "${started[@]}"; do
+        "scripts/$e.sh" stop || true
+    done
+}
+trap cleanup EXIT
+
+args=()
+if ((tiny)); then
+    if [[ -z "$out" ]]; then
+        out="$(mktemp -d "${TMPDIR:-/tmp}/leasehold-bench.XXXXXX")"
+    fi
+    args+=(--tiny)
+else
+    out="${out:-$ROOT/docs}"
+    for pair in azurite:10000 dynamodb-local:8000; do
+        e="${pair%%:*}"
+        port="${pair##*:}"
+        if ! answers "$port"; then
+            "scripts/$e.sh" start
+            started+=("$e")
+        fi
+    done
+    VENV="$ROOT/.cache/bench-venv"
+    if ! "$VENV/bin/python" -c 'import azure.storage.blob, python_dynamodb_lock, boto3' 2>/dev/null; then
+        echo "bench.sh: installing the Python peers into $VENV" >&2
+        python3 -m venv "$VENV"
+        "$VENV/bin/pip" install --quiet --disable-pip-version-check \
+            'azure-storage-blob==12.31.1' 'python-dynamodb-lock==0.9.1' 'boto3>=1.34,<2' >&2
+    fi
+    args+=(--venv "$VENV")
+fi
+
+export AZURE_STORAGE_CONNECTION_STRING="${AZURE_STORAGE_CONNECTION_STRING:-UseDevelopmentStorage=true}"
+export AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-local}" AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-local}"
+export AWS_REGION="${AWS_REGION:-us-east-1}"
+mkdir -p "$out"
+"$BIN" run --out "$out" --peers "$ROOT/scripts/peers" "${args[@]}"
+if ((tiny)); then
+    test -s "$out/benchmarks.md" && test -s "$out/benchmarks.png"
+    echo "bench.sh: tiny run written to $out" >&2
+fi
