@@ -118,14 +118,13 @@ impl Tracker {
                         },
                     );
                 }
-                Kind::End | Kind::Lost => {
+                Kind::End | Kind::Lost
                     if self
                         .holders
                         .get(&r.key)
-                        .is_some_and(|h| h.token == r.token && h.worker == r.worker)
-                    {
-                        self.holders.remove(&r.key);
-                    }
+                        .is_some_and(|h| h.token == r.token && h.worker == r.worker) =>
+                {
+                    self.holders.remove(&r.key);
                 }
                 _ => {}
             }

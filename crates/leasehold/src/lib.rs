@@ -126,3 +126,8 @@ pub use semaphore::{
     Semaphore, SemaphorePermit, SlotInfo, MAX_SEMAPHORE_KEY_LEN, MAX_SEMAPHORE_LIMIT,
 };
 pub use store::{default_sqlite_path, Store, BUILTIN_SCHEMES};
+
+/// The README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
