@@ -49,6 +49,12 @@ start() {
         return 0
     fi
     if answers; then
+        # Another checkout's (or a benchmark's) Azurite: tests use their own
+        # containers, so share it; `stop` leaves it alone (no pid file here).
+        if curl -sI --max-time 2 "http://$HOST:$PORT/devstoreaccount1?comp=list" 2>/dev/null | grep -qi '^server: azurite'; then
+            echo "azurite.sh: reusing the Azurite already listening on $HOST:$PORT" >&2
+            return 0
+        fi
         echo "azurite.sh: something else already listens on $HOST:$PORT; not starting" >&2
         exit 1
     fi
