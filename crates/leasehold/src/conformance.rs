@@ -1014,10 +1014,21 @@ pub async fn election_observers_see_every_change(store: Store) {
         .election_with(&key, opts(&store).owner_label("b").data("at b"))
         .unwrap();
     let mut expected = Vec::new();
+    let mut last_term = first.last_term;
     for candidate in [&a, &b, &a] {
         let leadership = candidate.campaign().await.unwrap();
         let label = candidate.owner().label.clone().unwrap();
-        let change = next_change(&mut changes, wait).await;
+        let change = loop {
+            let change = next_change(&mut changes, wait).await;
+            // A backend that records the new holder before it takes the
+            // lease (Azure) can be polled between the two: a new term with
+            // nobody holding it yet. That is not a change of leader.
+            if change.leader.is_none() && change.last_term > last_term {
+                continue;
+            }
+            break change;
+        };
+        last_term = change.last_term;
         assert_eq!(
             who(&change),
             Some((label.clone(), format!("at {label}"), leadership.term()))
