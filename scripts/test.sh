@@ -33,3 +33,9 @@ cargo clippy --workspace --all-targets -- -D warnings
 # Tests mostly wait on leases and emulators, not on the CPU: run more of
 # them at once than there are cores.
 cargo test --workspace "$@" -- --test-threads=8
+
+# A tiny benchmark run: only checks that the harness runs and writes its
+# report (numbers from it mean nothing).
+scripts/bench.sh --tiny
+# The bounded fault-injection run on every store; fails on any violation.
+scripts/torture.sh --short
