@@ -46,6 +46,12 @@ settings() {
     esac
 }
 
+# A store restarted with its state lost forgets every lease and fencing
+# counter: see docs/reliability.md for what that does. Only the long run
+# injects it; the CI run sticks to faults leasehold must always survive.
+state_loss=restart
+[[ $mode == short ]] && state_loss=""
+
 reports=()
 failed=0
 for store in "${stores[@]}"; do
@@ -60,14 +66,14 @@ for store in "${stores[@]}"; do
             scripts/azurite.sh start; started+=(azurite)
             export AZURE_STORAGE_CONNECTION_STRING="${AZURE_STORAGE_CONNECTION_STRING:-UseDevelopmentStorage=true}"
             url="azblob://torture-$RANDOM"
-            faults=kill,pause,break,partition,delay,reset,restart
+            faults=kill,pause,break,partition,delay,reset${state_loss:+,$state_loss}
             extra=(--restart-cmd "scripts/azurite.sh stop && scripts/azurite.sh start")
             ;;
         dynamodb)
             scripts/dynamodb-local.sh start; started+=(dynamodb-local)
             url="dynamodb://torture$RANDOM?region=us-east-1&endpoint=http://127.0.0.1:8000"
             export AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-local}" AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-local}"
-            faults=kill,pause,break,partition,delay,reset,restart
+            faults=kill,pause,break,partition,delay,reset${state_loss:+,$state_loss}
             extra=(--restart-cmd "scripts/dynamodb-local.sh stop && scripts/dynamodb-local.sh start")
             ;;
         *) echo "unknown store $store" >&2; exit 2 ;;
