@@ -31,7 +31,7 @@ while (($#)); do
 done
 
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
-cargo build --release --locked -p leasehold-bench -p leasehold-cli >&2
+cargo build --release -p leasehold-bench -p leasehold-cli >&2
 BIN="$TARGET/release/leasehold-bench"
 
 answers() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }

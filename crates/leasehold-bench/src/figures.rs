@@ -37,7 +37,7 @@ pub struct RunArgs {
 }
 
 /// Loads and durations of one run.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Plan {
     pub tiny: bool,
     pub overhead_rounds: usize,
@@ -117,8 +117,11 @@ impl Plan {
     }
 }
 
+/// Figure 1's second SQLite row: the raw loop hops through `spawn_blocking`.
+pub const SQLITE_HOP: &str = "SQLite (raw loop in async code)";
+
 /// Figure 1, one store.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Overhead {
     pub store: String,
     pub leasehold_cps: f64,
@@ -132,7 +135,7 @@ pub struct Overhead {
 }
 
 /// Figure 2, one store.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Handoff {
     pub store: String,
     pub same_process: Option<Latency>,
@@ -142,7 +145,7 @@ pub struct Handoff {
 }
 
 /// Figure 3, one store.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Contention {
     pub store: String,
     pub procs: usize,
@@ -162,7 +165,7 @@ pub struct Contention {
 }
 
 /// Figure 4, one store.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Many {
     pub store: String,
     #[serde(flatten)]
@@ -170,7 +173,7 @@ pub struct Many {
 }
 
 /// Figure 5.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Cli {
     pub runs: usize,
     pub leasehold_ms: f64,
@@ -179,7 +182,7 @@ pub struct Cli {
 }
 
 /// Figure 6, one peer.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Peer {
     pub peer: String,
     pub store: String,
@@ -192,7 +195,7 @@ pub struct Peer {
 }
 
 /// Everything one run measured.
-#[derive(Debug, Clone, Serialize, Default)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, Default)]
 pub struct Results {
     pub plan: Option<Plan>,
     pub started_unix: u64,
@@ -261,11 +264,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     for spec in &specs {
         eprintln!("[1] overhead over the raw SDK: {}", spec.label());
-        match run.overhead(spec).await {
+        match run.overhead(spec, false).await {
             Ok(o) => res.overhead.push(o),
             Err(e) => res
                 .notes
                 .push(format!("figure 1, {}: failed: {e:#}", spec.label())),
+        }
+        if matches!(spec, Spec::Sqlite(_)) {
+            match run.overhead(spec, true).await {
+                Ok(o) => res.overhead.push(o),
+                Err(e) => res
+                    .notes
+                    .push(format!("figure 1, {SQLITE_HOP}: failed: {e:#}")),
+            }
         }
     }
     for spec in std::iter::once(&Spec::Memory).chain(&specs) {
@@ -357,6 +368,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Writes results.json, benchmarks.png and benchmarks.md to `out`.
+pub fn write(res: &mut Results, out: &Path) -> anyhow::Result<()> {
+    std::fs::write(
+        out.join("results.json"),
+        serde_json::to_string_pretty(&res)?,
+    )?;
+    if let Err(e) = crate::chart::draw(res, &out.join("benchmarks.png")) {
+        res.notes.push(format!("chart: {e:#}"));
+    }
+    std::fs::write(out.join("benchmarks.md"), crate::report::markdown(res))?;
+    Ok(())
+}
+
 fn machine() -> String {
     let cpus = std::thread::available_parallelism()
         .map(|n| n.get())
@@ -374,7 +398,9 @@ fn machine() -> String {
 }
 
 impl Run {
-    async fn overhead(&self, spec: &Spec) -> anyhow::Result<Overhead> {
+    /// `hop`: the raw SQLite loop makes one `spawn_blocking` call per
+    /// transaction, as async code must.
+    async fn overhead(&self, spec: &Spec, hop: bool) -> anyhow::Result<Overhead> {
         let opened = stores::open(spec, false).await?;
         let lock = opened
             .store
@@ -382,6 +408,7 @@ impl Run {
         // One cycle first: creates the SQLite schema, the blob, the table item.
         lh_cycles(&lock, Duration::from_secs(5), 1).await?;
         let (mut raw, minimum) = match spec {
+            Spec::Sqlite(p) if hop => (RawLoop::sqlite_hop(p)?, 2),
             Spec::Sqlite(p) => (RawLoop::sqlite(p)?, 2),
             Spec::Azblob(c) => (RawLoop::azure(c).await?, 3),
             Spec::Dynamodb(t) => {
@@ -424,7 +451,11 @@ impl Run {
             raw_req = raw_n * 2;
         }
         Ok(Overhead {
-            store: spec.label().into(),
+            store: if hop {
+                SQLITE_HOP.into()
+            } else {
+                spec.label().into()
+            },
             leasehold_cps: rate((lh_n, lh_t)),
             raw_cps: rate((raw_n, raw_t)),
             ratio: median(&ratios).unwrap_or(f64::NAN),

@@ -33,6 +33,15 @@ struct Cli {
 enum Command {
     /// Runs every figure and writes benchmarks.md, benchmarks.png and results.json to --out.
     Run(figures::RunArgs),
+    /// Writes the page and chart again from a results.json.
+    Report {
+        /// The results.json of a run.
+        #[arg(long)]
+        results: PathBuf,
+        /// Where to write.
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// (child) Waiter tasks on one key; prints a JSON report.
     #[command(hide = true)]
     Worker {
@@ -79,6 +88,12 @@ fn main() -> anyhow::Result<()> {
     rt.block_on(async {
         match cli.command {
             Command::Run(args) => figures::run(args).await,
+            Command::Report { results, out } => {
+                let mut res: figures::Results =
+                    serde_json::from_str(&std::fs::read_to_string(&results)?)?;
+                std::fs::create_dir_all(&out)?;
+                figures::write(&mut res, &out)
+            }
             Command::Worker { store, params } => {
                 let opened = stores::open(&stores::Spec::parse(&store)?, false).await?;
                 let report = worker::run_waiters(&opened, &params).await?;

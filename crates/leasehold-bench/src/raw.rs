@@ -32,6 +32,9 @@ use crate::sys::mono_ns;
 pub enum RawLoop {
     /// rusqlite on its own connection, same pragmas, same statements.
     Sqlite(Option<Connection>),
+    /// The same, but each of the two transactions is its own
+    /// `spawn_blocking` call from async code, as leasehold's backend does.
+    SqliteHop(Arc<std::sync::Mutex<Connection>>),
     /// azure_storage_blob, same client options: write record, lease, release.
     Azure {
         /// The lock blob.
@@ -62,6 +65,16 @@ impl RawLoop {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         Ok(RawLoop::Sqlite(Some(conn)))
+    }
+
+    /// Like [`RawLoop::sqlite`], one `spawn_blocking` per transaction.
+    pub fn sqlite_hop(path: &Path) -> anyhow::Result<RawLoop> {
+        match RawLoop::sqlite(path)? {
+            RawLoop::Sqlite(Some(conn)) => {
+                Ok(RawLoop::SqliteHop(Arc::new(std::sync::Mutex::new(conn))))
+            }
+            _ => unreachable!(),
+        }
     }
 
     /// A loop on a blob of `container` in Azurite (created here).
@@ -136,6 +149,21 @@ impl RawLoop {
                 *slot = Some(conn);
                 n = result?;
             }
+            RawLoop::SqliteHop(conn) => {
+                while n < max && start.elapsed() < time {
+                    let c = conn.clone();
+                    let lease_id = tokio::task::spawn_blocking(move || {
+                        sqlite_acquire(&mut c.lock().unwrap_or_else(|e| e.into_inner()))
+                    })
+                    .await??;
+                    let c = conn.clone();
+                    tokio::task::spawn_blocking(move || {
+                        sqlite_release(&c.lock().unwrap_or_else(|e| e.into_inner()), &lease_id)
+                    })
+                    .await??;
+                    n += 1;
+                }
+            }
             RawLoop::Azure {
                 blob, etag, fence, ..
             } => {
@@ -156,6 +184,11 @@ impl RawLoop {
 }
 
 fn sqlite_cycle(conn: &mut Connection) -> anyhow::Result<()> {
+    let lease_id = sqlite_acquire(conn)?;
+    sqlite_release(conn, &lease_id)
+}
+
+fn sqlite_acquire(conn: &mut Connection) -> anyhow::Result<String> {
     let lease_id = uuid::Uuid::new_v4().to_string();
     let now = mono_ns() as i64;
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -193,6 +226,10 @@ fn sqlite_cycle(conn: &mut Connection) -> anyhow::Result<()> {
         ],
     )?;
     tx.commit()?;
+    Ok(lease_id)
+}
+
+fn sqlite_release(conn: &Connection, lease_id: &str) -> anyhow::Result<()> {
     conn.execute(
         "UPDATE leasehold_leases SET lease_id = NULL, boot_id = NULL, expires_at_ns = NULL
          WHERE key = ?1 AND lease_id = ?2",

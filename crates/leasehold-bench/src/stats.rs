@@ -17,7 +17,7 @@ pub fn median(samples: &[f64]) -> Option<f64> {
 }
 
 /// Latency summary in milliseconds.
-#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
 pub struct Latency {
     /// Number of samples.
     pub n: usize,
