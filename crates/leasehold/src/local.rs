@@ -10,8 +10,10 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use crate::key::Key;
 
@@ -23,6 +25,58 @@ pub(crate) struct LocalKey {
     pub gate: Arc<tokio::sync::Mutex<()>>,
     /// Rung when a guard of this process has released the key.
     pub released: Notify,
+    /// The current run of local handoffs, for fairness to other processes.
+    streak: Mutex<Streak>,
+}
+
+/// A run of grants of the key within this process, each taken right after
+/// a local release.
+#[derive(Debug, Default)]
+struct Streak {
+    since: Option<Instant>,
+    last_release: Option<Instant>,
+}
+
+impl LocalKey {
+    /// A guard of this process let the key go.
+    pub fn note_release(&self) {
+        self.streak().last_release = Some(Instant::now());
+    }
+
+    /// A guard of this process got the key; `handoff` is how soon after a
+    /// local release a grant counts as a local handoff.
+    pub fn note_grant(&self, handoff: Duration) {
+        let mut s = self.streak();
+        let now = Instant::now();
+        let handed_over = s.last_release.is_some_and(|t| now - t <= handoff);
+        if !handed_over || s.since.is_none() {
+            s.since = Some(now);
+        }
+    }
+
+    /// Whether a waiter that was just let in by a local release should
+    /// first leave the key to other processes for a while: true once local
+    /// handoffs have kept the key in this process for `share`. Resets the
+    /// streak when it answers true.
+    ///
+    /// Local waiters are woken at once while other processes only poll, so
+    /// without this a process with a queue of waiting tasks would keep a
+    /// contended key for as long as its queue lasts.
+    pub fn take_turn_elsewhere(&self, handoff: Duration, share: Duration) -> bool {
+        let mut s = self.streak();
+        let now = Instant::now();
+        let handed_over = s.last_release.is_some_and(|t| now - t <= handoff);
+        let long = s.since.is_some_and(|t| now - t >= share);
+        if handed_over && long {
+            s.since = None;
+            return true;
+        }
+        false
+    }
+
+    fn streak(&self) -> std::sync::MutexGuard<'_, Streak> {
+        self.streak.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// The registry of [`LocalKey`]s of one store. Entries live as long as some

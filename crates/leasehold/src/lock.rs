@@ -142,7 +142,11 @@ impl Lock {
     /// poll bounds, and a release by a guard of this same process (same
     /// [`Store`]) wakes the first local waiter at once. Tasks of one process
     /// waiting on one key queue in FIFO order, and only the first polls the
-    /// backend.
+    /// backend. So that a process with many waiting tasks does not keep a
+    /// contended key for good, once local handoffs have kept it in the
+    /// process for 20 longest poll intervals (2 s by default), the next local
+    /// waiter stands back for one poll interval, long enough for every other
+    /// process's waiter to try once.
     ///
     /// # Errors
     /// [`Error::TimedOut`] when the wait runs out; non-retryable backend
@@ -197,6 +201,15 @@ impl Lock {
             let gate = until(give_up, local.gate.clone().lock_owned())
                 .await
                 .ok_or_else(timed_out)?;
+            if local.take_turn_elsewhere(self.opts.poll_max, self.opts.poll_max * FAIR_SHARE_POLLS) {
+                // Other processes poll at most poll_max apart: each gets a
+                // try while this process stands back.
+                tracing::debug!("local handoffs kept the key here long enough; standing back for one poll interval");
+                tokio::select! {
+                    _ = tokio::time::sleep(self.opts.poll_max) => {}
+                    _ = until(give_up, std::future::pending::<()>()) => return Err(timed_out()),
+                }
+            }
             let mut gate = Some(gate);
             let mut pending = PendingLease::new(self.store.backend().clone(), self.lease_for(LeaseId::random(), 0));
             // Send time of the first attempt since our id was last known not
@@ -282,6 +295,7 @@ impl Lock {
         gate: Option<OwnedMutexGuard<()>>,
     ) -> LeaseGuard {
         pending.disarm();
+        local.note_grant(self.opts.poll_max);
         let mut lease = pending.lease.clone();
         lease.fencing_token = fencing_token;
         LeaseGuard::start(GuardParts {
@@ -338,6 +352,11 @@ impl Lock {
         })
     }
 }
+
+/// How many longest poll intervals a process may keep a contended key
+/// through local handoffs before it stands back for one interval, so that
+/// other processes' waiters get their turn (2 s with the default polling).
+pub(crate) const FAIR_SHARE_POLLS: u32 = 20;
 
 /// A lease id that may hold the key without our knowing (after an ambiguous
 /// failure). If still armed when dropped, it is released in the background.

@@ -153,6 +153,7 @@ impl RenewalLoop {
 
     /// Opens the local gate and wakes local waiters.
     fn let_go(&mut self) {
+        self.local.note_release();
         self.gate.take();
         self.local.released.notify_waiters();
         if let Some(group) = &self.group {

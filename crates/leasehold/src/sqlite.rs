@@ -2,8 +2,9 @@
 //!
 //! # Protocol
 //! One database file shared by every process on the machine that uses it
-//! (WAL journal, `synchronous=FULL`, busy waits retried every millisecond
-//! for up to 5 s). One table:
+//! (WAL journal; commits that issue a fencing token are fsynced
+//! (`synchronous=FULL`), renewals and releases are not (`NORMAL`); busy
+//! waits retried every millisecond for up to 5 s). One table:
 //!
 //! ```sql
 //! CREATE TABLE leasehold_leases (
@@ -109,9 +110,10 @@ impl SqliteBackend {
             .map_err(|e| db_error("open", e))?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(|e| db_error("open", e))?;
-        // FULL: a fence increment must survive a power cut, or a token could
-        // be issued twice.
-        conn.pragma_update(None, "synchronous", "FULL")
+        // NORMAL: renewals and releases need no fsync of their own (a
+        // renewal lost in a power cut belongs to a holder that died with the
+        // machine); acquisitions switch to FULL, see `durable`.
+        conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(|e| db_error("open", e))?;
         conn.execute_batch(SCHEMA)
             .map_err(|e| db_error("open", e))?;
@@ -284,6 +286,62 @@ fn ms(d: Duration) -> i64 {
     d.as_millis() as i64
 }
 
+/// The acquire transaction (see the module docs).
+fn acquire_in(conn: &mut Connection, ctx: &Ctx, req: &AcquireRequest) -> Result<AcquireOutcome> {
+    let op = |e| db_error("acquire", e);
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(op)?;
+    let now = ctx.now_ns();
+    let expires = now + req.ttl.as_nanos() as i64;
+    let row = get_row(&tx, req.key.as_str()).map_err(op)?;
+    let fence = match &row {
+        Some(r) if r.is_live(ctx, now) => {
+            if r.lease_id.as_deref() != Some(req.lease_id.as_str()) {
+                return Ok(AcquireOutcome::Held(r.holder(ctx, now)));
+            }
+            // Our own lease, asked for again: extend, same token.
+            tx.execute(
+                "UPDATE leasehold_leases SET expires_at_ns = ?2 WHERE key = ?1",
+                params![req.key.as_str(), expires],
+            )
+            .map_err(op)?;
+            tx.commit().map_err(op)?;
+            return Ok(AcquireOutcome::Acquired(Grant::new(r.fence)));
+        }
+        Some(r) => r.fence + 1,
+        None => 1,
+    };
+    let acquired_at = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(ms)
+        .unwrap_or(0);
+    tx.execute(
+            "INSERT INTO leasehold_leases (key, fence, lease_id, boot_id, expires_at_ns, ttl_ms, owner_host, owner_pid, owner_label, data, acquired_at_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+             ON CONFLICT(key) DO UPDATE SET fence = excluded.fence, lease_id = excluded.lease_id,
+               boot_id = excluded.boot_id, expires_at_ns = excluded.expires_at_ns, ttl_ms = excluded.ttl_ms,
+               owner_host = excluded.owner_host, owner_pid = excluded.owner_pid, owner_label = excluded.owner_label,
+               data = excluded.data, acquired_at_ms = excluded.acquired_at_ms",
+            params![
+                req.key.as_str(),
+                fence as i64,
+                req.lease_id.as_str(),
+                &*ctx.boot_id,
+                expires,
+                ms(req.ttl),
+                req.owner.host,
+                req.owner.pid as i64,
+                req.owner.label,
+                req.data,
+                acquired_at,
+            ],
+        )
+        .map_err(op)?;
+    tx.commit().map_err(op)?;
+    Ok(AcquireOutcome::Acquired(Grant::new(fence)))
+}
+
 #[async_trait]
 impl Backend for SqliteBackend {
     fn name(&self) -> &'static str {
@@ -297,58 +355,17 @@ impl Backend for SqliteBackend {
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         let req = req.clone();
         self.run("acquire", move |conn, ctx| {
-            let op = |e| db_error("acquire", e);
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(op)?;
-            let now = ctx.now_ns();
-            let expires = now + req.ttl.as_nanos() as i64;
-            let row = get_row(&tx, req.key.as_str()).map_err(op)?;
-            let fence = match &row {
-                Some(r) if r.is_live(ctx, now) => {
-                    if r.lease_id.as_deref() != Some(req.lease_id.as_str()) {
-                        return Ok(AcquireOutcome::Held(r.holder(ctx, now)));
-                    }
-                    // Our own lease, asked for again: extend, same token.
-                    tx.execute(
-                        "UPDATE leasehold_leases SET expires_at_ns = ?2 WHERE key = ?1",
-                        params![req.key.as_str(), expires],
-                    )
-                    .map_err(op)?;
-                    tx.commit().map_err(op)?;
-                    return Ok(AcquireOutcome::Acquired(Grant::new(r.fence)));
-                }
-                Some(r) => r.fence + 1,
-                None => 1,
-            };
-            let acquired_at = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(ms)
-                .unwrap_or(0);
-            tx.execute(
-                "INSERT INTO leasehold_leases (key, fence, lease_id, boot_id, expires_at_ns, ttl_ms, owner_host, owner_pid, owner_label, data, acquired_at_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
-                 ON CONFLICT(key) DO UPDATE SET fence = excluded.fence, lease_id = excluded.lease_id,
-                   boot_id = excluded.boot_id, expires_at_ns = excluded.expires_at_ns, ttl_ms = excluded.ttl_ms,
-                   owner_host = excluded.owner_host, owner_pid = excluded.owner_pid, owner_label = excluded.owner_label,
-                   data = excluded.data, acquired_at_ms = excluded.acquired_at_ms",
-                params![
-                    req.key.as_str(),
-                    fence as i64,
-                    req.lease_id.as_str(),
-                    &*ctx.boot_id,
-                    expires,
-                    ms(req.ttl),
-                    req.owner.host,
-                    req.owner.pid as i64,
-                    req.owner.label,
-                    req.data,
-                    acquired_at,
-                ],
-            )
-            .map_err(op)?;
-            tx.commit().map_err(op)?;
-            Ok(AcquireOutcome::Acquired(Grant::new(fence)))
+            // A commit that issues a fencing token is fsynced before it is
+            // acknowledged, so a power cut can never make the same token be
+            // issued twice (in WAL mode that fsync also covers every NORMAL
+            // commit before it).
+            conn.pragma_update(None, "synchronous", "FULL")
+                .map_err(|e| db_error("acquire", e))?;
+            let result = acquire_in(conn, ctx, &req);
+            let normal = conn.pragma_update(None, "synchronous", "NORMAL");
+            let outcome = result?;
+            normal.map_err(|e| db_error("acquire", e))?;
+            Ok(outcome)
         })
         .await
     }

@@ -23,6 +23,12 @@ struct Faulty {
     partitioned: AtomicBool,
     /// This many renewals fail with a retryable error first.
     transient_failures: AtomicU32,
+    /// When the last release was answered.
+    last_release: std::sync::Mutex<Option<std::time::Instant>>,
+    /// Grants that came at least this long after the last release...
+    long_gap: std::sync::Mutex<Duration>,
+    /// ... counted here.
+    long_gaps: AtomicU32,
 }
 
 #[async_trait]
@@ -35,7 +41,14 @@ impl Backend for Faulty {
     }
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         self.acquires.fetch_add(1, Ordering::SeqCst);
-        self.inner.try_acquire(req).await
+        let outcome = self.inner.try_acquire(req).await?;
+        if let AcquireOutcome::Acquired(_) = outcome {
+            let since = self.last_release.lock().unwrap().map(|t| t.elapsed());
+            if since.is_some_and(|d| d >= *self.long_gap.lock().unwrap()) {
+                self.long_gaps.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        Ok(outcome)
     }
     async fn renew(&self, lease: &Lease) -> Result<()> {
         self.renewals.fetch_add(1, Ordering::SeqCst);
@@ -55,7 +68,9 @@ impl Backend for Faulty {
         self.inner.renew(lease).await
     }
     async fn release(&self, lease: &Lease) -> Result<()> {
-        self.inner.release(lease).await
+        self.inner.release(lease).await?;
+        *self.last_release.lock().unwrap() = Some(std::time::Instant::now());
+        Ok(())
     }
     async fn inspect(&self, key: &Key) -> Result<KeyInfo> {
         self.inner.inspect(key).await
@@ -259,4 +274,40 @@ fn abort_policy_aborts_the_process_on_loss() {
 
 fn libc_sigabrt() -> i32 {
     6
+}
+
+/// A process whose tasks keep handing a key to each other stands back once
+/// local handoffs have kept it 20 poll intervals: the key is then left free
+/// for a whole poll interval, when every other process's waiter polls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_process_leaves_the_key_free_for_other_processes() {
+    let (backend, store) = faulty();
+    let poll_max = Duration::from_millis(10);
+    let opts = LockOptions::new().poll_interval(Duration::from_millis(5), poll_max);
+    *backend.long_gap.lock().unwrap() = poll_max;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let lock = store.lock_with("k", opts.clone()).unwrap();
+        let stop = stop.clone();
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                let g = lock.acquire(Wait::Forever).await.unwrap();
+                tokio::task::yield_now().await;
+                g.release().await.unwrap();
+            }
+        }));
+    }
+    // Fair share: 20 × 10 ms = 200 ms; stand-backs come about every 210 ms.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    stop.store(true, Ordering::SeqCst);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let gaps = backend.long_gaps.load(Ordering::SeqCst);
+    assert!(
+        (2..=3).contains(&gaps),
+        "the key was left free for a poll interval {gaps} times in 700 ms; expected once per 200 ms share ({} attempts)",
+        backend.acquires.load(Ordering::SeqCst)
+    );
 }
