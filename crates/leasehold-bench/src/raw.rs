@@ -63,7 +63,8 @@ impl RawLoop {
         let conn = Connection::open(path)?;
         conn.busy_timeout(Duration::from_secs(5))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "FULL")?;
+        // As leasehold's store: NORMAL, and FULL around each acquisition.
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
         Ok(RawLoop::Sqlite(Some(conn)))
     }
 
@@ -188,7 +189,15 @@ fn sqlite_cycle(conn: &mut Connection) -> anyhow::Result<()> {
     sqlite_release(conn, &lease_id)
 }
 
+/// The acquisition, committed with `synchronous=FULL` as leasehold does.
 fn sqlite_acquire(conn: &mut Connection) -> anyhow::Result<String> {
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    let acquired = sqlite_acquire_tx(conn);
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    acquired
+}
+
+fn sqlite_acquire_tx(conn: &mut Connection) -> anyhow::Result<String> {
     let lease_id = uuid::Uuid::new_v4().to_string();
     let now = mono_ns() as i64;
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;

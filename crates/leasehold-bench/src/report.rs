@@ -81,8 +81,8 @@ Target: leasehold ≥ 0.95× the raw loop, and requests per cycle = the protocol
     for o in &r.overhead {
         if o.ratio < 0.95 {
             let why = match o.store.as_str() {
-                crate::figures::SQLITE_HOP => "This raw loop hops onto tokio's blocking pool for each of its two transactions, as async code must, so what is left is leasehold's own work per cycle: the acquisition runs in a spawned attempt task (cancel safety) and answers through a oneshot channel, the guard spawns its renewal task, and `release()` is a message to that task, which makes the request and answers through another oneshot. On two busy cores each of these cross-thread wake-ups costs tens of microseconds, a real share of a cycle whose two fsyncs are cheap on this disk.",
-                "SQLite" => "Each leasehold operation is a `spawn_blocking` hop onto tokio's blocking pool, plus, for an acquisition, a spawned attempt task (cancel safety), a guard with its renewal task, and a local wake-up on release; the raw loop runs both statements back to back on one thread. With `synchronous=FULL` a cycle is two fsyncs, so the fixed costs show only as far as the disk is fast.",
+                crate::figures::SQLITE_HOP => "This raw loop hops onto tokio's blocking pool for each of its two transactions, as async code must, so what is left is leasehold's own work per cycle: the acquisition runs in a spawned attempt task (cancel safety) and answers through a oneshot channel, the guard spawns its renewal task, and `release()` is a message to that task, which makes the request and answers through another oneshot. On two busy cores each of these cross-thread wake-ups costs tens of microseconds, a real share of a cycle whose one fsync (the acquisition's; the release is not fsynced) is cheap on this disk.",
+                "SQLite" => "Each leasehold operation is a `spawn_blocking` hop onto tokio's blocking pool, plus, for an acquisition, a spawned attempt task (cancel safety), a guard with its renewal task, and a local wake-up on release; the raw loop runs both statements back to back on one thread. A cycle is one fsync (the acquisition commits with `synchronous=FULL`, the release with `NORMAL`), so the fixed costs show as far as the disk is fast.",
                 "Azurite" => "The raw loop and leasehold send the same three requests; the difference is leasehold's per-call work (a spawned attempt task, the guard and its renewal task, record encoding, the snapshot cache) and the noise of a node.js emulator sharing two cores.",
                 _ => "Both send the same two requests on the same client; the difference is leasehold's per-call work (a spawned attempt task, the guard and its renewal task, decoding the returned item) and the noise of a JVM emulator sharing two cores.",
             };
@@ -285,7 +285,7 @@ successful renewal, at most 1.5 intervals; none may be lost (\"expected\" renewa
 `flock FILE.lock true` (util-linux), alternating, median of {} runs each.\n\n\
 | leasehold run | flock | ratio |\n|---|---|---|\n| {:.2} ms | {:.2} ms | **{:.1}×** |\n\n\
 `flock` is one `flock(2)` on a file and a fork/exec. `leasehold run` also starts a tokio runtime, \
-opens SQLite (WAL, `synchronous=FULL`), commits the acquisition and the release (two fsyncs), \
+opens SQLite (WAL), commits the acquisition (`synchronous=FULL`: one fsync) and the release (`NORMAL`), \
 starts the renewal task and forwards signals: a few milliseconds in all, for a lease that \
 survives a crash of its holder, carries a fencing token and works the same on the cloud stores. \
 There is no target for this ratio.\n",
