@@ -23,7 +23,7 @@ else
     profile=debug
     cargo build --bins
 fi
-bin="target/$profile"
+bin="${CARGO_TARGET_DIR:-target}/$profile"
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
