@@ -97,6 +97,38 @@ if [[ $mode == long ]]; then
         echo "every store for its duration below, with every fault kind it supports."
         echo "What each line means is in \`crates/leasehold-torture/src/check.rs\`."
         echo
+        cat <<'TEXT'
+How to read it:
+
+- Holders are real processes: library workers that take the lock in a loop, and
+  `leasehold run` loops whose command writes to the witness. The witness is a set
+  of flock'd files that accepts a write only if its fencing token is not older than
+  the newest it has seen for the key, and logs every write with the boot clock.
+- **Violations** must be 0: two holders' accepted writes interleaved (fenced
+  overlap), any writes interleaved except right after a `break` (unfenced
+  overlap), tokens not increasing in the order sections began, a holder writing
+  after its guard said lost, a command outliving its killed `leasehold run`.
+- A `break` frees the key at once while the holder learns of it only at its next
+  renewal; the overlap that follows is expected and must be (and is) fenced: the
+  old holder's writes are rejected.
+- **Stop-before-takeover margin**: for every handover from a holder that did not
+  end normally (killed, paused past its TTL, partitioned), the time between its
+  last write and the next holder's first. It must be positive; it is about the
+  safety margin plus the backend's takeover delay.
+- **Recovery**: from a fault to the next holder's first write on that key. After a
+  kill it is bounded by the TTL plus a poll interval (DynamoDB's clock-free
+  takeover: about two TTLs); after a partition or pause the old holder's lease
+  must run out first. Faults injected while another fault still held the key
+  (or near the end of the run) can have long or missing recoveries.
+- **restart** stops the emulator and starts it empty: every lease and fencing
+  counter is forgotten, and tokens start again at 1 (the witness starts a new
+  epoch, as a resource would have to). leasehold cannot fence across that: a
+  holder that has not yet noticed could overlap a new holder if the store came
+  back within the holder's TTL. Here DynamoDB Local takes longer than the TTL to
+  restart, and Azure holders notice at their next renewal; the runs below show
+  what happened. The CI run (`scripts/torture.sh --short`) leaves this fault out.
+TEXT
+        echo
         for r in "${reports[@]}"; do cat "$r"; echo; done
     } >"$out"
     echo "wrote $out" >&2
