@@ -12,7 +12,8 @@ Exit codes:
   1     the store failed (unreachable, permissions, corrupt, ...)
   2     usage or configuration error (bad key, TTL, store URL, ...)
   75    run: the lock was not obtained (held elsewhere, or --wait ran out)
-  76    run: the lease was lost while the command ran (it was stopped)";
+  76    run: the lease was lost while the command ran (it was stopped)
+  126   run: the command could not be started (127: it was not found)";
 
 /// Run commands under a distributed lock kept in a lease store.
 #[derive(Debug, Parser)]
@@ -22,7 +23,14 @@ pub struct Cli {
     /// azblob://CONTAINER[/PREFIX], dynamodb://TABLE?region=R&endpoint=URL.
     /// Default: the SQLite file under the user's state directory
     /// (~/.local/state/leasehold/leases.db).
-    #[arg(long, env = "LEASEHOLD_STORE", global = true, value_name = "URL")]
+    // The value may carry credentials (a query string): never shown in help.
+    #[arg(
+        long,
+        env = "LEASEHOLD_STORE",
+        hide_env_values = true,
+        global = true,
+        value_name = "URL"
+    )]
     pub store: Option<String>,
 
     /// Show what happens (-v: acquire, renew, loss, release; -vv: more).

@@ -276,3 +276,21 @@ async fn status_list_and_break_show_and_clear_holders() {
         .contains("was not held"));
     drop(guard);
 }
+
+#[test]
+fn help_never_shows_the_store_url_from_the_environment() {
+    let env = Env::new();
+    let mut cmd = env.leasehold();
+    let out = cmd
+        .env(
+            "LEASEHOLD_STORE",
+            "dynamodb://t?region=x&secret=s3cr3t-value",
+        )
+        .args(["run", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("LEASEHOLD_STORE"), "{help}");
+    assert!(!help.contains("s3cr3t-value"), "{help}");
+    assert!(help.contains("126 "), "exit codes listed: {help}");
+}
