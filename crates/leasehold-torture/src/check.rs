@@ -69,9 +69,18 @@ impl Findings {
     }
 }
 
+/// How long before a holder's first write its grant may have come.
+const GRANT_TO_FIRST_WRITE: Duration = Duration::from_secs(1);
+
 pub fn check(records: &[Record]) -> Findings {
     let mut f = Findings::default();
-    let mut sections: HashMap<(u64, String, u64, String), Section> = HashMap::new();
+    // A section is one grant: it starts at a holder's `begin`, and every
+    // later record of the same holder, key and token belongs to it until
+    // the next `begin`. Its epoch is the one it began in: a holder paused
+    // across a store restart writes its `lost` in the next epoch, and the
+    // fresh store may even grant it the same token number again later.
+    let mut sections: Vec<Section> = Vec::new();
+    let mut current: HashMap<(String, u64, String), usize> = HashMap::new();
     let mut faults = Vec::new();
     for r in records {
         match r.kind {
@@ -83,15 +92,22 @@ pub fn check(records: &[Record]) -> Findings {
             Kind::Epoch => continue,
             _ => {}
         }
-        let s = sections
-            .entry((r.epoch, r.key.clone(), r.token, r.worker.clone()))
-            .or_insert_with(|| Section {
-                epoch: r.epoch,
-                key: r.key.clone(),
-                token: r.token,
-                worker: r.worker.clone(),
-                ..Section::default()
-            });
+        let id = (r.key.clone(), r.token, r.worker.clone());
+        let index = match current.get(&id) {
+            Some(i) if r.kind != Kind::Begin => *i,
+            _ => {
+                sections.push(Section {
+                    epoch: r.epoch,
+                    key: r.key.clone(),
+                    token: r.token,
+                    worker: r.worker.clone(),
+                    ..Section::default()
+                });
+                current.insert(id, sections.len() - 1);
+                sections.len() - 1
+            }
+        };
+        let s = &mut sections[index];
         match r.kind {
             Kind::Lost => {
                 s.lost_at.get_or_insert(r.t_ns);
@@ -124,7 +140,7 @@ pub fn check(records: &[Record]) -> Findings {
 
     // Group by (epoch, key), ordered by first write.
     let mut by_key: BTreeMap<(u64, String), Vec<Section>> = BTreeMap::new();
-    for (_, s) in sections {
+    for s in sections {
         if s.first.is_none() {
             continue;
         }
@@ -162,11 +178,15 @@ pub fn check(records: &[Record]) -> Findings {
             if let Some(prev) = latest {
                 let start = s.first.unwrap_or(0);
                 if prev.last > start {
-                    let after_break = broken.iter().any(|(k, w, t)| {
+                    // The break of whatever lease was on the key while the
+                    // earlier holder wrote, or shortly before its first write
+                    // (between its grant and its `begin`): the coordinator
+                    // breaks the key, not a holder, and may name a stale one.
+                    let after_break = broken.iter().any(|(k, _, t)| {
                         *k == key
-                            && *w == prev.worker
                             && *t <= start
-                            && *t >= prev.first.unwrap_or(0)
+                            && *t + GRANT_TO_FIRST_WRITE.as_nanos() as u64
+                                >= prev.first.unwrap_or(0)
                     });
                     if after_break {
                         f.overlaps_after_break += 1;
@@ -340,6 +360,40 @@ mod tests {
         assert_eq!(f.recovery["restart"], vec![Duration::from_nanos(30)]);
         assert!(f.unrecovered.is_empty(), "{f:?}");
         assert_eq!(f.violations(), 0, "tokens restart with the epoch: {f:?}");
+    }
+
+    #[test]
+    fn a_token_granted_again_after_a_restart_is_a_new_section() {
+        let later = |r: Record| Record { epoch: 1, ..r };
+        let f = check(&[
+            rec(Kind::Begin, 120, "a", 10, true),
+            fault("restart", "a", 20),
+            // Paused across the restart: its loss is written in epoch 1.
+            later(rec(Kind::Lost, 120, "a", 40, true)),
+            later(rec(Kind::Late, 120, "a", 41, false)),
+            later(rec(Kind::Begin, 1, "b", 50, true)),
+            later(rec(Kind::End, 1, "b", 60, true)),
+            // The fresh store reaches token 120 again, for the same holder.
+            later(rec(Kind::Begin, 120, "a", 70, true)),
+            later(rec(Kind::End, 120, "a", 80, true)),
+        ]);
+        assert_eq!(f.violations(), 0, "{f:?}");
+        assert_eq!(f.acquisitions, 3);
+    }
+
+    #[test]
+    fn a_break_between_a_grant_and_its_first_write_is_still_a_break() {
+        let f = check(&[
+            // The coordinator thought "b" held the key and broke it; the
+            // lease it broke was "a"'s, granted just before.
+            fault("break", "b", 10),
+            rec(Kind::Begin, 5, "a", 12, true),
+            rec(Kind::Begin, 6, "b", 15, true),
+            rec(Kind::Tick, 5, "a", 18, false),
+            rec(Kind::End, 6, "b", 25, true),
+        ]);
+        assert_eq!(f.violations(), 0, "{f:?}");
+        assert_eq!(f.overlaps_after_break, 1);
     }
 
     #[test]

@@ -302,13 +302,33 @@ pub async fn run(args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
         orphaned_commands: orphans,
         cli_exits: cli_exits.lock().unwrap().clone(),
     };
-    let text = report::render(&meta, &findings);
+    std::fs::write(witness_dir.join("meta"), meta.to_lines())?;
+    finish(&meta, &findings, args.report.as_deref())
+}
+
+/// Checks an earlier run's witness directory again.
+pub fn recheck(
+    dir: &std::path::Path,
+    report: Option<&std::path::Path>,
+) -> anyhow::Result<std::process::ExitCode> {
+    let meta = std::fs::read_to_string(dir.join("meta"))
+        .with_context(|| format!("no meta in {}", dir.display()))?;
+    let meta = RunMeta::from_lines(&meta)?;
+    let findings = check::check(&Witness::new(dir).read()?);
+    finish(&meta, &findings, report)
+}
+
+fn finish(
+    meta: &RunMeta,
+    findings: &check::Findings,
+    report: Option<&std::path::Path>,
+) -> anyhow::Result<std::process::ExitCode> {
+    let text = report::render(meta, findings);
     println!("{text}");
-    if let Some(path) = &args.report {
+    if let Some(path) = report {
         std::fs::write(path, &text).with_context(|| format!("writing {}", path.display()))?;
     }
-    let ok = report::passed(&meta, &findings);
-    Ok(if ok {
+    Ok(if report::passed(meta, findings) {
         std::process::ExitCode::SUCCESS
     } else {
         std::process::ExitCode::FAILURE

@@ -33,6 +33,15 @@ struct Cli {
 enum Command {
     /// Run a bounded torture session and report.
     Run(coordinator::RunArgs),
+    /// Check the witness log of an earlier run again and print its report.
+    Check {
+        /// The run's witness directory (it holds `witness.log` and `meta`).
+        #[arg(long)]
+        witness: PathBuf,
+        /// Also write the report (Markdown) to this file.
+        #[arg(long)]
+        report: Option<PathBuf>,
+    },
     /// (internal) A library worker process.
     Worker {
         #[arg(long)]
@@ -89,6 +98,7 @@ fn main() -> ExitCode {
             })
         }),
         Command::Run(args) => runtime().and_then(|rt| rt.block_on(coordinator::run(args))),
+        Command::Check { witness, report } => coordinator::recheck(&witness, report.as_deref()),
     };
     match result {
         Ok(code) => code,

@@ -18,6 +18,57 @@ pub struct RunMeta {
     pub cli_exits: BTreeMap<i32, usize>,
 }
 
+impl RunMeta {
+    /// `name value` lines, kept beside the witness log for `check`.
+    pub fn to_lines(&self) -> String {
+        let exits: Vec<String> = self
+            .cli_exits
+            .iter()
+            .map(|(c, n)| format!("{c}:{n}"))
+            .collect();
+        format!(
+            "store {}\nduration_ms {}\nttl_ms {}\nlibrary_workers {}\ncli_workers {}\nkeys {}\norphaned_commands {}\ncli_exits {}\n",
+            self.store,
+            self.duration.as_millis(),
+            self.ttl.as_millis(),
+            self.library_workers,
+            self.cli_workers,
+            self.keys,
+            self.orphaned_commands,
+            exits.join(",")
+        )
+    }
+
+    pub fn from_lines(text: &str) -> anyhow::Result<RunMeta> {
+        let get = |name: &str| -> anyhow::Result<&str> {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
+                .ok_or_else(|| anyhow::anyhow!("meta has no {name}"))
+        };
+        let num = |name: &str| -> anyhow::Result<u64> { Ok(get(name)?.trim().parse()?) };
+        let mut cli_exits = BTreeMap::new();
+        for pair in get("cli_exits")?
+            .split(',')
+            .filter(|p| !p.trim().is_empty())
+        {
+            let (c, n) = pair
+                .split_once(':')
+                .ok_or_else(|| anyhow::anyhow!("bad cli_exits {pair}"))?;
+            cli_exits.insert(c.trim().parse()?, n.trim().parse()?);
+        }
+        Ok(RunMeta {
+            store: get("store")?.to_string(),
+            duration: Duration::from_millis(num("duration_ms")?),
+            ttl: Duration::from_millis(num("ttl_ms")?),
+            library_workers: num("library_workers")? as usize,
+            cli_workers: num("cli_workers")? as usize,
+            keys: num("keys")? as usize,
+            orphaned_commands: num("orphaned_commands")? as usize,
+            cli_exits,
+        })
+    }
+}
+
 /// Whether the run shows no violation: no overlap, token regression or work
 /// after loss, no orphaned command, and every lost holder stopped before the
 /// next one started.
@@ -146,4 +197,25 @@ pub fn render(meta: &RunMeta, f: &Findings) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn meta_round_trips() {
+        let meta = RunMeta {
+            store: "azblob://c".into(),
+            duration: Duration::from_secs(300),
+            ttl: Duration::from_secs(15),
+            library_workers: 4,
+            cli_workers: 2,
+            keys: 2,
+            orphaned_commands: 0,
+            cli_exits: [(0, 975), (76, 2)].into_iter().collect(),
+        };
+        let back = RunMeta::from_lines(&meta.to_lines()).unwrap();
+        assert_eq!(back.to_lines(), meta.to_lines());
+    }
 }
