@@ -228,10 +228,11 @@ process\" is the share of consecutive passes that changed process.\n",
     let _ = writeln!(
         s,
         "\nInside a process the lock passes in FIFO order with a direct wake-up, so a process that \
-holds the lock tends to keep it while it has waiting tasks; other processes get it only when a poll \
-of theirs falls into a gap. That makes passes fast and the store quiet, but across processes it is \
-not fair: the longest wait shows how long a process can be kept out. There is no target for this \
-figure; it is here so that the unfairness is visible.\n"
+holds the lock keeps it while its tasks queue; other processes get it when a poll of theirs falls \
+into a gap, or when the process stands back: after 20 poll intervals (2 s) of local handoffs the \
+next local waiter waits one poll interval first, so every other process's waiter gets a try. \
+Passes stay fast and the store quiet; the longest wait shows how long a process can still be kept \
+out (its polls can miss the gap while other processes win it). There is no target for this figure.\n"
     );
 
     // Figure 4.
