@@ -6,10 +6,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::{
-    AcquireOutcome, AcquireRequest, Backend, Error, Key, Lease, LeaseId, LockOptions, LossReason,
-    Owner, Store,
-};
+use leasehold::{Backend, Error, Key, Lease, LeaseId, LockOptions, LossReason, Store};
 use leasehold_dynamodb::aws_config::{BehaviorVersion, SdkConfig};
 use leasehold_dynamodb::aws_sdk_dynamodb::config::Credentials;
 use leasehold_dynamodb::aws_sdk_dynamodb::types::{
@@ -17,29 +14,6 @@ use leasehold_dynamodb::aws_sdk_dynamodb::types::{
     TimeToLiveStatus,
 };
 use leasehold_dynamodb::DynamoDbBackend;
-
-fn request(key: &str, ttl: Duration) -> AcquireRequest {
-    AcquireRequest {
-        key: Key::new(key).unwrap(),
-        lease_id: LeaseId::random(),
-        ttl,
-        owner: Owner::current(),
-        data: None,
-    }
-}
-
-async fn raw_lease(backend: &DynamoDbBackend, key: &str, ttl: Duration) -> Lease {
-    let req = request(key, ttl);
-    match backend.try_acquire(&req).await.unwrap() {
-        AcquireOutcome::Acquired(g) => Lease {
-            key: req.key,
-            lease_id: req.lease_id,
-            ttl,
-            fencing_token: g.fencing_token,
-        },
-        AcquireOutcome::Held(h) => panic!("{key} unexpectedly held by {h:?}"),
-    }
-}
 
 fn opts(ttl: Duration) -> LockOptions {
     LockOptions::new()
@@ -71,7 +45,7 @@ async fn stale_holder_renew_after_takeover_fails() {
     let b = Arc::new(common::backend().await.unwrap());
     let key = common::unique_key("stale");
     let ttl = Duration::from_secs(1);
-    let stale = raw_lease(&a, &key, ttl).await;
+    let stale = leasehold::conformance::raw_lease(&a, &key, ttl).await;
     let store_b = Store::from_backend(b.clone());
     let guard = store_b
         .lock_with(&key, opts(ttl))
@@ -102,12 +76,12 @@ async fn release_by_non_holder_is_refused() {
     let b = common::backend().await.unwrap();
     let key = common::unique_key("foreign");
     let ttl = Duration::from_secs(30);
-    let b_old = raw_lease(&b, &key, ttl).await;
+    let b_old = leasehold::conformance::raw_lease(&b, &key, ttl).await;
     b.release(&b_old).await.unwrap();
     b.release(&b_old)
         .await
         .expect("a retried release of our own is done, not lost");
-    let held = raw_lease(&a, &key, ttl).await;
+    let held = leasehold::conformance::raw_lease(&a, &key, ttl).await;
     // B's old lease, and a forged id with the holder's token.
     assert_revoked(b.release(&b_old).await.unwrap_err());
     let forged = Lease {
@@ -125,7 +99,7 @@ async fn release_by_non_holder_is_refused() {
     a.release(&held).await.unwrap();
     assert!(b.inspect(&held.key).await.unwrap().holder.is_none());
     // A release after a break (not our own release) is refused.
-    let again = raw_lease(&a, &key, ttl).await;
+    let again = leasehold::conformance::raw_lease(&a, &key, ttl).await;
     assert!(a.break_lease(&again.key).await.unwrap().is_some());
     assert_revoked(a.release(&again).await.unwrap_err());
 }
@@ -221,7 +195,8 @@ async fn table_auto_creation() {
     assert_eq!(ttl.attribute_name(), Some("gc_at"));
     assert_eq!(ttl.time_to_live_status(), Some(&TimeToLiveStatus::Enabled));
     // Usable at once.
-    let lease = raw_lease(&backend, "created/k", Duration::from_secs(5)).await;
+    let lease =
+        leasehold::conformance::raw_lease(&backend, "created/k", Duration::from_secs(5)).await;
     backend.release(&lease).await.unwrap();
 
     // Opening again uses the table as it is, items and all.
@@ -469,7 +444,7 @@ async fn opens_from_url() {
     assert_eq!(backend.region(), common::REGION);
     assert!(backend.capabilities().takeover_needs_observation);
     let key = common::unique_key("url");
-    let lease = raw_lease(&backend, &key, Duration::from_secs(5)).await;
+    let lease = leasehold::conformance::raw_lease(&backend, &key, Duration::from_secs(5)).await;
     backend.release(&lease).await.unwrap();
     let trusting = DynamoDbBackend::from_url(&format!("{url}&max_clock_skew=500ms"))
         .await

@@ -8,11 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use leasehold::{
-    AcquireOutcome, AcquireRequest, Backend, Clock, Key, Lease, LeaseId, LockOptions, Owner,
-    SharedClock, Store, SystemClock,
-};
-use leasehold_dynamodb::{DynamoDbBackend, TakeoverMode, WallClock};
+use leasehold::{Backend, Clock, LockOptions, SharedClock, Store, SystemClock};
+use leasehold_dynamodb::{TakeoverMode, WallClock};
 
 /// A monotonic clock with an offset and a rate error.
 #[derive(Debug)]
@@ -67,25 +64,6 @@ fn machine_b() -> Option<(SharedClock, leasehold_dynamodb::DynamoDbBackendBuilde
         .clock(clock.clone())
         .wall_clock(wall(600));
     Some((clock, b))
-}
-
-async fn raw_lease(backend: &DynamoDbBackend, key: &str, ttl: Duration) -> Lease {
-    let req = AcquireRequest {
-        key: Key::new(key).unwrap(),
-        lease_id: LeaseId::random(),
-        ttl,
-        owner: Owner::current(),
-        data: None,
-    };
-    match backend.try_acquire(&req).await.unwrap() {
-        AcquireOutcome::Acquired(g) => Lease {
-            key: req.key,
-            lease_id: req.lease_id,
-            ttl,
-            fencing_token: g.fencing_token,
-        },
-        AcquireOutcome::Held(h) => panic!("{key} unexpectedly held by {h:?}"),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -148,7 +126,7 @@ async fn dead_holder_taken_over_only_after_its_ttl_despite_skew() {
     let key = common::unique_key("skew-dead");
     let ttl = Duration::from_secs(2);
     let started = tokio::time::Instant::now();
-    let lease = raw_lease(&a, &key, ttl).await;
+    let lease = leasehold::conformance::raw_lease(&a, &key, ttl).await;
     let store_b = Store::with_clock(Arc::new(b.build().await.unwrap()), clock_b);
     let guard = store_b
         .lock_with(
@@ -196,8 +174,8 @@ async fn trusting_clocks_is_only_as_safe_as_the_stated_skew() {
         .unwrap();
     assert!(!b.capabilities().takeover_needs_observation);
     let key = common::unique_key("trust-broken");
-    let lease = raw_lease(&a, &key, ttl).await;
-    let stolen = raw_lease(&b, &key, ttl).await;
+    let lease = leasehold::conformance::raw_lease(&a, &key, ttl).await;
+    let stolen = leasehold::conformance::raw_lease(&b, &key, ttl).await;
     assert!(stolen.fencing_token > lease.fencing_token);
 
     // With honest clocks, a waiter that first looks after expiry + skew
@@ -213,11 +191,11 @@ async fn trusting_clocks_is_only_as_safe_as_the_stated_skew() {
     let key = common::unique_key("trust-ok");
     let short = Duration::from_secs(1);
     let plain = common::backend().await.unwrap();
-    let old = raw_lease(&plain, &key, short).await;
+    let old = leasehold::conformance::raw_lease(&plain, &key, short).await;
     // Let the lease run out unrenewed: nothing to await but time itself.
     tokio::time::sleep(short + Duration::from_millis(400)).await;
     let before = honest.requests_sent();
-    let new = raw_lease(&honest, &key, short).await;
+    let new = leasehold::conformance::raw_lease(&honest, &key, short).await;
     assert_eq!(honest.requests_sent() - before, 1, "one request");
     assert!(new.fencing_token > old.fencing_token);
 }

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::backend::{AcquireOutcome, AcquireRequest, Lease, LeaseId, Owner};
+use crate::backend::{AcquireOutcome, AcquireRequest, Backend, Lease, LeaseId, Owner};
 use crate::error::Error;
 use crate::key::Key;
 use crate::options::{LockOptions, Wait, MAX_DATA_LEN, MAX_LABEL_LEN};
@@ -117,8 +117,10 @@ fn other_process(store: &Store) -> Store {
     Store::with_clock(store.backend().clone(), store.clock().clone())
 }
 
-/// A lease taken straight from the backend, which nobody renews.
-async fn raw_lease(store: &Store, key: &str, ttl: Duration) -> Lease {
+/// A lease taken straight from `backend`, which nobody renews (for tests of
+/// expiry, stale holders and the backend contract). Panics if the key is
+/// held.
+pub async fn raw_lease(backend: &dyn Backend, key: &str, ttl: Duration) -> Lease {
     let req = AcquireRequest {
         key: Key::new(key).unwrap(),
         lease_id: LeaseId::random(),
@@ -126,7 +128,7 @@ async fn raw_lease(store: &Store, key: &str, ttl: Duration) -> Lease {
         owner: Owner::current(),
         data: None,
     };
-    match store.backend().try_acquire(&req).await.unwrap() {
+    match backend.try_acquire(&req).await.unwrap() {
         AcquireOutcome::Acquired(g) => Lease {
             key: req.key,
             lease_id: req.lease_id,
@@ -181,7 +183,7 @@ pub async fn expiry_frees_after_ttl(store: Store) {
     let key = unique_key("expiry");
     let ttl = test_ttl(&store);
     let started = tokio::time::Instant::now();
-    let lease = raw_lease(&store, &key, ttl).await;
+    let lease = raw_lease(store.backend().as_ref(), &key, ttl).await;
     let b = other_process(&store).lock_with(&key, opts(&store)).unwrap();
     assert_held(b.try_acquire().await);
     let guard = b.acquire(expiry_wait(&store)).await.unwrap();
@@ -198,7 +200,7 @@ pub async fn expiry_frees_after_ttl(store: Store) {
 pub async fn renew_extends(store: Store) {
     let key = unique_key("renew");
     let ttl = test_ttl(&store);
-    let lease = raw_lease(&store, &key, ttl).await;
+    let lease = raw_lease(store.backend().as_ref(), &key, ttl).await;
     tokio::time::sleep(ttl / 2).await;
     store.backend().renew(&lease).await.unwrap();
     // Past the first expiry, before the renewed one.
@@ -213,13 +215,13 @@ pub async fn renew_extends(store: Store) {
 pub async fn renew_after_loss_reports_loss(store: Store) {
     let ttl = test_ttl(&store);
     let key = unique_key("renew-lost");
-    let lease = raw_lease(&store, &key, ttl).await;
+    let lease = raw_lease(store.backend().as_ref(), &key, ttl).await;
     store.break_lease(&key).await.unwrap();
     let err = store.backend().renew(&lease).await.unwrap_err();
     assert!(err.is_lease_lost(), "renew after break: {err}");
 
     let key = unique_key("renew-stale");
-    let stale = raw_lease(&store, &key, ttl).await;
+    let stale = raw_lease(store.backend().as_ref(), &key, ttl).await;
     let b = other_process(&store).lock_with(&key, opts(&store)).unwrap();
     let guard = b.acquire(expiry_wait(&store)).await.unwrap();
     let err = store.backend().renew(&stale).await.unwrap_err();
@@ -255,7 +257,7 @@ pub async fn fencing_strictly_increases(store: Store) {
     tokens.push(g.fencing_token());
     g.release().await.unwrap();
 
-    let raw = raw_lease(&store, &key, test_ttl(&store)).await;
+    let raw = raw_lease(store.backend().as_ref(), &key, test_ttl(&store)).await;
     tokens.push(raw.fencing_token);
     let g = other_process(&store)
         .lock_with(&key, opts(&store))
@@ -693,7 +695,7 @@ pub async fn semaphore_permits_freed_by_expiry(store: Store) {
     let started = tokio::time::Instant::now();
     let mut dead = BTreeMap::new();
     for slot in 0..2 {
-        let lease = raw_lease(&store, sem.slot_key(slot).as_str(), ttl).await;
+        let lease = raw_lease(store.backend().as_ref(), sem.slot_key(slot).as_str(), ttl).await;
         dead.insert(slot, lease.fencing_token);
     }
     assert_held(sem.try_acquire().await.map(|p| p.into_guard()));
