@@ -125,7 +125,7 @@ pub use options::{
 pub use semaphore::{
     Semaphore, SemaphorePermit, SlotInfo, MAX_SEMAPHORE_KEY_LEN, MAX_SEMAPHORE_LIMIT,
 };
-pub use store::{default_sqlite_path, Store, BUILTIN_SCHEMES};
+pub use store::{default_sqlite_path, sqlite_url_path, Store, BUILTIN_SCHEMES};
 
 /// The README's example, compiled and run as a doctest.
 #[cfg(doctest)]

@@ -21,6 +21,10 @@ struct Faulty {
     renewals: AtomicU32,
     /// Renewals never answer (a blackholed connection).
     partitioned: AtomicBool,
+    /// Acquisitions fail with a retryable error (an unreachable store).
+    unreachable: AtomicBool,
+    /// Acquisitions never answer (a blackholed connection).
+    silent: AtomicBool,
     /// This many renewals fail with a retryable error first.
     transient_failures: AtomicU32,
     /// When the last release was answered.
@@ -41,6 +45,17 @@ impl Backend for Faulty {
     }
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         self.acquires.fetch_add(1, Ordering::SeqCst);
+        if self.silent.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        if self.unreachable.load(Ordering::SeqCst) {
+            return Err(Error::backend(
+                "faulty-memory",
+                "acquire",
+                true,
+                "injected connection refused",
+            ));
+        }
         let outcome = self.inner.try_acquire(req).await?;
         if let AcquireOutcome::Acquired(_) = outcome {
             let since = self.last_release.lock().unwrap().map(|t| t.elapsed());
@@ -310,4 +325,68 @@ async fn a_busy_process_leaves_the_key_free_for_other_processes() {
         "the key was left free for a poll interval {gaps} times in 700 ms; expected once per 200 ms share ({} attempts)",
         backend.acquires.load(Ordering::SeqCst)
     );
+}
+
+/// A store that fails every attempt is not a holder: a wait that runs out
+/// ends with the store's error (after retrying), for locks and semaphores,
+/// and a store that never answers ends the wait on time with an error that
+/// says so, not with "held".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_on_an_unreachable_store_ends_with_the_error_not_timed_out() {
+    let (backend, store) = faulty();
+    backend.unreachable.store(true, Ordering::SeqCst);
+    let wait = Wait::Timeout(Duration::from_millis(600));
+    let err = store.lock("k").unwrap().acquire(wait).await.unwrap_err();
+    assert!(matches!(err, Error::Backend { .. }), "{err}");
+    assert!(
+        err.to_string().contains("injected connection refused"),
+        "{err}"
+    );
+    assert!(
+        backend.acquires.load(Ordering::SeqCst) >= 2,
+        "retried within the wait"
+    );
+    let err = store
+        .semaphore("s", 2)
+        .unwrap()
+        .acquire(wait)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Backend { .. }), "{err}");
+
+    backend.unreachable.store(false, Ordering::SeqCst);
+    backend.silent.store(true, Ordering::SeqCst);
+    for err in [
+        store.lock("k").unwrap().acquire(wait).await.unwrap_err(),
+        store
+            .semaphore("s", 2)
+            .unwrap()
+            .acquire(wait)
+            .await
+            .unwrap_err(),
+    ] {
+        assert!(matches!(err, Error::Backend { .. }), "{err}");
+        assert!(
+            err.to_string().contains("did not answer within the wait"),
+            "{err}"
+        );
+    }
+}
+
+/// A wait longer than the clock can represent is a wait for ever, not a
+/// panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_wait_is_forever_not_an_overflow() {
+    let (_backend, store) = faulty();
+    let huge = Wait::Timeout(Duration::from_secs(u64::MAX));
+    let guard = store.lock("k").unwrap().acquire(huge).await.unwrap();
+    let other = Store::from_backend(store.backend().clone());
+    let waiting = other.lock("k").unwrap();
+    let waiter =
+        tokio::spawn(async move { waiting.acquire(huge).await.map(|g| g.fencing_token()) });
+    let sem = store.semaphore("s", 1).unwrap();
+    let permit = sem.acquire(huge).await.unwrap();
+    guard.release().await.unwrap();
+    assert!(waiter.await.unwrap().unwrap() >= 2);
+    permit.release().await.unwrap();
 }
