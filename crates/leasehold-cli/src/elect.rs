@@ -6,7 +6,6 @@ use std::time::Duration;
 use leasehold::{Store, Wait};
 
 use crate::cli::ElectArgs;
-use crate::inspect::{held_for, short};
 use crate::run::{describe_holder, lock_options, supervise, Signals, StatusLine};
 
 /// Pause before campaigning again after the command exited, so that other
@@ -59,28 +58,4 @@ pub async fn elect(store: &Store, args: ElectArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-}
-
-pub async fn leader(store: &Store, key: &str, json: bool) -> anyhow::Result<ExitCode> {
-    let leader = store.election(key)?.leader().await?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&leader)?);
-        return Ok(ExitCode::SUCCESS);
-    }
-    match leader {
-        None => println!("{key}: no leader"),
-        Some(h) => {
-            let since = held_for(&h)
-                .map(|d| format!(" for {}", short(d)))
-                .unwrap_or_default();
-            println!(
-                "{key}: led by {} (term {}){since}",
-                h.owner, h.fencing_token
-            );
-            if let Some(data) = &h.data {
-                println!("data: {data}");
-            }
-        }
-    }
-    Ok(ExitCode::SUCCESS)
 }
