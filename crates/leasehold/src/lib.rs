@@ -127,7 +127,10 @@ pub use semaphore::{
 };
 pub use store::{default_sqlite_path, sqlite_url_path, Store, BUILTIN_SCHEMES};
 
-/// The README's example, compiled and run as a doctest.
+/// The README's example, compiled and run as a doctest. The crate's own
+/// README (inside the crate, so that the packaged crate builds its doctests
+/// too); `tests/readme.rs` checks that the project README's example is the
+/// same.
 #[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
+#[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
