@@ -151,7 +151,9 @@ impl Tracker {
     }
 }
 
-pub async fn run(args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
+pub async fn run(mut args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
+    // `--faults ""` means none.
+    args.faults.retain(|f| !f.trim().is_empty());
     if let Some(bug) = &args.inject_bug {
         anyhow::ensure!(
             crate::bug::BUGS.contains(&bug.as_str()),

@@ -108,7 +108,12 @@ impl Witness {
     /// Starts a new store epoch (the store lost its state).
     pub fn bump_epoch(&self, detail: &str) -> std::io::Result<u64> {
         let next = self.epoch() + 1;
-        std::fs::write(self.dir.join("epoch"), next.to_string())?;
+        // Written aside and renamed into place: a writer reading the file
+        // while it is rewritten would see it empty and take epoch 0 (the
+        // checker's fencing recount caught exactly that).
+        let aside = self.dir.join("epoch.next");
+        std::fs::write(&aside, next.to_string())?;
+        std::fs::rename(aside, self.dir.join("epoch"))?;
         self.append(&Record {
             kind: Kind::Epoch,
             key: "-".into(),
