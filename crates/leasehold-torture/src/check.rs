@@ -32,7 +32,7 @@
 //!   SIGKILLed.
 //!
 //! It also measures, for every handover from a holder that did not end
-//! normally, the margin by which the old holder's last write preceded the new
+//! normally (and whose lease was not broken), the margin by which the old holder's last write preceded the new
 //! holder's first, and the time from each fault to the next holder's first
 //! write.
 
@@ -293,7 +293,10 @@ pub fn check(records: &[Record], limits: Limits) -> Findings {
                 }
             }
             if let Some(p) = predecessor {
-                if !p.ended && secs[..j].iter().all(|a| a.stop <= start) {
+                // A broken holder's successor starts at once by design: its
+                // gap is no safety margin.
+                let broken = breaks.contains_key(&(key.as_str(), p.epoch, p.token));
+                if !p.ended && !broken && secs[..j].iter().all(|a| a.stop <= start) {
                     f.lost_handover_margins
                         .push(Duration::from_nanos(start - p.stop));
                 }

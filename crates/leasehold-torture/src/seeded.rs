@@ -195,6 +195,7 @@ fn an_overlap_after_a_break_of_the_earlier_holder_passes_while_it_could_not_know
     clean(&f);
     assert_eq!(f.overlaps_after_break, 1);
     assert_eq!(f.stale_writes_rejected, 1);
+    assert!(f.lost_handover_margins.is_empty(), "a break is no margin");
 }
 
 #[test]
