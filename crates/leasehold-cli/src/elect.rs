@@ -7,7 +7,8 @@ use leasehold::{Store, Wait};
 
 use crate::cli::ElectArgs;
 use crate::inspect::{held_for, short};
-use crate::run::{describe_holder, lock_options, supervise, Signals, StatusLine};
+use crate::run::{describe_holder, lock_options, StatusLine};
+use crate::supervisor::{supervise, Signals};
 
 /// Pause before campaigning again after the command exited, so that other
 /// candidates (polling every 50-100 ms) get their turn.

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use tokio::sync::{oneshot, OwnedMutexGuard};
+use tokio::sync::{oneshot, watch, OwnedMutexGuard};
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::{Backend, Lease};
@@ -26,6 +26,9 @@ pub(crate) struct GuardState {
     /// Safety deadline on `clock`, in nanoseconds: past it the lease counts
     /// as lost.
     deadline_nanos: AtomicU64,
+    /// The same deadline, for those who follow it from outside (see
+    /// [`LeaseGuard::deadline_watch`]).
+    deadline_tx: watch::Sender<Duration>,
     lost: CancellationToken,
     reason: OnceLock<LossReason>,
 }
@@ -37,6 +40,7 @@ impl GuardState {
             fencing_token,
             clock,
             deadline_nanos: AtomicU64::new(deadline.as_nanos() as u64),
+            deadline_tx: watch::Sender::new(deadline),
             lost: CancellationToken::new(),
             reason: OnceLock::new(),
         }
@@ -49,6 +53,7 @@ impl GuardState {
     pub fn set_deadline(&self, deadline: Duration) {
         self.deadline_nanos
             .store(deadline.as_nanos() as u64, Ordering::Release);
+        self.deadline_tx.send_replace(deadline);
     }
 
     /// Marks the lease lost (once) and applies the loss policy.
@@ -179,6 +184,20 @@ impl LeaseGuard {
             return Duration::ZERO;
         }
         self.state.deadline().saturating_sub(self.state.clock.now())
+    }
+
+    /// The safety deadline, as it moves: past it the lease counts as lost
+    /// unless a renewal moved it first. The value is a time on the store's
+    /// [`Clock`](crate::Clock) (for the default [`SystemClock`](crate::SystemClock):
+    /// `CLOCK_BOOTTIME` on Linux, which every process on the machine shares),
+    /// and changes after each successful renewal. It does not move back when
+    /// the lease is lost for another reason: watch [`lost`](Self::lost) too.
+    ///
+    /// This is for enforcing the deadline outside this process, where this
+    /// process might be frozen or killed: `leasehold run` hands it to a
+    /// watchdog process that stops the command when the deadline passes.
+    pub fn deadline_watch(&self) -> watch::Receiver<Duration> {
+        self.state.deadline_tx.subscribe()
     }
 
     /// Completes when the lease is lost, with the reason.
