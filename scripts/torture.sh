@@ -62,14 +62,9 @@ holders=()
 [[ $mode == long ]] && holders=(--workers 12 --cli-workers 4 --forking 2 --misbehaving 4 --keys 6)
 
 # `leasehold run` holders whose command forks background workers, and the
-# pause fault on `leasehold run` processes, need the process-tree watchdog
-# (issue 10): without it the command's tree outlives a lost lease and the
-# checker flags overlaps and orphans. Until the watchdog lands, the CI run
-# leaves them out (set RUN_HOLDER_FAULTS=1 to include them); the long run
-# always includes them.
-run_holder_faults="${RUN_HOLDER_FAULTS:-0}"
-[[ $mode == long ]] && run_holder_faults=1
-if [[ $run_holder_faults == 0 ]]; then
+# pause fault on `leasehold run` processes (issue 10: the watchdog must stop
+# the command's whole tree). RUN_HOLDER_FAULTS=0 leaves them out.
+if [[ "${RUN_HOLDER_FAULTS:-1}" == 0 ]]; then
     holders+=(--forking 0 --pause-run false)
 fi
 

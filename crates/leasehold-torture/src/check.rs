@@ -100,6 +100,8 @@ pub struct Findings {
     pub operations: usize,
     pub acquisitions: usize,
     pub faults: BTreeMap<String, usize>,
+    /// Of `faults`, those aimed at a `leasehold run` holder.
+    pub faults_on_run: BTreeMap<String, usize>,
     pub fenced_overlaps: Vec<String>,
     pub overlaps: Vec<String>,
     pub overlaps_after_break: usize,
@@ -163,6 +165,9 @@ pub fn check(records: &[Record], limits: Limits) -> Findings {
         match r.kind {
             Kind::Fault => {
                 *f.faults.entry(r.detail.clone()).or_default() += 1;
+                if r.worker.starts_with("cli-") {
+                    *f.faults_on_run.entry(r.detail.clone()).or_default() += 1;
+                }
                 faults.push(r);
                 continue;
             }

@@ -142,7 +142,14 @@ pub fn render(meta: &RunMeta, f: &Findings) -> String {
         "acquisitions (critical sections)",
         f.acquisitions.to_string(),
     );
-    let faults: Vec<String> = f.faults.iter().map(|(k, n)| format!("{k}: {n}")).collect();
+    let faults: Vec<String> = f
+        .faults
+        .iter()
+        .map(|(k, n)| match f.faults_on_run.get(k) {
+            Some(r) => format!("{k}: {n} ({r} on `leasehold run`)"),
+            None => format!("{k}: {n}"),
+        })
+        .collect();
     row(
         "faults injected",
         if faults.is_empty() {
