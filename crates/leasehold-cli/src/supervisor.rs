@@ -18,6 +18,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use crate::cli::LeaseArgs;
+use crate::output::say;
 use crate::proctree::{self, Cgroup};
 use crate::watchdog::{self, Stop};
 
@@ -123,7 +124,7 @@ pub async fn supervise(
             }
             reason = guard.lost(), if !lost => {
                 lost = true;
-                eprintln!("leasehold: lease on {} lost ({reason}); stopping the command", lease.key);
+                say!("lease on {} lost ({reason}); stopping the command", lease.key);
                 order(&mut control, "stop");
             }
             // Only if the watchdog is not doing its job (frozen): the
@@ -140,17 +141,14 @@ pub async fn supervise(
     if !state.done && state.left.is_none() && state.spawn_failed.is_none() {
         // The watchdog died before it could report the tree gone.
         state.kill_backup();
-        eprintln!(
-            "leasehold: the watchdog process ended unexpectedly ({status}); killed the command's process group"
+        say!("the watchdog process ended unexpectedly ({status}); killed the command's process group"
         );
     }
     if let Some(left) = &state.left {
-        eprintln!(
-            "leasehold: could not kill these processes of the command (stuck in the kernel?): {left}"
-        );
+        say!("could not kill these processes of the command (stuck in the kernel?): {left}");
     }
     if let Some((code, message)) = state.spawn_failed {
-        eprintln!("leasehold: {message}");
+        say!("{message}");
         return Ok(Outcome {
             code,
             lost: false,

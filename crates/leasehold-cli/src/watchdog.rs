@@ -64,6 +64,7 @@ use std::os::unix::process::CommandExt;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::output::say;
 use crate::proctree::{self, Cgroup};
 
 /// The argument that selects the watchdog instead of the normal CLI.
@@ -97,7 +98,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         (!command.is_empty()).then_some((grace, deadline, command))
     })();
     let Some((grace, deadline, command)) = parsed else {
-        eprintln!("leasehold: {ARG} is internal to `leasehold run`");
+        say!("{ARG} is internal to `leasehold run`");
         return ExitCode::from(crate::EXIT_USAGE);
     };
     // SAFETY: fds 3 and 4 were set up by `leasehold` for us; nothing else in
@@ -192,9 +193,7 @@ impl Watchdog {
             self.reap();
             let now = now();
             if self.stopping.is_none() && now >= self.deadline {
-                eprintln!(
-                    "leasehold: the lease's safety deadline passed without a renewal; stopping the command"
-                );
+                say!("the lease's safety deadline passed without a renewal; stopping the command");
                 self.stop(Stop::Deadline);
             }
             if let Some(at) = self.kill_at {

@@ -195,7 +195,7 @@ fn bad_usage_exits_2_with_a_clear_message() {
         (&["run", "bad key", "--", "true"], "1-256 characters"),
         (
             &["run", "--ttl", "10ms", "k", "--", "true"],
-            "outside the sqlite backend's range",
+            "outside the range of every store",
         ),
         (
             &["run", "--ttl", "2s", "--grace", "5s", "k", "--", "true"],

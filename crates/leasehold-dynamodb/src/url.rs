@@ -28,12 +28,21 @@ pub(crate) fn parse(url: &str) -> Result<DynamoDbBackendBuilder> {
     };
     let table = table.strip_suffix('/').unwrap_or(table);
     let mut builder = DynamoDbBackendBuilder::new(table);
+    let mut seen: Vec<&str> = Vec::new();
     for pair in query
         .into_iter()
         .flat_map(|q| q.split('&'))
         .filter(|p| !p.is_empty())
     {
         let (name, raw) = pair.split_once('=').unwrap_or((pair, ""));
+        // A second value would silently override the first.
+        if seen.contains(&name) {
+            return Err(Error::invalid(
+                WHAT,
+                format!("the parameter {name:?} is given more than once"),
+            ));
+        }
+        seen.push(name);
         let value = percent_decode(raw).ok_or_else(|| {
             Error::invalid(
                 WHAT,
@@ -117,6 +126,18 @@ pub(crate) fn parse_duration(s: &str) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_repeated_parameter_is_an_error_not_an_override() {
+        let Err(err) = parse("dynamodb://locks?region=eu-west-1&region=us-east-1") else {
+            panic!("a repeated region was accepted");
+        };
+        assert!(
+            err.to_string()
+                .contains("\"region\" is given more than once"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn parses_every_parameter() {

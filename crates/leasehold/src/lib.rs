@@ -125,9 +125,12 @@ pub use options::{
 pub use semaphore::{
     Semaphore, SemaphorePermit, SlotInfo, MAX_SEMAPHORE_KEY_LEN, MAX_SEMAPHORE_LIMIT,
 };
-pub use store::{default_sqlite_path, Store, BUILTIN_SCHEMES};
+pub use store::{default_sqlite_path, sqlite_url_path, Store, BUILTIN_SCHEMES};
 
-/// The README's example, compiled and run as a doctest.
+/// The README's example, compiled and run as a doctest. The crate's own
+/// README (inside the crate, so that the packaged crate builds its doctests
+/// too); `tests/readme.rs` checks that the project README's example is the
+/// same.
 #[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
+#[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;

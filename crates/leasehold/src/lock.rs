@@ -198,27 +198,30 @@ impl Lock {
         started: tokio::time::Instant,
         on_held: &mut impl FnMut(Option<&HolderInfo>),
     ) -> Result<LeaseGuard> {
-        let give_up = match wait {
-            Wait::Forever => None,
-            Wait::Timeout(d) => Some(started + d),
-        };
-        let timed_out = || Error::TimedOut {
-            key: self.key.to_string(),
-            waited: started.elapsed(),
+        let give_up = wait.deadline(started);
+        // What ends the wait when it runs out: the last failure if the store
+        // failed since it last answered "held" (a store that cannot be
+        // reached is not a holder), else the time-out.
+        let mut outcome = WaitOutcome::default();
+        let timed_out = |outcome: &mut WaitOutcome| {
+            outcome.take_error(self.store.backend().name(), &self.key, started.elapsed())
         };
         let span = tracing::debug_span!("acquire", key = %self.key, ?wait);
         async {
             let local = self.store.local_key(&self.key);
-            let gate = until(give_up, local.gate.clone().lock_owned())
-                .await
-                .ok_or_else(timed_out)?;
+            let gate = match until(give_up, local.gate.clone().lock_owned()).await {
+                Some(gate) => gate,
+                None => return Err(Error::TimedOut { key: self.key.to_string(), waited: started.elapsed() }),
+            };
             if local.take_turn_elsewhere(self.opts.poll_max, self.opts.poll_max * FAIR_SHARE_POLLS) {
                 // Other processes poll at most poll_max apart: each gets a
                 // try while this process stands back.
                 tracing::debug!("local handoffs kept the key here long enough; standing back for one poll interval");
                 tokio::select! {
                     _ = tokio::time::sleep(self.opts.poll_max) => {}
-                    _ = until(give_up, std::future::pending::<()>()) => return Err(timed_out()),
+                    _ = until(give_up, std::future::pending::<()>()) => {
+                        return Err(Error::TimedOut { key: self.key.to_string(), waited: started.elapsed() })
+                    }
                 }
             }
             let mut gate = Some(gate);
@@ -234,7 +237,13 @@ impl Lock {
 
                 let sent = self.clock().now();
                 let anchor_now = *anchor.get_or_insert(sent);
-                let pause = match self.attempt(&pending.lease).await {
+                // The attempt too ends at the deadline (its task releases a
+                // lease granted after that), so SDK retries cannot stretch
+                // the wait.
+                let Some(answer) = until(give_up, self.attempt(&pending.lease)).await else {
+                    return Err(timed_out(&mut outcome));
+                };
+                let pause = match answer {
                     Ok(AcquireOutcome::Acquired(grant)) => {
                         if self.too_late(anchor_now) {
                             // Granted so late (a slow answer, or ambiguous
@@ -252,6 +261,7 @@ impl Lock {
                     }
                     Ok(AcquireOutcome::Held(holder)) => {
                         failures = 0;
+                        outcome.held();
                         anchor = None;
                         pending.disarm();
                         on_held(holder.as_ref());
@@ -262,6 +272,7 @@ impl Lock {
                         pending.arm();
                         let pause = self.opts.poll_pause().saturating_mul(1 << failures.min(5));
                         tracing::warn!(error = %err, retry_in = ?pause, "acquire attempt failed; retrying");
+                        outcome.failed(err);
                         pause
                     }
                     Err(err) => return Err(err),
@@ -270,7 +281,7 @@ impl Lock {
                 tokio::select! {
                     _ = sleep => {}
                     _ = released => { tracing::trace!("woken by a local release"); }
-                    _ = until(give_up, std::future::pending::<()>()) => return Err(timed_out()),
+                    _ = until(give_up, std::future::pending::<()>()) => return Err(timed_out(&mut outcome)),
                 }
             }
         }
@@ -419,6 +430,51 @@ impl PendingLease {
 impl Drop for PendingLease {
     fn drop(&mut self) {
         self.release_in_background();
+    }
+}
+
+/// How a wait that ran out ends: with the last store failure if the store
+/// failed since it last answered (so an unreachable store is reported as
+/// such, not as a holder), with a failure saying so if it never answered,
+/// else [`Error::TimedOut`].
+#[derive(Debug, Default)]
+pub(crate) struct WaitOutcome {
+    answered: bool,
+    last_error: Option<Error>,
+}
+
+impl WaitOutcome {
+    /// The store answered "held".
+    pub(crate) fn held(&mut self) {
+        self.answered = true;
+        self.last_error = None;
+    }
+
+    /// An attempt failed (retryably).
+    pub(crate) fn failed(&mut self, err: Error) {
+        self.last_error = Some(err);
+    }
+
+    /// The error to end the wait with.
+    pub(crate) fn take_error(
+        &mut self,
+        backend: &'static str,
+        key: &Key,
+        waited: Duration,
+    ) -> Error {
+        match self.last_error.take() {
+            Some(err) => err,
+            None if !self.answered => Error::backend(
+                backend,
+                "acquire",
+                true,
+                format!("the store did not answer within the wait ({waited:?}) for {key}"),
+            ),
+            None => Error::TimedOut {
+                key: key.to_string(),
+                waited,
+            },
+        }
     }
 }
 

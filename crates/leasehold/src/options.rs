@@ -33,6 +33,18 @@ pub enum Wait {
     Timeout(Duration),
 }
 
+impl Wait {
+    /// When a wait begun at `started` runs out; `None` for ever, and for a
+    /// timeout so long that the clock cannot represent its end (which is
+    /// for ever in practice).
+    pub(crate) fn deadline(self, started: tokio::time::Instant) -> Option<tokio::time::Instant> {
+        match self {
+            Wait::Forever => None,
+            Wait::Timeout(d) => started.checked_add(d),
+        }
+    }
+}
+
 impl From<Duration> for Wait {
     fn from(d: Duration) -> Self {
         Wait::Timeout(d)

@@ -133,11 +133,14 @@ impl Store {
     /// A lock on `key` with `options`.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] if the key breaks the [key rule](Key) or the
+    /// [`Error::InvalidInput`] if the key breaks the [key rule](Key), has a
+    /// segment starting with `:slot:` (reserved for [semaphore](Semaphore)
+    /// slots, so that no lock can alias a permit), or the
     /// options do not fit together or with the backend (the message says
     /// what is allowed).
     pub fn lock_with(&self, key: &str, options: LockOptions) -> Result<Lock> {
         let key = Key::new(key)?;
+        refuse_slot_key(&key)?;
         let backend = self.backend();
         let resolved = options.resolve(&backend.capabilities(), backend.name())?;
         Ok(Lock::new(self.clone(), key, resolved))
@@ -157,14 +160,15 @@ impl Store {
     /// and data).
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] if the key breaks the [key rule](Key) or is
-    /// longer than [`MAX_SEMAPHORE_KEY_LEN`](crate::MAX_SEMAPHORE_KEY_LEN)
+    /// [`Error::InvalidInput`] if the key breaks the [key rule](Key), has a
+    /// segment starting with `:slot:`, or is longer than [`MAX_SEMAPHORE_KEY_LEN`](crate::MAX_SEMAPHORE_KEY_LEN)
     /// (what: `"semaphore key"`), if `limit` is 0 or above
     /// [`MAX_SEMAPHORE_LIMIT`](crate::MAX_SEMAPHORE_LIMIT)
     /// (what: `"semaphore limit"`), or if the options do not fit together or
     /// with the backend.
     pub fn semaphore_with(&self, key: &str, limit: u32, options: LockOptions) -> Result<Semaphore> {
         let key = Key::new(key)?;
+        refuse_slot_key(&key)?;
         let backend = self.backend();
         let resolved = options.resolve(&backend.capabilities(), backend.name())?;
         Semaphore::new(self.clone(), key, limit, resolved)
@@ -219,9 +223,36 @@ impl Store {
     }
 }
 
+/// Refuses a key with a segment starting with `:slot:`: such keys name
+/// semaphore slots (`KEY/:slot:N`), and a lock or election on one would
+/// alias a permit. (`inspect`, `list` and `break_lease` still take slot
+/// keys.)
+fn refuse_slot_key(key: &Key) -> Result<()> {
+    if key.as_str().split('/').any(|seg| seg.starts_with(":slot:")) {
+        return Err(Error::invalid(
+            "key",
+            format!("{key:?} has a segment starting with \":slot:\", which names a semaphore slot (KEY/:slot:N); such keys are reserved for semaphores"),
+        ));
+    }
+    Ok(())
+}
+
+/// The SQLite file a `sqlite:` URL names (`sqlite:` alone: the default
+/// file), or `None` if `url` is not a `sqlite:` URL. Opens nothing.
+///
+/// # Errors
+/// [`Error::InvalidInput`] for a malformed `sqlite:` URL, or when the
+/// default file has no directory.
+pub fn sqlite_url_path(url: &str) -> Option<Result<PathBuf>> {
+    url.strip_prefix("sqlite:").map(sqlite_path)
+}
+
 #[cfg(feature = "sqlite")]
 fn open_sqlite(rest: &str) -> Result<Store> {
     let path = sqlite_path(rest)?;
+    if rest.is_empty() {
+        create_private_dir(&path)?;
+    }
     Ok(Store::new(crate::sqlite::SqliteBackend::open(path)?))
 }
 
@@ -233,7 +264,6 @@ fn open_sqlite(_rest: &str) -> Result<Store> {
 }
 
 /// The path a `sqlite:` URL names.
-#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 fn sqlite_path(rest: &str) -> Result<PathBuf> {
     if rest.is_empty() {
         return default_sqlite_path();
@@ -248,6 +278,29 @@ fn sqlite_path(rest: &str) -> Result<PathBuf> {
         };
     }
     Ok(PathBuf::from(rest))
+}
+
+/// Creates the default file's directory, if missing, readable by its user
+/// only (0700, as the XDG base directory spec asks of the state directory;
+/// holders' data is stored there).
+#[cfg(feature = "sqlite")]
+fn create_private_dir(path: &std::path::Path) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    let Some(dir) = path.parent() else {
+        return Ok(());
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| {
+            Error::backend(
+                "sqlite",
+                "open",
+                false,
+                format!("cannot create {}: {e}", dir.display()),
+            )
+        })
 }
 
 /// The default SQLite file: `$XDG_STATE_HOME/leasehold/leases.db` (that is,
@@ -285,6 +338,27 @@ mod tests {
             PathBuf::from("/tmp/a.db")
         );
         assert!(sqlite_path("//host/a.db").is_err());
+    }
+
+    #[test]
+    fn keys_naming_semaphore_slots_are_refused_for_locks_and_semaphores() {
+        let store = Store::open("memory:").unwrap();
+        for key in ["sem/:slot:0", ":slot:1", "a/:slot:x/b"] {
+            for err in [
+                store.lock(key).err(),
+                store.semaphore(key, 2).err(),
+                store.election(key).err(),
+            ] {
+                let err = err.expect("refused");
+                assert!(
+                    matches!(err, Error::InvalidInput { what: "key", .. }),
+                    "{err}"
+                );
+                assert!(err.to_string().contains("semaphore slot"), "{err}");
+            }
+        }
+        store.lock("a/b:slot:0").unwrap();
+        store.lock("a/:slots").unwrap();
     }
 
     #[test]

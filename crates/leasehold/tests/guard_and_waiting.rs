@@ -21,6 +21,10 @@ struct Faulty {
     renewals: AtomicU32,
     /// Renewals never answer (a blackholed connection).
     partitioned: AtomicBool,
+    /// Acquisitions fail with a retryable error (an unreachable store).
+    unreachable: AtomicBool,
+    /// Acquisitions never answer (a blackholed connection).
+    silent: AtomicBool,
     /// This many renewals fail with a retryable error first.
     transient_failures: AtomicU32,
     /// Acquire attempts answer only after this long (a slow store).
@@ -32,6 +36,8 @@ struct Faulty {
     /// Notified when a held renewal has been sent.
     renewal_sent: tokio::sync::Notify,
     releases: AtomicU32,
+    /// Notified (one stored permit) when a release is answered.
+    released: tokio::sync::Notify,
     /// When the last release was answered.
     last_release: std::sync::Mutex<Option<std::time::Instant>>,
     /// Grants that came at least this long after the last release...
@@ -50,6 +56,17 @@ impl Backend for Faulty {
     }
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         self.acquires.fetch_add(1, Ordering::SeqCst);
+        if self.silent.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        if self.unreachable.load(Ordering::SeqCst) {
+            return Err(Error::backend(
+                "faulty-memory",
+                "acquire",
+                true,
+                "injected connection refused",
+            ));
+        }
         let outcome = self.inner.try_acquire(req).await?;
         let delay = *self.acquire_delay.lock().unwrap();
         tokio::time::sleep(delay).await;
@@ -85,6 +102,7 @@ impl Backend for Faulty {
     async fn release(&self, lease: &Lease) -> Result<()> {
         self.releases.fetch_add(1, Ordering::SeqCst);
         self.inner.release(lease).await?;
+        self.released.notify_one();
         *self.last_release.lock().unwrap() = Some(std::time::Instant::now());
         Ok(())
     }
@@ -335,22 +353,21 @@ async fn a_grant_that_arrives_after_its_safety_deadline_is_released() {
     // The store grants at once but answers after TTL − margin (0.9 s).
     *backend.acquire_delay.lock().unwrap() = Duration::from_millis(950);
     let lock = store.lock_with("k", LockOptions::new().ttl(ttl)).unwrap();
+    let released = || async {
+        tokio::time::timeout(Duration::from_secs(3), backend.released.notified())
+            .await
+            .expect("a late grant was not released");
+    };
     let waited = lock.acquire(Duration::from_millis(500)).await;
-    assert!(waited.is_err(), "a grant past its deadline is no guard");
+    assert!(waited.is_err(), "a grant past the wait is no guard");
+    released().await;
     let tried = lock.try_acquire().await;
-    assert!(tried.is_err(), "nor from try_acquire");
-    // Both late grants were let go at once, not left to expire.
+    assert!(
+        tried.is_err(),
+        "a grant past its safety deadline is no guard"
+    );
+    released().await;
     *backend.acquire_delay.lock().unwrap() = Duration::ZERO;
-    let mut released = false;
-    for _ in 0..100 {
-        if backend.releases.load(Ordering::SeqCst) >= 2 {
-            released = true;
-            break;
-        }
-        tokio::task::yield_now().await;
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert!(released, "late grants were not released");
     let guard = lock.try_acquire().await.expect("the key is free again");
     guard.release().await.unwrap();
 }
@@ -402,4 +419,68 @@ async fn loss_is_final_even_if_a_renewal_is_answered_after_the_deadline() {
     );
     assert_eq!(guard.valid_for(), Duration::ZERO);
     assert!(guard.release().await.unwrap_err().is_lease_lost());
+}
+
+/// A store that fails every attempt is not a holder: a wait that runs out
+/// ends with the store's error (after retrying), for locks and semaphores,
+/// and a store that never answers ends the wait on time with an error that
+/// says so, not with "held".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_on_an_unreachable_store_ends_with_the_error_not_timed_out() {
+    let (backend, store) = faulty();
+    backend.unreachable.store(true, Ordering::SeqCst);
+    let wait = Wait::Timeout(Duration::from_millis(600));
+    let err = store.lock("k").unwrap().acquire(wait).await.unwrap_err();
+    assert!(matches!(err, Error::Backend { .. }), "{err}");
+    assert!(
+        err.to_string().contains("injected connection refused"),
+        "{err}"
+    );
+    assert!(
+        backend.acquires.load(Ordering::SeqCst) >= 2,
+        "retried within the wait"
+    );
+    let err = store
+        .semaphore("s", 2)
+        .unwrap()
+        .acquire(wait)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Backend { .. }), "{err}");
+
+    backend.unreachable.store(false, Ordering::SeqCst);
+    backend.silent.store(true, Ordering::SeqCst);
+    for err in [
+        store.lock("k").unwrap().acquire(wait).await.unwrap_err(),
+        store
+            .semaphore("s", 2)
+            .unwrap()
+            .acquire(wait)
+            .await
+            .unwrap_err(),
+    ] {
+        assert!(matches!(err, Error::Backend { .. }), "{err}");
+        assert!(
+            err.to_string().contains("did not answer within the wait"),
+            "{err}"
+        );
+    }
+}
+
+/// A wait longer than the clock can represent is a wait for ever, not a
+/// panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_wait_is_forever_not_an_overflow() {
+    let (_backend, store) = faulty();
+    let huge = Wait::Timeout(Duration::from_secs(u64::MAX));
+    let guard = store.lock("k").unwrap().acquire(huge).await.unwrap();
+    let other = Store::from_backend(store.backend().clone());
+    let waiting = other.lock("k").unwrap();
+    let waiter =
+        tokio::spawn(async move { waiting.acquire(huge).await.map(|g| g.fencing_token()) });
+    let sem = store.semaphore("s", 1).unwrap();
+    let permit = sem.acquire(huge).await.unwrap();
+    guard.release().await.unwrap();
+    assert!(waiter.await.unwrap().unwrap() >= 2);
+    permit.release().await.unwrap();
 }
