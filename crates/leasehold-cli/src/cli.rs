@@ -80,9 +80,13 @@ pub enum Command {
     /// Starts CMD only if the lock is obtained (by default without waiting),
     /// renews the lease while CMD runs, and releases it when CMD ends. CMD
     /// gets LEASEHOLD_KEY and LEASEHOLD_FENCING_TOKEN in its environment.
-    /// SIGINT and SIGTERM are forwarded to CMD. If the lease is lost, CMD
-    /// gets SIGTERM, then SIGKILL after --grace, before the lease can pass to
-    /// anyone else. If leasehold itself is killed, CMD is killed too.
+    /// CMD runs in a process group (and, where possible, a cgroup) of its
+    /// own under a watchdog process. SIGINT, SIGTERM and SIGHUP are forwarded
+    /// to CMD's whole process tree. If the lease is lost, or its deadline
+    /// passes while leasehold is frozen, the watchdog sends the tree SIGTERM,
+    /// then SIGKILL after --grace, before the lease can pass to anyone else.
+    /// If leasehold is killed, the tree is killed at once. Processes CMD
+    /// leaves behind are stopped before the lease is released.
     #[command(after_help = AFTER_HELP)]
     Run(RunArgs),
 

@@ -6,7 +6,9 @@ use std::time::Duration;
 use leasehold::{Store, Wait};
 
 use crate::cli::ElectArgs;
-use crate::run::{describe_holder, lock_options, supervise, Signals, StatusLine};
+use crate::output::say;
+use crate::run::{describe_holder, lock_options, StatusLine};
+use crate::supervisor::{supervise, Signals};
 
 /// Pause before campaigning again after the command exited, so that other
 /// candidates (polling every 50-100 ms) get their turn.
@@ -23,16 +25,13 @@ pub async fn elect(store: &Store, args: ElectArgs) -> anyhow::Result<ExitCode> {
             r = campaign => r?,
             sig = signals.next() => {
                 status.clear();
-                eprintln!("leasehold: interrupted while campaigning for {}", lease.key);
+                say!("interrupted while campaigning for {}", lease.key);
                 return Ok(ExitCode::from(128 + sig as u8));
             }
         };
         status.clear();
         let term = leadership.term();
-        eprintln!(
-            "leasehold: leader of {} (term {term}); running the command",
-            lease.key
-        );
+        say!("leader of {} (term {term}); running the command", lease.key);
         let env = [("LEASEHOLD_FENCING_TOKEN", term.to_string())];
         let outcome = supervise(leadership.guard(), lease, &env, &mut signals).await?;
         let resigned = leadership.resign().await;
@@ -43,13 +42,13 @@ pub async fn elect(store: &Store, args: ElectArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(outcome.code));
         }
         if outcome.lost || resigned.is_err() {
-            eprintln!(
-                "leasehold: leadership of {} lost (term {term}); campaigning again",
+            say!(
+                "leadership of {} lost (term {term}); campaigning again",
                 lease.key
             );
         } else {
-            eprintln!(
-                "leasehold: the command exited with {} (term {term}); campaigning again",
+            say!(
+                "the command exited with {} (term {term}); campaigning again",
                 outcome.code
             );
             tokio::select! {

@@ -4,8 +4,11 @@ mod cli;
 mod elect;
 mod inspect;
 mod output;
+mod proctree;
 mod run;
 mod summary;
+mod supervisor;
+mod watchdog;
 
 use std::process::ExitCode;
 
@@ -23,6 +26,10 @@ pub const EXIT_USAGE: u8 = 2;
 pub const EXIT_BACKEND: u8 = 1;
 
 fn main() -> ExitCode {
+    let mut args = std::env::args_os();
+    if args.nth(1).is_some_and(|a| a == watchdog::ARG) {
+        return watchdog::main(args.collect());
+    }
     let cli = Cli::parse_args();
     init_tracing(cli.verbose);
     let metrics = (cli.verbose > 0).then(summary::MetricsSummary::install);

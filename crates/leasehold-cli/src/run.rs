@@ -1,15 +1,14 @@
 //! `leasehold run`: a command run under a lock.
 
 use std::io::{IsTerminal, Write};
-use std::process::{ExitCode, ExitStatus};
+use std::process::ExitCode;
 
-use anyhow::Context;
 use leasehold::{Error, HolderInfo, LeaseGuard, LockOptions, Store};
-use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use crate::cli::{LeaseArgs, RunArgs};
 use crate::inspect::{exact, held_for, short};
 use crate::output::{clean, say};
+use crate::supervisor::{supervise, Outcome, Signals};
 use crate::{EXIT_LOST, EXIT_NOT_OBTAINED};
 
 pub async fn run(store: &Store, args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -214,9 +213,13 @@ pub fn lock_options(args: &LeaseArgs) -> anyhow::Result<LockOptions> {
         )
         .into());
     }
+    let margin = args.ttl / 10 + grace;
+    // Three renewals fit between a renewal and the safety deadline, so one
+    // slow or failed renewal does not stop the command.
     let mut opts = LockOptions::new()
         .ttl(args.ttl)
-        .safety_margin(args.ttl / 10 + grace);
+        .safety_margin(margin)
+        .renew_interval((args.ttl - margin) / 3);
     if let Some(label) = &args.owner {
         opts = opts.owner_label(label.clone());
     }
@@ -278,161 +281,6 @@ pub fn describe_holder(holder: Option<&HolderInfo>) -> String {
             Some(d) => format!("{} for {}", clean(&h.owner), short(d)),
             None => clean(&h.owner),
         },
-    }
-}
-
-/// How a command run under a lease ended.
-pub struct Outcome {
-    /// Its exit code, or 128 + the signal that killed it.
-    pub code: u8,
-    /// Whether the lease was lost while it ran (and it was stopped).
-    pub lost: bool,
-    /// The signal leasehold received and forwarded, if any.
-    pub interrupted: Option<libc::c_int>,
-    /// False if the command could not be started (`code` is then 127 when
-    /// it was not found, 126 otherwise, as shells, env and timeout say).
-    pub started: bool,
-}
-
-/// Runs the command while `guard` holds the lease: forwards signals, stops it
-/// (SIGTERM, then SIGKILL after the grace) when the lease is lost.
-pub async fn supervise(
-    guard: &LeaseGuard,
-    lease: &LeaseArgs,
-    env: &[(&str, String)],
-    signals: &mut Signals,
-) -> anyhow::Result<Outcome> {
-    let mut child = match spawn(lease, env) {
-        Ok(child) => child,
-        Err(e) => {
-            eprintln!("leasehold: cannot run {:?}: {e}", lease.command[0]);
-            let code = if e.kind() == std::io::ErrorKind::NotFound {
-                127
-            } else {
-                126
-            };
-            return Ok(Outcome {
-                code,
-                lost: false,
-                interrupted: None,
-                started: false,
-            });
-        }
-    };
-    let pid = child.id().context("the child has no pid")? as libc::pid_t;
-    let mut lost = false;
-    let mut interrupted = None;
-    let mut kill_at: Option<tokio::time::Instant> = None;
-    let status = loop {
-        tokio::select! {
-            status = child.wait() => break status.context("waiting for the command")?,
-            sig = signals.next() => {
-                interrupted = Some(sig);
-                send(pid, sig);
-            }
-            reason = guard.lost(), if !lost => {
-                lost = true;
-                eprintln!("leasehold: lease on {} lost ({reason}); stopping the command", lease.key);
-                send(pid, libc::SIGTERM);
-                kill_at = Some(tokio::time::Instant::now() + lease.grace);
-            }
-            _ = sleep_until(kill_at), if kill_at.is_some() => {
-                tracing::warn!(pid, "the command outlived the grace period; killing it");
-                send(pid, libc::SIGKILL);
-                kill_at = None;
-            }
-        }
-    };
-    Ok(Outcome {
-        code: exit_code(status),
-        lost,
-        interrupted,
-        started: true,
-    })
-}
-
-fn spawn(lease: &LeaseArgs, env: &[(&str, String)]) -> std::io::Result<tokio::process::Child> {
-    let mut cmd = tokio::process::Command::new(&lease.command[0]);
-    cmd.args(&lease.command[1..])
-        .env("LEASEHOLD_KEY", &lease.key);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let parent = std::process::id();
-    // SAFETY: the closure runs in the forked child before exec and calls only
-    // async-signal-safe functions (prctl, getppid, _exit).
-    unsafe {
-        cmd.pre_exec(move || die_with_parent(parent));
-    }
-    cmd.spawn()
-}
-
-/// In the forked child: ask the kernel for SIGKILL when leasehold dies, and
-/// exit at once if it already has (the race between fork and prctl).
-fn die_with_parent(parent: u32) -> std::io::Result<()> {
-    #[cfg(target_os = "linux")]
-    // SAFETY: plain syscalls with valid arguments.
-    unsafe {
-        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        if libc::getppid() as u32 != parent {
-            libc::_exit(128 + libc::SIGKILL);
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = parent;
-    Ok(())
-}
-
-fn send(pid: libc::pid_t, sig: libc::c_int) {
-    // SAFETY: kill has no memory-safety preconditions. The child is not
-    // reaped until `wait` returns, so the pid cannot have been reused.
-    unsafe {
-        libc::kill(pid, sig);
-    }
-}
-
-async fn sleep_until(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// The child's exit code, or 128 + the signal that killed it.
-fn exit_code(status: ExitStatus) -> u8 {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => code as u8,
-        (None, Some(sig)) => (128 + sig) as u8,
-        (None, None) => 1,
-    }
-}
-
-/// SIGINT, SIGTERM and SIGHUP, caught so they can be forwarded to the child.
-pub struct Signals {
-    int: Signal,
-    term: Signal,
-    hup: Signal,
-}
-
-impl Signals {
-    pub fn new() -> anyhow::Result<Self> {
-        Ok(Signals {
-            int: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
-            term: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
-            hup: signal(SignalKind::hangup()).context("installing the SIGHUP handler")?,
-        })
-    }
-
-    /// The next signal received.
-    pub async fn next(&mut self) -> libc::c_int {
-        tokio::select! {
-            _ = self.int.recv() => libc::SIGINT,
-            _ = self.term.recv() => libc::SIGTERM,
-            _ = self.hup.recv() => libc::SIGHUP,
-        }
     }
 }
 

@@ -1,41 +1,97 @@
 //! The checker: reads the witness log and finds every violation.
 //!
-//! A *section* is what one holder did under one grant: the records of one
-//! (epoch, key, token, worker). Violations:
+//! A *section* is what one holder did under one grant: from a holder's
+//! `begin`, every record of the same (key, token, worker) until its next
+//! `begin`. Its *held interval* runs from its first to its last ordinary
+//! write (`begin`, `tick`, `end`); writes a holder makes on purpose after its
+//! guard said lost (`late`, a buggy user) are not part of it. Its *store
+//! epoch* is the one it began in.
 //!
-//! * **fenced overlap**: two sections' *accepted* writes interleave (the
-//!   fenced resource saw two holders at once);
-//! * **unfenced overlap**: two sections' writes interleave at all, except
-//!   after a `break` of the earlier holder, where the overlap is expected
-//!   and must be fenced (counted apart);
-//! * **token order**: sections of a key, in the order they began, do not have
-//!   strictly increasing tokens (or two holders share a token);
-//! * **work after lost**: a holder wrote (other than its one deliberate late
-//!   write) after its guard said the lease was lost.
+//! Violations, each of which a test in `seeded.rs` shows being found:
+//!
+//! * **overlap**: the held intervals of two sections of a key intersect,
+//!   whatever their store epochs. Every pair is compared, not only
+//!   neighbours. One excuse only: a `break` that ended the *earlier* holder's
+//!   own lease (the break record names the token it ended, in the same store
+//!   epoch) before the later one began, and only for writes until that holder
+//!   could have learned of it ([`Limits::break_notice`]: its next renewal
+//!   plus grace). Such overlaps are counted apart and must be fenced.
+//! * **fenced overlap**: two sections' *accepted* writes (late ones
+//!   included) interleave: the fenced resource saw two holders at once. The
+//!   witness rejects older tokens within a store epoch, so this fires on a
+//!   token granted twice, or on holders of different store epochs.
+//! * **token order**: within a store epoch, sections of a key in the order
+//!   they began do not have strictly increasing tokens.
+//! * **work after lost**: an ordinary write after the holder's own guard
+//!   said the lease was lost (a holder that checks its guard must not).
+//! * **fencing error**: the witness accepted or rejected a write against its
+//!   own rule, recomputed here from the log (accept iff the token is not
+//!   below the greatest accepted in the key's epoch so far).
+//! * **orphan write**: a `leasehold run` command (or anything it started)
+//!   wrote more than [`Limits::kill_grace`] after its `leasehold run` was
+//!   SIGKILLed.
 //!
 //! It also measures, for every handover from a holder that did not end
-//! normally (killed, paused, partitioned, restarted store), the margin by
-//! which the old holder's last write preceded the new holder's first, and
-//! the time from each fault to the next holder's first write.
+//! normally (and whose lease was not broken), the margin by which the old holder's last write preceded the new
+//! holder's first, and the time from each fault to the next holder's first
+//! write.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use crate::witness::{Kind, Record};
 
-#[derive(Debug, Default)]
+/// Time bounds the checker allows holders.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// How long after a break of its lease a holder may still write: its next
+    /// renewal (at most a renewal interval away, plus the request's time)
+    /// plus the grace it takes to stop.
+    pub break_notice: Duration,
+    /// How long after its `leasehold run` was SIGKILLed a command's process
+    /// tree may still write (issue 10: it must be dead within 1 s).
+    pub kill_grace: Duration,
+}
+
+impl Limits {
+    /// The bounds for a run with lease TTL `ttl`: renewal every TTL/3, the
+    /// `leasehold run --grace` of TTL/4 the harness passes, and 500 ms for
+    /// the renewal request and scheduling.
+    pub fn for_ttl(ttl: Duration) -> Limits {
+        Limits {
+            break_notice: ttl / 3 + ttl / 4 + Duration::from_millis(500),
+            kill_grace: Duration::from_secs(1),
+        }
+    }
+}
+
+#[derive(Debug, Default, Clone)]
 struct Section {
     epoch: u64,
     key: String,
     token: u64,
     worker: String,
-    first: Option<u64>,
-    last: u64,
+    /// First and last ordinary write (the held interval).
+    begin: Option<u64>,
+    stop: u64,
+    /// First and last accepted write of any kind.
     first_accepted: Option<u64>,
     last_accepted: u64,
     ended: bool,
     lost_at: Option<u64>,
     writes_after_lost: usize,
+    /// Last write of any kind (for orphan detection).
+    last_write: u64,
+}
+
+/// The late writes of holders that kept writing after their guard said lost.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct LateWrites {
+    pub total: usize,
+    /// Rejected by fencing (a newer holder had written).
+    pub rejected: usize,
+    /// Accepted: nobody newer had written to the key yet.
+    pub accepted: usize,
 }
 
 /// What the checker found.
@@ -44,14 +100,24 @@ pub struct Findings {
     pub operations: usize,
     pub acquisitions: usize,
     pub faults: BTreeMap<String, usize>,
+    /// Of `faults`, those aimed at a `leasehold run` holder.
+    pub faults_on_run: BTreeMap<String, usize>,
     pub fenced_overlaps: Vec<String>,
-    pub unfenced_overlaps: Vec<String>,
+    pub overlaps: Vec<String>,
     pub overlaps_after_break: usize,
     pub token_order: Vec<String>,
     pub work_after_lost: Vec<String>,
-    pub late_writes: usize,
-    pub late_writes_rejected: usize,
+    pub fencing_errors: Vec<String>,
+    pub orphan_writes: Vec<String>,
+    pub late: LateWrites,
     pub stale_writes_rejected: usize,
+    /// Sections whose token is not above an earlier one's because the store
+    /// lost its state in between (tokens start again; expected until store
+    /// epochs land, reported, not a violation: the witness fences per epoch).
+    pub token_resets: usize,
+    /// Of the overlaps and fenced overlaps, those between sections of
+    /// different store epochs (caused by a store losing its state).
+    pub across_store_loss: usize,
     /// Margins of handovers from holders that did not end normally.
     pub lost_handover_margins: Vec<Duration>,
     /// Time from each fault to the next holder's first write, by fault kind.
@@ -63,34 +129,69 @@ pub struct Findings {
 impl Findings {
     pub fn violations(&self) -> usize {
         self.fenced_overlaps.len()
-            + self.unfenced_overlaps.len()
+            + self.overlaps.len()
             + self.token_order.len()
             + self.work_after_lost.len()
+            + self.fencing_errors.len()
+            + self.orphan_writes.len()
+    }
+
+    /// Every violation, by kind, in report order.
+    pub fn by_kind(&self) -> [(&'static str, &Vec<String>); 6] {
+        [
+            ("overlap", &self.overlaps),
+            ("fenced overlap", &self.fenced_overlaps),
+            ("token order", &self.token_order),
+            ("work after lost", &self.work_after_lost),
+            ("fencing error", &self.fencing_errors),
+            ("orphan write", &self.orphan_writes),
+        ]
     }
 }
 
-/// How long before a holder's first write its grant may have come.
-const GRANT_TO_FIRST_WRITE: Duration = Duration::from_secs(1);
+fn ns(d: Duration) -> u64 {
+    d.as_nanos() as u64
+}
 
-pub fn check(records: &[Record]) -> Findings {
+pub fn check(records: &[Record], limits: Limits) -> Findings {
     let mut f = Findings::default();
-    // A section is one grant: it starts at a holder's `begin`, and every
-    // later record of the same holder, key and token belongs to it until
-    // the next `begin`. Its epoch is the one it began in: a holder paused
-    // across a store restart writes its `lost` in the next epoch, and the
-    // fresh store may even grant it the same token number again later.
     let mut sections: Vec<Section> = Vec::new();
     let mut current: HashMap<(String, u64, String), usize> = HashMap::new();
     let mut faults = Vec::new();
+    // The witness's own rule, recomputed: greatest accepted token per
+    // (key, epoch), in log order (the witness appends under the key's lock).
+    let mut fence: HashMap<(String, u64), u64> = HashMap::new();
     for r in records {
         match r.kind {
             Kind::Fault => {
                 *f.faults.entry(r.detail.clone()).or_default() += 1;
+                if r.worker.starts_with("cli-") {
+                    *f.faults_on_run.entry(r.detail.clone()).or_default() += 1;
+                }
                 faults.push(r);
                 continue;
             }
             Kind::Epoch => continue,
             _ => {}
+        }
+        if r.kind != Kind::Lost {
+            let max = fence.entry((r.key.clone(), r.epoch)).or_default();
+            let expected = r.token >= *max;
+            if expected != r.accepted {
+                f.fencing_errors.push(format!(
+                    "{} epoch {}: the witness {} a write of token {} ({}) at {} ns; the greatest accepted was {}",
+                    r.key,
+                    r.epoch,
+                    if r.accepted { "accepted" } else { "rejected" },
+                    r.token,
+                    r.worker,
+                    r.t_ns,
+                    max
+                ));
+            }
+            if r.accepted {
+                *max = (*max).max(r.token);
+            }
         }
         let id = (r.key.clone(), r.token, r.worker.clone());
         let index = match current.get(&id) {
@@ -108,129 +209,107 @@ pub fn check(records: &[Record]) -> Findings {
             }
         };
         let s = &mut sections[index];
-        match r.kind {
-            Kind::Lost => {
-                s.lost_at.get_or_insert(r.t_ns);
+        if r.kind == Kind::Lost {
+            s.lost_at.get_or_insert(r.t_ns);
+            continue;
+        }
+        s.last_write = s.last_write.max(r.t_ns);
+        if r.accepted {
+            s.first_accepted.get_or_insert(r.t_ns);
+            s.last_accepted = s.last_accepted.max(r.t_ns);
+        }
+        if r.kind == Kind::Late {
+            f.late.total += 1;
+            if r.accepted {
+                f.late.accepted += 1;
+            } else {
+                f.late.rejected += 1;
             }
-            Kind::Late => {
-                f.late_writes += 1;
-                if !r.accepted {
-                    f.late_writes_rejected += 1;
-                }
-            }
-            _ => {
-                f.operations += 1;
-                if s.lost_at.is_some() {
-                    s.writes_after_lost += 1;
-                }
-                s.first.get_or_insert(r.t_ns);
-                s.last = s.last.max(r.t_ns);
-                if r.accepted {
-                    s.first_accepted.get_or_insert(r.t_ns);
-                    s.last_accepted = s.last_accepted.max(r.t_ns);
-                } else {
-                    f.stale_writes_rejected += 1;
-                }
-                if r.kind == Kind::End {
-                    s.ended = true;
-                }
-            }
+            continue;
+        }
+        f.operations += 1;
+        if !r.accepted {
+            f.stale_writes_rejected += 1;
+        }
+        if s.lost_at.is_some() {
+            s.writes_after_lost += 1;
+        }
+        s.begin.get_or_insert(r.t_ns);
+        s.stop = s.stop.max(r.t_ns);
+        if r.kind == Kind::End {
+            s.ended = true;
         }
     }
 
-    // Group by (epoch, key), ordered by first write.
-    let mut by_key: BTreeMap<(u64, String), Vec<Section>> = BTreeMap::new();
+    orphans(&mut f, &sections, &faults, limits);
+
+    let mut by_key: BTreeMap<String, Vec<Section>> = BTreeMap::new();
     for s in sections {
-        if s.first.is_none() {
-            continue;
-        }
         if s.writes_after_lost > 0 {
             f.work_after_lost.push(format!(
                 "{} token {} ({}) wrote {} time(s) after its guard said lost",
                 s.key, s.token, s.worker, s.writes_after_lost
             ));
         }
-        by_key.entry((s.epoch, s.key.clone())).or_default().push(s);
+        by_key.entry(s.key.clone()).or_default().push(s);
     }
-    let broken: Vec<(&str, &str, u64)> = faults
-        .iter()
-        .filter(|r| r.detail == "break")
-        .map(|r| (r.key.as_str(), r.worker.as_str(), r.t_ns))
-        .collect();
+    // Breaks, by (key, epoch, token of the lease they ended): their times.
+    let mut breaks: HashMap<(&str, u64, u64), Vec<u64>> = HashMap::new();
+    for r in faults.iter().filter(|r| r.detail == "break" && r.token > 0) {
+        breaks
+            .entry((r.key.as_str(), r.epoch, r.token))
+            .or_default()
+            .push(r.t_ns);
+    }
 
     let mut starts: HashMap<String, Vec<(u64, String)>> = HashMap::new();
-    for ((_epoch, key), mut secs) in by_key {
+    for (key, all) in by_key {
+        fenced_overlaps(&mut f, &key, &all);
+        // Sections that never wrote (a lease lost before its first write)
+        // held nothing.
+        let mut secs: Vec<Section> = all.into_iter().filter(|s| s.begin.is_some()).collect();
         f.acquisitions += secs.len();
-        secs.sort_by_key(|s| s.first);
-        for pair in secs.windows(2) {
-            let (a, b) = (&pair[0], &pair[1]);
-            if b.token <= a.token {
-                f.token_order.push(format!(
-                    "{key}: token {} ({}) began after token {} ({})",
-                    b.token, b.worker, a.token, a.worker
-                ));
-            }
-        }
-        // Unfenced: all writes; an earlier section still writing when a later
-        // one began.
-        let mut latest: Option<&Section> = None;
-        for s in &secs {
-            if let Some(prev) = latest {
-                let start = s.first.unwrap_or(0);
-                if prev.last > start {
-                    // The break of whatever lease was on the key while the
-                    // earlier holder wrote, or shortly before its first write
-                    // (between its grant and its `begin`): the coordinator
-                    // breaks the key, not a holder, and may name a stale one.
-                    let after_break = broken.iter().any(|(k, _, t)| {
-                        *k == key
-                            && *t <= start
-                            && *t + GRANT_TO_FIRST_WRITE.as_nanos() as u64
-                                >= prev.first.unwrap_or(0)
-                    });
-                    if after_break {
-                        f.overlaps_after_break += 1;
-                    } else {
-                        f.unfenced_overlaps.push(format!(
-                            "{key}: token {} ({}) wrote until {} ns, after token {} ({}) began at {} ns",
-                            prev.token, prev.worker, prev.last, s.token, s.worker, start
-                        ));
+        secs.sort_by_key(|s| s.begin);
+        token_order(&mut f, &key, &secs);
+        for (j, b) in secs.iter().enumerate() {
+            let start = b.begin.unwrap_or(0);
+            // Every earlier section still holding when `b` began.
+            let mut predecessor: Option<&Section> = None;
+            for a in &secs[..j] {
+                if a.stop <= start {
+                    if predecessor.is_none_or(|p| a.stop >= p.stop) {
+                        predecessor = Some(a);
                     }
-                } else if !prev.ended {
-                    f.lost_handover_margins
-                        .push(Duration::from_nanos(start - prev.last));
+                    continue;
+                }
+                let excused = breaks
+                    .get(&(key.as_str(), a.epoch, a.token))
+                    .into_iter()
+                    .flatten()
+                    .any(|&t| t <= start && a.stop <= t + ns(limits.break_notice));
+                if excused {
+                    f.overlaps_after_break += 1;
+                } else {
+                    f.across_store_loss += usize::from(a.epoch != b.epoch);
+                    f.overlaps.push(format!(
+                        "{key}: token {} ({}, epoch {}) held until {} ns, after token {} ({}, epoch {}) began at {} ns",
+                        a.token, a.worker, a.epoch, a.stop, b.token, b.worker, b.epoch, start
+                    ));
                 }
             }
-            if latest.is_none_or(|p| s.last >= p.last) {
-                latest = Some(s);
+            if let Some(p) = predecessor {
+                // A broken holder's successor starts at once by design: its
+                // gap is no safety margin.
+                let broken = breaks.contains_key(&(key.as_str(), p.epoch, p.token));
+                if !p.ended && !broken && secs[..j].iter().all(|a| a.stop <= start) {
+                    f.lost_handover_margins
+                        .push(Duration::from_nanos(start - p.stop));
+                }
             }
-        }
-        // Fenced: accepted writes only.
-        let mut accepted: Vec<&Section> =
-            secs.iter().filter(|s| s.first_accepted.is_some()).collect();
-        accepted.sort_by_key(|s| s.first_accepted);
-        let mut max_last = 0u64;
-        let mut max_owner = String::new();
-        for s in accepted {
-            let start = s.first_accepted.unwrap_or(0);
-            if max_last > start {
-                f.fenced_overlaps.push(format!(
-                    "{key}: the resource accepted writes of {max_owner} until {max_last} ns and of token {} ({}) from {start} ns",
-                    s.token, s.worker
-                ));
-            }
-            if s.last_accepted > max_last {
-                max_last = s.last_accepted;
-                max_owner = format!("token {} ({})", s.token, s.worker);
-            }
-        }
-        for sec in &secs {
-            if let Some(first) = sec.first {
-                starts
-                    .entry(key.clone())
-                    .or_default()
-                    .push((first, sec.worker.clone()));
-            }
+            starts
+                .entry(key.clone())
+                .or_default()
+                .push((start, b.worker.clone()));
         }
     }
     // Recovery: from each fault to the next section on its key by another
@@ -255,6 +334,68 @@ pub fn check(records: &[Record]) -> Findings {
     f
 }
 
+/// Tokens must grow in the order sections began, within a store epoch;
+/// across a store loss they start again (counted, not a violation).
+fn token_order(f: &mut Findings, key: &str, secs: &[Section]) {
+    let mut last_in_epoch: HashMap<u64, &Section> = HashMap::new();
+    let mut previous: Option<&Section> = None;
+    for b in secs {
+        if let Some(a) = last_in_epoch.get(&b.epoch) {
+            if b.token <= a.token {
+                f.token_order.push(format!(
+                    "{key} epoch {}: token {} ({}) began after token {} ({})",
+                    b.epoch, b.token, b.worker, a.token, a.worker
+                ));
+            }
+        }
+        if previous.is_some_and(|a| a.epoch != b.epoch && b.token <= a.token) {
+            f.token_resets += 1;
+        }
+        last_in_epoch.insert(b.epoch, b);
+        previous = Some(b);
+    }
+}
+
+/// Any two sections whose accepted writes interleave.
+fn fenced_overlaps(f: &mut Findings, key: &str, secs: &[Section]) {
+    let mut accepted: Vec<&Section> = secs.iter().filter(|s| s.first_accepted.is_some()).collect();
+    accepted.sort_by_key(|s| s.first_accepted);
+    for (j, b) in accepted.iter().enumerate() {
+        let start = b.first_accepted.unwrap_or(0);
+        for a in &accepted[..j] {
+            if a.last_accepted > start {
+                f.across_store_loss += usize::from(a.epoch != b.epoch);
+                f.fenced_overlaps.push(format!(
+                    "{key}: the resource accepted writes of token {} ({}, epoch {}) until {} ns and of token {} ({}, epoch {}) from {start} ns",
+                    a.token, a.worker, a.epoch, a.last_accepted, b.token, b.worker, b.epoch
+                ));
+            }
+        }
+    }
+}
+
+/// Writes of a `leasehold run` command later than `kill_grace` after its
+/// `leasehold run` was killed (the kill record names the section's token).
+fn orphans(f: &mut Findings, sections: &[Section], faults: &[&Record], limits: Limits) {
+    for k in faults.iter().filter(|r| r.detail == "kill" && r.token > 0) {
+        let deadline = k.t_ns + ns(limits.kill_grace);
+        for s in sections.iter().filter(|s| {
+            s.key == k.key && s.token == k.token && s.worker == k.worker && s.epoch == k.epoch
+        }) {
+            if s.worker.starts_with("cli-") && s.last_write > deadline {
+                f.orphan_writes.push(format!(
+                    "{} token {} ({}): its command wrote at {} ns, {:.0} ms after its leasehold run was killed",
+                    s.key,
+                    s.token,
+                    s.worker,
+                    s.last_write,
+                    (s.last_write - k.t_ns) as f64 / 1e6
+                ));
+            }
+        }
+    }
+}
+
 /// The q-th quantile (0..=1) of `values`, nearest rank.
 pub fn quantile(values: &[Duration], q: f64) -> Option<Duration> {
     if values.is_empty() {
@@ -264,143 +405,4 @@ pub fn quantile(values: &[Duration], q: f64) -> Option<Duration> {
     v.sort();
     let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
     Some(v[rank - 1])
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rec(kind: Kind, token: u64, worker: &str, t: u64, accepted: bool) -> Record {
-        Record {
-            kind,
-            key: "k".into(),
-            epoch: 0,
-            token,
-            worker: worker.into(),
-            pid: 1,
-            ppid: 1,
-            t_ns: t,
-            accepted,
-            detail: String::new(),
-        }
-    }
-
-    fn fault(what: &str, worker: &str, t: u64) -> Record {
-        Record {
-            detail: what.into(),
-            ..rec(Kind::Fault, 0, worker, t, true)
-        }
-    }
-
-    #[test]
-    fn clean_handovers_have_no_violations() {
-        let f = check(&[
-            rec(Kind::Begin, 1, "a", 10, true),
-            rec(Kind::End, 1, "a", 20, true),
-            rec(Kind::Begin, 2, "b", 30, true),
-            rec(Kind::Tick, 2, "b", 35, true),
-            fault("kill", "b", 36),
-            rec(Kind::Begin, 3, "c", 100, true),
-            rec(Kind::End, 3, "c", 110, true),
-        ]);
-        assert_eq!(f.violations(), 0, "{f:?}");
-        assert_eq!(f.acquisitions, 3);
-        assert_eq!(f.lost_handover_margins, vec![Duration::from_nanos(65)]);
-        assert_eq!(f.recovery["kill"], vec![Duration::from_nanos(64)]);
-    }
-
-    #[test]
-    fn overlap_and_token_regressions_are_found() {
-        let f = check(&[
-            rec(Kind::Begin, 2, "a", 10, true),
-            rec(Kind::Begin, 2, "b", 15, true),
-            rec(Kind::End, 2, "a", 20, true),
-            rec(Kind::End, 2, "b", 25, true),
-        ]);
-        assert_eq!(f.token_order.len(), 1, "{f:?}");
-        assert_eq!(f.unfenced_overlaps.len(), 1, "{f:?}");
-        assert_eq!(f.fenced_overlaps.len(), 1, "{f:?}");
-    }
-
-    #[test]
-    fn work_after_lost_is_found_but_the_late_write_is_not_work() {
-        let f = check(&[
-            rec(Kind::Begin, 1, "a", 10, true),
-            rec(Kind::Lost, 1, "a", 20, true),
-            rec(Kind::Late, 1, "a", 21, false),
-            rec(Kind::Tick, 1, "a", 22, true),
-        ]);
-        assert_eq!(f.work_after_lost.len(), 1, "{f:?}");
-        assert_eq!((f.late_writes, f.late_writes_rejected), (1, 1));
-    }
-
-    #[test]
-    fn overlap_after_a_break_is_expected_when_fenced() {
-        let f = check(&[
-            rec(Kind::Begin, 1, "a", 10, true),
-            fault("break", "a", 12),
-            rec(Kind::Begin, 2, "b", 15, true),
-            rec(Kind::Tick, 1, "a", 18, false),
-            rec(Kind::End, 2, "b", 25, true),
-        ]);
-        assert_eq!(f.violations(), 0, "{f:?}");
-        assert_eq!(f.overlaps_after_break, 1);
-        assert_eq!(f.stale_writes_rejected, 1);
-    }
-
-    #[test]
-    fn recovery_is_counted_once_across_store_epochs() {
-        let later = |r: Record| Record { epoch: 1, ..r };
-        let f = check(&[
-            rec(Kind::Begin, 7, "a", 10, true),
-            fault("restart", "a", 20),
-            later(rec(Kind::Begin, 1, "b", 50, true)),
-            later(rec(Kind::End, 1, "b", 60, true)),
-        ]);
-        assert_eq!(f.recovery["restart"], vec![Duration::from_nanos(30)]);
-        assert!(f.unrecovered.is_empty(), "{f:?}");
-        assert_eq!(f.violations(), 0, "tokens restart with the epoch: {f:?}");
-    }
-
-    #[test]
-    fn a_token_granted_again_after_a_restart_is_a_new_section() {
-        let later = |r: Record| Record { epoch: 1, ..r };
-        let f = check(&[
-            rec(Kind::Begin, 120, "a", 10, true),
-            fault("restart", "a", 20),
-            // Paused across the restart: its loss is written in epoch 1.
-            later(rec(Kind::Lost, 120, "a", 40, true)),
-            later(rec(Kind::Late, 120, "a", 41, false)),
-            later(rec(Kind::Begin, 1, "b", 50, true)),
-            later(rec(Kind::End, 1, "b", 60, true)),
-            // The fresh store reaches token 120 again, for the same holder.
-            later(rec(Kind::Begin, 120, "a", 70, true)),
-            later(rec(Kind::End, 120, "a", 80, true)),
-        ]);
-        assert_eq!(f.violations(), 0, "{f:?}");
-        assert_eq!(f.acquisitions, 3);
-    }
-
-    #[test]
-    fn a_break_between_a_grant_and_its_first_write_is_still_a_break() {
-        let f = check(&[
-            // The coordinator thought "b" held the key and broke it; the
-            // lease it broke was "a"'s, granted just before.
-            fault("break", "b", 10),
-            rec(Kind::Begin, 5, "a", 12, true),
-            rec(Kind::Begin, 6, "b", 15, true),
-            rec(Kind::Tick, 5, "a", 18, false),
-            rec(Kind::End, 6, "b", 25, true),
-        ]);
-        assert_eq!(f.violations(), 0, "{f:?}");
-        assert_eq!(f.overlaps_after_break, 1);
-    }
-
-    #[test]
-    fn quantiles_by_nearest_rank() {
-        let v: Vec<_> = (1..=100).map(Duration::from_millis).collect();
-        assert_eq!(quantile(&v, 0.5), Some(Duration::from_millis(50)));
-        assert_eq!(quantile(&v, 0.99), Some(Duration::from_millis(99)));
-        assert_eq!(quantile(&[], 0.5), None);
-    }
 }

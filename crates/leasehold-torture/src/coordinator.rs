@@ -24,6 +24,7 @@ pub const FAULTS: &[&str] = &[
     "kill",
     "pause",
     "break",
+    "loss",
     "restart",
     "partition",
     "delay",
@@ -54,13 +55,33 @@ pub struct RunArgs {
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     pub ttl: Duration,
     /// Comma-separated fault kinds: kill (SIGKILL a holder, or the `leasehold
-    /// run` process of one), pause (SIGSTOP a library holder for 1.5 TTL),
-    /// break (`leasehold break`), restart (run --restart-cmd: the store
-    /// restarts with its state lost), and for network stores, through a
-    /// fault proxy per holder: partition (blackhole for 1.5 TTL), delay
+    /// run` process of one), pause (SIGSTOP a library holder or the
+    /// `leasehold run` process of one for 1.5 TTL), break (break the key's
+    /// lease; the store names the lease it ended), loss (the store loses its
+    /// data: the SQLite file, the Azure container, the DynamoDB table is
+    /// deleted; a new table is created), restart (run --restart-cmd: the
+    /// store restarts with its state lost), and for network stores, through
+    /// a fault proxy per holder: partition (blackhole for 1.5 TTL), delay
     /// (TTL/10 per chunk for 2 TTL), reset (RST every open connection).
     #[arg(long, default_value = "kill,pause,break", value_delimiter = ',')]
     pub faults: Vec<String>,
+    /// Library workers (of --workers) that keep writing for a random while
+    /// after their guard said lost, as a buggy user would.
+    #[arg(long, default_value_t = 2)]
+    pub misbehaving: usize,
+    /// `leasehold run` loops (of --cli-workers) whose command is a shell that
+    /// forks two background workers writing to the witness.
+    #[arg(long, default_value_t = 1)]
+    pub forking: usize,
+    /// Whether the pause fault also hits `leasehold run` holders (SIGSTOP of
+    /// the `leasehold run` process while its command runs on).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub pause_run: bool,
+    /// Inject a deliberate bug into the library workers' backend (to show
+    /// the checker catches it): grant-held (now and then grant a key someone
+    /// holds). A run with a bug must fail.
+    #[arg(long)]
+    pub inject_bug: Option<String>,
     /// Shell command that restarts the store with its state lost (for the
     /// restart fault), e.g. "scripts/azurite.sh stop && scripts/azurite.sh start".
     #[arg(long)]
@@ -90,7 +111,6 @@ struct Holder {
     worker: String,
     token: u64,
     pid: u32,
-    ppid: u32,
 }
 
 #[derive(Default)]
@@ -114,7 +134,6 @@ impl Tracker {
                             worker: r.worker,
                             token: r.token,
                             pid: r.pid,
-                            ppid: r.ppid,
                         },
                     );
                 }
@@ -132,7 +151,16 @@ impl Tracker {
     }
 }
 
-pub async fn run(args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
+pub async fn run(mut args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
+    // `--faults ""` means none.
+    args.faults.retain(|f| !f.trim().is_empty());
+    if let Some(bug) = &args.inject_bug {
+        anyhow::ensure!(
+            crate::bug::BUGS.contains(&bug.as_str()),
+            "unknown bug {bug:?}; known: {}",
+            crate::bug::BUGS.join(", ")
+        );
+    }
     for f in &args.faults {
         anyhow::ensure!(
             FAULTS.contains(&f.as_str()),
@@ -150,7 +178,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
         .clone()
         .unwrap_or_else(|| me.with_file_name("leasehold"));
     anyhow::ensure!(
-        leasehold.exists(),
+        args.cli_workers == 0 || leasehold.exists(),
         "no leasehold binary at {} (build it, or pass --leasehold)",
         leasehold.display()
     );
@@ -160,7 +188,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
     };
     std::fs::create_dir_all(&witness_dir)?;
     let witness = Witness::new(&witness_dir);
-    open_store(&args.store).await?; // fail early on a bad URL
+    // Fails early on a bad URL; breaks leases for the break fault.
+    let admin = open_store(&args.store).await?;
 
     let network = NETWORK_FAULTS
         .iter()
@@ -191,10 +220,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
         .map(|k| format!("torture/k{k}"))
         .collect();
     let cli_exits: Arc<Mutex<BTreeMap<i32, usize>>> = Arc::default();
+    let cli_pids: CliPids = Arc::default();
     let mut tasks = Vec::new();
 
     for i in 0..args.workers {
         let route = routes[&format!("lib-{i}")].clone();
+        let mut flags = Vec::new();
+        if i < args.misbehaving {
+            flags.push("--misbehave".to_string());
+        }
+        if let Some(bug) = &args.inject_bug {
+            flags.extend(["--inject-bug".to_string(), bug.clone()]);
+        }
         let (me, witness_dir, store, key, ttl) = (
             me.clone(),
             witness_dir.clone(),
@@ -223,6 +260,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
                         "--until-ns",
                         &until_ns.to_string(),
                     ])
+                    .args(&flags)
                     .envs(route.env.clone())
                     .kill_on_drop(true)
                     .status()
@@ -238,19 +276,30 @@ pub async fn run(args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
     for i in 0..args.cli_workers {
         let key = keys[(args.workers + i) % keys.len()].clone();
         let route = routes[&format!("cli-{i}")].clone();
-        let (me, witness_dir, store, ttl, leasehold, exits) = (
+        let (me, witness_dir, store, ttl, leasehold, exits, pids) = (
             me.clone(),
             witness_dir.clone(),
             route.url.clone(),
             args.ttl,
             leasehold.clone(),
             cli_exits.clone(),
+            cli_pids.clone(),
         );
+        let forking = i < args.forking;
+        let id = format!("cli-{i}");
         tasks.push(tokio::spawn(async move {
             while now_ns() < until_ns {
                 let left = Duration::from_nanos(until_ns.saturating_sub(now_ns()));
-                let ticks = rand::rng().random_range(3..12).to_string();
-                let status = Command::new(&leasehold)
+                // One section in five outlives two TTLs, so that a pause or
+                // a kill of its `leasehold run` leaves work that must be
+                // stopped.
+                let ticks = if rand::rng().random_ratio(1, 5) {
+                    (ttl * 2).as_millis() / crate::worker::TICK.as_millis()
+                } else {
+                    rand::rng().random_range(3..12)
+                };
+                let mut child = Command::new(&leasehold);
+                child
                     .args([
                         "--store",
                         &store,
@@ -263,16 +312,34 @@ pub async fn run(args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
                         "--wait",
                         &format!("{}ms", left.min(ttl * 5).as_millis().max(1)),
                     ])
-                    .args(["--owner", &format!("cli-{i}"), &key, "--"])
-                    .arg(&me)
-                    .args(["section", "--id", &format!("cli-{i}"), "--ticks", &ticks])
-                    .arg("--witness")
-                    .arg(&witness_dir)
+                    .args(["--owner", &id, &key, "--"]);
+                if forking {
+                    child
+                        .args(["sh", "-c", FORKING_COMMAND])
+                        .arg(&me)
+                        .arg(&witness_dir)
+                        .args([&id, &ticks.to_string()]);
+                } else {
+                    child
+                        .arg(&me)
+                        .args(["section", "--id", &id, "--ticks", &ticks.to_string()])
+                        .arg("--witness")
+                        .arg(&witness_dir);
+                }
+                let status = match child
                     .envs(route.env.clone())
                     .stderr(std::process::Stdio::null())
                     .kill_on_drop(true)
-                    .status()
-                    .await;
+                    .spawn()
+                {
+                    Ok(mut c) => {
+                        if let Some(pid) = c.id() {
+                            pids.lock().unwrap().insert(id.clone(), pid);
+                        }
+                        c.wait().await
+                    }
+                    Err(e) => Err(e),
+                };
                 let code = match status {
                     Ok(s) => s.code().unwrap_or_else(|| {
                         use std::os::unix::process::ExitStatusExt;
@@ -285,13 +352,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
         }));
     }
 
-    let orphans = inject_faults(&args, &witness, &leasehold, until_ns, &routes).await;
+    let orphans = inject_faults(&args, &witness, &admin, &cli_pids, until_ns, &routes).await;
 
     for t in tasks {
         let _ = tokio::time::timeout(args.ttl * 10 + Duration::from_secs(10), t).await;
     }
     let records = witness.read()?;
-    let findings = check::check(&records);
+    let findings = check::check(&records, check::Limits::for_ttl(args.ttl));
     let meta = RunMeta {
         store: redact(&args.store),
         duration: args.duration,
@@ -301,6 +368,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
         keys: keys.len(),
         orphaned_commands: orphans,
         cli_exits: cli_exits.lock().unwrap().clone(),
+        misbehaving: args.misbehaving.min(args.workers),
+        forking: args.forking.min(args.cli_workers),
+        pause_run: args.pause_run,
+        injected_bug: args.inject_bug.clone(),
     };
     std::fs::write(witness_dir.join("meta"), meta.to_lines())?;
     finish(&meta, &findings, args.report.as_deref())
@@ -314,7 +385,7 @@ pub fn recheck(
     let meta = std::fs::read_to_string(dir.join("meta"))
         .with_context(|| format!("no meta in {}", dir.display()))?;
     let meta = RunMeta::from_lines(&meta)?;
-    let findings = check::check(&Witness::new(dir).read()?);
+    let findings = check::check(&Witness::new(dir).read()?, check::Limits::for_ttl(meta.ttl));
     finish(&meta, &findings, report)
 }
 
@@ -336,11 +407,13 @@ fn finish(
 }
 
 /// Injects faults until `until_ns`; returns how many `leasehold run`
-/// commands outlived their killed leasehold.
+/// commands (any process of the command's tree) outlived their killed
+/// leasehold by more than the checker's kill grace plus a second.
 async fn inject_faults(
     args: &RunArgs,
     witness: &Witness,
-    leasehold: &PathBuf,
+    admin: &Store,
+    cli_pids: &CliPids,
     until_ns: u64,
     routes: &HashMap<String, Route>,
 ) -> usize {
@@ -364,60 +437,106 @@ async fn inject_faults(
             continue;
         };
         let is_cli = holder.worker.starts_with("cli-");
+        // The process to signal: the `leasehold run` of a command, or the
+        // library worker itself.
+        let target = match is_cli {
+            true => match cli_pids.lock().unwrap().get(&holder.worker) {
+                Some(pid) => *pid,
+                None => continue,
+            },
+            false => holder.pid,
+        };
         let proxy = routes.get(&holder.worker).and_then(|r| r.proxy.clone());
         let kinds: Vec<&String> = args
             .faults
             .iter()
-            .filter(|f| !(is_cli && *f == "pause"))
+            .filter(|f| !(is_cli && !args.pause_run && *f == "pause"))
             .collect();
         let Some(kind) = kinds.choose(&mut rand::rng()).map(|s| s.as_str()) else {
             continue;
         };
-        if kind == "restart" {
+        if kind == "restart" || kind == "loss" {
             // Every key loses its holder; tokens start again (new epoch).
             for (k, h) in &tracker.holders {
-                let _ = witness.fault(k, &h.worker, h.pid, kind);
-            }
-            let cmd = args.restart_cmd.as_deref().unwrap_or("true");
-            let ok = Command::new("sh")
-                .args(["-c", cmd])
-                .stdout(std::process::Stdio::null())
-                .status()
-                .await;
-            if !ok.is_ok_and(|s| s.success()) {
-                eprintln!("leasehold-torture: the restart command failed");
+                let _ = witness.fault(k, &h.worker, h.pid, h.token, kind);
             }
             // Tokens start again with the store's state: a new epoch for the
             // witness (a real resource would pair tokens with a store
-            // generation the same way).
-            let _ = witness.bump_epoch("store restarted");
+            // generation the same way). Begun before the store is lost, so
+            // that no grant of the fresh store is recorded in the old epoch.
+            let _ = witness.bump_epoch(if kind == "loss" {
+                "store lost"
+            } else {
+                "store restarted"
+            });
+            let lost = match kind {
+                "loss" => lose_store(&args.store).await,
+                _ => {
+                    let cmd = args.restart_cmd.as_deref().unwrap_or("true");
+                    match Command::new("sh")
+                        .args(["-c", cmd])
+                        .stdout(std::process::Stdio::null())
+                        .status()
+                        .await
+                    {
+                        Ok(s) if s.success() => Ok(()),
+                        other => Err(anyhow::anyhow!("the restart command failed: {other:?}")),
+                    }
+                }
+            };
+            if let Err(e) = lost {
+                eprintln!("leasehold-torture: {kind}: {e:#}");
+            }
             continue;
         }
-        let _ = witness.fault(&key, &holder.worker, holder.pid, kind);
+        if kind == "kill" {
+            // Dead: it writes nothing more (or, for a command that outlives
+            // its `leasehold run`, it is no longer the holder to aim at).
+            tracker.holders.remove(&key);
+        }
         match kind {
             "kill" if is_cli => {
-                signal(holder.ppid, libc::SIGKILL);
-                let child = holder.pid as i32;
-                let gone =
-                    tokio::task::spawn_blocking(move || wait_gone(child, Duration::from_secs(2)))
-                        .await
-                        .unwrap_or(false);
-                if !gone {
+                let _ = witness.fault(&key, &holder.worker, target, holder.token, kind);
+                // Everything the command started, taken before the kill
+                // (afterwards they are re-parented and harder to find).
+                let tree = descendants(target);
+                signal(target, libc::SIGKILL);
+                let grace = check::Limits::for_ttl(args.ttl).kill_grace + Duration::from_secs(1);
+                let left = tokio::task::spawn_blocking(move || {
+                    let deadline = std::time::Instant::now() + grace;
+                    let mut left: Vec<u32> = tree;
+                    while !left.is_empty() && std::time::Instant::now() < deadline {
+                        left.retain(|p| alive(*p));
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    left.retain(|p| alive(*p));
+                    left
+                })
+                .await
+                .unwrap_or_default();
+                if !left.is_empty() {
                     orphans += 1;
-                    signal(holder.pid, libc::SIGKILL);
+                    for p in left {
+                        signal(p, libc::SIGKILL);
+                    }
                 }
             }
-            "kill" => signal(holder.pid, libc::SIGKILL),
+            "kill" => {
+                let _ = witness.fault(&key, &holder.worker, target, holder.token, kind);
+                signal(target, libc::SIGKILL)
+            }
             "pause" => {
-                signal(holder.pid, libc::SIGSTOP);
-                let (pid, for_) = (holder.pid, args.ttl * 3 / 2);
+                let _ = witness.fault(&key, &holder.worker, target, holder.token, kind);
+                signal(target, libc::SIGSTOP);
+                let for_ = args.ttl * 3 / 2;
                 pauses.push(tokio::spawn(async move {
                     tokio::time::sleep(for_).await;
-                    signal(pid, libc::SIGCONT);
+                    signal(target, libc::SIGCONT);
                 }));
             }
             "partition" | "delay" | "reset" => {
                 let Some(proxy) = proxy else { continue };
+                let _ = witness.fault(&key, &holder.worker, target, holder.token, kind);
                 let ttl = args.ttl;
                 match kind {
                     "reset" => proxy.reset(),
@@ -435,11 +554,18 @@ async fn inject_faults(
                 }));
             }
             "break" => {
-                let _ = Command::new(leasehold)
-                    .args(["--store", &args.store, "break", &key])
-                    .stdout(std::process::Stdio::null())
-                    .status()
-                    .await;
+                // Recorded with the token of the lease the store says it
+                // ended (0: none), at the time the break was sent.
+                let sent = now_ns();
+                let ended = match admin.break_lease(&key).await {
+                    Ok(Some(h)) => h.fencing_token,
+                    Ok(None) => 0,
+                    Err(e) => {
+                        eprintln!("leasehold-torture: break {key}: {e}");
+                        0
+                    }
+                };
+                let _ = witness.fault_at(sent, &key, &holder.worker, target, ended, kind);
             }
             _ => {}
         }
@@ -450,31 +576,101 @@ async fn inject_faults(
     orphans
 }
 
+/// The last `leasehold run` process started by each `cli-N` loop.
+type CliPids = Arc<Mutex<HashMap<String, u32>>>;
+
+/// The command a forking `leasehold run` holder runs: `begin`, then two
+/// background jobs that tick, then `end` (sh's `$0` is this binary).
+const FORKING_COMMAND: &str = r#"W="$1" ID="$2" T="$3"
+"$0" section --witness "$W" --id "$ID" --ticks 0 --no-end || exit 1
+"$0" section --witness "$W" --id "$ID" --ticks "$T" --no-begin --no-end &
+"$0" section --witness "$W" --id "$ID" --ticks "$T" --no-begin --no-end &
+wait
+exec "$0" section --witness "$W" --id "$ID" --ticks 0 --no-begin"#;
+
+/// The store loses every lease and fencing counter: the SQLite file is
+/// deleted, the Azure container deleted (the backend creates it again on
+/// use), the DynamoDB table deleted and created again.
+async fn lose_store(url: &str) -> anyhow::Result<()> {
+    if let Some(rest) = url.strip_prefix("sqlite:") {
+        let path = rest.strip_prefix("//").unwrap_or(rest);
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            match std::fs::remove_file(format!("{path}{suffix}")) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+                _ => {}
+            }
+        }
+        Ok(())
+    } else if url.starts_with("azblob://") {
+        leasehold_azure::AzureBackend::from_url(url)
+            .await?
+            .delete_container()
+            .await?;
+        Ok(())
+    } else if url.starts_with("dynamodb://") {
+        let b = leasehold_dynamodb::DynamoDbBackend::from_url(url).await?;
+        b.client()
+            .delete_table()
+            .table_name(b.table())
+            .send()
+            .await
+            .context("delete table")?;
+        // Opening it again creates the table (create_table is on by default).
+        leasehold_dynamodb::DynamoDbBackend::from_url(url).await?;
+        Ok(())
+    } else {
+        anyhow::bail!("no store-loss fault for {}", redact(url))
+    }
+}
+
+/// Every process whose parent chain leads to `root` (from /proc).
+fn descendants(root: u32) -> Vec<u32> {
+    let mut parent: Vec<(u32, u32)> = Vec::new();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for e in dir.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            if let Some(ppid) = ppid_of(pid) {
+                parent.push((pid, ppid));
+            }
+        }
+    }
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let p = found[i];
+        found.extend(parent.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    found.remove(0);
+    found
+}
+
+fn ppid_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command name in parentheses: state, then ppid.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split(' ').nth(1)?.parse().ok()
+}
+
+/// Whether `pid` is a live process (zombies count as dead).
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rfind(')')
+            .and_then(|i| stat.get(i + 2..i + 3))
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
 fn signal(pid: u32, sig: libc::c_int) {
     if pid > 1 {
         // SAFETY: kill has no memory-safety preconditions.
         unsafe {
             libc::kill(pid as libc::pid_t, sig);
         }
-    }
-}
-
-/// Waits until process `pid` has ended (pidfd), up to `timeout`.
-fn wait_gone(pid: i32, timeout: Duration) -> bool {
-    // SAFETY: plain syscalls; the fd is closed before returning.
-    unsafe {
-        let fd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as i32;
-        if fd < 0 {
-            return std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
-        }
-        let mut pfd = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let n = libc::poll(&mut pfd, 1, timeout.as_millis() as i32);
-        libc::close(fd);
-        n == 1
     }
 }
 

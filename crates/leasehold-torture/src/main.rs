@@ -9,10 +9,13 @@
 //!
 //! The `worker` and `section` subcommands are the processes `run` starts.
 
+mod bug;
 mod check;
 mod coordinator;
 mod proxy;
 mod report;
+#[cfg(test)]
+mod seeded;
 mod witness;
 mod worker;
 
@@ -57,6 +60,12 @@ enum Command {
         /// Stop taking the lock after this boot-clock time (ns).
         #[arg(long)]
         until_ns: u64,
+        /// Keep writing for a while after the guard said lost.
+        #[arg(long)]
+        misbehave: bool,
+        /// Wrap the store in a deliberate bug (see `run --inject-bug`).
+        #[arg(long)]
+        inject_bug: Option<String>,
     },
     /// (internal) The command `leasehold run` runs under the lock.
     Section {
@@ -66,15 +75,32 @@ enum Command {
         id: String,
         #[arg(long)]
         ticks: u32,
+        /// Do not write `begin` (a background job of a forking command).
+        #[arg(long)]
+        no_begin: bool,
+        /// Do not write `end`.
+        #[arg(long)]
+        no_end: bool,
     },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Section { witness, id, ticks } => {
-            worker::section(&witness::Witness::new(witness), &id, ticks).map(|_| ExitCode::SUCCESS)
-        }
+        Command::Section {
+            witness,
+            id,
+            ticks,
+            no_begin,
+            no_end,
+        } => worker::section(
+            &witness::Witness::new(witness),
+            &id,
+            ticks,
+            !no_begin,
+            !no_end,
+        )
+        .map(|_| ExitCode::SUCCESS),
         Command::Worker {
             store,
             key,
@@ -82,9 +108,14 @@ fn main() -> ExitCode {
             id,
             ttl,
             until_ns,
+            misbehave,
+            inject_bug,
         } => runtime().and_then(|rt| {
             rt.block_on(async {
-                let store = coordinator::open_store(&store).await?;
+                let mut store = coordinator::open_store(&store).await?;
+                if let Some(bug) = inject_bug {
+                    store = bug::inject(store, &bug)?;
+                }
                 worker::library_worker(worker::WorkerArgs {
                     store,
                     key,
@@ -92,6 +123,7 @@ fn main() -> ExitCode {
                     id,
                     ttl,
                     until_ns,
+                    misbehave,
                 })
                 .await
                 .map(|_| ExitCode::SUCCESS)

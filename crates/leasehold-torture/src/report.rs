@@ -16,6 +16,14 @@ pub struct RunMeta {
     pub keys: usize,
     pub orphaned_commands: usize,
     pub cli_exits: BTreeMap<i32, usize>,
+    /// Library workers that kept writing after their guard said lost.
+    pub misbehaving: usize,
+    /// `leasehold run` loops whose command forks background workers.
+    pub forking: usize,
+    /// Whether pauses also hit `leasehold run` processes.
+    pub pause_run: bool,
+    /// The bug injected on purpose, if any (such a run must fail).
+    pub injected_bug: Option<String>,
 }
 
 impl RunMeta {
@@ -27,7 +35,7 @@ impl RunMeta {
             .map(|(c, n)| format!("{c}:{n}"))
             .collect();
         format!(
-            "store {}\nduration_ms {}\nttl_ms {}\nlibrary_workers {}\ncli_workers {}\nkeys {}\norphaned_commands {}\ncli_exits {}\n",
+            "store {}\nduration_ms {}\nttl_ms {}\nlibrary_workers {}\ncli_workers {}\nkeys {}\norphaned_commands {}\ncli_exits {}\nmisbehaving {}\nforking {}\npause_run {}\ninjected_bug {}\n",
             self.store,
             self.duration.as_millis(),
             self.ttl.as_millis(),
@@ -35,7 +43,11 @@ impl RunMeta {
             self.cli_workers,
             self.keys,
             self.orphaned_commands,
-            exits.join(",")
+            exits.join(","),
+            self.misbehaving,
+            self.forking,
+            u8::from(self.pause_run),
+            self.injected_bug.as_deref().unwrap_or("-"),
         )
     }
 
@@ -65,13 +77,22 @@ impl RunMeta {
             keys: num("keys")? as usize,
             orphaned_commands: num("orphaned_commands")? as usize,
             cli_exits,
+            // Absent in runs made before these existed.
+            misbehaving: num("misbehaving").unwrap_or(0) as usize,
+            forking: num("forking").unwrap_or(0) as usize,
+            pause_run: num("pause_run").unwrap_or(0) == 1,
+            injected_bug: get("injected_bug")
+                .ok()
+                .map(str::trim)
+                .filter(|b| *b != "-")
+                .map(String::from),
         })
     }
 }
 
-/// Whether the run shows no violation: no overlap, token regression or work
-/// after loss, no orphaned command, and every lost holder stopped before the
-/// next one started.
+/// Whether the run shows no violation: none of the checker's kinds, no
+/// orphaned command, and every lost holder stopped before the next one
+/// started.
 pub fn passed(meta: &RunMeta, f: &Findings) -> bool {
     f.violations() == 0
         && meta.orphaned_commands == 0
@@ -100,8 +121,17 @@ pub fn render(meta: &RunMeta, f: &Findings) -> String {
     row(
         "holders",
         format!(
-            "{} library worker processes, {} `leasehold run` loops, {} keys",
-            meta.library_workers, meta.cli_workers, meta.keys
+            "{} library worker processes ({} keep writing after loss), {} `leasehold run` loops ({} forking two background workers; pauses {}), {} keys",
+            meta.library_workers,
+            meta.misbehaving,
+            meta.cli_workers,
+            meta.forking,
+            if meta.pause_run {
+                "hit them too"
+            } else {
+                "spare them"
+            },
+            meta.keys
         ),
     );
     row(
@@ -112,7 +142,14 @@ pub fn render(meta: &RunMeta, f: &Findings) -> String {
         "acquisitions (critical sections)",
         f.acquisitions.to_string(),
     );
-    let faults: Vec<String> = f.faults.iter().map(|(k, n)| format!("{k}: {n}")).collect();
+    let faults: Vec<String> = f
+        .faults
+        .iter()
+        .map(|(k, n)| match f.faults_on_run.get(k) {
+            Some(r) => format!("{k}: {n} ({r} on `leasehold run`)"),
+            None => format!("{k}: {n}"),
+        })
+        .collect();
     row(
         "faults injected",
         if faults.is_empty() {
@@ -121,34 +158,45 @@ pub fn render(meta: &RunMeta, f: &Findings) -> String {
             faults.join(", ")
         },
     );
+    if let Some(bug) = &meta.injected_bug {
+        row(
+            "**bug injected on purpose**",
+            format!("`{bug}` (this run must FAIL)"),
+        );
+    }
     row(
         "**violations**",
         format!("**{}**", f.violations() + meta.orphaned_commands),
     );
+    let kinds: Vec<String> = f
+        .by_kind()
+        .iter()
+        .map(|(k, v)| format!("{k}: {}", v.len()))
+        .chain([format!("orphaned process: {}", meta.orphaned_commands)])
+        .collect();
+    row("violations by kind", kinds.join(", "));
     row(
-        "fenced overlaps, unfenced overlaps, token order, work after lost, orphaned commands",
-        format!(
-            "{}, {}, {}, {}, {}",
-            f.fenced_overlaps.len(),
-            f.unfenced_overlaps.len(),
-            f.token_order.len(),
-            f.work_after_lost.len(),
-            meta.orphaned_commands
-        ),
+        "of which between holders of different store epochs (store loss)",
+        f.across_store_loss.to_string(),
     );
     row(
-        "overlaps right after a break (expected; fenced)",
+        "overlaps right after a break of the earlier holder's lease (expected; fenced)",
         f.overlaps_after_break.to_string(),
     );
     row(
         "stale writes rejected by fencing",
-        format!(
-            "{} (of which deliberate late writes after loss: {} of {})",
-            f.stale_writes_rejected + f.late_writes_rejected,
-            f.late_writes_rejected,
-            f.late_writes
-        ),
+        f.stale_writes_rejected.to_string(),
     );
+    row(
+        "writes after loss (buggy users): total, rejected, accepted before anyone newer wrote",
+        format!("{}, {}, {}", f.late.total, f.late.rejected, f.late.accepted),
+    );
+    if f.token_resets > 0 {
+        row(
+            "tokens that started again after a store loss",
+            f.token_resets.to_string(),
+        );
+    }
     let margins = &f.lost_handover_margins;
     row(
         "stop-before-takeover margin: min, p50 (handovers from lost holders)",
@@ -183,11 +231,9 @@ pub fn render(meta: &RunMeta, f: &Findings) -> String {
         row("`leasehold run` exit codes", exits.join(", "));
     }
     let all: Vec<&String> = f
-        .fenced_overlaps
-        .iter()
-        .chain(&f.unfenced_overlaps)
-        .chain(&f.token_order)
-        .chain(&f.work_after_lost)
+        .by_kind()
+        .into_iter()
+        .flat_map(|(_, v)| v.iter())
         .take(20)
         .collect();
     if !all.is_empty() {
@@ -214,6 +260,10 @@ mod tests {
             keys: 2,
             orphaned_commands: 0,
             cli_exits: [(0, 975), (76, 2)].into_iter().collect(),
+            misbehaving: 2,
+            forking: 1,
+            pause_run: true,
+            injected_bug: Some("grant-held".into()),
         };
         let back = RunMeta::from_lines(&meta.to_lines()).unwrap();
         assert_eq!(back.to_lines(), meta.to_lines());

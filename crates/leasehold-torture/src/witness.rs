@@ -108,7 +108,12 @@ impl Witness {
     /// Starts a new store epoch (the store lost its state).
     pub fn bump_epoch(&self, detail: &str) -> std::io::Result<u64> {
         let next = self.epoch() + 1;
-        std::fs::write(self.dir.join("epoch"), next.to_string())?;
+        // Written aside and renamed into place: a writer reading the file
+        // while it is rewritten would see it empty and take epoch 0 (the
+        // checker's fencing recount caught exactly that).
+        let aside = self.dir.join("epoch.next");
+        std::fs::write(&aside, next.to_string())?;
+        std::fs::rename(aside, self.dir.join("epoch"))?;
         self.append(&Record {
             kind: Kind::Epoch,
             key: "-".into(),
@@ -200,17 +205,41 @@ impl Witness {
         Ok(Some(accepted))
     }
 
-    /// Records a fault injected on `key`'s holder `worker`.
-    pub fn fault(&self, key: &str, worker: &str, pid: u32, what: &str) -> std::io::Result<()> {
+    /// Records a fault injected on `key`'s holder `worker`, whose grant had
+    /// fencing token `token` (0 when unknown). For a `break`, `token` is the
+    /// token of the lease the store says it ended.
+    pub fn fault(
+        &self,
+        key: &str,
+        worker: &str,
+        pid: u32,
+        token: u64,
+        what: &str,
+    ) -> std::io::Result<()> {
+        self.fault_at(now_ns(), key, worker, pid, token, what)
+    }
+
+    /// Like [`fault`](Self::fault), for a fault that began at `t_ns` (a
+    /// break is recorded once the store says which lease it ended, with the
+    /// time it was sent).
+    pub fn fault_at(
+        &self,
+        t_ns: u64,
+        key: &str,
+        worker: &str,
+        pid: u32,
+        token: u64,
+        what: &str,
+    ) -> std::io::Result<()> {
         self.append(&Record {
             kind: Kind::Fault,
             key: key.into(),
             epoch: self.epoch(),
-            token: 0,
+            token,
             worker: worker.into(),
             pid,
             ppid: 0,
-            t_ns: now_ns(),
+            t_ns,
             accepted: true,
             detail: what.into(),
         })

@@ -19,13 +19,18 @@ pub struct WorkerArgs {
     pub id: String,
     pub ttl: Duration,
     pub until_ns: u64,
+    /// Keep writing (as `late`) for a random while, up to a TTL, after the
+    /// guard said lost, as a buggy user would; fencing must reject those
+    /// writes once a newer holder has written.
+    pub misbehave: bool,
 }
 
-/// Takes the lock, works, releases, until `until_ns`. Every write to the
-/// witness is made only while the guard says the lease is held (checked
+/// Takes the lock, works, releases, until `until_ns`. Every ordinary write to
+/// the witness is made only while the guard says the lease is held (checked
 /// under the witness's lock, so the check and the write are one step); when
 /// the guard says lost, the worker records it and sends one deliberate late
-/// write, which fencing must reject if a newer holder has written.
+/// write (a misbehaving worker: late writes every tick for a random while
+/// up to a TTL), which fencing must reject if a newer holder has written.
 pub async fn library_worker(a: WorkerArgs) -> anyhow::Result<()> {
     let lock = a.store.lock_with(
         &a.key,
@@ -81,6 +86,13 @@ pub async fn library_worker(a: WorkerArgs) -> anyhow::Result<()> {
             a.witness.write(Kind::Lost, &a.key, token, &a.id)?;
             a.witness.write(Kind::Late, &a.key, token, &a.id)?;
             on_loss.abort();
+            if a.misbehave {
+                let until = now_ns() + rand::rng().random_range(0..a.ttl.as_nanos() as u64);
+                while now_ns() < until {
+                    tokio::time::sleep(TICK).await;
+                    a.witness.write(Kind::Late, &a.key, token, &a.id)?;
+                }
+            }
             let _ = guard.release().await;
         }
         let think = rand::rng().random_range(0..30);
@@ -91,14 +103,26 @@ pub async fn library_worker(a: WorkerArgs) -> anyhow::Result<()> {
 
 /// The command run by `leasehold run`: begin, a few ticks, end. It knows
 /// nothing of leases; `leasehold run` must stop it when the lease is lost.
-pub fn section(witness: &Witness, id: &str, ticks: u32) -> anyhow::Result<()> {
+/// A forking command runs it three times under `sh`: `begin` alone, then
+/// two background jobs that only tick, then `end` alone.
+pub fn section(
+    witness: &Witness,
+    id: &str,
+    ticks: u32,
+    begin: bool,
+    end: bool,
+) -> anyhow::Result<()> {
     let key = std::env::var("LEASEHOLD_KEY")?;
     let token: u64 = std::env::var("LEASEHOLD_FENCING_TOKEN")?.parse()?;
-    witness.write(Kind::Begin, &key, token, id)?;
+    if begin {
+        witness.write(Kind::Begin, &key, token, id)?;
+    }
     for _ in 0..ticks {
         std::thread::sleep(TICK);
         witness.write(Kind::Tick, &key, token, id)?;
     }
-    witness.write(Kind::End, &key, token, id)?;
+    if end {
+        witness.write(Kind::End, &key, token, id)?;
+    }
     Ok(())
 }

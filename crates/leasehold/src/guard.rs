@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use tokio::sync::{oneshot, OwnedMutexGuard};
+use tokio::sync::{oneshot, watch, OwnedMutexGuard};
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::{Backend, Lease};
@@ -26,6 +26,9 @@ pub(crate) struct GuardState {
     /// Safety deadline on `clock`, in nanoseconds: past it the lease counts
     /// as lost.
     deadline_nanos: AtomicU64,
+    /// The same deadline, for those who follow it from outside (see
+    /// [`LeaseGuard::deadline_watch`]).
+    deadline_tx: watch::Sender<Duration>,
     lost: CancellationToken,
     reason: OnceLock<LossReason>,
 }
@@ -37,18 +40,37 @@ impl GuardState {
             fencing_token,
             clock,
             deadline_nanos: AtomicU64::new(deadline.as_nanos() as u64),
+            deadline_tx: watch::Sender::new(deadline),
             lost: CancellationToken::new(),
             reason: OnceLock::new(),
         }
     }
 
+    /// The safety deadline; zero once the lease is known lost to it.
     pub fn deadline(&self) -> Duration {
         Duration::from_nanos(self.deadline_nanos.load(Ordering::Acquire))
     }
 
-    pub fn set_deadline(&self, deadline: Duration) {
-        self.deadline_nanos
-            .store(deadline.as_nanos() as u64, Ordering::Release);
+    /// Moves the deadline to `deadline` after a successful renewal. Refused
+    /// (false) if the current deadline has already passed: a lease once lost
+    /// stays lost, even if a renewal sent before the deadline is answered
+    /// after it.
+    pub fn set_deadline(&self, deadline: Duration) -> bool {
+        let new = deadline.as_nanos() as u64;
+        loop {
+            let current = self.deadline_nanos.load(Ordering::Acquire);
+            if current == 0 || self.clock.now().as_nanos() as u64 >= current {
+                return false;
+            }
+            if self
+                .deadline_nanos
+                .compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                self.deadline_tx.send_replace(deadline);
+                return true;
+            }
+        }
     }
 
     /// Marks the lease lost (once) and applies the loss policy.
@@ -68,11 +90,30 @@ impl GuardState {
         self.lost.cancel();
     }
 
+    /// Why the lease is lost, if it is. Seeing the deadline passed makes the
+    /// loss final (the deadline is swapped for zero, which
+    /// [`set_deadline`](Self::set_deadline) never moves again), so `is_lost`
+    /// never goes from true back to false.
     pub fn loss_reason(&self) -> Option<LossReason> {
         if let Some(r) = self.reason.get() {
             return Some(r.clone());
         }
-        (self.clock.now() >= self.deadline()).then_some(LossReason::Expired)
+        loop {
+            let current = self.deadline_nanos.load(Ordering::Acquire);
+            if current == 0 {
+                return Some(LossReason::Expired);
+            }
+            if (self.clock.now().as_nanos() as u64) < current {
+                return None;
+            }
+            if self
+                .deadline_nanos
+                .compare_exchange(current, 0, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return Some(LossReason::Expired);
+            }
+        }
     }
 }
 
@@ -179,6 +220,20 @@ impl LeaseGuard {
             return Duration::ZERO;
         }
         self.state.deadline().saturating_sub(self.state.clock.now())
+    }
+
+    /// The safety deadline, as it moves: past it the lease counts as lost
+    /// unless a renewal moved it first. The value is a time on the store's
+    /// [`Clock`](crate::Clock) (for the default [`SystemClock`](crate::SystemClock):
+    /// `CLOCK_BOOTTIME` on Linux, which every process on the machine shares),
+    /// and changes after each successful renewal. It does not move back when
+    /// the lease is lost for another reason: watch [`lost`](Self::lost) too.
+    ///
+    /// This is for enforcing the deadline outside this process, where this
+    /// process might be frozen or killed: `leasehold run` hands it to a
+    /// watchdog process that stops the command when the deadline passes.
+    pub fn deadline_watch(&self) -> watch::Receiver<Duration> {
+        self.state.deadline_tx.subscribe()
     }
 
     /// Completes when the lease is lost, with the reason.

@@ -120,7 +120,7 @@ pub use key::{Key, MAX_KEY_LEN};
 pub use lock::Lock;
 pub use options::{
     LockOptions, LossPolicy, Wait, DEFAULT_POLL_MAX, DEFAULT_POLL_MIN, DEFAULT_TTL, MAX_DATA_LEN,
-    MAX_LABEL_LEN,
+    MAX_LABEL_LEN, MIN_SAFETY_MARGIN,
 };
 pub use semaphore::{
     Semaphore, SemaphorePermit, SlotInfo, MAX_SEMAPHORE_KEY_LEN, MAX_SEMAPHORE_LIMIT,

@@ -122,6 +122,17 @@ impl Lock {
         );
         let sent = self.clock().now();
         match self.attempt(&pending.lease).await {
+            Ok(AcquireOutcome::Acquired(_)) if self.too_late(sent) => {
+                // A guard made now would be lost already: let the lease go.
+                pending.arm();
+                pending.release_in_background();
+                Err(Error::backend(
+                    self.store.backend().name(),
+                    "acquire",
+                    true,
+                    "the store answered after the lease's safety deadline",
+                ))
+            }
             Ok(AcquireOutcome::Acquired(grant)) => {
                 Ok(self.make_guard(&mut pending, grant.fencing_token, sent, local, gate))
             }
@@ -234,10 +245,11 @@ impl Lock {
                 };
                 let pause = match answer {
                     Ok(AcquireOutcome::Acquired(grant)) => {
-                        if self.clock().now() >= anchor_now + self.opts.ttl - self.opts.safety_margin {
-                            // Granted so late (after ambiguous retries) that it
-                            // may already be past its safety deadline: let it
-                            // go and start afresh with a new id.
+                        if self.too_late(anchor_now) {
+                            // Granted so late (a slow answer, or ambiguous
+                            // retries) that it is past its safety deadline:
+                            // let it go and start afresh with a new id.
+                            pending.arm();
                             pending.release_in_background();
                             pending = PendingLease::new(self.store.backend().clone(), self.lease_for(LeaseId::random(), 0));
                             anchor = None;
@@ -275,6 +287,12 @@ impl Lock {
         }
         .instrument(span)
         .await
+    }
+
+    /// Whether a lease whose request was sent at `sent` is already past its
+    /// safety deadline.
+    fn too_late(&self, sent: Duration) -> bool {
+        self.clock().now() >= sent + self.opts.ttl - self.opts.safety_margin
     }
 
     fn clock(&self) -> &SharedClock {

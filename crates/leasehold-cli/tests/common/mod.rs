@@ -10,17 +10,62 @@ use std::time::Duration;
 
 pub struct Env {
     pub dir: tempfile::TempDir,
+    /// Another store than the test's own SQLite file, with the environment
+    /// its URL needs (credentials).
+    pub store: Option<(String, Vec<(String, String)>)>,
 }
 
 impl Env {
     pub fn new() -> Self {
         Env {
             dir: tempfile::tempdir().unwrap(),
+            store: None,
         }
     }
 
+    /// An environment on the store named `sqlite`, `azblob` or `dynamodb`;
+    /// `None` (with a visible SKIPPED line, or a panic under
+    /// `LEASEHOLD_REQUIRE_EMULATORS=1`) when that store's emulator is not
+    /// configured. Each call gets a container/table of its own.
+    pub fn on(store: &str) -> Option<Self> {
+        let mut env = Env::new();
+        let unique = &uuid::Uuid::new_v4().simple().to_string()[..12];
+        match store {
+            "sqlite" => {}
+            "azblob" => {
+                let Ok(cs) = std::env::var("LEASEHOLD_TEST_AZBLOB_CONNECTION_STRING") else {
+                    return skip(store, "LEASEHOLD_TEST_AZBLOB_CONNECTION_STRING is not set (scripts/test.sh sets it and starts Azurite)");
+                };
+                env.store = Some((
+                    format!("azblob://cli-{unique}"),
+                    vec![("AZURE_STORAGE_CONNECTION_STRING".into(), cs)],
+                ));
+            }
+            "dynamodb" => {
+                let Ok(endpoint) = std::env::var("LEASEHOLD_TEST_DYNAMODB_ENDPOINT") else {
+                    return skip(store, "LEASEHOLD_TEST_DYNAMODB_ENDPOINT is not set (scripts/test.sh sets it and starts DynamoDB Local)");
+                };
+                env.store = Some((
+                    format!("dynamodb://cli-{unique}?region=us-east-1&endpoint={endpoint}"),
+                    vec![
+                        ("AWS_ACCESS_KEY_ID".into(), "leaseholdtests".into()),
+                        (
+                            "AWS_SECRET_ACCESS_KEY".into(),
+                            "leasehold-test-secret".into(),
+                        ),
+                    ],
+                ));
+            }
+            other => panic!("unknown store {other}"),
+        }
+        Some(env)
+    }
+
     pub fn url(&self) -> String {
-        format!("sqlite:{}", self.dir.path().join("leases.db").display())
+        match &self.store {
+            Some((url, _)) => url.clone(),
+            None => format!("sqlite:{}", self.dir.path().join("leases.db").display()),
+        }
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
@@ -33,6 +78,9 @@ impl Env {
         cmd.env("LEASEHOLD_STORE", self.url())
             .env("D", self.dir.path())
             .env_remove("RUST_LOG");
+        if let Some((_, vars)) = &self.store {
+            cmd.envs(vars.iter().map(|(k, v)| (k, v)));
+        }
         cmd
     }
 
@@ -121,4 +169,21 @@ pub fn read_all(r: &mut impl Read) -> String {
     let mut s = String::new();
     r.read_to_string(&mut s).unwrap();
     s
+}
+
+/// Says a test is skipped (past the harness's capture), or fails it when
+/// `LEASEHOLD_REQUIRE_EMULATORS=1`, so CI cannot pass by skipping.
+pub fn skip<T>(store: &str, why: &str) -> Option<T> {
+    if std::env::var("LEASEHOLD_REQUIRE_EMULATORS").as_deref() == Ok("1") {
+        panic!("{store} tests required (LEASEHOLD_REQUIRE_EMULATORS=1) but {why}");
+    }
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED {store} test: {why}");
+    None
+}
+
+/// Whether process `pid` exists (a zombie counts).
+pub fn alive(pid: i32) -> bool {
+    // SAFETY: kill with signal 0 only checks.
+    unsafe { libc::kill(pid, 0) == 0 }
 }

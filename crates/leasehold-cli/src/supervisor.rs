@@ -1,0 +1,277 @@
+//! Running a command while a lease is held: `leasehold`'s side of the
+//! watchdog (see [`crate::watchdog`] for the protocol and why it is safe).
+//!
+//! `leasehold` starts the watchdog, which starts the command; `leasehold`
+//! then relays the lease's safety deadline after every renewal, forwards the
+//! signals it receives, and says `stop` when the lease is lost. It returns
+//! only once the watchdog reports the command's whole tree gone, so the
+//! caller releases the lease after the command's work has stopped. If the
+//! watchdog itself dies or stops answering past the deadline, `leasehold`
+//! kills the command's process group and cgroup itself.
+
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use anyhow::Context;
+use leasehold::LeaseGuard;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::signal::unix::{signal, Signal, SignalKind};
+
+use crate::cli::LeaseArgs;
+use crate::output::say;
+use crate::proctree::{self, Cgroup};
+use crate::watchdog::{self, Stop};
+
+/// How a command run under a lease ended.
+#[derive(Debug)]
+pub struct Outcome {
+    /// Its exit code, or 128 + the signal that killed it.
+    pub code: u8,
+    /// Whether the lease was lost while it ran (and it was stopped).
+    pub lost: bool,
+    /// The signal leasehold received and forwarded, if any.
+    pub interrupted: Option<libc::c_int>,
+    /// False if the command could not be started (`code` is then 127 when
+    /// it was not found, 126 otherwise, as shells, env and timeout say).
+    pub started: bool,
+}
+
+/// Runs the command while `guard` holds the lease, under a watchdog that
+/// stops its whole process tree (SIGTERM, then SIGKILL after the grace)
+/// when the lease is lost or its safety deadline passes, even if this
+/// process is frozen or killed. Forwards SIGINT, SIGTERM and SIGHUP to the
+/// tree. Returns once the command and everything it started are gone.
+///
+/// # Errors
+/// If the watchdog cannot be started (pipes, exec of this binary).
+pub async fn supervise(
+    guard: &LeaseGuard,
+    lease: &LeaseArgs,
+    env: &[(&str, String)],
+    signals: &mut Signals,
+) -> anyhow::Result<Outcome> {
+    let mut deadlines = guard.deadline_watch();
+    let mut deadline = *deadlines.borrow_and_update();
+    let (control_rx, control_tx) = pipe().context("creating the watchdog's pipes")?;
+    let (report_rx, report_tx) = pipe().context("creating the watchdog's pipes")?;
+    let mut control = std::fs::File::from(control_tx);
+    set_nonblocking(control.as_raw_fd());
+
+    let mut cmd = tokio::process::Command::new("/proc/self/exe");
+    if let Some(arg0) = std::env::args_os().next() {
+        cmd.arg0(arg0);
+    }
+    cmd.args(watchdog::command_line(
+        lease.grace,
+        deadline,
+        &lease.command,
+    ))
+    .env("LEASEHOLD_KEY", &lease.key)
+    .kill_on_drop(false);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let (ctl_fd, rep_fd) = (control_rx.as_raw_fd(), report_tx.as_raw_fd());
+    // SAFETY: runs in the forked child before exec; dup2 is
+    // async-signal-safe. The sources are fds >= 10 (see `pipe`), so they
+    // cannot collide with 3 and 4, and dup2 clears close-on-exec on the copy.
+    unsafe {
+        cmd.pre_exec(move || {
+            for (from, to) in [
+                (ctl_fd, watchdog::CONTROL_FD),
+                (rep_fd, watchdog::REPORT_FD),
+            ] {
+                if libc::dup2(from, to) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let mut dog = cmd.spawn().context("starting the watchdog process")?;
+    drop((control_rx, report_tx));
+    let report = tokio::net::unix::pipe::Receiver::from_owned_fd(report_rx)
+        .context("reading the watchdog's reports")?;
+    let mut lines = BufReader::new(report).lines();
+
+    let mut state = State::default();
+    let mut lost = false;
+    let mut interrupted = None;
+    let mut deadlines_open = true;
+    let mut backup_done = false;
+    loop {
+        let backup_in = (deadline + lease.grace).saturating_sub(watchdog::now());
+        tokio::select! {
+            line = lines.next_line() => match line {
+                Ok(Some(line)) => {
+                    if state.take(&line) == Some(Stop::Deadline) && !lost {
+                        lost = true;
+                    }
+                }
+                _ => break,
+            },
+            sig = signals.next() => {
+                interrupted = Some(sig);
+                order(&mut control, &format!("signal {sig}"));
+            }
+            changed = deadlines.changed(), if deadlines_open => {
+                if changed.is_err() {
+                    deadlines_open = false;
+                    continue;
+                }
+                deadline = *deadlines.borrow_and_update();
+                order(&mut control, &format!("deadline {}", deadline.as_nanos()));
+            }
+            reason = guard.lost(), if !lost => {
+                lost = true;
+                say!("lease on {} lost ({reason}); stopping the command", lease.key);
+                order(&mut control, "stop");
+            }
+            // Only if the watchdog is not doing its job (frozen): the
+            // deadline and the grace have passed and the tree is not
+            // reported gone.
+            _ = tokio::time::sleep(backup_in), if !backup_done && !state.done => {
+                backup_done = true;
+                tracing::warn!("the watchdog did not stop the command by the deadline; killing its process group");
+                state.kill_backup();
+            }
+        }
+    }
+    let status = dog.wait().await.context("waiting for the watchdog")?;
+    if !state.done && state.left.is_none() && state.spawn_failed.is_none() {
+        // The watchdog died before it could report the tree gone.
+        state.kill_backup();
+        say!("the watchdog process ended unexpectedly ({status}); killed the command's process group"
+        );
+    }
+    if let Some(left) = &state.left {
+        say!("could not kill these processes of the command (stuck in the kernel?): {left}");
+    }
+    if let Some((code, message)) = state.spawn_failed {
+        say!("{message}");
+        return Ok(Outcome {
+            code,
+            lost: false,
+            interrupted: None,
+            started: false,
+        });
+    }
+    Ok(Outcome {
+        code: state.exited.unwrap_or(128 + libc::SIGKILL as u8),
+        lost: lost || guard.is_lost(),
+        interrupted,
+        started: true,
+    })
+}
+
+/// What the watchdog reported.
+#[derive(Debug, Default)]
+struct State {
+    pgid: Option<libc::pid_t>,
+    cgroup: Option<Cgroup>,
+    exited: Option<u8>,
+    spawn_failed: Option<(u8, String)>,
+    left: Option<String>,
+    done: bool,
+}
+
+impl State {
+    /// Takes one report line; returns why the watchdog started stopping
+    /// the command, if that is what it said.
+    fn take(&mut self, line: &str) -> Option<Stop> {
+        let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
+        match word {
+            "started" => {
+                let mut parts = rest.split_whitespace();
+                self.pgid = parts.next().and_then(|p| p.parse().ok());
+                self.cgroup = parts.next().filter(|c| *c != "-").map(Cgroup::at);
+            }
+            "spawn-failed" => {
+                let (code, message) = rest.split_once(' ').unwrap_or((rest, ""));
+                self.spawn_failed = Some((code.parse().unwrap_or(126), message.to_string()));
+            }
+            "stopping" => return Stop::from_word(rest),
+            "exited" => self.exited = rest.parse().ok(),
+            "left" => self.left = Some(rest.to_string()),
+            "done" => self.done = true,
+            _ => tracing::debug!(line, "unknown watchdog report"),
+        }
+        None
+    }
+
+    /// SIGKILL to the command's process group and cgroup, from here.
+    fn kill_backup(&self) {
+        if let Some(c) = &self.cgroup {
+            c.kill();
+        }
+        if let Some(pgid) = self.pgid {
+            proctree::signal_group(pgid, libc::SIGKILL);
+        }
+    }
+}
+
+/// Sends one order to the watchdog. A full pipe means the watchdog is not
+/// reading (frozen): dropping a deadline then only makes it act earlier,
+/// which is safe.
+fn order(control: &mut std::fs::File, line: &str) {
+    if let Err(e) = control.write_all(format!("{line}\n").as_bytes()) {
+        tracing::debug!(error = %e, line, "could not send to the watchdog");
+    }
+}
+
+/// A pipe whose ends are close-on-exec and numbered 10 or above.
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: `fds` is a valid array of two ints.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let high = |fd: RawFd| -> std::io::Result<OwnedFd> {
+        // SAFETY: `fd` is ours; the duplicate is too, and the original is
+        // closed exactly once here.
+        unsafe {
+            let dup = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10);
+            libc::close(fd);
+            if dup < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(OwnedFd::from_raw_fd(dup))
+        }
+    };
+    Ok((high(fds[0])?, high(fds[1])?))
+}
+
+fn set_nonblocking(fd: RawFd) {
+    // SAFETY: fcntl on an fd we own.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+    }
+}
+
+/// SIGINT, SIGTERM and SIGHUP, caught so they can be forwarded to the
+/// command's tree.
+pub struct Signals {
+    int: Signal,
+    term: Signal,
+    hup: Signal,
+}
+
+impl Signals {
+    pub fn new() -> anyhow::Result<Self> {
+        Ok(Signals {
+            int: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
+            term: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
+            hup: signal(SignalKind::hangup()).context("installing the SIGHUP handler")?,
+        })
+    }
+
+    /// The next signal received.
+    pub async fn next(&mut self) -> libc::c_int {
+        tokio::select! {
+            _ = self.int.recv() => libc::SIGINT,
+            _ = self.term.recv() => libc::SIGTERM,
+            _ = self.hup.recv() => libc::SIGHUP,
+        }
+    }
+}

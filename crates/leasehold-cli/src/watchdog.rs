@@ -1,0 +1,519 @@
+//! The watchdog: a small process between `leasehold` and the command that
+//! stops the command's whole process tree when the lease's safety deadline
+//! passes, whether or not `leasehold` itself is still running or scheduled.
+//!
+//! # Why a separate process
+//! `leasehold` keeps the lease and knows when it would be lost, but it can be
+//! frozen (SIGSTOP, a debugger, a starved container) or killed (`kill -9`,
+//! the OOM killer). If the process that enforces the deadline is the one
+//! that may be frozen, a frozen `leasehold` lets its command outlive its
+//! lease. The watchdog enforces the deadline on its own: it never touches the
+//! async runtime or the store, it only waits on a pipe and a clock.
+//!
+//! # Protocol
+//! `leasehold` starts `/proc/self/exe __watchdog GRACE_NS DEADLINE_NS -- CMD…`
+//! with two pipes: fd 3, which `leasehold` writes and the watchdog reads, and
+//! fd 4, the other way.
+//! * fd 3 carries lines `deadline NS` (the guard's new safety deadline after
+//!   each renewal, on `CLOCK_BOOTTIME`, which all processes on the machine
+//!   share), `signal N` (forward signal N to the command's tree) and `stop`
+//!   (the lease was lost: stop the command now). End of file means
+//!   `leasehold` is gone.
+//! * fd 4 carries `started PID CGROUP|-`, `spawn-failed CODE MESSAGE`,
+//!   `stopping REASON`, `exited CODE` and finally `done` or
+//!   `left PID PID…` (processes that survived SIGKILL).
+//!
+//! # The rule, and why it is safe
+//! The command runs in a process group of its own (and, where the machine has
+//! a writable cgroup v2, in a cgroup of its own). The watchdog is a child
+//! subreaper (`PR_SET_CHILD_SUBREAPER`), so every process the command starts
+//! stays a descendant of the watchdog even when its parent exits; "the
+//! command's tree" is the process group, the cgroup and every descendant of
+//! the watchdog, which together catch `setsid` and double forks.
+//!
+//! With `D` the last deadline received (the lease's last confirmed renewal +
+//! TTL − safety margin, where the margin is TTL/10 + grace), the watchdog
+//! sends SIGTERM to the tree at `D` and SIGKILL at `D + grace`, unless a later
+//! deadline arrived first; on `stop` it does the same at once (SIGKILL after
+//! the grace); on end of file on fd 3 (`leasehold` died) it sends SIGKILL at
+//! once. `D + grace` is TTL/10 before the earliest moment the store could
+//! grant the lease to anyone else, and the watchdog's timer does not depend
+//! on `leasehold` being scheduled. When the command exits by itself, the rest
+//! of its tree is stopped the same way (SIGTERM, SIGKILL after the grace, and
+//! no later than `D + grace`) before the watchdog reports `done`, and
+//! `leasehold` releases the lease only after that report.
+//!
+//! # What can escape
+//! * If the watchdog itself is killed with SIGKILL, the command (its direct
+//!   child) dies with it (`PR_SET_PDEATHSIG`) and `leasehold` kills the
+//!   process group and the cgroup; descendants that left both (possible only
+//!   without a cgroup) survive.
+//! * If both `leasehold` and the watchdog are frozen (SIGSTOP to
+//!   `leasehold`'s whole process group, or the whole machine frozen), nobody
+//!   acts until they resume; a frozen machine freezes the command too, and
+//!   the fencing token is what protects the resource then.
+//! * A process stuck in uninterruptible sleep ignores SIGKILL until the
+//!   kernel lets it go; the watchdog then reports it as left, and `leasehold`
+//!   says so.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::process::CommandExt;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use crate::output::say;
+use crate::proctree::{self, Cgroup};
+
+/// The argument that selects the watchdog instead of the normal CLI.
+pub const ARG: &str = "__watchdog";
+/// The fd the watchdog reads orders from.
+pub const CONTROL_FD: libc::c_int = 3;
+/// The fd the watchdog writes its reports to.
+pub const REPORT_FD: libc::c_int = 4;
+
+/// How long to wait for SIGKILLed processes to disappear before saying
+/// which are left.
+const KILL_WAIT: Duration = Duration::from_secs(5);
+/// How often the tree is re-examined while processes other than the command
+/// itself remain (their exits give no event we can wait on).
+const TICK: Duration = Duration::from_millis(10);
+
+/// The clock every deadline is on: shared by all processes on the machine.
+pub fn now() -> Duration {
+    use leasehold::Clock;
+    leasehold::SystemClock.now()
+}
+
+/// Entry point of `leasehold __watchdog GRACE_NS DEADLINE_NS -- CMD...`.
+pub fn main(args: Vec<OsString>) -> ExitCode {
+    let parsed = (|| {
+        let mut it = args.into_iter();
+        let grace: u64 = it.next()?.to_str()?.parse().ok()?;
+        let deadline: u64 = it.next()?.to_str()?.parse().ok()?;
+        (it.next()? == "--").then_some(())?;
+        let command: Vec<OsString> = it.collect();
+        (!command.is_empty()).then_some((grace, deadline, command))
+    })();
+    let Some((grace, deadline, command)) = parsed else {
+        say!("{ARG} is internal to `leasehold run`");
+        return ExitCode::from(crate::EXIT_USAGE);
+    };
+    // SAFETY: fds 3 and 4 were set up by `leasehold` for us; nothing else in
+    // this process owns them.
+    let (control, report) =
+        unsafe { (File::from_raw_fd(CONTROL_FD), File::from_raw_fd(REPORT_FD)) };
+    for fd in [CONTROL_FD, REPORT_FD] {
+        set_cloexec(fd);
+    }
+    let mut dog = Watchdog {
+        control,
+        report,
+        buf: Vec::new(),
+        grace: Duration::from_nanos(grace),
+        deadline: Duration::from_nanos(deadline),
+        pid: 0,
+        pidfd: -1,
+        cgroup: None,
+        terminal: None,
+        status: None,
+        stopping: None,
+        kill_at: None,
+        killed_at: None,
+        parent_gone: false,
+    };
+    dog.run(command);
+    ExitCode::SUCCESS
+}
+
+/// Why the watchdog stops the command's tree; reported as `stopping WORD`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// No renewal arrived before the safety deadline.
+    Deadline,
+    /// `leasehold` said the lease was lost.
+    Lost,
+    /// The command exited and left processes behind.
+    Leftovers,
+    /// `leasehold` is gone (its end of the control pipe closed).
+    Orphaned,
+}
+
+impl Stop {
+    pub fn word(self) -> &'static str {
+        match self {
+            Stop::Deadline => "deadline",
+            Stop::Lost => "lost",
+            Stop::Leftovers => "leftovers",
+            Stop::Orphaned => "orphaned",
+        }
+    }
+
+    pub fn from_word(w: &str) -> Option<Stop> {
+        [Stop::Deadline, Stop::Lost, Stop::Leftovers, Stop::Orphaned]
+            .into_iter()
+            .find(|s| s.word() == w)
+    }
+}
+
+struct Watchdog {
+    control: File,
+    report: File,
+    buf: Vec<u8>,
+    grace: Duration,
+    deadline: Duration,
+    /// The command; also its process group id.
+    pid: libc::pid_t,
+    pidfd: libc::c_int,
+    cgroup: Option<Cgroup>,
+    /// The foreground process group to give the terminal back to.
+    terminal: Option<libc::pid_t>,
+    /// The command's exit code, once it exited.
+    status: Option<u8>,
+    /// Why the tree is being stopped, once it is.
+    stopping: Option<Stop>,
+    kill_at: Option<Duration>,
+    killed_at: Option<Duration>,
+    parent_gone: bool,
+}
+
+impl Watchdog {
+    fn run(&mut self, command: Vec<OsString>) {
+        // SAFETY: plain prctl; makes orphans of the command's tree ours.
+        unsafe {
+            libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1);
+        }
+        catch_stop_signals();
+        if !self.spawn(command) {
+            return;
+        }
+        loop {
+            self.reap();
+            let now = now();
+            if self.stopping.is_none() && now >= self.deadline {
+                say!("the lease's safety deadline passed without a renewal; stopping the command");
+                self.stop(Stop::Deadline);
+            }
+            if let Some(at) = self.kill_at {
+                if now >= at.min(self.deadline + self.grace) {
+                    self.kill_all();
+                }
+            }
+            let left = self.tree();
+            if self.status.is_some() && left.is_empty() {
+                break;
+            }
+            if self.status.is_some() && self.stopping.is_none() {
+                self.stop(Stop::Leftovers);
+            }
+            if let Some(at) = self.killed_at {
+                if now >= at + KILL_WAIT {
+                    let pids: Vec<String> = left.iter().map(|p| p.to_string()).collect();
+                    self.say(&format!("left {}", pids.join(" ")));
+                    self.finish();
+                    return;
+                }
+                // Whatever was forked while the last SIGKILLs went out.
+                self.kill_all();
+            }
+            self.wait(now);
+        }
+        self.say("done");
+        self.finish();
+    }
+
+    /// Starts the command in its own process group (and cgroup).
+    fn spawn(&mut self, command: Vec<OsString>) -> bool {
+        let me = std::process::id() as libc::pid_t;
+        self.cgroup = Cgroup::create(&me.to_string());
+        let procs = self.cgroup.as_ref().and_then(|c| c.procs_file().ok());
+        // SAFETY: plain queries of our own terminal state.
+        let foreground = unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp() };
+        let procs_fd = procs.as_ref().map(|f| f.as_raw_fd());
+        let mut cmd = std::process::Command::new(&command[0]);
+        cmd.args(&command[1..]);
+        // SAFETY: the closure runs in the forked child before exec and calls
+        // only async-signal-safe functions.
+        unsafe {
+            cmd.pre_exec(move || in_child(me, procs_fd, foreground));
+        }
+        let child = match cmd.spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                let code = if e.kind() == std::io::ErrorKind::NotFound {
+                    127
+                } else {
+                    126
+                };
+                self.say(&format!(
+                    "spawn-failed {code} cannot run {:?}: {e}",
+                    command[0]
+                ));
+                if let Some(c) = &self.cgroup {
+                    c.remove();
+                }
+                return false;
+            }
+        };
+        drop(procs);
+        // std's Child neither waits nor kills on drop: the watchdog reaps
+        // with waitpid(-1), which also collects orphans of the tree.
+        self.pid = child.id() as libc::pid_t;
+        if foreground {
+            // SAFETY: plain query.
+            self.terminal = Some(unsafe { libc::getpgrp() });
+        }
+        if let Some(c) = &self.cgroup {
+            if !c.members().contains(&self.pid) {
+                c.remove();
+                self.cgroup = None;
+            }
+        }
+        // SAFETY: pidfd_open has no memory-safety preconditions; -1 if the
+        // kernel lacks it (then the loop ticks instead).
+        self.pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, self.pid, 0) as libc::c_int };
+        let cgroup = self
+            .cgroup
+            .as_ref()
+            .map(|c| c.dir().display().to_string())
+            .unwrap_or_else(|| "-".into());
+        self.say(&format!("started {} {cgroup}", self.pid));
+        true
+    }
+
+    /// Waits for an order, the command's exit, or the next thing due.
+    fn wait(&mut self, now: Duration) {
+        let mut due = if self.stopping.is_none() {
+            self.deadline
+        } else {
+            self.deadline + self.grace
+        };
+        if let Some(at) = self.kill_at {
+            due = due.min(at);
+        }
+        let mut timeout = due.saturating_sub(now);
+        // Processes other than the command give no event on exit: while the
+        // tree is being stopped, look again every tick.
+        if self.stopping.is_some() || self.status.is_some() || self.pidfd < 0 {
+            timeout = timeout.min(TICK);
+        }
+        let mut fds = vec![];
+        if !self.parent_gone {
+            fds.push(libc::pollfd {
+                fd: self.control.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        if self.pidfd >= 0 && self.status.is_none() {
+            fds.push(libc::pollfd {
+                fd: self.pidfd,
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        // Round up so a wake-up is never early.
+        let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
+        // SAFETY: `fds` is a valid array of pollfd of the given length.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        if n > 0 && !self.parent_gone && fds[0].revents != 0 {
+            self.read_orders();
+        }
+    }
+
+    fn read_orders(&mut self) {
+        let mut chunk = [0u8; 512];
+        match self.control.read(&mut chunk) {
+            Ok(0) | Err(_) => {
+                self.parent_gone = true;
+                self.stop(Stop::Orphaned);
+                self.kill_all();
+                return;
+            }
+            Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+        }
+        while let Some(end) = self.buf.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.buf.drain(..=end).collect();
+            let line = String::from_utf8_lossy(&line);
+            let mut words = line.split_whitespace();
+            match (
+                words.next(),
+                words.next().and_then(|w| w.parse::<u64>().ok()),
+            ) {
+                (Some("deadline"), Some(ns)) => {
+                    self.deadline = self.deadline.max(Duration::from_nanos(ns));
+                }
+                (Some("signal"), Some(sig)) => self.signal_tree(sig as libc::c_int),
+                (Some("stop"), _) => self.stop(Stop::Lost),
+                _ => {}
+            }
+        }
+    }
+
+    /// Starts stopping the tree: SIGTERM now, SIGKILL after the grace.
+    fn stop(&mut self, why: Stop) {
+        if self.stopping.is_some() {
+            return;
+        }
+        self.stopping = Some(why);
+        self.say(&format!("stopping {}", why.word()));
+        self.signal_tree(libc::SIGTERM);
+        self.kill_at = Some(now() + self.grace);
+    }
+
+    fn kill_all(&mut self) {
+        if self.killed_at.is_none() {
+            self.killed_at = Some(now());
+        }
+        self.kill_at = None;
+        if let Some(c) = &self.cgroup {
+            c.kill();
+        }
+        self.signal_tree(libc::SIGKILL);
+    }
+
+    fn signal_tree(&self, sig: libc::c_int) {
+        proctree::signal_group(self.pid, sig);
+        // Killing may let a parent's children reparent to us; a second pass
+        // catches those, and SIGKILL is repeated until the loop sees nothing.
+        for pid in self.tree() {
+            proctree::signal(pid, sig);
+        }
+    }
+
+    /// The command's tree as it stands: the cgroup's members and our
+    /// descendants.
+    fn tree(&self) -> Vec<libc::pid_t> {
+        let mut pids = proctree::descendants(std::process::id() as libc::pid_t);
+        if let Some(c) = &self.cgroup {
+            pids.extend(c.members());
+        }
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    }
+
+    /// Collects every exited child (the command and orphans of its tree).
+    fn reap(&mut self) {
+        loop {
+            let mut status = 0;
+            // SAFETY: `status` is a valid out-pointer.
+            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+            if pid <= 0 {
+                return;
+            }
+            if pid == self.pid {
+                let code = if libc::WIFEXITED(status) {
+                    libc::WEXITSTATUS(status) as u8
+                } else {
+                    (128 + libc::WTERMSIG(status)) as u8
+                };
+                self.status = Some(code);
+                self.say(&format!("exited {code}"));
+                self.give_back_terminal();
+            }
+        }
+    }
+
+    fn give_back_terminal(&mut self) {
+        if let Some(pgrp) = self.terminal.take() {
+            // SAFETY: plain calls on our own terminal; SIGTTOU is blocked
+            // around tcsetpgrp, as a background process must.
+            unsafe { with_sigttou_blocked(|| libc::tcsetpgrp(0, pgrp)) };
+        }
+    }
+
+    fn finish(&mut self) {
+        self.give_back_terminal();
+        if let Some(c) = &self.cgroup {
+            c.remove();
+        }
+    }
+
+    /// Writes a report line; `leasehold` may be gone, which is fine.
+    fn say(&mut self, line: &str) {
+        let _ = self.report.write_all(format!("{line}\n").as_bytes());
+    }
+}
+
+/// In the forked command, before exec: a process group of its own (made the
+/// terminal's foreground group if `leasehold` had the terminal), the
+/// watchdog's cgroup, and death with the watchdog.
+fn in_child(
+    watchdog: libc::pid_t,
+    procs: Option<libc::c_int>,
+    foreground: bool,
+) -> std::io::Result<()> {
+    // SAFETY: async-signal-safe syscalls with valid arguments.
+    unsafe {
+        if libc::setpgid(0, 0) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if let Some(fd) = procs {
+            // Writing "0" moves the writer; if it fails the watchdog notices
+            // and does without the cgroup.
+            libc::write(fd, b"0".as_ptr().cast(), 1);
+        }
+        if foreground {
+            with_sigttou_blocked(|| libc::tcsetpgrp(0, libc::getpid()));
+        }
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if libc::getppid() != watchdog {
+            libc::_exit(128 + libc::SIGKILL);
+        }
+    }
+    Ok(())
+}
+
+/// Runs `f` with SIGTTOU blocked (async-signal-safe).
+unsafe fn with_sigttou_blocked(f: impl FnOnce() -> libc::c_int) {
+    let mut set: libc::sigset_t = std::mem::zeroed();
+    let mut old: libc::sigset_t = std::mem::zeroed();
+    libc::sigemptyset(&mut set);
+    libc::sigaddset(&mut set, libc::SIGTTOU);
+    libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+    f();
+    libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+}
+
+extern "C" fn ignore(_: libc::c_int) {}
+
+/// SIGINT, SIGTERM, SIGHUP and SIGQUIT do not end the watchdog: `leasehold`
+/// decides what reaches the command (a terminal's Ctrl-C reaches both). A
+/// handler rather than SIG_IGN, because handlers are reset by exec and the
+/// command must get default dispositions.
+fn catch_stop_signals() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+        // SAFETY: installs a handler that does nothing; sa is fully set.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = ignore as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+fn set_cloexec(fd: libc::c_int) {
+    // SAFETY: fcntl on an fd we own.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFD);
+        libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+    }
+}
+
+/// The command line that starts the watchdog, for `leasehold`.
+pub fn command_line(grace: Duration, deadline: Duration, command: &[OsString]) -> Vec<OsString> {
+    let mut args: Vec<OsString> = vec![
+        ARG.into(),
+        grace.as_nanos().to_string().into(),
+        deadline.as_nanos().to_string().into(),
+        "--".into(),
+    ];
+    args.extend(command.iter().cloned());
+    args
+}

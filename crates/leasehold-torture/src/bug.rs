@@ -1,0 +1,99 @@
+//! Bugs injected on purpose, to show that a short torture run catches them.
+//!
+//! [`GrantHeld`] wraps a real backend and, now and then, grants a key that
+//! someone else holds (with the next fencing token, as a backend that lost a
+//! race but believed it won would). It then keeps the bogus lease alive: its
+//! renewals and release answer Ok without asking the store. The rightful
+//! holder keeps working, so the two critical sections overlap; fencing
+//! rejects the older holder's writes, and the checker must flag the overlap.
+//!
+//! Never used outside `leasehold-torture run --inject-bug`.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use leasehold::backend::{
+    AcquireOutcome, AcquireRequest, Backend, Capabilities, Grant, HolderInfo, KeyInfo, Lease,
+    LeaseId,
+};
+use leasehold::{Result, Store};
+use rand::Rng;
+
+/// The bugs `--inject-bug` knows.
+pub const BUGS: &[&str] = &["grant-held"];
+
+/// Wraps `store`'s backend in the named bug.
+pub fn inject(store: Store, bug: &str) -> anyhow::Result<Store> {
+    match bug {
+        "grant-held" => Ok(Store::new(GrantHeld {
+            inner: store.backend().clone(),
+            one_in: 4,
+            bogus: Arc::default(),
+        })),
+        _ => anyhow::bail!("unknown bug {bug:?}; known: {}", BUGS.join(", ")),
+    }
+}
+
+/// A backend that grants one in `one_in` attempts on a held key anyway.
+#[derive(Debug)]
+pub struct GrantHeld {
+    inner: Arc<dyn Backend>,
+    one_in: u32,
+    bogus: Arc<Mutex<HashSet<LeaseId>>>,
+}
+
+impl GrantHeld {
+    fn is_bogus(&self, lease: &Lease) -> bool {
+        self.bogus.lock().unwrap().contains(&lease.lease_id)
+    }
+}
+
+#[async_trait]
+impl Backend for GrantHeld {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    async fn try_acquire(&self, request: &AcquireRequest) -> Result<AcquireOutcome> {
+        match self.inner.try_acquire(request).await? {
+            AcquireOutcome::Held(holder) if rand::rng().random_ratio(1, self.one_in) => {
+                let last = self.inner.inspect(&request.key).await?.fencing_token;
+                self.bogus.lock().unwrap().insert(request.lease_id.clone());
+                let _ = holder;
+                Ok(AcquireOutcome::Acquired(Grant::new(last + 1)))
+            }
+            other => Ok(other),
+        }
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<()> {
+        if self.is_bogus(lease) {
+            return Ok(());
+        }
+        self.inner.renew(lease).await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        if self.bogus.lock().unwrap().remove(&lease.lease_id) {
+            return Ok(());
+        }
+        self.inner.release(lease).await
+    }
+
+    async fn inspect(&self, key: &leasehold::Key) -> Result<KeyInfo> {
+        self.inner.inspect(key).await
+    }
+
+    async fn break_lease(&self, key: &leasehold::Key) -> Result<Option<HolderInfo>> {
+        self.inner.break_lease(key).await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {
+        self.inner.list(prefix).await
+    }
+}

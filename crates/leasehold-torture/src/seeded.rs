@@ -1,0 +1,452 @@
+//! Seeded violations: the checker run on synthetic histories, one per kind
+//! of violation, each next to the matching clean history. A checker is only
+//! trusted once it has caught every kind it claims to find (and passed the
+//! histories that are fine).
+//!
+//! Histories are written through [`History`], which decides `accepted` by
+//! the witness's own rule (so a fencing error appears only where a test
+//! forges one).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::check::{check, Findings, Limits};
+use crate::witness::{Kind, Record};
+
+/// Short bounds so the times below read as plain numbers (ns).
+const LIMITS: Limits = Limits {
+    break_notice: Duration::from_nanos(100),
+    kill_grace: Duration::from_nanos(50),
+};
+
+#[derive(Default)]
+struct History {
+    records: Vec<Record>,
+    epoch: u64,
+    max: HashMap<(String, u64), u64>,
+}
+
+impl History {
+    fn raw(&mut self, kind: Kind, key: &str, token: u64, worker: &str, t: u64, accepted: bool) {
+        self.records.push(Record {
+            kind,
+            key: key.into(),
+            epoch: self.epoch,
+            token,
+            worker: worker.into(),
+            pid: 100,
+            ppid: 1,
+            t_ns: t,
+            accepted,
+            detail: String::new(),
+        });
+    }
+
+    /// A write on key "k" by `worker` holding `token`, fenced as the witness
+    /// would.
+    fn w(&mut self, kind: Kind, token: u64, worker: &str, t: u64) -> &mut Self {
+        let max = self.max.entry(("k".into(), self.epoch)).or_default();
+        let accepted = kind == Kind::Lost || token >= *max;
+        if accepted && kind != Kind::Lost {
+            *max = token;
+        }
+        self.raw(kind, "k", token, worker, t, accepted);
+        self
+    }
+
+    fn begin(&mut self, token: u64, worker: &str, t: u64) -> &mut Self {
+        self.w(Kind::Begin, token, worker, t)
+    }
+
+    fn tick(&mut self, token: u64, worker: &str, t: u64) -> &mut Self {
+        self.w(Kind::Tick, token, worker, t)
+    }
+
+    fn end(&mut self, token: u64, worker: &str, t: u64) -> &mut Self {
+        self.w(Kind::End, token, worker, t)
+    }
+
+    fn fault(&mut self, what: &str, worker: &str, token: u64, t: u64) -> &mut Self {
+        self.raw(Kind::Fault, "k", token, worker, t, true);
+        self.records.last_mut().unwrap().detail = what.into();
+        self
+    }
+
+    /// The store lost its state (the coordinator starts a new epoch).
+    fn store_lost(&mut self, t: u64) -> &mut Self {
+        self.fault("loss", "-", 0, t);
+        self.epoch += 1;
+        self.raw(Kind::Epoch, "-", 0, "coordinator", t, true);
+        self
+    }
+
+    fn check(&self) -> Findings {
+        check(&self.records, LIMITS)
+    }
+}
+
+fn only(f: &Findings, kind: &str) {
+    for (k, list) in f.by_kind() {
+        if k == kind {
+            assert!(!list.is_empty(), "{kind} not flagged: {f:#?}");
+        } else {
+            assert!(list.is_empty(), "{k} flagged, expected only {kind}: {f:#?}");
+        }
+    }
+}
+
+fn clean(f: &Findings) {
+    assert_eq!(f.violations(), 0, "{f:#?}");
+}
+
+// ---- overlap in one epoch ----
+
+#[test]
+fn overlap_in_one_epoch_is_flagged() {
+    let f = History::default()
+        .begin(1, "a", 10)
+        .begin(2, "b", 20)
+        .tick(1, "a", 30) // rejected by fencing, but a was still working
+        .end(2, "b", 40)
+        .check();
+    only(&f, "overlap");
+    assert_eq!(f.overlaps.len(), 1);
+    assert_eq!(f.stale_writes_rejected, 1);
+}
+
+#[test]
+fn a_clean_handover_in_one_epoch_passes() {
+    let f = History::default()
+        .begin(1, "a", 10)
+        .tick(1, "a", 15)
+        .fault("kill", "a", 1, 16)
+        .begin(2, "b", 30)
+        .end(2, "b", 40)
+        .check();
+    clean(&f);
+    assert_eq!(f.acquisitions, 2);
+    assert_eq!(f.lost_handover_margins, vec![Duration::from_nanos(15)]);
+    assert_eq!(f.recovery["kill"], vec![Duration::from_nanos(14)]);
+}
+
+// ---- overlap across a store restart ----
+
+#[test]
+fn overlap_across_a_store_restart_is_flagged() {
+    let f = History::default()
+        .begin(120, "a", 10)
+        .tick(120, "a", 20)
+        .store_lost(25)
+        .begin(1, "b", 30)
+        // a never noticed: its token is the greatest the fresh epoch has
+        // seen, so even the fenced resource takes it.
+        .tick(120, "a", 40)
+        .end(1, "b", 50)
+        .check();
+    assert_eq!(f.overlaps.len(), 1, "{f:#?}");
+    assert_eq!(f.fenced_overlaps.len(), 1, "{f:#?}");
+    assert!(f.token_order.is_empty() && f.fencing_errors.is_empty());
+    assert_eq!(f.token_resets, 1);
+}
+
+#[test]
+fn a_holder_that_stopped_before_the_store_came_back_passes() {
+    let f = History::default()
+        .begin(120, "a", 10)
+        .tick(120, "a", 20)
+        .w(Kind::Lost, 120, "a", 22)
+        .store_lost(25)
+        .begin(1, "b", 30)
+        .end(1, "b", 50)
+        .check();
+    clean(&f);
+    assert_eq!(f.token_resets, 1, "tokens started again: reported");
+    assert_eq!(f.recovery["loss"], vec![Duration::from_nanos(5)]);
+}
+
+// ---- overlap excused by the wrong break ----
+
+#[test]
+fn an_overlap_after_a_break_of_someone_else_is_flagged() {
+    let f = History::default()
+        .begin(1, "a", 10)
+        .end(1, "a", 15)
+        // The break ended a's lease (token 1), not b's.
+        .fault("break", "a", 1, 16)
+        .begin(2, "b", 20)
+        .begin(3, "c", 30)
+        .tick(2, "b", 40)
+        .end(3, "c", 50)
+        .check();
+    only(&f, "overlap");
+    assert_eq!(f.overlaps_after_break, 0);
+}
+
+#[test]
+fn an_overlap_after_a_break_of_the_earlier_holder_passes_while_it_could_not_know() {
+    let f = History::default()
+        .begin(2, "b", 20)
+        .fault("break", "b", 2, 25)
+        .begin(3, "c", 30)
+        .tick(2, "b", 40) // rejected: fenced
+        .w(Kind::Lost, 2, "b", 45)
+        .end(3, "c", 50)
+        .check();
+    clean(&f);
+    assert_eq!(f.overlaps_after_break, 1);
+    assert_eq!(f.stale_writes_rejected, 1);
+    assert!(f.lost_handover_margins.is_empty(), "a break is no margin");
+}
+
+#[test]
+fn a_broken_holder_that_keeps_working_past_its_next_renewal_is_flagged() {
+    let f = History::default()
+        .begin(2, "b", 20)
+        .fault("break", "b", 2, 25)
+        .begin(3, "c", 30)
+        .tick(2, "b", 200) // 175 ns after the break; notice is 100 ns
+        .end(3, "c", 250)
+        .check();
+    only(&f, "overlap");
+}
+
+#[test]
+fn a_break_of_the_same_token_in_another_store_epoch_excuses_nothing() {
+    let f = History::default()
+        .begin(2, "x", 5)
+        .end(2, "x", 8)
+        .fault("break", "x", 2, 9)
+        .store_lost(10)
+        .begin(2, "b", 20)
+        .begin(3, "c", 30)
+        .tick(2, "b", 40)
+        .end(3, "c", 50)
+        .check();
+    only(&f, "overlap");
+}
+
+// ---- overlap with a section that is not the last writer ----
+
+#[test]
+fn an_overlap_with_a_section_that_is_not_the_last_writer_is_flagged() {
+    // b is broken and keeps writing (fenced) until 100; a began after the
+    // break and writes until 90; c begins at 50. c's overlap with b is
+    // excused, its overlap with a (which wrote last before c, but is not the
+    // section that writes last overall) is not.
+    let f = History::default()
+        .begin(1, "b", 5)
+        .fault("break", "b", 1, 8)
+        .begin(2, "a", 10)
+        .begin(3, "c", 50)
+        .tick(2, "a", 90)
+        .tick(1, "b", 100)
+        .end(3, "c", 120)
+        .check();
+    only(&f, "overlap");
+    assert_eq!(f.overlaps.len(), 1, "{f:#?}");
+    assert!(f.overlaps[0].contains("token 2 (a"), "{f:#?}");
+    assert_eq!(f.overlaps_after_break, 2, "b with a, b with c");
+}
+
+#[test]
+fn sections_that_overlap_only_a_broken_holder_pass() {
+    let f = History::default()
+        .begin(1, "b", 5)
+        .fault("break", "b", 1, 8)
+        .begin(2, "a", 10)
+        .end(2, "a", 45)
+        .begin(3, "c", 50)
+        .tick(1, "b", 100)
+        .end(3, "c", 120)
+        .check();
+    clean(&f);
+    assert_eq!(f.overlaps_after_break, 2);
+}
+
+// ---- token going backwards ----
+
+#[test]
+fn a_token_going_backwards_is_flagged() {
+    let f = History::default()
+        .begin(5, "a", 10)
+        .end(5, "a", 20)
+        .begin(4, "b", 30)
+        .end(4, "b", 40)
+        .check();
+    only(&f, "token order");
+    assert_eq!(f.stale_writes_rejected, 2, "the witness refused b");
+}
+
+#[test]
+fn a_token_granted_twice_is_a_fenced_overlap() {
+    let f = History::default()
+        .begin(2, "a", 10)
+        .begin(2, "b", 15)
+        .end(2, "a", 20)
+        .end(2, "b", 25)
+        .check();
+    assert_eq!(f.token_order.len(), 1, "{f:#?}");
+    assert_eq!(f.overlaps.len(), 1, "{f:#?}");
+    assert_eq!(f.fenced_overlaps.len(), 1, "{f:#?}");
+}
+
+#[test]
+fn increasing_tokens_pass() {
+    let f = History::default()
+        .begin(5, "a", 10)
+        .end(5, "a", 20)
+        .begin(6, "b", 30)
+        .end(6, "b", 40)
+        .check();
+    clean(&f);
+}
+
+// ---- write after lost ----
+
+#[test]
+fn a_write_after_the_guard_said_lost_is_flagged() {
+    let f = History::default()
+        .begin(1, "a", 10)
+        .w(Kind::Lost, 1, "a", 20)
+        .tick(1, "a", 22)
+        .check();
+    only(&f, "work after lost");
+}
+
+#[test]
+fn late_writes_of_a_buggy_user_are_counted_and_fenced() {
+    let f = History::default()
+        .begin(1, "a", 10)
+        .w(Kind::Lost, 1, "a", 20)
+        .w(Kind::Late, 1, "a", 21) // nobody newer yet: accepted
+        .begin(2, "b", 30)
+        .w(Kind::Late, 1, "a", 35) // rejected
+        .w(Kind::Late, 1, "a", 45) // rejected
+        .end(2, "b", 50)
+        .check();
+    clean(&f);
+    assert_eq!(f.late.total, 3);
+    assert_eq!((f.late.accepted, f.late.rejected), (1, 2));
+}
+
+#[test]
+fn a_late_write_the_resource_accepted_after_a_takeover_is_flagged() {
+    // Only possible if fencing failed: forge the witness's answer.
+    let mut h = History::default();
+    h.begin(1, "a", 10)
+        .w(Kind::Lost, 1, "a", 20)
+        .begin(2, "b", 30);
+    h.raw(Kind::Late, "k", 1, "a", 35, true);
+    h.end(2, "b", 50);
+    let f = h.check();
+    assert_eq!(f.fenced_overlaps.len(), 1, "{f:#?}");
+    assert_eq!(f.fencing_errors.len(), 1, "{f:#?}");
+    assert!(f.overlaps.is_empty() && f.work_after_lost.is_empty());
+}
+
+// ---- orphaned command, and a grandchild writing after the kill ----
+
+#[test]
+fn a_command_writing_after_its_leasehold_run_was_killed_is_flagged() {
+    let f = History::default()
+        .begin(3, "cli-0", 10)
+        .fault("kill", "cli-0", 3, 20)
+        .tick(3, "cli-0", 100) // 80 ns after the kill; grace is 50
+        .check();
+    only(&f, "orphan write");
+}
+
+#[test]
+fn a_grandchild_writing_after_its_leasehold_run_was_killed_is_flagged() {
+    let mut h = History::default();
+    h.begin(3, "cli-0", 10).fault("kill", "cli-0", 3, 20);
+    // A background job of the command's shell: another process.
+    h.raw(Kind::Tick, "k", 3, "cli-0", 200, true);
+    h.records.last_mut().unwrap().pid = 101;
+    let f = h.check();
+    only(&f, "orphan write");
+}
+
+#[test]
+fn a_command_that_dies_with_its_leasehold_run_passes() {
+    let f = History::default()
+        .begin(3, "cli-0", 10)
+        .fault("kill", "cli-0", 3, 20)
+        .tick(3, "cli-0", 60) // in flight within the grace
+        .begin(4, "lib-0", 200)
+        .end(4, "lib-0", 210)
+        .check();
+    clean(&f);
+}
+
+#[test]
+fn the_orphan_rule_is_about_leasehold_run_commands_only() {
+    // A library worker is the process that was killed: a write of its
+    // section after the kill is an overlap question, not an orphan.
+    let f = History::default()
+        .begin(3, "lib-0", 10)
+        .fault("kill", "lib-0", 3, 20)
+        .tick(3, "lib-0", 200)
+        .check();
+    assert!(f.orphan_writes.is_empty(), "{f:#?}");
+}
+
+#[test]
+fn a_break_sent_before_the_broken_holders_first_write_still_matches_it() {
+    // The break names the lease it ended by token: its time may precede
+    // that holder's first write (granted, not yet written).
+    let f = History::default()
+        .fault("break", "b", 5, 10)
+        .begin(5, "a", 12)
+        .begin(6, "b", 15)
+        .tick(5, "a", 18)
+        .end(6, "b", 25)
+        .check();
+    clean(&f);
+    assert_eq!(f.overlaps_after_break, 1);
+}
+
+// ---- the witness itself ----
+
+#[test]
+fn a_witness_that_accepts_an_older_token_is_flagged() {
+    let mut h = History::default();
+    h.begin(5, "a", 10).end(5, "a", 20);
+    h.raw(Kind::Begin, "k", 4, "b", 30, true);
+    let f = h.check();
+    assert_eq!(f.fencing_errors.len(), 1, "{f:#?}");
+}
+
+// ---- measures ----
+
+#[test]
+fn recovery_is_counted_once_across_store_epochs() {
+    let f = History::default()
+        .begin(7, "a", 10)
+        .w(Kind::Lost, 7, "a", 15)
+        .store_lost(20)
+        .begin(1, "b", 50)
+        .end(1, "b", 60)
+        .check();
+    assert_eq!(f.recovery["loss"], vec![Duration::from_nanos(30)]);
+    assert!(f.unrecovered.is_empty(), "{f:#?}");
+    clean(&f);
+}
+
+#[test]
+fn a_token_granted_again_after_a_restart_is_a_new_section() {
+    let f = History::default()
+        .begin(120, "a", 10)
+        .store_lost(20)
+        // Paused across the loss: its loss is written in epoch 1.
+        .w(Kind::Lost, 120, "a", 40)
+        .w(Kind::Late, 120, "a", 41)
+        .begin(1, "b", 50)
+        .end(1, "b", 60)
+        // The fresh store reaches token 120 again, for the same holder.
+        .begin(120, "a", 70)
+        .end(120, "a", 80)
+        .check();
+    clean(&f);
+    assert_eq!(f.acquisitions, 3);
+}
