@@ -181,8 +181,21 @@ fn secrets_of(url: &str) -> Vec<String> {
         let query = &url[i + 1..];
         parts.push(query.to_string());
         for pair in query.split(['&', ';', '#']) {
-            let value = pair.split_once('=').map_or(pair, |(_, v)| v);
-            parts.push(value.to_string());
+            match pair.split_once('=') {
+                // Known settings that carry no secret stay readable in
+                // messages ("region us-east-1"); an endpoint's own user
+                // info and query do not.
+                Some(("region" | "profile" | "max_clock_skew" | "create_table", _)) => {}
+                Some(("endpoint", v)) => {
+                    let endpoint = percent_decode(v).unwrap_or_else(|| v.to_string());
+                    if endpoint.contains(['@', '?', '#']) {
+                        parts.push(v.to_string());
+                        parts.extend(secrets_of(&endpoint));
+                    }
+                }
+                Some((_, v)) => parts.push(v.to_string()),
+                None => parts.push(pair.to_string()),
+            }
         }
     }
     if let Some((_, rest)) = url.split_once("://") {
@@ -256,6 +269,20 @@ mod tests {
             assert!(!s.contains(secret), "{secret} in {s}");
         }
         assert!(s.contains("azblob://***@c?***"), "{s}");
+    }
+
+    #[test]
+    fn settings_that_are_no_secret_stay_readable() {
+        let url =
+            "dynamodb://t?region=us-east-1&endpoint=http%3A%2F%2F127.0.0.1%3A8000&token=S3CRET";
+        let s = scrub(
+            "region us-east-1, endpoint http://127.0.0.1:8000, S3CRET",
+            Some(url),
+        );
+        assert_eq!(s, "region us-east-1, endpoint http://127.0.0.1:8000, ***");
+        let url = "dynamodb://t?endpoint=http%3A%2F%2Fme%3APW123%40h%3A1";
+        let s = scrub("endpoint http://me:PW123@h:1 refused", Some(url));
+        assert!(!s.contains("PW123"), "{s}");
     }
 
     #[test]
