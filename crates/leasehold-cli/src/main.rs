@@ -74,10 +74,31 @@ fn main() -> ExitCode {
     code
 }
 
-async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+async fn dispatch(mut cli: Cli) -> anyhow::Result<ExitCode> {
     // Usage errors first, before any store is opened or contacted.
     let access = cli::validate(&cli.command).await?;
-    let store = stores::open_with(cli.store.as_deref(), access).await?;
+    let store = match &mut cli.command {
+        // `run --wait D`: opening the store (which may contact it, as
+        // DynamoDB's table check does) is part of the wait, so an
+        // unreachable store cannot stretch it.
+        Command::Run(cli::RunArgs {
+            wait: Some(leasehold::Wait::Timeout(wait)),
+            ..
+        }) => {
+            let started = tokio::time::Instant::now();
+            let opening = stores::open_with(cli.store.as_deref(), access);
+            let Ok(store) = tokio::time::timeout(*wait, opening).await else {
+                anyhow::bail!(
+                    "cannot open store {}: no answer within the wait ({})",
+                    stores::redact(cli.store.as_deref().unwrap_or("sqlite:")),
+                    inspect::exact(*wait)
+                );
+            };
+            *wait = wait.saturating_sub(started.elapsed());
+            store?
+        }
+        _ => stores::open_with(cli.store.as_deref(), access).await?,
+    };
     match cli.command {
         Command::Run(args) => run::run(&store, args).await,
         Command::Elect(args) => elect::elect(&store, args).await,

@@ -605,3 +605,31 @@ async fn json_output_has_the_documented_shapes() {
     permit.release().await.unwrap();
     leading.resign().await.unwrap();
 }
+
+/// DynamoDB checks its table when the store is opened: behind a black hole
+/// that check must not stretch `run --wait` either.
+#[test]
+fn waiting_on_an_unreachable_dynamodb_exits_1_on_time() {
+    let env = Env::new();
+    let (_hole, port) = black_hole();
+    let started = std::time::Instant::now();
+    let mut child = env
+        .leasehold()
+        .env(
+            "LEASEHOLD_STORE",
+            format!("dynamodb://locks?region=us-east-1&endpoint=http%3A%2F%2F127.0.0.1%3A{port}"),
+        )
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .args(["run", "--wait", "2s", "k", "--", "echo", "ran"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let code = wait_with_timeout(&mut child, 60 * SECS);
+    let took = started.elapsed();
+    let stderr = read_all(child.stderr.as_mut().unwrap());
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("no answer within the wait"), "{stderr}");
+    assert!(took < 2 * SECS + 3 * SECS, "took {took:?}");
+}
