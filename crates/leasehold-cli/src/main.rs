@@ -150,8 +150,10 @@ fn init_tracing(verbose: u8) {
     };
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        // A failed write to stderr is dropped, never a panic.
         .with_writer(std::io::stderr)
+        // A failed write to stderr (its reader gone) is dropped: the
+        // default reports it with eprintln!, which panics.
+        .log_internal_errors(false)
         .with_ansi(output::colour_stderr())
         .with_target(false)
         .init();

@@ -633,3 +633,29 @@ fn waiting_on_an_unreachable_dynamodb_exits_1_on_time() {
     assert!(stderr.contains("no answer within the wait"), "{stderr}");
     assert!(took < 2 * SECS + 3 * SECS, "took {took:?}");
 }
+
+/// `leasehold -v run ... 2>&1 | head -1`: stderr's reader is gone before
+/// leasehold says anything; its messages are dropped, the command still
+/// runs and its exit code is still leasehold's.
+#[test]
+fn a_closed_stderr_is_no_panic() {
+    let env = Env::new();
+    for args in [
+        &["-v", "run", "k", "--", "sh", "-c", "exit 3"][..],
+        &["run", "--json", "k", "--", "sh", "-c", "exit 3"],
+    ] {
+        let mut child = env
+            .leasehold()
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stderr.take());
+        assert_eq!(
+            wait_with_timeout(&mut child, 30 * SECS),
+            Some(3),
+            "{args:?}"
+        );
+    }
+}
