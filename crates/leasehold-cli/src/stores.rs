@@ -54,6 +54,14 @@ pub async fn open_with(url: Option<&str>, access: Access) -> anyhow::Result<Stor
 }
 
 async fn open_url(url: &str, access: Access) -> leasehold::Result<Store> {
+    if url.trim().is_empty() {
+        // Most likely `--store "$UNSET"`: falling back to the local default
+        // would give a lock that other machines do not see.
+        return Err(Error::invalid(
+            "store URL",
+            "it is empty (--store or LEASEHOLD_STORE set to nothing); unset it for the default SQLite file, or give sqlite:PATH, azblob://CONTAINER[/PREFIX] or dynamodb://TABLE",
+        ));
+    }
     if let Some(path) = leasehold::sqlite_url_path(url) {
         let path = path?;
         let rest = &url["sqlite:".len()..];

@@ -144,6 +144,11 @@ fn the_default_store_is_not_created_by_looking_and_its_directory_is_private() {
 #[test]
 fn stores_private_to_one_process_are_refused() {
     let env = Env::new();
+    // An empty URL (`--store "$UNSET"`) is no quiet fallback to this
+    // machine's default file either.
+    let empty = env.output(&["--store", "", "run", "k", "--", "echo", "ran"]);
+    assert_eq!(empty.code, Some(2), "{empty:?}");
+    assert!(empty.stderr.contains("it is empty"), "{}", empty.stderr);
     for url in [
         "memory:",
         "sqlite::memory:",
