@@ -11,15 +11,16 @@
 //! async runtime or the store, it only waits on a pipe and a clock.
 //!
 //! # Protocol
-//! `leasehold` starts `/proc/self/exe __watchdog GRACE_NS DEADLINE_NS -- CMD…`
-//! with two pipes: fd 3, which `leasehold` writes and the watchdog reads, and
-//! fd 4, the other way.
-//! * fd 3 carries lines `deadline NS` (the guard's new safety deadline after
+//! `leasehold` starts `/proc/self/exe __watchdog CONTROL_FD REPORT_FD GRACE_NS
+//! DEADLINE_NS -- CMD…` with two pipes: the control pipe, which `leasehold`
+//! writes and the watchdog reads, and the report pipe, the other way. Every
+//! other fd `leasehold` inherited reaches the command as before.
+//! * the control pipe carries lines `deadline NS` (the guard's new safety deadline after
 //!   each renewal, on `CLOCK_BOOTTIME`, which all processes on the machine
 //!   share), `signal N` (forward signal N to the command's tree) and `stop`
 //!   (the lease was lost: stop the command now). End of file means
 //!   `leasehold` is gone.
-//! * fd 4 carries `started PID CGROUP|-`, `spawn-failed CODE MESSAGE`,
+//! * the report pipe carries `started PID CGROUP|-`, `spawn-failed CODE MESSAGE`,
 //!   `stopping REASON`, `exited CODE` and finally `done` or
 //!   `left PID PID…` (processes that survived SIGKILL).
 //!
@@ -35,7 +36,7 @@
 //! TTL − safety margin, where the margin is TTL/10 + grace), the watchdog
 //! sends SIGTERM to the tree at `D` and SIGKILL at `D + grace`, unless a later
 //! deadline arrived first; on `stop` it does the same at once (SIGKILL after
-//! the grace); on end of file on fd 3 (`leasehold` died) it sends SIGKILL at
+//! the grace); on end of file on the control pipe (`leasehold` died) it sends SIGKILL at
 //! once. `D + grace` is TTL/10 before the earliest moment the store could
 //! grant the lease to anyone else, and the watchdog's timer does not depend
 //! on `leasehold` being scheduled. When the command exits by itself, the rest
@@ -69,10 +70,6 @@ use crate::proctree::{self, Cgroup};
 
 /// The argument that selects the watchdog instead of the normal CLI.
 pub const ARG: &str = "__watchdog";
-/// The fd the watchdog reads orders from.
-pub const CONTROL_FD: libc::c_int = 3;
-/// The fd the watchdog writes its reports to.
-pub const REPORT_FD: libc::c_int = 4;
 
 /// How long to wait for SIGKILLed processes to disappear before saying
 /// which are left.
@@ -87,25 +84,31 @@ pub fn now() -> Duration {
     leasehold::SystemClock.now()
 }
 
-/// Entry point of `leasehold __watchdog GRACE_NS DEADLINE_NS -- CMD...`.
+/// Entry point of `leasehold __watchdog CONTROL_FD REPORT_FD GRACE_NS
+/// DEADLINE_NS -- CMD...`.
 pub fn main(args: Vec<OsString>) -> ExitCode {
     let parsed = (|| {
         let mut it = args.into_iter();
-        let grace: u64 = it.next()?.to_str()?.parse().ok()?;
-        let deadline: u64 = it.next()?.to_str()?.parse().ok()?;
+        let mut number = || it.next()?.to_str()?.parse::<u64>().ok();
+        let fds = [number()?, number()?];
+        let (grace, deadline) = (number()?, number()?);
         (it.next()? == "--").then_some(())?;
         let command: Vec<OsString> = it.collect();
-        (!command.is_empty()).then_some((grace, deadline, command))
+        let fds = fds.map(|fd| libc::c_int::try_from(fd).ok().filter(|&fd| is_pipe(fd)));
+        Some((fds[0]?, fds[1]?, grace, deadline))
+            .filter(|_| !command.is_empty())
+            .map(|p| (p, command))
     })();
-    let Some((grace, deadline, command)) = parsed else {
+    let Some(((control_fd, report_fd, grace, deadline), command)) = parsed else {
         say!("{ARG} is internal to `leasehold run`");
         return ExitCode::from(crate::EXIT_USAGE);
     };
-    // SAFETY: fds 3 and 4 were set up by `leasehold` for us; nothing else in
-    // this process owns them.
+    // SAFETY: `leasehold` passed us these two pipe ends (checked to be
+    // pipes); nothing else in this process owns them. Close-on-exec keeps
+    // them from the command.
     let (control, report) =
-        unsafe { (File::from_raw_fd(CONTROL_FD), File::from_raw_fd(REPORT_FD)) };
-    for fd in [CONTROL_FD, REPORT_FD] {
+        unsafe { (File::from_raw_fd(control_fd), File::from_raw_fd(report_fd)) };
+    for fd in [control_fd, report_fd] {
         set_cloexec(fd);
     }
     let mut dog = Watchdog {
@@ -507,13 +510,29 @@ fn set_cloexec(fd: libc::c_int) {
 }
 
 /// The command line that starts the watchdog, for `leasehold`.
-pub fn command_line(grace: Duration, deadline: Duration, command: &[OsString]) -> Vec<OsString> {
+pub fn command_line(
+    fds: [libc::c_int; 2],
+    grace: Duration,
+    deadline: Duration,
+    command: &[OsString],
+) -> Vec<OsString> {
     let mut args: Vec<OsString> = vec![
         ARG.into(),
+        fds[0].to_string().into(),
+        fds[1].to_string().into(),
         grace.as_nanos().to_string().into(),
         deadline.as_nanos().to_string().into(),
         "--".into(),
     ];
     args.extend(command.iter().cloned());
     args
+}
+
+/// Whether `fd` is an open pipe.
+fn is_pipe(fd: libc::c_int) -> bool {
+    // SAFETY: fstat writes into a zeroed stat we own.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::fstat(fd, &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFIFO
+    }
 }

@@ -196,3 +196,81 @@ fn a_command_that_exits_leaves_nothing_running() {
         "a process the command left behind outlived the lease"
     );
 }
+
+#[test]
+fn the_command_inherits_the_callers_open_files() {
+    let env = Env::new();
+    // fds 3 and 4 (a script's `3>log`, a socket from a service manager)
+    // reach the command through leasehold and its watchdog.
+    let out = env
+        .leasehold()
+        .args([
+            "run",
+            "tree/fds",
+            "--",
+            "sh",
+            "-c",
+            "echo three >&3; echo four >&4",
+        ])
+        .env("F", env.path("f"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn_with_fds(&env.path("three"), &env.path("four"));
+    assert_eq!(out.0, Some(0), "{}", out.1);
+    assert_eq!(
+        std::fs::read_to_string(env.path("three")).unwrap(),
+        "three\n"
+    );
+    assert_eq!(std::fs::read_to_string(env.path("four")).unwrap(), "four\n");
+}
+
+trait SpawnWithFds {
+    fn spawn_with_fds(
+        &mut self,
+        three: &std::path::Path,
+        four: &std::path::Path,
+    ) -> (Option<i32>, String);
+}
+
+impl SpawnWithFds for std::process::Command {
+    /// Runs the command with `three` and `four` open for writing as its fds
+    /// 3 and 4; its exit code and stderr.
+    fn spawn_with_fds(
+        &mut self,
+        three: &std::path::Path,
+        four: &std::path::Path,
+    ) -> (Option<i32>, String) {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::process::CommandExt;
+        let files = [
+            std::fs::File::create(three).unwrap(),
+            std::fs::File::create(four).unwrap(),
+        ];
+        let fds = [files[0].as_raw_fd(), files[1].as_raw_fd()];
+        assert!(fds[0] != 4 && fds[1] != 3, "{fds:?}");
+        // SAFETY: dup2 in the forked child before exec is async-signal-safe;
+        // the sources are open files of this process; if they are 3 and 4 in the
+        // other order the second dup2 would clobber the first, so check.
+        unsafe {
+            self.pre_exec(move || {
+                for (from, to) in [(fds[0], 3), (fds[1], 4)] {
+                    // dup2 onto itself keeps close-on-exec: clear it then.
+                    let rc = if from == to {
+                        libc::fcntl(to, libc::F_SETFD, 0)
+                    } else {
+                        libc::dup2(from, to)
+                    };
+                    if rc < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+        let out = self.output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
