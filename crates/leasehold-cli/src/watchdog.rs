@@ -317,10 +317,17 @@ impl Watchdog {
                 revents: 0,
             });
         }
-        // Round up so a wake-up is never early.
-        let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
-        // SAFETY: `fds` is a valid array of pollfd of the given length.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: `fds` is a valid array of pollfd of the given length; the
+        // empty mask lets SIGCHLD in only while waiting here.
+        let n = unsafe {
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            libc::ppoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, &ts, &none)
+        };
         if n > 0 && !self.parent_gone && fds[0].revents != 0 {
             self.read_orders();
         }
@@ -363,6 +370,8 @@ impl Watchdog {
         self.stopping = Some(why);
         self.say(&format!("stopping {}", why.word()));
         self.signal_tree(libc::SIGTERM);
+        // A stopped process acts on SIGTERM only once continued.
+        self.signal_tree(libc::SIGCONT);
         self.kill_at = Some(now() + self.grace);
     }
 
@@ -403,9 +412,13 @@ impl Watchdog {
         loop {
             let mut status = 0;
             // SAFETY: `status` is a valid out-pointer.
-            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG | libc::WUNTRACED) };
             if pid <= 0 {
                 return;
+            }
+            if pid == self.pid && libc::WIFSTOPPED(status) {
+                self.suspend(libc::WSTOPSIG(status));
+                continue;
             }
             if pid == self.pid {
                 let code = if libc::WIFEXITED(status) {
@@ -425,6 +438,38 @@ impl Watchdog {
             // SAFETY: plain calls on our own terminal; SIGTTOU is blocked
             // around tcsetpgrp, as a background process must.
             unsafe { with_sigttou_blocked(|| libc::tcsetpgrp(0, pgrp)) };
+        }
+    }
+
+    /// Job control: the command, which has the terminal, was stopped from
+    /// it (Ctrl-Z, or a read/write from the background). The shell that
+    /// started leasehold waits on leasehold's process group, not the
+    /// command's, so the stop is passed on: the terminal goes back to
+    /// leasehold's group, which stops too. When the shell continues it
+    /// (`fg`, `bg`), the command is continued, with the terminal if
+    /// leasehold's group has it again. While everything is stopped the lease
+    /// is not renewed; if its deadline passed meanwhile the loop stops the
+    /// command's tree before anything else.
+    fn suspend(&mut self, sig: libc::c_int) {
+        let Some(ours) = self.terminal else {
+            return;
+        };
+        if ![libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU].contains(&sig) {
+            return;
+        }
+        // SAFETY: plain calls on our terminal and process groups; SIGTTOU is
+        // blocked around tcsetpgrp.
+        unsafe {
+            with_sigttou_blocked(|| libc::tcsetpgrp(0, ours));
+            libc::kill(-ours, libc::SIGTSTP);
+            // Continued.
+            if now() >= self.deadline {
+                return;
+            }
+            if libc::tcgetpgrp(0) == ours {
+                with_sigttou_blocked(|| libc::tcsetpgrp(0, self.pid));
+            }
+            proctree::signal_group(self.pid, libc::SIGCONT);
         }
     }
 
@@ -489,8 +534,25 @@ extern "C" fn ignore(_: libc::c_int) {}
 /// decides what reaches the command (a terminal's Ctrl-C reaches both). A
 /// handler rather than SIG_IGN, because handlers are reset by exec and the
 /// command must get default dispositions.
+///
+/// SIGCHLD gets the same handler and is blocked except while the watchdog
+/// waits in `ppoll`, so a child that stops (Ctrl-Z) or exits always wakes
+/// it, whenever the signal comes.
 fn catch_stop_signals() {
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+    // SAFETY: a valid, fully initialised signal set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+    for sig in [
+        libc::SIGINT,
+        libc::SIGTERM,
+        libc::SIGHUP,
+        libc::SIGQUIT,
+        libc::SIGCHLD,
+    ] {
         // SAFETY: installs a handler that does nothing; sa is fully set.
         unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();
