@@ -618,6 +618,25 @@ async fn lose_store(url: &str) -> anyhow::Result<()> {
             .send()
             .await
             .context("delete table")?;
+        // DeleteTable may return while the table is still being deleted:
+        // the loss is done when the table is gone.
+        for _ in 0..200 {
+            match b
+                .client()
+                .describe_table()
+                .table_name(b.table())
+                .send()
+                .await
+            {
+                Err(e)
+                    if e.as_service_error()
+                        .is_some_and(|e| e.is_resource_not_found_exception()) =>
+                {
+                    break
+                }
+                _ => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
         // Opening it again creates the table (create_table is on by default).
         leasehold_dynamodb::DynamoDbBackend::from_url(url).await?;
         Ok(())

@@ -217,7 +217,7 @@ pub fn render(meta: &RunMeta, f: &Findings) -> String {
         row(
             &format!("recovery after {kind}: p50, p99"),
             format!(
-                "{}, {} ({} faults{})",
+                "{}, {} ({} faulted holders{})",
                 ms(quantile(times, 0.5)),
                 ms(quantile(times, 0.99)),
                 times.len(),
