@@ -14,7 +14,7 @@ use serde::Serialize;
 use crate::output::{clean, print};
 
 /// `status --json`: the key's record, and the slots when KEY is a
-/// semaphore's key (empty otherwise).
+/// semaphore's key, that is, has no record of its own (empty otherwise).
 #[derive(Serialize)]
 struct Status<'a> {
     #[serde(flatten)]
@@ -24,10 +24,12 @@ struct Status<'a> {
 
 pub async fn status(store: &Store, key: &str, json: bool) -> anyhow::Result<ExitCode> {
     let info = store.inspect(key).await?;
-    // A semaphore's key has no record of its own: its permits are slot keys.
+    // A semaphore's key has no record of its own: its permits are slot
+    // keys. Only a key without a record is looked up as one (listing may
+    // cost a scan, on DynamoDB).
     let slots = match store.semaphore(key, 1) {
-        Ok(sem) => sem.inspect().await?,
-        Err(_) => Vec::new(),
+        Ok(sem) if info.fencing_token == 0 => sem.inspect().await?,
+        _ => Vec::new(),
     };
     if json {
         let status = Status {

@@ -364,7 +364,7 @@ fn a_repeated_dynamodb_parameter_is_an_error() {
     let env = Env::new();
     let out = env.output(&[
         "--store",
-        "dynamodb://t?region=eu-west-1&region=us-east-1",
+        "dynamodb://locks?region=eu-west-1&region=us-east-1",
         "status",
         "k",
     ]);
@@ -522,4 +522,86 @@ fn waiting_on_an_unreachable_store_exits_1_with_the_error_on_time() {
         // bound: process start and shutdown on a loaded machine).
         assert!(took < 2 * SECS + 3 * SECS, "{what}: took {took:?}");
     }
+}
+
+fn keys_of(v: &serde_json::Value) -> Vec<&str> {
+    let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    keys.sort();
+    keys
+}
+
+/// The JSON shapes the README documents, field for field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_output_has_the_documented_shapes() {
+    let env = Env::new();
+    let store = env.store();
+    let guard = store
+        .lock_with("k", LockOptions::new().owner_label("x").data("d"))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    let permit = store
+        .semaphore("s", 2)
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    let leading = store.election("e").unwrap().campaign().await.unwrap();
+    let holder_fields = [
+        "acquired_at_unix_ms",
+        "data",
+        "expires_in_ms",
+        "fencing_token",
+        "owner",
+        "ttl_ms",
+    ];
+
+    let status: serde_json::Value =
+        serde_json::from_str(&env.output(&["status", "k", "--json"]).stdout).unwrap();
+    assert_eq!(
+        keys_of(&status),
+        ["fencing_token", "holder", "key", "slots"]
+    );
+    assert_eq!(keys_of(&status["holder"]), holder_fields);
+    assert_eq!(
+        keys_of(&status["holder"]["owner"]),
+        ["host", "label", "pid"]
+    );
+    let sem: serde_json::Value =
+        serde_json::from_str(&env.output(&["status", "s", "--json"]).stdout).unwrap();
+    assert_eq!(
+        keys_of(&sem["slots"][0]),
+        ["fencing_token", "holder", "key", "slot"]
+    );
+
+    let list: serde_json::Value =
+        serde_json::from_str(&env.output(&["list", "--json"]).stdout).unwrap();
+    for item in list.as_array().unwrap() {
+        assert_eq!(keys_of(item), ["fencing_token", "holder", "key"]);
+    }
+
+    let leader: serde_json::Value =
+        serde_json::from_str(&env.output(&["leader", "e", "--json"]).stdout).unwrap();
+    assert_eq!(keys_of(&leader), holder_fields);
+    assert_eq!(leader["fencing_token"], leading.term());
+    let nobody = env.output(&["leader", "nobody", "--json"]);
+    assert_eq!(nobody.stdout.trim(), "null");
+
+    let run = env.output(&["run", "--json", "r", "--", "true"]);
+    assert_eq!(
+        keys_of(&result_line(&run.stderr)),
+        [
+            "command_exit_code",
+            "error",
+            "exit_code",
+            "fencing_token",
+            "key",
+            "result",
+            "slot"
+        ]
+    );
+    guard.release().await.unwrap();
+    permit.release().await.unwrap();
+    leading.resign().await.unwrap();
 }
