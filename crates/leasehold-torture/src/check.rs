@@ -21,7 +21,8 @@
 //!   witness rejects older tokens within a store epoch, so this fires on a
 //!   token granted twice, or on holders of different store epochs.
 //! * **token order**: within a store epoch, sections of a key in the order
-//!   they began do not have strictly increasing tokens.
+//!   they began do not have strictly increasing tokens (not checked in the
+//!   transition epoch while a store loss is under way, see [`LOSS_BEGINS`]).
 //! * **work after lost**: an ordinary write after the holder's own guard
 //!   said the lease was lost (a holder that checks its guard must not).
 //! * **fencing error**: the witness accepted or rejected a write against its
@@ -36,10 +37,19 @@
 //! holder's first, and the time from each fault to the next holder's first
 //! write.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use crate::witness::{Kind, Record};
+
+/// The detail of the epoch record the coordinator writes just before it
+/// makes the store lose its state: grants in that (transition) epoch may come
+/// from the old store or the fresh one, so their tokens are not ordered.
+pub const LOSS_BEGINS: &str = "store loss begins";
+/// The detail of the epoch record written once the store's data is deleted.
+pub const STORE_LOST: &str = "store lost";
+/// The detail of the epoch record written once the store restarted empty.
+pub const STORE_RESTARTED: &str = "store restarted";
 
 /// Time bounds the checker allows holders.
 #[derive(Debug, Clone, Copy)]
@@ -115,6 +125,9 @@ pub struct Findings {
     /// lost its state in between (tokens start again; expected until store
     /// epochs land, reported, not a violation: the witness fences per epoch).
     pub token_resets: usize,
+    /// Sections granted while a store loss was under way (a transition
+    /// epoch): their tokens are not ordered, their overlaps are checked.
+    pub granted_during_loss: usize,
     /// Of the overlaps and fenced overlaps, those between sections of
     /// different store epochs (caused by a store losing its state).
     pub across_store_loss: usize,
@@ -161,8 +174,27 @@ pub fn check(records: &[Record], limits: Limits) -> Findings {
     // The witness's own rule, recomputed: greatest accepted token per
     // (key, epoch), in log order (the witness appends under the key's lock).
     let mut fence: HashMap<(String, u64), u64> = HashMap::new();
+    let mut transitions: HashSet<u64> = HashSet::new();
     for r in records {
         match r.kind {
+            // A store loss is one fault for the whole store, counted by its
+            // epoch record; its fault records (one per holder) only anchor
+            // recovery.
+            Kind::Fault if r.detail == "loss" || r.detail == "restart" => {
+                faults.push(r);
+                continue;
+            }
+            Kind::Epoch => {
+                match r.detail.as_str() {
+                    LOSS_BEGINS => {
+                        transitions.insert(r.epoch);
+                    }
+                    STORE_LOST => *f.faults.entry("loss".into()).or_default() += 1,
+                    STORE_RESTARTED => *f.faults.entry("restart".into()).or_default() += 1,
+                    _ => {}
+                }
+                continue;
+            }
             Kind::Fault => {
                 *f.faults.entry(r.detail.clone()).or_default() += 1;
                 if r.worker.starts_with("cli-") {
@@ -171,7 +203,6 @@ pub fn check(records: &[Record], limits: Limits) -> Findings {
                 faults.push(r);
                 continue;
             }
-            Kind::Epoch => continue,
             _ => {}
         }
         if r.kind != Kind::Lost {
@@ -270,7 +301,11 @@ pub fn check(records: &[Record], limits: Limits) -> Findings {
         let mut secs: Vec<Section> = all.into_iter().filter(|s| s.begin.is_some()).collect();
         f.acquisitions += secs.len();
         secs.sort_by_key(|s| s.begin);
-        token_order(&mut f, &key, &secs);
+        f.granted_during_loss += secs
+            .iter()
+            .filter(|s| transitions.contains(&s.epoch))
+            .count();
+        token_order(&mut f, &key, &secs, &transitions);
         for (j, b) in secs.iter().enumerate() {
             let start = b.begin.unwrap_or(0);
             // Every earlier section still holding when `b` began.
@@ -336,11 +371,14 @@ pub fn check(records: &[Record], limits: Limits) -> Findings {
 
 /// Tokens must grow in the order sections began, within a store epoch;
 /// across a store loss they start again (counted, not a violation).
-fn token_order(f: &mut Findings, key: &str, secs: &[Section]) {
+fn token_order(f: &mut Findings, key: &str, secs: &[Section], transitions: &HashSet<u64>) {
     let mut last_in_epoch: HashMap<u64, &Section> = HashMap::new();
     let mut previous: Option<&Section> = None;
     for b in secs {
-        if let Some(a) = last_in_epoch.get(&b.epoch) {
+        if let Some(a) = last_in_epoch
+            .get(&b.epoch)
+            .filter(|_| !transitions.contains(&b.epoch))
+        {
             if b.token <= a.token {
                 f.token_order.push(format!(
                     "{key} epoch {}: token {} ({}) began after token {} ({})",

@@ -462,13 +462,11 @@ async fn inject_faults(
             }
             // Tokens start again with the store's state: a new epoch for the
             // witness (a real resource would pair tokens with a store
-            // generation the same way). Begun before the store is lost, so
-            // that no grant of the fresh store is recorded in the old epoch.
-            let _ = witness.bump_epoch(if kind == "loss" {
-                "store lost"
-            } else {
-                "store restarted"
-            });
+            // generation the same way). Two of them: a transition epoch
+            // begun before the store is lost (grants in it may come from
+            // the old store or the fresh one; the checker does not order
+            // their tokens), and the fresh store's, once the loss is done.
+            let _ = witness.bump_epoch(check::LOSS_BEGINS);
             let lost = match kind {
                 "loss" => lose_store(&args.store).await,
                 _ => {
@@ -487,6 +485,11 @@ async fn inject_faults(
             if let Err(e) = lost {
                 eprintln!("leasehold-torture: {kind}: {e:#}");
             }
+            let _ = witness.bump_epoch(if kind == "loss" {
+                check::STORE_LOST
+            } else {
+                check::STORE_RESTARTED
+            });
             continue;
         }
         if kind == "kill" {
@@ -615,6 +618,25 @@ async fn lose_store(url: &str) -> anyhow::Result<()> {
             .send()
             .await
             .context("delete table")?;
+        // DeleteTable may return while the table is still being deleted:
+        // the loss is done when the table is gone.
+        for _ in 0..200 {
+            match b
+                .client()
+                .describe_table()
+                .table_name(b.table())
+                .send()
+                .await
+            {
+                Err(e)
+                    if e.as_service_error()
+                        .is_some_and(|e| e.is_resource_not_found_exception()) =>
+                {
+                    break
+                }
+                _ => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
         // Opening it again creates the table (create_table is on by default).
         leasehold_dynamodb::DynamoDbBackend::from_url(url).await?;
         Ok(())

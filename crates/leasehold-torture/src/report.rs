@@ -191,6 +191,12 @@ pub fn render(meta: &RunMeta, f: &Findings) -> String {
         "writes after loss (buggy users): total, rejected, accepted before anyone newer wrote",
         format!("{}, {}, {}", f.late.total, f.late.rejected, f.late.accepted),
     );
+    if f.granted_during_loss > 0 {
+        row(
+            "grants while a store loss was under way (tokens not ordered; overlaps checked)",
+            f.granted_during_loss.to_string(),
+        );
+    }
     if f.token_resets > 0 {
         row(
             "tokens that started again after a store loss",
@@ -211,7 +217,7 @@ pub fn render(meta: &RunMeta, f: &Findings) -> String {
         row(
             &format!("recovery after {kind}: p50, p99"),
             format!(
-                "{}, {} ({} faults{})",
+                "{}, {} ({} faulted holders{})",
                 ms(quantile(times, 0.5)),
                 ms(quantile(times, 0.99)),
                 times.len(),

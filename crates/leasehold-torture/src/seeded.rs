@@ -72,11 +72,24 @@ impl History {
         self
     }
 
-    /// The store lost its state (the coordinator starts a new epoch).
+    /// The store lost its state, as the coordinator records it: a
+    /// transition epoch while the loss is under way, then the fresh store's.
     fn store_lost(&mut self, t: u64) -> &mut Self {
+        self.loss_begins(t).loss_done(t)
+    }
+
+    fn loss_begins(&mut self, t: u64) -> &mut Self {
         self.fault("loss", "-", 0, t);
         self.epoch += 1;
         self.raw(Kind::Epoch, "-", 0, "coordinator", t, true);
+        self.records.last_mut().unwrap().detail = crate::check::LOSS_BEGINS.into();
+        self
+    }
+
+    fn loss_done(&mut self, t: u64) -> &mut Self {
+        self.epoch += 1;
+        self.raw(Kind::Epoch, "-", 0, "coordinator", t, true);
+        self.records.last_mut().unwrap().detail = crate::check::STORE_LOST.into();
         self
     }
 
@@ -223,6 +236,47 @@ fn a_break_of_the_same_token_in_another_store_epoch_excuses_nothing() {
         .end(3, "c", 50)
         .check();
     only(&f, "overlap");
+}
+
+#[test]
+fn tokens_granted_while_the_store_is_being_lost_are_not_ordered_but_overlaps_are_checked() {
+    // Token 9 from the old store, granted after the loss began; token 1 from
+    // the fresh store while the loss is still under way (same transition
+    // epoch): not a token-order violation. Then a fresh-store holder
+    // overlapping a holder of the old store is.
+    let f = History::default()
+        .loss_begins(5)
+        .begin(9, "a", 10)
+        .end(9, "a", 20)
+        .begin(1, "b", 30)
+        .end(1, "b", 40)
+        .loss_done(45)
+        .check();
+    clean(&f);
+    assert_eq!(f.granted_during_loss, 2);
+    assert_eq!(f.faults["loss"], 1, "one store loss, however many holders");
+    let f = History::default()
+        .loss_begins(5)
+        .begin(9, "a", 10)
+        .loss_done(15)
+        .begin(1, "b", 30)
+        .tick(9, "a", 40)
+        .end(1, "b", 50)
+        .check();
+    assert_eq!(f.overlaps.len(), 1, "{f:#?}");
+    assert!(f.token_order.is_empty(), "{f:#?}");
+}
+
+#[test]
+fn tokens_going_backwards_in_the_fresh_stores_epoch_are_flagged() {
+    let f = History::default()
+        .store_lost(5)
+        .begin(3, "a", 10)
+        .end(3, "a", 20)
+        .begin(1, "b", 30)
+        .end(1, "b", 40)
+        .check();
+    only(&f, "token order");
 }
 
 // ---- overlap with a section that is not the last writer ----
