@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::backend::{AcquireOutcome, AcquireRequest, Backend, Lease, LeaseId, Owner};
+use crate::backend::{AcquireOutcome, AcquireRequest, Backend, Lease, LeaseId, Owner, StoreEpoch};
 use crate::error::Error;
 use crate::key::Key;
 use crate::options::{LockOptions, Wait, MAX_DATA_LEN, MAX_LABEL_LEN};
@@ -117,16 +117,35 @@ fn other_process(store: &Store) -> Store {
     Store::with_clock(store.backend().clone(), store.clock().clone())
 }
 
+/// The store's current epoch, asked of `backend` directly (an acquire
+/// request naming no epoch grants nothing and answers the epoch).
+pub async fn current_epoch(backend: &dyn Backend) -> StoreEpoch {
+    let req = AcquireRequest {
+        key: Key::new("conformance/epoch-probe").unwrap(),
+        lease_id: LeaseId::random(),
+        ttl: backend.capabilities().min_ttl.max(Duration::from_secs(1)),
+        owner: Owner::current(),
+        data: None,
+        epoch: None,
+    };
+    match backend.try_acquire(&req).await.unwrap() {
+        AcquireOutcome::OtherEpoch(e) => e,
+        other => panic!("a request naming no epoch must not be answered {other:?}"),
+    }
+}
+
 /// A lease taken straight from `backend`, which nobody renews (for tests of
-/// expiry, stale holders and the backend contract). Panics if the key is
-/// held.
+/// expiry, stale holders and the backend contract), in the store's current
+/// epoch without any quarantine. Panics if the key is held.
 pub async fn raw_lease(backend: &dyn Backend, key: &str, ttl: Duration) -> Lease {
+    let epoch = current_epoch(backend).await.epoch;
     let req = AcquireRequest {
         key: Key::new(key).unwrap(),
         lease_id: LeaseId::random(),
         ttl,
         owner: Owner::current(),
         data: None,
+        epoch: Some(epoch),
     };
     match backend.try_acquire(&req).await.unwrap() {
         AcquireOutcome::Acquired(g) => Lease {
@@ -134,8 +153,9 @@ pub async fn raw_lease(backend: &dyn Backend, key: &str, ttl: Duration) -> Lease
             lease_id: req.lease_id,
             ttl,
             fencing_token: g.fencing_token,
+            epoch,
         },
-        AcquireOutcome::Held(h) => panic!("{key} unexpectedly held by {h:?}"),
+        other => panic!("{key} unexpectedly not granted: {other:?}"),
     }
 }
 
@@ -515,6 +535,7 @@ pub async fn release_by_non_holder_is_refused(store: Store) {
         lease_id: LeaseId::random(),
         ttl: test_ttl(&store),
         fencing_token: guard.fencing_token(),
+        epoch: current_epoch(store.backend().as_ref()).await.epoch,
     };
     let err = store.backend().release(&forged).await.unwrap_err();
     assert!(err.is_lease_lost(), "{err}");
@@ -532,12 +553,14 @@ pub async fn release_by_non_holder_is_refused(store: Store) {
 /// succeeds with the same token.
 pub async fn retry_with_same_lease_id_is_idempotent(store: Store) {
     let key = unique_key("retry");
+    let epoch = current_epoch(store.backend().as_ref()).await.epoch;
     let req = AcquireRequest {
         key: Key::new(&key).unwrap(),
         lease_id: LeaseId::random(),
         ttl: test_ttl(&store),
         owner: Owner::current(),
         data: Some("d".into()),
+        epoch: Some(epoch),
     };
     let first = match store.backend().try_acquire(&req).await.unwrap() {
         AcquireOutcome::Acquired(g) => g,
@@ -553,6 +576,7 @@ pub async fn retry_with_same_lease_id_is_idempotent(store: Store) {
         lease_id: req.lease_id.clone(),
         ttl: req.ttl,
         fencing_token: first.fencing_token,
+        epoch,
     };
     store.backend().release(&lease).await.unwrap();
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::backend::{Backend, HolderInfo, KeyInfo};
 use crate::clock::{SharedClock, SystemClock};
 use crate::election::Election;
+use crate::epoch::EpochGate;
 use crate::error::{Error, Result};
 use crate::key::{validate_prefix, Key};
 use crate::local::{LocalKey, LocalKeys};
@@ -39,6 +40,8 @@ struct StoreInner {
     /// In-process state of semaphores, apart from that of plain keys so that
     /// a lock and a semaphore on one key do not share a gate.
     groups: LocalKeys,
+    /// Which store epoch this store may grant in (the quarantine).
+    epochs: EpochGate,
 }
 
 /// URL schemes this crate opens by itself.
@@ -62,9 +65,10 @@ impl Store {
         Store {
             inner: Arc::new(StoreInner {
                 backend,
-                clock,
+                clock: clock.clone(),
                 local: LocalKeys::default(),
                 groups: LocalKeys::default(),
+                epochs: EpochGate::new(clock.clone()),
             }),
         }
     }
@@ -111,6 +115,10 @@ impl Store {
     /// The clock guards of this store use.
     pub fn clock(&self) -> &SharedClock {
         &self.inner.clock
+    }
+
+    pub(crate) fn epochs(&self) -> &EpochGate {
+        &self.inner.epochs
     }
 
     pub(crate) fn local_key(&self, key: &Key) -> Arc<LocalKey> {
