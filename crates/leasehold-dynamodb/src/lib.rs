@@ -18,11 +18,15 @@
 //! ```
 //!
 //! # Store URL
-//! `dynamodb://TABLE?region=REGION&endpoint=URL&profile=NAME&max_clock_skew=DURATION&create_table=true|false`,
+//! `dynamodb://TABLE?region=REGION&endpoint=URL&profile=NAME&max_clock_skew=DURATION&max_ttl=DURATION&create_table=true|false`,
 //! every parameter optional: `region` (else `AWS_REGION` or the profile's),
 //! `endpoint` for an emulator such as DynamoDB Local
 //! (`http://127.0.0.1:8000`), `profile` for an AWS profile,
 //! `max_clock_skew` (such as `2s`) to opt into [`TakeoverMode::TrustClocks`],
+//! `max_ttl` (such as `5m`) for the max TTL a table created now records
+//! (see [Store epoch and quarantine](#store-epoch-and-quarantine)),
+//! `max_ttl` (such as `5m`) for the max TTL a table created now records
+//! (see [Store epoch and quarantine](#store-epoch-and-quarantine)),
 //! `create_table=false` to refuse creating a missing table. Credentials come
 //! from aws-config's standard chain: environment, profile files, web
 //! identity, ECS and EC2 instance metadata. See [`DynamoDbBackend::builder`]

@@ -503,3 +503,34 @@ fn ser_duration<S: serde::Serializer>(
         None => s.serialize_none(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_of_a_later_epoch_are_above_every_earlier_one() {
+        let e1 = epoch_at(UNIX_EPOCH + Duration::from_secs(EPOCH_ORIGIN_UNIX_SECS + 1_000));
+        let e2 = epoch_at(UNIX_EPOCH + Duration::from_secs(EPOCH_ORIGIN_UNIX_SECS + 1_001));
+        assert_eq!((e1, e2), (1_000, 1_001));
+        assert_eq!(next_token(0, e1), (1_000 << 22) + 1);
+        // Counters continue within an epoch, and may carry past its block.
+        let mut t = next_token(0, e1);
+        for _ in 0..5 {
+            t = next_token(t, e1);
+        }
+        assert_eq!(t, (1_000 << 22) + 6);
+        assert_eq!(next_token((1_001 << 22) - 1, e1), 1_001 << 22);
+        // A later epoch starts above an earlier epoch's tokens (up to 2^22
+        // grants per second of the earlier epoch's life).
+        assert!(next_token(0, e2) > t);
+        // An older counter (a store from before epochs) jumps to the base.
+        assert_eq!(next_token(7, e2), (1_001 << 22) + 1);
+        // Clocks before the origin still give epoch 1; tokens stay below
+        // 2^53 until 2092.
+        assert_eq!(epoch_at(UNIX_EPOCH), 1);
+        let y2092 =
+            epoch_at(UNIX_EPOCH + Duration::from_secs(EPOCH_ORIGIN_UNIX_SECS + 68 * 365 * 86_400));
+        assert!(next_token(0, y2092) < 1 << 53);
+    }
+}

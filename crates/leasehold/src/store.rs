@@ -77,7 +77,9 @@ impl Store {
     ///
     /// * `sqlite:PATH` or `sqlite:///ABSOLUTE/PATH`: the SQLite file at PATH,
     ///   created if missing; `sqlite:` alone is the default file
-    ///   ([`default_sqlite_path`]).
+    ///   ([`default_sqlite_path`]). `?max_ttl=DURATION` (such as `5m`) sets
+    ///   the max TTL a store created now records (default 60 s; see
+    ///   [store epochs](crate::backend#store-epochs-tokens-that-survive-the-loss-of-the-stores-data)).
     /// * `memory:`: a new in-memory store, private to this `Store` and its
     ///   clones (for tests).
     ///
@@ -229,8 +231,41 @@ impl Store {
 
 #[cfg(feature = "sqlite")]
 fn open_sqlite(rest: &str) -> Result<Store> {
+    let (rest, max_ttl) = split_max_ttl(rest)?;
     let path = sqlite_path(rest)?;
-    Ok(Store::new(crate::sqlite::SqliteBackend::open(path)?))
+    let max_ttl = max_ttl.unwrap_or(crate::backend::DEFAULT_STORE_MAX_TTL);
+    Ok(Store::new(crate::sqlite::SqliteBackend::open_with_max_ttl(
+        path, max_ttl,
+    )?))
+}
+
+/// Splits `PATH?max_ttl=DURATION` (the only parameter of a `sqlite:` URL;
+/// durations like `90s`, `5m`, `500ms`, `1h`).
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+fn split_max_ttl(rest: &str) -> Result<(&str, Option<std::time::Duration>)> {
+    let Some((path, query)) = rest.rsplit_once('?') else {
+        return Ok((rest, None));
+    };
+    let bad = || {
+        Error::invalid(
+            "store URL",
+            format!("sqlite:{path}?{query}: the only parameter is max_ttl=DURATION (such as 90s, 5m or 1h)"),
+        )
+    };
+    let value = query.strip_prefix("max_ttl=").ok_or_else(bad)?;
+    let split = value
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(value.len());
+    let (num, unit) = value.split_at(split);
+    let num: u64 = num.parse().map_err(|_| bad())?;
+    let d = match unit {
+        "ms" => std::time::Duration::from_millis(num),
+        "s" => std::time::Duration::from_secs(num),
+        "m" => std::time::Duration::from_secs(num.saturating_mul(60)),
+        "h" => std::time::Duration::from_secs(num.saturating_mul(3600)),
+        _ => return Err(bad()),
+    };
+    Ok((path, Some(d)))
 }
 
 #[cfg(not(feature = "sqlite"))]
@@ -293,6 +328,17 @@ mod tests {
             PathBuf::from("/tmp/a.db")
         );
         assert!(sqlite_path("//host/a.db").is_err());
+    }
+
+    #[test]
+    fn sqlite_urls_may_set_the_max_ttl() {
+        assert_eq!(split_max_ttl("/tmp/a.db").unwrap(), ("/tmp/a.db", None));
+        assert_eq!(
+            split_max_ttl("/tmp/a.db?max_ttl=5m").unwrap(),
+            ("/tmp/a.db", Some(std::time::Duration::from_secs(300)))
+        );
+        assert!(split_max_ttl("/tmp/a.db?max_ttl=soon").is_err());
+        assert!(split_max_ttl("/tmp/a.db?other=1").is_err());
     }
 
     #[test]
