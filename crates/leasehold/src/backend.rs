@@ -60,8 +60,9 @@
 //! machine holds a lease in that directory (a shared `flock` every holder
 //! keeps on the directory, see [its docs](crate::sqlite)), and for an epoch
 //! whose creation time on the shared boot clock is more than a max TTL ago.
-//! The cloud stores report the epoch's age from the service's own clock
-//! (creation time against the `Date` of a response). "The store was created
+//! DynamoDB reports the table's age on the service's own clock (creation
+//! time against the `Date` of a response). (Azure has no epochs yet: it
+//! reports one fixed epoch with no quarantine; see its crate docs.) "The store was created
 //! by this very process" is *not* enough on its own: another process (the
 //! old holder) may still run on the lost data, which is exactly the failure
 //! this guards against. The cost: after a store is re-created under a live
