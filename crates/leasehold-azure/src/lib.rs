@@ -75,6 +75,14 @@
 //! deleted. Deleting a lock blob (or its container) by hand resets its
 //! counter: don't.
 //!
+//! **Store epochs are not implemented on Azure yet** (see
+//! [store epochs](leasehold::backend#store-epochs-tokens-that-survive-the-loss-of-the-stores-data)):
+//! the backend reports one fixed epoch (0) with no quarantine, and tokens
+//! are the plain per-key counters. If the container is deleted (or the
+//! account restored) while a lease is held, holders are told lost at their
+//! next renewal (404), but a waiter may be granted before that, with a
+//! token that repeats an earlier one.
+//!
 //! # Blob names
 //! The blob of key `K` is `PREFIX/` + `K` with every `.` that ends a
 //! `/`-separated segment written `~2E` (Azure mishandles names and segments
@@ -139,6 +147,15 @@ use names::Record;
 pub const MIN_TTL: std::time::Duration = std::time::Duration::from_secs(15);
 /// Longest finite lease Azure grants.
 pub const MAX_TTL: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Store epochs are not implemented on Azure yet (see the crate docs): the
+/// backend reports one fixed epoch, of unbounded age (no quarantine), and
+/// tokens keep their plain per-key counters.
+const LEGACY_EPOCH: u64 = 0;
+
+fn legacy_epoch() -> leasehold::StoreEpoch {
+    leasehold::StoreEpoch::new(LEGACY_EPOCH, MAX_TTL).with_age(Some(std::time::Duration::MAX))
+}
 
 /// A lock blob as last seen by this process.
 #[derive(Debug, Clone)]
@@ -416,6 +433,9 @@ impl Backend for AzureBackend {
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         const OP: &str = "acquire";
+        if req.epoch != Some(LEGACY_EPOCH) {
+            return Ok(AcquireOutcome::OtherEpoch(legacy_epoch()));
+        }
         let (name, blob) = self.blob(&req.key);
         let duration = lease_seconds(req.ttl);
         let tag = names::lease_tag(&req.lease_id);

@@ -13,9 +13,7 @@ use async_trait::async_trait;
 use azure_core::http::headers::HeaderName;
 use azure_core::http::policies::{Policy, PolicyResult};
 use azure_core::http::{Context, Request};
-use leasehold::{
-    AcquireOutcome, AcquireRequest, Backend, Error, Key, Lease, LeaseId, LockOptions, Owner, Store,
-};
+use leasehold::{Backend, Error, LockOptions, Store};
 use leasehold_azure::AzureBackend;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
@@ -296,23 +294,7 @@ async fn a_retried_release_whose_first_try_landed_succeeds() {
     lock.try_acquire().await.unwrap().release().await.unwrap();
     // A release of a lease someone else took since (here: released, then
     // taken) is still a loss: the record names the other holder.
-    let id = LeaseId::random();
-    let req = AcquireRequest {
-        key: Key::new("k").unwrap(),
-        lease_id: id.clone(),
-        ttl: TTL,
-        owner: Owner::current(),
-        data: None,
-    };
-    let AcquireOutcome::Acquired(grant) = backend.try_acquire(&req).await.unwrap() else {
-        panic!("held")
-    };
-    let lease = Lease {
-        key: req.key.clone(),
-        lease_id: id,
-        ttl: TTL,
-        fencing_token: grant.fencing_token,
-    };
+    let lease = leasehold::conformance::raw_lease(&backend, "k", TTL).await;
     backend.release(&lease).await.unwrap();
     let thief = Store::new(common::builder().container(&container).build().unwrap())
         .lock_with("k", opts("thief"))

@@ -14,7 +14,9 @@ Limits:
             reserved for semaphore slots (KEY/:slot:N). With --limit, KEY
             is at most 246 characters.
   --ttl     sqlite: 100ms to 24h; azblob: 15s to 60s (whole seconds);
-            dynamodb: 1s to 24h
+            dynamodb: 1s to 24h; and never above the store's max TTL
+            (60s unless its URL says ?max_ttl=DURATION, e.g.
+            sqlite:PATH?max_ttl=5m)
   --grace   at most half the TTL; default 5s, or a quarter of the TTL when
             that is shorter
   --limit   1 to 1000
@@ -260,7 +262,12 @@ pub async fn validate(command: &Command) -> anyhow::Result<Access> {
     // The in-memory store accepts the widest TTL range of all stores and
     // contacts nothing; the real store checks its own range before its
     // first request.
-    let scratch = leasehold::Store::open("memory:")?;
+    // Its store max TTL is the widest too, so that a store opened with a
+    // larger max TTL (`?max_ttl=`) is not refused here.
+    let scratch = leasehold::Store::new(leasehold::memory::MemoryBackend::with_clock_and_max_ttl(
+        std::sync::Arc::new(leasehold::SystemClock),
+        leasehold::memory::LOCAL_MAX_TTL,
+    ));
     let widest = leasehold::memory::LOCAL_MIN_TTL..=leasehold::memory::LOCAL_MAX_TTL;
     if let Command::Run(RunArgs { lease, .. }) | Command::Elect(ElectArgs { lease }) = command {
         if !widest.contains(&lease.ttl) {

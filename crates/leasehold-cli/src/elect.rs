@@ -20,7 +20,9 @@ pub async fn elect(store: &Store, args: ElectArgs) -> anyhow::Result<ExitCode> {
     let mut signals = Signals::new()?;
     loop {
         let mut status = StatusLine::new(&lease.key);
-        let campaign = election.campaign_with(Wait::Forever, |h| status.show(&describe_holder(h)));
+        let campaign = election.campaign_with(Wait::Forever, |h| {
+            status.show(&format!("held by {}", describe_holder(h)))
+        });
         let leadership = tokio::select! {
             r = campaign => r?,
             sig = signals.next() => {

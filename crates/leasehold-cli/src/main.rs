@@ -133,9 +133,11 @@ fn exit_code_for(err: &anyhow::Error) -> u8 {
         Some(leasehold::Error::InvalidInput { .. } | leasehold::Error::NotSupported(_)) => {
             EXIT_USAGE
         }
-        Some(leasehold::Error::Held { .. } | leasehold::Error::TimedOut { .. }) => {
-            EXIT_NOT_OBTAINED
-        }
+        Some(
+            leasehold::Error::Held { .. }
+            | leasehold::Error::TimedOut { .. }
+            | leasehold::Error::Quarantined { .. },
+        ) => EXIT_NOT_OBTAINED,
         Some(leasehold::Error::LeaseLost { .. }) => EXIT_LOST,
         _ => EXIT_BACKEND,
     }

@@ -3,7 +3,7 @@
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
-use leasehold::{Error, HolderInfo, LeaseGuard, LockOptions, Store};
+use leasehold::{Error, HolderInfo, LeaseGuard, LockOptions, Store, WaitReason};
 
 use crate::cli::{LeaseArgs, RunArgs};
 use crate::inspect::{exact, held_for, short};
@@ -40,7 +40,7 @@ async fn acquire_and_run(store: &Store, args: &RunArgs) -> anyhow::Result<RunRes
                     Some(wait) => {
                         let mut status = StatusLine::new(&lease.key);
                         let r = lock
-                            .acquire_with(wait, |h| status.show(&describe_holder(h)))
+                            .acquire_reporting(wait, |reason| status.show(&describe_wait(reason)))
                             .await;
                         status.clear();
                         r
@@ -86,6 +86,16 @@ async fn acquire_and_run(store: &Store, args: &RunArgs) -> anyhow::Result<RunRes
                 "{} is held by {}; not running the command",
                 lease.key,
                 describe_holder(holder.as_deref())
+            );
+            say!("{message}");
+            result.error = Some(message);
+            return Ok(result.ended("not_obtained", EXIT_NOT_OBTAINED));
+        }
+        Err(Error::Quarantined { remaining, .. }) => {
+            let message = format!(
+                "{}: the store's data is new to this process (a store created or re-created); nothing is granted for another {} (quarantine), so that holders of lost data stop first; not running the command",
+                lease.key,
+                short(remaining)
             );
             say!("{message}");
             result.error = Some(message);
@@ -246,11 +256,12 @@ impl StatusLine {
         }
     }
 
-    pub fn show(&mut self, holder: &str) {
+    /// Shows why we wait: "held by ...", "all N permits held (...)", ...
+    pub fn show(&mut self, why: &str) {
         if self.shown && !self.terminal {
             return;
         }
-        let line = format!("leasehold: waiting for {}: held by {holder}", self.key);
+        let line = format!("leasehold: waiting for {}: {why}", self.key);
         let mut err = std::io::stderr().lock();
         let _ = if self.terminal {
             write!(err, "\r\x1b[2K{line}")
@@ -272,6 +283,18 @@ impl StatusLine {
 fn describe_holders(holders: &[HolderInfo]) -> String {
     let names: Vec<String> = holders.iter().map(|h| describe_holder(Some(h))).collect();
     names.join("; ")
+}
+
+/// Why a wait goes on, for the status line.
+fn describe_wait(reason: WaitReason<'_>) -> String {
+    match reason {
+        WaitReason::Held(h) => format!("held by {}", describe_holder(h)),
+        WaitReason::Quarantine { remaining, .. } => format!(
+            "the store's data is new (quarantine, {} left)",
+            short(remaining)
+        ),
+        _ => "not granted yet".into(),
+    }
 }
 
 pub fn describe_holder(holder: Option<&HolderInfo>) -> String {

@@ -8,7 +8,7 @@ use crate::builder::DynamoDbBackendBuilder;
 use crate::TakeoverMode;
 
 const WHAT: &str = "store URL";
-const FORM: &str = "the form is dynamodb://TABLE?region=REGION&endpoint=URL&profile=NAME&max_clock_skew=DURATION&create_table=true|false, every parameter optional";
+const FORM: &str = "the form is dynamodb://TABLE?region=REGION&endpoint=URL&profile=NAME&max_clock_skew=DURATION&max_ttl=DURATION&create_table=true|false, every parameter optional";
 
 /// Turns a store URL into a builder (nothing is contacted yet).
 ///
@@ -61,6 +61,12 @@ pub(crate) fn parse(url: &str) -> Result<DynamoDbBackendBuilder> {
                     )
                 })?,
             }),
+            "max_ttl" => builder.max_ttl(parse_duration(&value).ok_or_else(|| {
+                Error::invalid(
+                    WHAT,
+                    format!("max_ttl must be a duration such as 60s, 5m or 1h, not {value:?}"),
+                )
+            })?),
             "create_table" => builder.create_table(match value.as_str() {
                 "true" | "1" | "yes" => true,
                 "false" | "0" | "no" => false,
@@ -153,6 +159,8 @@ mod tests {
             }
         );
         assert!(!b.create_table);
+        let b = parse("dynamodb://locks?max_ttl=5m").unwrap();
+        assert_eq!(b.max_ttl, Duration::from_secs(300));
     }
 
     #[test]

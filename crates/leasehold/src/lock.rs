@@ -10,6 +10,7 @@ use crate::backend::{
     AcquireOutcome, AcquireRequest, Backend, HolderInfo, KeyInfo, Lease, LeaseId, Owner,
 };
 use crate::clock::SharedClock;
+use crate::epoch::Clearance;
 use crate::error::{Error, Result};
 use crate::guard::{GuardParts, LeaseGuard};
 use crate::key::Key;
@@ -121,7 +122,7 @@ impl Lock {
             self.lease_for(LeaseId::random(), 0),
         );
         let sent = self.clock().now();
-        match self.attempt(&pending.lease).await {
+        match self.attempt(&mut pending.lease).await {
             Ok(AcquireOutcome::Acquired(_)) if self.too_late(sent) => {
                 // A guard made now would be lost already: let the lease go.
                 pending.arm();
@@ -137,6 +138,7 @@ impl Lock {
                 Ok(self.make_guard(&mut pending, grant.fencing_token, sent, local, gate))
             }
             Ok(AcquireOutcome::Held(holder)) => Err(self.held(holder)),
+            Ok(AcquireOutcome::OtherEpoch(_)) => Err(self.epoch_kept_changing()),
             Err(err) => {
                 if err.is_retryable() {
                     pending.arm();
@@ -185,9 +187,32 @@ impl Lock {
         wait: impl Into<Wait>,
         mut on_held: impl FnMut(Option<&HolderInfo>),
     ) -> Result<LeaseGuard> {
+        self.acquire_reporting(wait, |reason| {
+            if let WaitReason::Held(holder) = reason {
+                on_held(holder)
+            }
+        })
+        .await
+    }
+
+    /// Like [`acquire`](Self::acquire), calling `on_wait` with the reason
+    /// every time an attempt does not get the lease: the key is held (with
+    /// what the backend said about the holder), or the store's data is new
+    /// and in quarantine (see [`Error::Quarantined`]). For status lines.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    pub async fn acquire_reporting(
+        &self,
+        wait: impl Into<Wait>,
+        mut on_wait: impl FnMut(WaitReason<'_>),
+    ) -> Result<LeaseGuard> {
         let wait = wait.into();
         let started = tokio::time::Instant::now();
-        let result = self.wait_for(wait, started, &mut on_held).await;
+        let result = self.wait_for(wait, started, &mut on_wait).await;
         self.labels().acquire(&result, started.elapsed());
         result
     }
@@ -196,7 +221,7 @@ impl Lock {
         &self,
         wait: Wait,
         started: tokio::time::Instant,
-        on_held: &mut impl FnMut(Option<&HolderInfo>),
+        on_wait: &mut impl FnMut(WaitReason<'_>),
     ) -> Result<LeaseGuard> {
         let give_up = wait.deadline(started);
         // What ends the wait when it runs out: the last failure if the store
@@ -240,7 +265,7 @@ impl Lock {
                 // The attempt too ends at the deadline (its task releases a
                 // lease granted after that), so SDK retries cannot stretch
                 // the wait.
-                let Some(answer) = until(give_up, self.attempt(&pending.lease)).await else {
+                let Some(answer) = until(give_up, self.attempt(&mut pending.lease)).await else {
                     return Err(timed_out(&mut outcome));
                 };
                 let pause = match answer {
@@ -264,8 +289,25 @@ impl Lock {
                         outcome.held();
                         anchor = None;
                         pending.disarm();
-                        on_held(holder.as_ref());
+                        on_wait(WaitReason::Held(holder.as_ref()));
                         self.opts.poll_pause()
+                    }
+                    Err(Error::Quarantined { key, epoch, remaining }) => {
+                        // Nothing was granted: wait the quarantine out. If
+                        // the wait runs out first, that is why.
+                        failures = 0;
+                        anchor = None;
+                        pending.disarm();
+                        on_wait(WaitReason::Quarantine { epoch, remaining });
+                        outcome.failed(Error::Quarantined { key, epoch, remaining });
+                        remaining + self.opts.poll_pause()
+                    }
+                    Ok(AcquireOutcome::OtherEpoch(_)) => {
+                        failures += 1;
+                        anchor = None;
+                        pending.disarm();
+                        tracing::warn!(error = %self.epoch_kept_changing(), "retrying");
+                        self.opts.poll_pause().saturating_mul(1 << failures.min(5))
                     }
                     Err(err) if err.is_retryable() => {
                         failures += 1;
@@ -305,7 +347,17 @@ impl Lock {
             lease_id,
             ttl: self.opts.ttl,
             fencing_token,
+            epoch: 0,
         }
+    }
+
+    fn epoch_kept_changing(&self) -> Error {
+        Error::backend(
+            self.store.backend().name(),
+            "acquire",
+            true,
+            "the store's epoch changed at every attempt (is the store being deleted and re-created?)",
+        )
     }
 
     fn held(&self, holder: Option<HolderInfo>) -> Error {
@@ -340,10 +392,44 @@ impl Lock {
         })
     }
 
+    /// One attempt in the store epoch this store has cleared, learning the
+    /// store's epoch first if need be (see [`Error::Quarantined`]). Sets
+    /// `lease.epoch` to the epoch asked for. Never answers `Acquired` in an
+    /// epoch that is still in quarantine.
+    async fn attempt(&self, lease: &mut Lease) -> Result<AcquireOutcome> {
+        let gate = self.store.epochs();
+        let mut outcome = Ok(AcquireOutcome::OtherEpoch(crate::StoreEpoch::new(
+            0,
+            Duration::ZERO,
+        )));
+        // Usually one request; one more when the epoch is news (the first
+        // attempt of a process, or after the store was re-created).
+        for _ in 0..3 {
+            let epoch = gate.cleared();
+            lease.epoch = epoch.unwrap_or(0);
+            // With nothing cleared yet (None) this only learns the epoch.
+            outcome = self.send_attempt(lease, epoch).await;
+            let Ok(AcquireOutcome::OtherEpoch(reported)) = &outcome else {
+                return outcome;
+            };
+            match gate.saw(self.store.backend().name(), reported)? {
+                Clearance::Cleared(_) => continue,
+                Clearance::Quarantined { epoch, remaining } => {
+                    return Err(Error::Quarantined {
+                        key: self.key.to_string(),
+                        epoch,
+                        remaining,
+                    })
+                }
+            }
+        }
+        outcome
+    }
+
     /// One backend attempt, run in its own task so that dropping the caller
     /// cannot strand a granted lease: if nobody is left to receive a grant
     /// (or an ambiguous failure), the task releases the lease itself.
-    async fn attempt(&self, lease: &Lease) -> Result<AcquireOutcome> {
+    async fn send_attempt(&self, lease: &Lease, epoch: Option<u64>) -> Result<AcquireOutcome> {
         let backend = self.store.backend().clone();
         let request = AcquireRequest {
             key: self.key.clone(),
@@ -351,6 +437,7 @@ impl Lock {
             ttl: self.opts.ttl,
             owner: self.owner.clone(),
             data: self.opts.data.clone(),
+            epoch,
         };
         let lease = lease.clone();
         let labels = self.labels();
@@ -360,11 +447,12 @@ impl Lock {
             labels.attempt(match &outcome {
                 Ok(AcquireOutcome::Acquired(_)) => "acquired",
                 Ok(AcquireOutcome::Held(_)) => "held",
+                Ok(AcquireOutcome::OtherEpoch(_)) => "other_epoch",
                 Err(_) => "error",
             });
             match tx.send(outcome) {
                 Ok(()) => {}
-                Err(Ok(AcquireOutcome::Held(_))) => {}
+                Err(Ok(AcquireOutcome::Held(_) | AcquireOutcome::OtherEpoch(_))) => {}
                 Err(Err(e)) if !e.is_retryable() => {}
                 Err(_granted_or_unknown) => {
                     let _ = backend.release(&lease).await;
@@ -386,6 +474,23 @@ impl Lock {
 /// through local handoffs before it stands back for one interval, so that
 /// other processes' waiters get their turn (2 s with the default polling).
 pub(crate) const FAIR_SHARE_POLLS: u32 = 20;
+
+/// Why a waiting acquisition has not got the lease yet, as reported to
+/// [`Lock::acquire_reporting`].
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub enum WaitReason<'a> {
+    /// Someone else holds the key; who, when the backend could tell.
+    Held(Option<&'a HolderInfo>),
+    /// The store's data is new to this process (store epoch `epoch`) and
+    /// nothing is granted for `remaining` (see [`Error::Quarantined`]).
+    Quarantine {
+        /// The new store epoch.
+        epoch: u64,
+        /// How long the quarantine lasts from now.
+        remaining: Duration,
+    },
+}
 
 /// A lease id that may hold the key without our knowing (after an ambiguous
 /// failure). If still armed when dropped, it is released in the background.

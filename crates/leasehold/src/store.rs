@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::backend::{Backend, HolderInfo, KeyInfo};
 use crate::clock::{SharedClock, SystemClock};
 use crate::election::Election;
+use crate::epoch::EpochGate;
 use crate::error::{Error, Result};
 use crate::key::{validate_prefix, Key};
 use crate::local::{LocalKey, LocalKeys};
@@ -39,6 +40,8 @@ struct StoreInner {
     /// In-process state of semaphores, apart from that of plain keys so that
     /// a lock and a semaphore on one key do not share a gate.
     groups: LocalKeys,
+    /// Which store epoch this store may grant in (the quarantine).
+    epochs: EpochGate,
 }
 
 /// URL schemes this crate opens by itself.
@@ -62,9 +65,10 @@ impl Store {
         Store {
             inner: Arc::new(StoreInner {
                 backend,
-                clock,
+                clock: clock.clone(),
                 local: LocalKeys::default(),
                 groups: LocalKeys::default(),
+                epochs: EpochGate::new(clock.clone()),
             }),
         }
     }
@@ -73,7 +77,9 @@ impl Store {
     ///
     /// * `sqlite:PATH` or `sqlite:///ABSOLUTE/PATH`: the SQLite file at PATH,
     ///   created if missing; `sqlite:` alone is the default file
-    ///   ([`default_sqlite_path`]).
+    ///   ([`default_sqlite_path`]). `?max_ttl=DURATION` (such as `5m`) sets
+    ///   the max TTL a store created now records (default 60 s; see
+    ///   [store epochs](crate::backend#store-epochs-tokens-that-survive-the-loss-of-the-stores-data)).
     /// * `memory:`: a new in-memory store, private to this `Store` and its
     ///   clones (for tests).
     ///
@@ -111,6 +117,10 @@ impl Store {
     /// The clock guards of this store use.
     pub fn clock(&self) -> &SharedClock {
         &self.inner.clock
+    }
+
+    pub(crate) fn epochs(&self) -> &EpochGate {
+        &self.inner.epochs
     }
 
     pub(crate) fn local_key(&self, key: &Key) -> Arc<LocalKey> {
@@ -244,16 +254,50 @@ fn refuse_slot_key(key: &Key) -> Result<()> {
 /// [`Error::InvalidInput`] for a malformed `sqlite:` URL, or when the
 /// default file has no directory.
 pub fn sqlite_url_path(url: &str) -> Option<Result<PathBuf>> {
-    url.strip_prefix("sqlite:").map(sqlite_path)
+    url.strip_prefix("sqlite:")
+        .map(|rest| split_max_ttl(rest).and_then(|(path, _)| sqlite_path(path)))
 }
 
 #[cfg(feature = "sqlite")]
 fn open_sqlite(rest: &str) -> Result<Store> {
+    let (rest, max_ttl) = split_max_ttl(rest)?;
     let path = sqlite_path(rest)?;
     if rest.is_empty() {
         create_private_dir(&path)?;
     }
-    Ok(Store::new(crate::sqlite::SqliteBackend::open(path)?))
+    let max_ttl = max_ttl.unwrap_or(crate::backend::DEFAULT_STORE_MAX_TTL);
+    Ok(Store::new(crate::sqlite::SqliteBackend::open_with_max_ttl(
+        path, max_ttl,
+    )?))
+}
+
+/// Splits `PATH?max_ttl=DURATION` (the only parameter of a `sqlite:` URL;
+/// durations like `90s`, `5m`, `500ms`, `1h`).
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+fn split_max_ttl(rest: &str) -> Result<(&str, Option<std::time::Duration>)> {
+    let Some((path, query)) = rest.rsplit_once('?') else {
+        return Ok((rest, None));
+    };
+    let bad = || {
+        Error::invalid(
+            "store URL",
+            format!("sqlite:{path}?{query}: the only parameter is max_ttl=DURATION (such as 90s, 5m or 1h)"),
+        )
+    };
+    let value = query.strip_prefix("max_ttl=").ok_or_else(bad)?;
+    let split = value
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(value.len());
+    let (num, unit) = value.split_at(split);
+    let num: u64 = num.parse().map_err(|_| bad())?;
+    let d = match unit {
+        "ms" => std::time::Duration::from_millis(num),
+        "s" => std::time::Duration::from_secs(num),
+        "m" => std::time::Duration::from_secs(num.saturating_mul(60)),
+        "h" => std::time::Duration::from_secs(num.saturating_mul(3600)),
+        _ => return Err(bad()),
+    };
+    Ok((path, Some(d)))
 }
 
 #[cfg(not(feature = "sqlite"))]
@@ -359,6 +403,17 @@ mod tests {
         }
         store.lock("a/b:slot:0").unwrap();
         store.lock("a/:slots").unwrap();
+    }
+
+    #[test]
+    fn sqlite_urls_may_set_the_max_ttl() {
+        assert_eq!(split_max_ttl("/tmp/a.db").unwrap(), ("/tmp/a.db", None));
+        assert_eq!(
+            split_max_ttl("/tmp/a.db?max_ttl=5m").unwrap(),
+            ("/tmp/a.db", Some(std::time::Duration::from_secs(300)))
+        );
+        assert!(split_max_ttl("/tmp/a.db?max_ttl=soon").is_err());
+        assert!(split_max_ttl("/tmp/a.db?other=1").is_err());
     }
 
     #[test]
