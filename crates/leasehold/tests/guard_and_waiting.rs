@@ -350,9 +350,13 @@ async fn a_busy_process_leaves_the_key_free_for_other_processes() {
 async fn a_grant_that_arrives_after_its_safety_deadline_is_released() {
     let (backend, store) = faulty();
     let ttl = Duration::from_secs(1);
+    let lock = store.lock_with("k", LockOptions::new().ttl(ttl)).unwrap();
+    // A first, prompt acquisition gets the store's epoch cleared (and its
+    // release noticed) before the store turns slow.
+    lock.try_acquire().await.unwrap().release().await.unwrap();
+    backend.released.notified().await;
     // The store grants at once but answers after TTL − margin (0.9 s).
     *backend.acquire_delay.lock().unwrap() = Duration::from_millis(950);
-    let lock = store.lock_with("k", LockOptions::new().ttl(ttl)).unwrap();
     let released = || async {
         tokio::time::timeout(Duration::from_secs(3), backend.released.notified())
             .await
@@ -375,10 +379,12 @@ async fn a_grant_that_arrives_after_its_safety_deadline_is_released() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_semaphore_grant_is_not_returned_lost() {
     let (backend, store) = faulty();
-    *backend.acquire_delay.lock().unwrap() = Duration::from_millis(950);
     let sem = store
         .semaphore_with("s", 1, LockOptions::new().ttl(Duration::from_secs(1)))
         .unwrap();
+    // Clear the store's epoch while it is prompt; then it turns slow.
+    sem.try_acquire().await.unwrap().release().await.unwrap();
+    *backend.acquire_delay.lock().unwrap() = Duration::from_millis(950);
     match sem.try_acquire().await {
         Ok(permit) => panic!(
             "a permit granted past its safety deadline was returned (lost: {})",
