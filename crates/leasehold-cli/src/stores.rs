@@ -63,11 +63,11 @@ async fn open_url(url: &str, access: Access) -> leasehold::Result<Store> {
         ));
     }
     if let Some(path) = leasehold::sqlite_url_path(url) {
-        let path = path?;
         let rest = &url["sqlite:".len()..];
         if is_in_memory_sqlite(rest) {
             return Err(private_store(url));
         }
+        let path = path?;
         if access == Access::Look && !path.exists() {
             if rest.is_empty() {
                 // The default file: no lease was ever taken in it. An empty

@@ -101,14 +101,21 @@ fn looking_at_a_mistyped_sqlite_path_is_an_error_and_creates_nothing() {
         assert!(!env.path("typo").exists(), "{args:?} created the directory");
     }
     // `run` creates it, and then the others see it.
-    assert_eq!(
-        env.output(&["--store", &url, "run", "k", "--", "true"])
-            .code,
-        Some(0)
-    );
+    let ran = env.output(&[
+        "--store",
+        &url,
+        "run",
+        "k",
+        "--",
+        "sh",
+        "-c",
+        "echo $LEASEHOLD_FENCING_TOKEN",
+    ]);
+    assert_eq!(ran.code, Some(0), "{ran:?}");
     let out = env.output(&["--store", &url, "status", "k"]);
     assert_eq!(out.code, Some(0), "{out:?}");
-    assert!(out.stdout.contains("fencing token: 1"), "{}", out.stdout);
+    let token = format!("fencing token: {}", ran.stdout.trim());
+    assert!(out.stdout.contains(&token), "{}", out.stdout);
 }
 
 #[test]
@@ -134,11 +141,23 @@ fn the_default_store_is_not_created_by_looking_and_its_directory_is_private() {
     assert_eq!(default(&["list"]), (Some(0), String::new()));
     assert!(!state.exists(), "looking created the state directory");
 
-    assert_eq!(default(&["run", "k", "--", "true"]).0, Some(0));
+    let (code, token) = default(&[
+        "run",
+        "k",
+        "--",
+        "sh",
+        "-c",
+        "echo $LEASEHOLD_FENCING_TOKEN",
+    ]);
+    assert_eq!(code, Some(0));
     let dir = state.join("leasehold");
     let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o700, "state directory mode {mode:o}");
-    assert!(default(&["status", "k"]).1.contains("fencing token: 1"));
+    let status = default(&["status", "k"]).1;
+    assert!(
+        status.contains(&format!("fencing token: {}", token.trim())),
+        "{status}"
+    );
 }
 
 #[test]

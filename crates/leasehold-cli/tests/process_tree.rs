@@ -31,7 +31,8 @@ const FORKS: &str = "sleep 300 & echo $!; setsid sleep 300 & echo $!; wait";
 
 /// Starts `leasehold run KEY` with `script` and reads the pids it prints.
 fn start(env: &Env, store: &str, key: &str, script: &str) -> (std::process::Child, Vec<i32>) {
-    let mut args = vec!["run", key];
+    // --wait: a new DynamoDB table is quarantined for its max TTL first.
+    let mut args = vec!["run", key, "--wait", "60s"];
     args.extend(lease(store));
     args.extend(["--", "sh", "-c", script]);
     let mut child = env.spawn(&args);
@@ -111,7 +112,7 @@ fn signals_reach_the_whole_group(store: &str) {
         "trap 'echo got-term; exit 0' TERM\necho ready\nsleep 300 &\nwait\n",
     )
     .unwrap();
-    let mut args = vec!["run", "tree/signal"];
+    let mut args = vec!["run", "tree/signal", "--wait", "60s"];
     args.extend(lease(store));
     args.extend(["--", "sh", "-c", "sh \"$D/worker.sh\" & wait"]);
     let mut holder = env.spawn(&args);
