@@ -36,9 +36,12 @@ impl RequestError {
                 let code = error_code.clone();
                 let n = u16::from(*status);
                 let retryable = matches!(n, 408 | 429 | 500..=599);
-                let hint = match n {
-                    401 | 403 => {
+                let hint = match (n, &code) {
+                    (401 | 403, _) => {
                         "; the service refused the credentials (check the account key, SAS token or Entra ID role)"
+                    }
+                    (404, None) => {
+                        "; that is not an answer from Azure Blob Storage (a wrong endpoint URL, or a proxy?)"
                     }
                     _ => "",
                 };
@@ -79,17 +82,30 @@ impl RequestError {
         self.code.as_deref() == Some(code)
     }
 
+    /// Azure said the blob or container does not exist: a 404 *with* an
+    /// Azure error code. A bare 404 (a wrong endpoint, a proxy, another
+    /// service) says nothing about our blobs and is an error.
+    pub(crate) fn is_not_found(&self) -> bool {
+        self.is(StatusCode::NotFound)
+            && matches!(
+                self.code.as_deref(),
+                Some("BlobNotFound" | "ContainerNotFound" | "ResourceNotFound")
+            )
+    }
+
     /// As a backend failure of `operation`.
     pub(crate) fn into_error(self, operation: &'static str) -> Error {
         Error::backend(NAME, operation, self.retryable, self)
     }
 
     /// As a definitive loss of the lease on `key` when the service said so
-    /// (404: blob or container gone; 409: another lease, none, or broken;
-    /// 412: lease conditions), otherwise as a backend failure.
+    /// (404 with an Azure error code: blob or container gone; 409: another
+    /// lease, none, or broken; 412: lease conditions), otherwise as a
+    /// backend failure.
     pub(crate) fn into_lease_error(self, operation: &'static str, key: &Key) -> Error {
+        let definitive = self.is_not_found() || matches!(self.status, Some(409) | Some(412));
         match self.status {
-            Some(404) | Some(409) | Some(412) => Error::LeaseLost {
+            Some(_) if definitive => Error::LeaseLost {
                 key: key.to_string(),
                 reason: LossReason::Revoked(format!(
                     "Azure answered {} to {operation}",

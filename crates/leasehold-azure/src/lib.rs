@@ -50,9 +50,20 @@
 //!   ([`LossReason::Revoked`](leasehold::LossReason::Revoked)); 408, 429,
 //!   5xx, timeouts and connection errors are retryable failures.
 //! * **Release** = *Lease Blob* `release`; the blob stays, since it carries
-//!   the counter. 404/409/412 mean the lease was not ours.
-//! * **Break** = read the record, then *Lease Blob* `break` with period 0 if
-//!   the blob is leased; returns the holder the record named.
+//!   the counter. 404/409/412 mean the lease was not ours, except a 409
+//!   when the blob is available or expired and its record still names our
+//!   lease: a retried release whose first try landed (nobody broke or took
+//!   the lease since), which is success.
+//! * **Break** = read the record, then *Lease Blob* `break` with period 0
+//!   and `If-Match` = the ETag read, if the blob is leased; returns the
+//!   holder the record named. A newer holder writes its record (a new ETag)
+//!   before taking the lease, so the break can only end the lease of the
+//!   holder it reports; on 412/409 it reads again (and breaks whoever holds
+//!   the key then, reporting them).
+//! * A lease that is *breaking* (a break period running) counts as held
+//!   until it is broken. A 404 counts as "no blob" only with Azure's error
+//!   code (`BlobNotFound`, `ContainerNotFound`); a bare 404 (wrong
+//!   endpoint, a proxy) is an error.
 //! * **Inspect / list** = *Get Blob Properties* / *List Blobs* (with
 //!   metadata) under the prefix: the lease state says whether the key is
 //!   held, the metadata by whom and the last token. Azure does not say when a
@@ -63,6 +74,14 @@
 //! a written record loses the race for the lease), and lock blobs are never
 //! deleted. Deleting a lock blob (or its container) by hand resets its
 //! counter: don't.
+//!
+//! **Store epochs are not implemented on Azure yet** (see
+//! [store epochs](leasehold::backend#store-epochs-tokens-that-survive-the-loss-of-the-stores-data)):
+//! the backend reports one fixed epoch (0) with no quarantine, and tokens
+//! are the plain per-key counters. If the container is deleted (or the
+//! account restored) while a lease is held, holders are told lost at their
+//! next renewal (404), but a waiter may be granted before that, with a
+//! token that repeats an earlier one.
 //!
 //! # Blob names
 //! The blob of key `K` is `PREFIX/` + `K` with every `.` that ends a
@@ -128,6 +147,15 @@ use names::Record;
 pub const MIN_TTL: std::time::Duration = std::time::Duration::from_secs(15);
 /// Longest finite lease Azure grants.
 pub const MAX_TTL: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Store epochs are not implemented on Azure yet (see the crate docs): the
+/// backend reports one fixed epoch, of unbounded age (no quarantine), and
+/// tokens keep their plain per-key counters.
+const LEGACY_EPOCH: u64 = 0;
+
+fn legacy_epoch() -> leasehold::StoreEpoch {
+    leasehold::StoreEpoch::new(LEGACY_EPOCH, MAX_TTL).with_age(Some(std::time::Duration::MAX))
+}
 
 /// A lock blob as last seen by this process.
 #[derive(Debug, Clone)]
@@ -228,7 +256,7 @@ impl AzureBackend {
             Ok(_) => Ok(()),
             Err(e) => {
                 let e = self.err(e);
-                if e.is(StatusCode::NotFound) {
+                if e.is_not_found() {
                     Ok(())
                 } else {
                     Err(e.into_error("delete container"))
@@ -274,9 +302,14 @@ impl AzureBackend {
         }
     }
 
-    /// Reads a lock blob's properties: (ETag, record, leased?). `None` if the
-    /// blob (or container) does not exist. With `lease_id`, 412 says the
-    /// lease is not ours.
+    /// Reads a lock blob's properties: (ETag, record, held?). `None` if Azure
+    /// says the blob (or container) does not exist. With `lease_id`, 412
+    /// says the lease is not ours.
+    ///
+    /// Held means leased or *breaking*: a breaking lease is its holder's
+    /// until the break period ends (nobody else can take it, and the record
+    /// cannot be written). A bare 404 without an Azure error code is an
+    /// error, never "no blob".
     async fn read(
         &self,
         blob: &BlobClient,
@@ -290,7 +323,7 @@ impl AzureBackend {
             Ok(resp) => {
                 let etag = resp.etag().ok().flatten().map(|e| e.to_string());
                 let meta = resp.metadata().unwrap_or_default();
-                let leased = matches!(resp.lease_state(), Ok(Some(LeaseState::Leased)));
+                let leased = resp.lease_state().ok().flatten().is_some_and(|s| held(&s));
                 Ok(Some((
                     etag.unwrap_or_default(),
                     Record::from_metadata(&meta),
@@ -299,7 +332,30 @@ impl AzureBackend {
             }
             Err(e) => {
                 let e = self.err(e);
-                if e.is(StatusCode::NotFound) {
+                if e.is_not_found() {
+                    Ok(None)
+                } else {
+                    Err(e)
+                }
+            }
+        }
+    }
+
+    /// The lease state of a lock blob and the lease tag its record names;
+    /// `None` if the blob does not exist.
+    async fn lease_state(
+        &self,
+        blob: &BlobClient,
+    ) -> std::result::Result<Option<(Option<LeaseState>, Option<String>)>, RequestError> {
+        match blob.get_properties(None).await {
+            Ok(resp) => {
+                let meta = resp.metadata().unwrap_or_default();
+                let state = resp.lease_state().ok().flatten();
+                Ok(Some((state, Record::from_metadata(&meta).lease)))
+            }
+            Err(e) => {
+                let e = self.err(e);
+                if e.is_not_found() {
                     Ok(None)
                 } else {
                     Err(e)
@@ -350,6 +406,12 @@ impl AzureBackend {
     }
 }
 
+/// Whether a blob in lease state `state` is held by someone: leased, or
+/// leased and breaking (until the break period ends).
+fn held(state: &LeaseState) -> bool {
+    matches!(state, LeaseState::Leased | LeaseState::Breaking)
+}
+
 fn lease_seconds(ttl: std::time::Duration) -> i32 {
     // Whole seconds, rounded up (a lease at least as long as asked), within
     // Azure's range; the core has already checked the TTL against it.
@@ -371,6 +433,9 @@ impl Backend for AzureBackend {
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         const OP: &str = "acquire";
+        if req.epoch != Some(LEGACY_EPOCH) {
+            return Ok(AcquireOutcome::OtherEpoch(legacy_epoch()));
+        }
         let (name, blob) = self.blob(&req.key);
         let duration = lease_seconds(req.ttl);
         let tag = names::lease_tag(&req.lease_id);
@@ -442,7 +507,7 @@ impl Backend for AzureBackend {
                         // 412: leased meanwhile (LeaseIdMissing) or changed
                         // (ConditionNotMet, maybe by our own write whose
                         // answer was lost); 404: gone. Read again.
-                        if e.is(StatusCode::PreconditionFailed) || e.is(StatusCode::NotFound) {
+                        if e.is(StatusCode::PreconditionFailed) || e.is_not_found() {
                             continue;
                         }
                         return Err(e.into_error(OP));
@@ -469,7 +534,7 @@ impl Backend for AzureBackend {
                     // we wrote it; 404: gone. Read again to see which.
                     if e.is(StatusCode::Conflict)
                         || e.is(StatusCode::PreconditionFailed)
-                        || e.is(StatusCode::NotFound)
+                        || e.is_not_found()
                     {
                         continue;
                     }
@@ -495,10 +560,34 @@ impl Backend for AzureBackend {
 
     async fn release(&self, lease: &Lease) -> Result<()> {
         let (name, blob) = self.blob(&lease.key);
-        blob.release_lease(lease.lease_id.as_str().to_string(), None)
+        let e = match blob
+            .release_lease(lease.lease_id.as_str().to_string(), None)
             .await
-            .map(|_| self.forget_lease(&name))
-            .map_err(|e| self.err(e).into_lease_error("release", &lease.key))
+        {
+            Ok(_) => {
+                self.forget_lease(&name);
+                return Ok(());
+            }
+            Err(e) => self.err(e),
+        };
+        // A retried release whose first try landed (its answer lost) finds
+        // no lease: if the record still names our lease and the blob is
+        // free (available or expired; not broken, not leased again), nobody
+        // ended or took our lease since, so the release is done.
+        if e.is(StatusCode::Conflict) {
+            let tag = names::lease_tag(&lease.lease_id);
+            let state = self
+                .lease_state(&blob)
+                .await
+                .map_err(|e| e.into_error("release"))?;
+            if let Some((Some(LeaseState::Available | LeaseState::Expired), Some(t))) = state {
+                if t == tag {
+                    self.forget_lease(&name);
+                    return Ok(());
+                }
+            }
+        }
+        Err(e.into_lease_error("release", &lease.key))
     }
 
     async fn inspect(&self, key: &Key) -> Result<KeyInfo> {
@@ -517,33 +606,50 @@ impl Backend for AzureBackend {
     async fn break_lease(&self, key: &Key) -> Result<Option<HolderInfo>> {
         const OP: &str = "break";
         let (_, blob) = self.blob(key);
-        let holder = match self.read(&blob, None).await {
-            Ok(Some((_, record, true))) => record.holder(),
-            Ok(_) => return Ok(None),
-            Err(e) => return Err(e.into_error(OP)),
-        };
-        let options = BlobClientBreakLeaseOptions {
-            break_period: Some(0),
-            ..Default::default()
-        };
-        match blob.break_lease(Some(options)).await {
-            Ok(_) => Ok(Some(holder)),
-            Err(e) => {
-                let e = self.err(e);
-                // The lease ended (or the blob went) between read and break.
-                if e.is(StatusCode::Conflict) || e.is(StatusCode::NotFound) {
-                    Ok(None)
-                } else {
-                    Err(e.into_error(OP))
+        for _ in 0..8 {
+            let (etag, holder) = match self.read(&blob, None).await {
+                Ok(Some((etag, record, true))) => (etag, record.holder()),
+                Ok(_) => return Ok(None),
+                Err(e) => return Err(e.into_error(OP)),
+            };
+            // Only the lease on the record just read: a new holder writes
+            // its record (a new ETag) before taking the lease, so it cannot
+            // be broken here in place of the one we report.
+            let options = BlobClientBreakLeaseOptions {
+                break_period: Some(0),
+                if_match: Some(Etag::from(etag)),
+                ..Default::default()
+            };
+            match blob.break_lease(Some(options)).await {
+                Ok(_) => return Ok(Some(holder)),
+                Err(e) => {
+                    let e = self.err(e);
+                    if e.is_not_found() {
+                        return Ok(None);
+                    }
+                    // 412: another holder's record since; 409: the lease
+                    // ended meanwhile. Read again to see which.
+                    if !(e.is(StatusCode::Conflict) || e.is(StatusCode::PreconditionFailed)) {
+                        return Err(e.into_error(OP));
+                    }
                 }
             }
         }
+        Err(leasehold::Error::backend(
+            NAME,
+            OP,
+            true,
+            "the lock blob kept changing while breaking its lease",
+        ))
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {
         const OP: &str = "list";
+        // No prefix at all rather than an empty one: Azure signs and checks
+        // `prefix=` and refuses the request (403).
+        let blob_prefix = names::list_prefix(&self.inner.prefix, prefix);
         let options = BlobContainerClientListBlobsOptions {
-            prefix: Some(names::list_prefix(&self.inner.prefix, prefix)),
+            prefix: (!blob_prefix.is_empty()).then_some(blob_prefix),
             include: Some(vec![ListBlobsIncludeItem::Metadata]),
             ..Default::default()
         };
@@ -579,7 +685,7 @@ impl Backend for AzureBackend {
                 .properties
                 .as_ref()
                 .and_then(|p| p.lease_state.as_ref())
-                .is_some_and(|s| *s == LeaseState::Leased);
+                .is_some_and(held);
             infos.push(KeyInfo::new(
                 key,
                 record.fence,

@@ -4,8 +4,37 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use leasehold_cli::stores::Access;
 
-const EXIT_CODES: &str = "\
+/// Limits, environment variables and exit codes, after every help.
+const AFTER_HELP: &str = "\
+Limits:
+  KEY       1-256 characters from A-Z a-z 0-9 . _ : / - with no leading,
+            trailing or doubled '/'; a segment starting with ':slot:' is
+            reserved for semaphore slots (KEY/:slot:N). With --limit, KEY
+            is at most 246 characters.
+  --ttl     sqlite: 100ms to 24h; azblob: 15s to 60s (whole seconds);
+            dynamodb: 1s to 24h; and never above the store's max TTL
+            (60s unless its URL says ?max_ttl=DURATION, e.g.
+            sqlite:PATH?max_ttl=5m)
+  --grace   at most half the TTL; default 5s, or a quarter of the TTL when
+            that is shorter
+  --limit   1 to 1000
+  --owner   at most 128 bytes;  --data: at most 1024 bytes
+
+Environment:
+  LEASEHOLD_STORE     the store URL, as --store (its value is never shown)
+  NO_COLOR            set and non-empty: no colour in -v output (colour is
+                      used only when stderr is a terminal)
+  RUST_LOG            log filter when -v is not given (tracing syntax)
+  XDG_STATE_HOME      where the default SQLite file lives
+  AZURE_STORAGE_CONNECTION_STRING, AZURE_STORAGE_ACCOUNT, AZURE_STORAGE_KEY,
+  AZURE_STORAGE_SAS_TOKEN             azblob:// credentials
+  AWS_REGION, AWS_PROFILE, AWS_ACCESS_KEY_ID, ... (the AWS credential chain)
+                                      dynamodb:// credentials
+  Given to CMD: LEASEHOLD_KEY, LEASEHOLD_FENCING_TOKEN, and with --limit
+  LEASEHOLD_SLOT (0..N-1).
+
 Exit codes:
   N     run: the command ran and exited with N (128+S if killed by signal S)
   0     other commands: success
@@ -13,16 +42,21 @@ Exit codes:
   2     usage or configuration error (bad key, TTL, store URL, ...)
   75    run: the lock was not obtained (held elsewhere, or --wait ran out)
   76    run: the lease was lost while the command ran (it was stopped)
-  126   run: the command could not be started (127: it was not found)";
+  126   run: the command could not be started (127: it was not found)
+A command may exit with 1, 2, 75 or 76 itself: `run --json` tells them
+apart (see its help). Output to a closed pipe ends leasehold as SIGPIPE
+would (141 in a shell).";
 
 /// Run commands under a distributed lock kept in a lease store.
 #[derive(Debug, Parser)]
-#[command(name = "leasehold", version, after_help = EXIT_CODES)]
+#[command(name = "leasehold", version, after_help = AFTER_HELP)]
 pub struct Cli {
-    /// Where leases live: sqlite:PATH, sqlite:///ABS/PATH, memory:,
+    /// Where leases live: sqlite:PATH, sqlite:///ABS/PATH,
     /// azblob://CONTAINER[/PREFIX], dynamodb://TABLE?region=R&endpoint=URL.
     /// Default: the SQLite file under the user's state directory
-    /// (~/.local/state/leasehold/leases.db).
+    /// (~/.local/state/leasehold/leases.db, directory created 0700).
+    /// status, list, break and leader never create a store: a SQLite path
+    /// that does not exist is an error.
     // The value may carry credentials (a query string): never shown in help.
     #[arg(
         long,
@@ -55,7 +89,7 @@ pub enum Command {
     /// then SIGKILL after --grace, before the lease can pass to anyone else.
     /// If leasehold is killed, the tree is killed at once. Processes CMD
     /// leaves behind are stopped before the lease is released.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = AFTER_HELP)]
     Run(RunArgs),
 
     /// Run a command only while this instance is the leader of KEY.
@@ -66,7 +100,7 @@ pub enum Command {
     /// leadership is lost, until interrupted (SIGINT/SIGTERM, which are
     /// forwarded to a running CMD). Exits with CMD's code when interrupted
     /// while CMD runs, 128+N when interrupted by signal N while campaigning.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = AFTER_HELP)]
     Elect(ElectArgs),
 
     /// Show who leads KEY (the election `elect` runs).
@@ -78,7 +112,7 @@ pub enum Command {
         json: bool,
     },
 
-    /// Show who holds KEY.
+    /// Show who holds KEY (for a semaphore's KEY, also its slots).
     Status {
         /// The lock key.
         key: String,
@@ -116,10 +150,21 @@ pub struct RunArgs {
     pub wait: Option<leasehold::Wait>,
 
     /// Hold one of N permits (a semaphore on KEY) instead of the lock: at
-    /// most N commands run at once. CMD also gets LEASEHOLD_SLOT (0..N-1);
-    /// the fencing token is per slot.
+    /// most N commands run at once, N from 1 to 1000. CMD also gets
+    /// LEASEHOLD_SLOT (0..N-1); the fencing token is per slot.
     #[arg(long, value_name = "N")]
     pub limit: Option<u32>,
+
+    /// When done, write one JSON object on a line of its own to stderr,
+    /// the last line leasehold writes, saying whose exit code this is:
+    /// {"result": R, "exit_code": the code leasehold exits with,
+    /// "command_exit_code": CMD's code or null, "key", "fencing_token" and
+    /// "slot" (null when not held), "error": a message or null}, R one of
+    /// "completed" (CMD ran and exited; its code is passed on),
+    /// "not_obtained" (75), "lost" (76), "not_started" (126/127),
+    /// "interrupted" (128+S while waiting), "error" (1 or 2).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -139,21 +184,44 @@ pub struct LeaseArgs {
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub ttl: Duration,
 
-    /// A label stored with the lease to say who holds it.
+    /// A label stored with the lease to say who holds it (at most 128
+    /// bytes).
     #[arg(long, value_name = "LABEL")]
     pub owner: Option<String>,
 
-    /// Text stored with the lease, shown by `status` and `list`.
+    /// Text stored with the lease, shown by `status` and `list` (at most
+    /// 1024 bytes).
     #[arg(long, value_name = "TEXT")]
     pub data: Option<String>,
 
-    /// Time between SIGTERM and SIGKILL when the lease is lost.
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    /// Time between SIGTERM and SIGKILL when the lease is lost: at most
+    /// half the TTL. Default: 5s, or a quarter of the TTL when that is
+    /// shorter.
+    #[arg(long = "grace", value_name = "GRACE", value_parser = parse_duration)]
+    pub grace_arg: Option<Duration>,
+
+    /// The grace period in effect: `--grace`, else the default for the TTL
+    /// (set by [`Cli::parse_args`]).
+    #[arg(skip)]
     pub grace: Duration,
 
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
+}
+
+/// The default grace: 5 s, or a quarter of the TTL when that is shorter,
+/// so that it always fits (the limit is half the TTL).
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
+
+impl LeaseArgs {
+    /// Sets [`grace`](Self::grace): the one given, else the default for
+    /// the TTL.
+    fn resolve(&mut self) {
+        self.grace = self
+            .grace_arg
+            .unwrap_or_else(|| DEFAULT_GRACE.min(self.ttl / 4));
+    }
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -169,7 +237,72 @@ fn parse_wait(s: &str) -> Result<leasehold::Wait, String> {
 
 impl Cli {
     pub fn parse_args() -> Self {
-        Cli::parse()
+        Cli::parse().resolved()
+    }
+
+    /// Fills in the defaults that depend on other arguments.
+    fn resolved(mut self) -> Self {
+        match &mut self.command {
+            Command::Run(args) => args.lease.resolve(),
+            Command::Elect(args) => args.lease.resolve(),
+            _ => {}
+        }
+        self
+    }
+}
+
+/// Checks everything about `command` that needs no store (key, TTL against
+/// the range every store accepts, grace, limit, owner and data sizes), so
+/// that a usage error is reported as one (exit 2) even when the store is
+/// unreachable; and says how the command uses the store.
+///
+/// # Errors
+/// [`leasehold::Error::InvalidInput`] naming what is wrong.
+pub async fn validate(command: &Command) -> anyhow::Result<Access> {
+    // The in-memory store accepts the widest TTL range of all stores and
+    // contacts nothing; the real store checks its own range before its
+    // first request.
+    // Its store max TTL is the widest too, so that a store opened with a
+    // larger max TTL (`?max_ttl=`) is not refused here.
+    let scratch = leasehold::Store::new(leasehold::memory::MemoryBackend::with_clock_and_max_ttl(
+        std::sync::Arc::new(leasehold::SystemClock),
+        leasehold::memory::LOCAL_MAX_TTL,
+    ));
+    let widest = leasehold::memory::LOCAL_MIN_TTL..=leasehold::memory::LOCAL_MAX_TTL;
+    if let Command::Run(RunArgs { lease, .. }) | Command::Elect(ElectArgs { lease }) = command {
+        if !widest.contains(&lease.ttl) {
+            return Err(leasehold::Error::invalid(
+                "ttl",
+                format!(
+                    "--ttl {} is outside the range of every store (sqlite: 100ms to 24h; azblob: 15s to 60s; dynamodb: 1s to 24h)",
+                    crate::inspect::exact(lease.ttl)
+                ),
+            )
+            .into());
+        }
+    }
+    match command {
+        Command::Run(args) => {
+            let opts = crate::run::lock_options(&args.lease)?;
+            match args.limit {
+                None => drop(scratch.lock_with(&args.lease.key, opts)?),
+                Some(n) => drop(scratch.semaphore_with(&args.lease.key, n, opts)?),
+            }
+            Ok(Access::Lease)
+        }
+        Command::Elect(args) => {
+            let opts = crate::run::lock_options(&args.lease)?;
+            drop(scratch.election_with(&args.lease.key, opts)?);
+            Ok(Access::Lease)
+        }
+        Command::Leader { key, .. } | Command::Status { key, .. } | Command::Break { key } => {
+            leasehold::Key::new(key.as_str())?;
+            Ok(Access::Look)
+        }
+        Command::List { prefix, .. } => {
+            scratch.list(prefix).await?;
+            Ok(Access::Look)
+        }
     }
 }
 
@@ -206,6 +339,40 @@ mod tests {
         assert_eq!(
             run.lease.command,
             vec![OsString::from("echo"), OsString::from("hi")]
+        );
+    }
+
+    #[test]
+    fn help_states_the_limits_the_library_enforces() {
+        for limit in [
+            format!("1 to {}", leasehold::MAX_SEMAPHORE_LIMIT),
+            format!("at most {} bytes", leasehold::MAX_LABEL_LEN),
+            format!("at most {} bytes", leasehold::MAX_DATA_LEN),
+            format!("at most {} characters", leasehold::MAX_SEMAPHORE_KEY_LEN),
+            format!("1-{} characters", leasehold::MAX_KEY_LEN),
+        ] {
+            assert!(AFTER_HELP.contains(&limit), "{limit}");
+        }
+    }
+
+    #[test]
+    fn the_default_grace_fits_the_ttl() {
+        let grace = |args: &[&str]| {
+            let cli = Cli::try_parse_from(args).unwrap().resolved();
+            let Command::Run(run) = cli.command else {
+                panic!()
+            };
+            run.lease.grace
+        };
+        let run = ["leasehold", "run", "k"];
+        assert_eq!(
+            grace(&[&run[..], &["--ttl", "3s", "--", "true"]].concat()),
+            Duration::from_millis(750)
+        );
+        assert_eq!(grace(&[&run[..], &["--", "true"]].concat()), DEFAULT_GRACE);
+        assert_eq!(
+            grace(&[&run[..], &["--grace", "1s", "--", "true"]].concat()),
+            Duration::from_secs(1)
         );
     }
 

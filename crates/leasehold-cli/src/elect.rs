@@ -6,7 +6,7 @@ use std::time::Duration;
 use leasehold::{Store, Wait};
 
 use crate::cli::ElectArgs;
-use crate::inspect::{held_for, short};
+use crate::output::say;
 use crate::run::{describe_holder, lock_options, StatusLine};
 use crate::supervisor::{supervise, Signals};
 
@@ -20,21 +20,20 @@ pub async fn elect(store: &Store, args: ElectArgs) -> anyhow::Result<ExitCode> {
     let mut signals = Signals::new()?;
     loop {
         let mut status = StatusLine::new(&lease.key);
-        let campaign = election.campaign_with(Wait::Forever, |h| status.show(&describe_holder(h)));
+        let campaign = election.campaign_with(Wait::Forever, |h| {
+            status.show(&format!("held by {}", describe_holder(h)))
+        });
         let leadership = tokio::select! {
             r = campaign => r?,
             sig = signals.next() => {
                 status.clear();
-                eprintln!("leasehold: interrupted while campaigning for {}", lease.key);
+                say!("interrupted while campaigning for {}", lease.key);
                 return Ok(ExitCode::from(128 + sig as u8));
             }
         };
         status.clear();
         let term = leadership.term();
-        eprintln!(
-            "leasehold: leader of {} (term {term}); running the command",
-            lease.key
-        );
+        say!("leader of {} (term {term}); running the command", lease.key);
         let env = [("LEASEHOLD_FENCING_TOKEN", term.to_string())];
         let outcome = supervise(leadership.guard(), lease, &env, &mut signals).await?;
         let resigned = leadership.resign().await;
@@ -45,13 +44,13 @@ pub async fn elect(store: &Store, args: ElectArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(outcome.code));
         }
         if outcome.lost || resigned.is_err() {
-            eprintln!(
-                "leasehold: leadership of {} lost (term {term}); campaigning again",
+            say!(
+                "leadership of {} lost (term {term}); campaigning again",
                 lease.key
             );
         } else {
-            eprintln!(
-                "leasehold: the command exited with {} (term {term}); campaigning again",
+            say!(
+                "the command exited with {} (term {term}); campaigning again",
                 outcome.code
             );
             tokio::select! {
@@ -60,28 +59,4 @@ pub async fn elect(store: &Store, args: ElectArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-}
-
-pub async fn leader(store: &Store, key: &str, json: bool) -> anyhow::Result<ExitCode> {
-    let leader = store.election(key)?.leader().await?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&leader)?);
-        return Ok(ExitCode::SUCCESS);
-    }
-    match leader {
-        None => println!("{key}: no leader"),
-        Some(h) => {
-            let since = held_for(&h)
-                .map(|d| format!(" for {}", short(d)))
-                .unwrap_or_default();
-            println!(
-                "{key}: led by {} (term {}){since}",
-                h.owner, h.fencing_token
-            );
-            if let Some(data) = &h.data {
-                println!("data: {data}");
-            }
-        }
-    }
-    Ok(ExitCode::SUCCESS)
 }

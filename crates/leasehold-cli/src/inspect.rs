@@ -1,16 +1,44 @@
-//! `status`, `list` and `break`: looking at and clearing leases.
+//! `status`, `list`, `break` and `leader`: looking at and clearing leases.
+//!
+//! Human output goes through [`clean`], so a holder's label or data cannot
+//! put control characters on the terminal; JSON escapes them itself. The
+//! JSON shapes are documented in the README and kept stable.
 
+use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
-use leasehold::{HolderInfo, KeyInfo, Store};
+use leasehold::{HolderInfo, KeyInfo, SlotInfo, Store};
+use serde::Serialize;
+
+use crate::output::{clean, print};
+
+/// `status --json`: the key's record, and the slots when KEY is a
+/// semaphore's key, that is, has no record of its own (empty otherwise).
+#[derive(Serialize)]
+struct Status<'a> {
+    #[serde(flatten)]
+    info: &'a KeyInfo,
+    slots: &'a [SlotInfo],
+}
 
 pub async fn status(store: &Store, key: &str, json: bool) -> anyhow::Result<ExitCode> {
     let info = store.inspect(key).await?;
+    // A semaphore's key has no record of its own: its permits are slot
+    // keys. Only a key without a record is looked up as one (listing may
+    // cost a scan, on DynamoDB).
+    let slots = match store.semaphore(key, 1) {
+        Ok(sem) if info.fencing_token == 0 => sem.inspect().await?,
+        _ => Vec::new(),
+    };
     if json {
-        println!("{}", serde_json::to_string_pretty(&info)?);
+        let status = Status {
+            info: &info,
+            slots: &slots,
+        };
+        print(&(serde_json::to_string_pretty(&status)? + "\n"))?;
     } else {
-        print!("{}", describe(&info));
+        print(&describe(&info, &slots))?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -18,48 +46,111 @@ pub async fn status(store: &Store, key: &str, json: bool) -> anyhow::Result<Exit
 pub async fn list(store: &Store, prefix: &str, json: bool) -> anyhow::Result<ExitCode> {
     let infos = store.list(prefix).await?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&infos)?);
+        print(&(serde_json::to_string_pretty(&infos)? + "\n"))?;
         return Ok(ExitCode::SUCCESS);
     }
+    // One write per line, so that a reader that stops early (head) ends us
+    // at once.
     for info in &infos {
         let state = match &info.holder {
-            Some(h) => format!("held   by {}", h.owner),
+            Some(h) => format!("held   by {}", clean(&h.owner)),
             None => "free".to_string(),
         };
-        println!("{}\ttoken {}\t{}", info.key, info.fencing_token, state);
+        print(&format!(
+            "{}\ttoken {}\t{state}\n",
+            info.key, info.fencing_token
+        ))?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
 pub async fn break_lease(store: &Store, key: &str) -> anyhow::Result<ExitCode> {
     match store.break_lease(key).await? {
-        Some(holder) => println!("broke the lease of {} on {key}", holder.owner),
-        None => println!("{key} was not held"),
+        Some(holder) => print(&format!(
+            "broke the lease of {} on {key}\n",
+            clean(&holder.owner)
+        ))?,
+        None => print(&format!("{key} was not held\n"))?,
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// A multi-line, human description of a key.
-fn describe(info: &KeyInfo) -> String {
+pub async fn leader(store: &Store, key: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let leader = store.election(key)?.leader().await?;
+    if json {
+        print(&(serde_json::to_string_pretty(&leader)? + "\n"))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    match leader {
+        None => print(&format!("{key}: no leader\n"))?,
+        Some(h) => {
+            let since = held_for(&h)
+                .map(|d| format!(" for {}", short(d)))
+                .unwrap_or_default();
+            let mut out = format!(
+                "{key}: led by {} (term {}){since}\n",
+                clean(&h.owner),
+                h.fencing_token
+            );
+            if let Some(data) = &h.data {
+                let _ = writeln!(out, "data: {}", clean(data));
+            }
+            print(&out)?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A multi-line, human description of a key (and its semaphore slots).
+fn describe(info: &KeyInfo, slots: &[SlotInfo]) -> String {
     let mut out = format!("key:           {}\n", info.key);
     match &info.holder {
+        None if !slots.is_empty() => {
+            let held = slots.iter().filter(|s| s.info.holder.is_some()).count();
+            let _ = writeln!(
+                out,
+                "state:         semaphore, {held} of the {} slots on record held",
+                slots.len()
+            );
+        }
         None => out += "state:         free\n",
         Some(h) => {
             out += "state:         held\n";
-            out += &format!("holder:        {}\n", h.owner);
-            if let Some(data) = &h.data {
-                out += &format!("data:          {data}\n");
-            }
-            if let Some(held) = held_for(h) {
-                out += &format!("held for:      {}\n", short(held));
-            }
-            if let Some(left) = h.expires_in {
-                out += &format!("expires in:    {} unless renewed\n", short(left));
-            }
+            describe_holder(&mut out, h, "");
         }
     }
-    out += &format!("fencing token: {} (last issued)\n", info.fencing_token);
+    if slots.is_empty() || info.fencing_token > 0 {
+        let _ = writeln!(out, "fencing token: {} (last issued)", info.fencing_token);
+    }
+    for slot in slots {
+        let _ = writeln!(out, "slot {}:", slot.slot);
+        match &slot.info.holder {
+            None => out += "  state:         free\n",
+            Some(h) => {
+                out += "  state:         held\n";
+                describe_holder(&mut out, h, "  ");
+            }
+        }
+        let _ = writeln!(
+            out,
+            "  fencing token: {} (last issued)",
+            slot.info.fencing_token
+        );
+    }
     out
+}
+
+fn describe_holder(out: &mut String, h: &HolderInfo, indent: &str) {
+    let _ = writeln!(out, "{indent}holder:        {}", clean(&h.owner));
+    if let Some(data) = &h.data {
+        let _ = writeln!(out, "{indent}data:          {}", clean(data));
+    }
+    if let Some(held) = held_for(h) {
+        let _ = writeln!(out, "{indent}held for:      {}", short(held));
+    }
+    if let Some(left) = h.expires_in {
+        let _ = writeln!(out, "{indent}expires in:    {} unless renewed", short(left));
+    }
 }
 
 /// How long the holder has held the key, by the wall clocks of both sides.
@@ -75,4 +166,10 @@ pub fn short(d: Duration) -> String {
         return format!("{}ms", d.as_millis());
     }
     humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
+}
+
+/// A duration as given, to the millisecond: "1s 500ms" (for messages about
+/// what the user typed, where rounding would misquote them).
+pub fn exact(d: Duration) -> String {
+    humantime::format_duration(Duration::from_millis(d.as_millis() as u64)).to_string()
 }

@@ -3,6 +3,7 @@
 mod cli;
 mod elect;
 mod inspect;
+mod output;
 mod proctree;
 mod run;
 mod summary;
@@ -12,6 +13,8 @@ mod watchdog;
 use std::process::ExitCode;
 
 use cli::{Cli, Command};
+use leasehold_cli::stores;
+use output::say;
 
 /// Exit code when the lock was not obtained (held elsewhere, wait ran out).
 pub const EXIT_NOT_OBTAINED: u8 = 75;
@@ -39,15 +42,30 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("leasehold: cannot start the async runtime: {e}");
+            say!("cannot start the async runtime: {e}");
             return ExitCode::from(EXIT_BACKEND);
         }
+    };
+    let store_url = cli.store.clone();
+    let json_result = match &cli.command {
+        Command::Run(args) => args.json.then(|| args.lease.key.clone()),
+        _ => None,
     };
     let code = match runtime.block_on(dispatch(cli)) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("leasehold: {err:#}");
-            ExitCode::from(exit_code_for(&err))
+            if let Some(out) = err.downcast_ref::<output::OutputError>() {
+                if out.is_broken_pipe() {
+                    output::die_of_sigpipe();
+                }
+            }
+            let message = stores::scrub(&error_chain(&err), store_url.as_deref());
+            say!("{message}");
+            let code = exit_code_for(&err);
+            if let Some(key) = json_result {
+                run::report_json(&run::RunResult::failed(&key, code, message));
+            }
+            ExitCode::from(code)
         }
     };
     if let Some(Some(metrics)) = metrics {
@@ -56,16 +74,57 @@ fn main() -> ExitCode {
     code
 }
 
-async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
-    let store = leasehold_cli::stores::open(cli.store.as_deref()).await?;
+async fn dispatch(mut cli: Cli) -> anyhow::Result<ExitCode> {
+    // Usage errors first, before any store is opened or contacted.
+    let access = cli::validate(&cli.command).await?;
+    let store = match &mut cli.command {
+        // `run --wait D`: opening the store (which may contact it, as
+        // DynamoDB's table check does) is part of the wait, so an
+        // unreachable store cannot stretch it.
+        Command::Run(cli::RunArgs {
+            wait: Some(leasehold::Wait::Timeout(wait)),
+            ..
+        }) => {
+            let started = tokio::time::Instant::now();
+            let opening = stores::open_with(cli.store.as_deref(), access);
+            let Ok(store) = tokio::time::timeout(*wait, opening).await else {
+                anyhow::bail!(
+                    "cannot open store {}: no answer within the wait ({})",
+                    stores::redact(cli.store.as_deref().unwrap_or("sqlite:")),
+                    inspect::exact(*wait)
+                );
+            };
+            *wait = wait.saturating_sub(started.elapsed());
+            store?
+        }
+        _ => stores::open_with(cli.store.as_deref(), access).await?,
+    };
     match cli.command {
         Command::Run(args) => run::run(&store, args).await,
         Command::Elect(args) => elect::elect(&store, args).await,
-        Command::Leader { key, json } => elect::leader(&store, &key, json).await,
+        Command::Leader { key, json } => inspect::leader(&store, &key, json).await,
         Command::Status { key, json } => inspect::status(&store, &key, json).await,
         Command::List { prefix, json } => inspect::list(&store, &prefix, json).await,
         Command::Break { key } => inspect::break_lease(&store, &key).await,
     }
+}
+
+/// The error and its causes, each said once: a cause whose text its parent
+/// already contains (as `Error::Backend` repeats its source) is skipped, so
+/// messages never read "X: X".
+fn error_chain(err: &anyhow::Error) -> String {
+    let mut message = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if message.contains(&text) {
+            continue;
+        }
+        if !message.is_empty() {
+            message.push_str(": ");
+        }
+        message.push_str(&text);
+    }
+    message
 }
 
 /// Maps a failure to the documented exit code.
@@ -74,9 +133,11 @@ fn exit_code_for(err: &anyhow::Error) -> u8 {
         Some(leasehold::Error::InvalidInput { .. } | leasehold::Error::NotSupported(_)) => {
             EXIT_USAGE
         }
-        Some(leasehold::Error::Held { .. } | leasehold::Error::TimedOut { .. }) => {
-            EXIT_NOT_OBTAINED
-        }
+        Some(
+            leasehold::Error::Held { .. }
+            | leasehold::Error::TimedOut { .. }
+            | leasehold::Error::Quarantined { .. },
+        ) => EXIT_NOT_OBTAINED,
         Some(leasehold::Error::LeaseLost { .. }) => EXIT_LOST,
         _ => EXIT_BACKEND,
     }
@@ -92,6 +153,25 @@ fn init_tracing(verbose: u8) {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // A failed write to stderr (its reader gone) is dropped: the
+        // default reports it with eprintln!, which panics.
+        .log_internal_errors(false)
+        .with_ansi(output::colour_stderr())
         .with_target(false)
         .init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn causes_already_in_the_message_are_not_repeated() {
+        let inner = leasehold::Error::backend("sqlite", "open", false, "cannot open /x: denied");
+        let err = anyhow::Error::from(inner).context("cannot open store sqlite:/x");
+        assert_eq!(
+            error_chain(&err),
+            "cannot open store sqlite:/x: sqlite backend failed during open: cannot open /x: denied"
+        );
+    }
 }

@@ -95,9 +95,9 @@ impl Cgroup {
         let mount = cgroup2_mount()?;
         let own = fs::read_to_string("/proc/self/cgroup").ok()?;
         let path = own.lines().find_map(|l| l.strip_prefix("0::"))?;
-        let dir = mount
-            .join(path.trim_start_matches('/'))
-            .join(format!("leasehold-{name}"));
+        let parent = mount.join(path.trim_start_matches('/'));
+        remove_stale(&parent);
+        let dir = parent.join(format!("leasehold-{name}"));
         fs::create_dir(&dir).ok()?;
         let cgroup = Cgroup { dir };
         if !cgroup.dir.join("cgroup.kill").exists() {
@@ -144,6 +144,28 @@ impl Cgroup {
     /// Removes the cgroup (only possible once it is empty).
     pub fn remove(&self) {
         let _ = fs::remove_dir(&self.dir);
+    }
+}
+
+/// Removes the empty cgroups that watchdogs killed before they could clean
+/// up left behind (`leasehold-PID` with PID no longer running). A cgroup
+/// that still has processes cannot be removed, so nothing live is touched.
+fn remove_stale(parent: &Path) {
+    let Ok(entries) = fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("leasehold-"))
+            .and_then(|p| p.parse::<libc::pid_t>().ok())
+        else {
+            continue;
+        };
+        if !signal(pid, 0) {
+            let _ = fs::remove_dir(entry.path());
+        }
     }
 }
 

@@ -3,15 +3,25 @@
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
-use leasehold::{Error, HolderInfo, LeaseGuard, LockOptions, Store};
+use leasehold::{Error, HolderInfo, LeaseGuard, LockOptions, Store, WaitReason};
 
 use crate::cli::{LeaseArgs, RunArgs};
-use crate::inspect::{held_for, short};
+use crate::inspect::{exact, held_for, short};
+use crate::output::{clean, say};
 use crate::supervisor::{supervise, Outcome, Signals};
 use crate::{EXIT_LOST, EXIT_NOT_OBTAINED};
 
 pub async fn run(store: &Store, args: RunArgs) -> anyhow::Result<ExitCode> {
+    let result = acquire_and_run(store, &args).await?;
+    if args.json {
+        report_json(&result);
+    }
+    Ok(ExitCode::from(result.exit_code))
+}
+
+async fn acquire_and_run(store: &Store, args: &RunArgs) -> anyhow::Result<RunResult> {
     let lease = &args.lease;
+    let mut result = RunResult::new(&lease.key);
     // Key and TTL first, so their errors come before any about --grace.
     let plain = LockOptions::new().ttl(lease.ttl);
     match args.limit {
@@ -30,7 +40,7 @@ pub async fn run(store: &Store, args: RunArgs) -> anyhow::Result<ExitCode> {
                     Some(wait) => {
                         let mut status = StatusLine::new(&lease.key);
                         let r = lock
-                            .acquire_with(wait, |h| status.show(&describe_holder(h)))
+                            .acquire_reporting(wait, |reason| status.show(&describe_wait(reason)))
                             .await;
                         status.clear();
                         r
@@ -65,19 +75,31 @@ pub async fn run(store: &Store, args: RunArgs) -> anyhow::Result<ExitCode> {
     let acquired = tokio::select! {
         r = acquiring => r,
         sig = signals.next() => {
-            eprintln!("leasehold: interrupted while waiting for {}", lease.key);
-            return Ok(ExitCode::from(128 + sig as u8));
+            say!("interrupted while waiting for {}", lease.key);
+            return Ok(result.ended("interrupted", 128 + sig as u8));
         }
     };
     let (guard, slot) = match acquired {
         Ok(acquired) => acquired,
         Err(Error::Held { holder, .. }) => {
-            eprintln!(
-                "leasehold: {} is held by {}; not running the command",
+            let message = format!(
+                "{} is held by {}; not running the command",
                 lease.key,
                 describe_holder(holder.as_deref())
             );
-            return Ok(ExitCode::from(EXIT_NOT_OBTAINED));
+            say!("{message}");
+            result.error = Some(message);
+            return Ok(result.ended("not_obtained", EXIT_NOT_OBTAINED));
+        }
+        Err(Error::Quarantined { remaining, .. }) => {
+            let message = format!(
+                "{}: the store's data is new to this process (a store created or re-created); nothing is granted for another {} (quarantine), so that holders of lost data stop first; not running the command",
+                lease.key,
+                short(remaining)
+            );
+            say!("{message}");
+            result.error = Some(message);
+            return Ok(result.ended("not_obtained", EXIT_NOT_OBTAINED));
         }
         Err(Error::TimedOut { waited, .. }) => {
             let holder = store.inspect(&lease.key).await.ok().and_then(|i| i.holder);
@@ -85,12 +107,14 @@ pub async fn run(store: &Store, args: RunArgs) -> anyhow::Result<ExitCode> {
                 (Some(n), _) => format!("all {n} permits held"),
                 (None, h) => format!("held by {}", describe_holder(h.as_ref())),
             };
-            eprintln!(
-                "leasehold: gave up waiting for {} after {} ({by}); not running the command",
+            let message = format!(
+                "gave up waiting for {} after {} ({by}); not running the command",
                 lease.key,
                 short(waited)
             );
-            return Ok(ExitCode::from(EXIT_NOT_OBTAINED));
+            say!("{message}");
+            result.error = Some(message);
+            return Ok(result.ended("not_obtained", EXIT_NOT_OBTAINED));
         }
         Err(e) => return Err(e.into()),
     };
@@ -99,45 +123,107 @@ pub async fn run(store: &Store, args: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(slot) = slot {
         env.push(("LEASEHOLD_SLOT", slot.to_string()));
     }
+    result.fencing_token = Some(guard.fencing_token());
+    result.slot = slot;
     let outcome = supervise(&guard, lease, &env, &mut signals).await?;
-    Ok(ExitCode::from(finish(guard, &lease.key, outcome).await))
+    Ok(finish(guard, result, outcome).await)
 }
 
-/// Releases the lease after the command ended; the exit code `run` reports:
-/// 76 if the lease was lost while the command ran, else the command's.
-pub async fn finish(guard: LeaseGuard, key: &str, outcome: Outcome) -> u8 {
+/// How `run` ended, for `run --json`: whose exit code leasehold exits with.
+#[derive(Debug, serde::Serialize)]
+pub struct RunResult {
+    /// "completed", "not_obtained", "lost", "not_started", "interrupted"
+    /// or "error".
+    pub result: &'static str,
+    /// The code leasehold exits with.
+    pub exit_code: u8,
+    /// The command's own exit code (128+S if killed by signal S), if it ran.
+    pub command_exit_code: Option<u8>,
+    pub key: String,
+    /// The fencing token of the lease held, if it was obtained.
+    pub fencing_token: Option<u64>,
+    /// The semaphore slot held (`--limit`), if one was.
+    pub slot: Option<u32>,
+    /// What went wrong, if anything did.
+    pub error: Option<String>,
+}
+
+impl RunResult {
+    fn new(key: &str) -> Self {
+        RunResult {
+            result: "error",
+            exit_code: crate::EXIT_BACKEND,
+            command_exit_code: None,
+            key: key.to_string(),
+            fencing_token: None,
+            slot: None,
+            error: None,
+        }
+    }
+
+    fn ended(mut self, result: &'static str, exit_code: u8) -> Self {
+        self.result = result;
+        self.exit_code = exit_code;
+        self
+    }
+
+    /// `run` failed before or without running the command.
+    pub fn failed(key: &str, exit_code: u8, message: String) -> Self {
+        let mut result = RunResult::new(key).ended("error", exit_code);
+        result.error = Some(message);
+        result
+    }
+}
+
+/// Writes `result` as one JSON line to stderr (`run --json`).
+pub fn report_json(result: &RunResult) {
+    if let Ok(line) = serde_json::to_string(result) {
+        let mut err = std::io::stderr().lock();
+        let _ = writeln!(err, "{line}");
+        let _ = err.flush();
+    }
+}
+
+/// Releases the lease after the command ended; how `run` ended: 76 if the
+/// lease was lost while the command ran, else the command's code.
+pub async fn finish(guard: LeaseGuard, mut result: RunResult, outcome: Outcome) -> RunResult {
+    let key = result.key.clone();
     let released = guard.release().await;
     if !outcome.started {
-        return outcome.code;
+        return result.ended("not_started", outcome.code);
     }
+    result.command_exit_code = Some(outcome.code);
     if outcome.lost || matches!(released, Err(Error::LeaseLost { .. })) {
+        let message = format!("lease on {key} was lost while the command ran");
         if !outcome.lost {
-            eprintln!("leasehold: lease on {key} was lost while the command ran");
+            say!("{message}");
         }
-        return EXIT_LOST;
+        result.error = Some(message);
+        return result.ended("lost", EXIT_LOST);
     }
     if let Err(e) = released {
-        eprintln!("leasehold: could not release {key} ({e}); it ends when its TTL runs out");
+        say!("could not release {key} ({e}); it ends when its TTL runs out");
     }
-    outcome.code
+    result.ended("completed", outcome.code)
 }
 
 /// Lock options for `run`: the safety margin includes the grace period, so
 /// that a child that ignores SIGTERM is killed before the lease could pass to
 /// anyone else.
 pub fn lock_options(args: &LeaseArgs) -> anyhow::Result<LockOptions> {
-    if args.grace > args.ttl / 2 {
+    let grace = args.grace;
+    if grace > args.ttl / 2 {
         return Err(Error::invalid(
             "grace",
             format!(
                 "--grace {} is too long for --ttl {}: the command must be stopped before the lease can pass to someone else, so the grace may be at most half the TTL",
-                short(args.grace),
-                short(args.ttl)
+                exact(grace),
+                exact(args.ttl)
             ),
         )
         .into());
     }
-    let margin = args.ttl / 10 + args.grace;
+    let margin = args.ttl / 10 + grace;
     // Three renewals fit between a renewal and the safety deadline, so one
     // slow or failed renewal does not stop the command.
     let mut opts = LockOptions::new()
@@ -170,11 +256,12 @@ impl StatusLine {
         }
     }
 
-    pub fn show(&mut self, holder: &str) {
+    /// Shows why we wait: "held by ...", "all N permits held (...)", ...
+    pub fn show(&mut self, why: &str) {
         if self.shown && !self.terminal {
             return;
         }
-        let line = format!("leasehold: waiting for {}: held by {holder}", self.key);
+        let line = format!("leasehold: waiting for {}: {why}", self.key);
         let mut err = std::io::stderr().lock();
         let _ = if self.terminal {
             write!(err, "\r\x1b[2K{line}")
@@ -198,12 +285,24 @@ fn describe_holders(holders: &[HolderInfo]) -> String {
     names.join("; ")
 }
 
+/// Why a wait goes on, for the status line.
+fn describe_wait(reason: WaitReason<'_>) -> String {
+    match reason {
+        WaitReason::Held(h) => format!("held by {}", describe_holder(h)),
+        WaitReason::Quarantine { remaining, .. } => format!(
+            "the store's data is new (quarantine, {} left)",
+            short(remaining)
+        ),
+        _ => "not granted yet".into(),
+    }
+}
+
 pub fn describe_holder(holder: Option<&HolderInfo>) -> String {
     match holder {
         None => "another holder".into(),
         Some(h) => match held_for(h) {
-            Some(d) => format!("{} for {}", h.owner, short(d)),
-            None => h.owner.to_string(),
+            Some(d) => format!("{} for {}", clean(&h.owner), short(d)),
+            None => clean(&h.owner),
         },
     }
 }
@@ -219,6 +318,7 @@ mod tests {
             ttl: Duration::from_secs(ttl),
             owner: None,
             data: None,
+            grace_arg: None,
             grace: Duration::from_millis(grace_ms),
             command: vec!["true".into()],
         }

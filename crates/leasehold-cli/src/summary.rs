@@ -52,6 +52,7 @@ impl MetricsSummary {
             return;
         }
         lines.sort();
-        eprintln!("leasehold: metrics\n{}", lines.join("\n"));
+        // Never a panic when stderr is gone.
+        crate::output::say!("metrics\n{}", lines.join("\n"));
     }
 }

@@ -18,6 +18,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use crate::cli::LeaseArgs;
+use crate::output::say;
 use crate::proctree::{self, Cgroup};
 use crate::watchdog::{self, Stop};
 
@@ -60,7 +61,9 @@ pub async fn supervise(
     if let Some(arg0) = std::env::args_os().next() {
         cmd.arg0(arg0);
     }
+    let (ctl_fd, rep_fd) = (control_rx.as_raw_fd(), report_tx.as_raw_fd());
     cmd.args(watchdog::command_line(
+        [ctl_fd, rep_fd],
         lease.grace,
         deadline,
         &lease.command,
@@ -70,17 +73,15 @@ pub async fn supervise(
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let (ctl_fd, rep_fd) = (control_rx.as_raw_fd(), report_tx.as_raw_fd());
-    // SAFETY: runs in the forked child before exec; dup2 is
-    // async-signal-safe. The sources are fds >= 10 (see `pipe`), so they
-    // cannot collide with 3 and 4, and dup2 clears close-on-exec on the copy.
+    // The watchdog's two pipe ends keep their numbers (the lowest free fds
+    // from 10 up, so no fd this process inherited for the command is
+    // touched) and lose close-on-exec in the child only.
+    // SAFETY: runs in the forked child before exec; fcntl is
+    // async-signal-safe.
     unsafe {
         cmd.pre_exec(move || {
-            for (from, to) in [
-                (ctl_fd, watchdog::CONTROL_FD),
-                (rep_fd, watchdog::REPORT_FD),
-            ] {
-                if libc::dup2(from, to) < 0 {
+            for fd in [ctl_fd, rep_fd] {
+                if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
             }
@@ -123,7 +124,7 @@ pub async fn supervise(
             }
             reason = guard.lost(), if !lost => {
                 lost = true;
-                eprintln!("leasehold: lease on {} lost ({reason}); stopping the command", lease.key);
+                say!("lease on {} lost ({reason}); stopping the command", lease.key);
                 order(&mut control, "stop");
             }
             // Only if the watchdog is not doing its job (frozen): the
@@ -140,17 +141,14 @@ pub async fn supervise(
     if !state.done && state.left.is_none() && state.spawn_failed.is_none() {
         // The watchdog died before it could report the tree gone.
         state.kill_backup();
-        eprintln!(
-            "leasehold: the watchdog process ended unexpectedly ({status}); killed the command's process group"
+        say!("the watchdog process ended unexpectedly ({status}); killed the command's process group"
         );
     }
     if let Some(left) = &state.left {
-        eprintln!(
-            "leasehold: could not kill these processes of the command (stuck in the kernel?): {left}"
-        );
+        say!("could not kill these processes of the command (stuck in the kernel?): {left}");
     }
     if let Some((code, message)) = state.spawn_failed {
-        eprintln!("leasehold: {message}");
+        say!("{message}");
         return Ok(Outcome {
             code,
             lost: false,

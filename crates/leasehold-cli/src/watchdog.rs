@@ -11,15 +11,16 @@
 //! async runtime or the store, it only waits on a pipe and a clock.
 //!
 //! # Protocol
-//! `leasehold` starts `/proc/self/exe __watchdog GRACE_NS DEADLINE_NS -- CMD…`
-//! with two pipes: fd 3, which `leasehold` writes and the watchdog reads, and
-//! fd 4, the other way.
-//! * fd 3 carries lines `deadline NS` (the guard's new safety deadline after
+//! `leasehold` starts `/proc/self/exe __watchdog CONTROL_FD REPORT_FD GRACE_NS
+//! DEADLINE_NS -- CMD…` with two pipes: the control pipe, which `leasehold`
+//! writes and the watchdog reads, and the report pipe, the other way. Every
+//! other fd `leasehold` inherited reaches the command as before.
+//! * the control pipe carries lines `deadline NS` (the guard's new safety deadline after
 //!   each renewal, on `CLOCK_BOOTTIME`, which all processes on the machine
 //!   share), `signal N` (forward signal N to the command's tree) and `stop`
 //!   (the lease was lost: stop the command now). End of file means
 //!   `leasehold` is gone.
-//! * fd 4 carries `started PID CGROUP|-`, `spawn-failed CODE MESSAGE`,
+//! * the report pipe carries `started PID CGROUP|-`, `spawn-failed CODE MESSAGE`,
 //!   `stopping REASON`, `exited CODE` and finally `done` or
 //!   `left PID PID…` (processes that survived SIGKILL).
 //!
@@ -35,7 +36,7 @@
 //! TTL − safety margin, where the margin is TTL/10 + grace), the watchdog
 //! sends SIGTERM to the tree at `D` and SIGKILL at `D + grace`, unless a later
 //! deadline arrived first; on `stop` it does the same at once (SIGKILL after
-//! the grace); on end of file on fd 3 (`leasehold` died) it sends SIGKILL at
+//! the grace); on end of file on the control pipe (`leasehold` died) it sends SIGKILL at
 //! once. `D + grace` is TTL/10 before the earliest moment the store could
 //! grant the lease to anyone else, and the watchdog's timer does not depend
 //! on `leasehold` being scheduled. When the command exits by itself, the rest
@@ -64,14 +65,11 @@ use std::os::unix::process::CommandExt;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::output::say;
 use crate::proctree::{self, Cgroup};
 
 /// The argument that selects the watchdog instead of the normal CLI.
 pub const ARG: &str = "__watchdog";
-/// The fd the watchdog reads orders from.
-pub const CONTROL_FD: libc::c_int = 3;
-/// The fd the watchdog writes its reports to.
-pub const REPORT_FD: libc::c_int = 4;
 
 /// How long to wait for SIGKILLed processes to disappear before saying
 /// which are left.
@@ -86,25 +84,31 @@ pub fn now() -> Duration {
     leasehold::SystemClock.now()
 }
 
-/// Entry point of `leasehold __watchdog GRACE_NS DEADLINE_NS -- CMD...`.
+/// Entry point of `leasehold __watchdog CONTROL_FD REPORT_FD GRACE_NS
+/// DEADLINE_NS -- CMD...`.
 pub fn main(args: Vec<OsString>) -> ExitCode {
     let parsed = (|| {
         let mut it = args.into_iter();
-        let grace: u64 = it.next()?.to_str()?.parse().ok()?;
-        let deadline: u64 = it.next()?.to_str()?.parse().ok()?;
+        let mut number = || it.next()?.to_str()?.parse::<u64>().ok();
+        let fds = [number()?, number()?];
+        let (grace, deadline) = (number()?, number()?);
         (it.next()? == "--").then_some(())?;
         let command: Vec<OsString> = it.collect();
-        (!command.is_empty()).then_some((grace, deadline, command))
+        let fds = fds.map(|fd| libc::c_int::try_from(fd).ok().filter(|&fd| is_pipe(fd)));
+        Some((fds[0]?, fds[1]?, grace, deadline))
+            .filter(|_| !command.is_empty())
+            .map(|p| (p, command))
     })();
-    let Some((grace, deadline, command)) = parsed else {
-        eprintln!("leasehold: {ARG} is internal to `leasehold run`");
+    let Some(((control_fd, report_fd, grace, deadline), command)) = parsed else {
+        say!("{ARG} is internal to `leasehold run`");
         return ExitCode::from(crate::EXIT_USAGE);
     };
-    // SAFETY: fds 3 and 4 were set up by `leasehold` for us; nothing else in
-    // this process owns them.
+    // SAFETY: `leasehold` passed us these two pipe ends (checked to be
+    // pipes); nothing else in this process owns them. Close-on-exec keeps
+    // them from the command.
     let (control, report) =
-        unsafe { (File::from_raw_fd(CONTROL_FD), File::from_raw_fd(REPORT_FD)) };
-    for fd in [CONTROL_FD, REPORT_FD] {
+        unsafe { (File::from_raw_fd(control_fd), File::from_raw_fd(report_fd)) };
+    for fd in [control_fd, report_fd] {
         set_cloexec(fd);
     }
     let mut dog = Watchdog {
@@ -192,9 +196,7 @@ impl Watchdog {
             self.reap();
             let now = now();
             if self.stopping.is_none() && now >= self.deadline {
-                eprintln!(
-                    "leasehold: the lease's safety deadline passed without a renewal; stopping the command"
-                );
+                say!("the lease's safety deadline passed without a renewal; stopping the command");
                 self.stop(Stop::Deadline);
             }
             if let Some(at) = self.kill_at {
@@ -315,10 +317,17 @@ impl Watchdog {
                 revents: 0,
             });
         }
-        // Round up so a wake-up is never early.
-        let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
-        // SAFETY: `fds` is a valid array of pollfd of the given length.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: `fds` is a valid array of pollfd of the given length; the
+        // empty mask lets SIGCHLD in only while waiting here.
+        let n = unsafe {
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            libc::ppoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, &ts, &none)
+        };
         if n > 0 && !self.parent_gone && fds[0].revents != 0 {
             self.read_orders();
         }
@@ -361,6 +370,8 @@ impl Watchdog {
         self.stopping = Some(why);
         self.say(&format!("stopping {}", why.word()));
         self.signal_tree(libc::SIGTERM);
+        // A stopped process acts on SIGTERM only once continued.
+        self.signal_tree(libc::SIGCONT);
         self.kill_at = Some(now() + self.grace);
     }
 
@@ -401,9 +412,13 @@ impl Watchdog {
         loop {
             let mut status = 0;
             // SAFETY: `status` is a valid out-pointer.
-            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG | libc::WUNTRACED) };
             if pid <= 0 {
                 return;
+            }
+            if pid == self.pid && libc::WIFSTOPPED(status) {
+                self.suspend(libc::WSTOPSIG(status));
+                continue;
             }
             if pid == self.pid {
                 let code = if libc::WIFEXITED(status) {
@@ -423,6 +438,38 @@ impl Watchdog {
             // SAFETY: plain calls on our own terminal; SIGTTOU is blocked
             // around tcsetpgrp, as a background process must.
             unsafe { with_sigttou_blocked(|| libc::tcsetpgrp(0, pgrp)) };
+        }
+    }
+
+    /// Job control: the command, which has the terminal, was stopped from
+    /// it (Ctrl-Z, or a read/write from the background). The shell that
+    /// started leasehold waits on leasehold's process group, not the
+    /// command's, so the stop is passed on: the terminal goes back to
+    /// leasehold's group, which stops too. When the shell continues it
+    /// (`fg`, `bg`), the command is continued, with the terminal if
+    /// leasehold's group has it again. While everything is stopped the lease
+    /// is not renewed; if its deadline passed meanwhile the loop stops the
+    /// command's tree before anything else.
+    fn suspend(&mut self, sig: libc::c_int) {
+        let Some(ours) = self.terminal else {
+            return;
+        };
+        if ![libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU].contains(&sig) {
+            return;
+        }
+        // SAFETY: plain calls on our terminal and process groups; SIGTTOU is
+        // blocked around tcsetpgrp.
+        unsafe {
+            with_sigttou_blocked(|| libc::tcsetpgrp(0, ours));
+            libc::kill(-ours, libc::SIGTSTP);
+            // Continued.
+            if now() >= self.deadline {
+                return;
+            }
+            if libc::tcgetpgrp(0) == ours {
+                with_sigttou_blocked(|| libc::tcsetpgrp(0, self.pid));
+            }
+            proctree::signal_group(self.pid, libc::SIGCONT);
         }
     }
 
@@ -487,8 +534,25 @@ extern "C" fn ignore(_: libc::c_int) {}
 /// decides what reaches the command (a terminal's Ctrl-C reaches both). A
 /// handler rather than SIG_IGN, because handlers are reset by exec and the
 /// command must get default dispositions.
+///
+/// SIGCHLD gets the same handler and is blocked except while the watchdog
+/// waits in `ppoll`, so a child that stops (Ctrl-Z) or exits always wakes
+/// it, whenever the signal comes.
 fn catch_stop_signals() {
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+    // SAFETY: a valid, fully initialised signal set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+    for sig in [
+        libc::SIGINT,
+        libc::SIGTERM,
+        libc::SIGHUP,
+        libc::SIGQUIT,
+        libc::SIGCHLD,
+    ] {
         // SAFETY: installs a handler that does nothing; sa is fully set.
         unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();
@@ -508,13 +572,29 @@ fn set_cloexec(fd: libc::c_int) {
 }
 
 /// The command line that starts the watchdog, for `leasehold`.
-pub fn command_line(grace: Duration, deadline: Duration, command: &[OsString]) -> Vec<OsString> {
+pub fn command_line(
+    fds: [libc::c_int; 2],
+    grace: Duration,
+    deadline: Duration,
+    command: &[OsString],
+) -> Vec<OsString> {
     let mut args: Vec<OsString> = vec![
         ARG.into(),
+        fds[0].to_string().into(),
+        fds[1].to_string().into(),
         grace.as_nanos().to_string().into(),
         deadline.as_nanos().to_string().into(),
         "--".into(),
     ];
     args.extend(command.iter().cloned());
     args
+}
+
+/// Whether `fd` is an open pipe.
+fn is_pipe(fd: libc::c_int) -> bool {
+    // SAFETY: fstat writes into a zeroed stat we own.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::fstat(fd, &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFIFO
+    }
 }

@@ -196,3 +196,209 @@ fn a_command_that_exits_leaves_nothing_running() {
         "a process the command left behind outlived the lease"
     );
 }
+
+#[test]
+fn the_command_inherits_the_callers_open_files() {
+    let env = Env::new();
+    // fds 3 and 4 (a script's `3>log`, a socket from a service manager)
+    // reach the command through leasehold and its watchdog.
+    let out = env
+        .leasehold()
+        .args([
+            "run",
+            "tree/fds",
+            "--",
+            "sh",
+            "-c",
+            "echo three >&3; echo four >&4",
+        ])
+        .env("F", env.path("f"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn_with_fds(&env.path("three"), &env.path("four"));
+    assert_eq!(out.0, Some(0), "{}", out.1);
+    assert_eq!(
+        std::fs::read_to_string(env.path("three")).unwrap(),
+        "three\n"
+    );
+    assert_eq!(std::fs::read_to_string(env.path("four")).unwrap(), "four\n");
+}
+
+trait SpawnWithFds {
+    fn spawn_with_fds(
+        &mut self,
+        three: &std::path::Path,
+        four: &std::path::Path,
+    ) -> (Option<i32>, String);
+}
+
+impl SpawnWithFds for std::process::Command {
+    /// Runs the command with `three` and `four` open for writing as its fds
+    /// 3 and 4; its exit code and stderr.
+    fn spawn_with_fds(
+        &mut self,
+        three: &std::path::Path,
+        four: &std::path::Path,
+    ) -> (Option<i32>, String) {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::process::CommandExt;
+        let files = [
+            std::fs::File::create(three).unwrap(),
+            std::fs::File::create(four).unwrap(),
+        ];
+        let fds = [files[0].as_raw_fd(), files[1].as_raw_fd()];
+        assert!(fds[0] != 4 && fds[1] != 3, "{fds:?}");
+        // SAFETY: dup2 in the forked child before exec is async-signal-safe;
+        // the sources are open files of this process; if they are 3 and 4 in the
+        // other order the second dup2 would clobber the first, so check.
+        unsafe {
+            self.pre_exec(move || {
+                for (from, to) in [(fds[0], 3), (fds[1], 4)] {
+                    // dup2 onto itself keeps close-on-exec: clear it then.
+                    let rc = if from == to {
+                        libc::fcntl(to, libc::F_SETFD, 0)
+                    } else {
+                        libc::dup2(from, to)
+                    };
+                    if rc < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+        let out = self.output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+/// Ctrl-Z on a terminal stops the command and, with it, leasehold's own
+/// process group, so the shell sees the job stopped; `fg` continues both
+/// and gives the command the terminal again.
+#[test]
+fn ctrl_z_suspends_the_job_and_fg_resumes_it() {
+    let env = Env::new();
+    let leasehold = env.leasehold().get_program().to_owned();
+    let script = format!(
+        "set -m; {:?} run tree/tty -- sh -c 'echo ready; read x; echo got $x'; echo \"status $?\"; fg; echo \"after fg $?\"",
+        leasehold
+    );
+    let mut term = Pty::spawn(&env, &["bash", "--norc", "--noprofile", "-c", &script]);
+    term.expect("ready");
+    term.send(b"\x1a");
+    term.expect("status 148");
+    term.send(b"hello\n");
+    term.expect("got hello");
+    term.expect("after fg 0");
+}
+
+/// A pseudo-terminal with a process in a new session on its slave side.
+struct Pty {
+    master: std::fs::File,
+    seen: std::sync::mpsc::Receiver<String>,
+    text: String,
+    child: std::process::Child,
+}
+
+impl Pty {
+    fn spawn(env: &Env, argv: &[&str]) -> Pty {
+        use std::os::fd::FromRawFd;
+        use std::os::unix::process::CommandExt;
+        let (mut master, mut slave) = (0, 0);
+        // SAFETY: openpty writes two fds; no name, termios or size given.
+        let rc = unsafe {
+            libc::openpty(
+                &mut master,
+                &mut slave,
+                std::ptr::null_mut(),
+                std::ptr::null(),
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(rc, 0);
+        // SAFETY: both fds are ours from openpty.
+        let (master, slave) = unsafe {
+            (
+                std::fs::File::from_raw_fd(master),
+                std::fs::File::from_raw_fd(slave),
+            )
+        };
+        let mut cmd = std::process::Command::new(argv[0]);
+        cmd.args(&argv[1..])
+            .envs(
+                env.leasehold()
+                    .get_envs()
+                    .filter_map(|(k, v)| Some((k, v?))),
+            )
+            .stdin(slave.try_clone().unwrap())
+            .stdout(slave.try_clone().unwrap())
+            .stderr(slave);
+        // SAFETY: setsid and ioctl are async-signal-safe; the child makes
+        // the pty (its stdin) its controlling terminal.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().unwrap();
+        let mut reader = master.try_clone().unwrap();
+        let (tx, seen) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::Read;
+            let mut buf = [0u8; 1024];
+            while let Ok(n) = reader.read(&mut buf) {
+                if n == 0
+                    || tx
+                        .send(String::from_utf8_lossy(&buf[..n]).into_owned())
+                        .is_err()
+                {
+                    break;
+                }
+            }
+        });
+        Pty {
+            master,
+            seen,
+            text: String::new(),
+            child,
+        }
+    }
+
+    /// Waits (up to 20 s) until the terminal has shown `what` since the
+    /// last match.
+    fn expect(&mut self, what: &str) {
+        let until = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(i) = self.text.find(what) {
+                self.text.drain(..i + what.len());
+                return;
+            }
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            match self.seen.recv_timeout(left) {
+                Ok(chunk) => self.text.push_str(&chunk),
+                Err(_) => panic!(
+                    "the terminal never showed {what:?}; it shows {:?}",
+                    self.text
+                ),
+            }
+        }
+    }
+
+    fn send(&mut self, bytes: &[u8]) {
+        use std::io::Write;
+        self.master.write_all(bytes).unwrap();
+    }
+}
+
+impl Drop for Pty {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -2,19 +2,23 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::{
+    ConditionCheck, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+};
 use aws_sdk_dynamodb::Client;
 use leasehold::{
     AcquireOutcome, AcquireRequest, Backend, Capabilities, Error, Grant, HolderInfo, Key, KeyInfo,
-    Lease, LossReason, Result, SharedClock,
+    Lease, LossReason, Result, SharedClock, StoreEpoch,
 };
 
 use crate::builder::DynamoDbBackendBuilder;
+use crate::epoch::{ServiceDate, EPOCH, MARKER_KEY};
 use crate::error::{map_sdk, Message, BACKEND};
 use crate::item::{self, n, s, unix_ms, Expr, Item, Stored};
 use crate::observe::Observations;
@@ -34,7 +38,12 @@ pub struct DynamoDbBackend {
     pub(crate) wall: WallClock,
     pub(crate) takeover: TakeoverMode,
     pub(crate) margin: Duration,
-    pub(crate) retention: Option<Duration>,
+    /// The max TTL a table created (or marked) by this backend records.
+    pub(crate) max_ttl: Duration,
+    pub(crate) create_table: bool,
+    /// The table's epoch as last read, and when (on `clock`).
+    pub(crate) epoch: Mutex<(StoreEpoch, Duration)>,
+    pub(crate) dates: ServiceDate,
     pub(crate) observations: Observations,
     pub(crate) requests: Arc<AtomicU64>,
 }
@@ -56,6 +65,8 @@ enum Write {
     Done(Item),
     /// The condition failed; the item as it was (absent if there is none).
     Refused(Option<Item>),
+    /// The table does not exist (deleted).
+    NoTable,
 }
 
 impl DynamoDbBackend {
@@ -134,27 +145,26 @@ impl DynamoDbBackend {
         ttl + ttl / 1000 + self.margin
     }
 
-    /// `gc_at` for an item whose lease (if any) ends `after` from now.
-    fn gc_at(&self, after: Duration) -> Option<u64> {
-        self.retention
-            .map(|r| ((self.wall)() + after + r).duration_since(SystemTime::UNIX_EPOCH))
-            .and_then(|d| d.ok())
-            .map(|d| d.as_secs())
+    /// The table's store epoch (see the crate docs), as last read when the
+    /// backend was built or found the table re-created; its age is as of
+    /// now.
+    pub fn epoch(&self) -> StoreEpoch {
+        let (epoch, read_at) = self.epoch.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let since = self.clock.now().saturating_sub(read_at);
+        let age = epoch.age.map(|a| a + since);
+        epoch.with_age(age)
     }
 
-    /// Adds `gc_at` to the SET or the REMOVE list.
-    fn push_gc(
-        &self,
-        e: &mut Expr,
-        after: Duration,
-        set: &mut Vec<String>,
-        remove: &mut Vec<String>,
-    ) {
-        let attr = e.n(item::GC_AT);
-        match self.gc_at(after) {
-            Some(at) => set.push(format!("{attr} = {}", e.v("gc", n(at)))),
-            None => remove.push(attr),
-        }
+    fn current_epoch(&self) -> StoreEpoch {
+        self.epoch()
+    }
+
+    /// Reads the table's epoch (re-creating a deleted table if the backend
+    /// may create tables).
+    pub(crate) async fn refresh_epoch(&self) -> Result<StoreEpoch> {
+        let epoch = crate::table::ensure(self, self.create_table).await?;
+        *self.epoch.lock().unwrap_or_else(|e| e.into_inner()) = (epoch.clone(), self.clock.now());
+        Ok(epoch)
     }
 
     async fn update(
@@ -185,24 +195,23 @@ impl DynamoDbBackend {
                 Some(UpdateItemError::ConditionalCheckFailedException(c)) => {
                     Ok(Write::Refused(c.item().cloned()))
                 }
+                Some(UpdateItemError::ResourceNotFoundException(_)) => Ok(Write::NoTable),
                 _ => Err(map_sdk(&self.table, operation, err)),
             },
         }
     }
 
-    /// The write that grants `req` a new lease with the next token, if the
-    /// key is free, or still at version `observed` (a ripe takeover), or
-    /// (trusting clocks) past its stored expiry plus the skew.
-    async fn grant(&self, req: &AcquireRequest, observed: Option<&str>) -> Result<Write> {
-        let mut e = Expr::default();
+    /// The SET and REMOVE parts that write `req`'s lease, its owner and its
+    /// epoch (everything but the fence).
+    fn lease_update(
+        &self,
+        e: &mut Expr,
+        req: &AcquireRequest,
+        epoch: u64,
+    ) -> (Vec<String>, Vec<String>) {
         let now = (self.wall)();
-        let fence = e.n(item::FENCE);
         let mut set = vec![
-            format!(
-                "{fence} = if_not_exists({fence}, {}) + {}",
-                e.v("zero", n(0)),
-                e.v("one", n(1))
-            ),
+            format!("{} = {}", e.n(EPOCH), e.v("epoch", n(epoch))),
             format!("{} = {}", e.n(item::RVN), e.v("rvn", s(new_rvn()))),
             format!(
                 "{} = {}",
@@ -245,19 +254,39 @@ impl DynamoDbBackend {
                 None => remove.push(e.n(attr)),
             }
         }
-        self.push_gc(&mut e, req.ttl, &mut set, &mut remove);
-        let mut condition = format!("attribute_not_exists({})", e.n(item::LEASE_ID));
+        (set, remove)
+    }
+
+    /// The write that grants `req` a new lease with the next token on an
+    /// existing item of this epoch (or of a table from before epochs), if
+    /// the key is free, or still at version `observed` (a ripe takeover),
+    /// or (trusting clocks) past its stored expiry plus the skew.
+    async fn grant(
+        &self,
+        req: &AcquireRequest,
+        observed: Option<&str>,
+        epoch: u64,
+    ) -> Result<Write> {
+        let mut e = Expr::default();
+        let (mut set, remove) = self.lease_update(&mut e, req, epoch);
+        let fence = e.n(item::FENCE);
+        set.push(format!("{fence} = {fence} + {}", e.v("one", n(1))));
+        let epoch_attr = e.n(EPOCH);
+        let mut free = format!("attribute_not_exists({})", e.n(item::LEASE_ID));
         if let Some(rvn) = observed {
-            condition.push_str(&format!(" OR {} = {}", e.n(item::RVN), e.v("seen", s(rvn))));
+            free.push_str(&format!(" OR {} = {}", e.n(item::RVN), e.v("seen", s(rvn))));
         }
         if let TakeoverMode::TrustClocks { max_skew } = self.takeover {
-            let cutoff = unix_ms(now).saturating_sub(max_skew.as_millis() as u64);
-            condition.push_str(&format!(
+            let cutoff = unix_ms((self.wall)()).saturating_sub(max_skew.as_millis() as u64);
+            free.push_str(&format!(
                 " OR {} < {}",
                 e.n(item::EXPIRES_MS),
                 e.v("cutoff", n(cutoff))
             ));
         }
+        let condition = format!(
+            "attribute_exists({fence}) AND (attribute_not_exists({epoch_attr}) OR {epoch_attr} = :epoch) AND ({free})"
+        );
         self.update(
             "acquire",
             req.key.as_str(),
@@ -267,6 +296,66 @@ impl DynamoDbBackend {
             ReturnValue::AllNew,
         )
         .await
+    }
+
+    /// Creates the item of a key the table has none for, with the first
+    /// token of `epoch` and `req`'s lease, in one transaction with a check
+    /// that the table's epoch marker still says `epoch` (so that a table
+    /// re-created meanwhile cannot get an item of the old epoch).
+    async fn create_item(&self, req: &AcquireRequest, epoch: u64) -> Result<Created> {
+        let mut e = Expr::default();
+        let (mut set, remove) = self.lease_update(&mut e, req, epoch);
+        let first = leasehold::next_token(0, epoch);
+        set.push(format!("{} = {}", e.n(item::FENCE), e.v("first", n(first))));
+        let key_attr = e.n(item::KEY);
+        let update = Update::builder()
+            .table_name(&self.table)
+            .key(item::KEY, s(req.key.as_str()))
+            .update_expression(update_expression(&set, &remove))
+            .condition_expression(format!("attribute_not_exists({key_attr})"))
+            .set_expression_attribute_names(e.names())
+            .set_expression_attribute_values(e.values())
+            .build()
+            .map_err(|err| Error::backend(BACKEND, "acquire", false, err))?;
+        let check = ConditionCheck::builder()
+            .table_name(&self.table)
+            .key(item::KEY, s(MARKER_KEY))
+            .condition_expression("#epoch = :epoch")
+            .expression_attribute_names("#epoch", EPOCH)
+            .expression_attribute_values(":epoch", n(epoch))
+            .build()
+            .map_err(|err| Error::backend(BACKEND, "acquire", false, err))?;
+        let result = self
+            .client
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().condition_check(check).build())
+            .transact_items(TransactWriteItem::builder().update(update).build())
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(Created::Item(first)),
+            Err(err) => match err.as_service_error() {
+                Some(TransactWriteItemsError::TransactionCanceledException(c)) => {
+                    let failed = |i: usize| {
+                        c.cancellation_reasons()
+                            .get(i)
+                            .and_then(|r| r.code())
+                            .is_some_and(|code| code == "ConditionalCheckFailed")
+                    };
+                    if failed(0) {
+                        Ok(Created::OtherEpoch)
+                    } else {
+                        // The item was created meanwhile, or a conflict
+                        // with another transaction: try again.
+                        Ok(Created::Raced)
+                    }
+                }
+                Some(TransactWriteItemsError::ResourceNotFoundException(_)) => {
+                    Ok(Created::OtherEpoch)
+                }
+                _ => Err(map_sdk(&self.table, "acquire", err)),
+            },
+        }
     }
 
     /// Extends a lease that `req`'s lease id already holds; `None` if it
@@ -283,7 +372,7 @@ impl DynamoDbBackend {
             .await?
         {
             Write::Done(item) => Ok(Some(Stored::decode(&item)?.fence)),
-            Write::Refused(_) => Ok(None),
+            Write::Refused(_) | Write::NoTable => Ok(None),
         }
     }
 
@@ -298,7 +387,7 @@ impl DynamoDbBackend {
     ) -> Result<Write> {
         let mut e = Expr::default();
         let now = (self.wall)();
-        let mut set = vec![
+        let set = vec![
             format!("{} = {}", e.n(item::RVN), e.v("rvn", s(new_rvn()))),
             format!("{} = {}", e.n(item::TTL_MS), e.v("ttl", n(ttl.as_millis()))),
             format!(
@@ -307,8 +396,7 @@ impl DynamoDbBackend {
                 e.v("exp", n(unix_ms(now + ttl)))
             ),
         ];
-        let mut remove = Vec::new();
-        self.push_gc(&mut e, ttl, &mut set, &mut remove);
+        let remove = Vec::new();
         let condition = format!(
             "{} = {}",
             e.n(item::LEASE_ID),
@@ -324,6 +412,16 @@ impl DynamoDbBackend {
         )
         .await
     }
+}
+
+/// The outcome of [`DynamoDbBackend::create_item`].
+enum Created {
+    /// Created, with this token.
+    Item(u64),
+    /// The table's epoch is not the one asked for (or the table is gone).
+    OtherEpoch,
+    /// Someone else wrote the item first.
+    Raced,
 }
 
 /// `SET a, b REMOVE c, d`.
@@ -382,7 +480,7 @@ impl Backend for DynamoDbBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new(MIN_TTL, MAX_TTL)
+        Capabilities::new(MIN_TTL, self.current_epoch().max_ttl.min(MAX_TTL))
             .shared_across_processes(true)
             .shared_across_machines(true)
             .takeover_needs_observation(self.takeover == TakeoverMode::Observe)
@@ -390,22 +488,52 @@ impl Backend for DynamoDbBackend {
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         check_ttl(req.ttl)?;
+        let current = self.current_epoch();
+        let Some(epoch) = req.epoch.filter(|e| *e == current.epoch) else {
+            return Ok(AcquireOutcome::OtherEpoch(current));
+        };
+        if req.ttl > current.max_ttl {
+            return Err(Error::invalid(
+                "ttl",
+                format!(
+                    "{:?} is above the table's max TTL of {:?} (no lease may be longer: it bounds the wait after the table is lost)",
+                    req.ttl, current.max_ttl
+                ),
+            ));
+        }
         let key = req.key.as_str();
         let mut holder = None;
         // One request in the usual cases; more only after races (each
-        // further round follows a change seen on the item).
+        // further round follows a change seen on the item), and for the
+        // first grant of a key (the item is created in a transaction).
         for _ in 0..4 {
             let observed = self.observations.ripe(key, self.clock.now());
-            let old = match self.grant(req, observed.as_deref()).await? {
+            let old = match self.grant(req, observed.as_deref(), epoch).await? {
                 Write::Done(item) => {
                     self.observations.forget(key);
                     let fence = Stored::decode(&item)?.fence;
                     return Ok(AcquireOutcome::Acquired(Grant::new(fence)));
                 }
-                Write::Refused(Some(old)) => Stored::decode(&old)?,
-                // attribute_not_exists(lease_id) holds on a missing item, so
-                // this cannot be; try again rather than guess.
-                Write::Refused(None) => continue,
+                Write::Refused(Some(old)) => {
+                    if crate::epoch::get_u64(&old, EPOCH).is_some_and(|e| e != epoch) {
+                        // An item of another epoch: the table was re-created.
+                        return Ok(AcquireOutcome::OtherEpoch(self.refresh_epoch().await?));
+                    }
+                    Stored::decode(&old)?
+                }
+                Write::Refused(None) => match self.create_item(req, epoch).await? {
+                    Created::Item(fence) => {
+                        self.observations.forget(key);
+                        return Ok(AcquireOutcome::Acquired(Grant::new(fence)));
+                    }
+                    Created::Raced => continue,
+                    Created::OtherEpoch => {
+                        return Ok(AcquireOutcome::OtherEpoch(self.refresh_epoch().await?))
+                    }
+                },
+                Write::NoTable => {
+                    return Ok(AcquireOutcome::OtherEpoch(self.refresh_epoch().await?))
+                }
             };
             let Some(lease) = &old.lease else { continue };
             if lease.lease_id == req.lease_id {
@@ -448,18 +576,18 @@ impl Backend for DynamoDbBackend {
         {
             Write::Done(_) => Ok(()),
             Write::Refused(old) => Err(lost(lease, not_ours(old.as_ref())?)),
+            Write::NoTable => Err(lost(lease, "the table was deleted".into())),
         }
     }
 
     async fn release(&self, lease: &Lease) -> Result<()> {
         let mut e = Expr::default();
         let lid = e.v("lid", s(lease.lease_id.as_str()));
-        let mut set = vec![
+        let set = vec![
             format!("{} = {}", e.n(item::RVN), e.v("rvn", s(new_rvn()))),
             format!("{} = {lid}", e.n(item::RELEASED_BY)),
         ];
-        let mut remove: Vec<String> = item::LEASE_ATTRS.iter().map(|a| e.n(a)).collect();
-        self.push_gc(&mut e, Duration::ZERO, &mut set, &mut remove);
+        let remove: Vec<String> = item::LEASE_ATTRS.iter().map(|a| e.n(a)).collect();
         let condition = format!("{} = {lid}", e.n(item::LEASE_ID));
         match self
             .update(
@@ -485,6 +613,7 @@ impl Backend for DynamoDbBackend {
                 }
                 Err(lost(lease, not_ours(old.as_ref())?))
             }
+            Write::NoTable => Err(lost(lease, "the table was deleted".into())),
         }
     }
 
@@ -506,10 +635,9 @@ impl Backend for DynamoDbBackend {
 
     async fn break_lease(&self, key: &Key) -> Result<Option<HolderInfo>> {
         let mut e = Expr::default();
-        let mut set = vec![format!("{} = {}", e.n(item::RVN), e.v("rvn", s(new_rvn())))];
+        let set = vec![format!("{} = {}", e.n(item::RVN), e.v("rvn", s(new_rvn())))];
         let mut remove: Vec<String> = item::LEASE_ATTRS.iter().map(|a| e.n(a)).collect();
         remove.push(e.n(item::RELEASED_BY));
-        self.push_gc(&mut e, Duration::ZERO, &mut set, &mut remove);
         let condition = format!("attribute_exists({})", e.n(item::LEASE_ID));
         match self
             .update(
@@ -524,6 +652,12 @@ impl Backend for DynamoDbBackend {
         {
             Write::Done(old) => Ok(Stored::decode(&old)?.holder((self.wall)())),
             Write::Refused(_) => Ok(None),
+            Write::NoTable => Err(Error::backend(
+                BACKEND,
+                "break",
+                false,
+                Message(format!("table {:?} does not exist", self.table)),
+            )),
         }
     }
 

@@ -42,7 +42,7 @@ pub struct DynamoDbBackendBuilder {
     pub(crate) wall: Option<WallClock>,
     pub(crate) takeover: TakeoverMode,
     pub(crate) margin: Duration,
-    pub(crate) retention: Option<Duration>,
+    pub(crate) max_ttl: Duration,
     pub(crate) create_table: bool,
     pub(crate) attempt_timeout: Duration,
 }
@@ -74,7 +74,7 @@ impl DynamoDbBackendBuilder {
             wall: None,
             takeover: TakeoverMode::Observe,
             margin: DEFAULT_MARGIN,
-            retention: None,
+            max_ttl: leasehold::DEFAULT_STORE_MAX_TTL,
             create_table: true,
             attempt_timeout: Duration::from_secs(5),
         }
@@ -145,15 +145,17 @@ impl DynamoDbBackendBuilder {
         self
     }
 
-    /// Let DynamoDB TTL delete items this long after they were released
-    /// (or after a dead holder's lease ran out by its own clock).
+    /// The max TTL a table created by this backend records (default 60 s,
+    /// [`leasehold::DEFAULT_STORE_MAX_TTL`]; 1 s to 24 h): no lease may be
+    /// longer, and after the table is deleted and re-created under a live
+    /// holder, grants wait that long (the quarantine, see the crate docs).
+    /// An existing table keeps the max TTL it recorded.
     ///
-    /// Off by default, because a deleted item takes its fencing counter
-    /// with it: a key idle for longer than the retention starts again at
-    /// token 1. Turn it on only where tokens are not compared across such
-    /// gaps.
-    pub fn release_retention(mut self, retention: Duration) -> Self {
-        self.retention = Some(retention);
+    /// (There is no item expiry: an item deleted by DynamoDB TTL would take
+    /// its fencing counter with it, and deciding when that is safe would
+    /// trust a holder's clock.)
+    pub fn max_ttl(mut self, max_ttl: Duration) -> Self {
+        self.max_ttl = max_ttl;
         self
     }
 
@@ -206,7 +208,19 @@ impl DynamoDbBackendBuilder {
                 loader.load().await
             }
         };
+        if !(crate::MIN_TTL..=crate::MAX_TTL).contains(&self.max_ttl) {
+            return Err(Error::invalid(
+                "max ttl",
+                format!(
+                    "{:?} is outside {:?}..={:?}",
+                    self.max_ttl,
+                    crate::MIN_TTL,
+                    crate::MAX_TTL
+                ),
+            ));
+        }
         let requests = Arc::new(AtomicU64::new(0));
+        let dates = crate::epoch::ServiceDate::default();
         let mut config = aws_sdk_dynamodb::config::Builder::from(&sdk)
             .timeout_config(
                 TimeoutConfig::builder()
@@ -215,7 +229,8 @@ impl DynamoDbBackendBuilder {
                     .operation_timeout(self.attempt_timeout * 3)
                     .build(),
             )
-            .interceptor(RequestCounter(requests.clone()));
+            .interceptor(RequestCounter(requests.clone()))
+            .interceptor(dates.clone());
         if let Some(region) = &self.region {
             config = config.region(Region::new(region.clone()));
         }
@@ -242,11 +257,17 @@ impl DynamoDbBackendBuilder {
             wall: self.wall.unwrap_or_else(|| Arc::new(SystemTime::now)),
             takeover: self.takeover,
             margin: self.margin,
-            retention: self.retention,
+            max_ttl: self.max_ttl,
+            create_table: self.create_table,
+            epoch: std::sync::Mutex::new((
+                leasehold::StoreEpoch::new(0, self.max_ttl),
+                Duration::ZERO,
+            )),
+            dates,
             observations: Default::default(),
             requests,
         };
-        crate::table::ensure(&backend, self.create_table).await?;
+        backend.refresh_epoch().await?;
         Ok(backend)
     }
 }

@@ -29,8 +29,6 @@ pub(crate) const EXPIRES_MS: &str = "expires_ms";
 /// The lease id of the release that freed the key (string), so that a
 /// retried release can tell that its first attempt went through.
 pub(crate) const RELEASED_BY: &str = "released_by";
-/// Epoch seconds after which DynamoDB TTL may delete the item (number).
-pub(crate) const GC_AT: &str = "gc_at";
 
 /// The attributes that describe the current lease, removed on release.
 pub(crate) const LEASE_ATTRS: &[&str] = &[

@@ -18,11 +18,15 @@
 //! ```
 //!
 //! # Store URL
-//! `dynamodb://TABLE?region=REGION&endpoint=URL&profile=NAME&max_clock_skew=DURATION&create_table=true|false`,
+//! `dynamodb://TABLE?region=REGION&endpoint=URL&profile=NAME&max_clock_skew=DURATION&max_ttl=DURATION&create_table=true|false`,
 //! every parameter optional: `region` (else `AWS_REGION` or the profile's),
 //! `endpoint` for an emulator such as DynamoDB Local
 //! (`http://127.0.0.1:8000`), `profile` for an AWS profile,
 //! `max_clock_skew` (such as `2s`) to opt into [`TakeoverMode::TrustClocks`],
+//! `max_ttl` (such as `5m`) for the max TTL a table created now records
+//! (see [Store epoch and quarantine](#store-epoch-and-quarantine)),
+//! `max_ttl` (such as `5m`) for the max TTL a table created now records
+//! (see [Store epoch and quarantine](#store-epoch-and-quarantine)),
 //! `create_table=false` to refuse creating a missing table. Credentials come
 //! from aws-config's standard chain: environment, profile files, web
 //! identity, ECS and EC2 instance metadata. See [`DynamoDbBackend::builder`]
@@ -41,17 +45,52 @@
 //! | `ttl_ms`      | N    | the holder's lease duration |
 //! | `acquired_ms`, `expires_ms` | N | the holder's wall clock at acquisition, and at its last grant or renewal plus `ttl_ms` (Unix ms) |
 //! | `released_by` | S    | lease id of the release that freed the key (recognises a retried release) |
-//! | `gc_at`       | N    | epoch seconds for DynamoDB TTL; only written with [`release_retention`](DynamoDbBackendBuilder::release_retention) |
+//! | `epoch`       | N    | the store epoch the item was last granted in |
 //!
-//! A missing table is created (on-demand billing, wait until ACTIVE, TTL
-//! enabled on `gc_at`); an existing one is checked and never altered.
+//! One more item, with key `#leasehold-epoch` (not a leasehold key), is the
+//! table's *epoch marker*: attributes `epoch` and `max_ttl_ms`.
+//!
+//! A missing table is created (on-demand billing, wait until ACTIVE); an
+//! existing one is checked and never altered. A global table (replicas in
+//! other regions) is refused: DynamoDB resolves concurrent writes in two
+//! regions by "last writer wins", so two regions could each grant the same
+//! lease and a fencing counter could go back. Items never expire (no
+//! DynamoDB TTL): an expired item would take its fencing counter with it,
+//! and deciding when that is safe would trust some holder's clock.
+//!
+//! # Store epoch and quarantine
+//! The table's epoch (see
+//! [store epochs](leasehold::backend#store-epochs-tokens-that-survive-the-loss-of-the-stores-data))
+//! is its `CreationDateTime`, on DynamoDB's clock, in seconds since
+//! 2024-01-01: a table deleted and re-created has a later one. Its age is the
+//! `Date` of the `DescribeTable` response (DynamoDB's clock again, whole
+//! seconds, so the age is at most a second short) minus that creation time,
+//! so a process that opens a table older than its max TTL grants at once,
+//! and a new or re-created table is quarantined for one max TTL (60 s unless
+//! [`max_ttl`](DynamoDbBackendBuilder::max_ttl) says otherwise when the table
+//! is created; recorded in the marker).
+//!
+//! * Every grant on an existing item is conditional on `epoch` being the
+//!   epoch the request names (or absent: an item from before epochs, in the
+//!   same table); an item of another epoch makes the backend read the
+//!   table's epoch again.
+//! * A key's first item is created in a `TransactWriteItems` with a
+//!   `ConditionCheck` that the marker still names the epoch, and gets the
+//!   epoch's first token (`epoch << 22` + 1): an item can never be created in
+//!   a re-created table with the old table's epoch.
+//! * A request that finds the table gone (`ResourceNotFoundException`) makes
+//!   the backend re-create it (unless `create_table=false`) and read its new
+//!   epoch; a renewal or release that finds it gone is a definitive loss.
+//! * Two incarnations of a table created within the same second would share
+//!   an epoch; DynamoDB takes longer than that to delete and create a table.
 //!
 //! # Protocol
 //! Every write is one `UpdateItem` whose condition is what the writer last
 //! saw or expects; nothing is ever put or deleted blindly, and items are
 //! never deleted by leasehold.
 //!
-//! * **Acquire** sets `fence = fence + 1`, a new `rvn` and our lease, on
+//! * **Acquire** (in the epoch the request names, see below) sets
+//!   `fence = fence + 1`, a new `rvn` and our lease, on
 //!   condition `attribute_not_exists(lease_id)` (the key is free or has no
 //!   item) `OR rvn = :observed` (a takeover, see below), and in the clock-trusting mode
 //!   `OR expires_ms < :now - max_skew`; it returns `ALL_NEW` for
@@ -108,9 +147,9 @@
 //!
 //! # Fencing tokens
 //! `fence` is raised by one in the same conditional write that grants a
-//! lease, and items are only ever marked free, never deleted (unless you opt
-//! into [`release_retention`](DynamoDbBackendBuilder::release_retention)),
-//! so tokens per key start at 1 and never repeat or go back.
+//! lease, and items are only ever marked free, never deleted, so tokens per
+//! key never repeat or go back; a key's first token in an epoch is the
+//! epoch's base + 1, above every token of an earlier table.
 //!
 //! # TTL range
 //! 1 second to 24 hours. Below a second, request latency to DynamoDB (tens
@@ -119,14 +158,16 @@
 //! # IAM permissions (least privilege)
 //! On `arn:aws:dynamodb:REGION:ACCOUNT:table/TABLE`:
 //! `dynamodb:DescribeTable`, `dynamodb:GetItem`, `dynamodb:UpdateItem`,
-//! `dynamodb:Scan` (only for `list`), plus `dynamodb:CreateTable` and
-//! `dynamodb:UpdateTimeToLive` only if leasehold is to create the table.
-//! `PutItem` and `DeleteItem` are never used.
+//! `dynamodb:Scan` (only for `list`), `dynamodb:PutItem` (the epoch marker,
+//! once per table) and `dynamodb:ConditionCheckItem` (a key's first grant,
+//! in `TransactWriteItems`), plus `dynamodb:CreateTable` only if leasehold is
+//! to create the table. `DeleteItem` is never used.
 //!
 //! ```json
 //! {"Version": "2012-10-17", "Statement": [{
 //!   "Effect": "Allow",
-//!   "Action": ["dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Scan"],
+//!   "Action": ["dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Scan",
+//!              "dynamodb:PutItem", "dynamodb:ConditionCheckItem"],
 //!   "Resource": "arn:aws:dynamodb:eu-west-1:123456789012:table/locks"
 //! }]}
 //! ```
@@ -141,6 +182,7 @@
 
 mod backend;
 mod builder;
+mod epoch;
 mod error;
 mod item;
 mod observe;

@@ -6,20 +6,57 @@ use aws_sdk_dynamodb::operation::create_table::CreateTableError;
 use aws_sdk_dynamodb::operation::describe_table::DescribeTableError;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
-    TableDescription, TableStatus, TimeToLiveSpecification,
+    TableDescription, TableStatus,
 };
-use leasehold::{Error, Result};
+use leasehold::{Error, Result, StoreEpoch};
 
 use crate::error::{map_sdk, Message, BACKEND};
-use crate::item::{GC_AT, KEY};
+use crate::item::KEY;
 use crate::DynamoDbBackend;
 
 /// How long to wait for a new table to become ACTIVE.
 const ACTIVE_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// Makes sure the table exists with our key schema, creating it if allowed.
-/// An existing table is never altered.
-pub(crate) async fn ensure(backend: &DynamoDbBackend, create: bool) -> Result<()> {
+/// Makes sure the table exists with our key schema, creating it if allowed,
+/// and returns its epoch (see the crate docs). An existing table is never
+/// altered; a global table is refused.
+pub(crate) async fn ensure(backend: &DynamoDbBackend, create: bool) -> Result<StoreEpoch> {
+    exists(backend, create).await?;
+    let _ = backend.dates.take();
+    let table = describe(backend).await?.ok_or_else(|| {
+        Error::backend(
+            BACKEND,
+            "open",
+            true,
+            Message(format!(
+                "table {:?} vanished while being opened",
+                backend.table
+            )),
+        )
+    })?;
+    let date = backend.dates.take();
+    check_not_global(&backend.table, &table)?;
+    let epoch = crate::epoch::of_table(&table, date, backend.max_ttl)?;
+    let max_ttl = crate::epoch::marker(backend, epoch.epoch, backend.max_ttl).await?;
+    Ok(leasehold::StoreEpoch::new(epoch.epoch, max_ttl).with_age(epoch.age))
+}
+
+/// Global tables (replicas in several regions) resolve concurrent writes in
+/// different regions by "last writer wins": two regions can each grant the
+/// same lease, and a fencing counter can go back. Refused.
+fn check_not_global(name: &str, table: &TableDescription) -> Result<()> {
+    if table.replicas().is_empty() && table.global_table_version().is_none() {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        "table",
+        format!(
+            "table {name:?} is a global table (replicated across regions); leasehold refuses it: conditional writes are not serialised across regions (last writer wins), so two regions could grant the same lease and a fencing counter could go back. Use a table in one region."
+        ),
+    ))
+}
+
+async fn exists(backend: &DynamoDbBackend, create: bool) -> Result<()> {
     match describe(backend).await? {
         Some(table) => {
             check_schema(&backend.table, &table)?;
@@ -114,20 +151,6 @@ async fn create_table(backend: &DynamoDbBackend) -> Result<()> {
         Ok(_) => {
             tracing::info!(table = %backend.table, region = %backend.region, "created the DynamoDB table");
             wait_active(backend).await?;
-            backend
-                .client
-                .update_time_to_live()
-                .table_name(&backend.table)
-                .time_to_live_specification(
-                    TimeToLiveSpecification::builder()
-                        .enabled(true)
-                        .attribute_name(GC_AT)
-                        .build()
-                        .map_err(build_err)?,
-                )
-                .send()
-                .await
-                .map_err(|e| map_sdk(&backend.table, "enable TTL", e))?;
             Ok(())
         }
         // Someone else created it at the same moment: use theirs.
@@ -179,5 +202,35 @@ async fn wait_active(backend: &DynamoDbBackend) -> Result<()> {
         // backing off to 2 s.
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_secs(2));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_dynamodb::types::ReplicaDescription;
+
+    use super::*;
+
+    /// DynamoDB Local has no global tables: the refusal is checked on
+    /// descriptions as DynamoDB returns them.
+    #[test]
+    fn global_tables_are_refused() {
+        let single = TableDescription::builder().table_name("t").build();
+        check_not_global("t", &single).unwrap();
+        let global = TableDescription::builder()
+            .table_name("t")
+            .replicas(
+                ReplicaDescription::builder()
+                    .region_name("eu-west-1")
+                    .build(),
+            )
+            .build();
+        let err = check_not_global("t", &global).unwrap_err();
+        assert!(err.to_string().contains("global table"), "{err}");
+        let legacy = TableDescription::builder()
+            .table_name("t")
+            .global_table_version("2017.11.29")
+            .build();
+        assert!(check_not_global("t", &legacy).is_err());
     }
 }

@@ -8,7 +8,7 @@ use crate::builder::DynamoDbBackendBuilder;
 use crate::TakeoverMode;
 
 const WHAT: &str = "store URL";
-const FORM: &str = "the form is dynamodb://TABLE?region=REGION&endpoint=URL&profile=NAME&max_clock_skew=DURATION&create_table=true|false, every parameter optional";
+const FORM: &str = "the form is dynamodb://TABLE?region=REGION&endpoint=URL&profile=NAME&max_clock_skew=DURATION&max_ttl=DURATION&create_table=true|false, every parameter optional";
 
 /// Turns a store URL into a builder (nothing is contacted yet).
 ///
@@ -28,12 +28,21 @@ pub(crate) fn parse(url: &str) -> Result<DynamoDbBackendBuilder> {
     };
     let table = table.strip_suffix('/').unwrap_or(table);
     let mut builder = DynamoDbBackendBuilder::new(table);
+    let mut seen: Vec<&str> = Vec::new();
     for pair in query
         .into_iter()
         .flat_map(|q| q.split('&'))
         .filter(|p| !p.is_empty())
     {
         let (name, raw) = pair.split_once('=').unwrap_or((pair, ""));
+        // A second value would silently override the first.
+        if seen.contains(&name) {
+            return Err(Error::invalid(
+                WHAT,
+                format!("the parameter {name:?} is given more than once"),
+            ));
+        }
+        seen.push(name);
         let value = percent_decode(raw).ok_or_else(|| {
             Error::invalid(
                 WHAT,
@@ -52,6 +61,12 @@ pub(crate) fn parse(url: &str) -> Result<DynamoDbBackendBuilder> {
                     )
                 })?,
             }),
+            "max_ttl" => builder.max_ttl(parse_duration(&value).ok_or_else(|| {
+                Error::invalid(
+                    WHAT,
+                    format!("max_ttl must be a duration such as 60s, 5m or 1h, not {value:?}"),
+                )
+            })?),
             "create_table" => builder.create_table(match value.as_str() {
                 "true" | "1" | "yes" => true,
                 "false" | "0" | "no" => false,
@@ -119,6 +134,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_repeated_parameter_is_an_error_not_an_override() {
+        let Err(err) = parse("dynamodb://locks?region=eu-west-1&region=us-east-1") else {
+            panic!("a repeated region was accepted");
+        };
+        assert!(
+            err.to_string()
+                .contains("\"region\" is given more than once"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn parses_every_parameter() {
         let b = parse("dynamodb://locks?region=eu-west-1&endpoint=http%3A%2F%2F127.0.0.1%3A8000&profile=dev&max_clock_skew=2s&create_table=false").unwrap();
         assert_eq!(b.table, "locks");
@@ -132,6 +159,8 @@ mod tests {
             }
         );
         assert!(!b.create_table);
+        let b = parse("dynamodb://locks?max_ttl=5m").unwrap();
+        assert_eq!(b.max_ttl, Duration::from_secs(300));
     }
 
     #[test]

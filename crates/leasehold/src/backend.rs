@@ -1,22 +1,92 @@
 //! The backend trait: the few primitives a store must offer.
 //!
 //! Everything else (waiting, renewal, loss detection, in-process wake-ups,
-//! cancel safety, semaphores, elections) is written once above this trait, in
-//! the rest of the crate. A new store implements [`Backend`] and passes the
-//! conformance suite (`leasehold::conformance`, feature `conformance`)
-//! unchanged.
+//! cancel safety, semaphores, elections, and the store-epoch quarantine) is
+//! written once above this trait, in the rest of the crate. A new store
+//! implements [`Backend`] and passes the conformance suite
+//! (`leasehold::conformance`, feature `conformance`) unchanged.
+//!
+//! # Store epochs: tokens that survive the loss of the store's data
+//!
+//! A store's data can vanish while a lease is held: a SQLite file deleted or
+//! replaced by a backup, an Azure container deleted, a DynamoDB table
+//! dropped and re-created. Without care the next holder gets token 1 again
+//! and runs while the old holder, which has not noticed yet, still runs.
+//! Three rules keep the promise ("the old holder stops before anyone else
+//! takes over, and every token is greater than every earlier one"):
+//!
+//! 1. **Every store has an epoch**, recorded when its file, container or
+//!    table is created: the creation time in whole seconds since
+//!    2024-01-01T00:00:00Z ([`EPOCH_ORIGIN_UNIX_SECS`]) on the clock the
+//!    backend names in its protocol docs (the machine's for SQLite, the
+//!    service's for the cloud stores). A later store at the same place has a
+//!    later epoch. [`StoreEpoch`] describes it.
+//! 2. **Token layout.** A fencing token is `epoch << 22` plus a per-key
+//!    counter ([`TOKEN_COUNTER_BITS`]): a grant's token is
+//!    [`next_token`]`(last token of the key, epoch)` = `max(last, epoch <<
+//!    22) + 1`. The counter is allowed to carry into the epoch bits, so
+//!    there is no per-key limit; a token of a later epoch is greater than
+//!    every token of an earlier one as long as no key was granted more than
+//!    2^22 (about 4 million) times per second of the earlier store's life,
+//!    far beyond any backend. Tokens stay below 2^53 (exact in JSON and
+//!    JavaScript) until 2092 and below 2^63 (a signed 64-bit integer) for
+//!    millennia.
+//! 3. **Quarantine.** Every store has a maximum TTL (a setting recorded with
+//!    the epoch, 60 s by default, [`DEFAULT_STORE_MAX_TTL`]); no lease may be
+//!    longer. A process that meets an epoch it has not cleared grants nothing
+//!    in it until the store's max TTL (plus 0.1 % for clock rates) has passed
+//!    on its own monotonic clock since it first saw the epoch, less the
+//!    epoch's [`age`](StoreEpoch::age) where the store can vouch for one. A
+//!    holder of the lost data had its last successful renewal before the
+//!    data was lost, which was before the new epoch began, so its guard's
+//!    safety deadline (last renewal's send time + TTL - safety margin) has
+//!    passed by then: it was told lost, and its command stopped, before the
+//!    first grant of the new epoch. Waiting callers see
+//!    [`Error::Quarantined`](crate::Error::Quarantined) (and
+//!    [`WaitReason::Quarantine`](crate::WaitReason)) with the time left.
+//!
+//! Enforcement is split so that the rule is written once: a backend grants
+//! only in the epoch the request names ([`AcquireRequest::epoch`]),
+//! checked atomically with the grant, and otherwise answers
+//! [`AcquireOutcome::OtherEpoch`] without granting; the core (one
+//! `EpochGate` per [`Store`](crate::Store)) decides when an epoch is cleared.
+//! A holder's renewal that finds another epoch, or no record, is a definitive
+//! loss ([`LossReason::Revoked`](crate::LossReason::Revoked)).
+//!
+//! **When the quarantine is skipped, and why that is safe.** Only where the
+//! store proves that no lease of an earlier epoch can be live: it reports an
+//! [`age`](StoreEpoch::age) of at least its max TTL. The SQLite store proves
+//! it for a file it creates (or finds replaced) when no process on the
+//! machine holds a lease in that directory (a shared `flock` every holder
+//! keeps on the directory, see [its docs](crate::sqlite)), and for an epoch
+//! whose creation time on the shared boot clock is more than a max TTL ago.
+//! DynamoDB reports the table's age on the service's own clock (creation
+//! time against the `Date` of a response). (Azure has no epochs yet: it
+//! reports one fixed epoch with no quarantine; see its crate docs.) "The store was created
+//! by this very process" is *not* enough on its own: another process (the
+//! old holder) may still run on the lost data, which is exactly the failure
+//! this guards against. The cost: after a store is re-created under a live
+//! holder, grants wait up to one max TTL.
+//!
+//! A process that has seen an epoch refuses an older one (the store went
+//! back: a restored copy of an older store), since tokens could repeat.
 //!
 //! # The contract, operation by operation
 //!
-//! * [`try_acquire`](Backend::try_acquire): one attempt, no waiting. If the key
-//!   is free, or its lease has expired by the backend's own rule, grant it to
-//!   the request's lease id with a fencing token one greater than the last one
-//!   ever issued for the key. If the key is already held by the *same* lease
-//!   id (a retry after an ambiguous failure), answer `Acquired` again with the
-//!   same token and extend the lease. Otherwise answer `Held`.
+//! * [`try_acquire`](Backend::try_acquire): one attempt, no waiting. If the
+//!   store's epoch is not [`request.epoch`](AcquireRequest::epoch) (or that
+//!   is `None`), answer [`AcquireOutcome::OtherEpoch`] and change nothing
+//!   (creating the store if it does not exist is allowed). If the key is
+//!   free, or its lease has expired by the backend's own rule, grant it to
+//!   the request's lease id with the token [`next_token`]`(last, epoch)`. If
+//!   the key is already held by the *same* lease id (a retry after an
+//!   ambiguous failure), answer `Acquired` again with the same token and
+//!   extend the lease. Otherwise answer `Held`. A TTL above the store's
+//!   max TTL is [`Error::InvalidInput`](crate::Error::InvalidInput).
 //! * [`renew`](Backend::renew): extend our lease by its TTL from now. A
 //!   definitive "not yours" (someone else holds it, it was broken, the record
-//!   is gone) is [`Error::LeaseLost`](crate::Error::LeaseLost) with
+//!   is gone, the store's epoch is not the lease's) is
+//!   [`Error::LeaseLost`](crate::Error::LeaseLost) with
 //!   [`LossReason::Revoked`](crate::LossReason::Revoked); anything that may be
 //!   transient is [`Error::Backend`](crate::Error::Backend) with `retryable`.
 //! * [`release`](Backend::release): end our lease, keeping the key's fencing
@@ -27,11 +97,12 @@
 //! * [`break_lease`](Backend::break_lease): end whatever lease is on the key,
 //!   whoever holds it (an administrator's tool). The fencing counter stays.
 //!
-//! Fencing tokens are per key, start at 1, and never repeat or go back: a
-//! backend never deletes the counter of a key it has issued tokens for.
+//! Fencing tokens are per key and never repeat or go back: a backend never
+//! deletes the counter of a key it has issued tokens for, and a new epoch
+//! starts every counter above every earlier token.
 
 use std::fmt;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use serde::Serialize;
@@ -75,7 +146,8 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
 pub struct Capabilities {
     /// Shortest TTL the backend accepts.
     pub min_ttl: Duration,
-    /// Longest TTL the backend accepts.
+    /// Longest TTL the backend accepts: the store's max TTL (see
+    /// [store epochs](self#store-epochs-tokens-that-survive-the-loss-of-the-stores-data)).
     pub max_ttl: Duration,
     /// Whether other processes (on this machine at least) see the same leases.
     pub shared_across_processes: bool,
@@ -206,6 +278,10 @@ pub struct AcquireRequest {
     pub owner: Owner,
     /// Optional user data stored with the lease.
     pub data: Option<String>,
+    /// The store epoch the caller has cleared: grant only if the store is in
+    /// this epoch, checked atomically with the grant; otherwise (or when
+    /// `None`) answer [`AcquireOutcome::OtherEpoch`] and grant nothing.
+    pub epoch: Option<u64>,
 }
 
 /// The answer to one [`Backend::try_acquire`].
@@ -215,6 +291,78 @@ pub enum AcquireOutcome {
     Acquired(Grant),
     /// Someone else holds the key; who, when the backend can tell.
     Held(Option<HolderInfo>),
+    /// The store is not in the epoch the request named; nothing was granted.
+    OtherEpoch(StoreEpoch),
+}
+
+/// Seconds since the Unix epoch of store epoch 0: 2024-01-01T00:00:00Z.
+pub const EPOCH_ORIGIN_UNIX_SECS: u64 = 1_704_067_200;
+
+/// Low bits of a fencing token that count grants within an epoch (the
+/// counter may carry into the epoch bits; see the [module docs](self)).
+pub const TOKEN_COUNTER_BITS: u32 = 22;
+
+/// The max TTL a store is created with unless told otherwise.
+pub const DEFAULT_STORE_MAX_TTL: Duration = Duration::from_secs(60);
+
+/// A store's epoch, as a backend reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StoreEpoch {
+    /// The epoch: the store's creation time in seconds since
+    /// [`EPOCH_ORIGIN_UNIX_SECS`] (at least 1).
+    pub epoch: u64,
+    /// The store's max TTL, recorded with the epoch: no lease in this epoch
+    /// is longer, and the quarantine of a new epoch lasts this long.
+    pub max_ttl: Duration,
+    /// How long ago the epoch began, at least, by a clock the store trusts;
+    /// `None` when it cannot tell (then the whole quarantine applies from
+    /// when this process first sees the epoch). A store that proved that no
+    /// lease of an earlier epoch can be live reports at least `max_ttl`.
+    pub age: Option<Duration>,
+}
+
+impl StoreEpoch {
+    /// An epoch of unknown age.
+    pub fn new(epoch: u64, max_ttl: Duration) -> Self {
+        StoreEpoch {
+            epoch,
+            max_ttl,
+            age: None,
+        }
+    }
+
+    /// Sets [`age`](Self::age).
+    pub fn with_age(mut self, age: Option<Duration>) -> Self {
+        self.age = age;
+        self
+    }
+
+    /// The first token of this epoch, less one: `epoch << 22`.
+    pub fn token_base(&self) -> u64 {
+        epoch_token_base(self.epoch)
+    }
+}
+
+/// The epoch of a store created at `at`: whole seconds since
+/// [`EPOCH_ORIGIN_UNIX_SECS`], at least 1.
+pub fn epoch_at(at: SystemTime) -> u64 {
+    let secs = at
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    secs.saturating_sub(EPOCH_ORIGIN_UNIX_SECS).max(1)
+}
+
+/// `epoch << 22`: every token of `epoch` is above it.
+pub fn epoch_token_base(epoch: u64) -> u64 {
+    epoch.saturating_mul(1 << TOKEN_COUNTER_BITS)
+}
+
+/// The token of the next grant of a key whose last token was `last`, in
+/// `epoch`: `max(last, epoch << 22) + 1`.
+pub fn next_token(last: u64, epoch: u64) -> u64 {
+    last.max(epoch_token_base(epoch)).saturating_add(1)
 }
 
 /// What a successful acquisition returns.
@@ -243,6 +391,8 @@ pub struct Lease {
     pub ttl: Duration,
     /// The fencing token it was granted with.
     pub fencing_token: u64,
+    /// The store epoch it was granted in.
+    pub epoch: u64,
 }
 
 /// The current holder of a key, as stored.
@@ -352,5 +502,36 @@ fn ser_duration<S: serde::Serializer>(
     match d {
         Some(d) => s.serialize_some(&(d.as_millis() as u64)),
         None => s.serialize_none(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_of_a_later_epoch_are_above_every_earlier_one() {
+        let e1 = epoch_at(UNIX_EPOCH + Duration::from_secs(EPOCH_ORIGIN_UNIX_SECS + 1_000));
+        let e2 = epoch_at(UNIX_EPOCH + Duration::from_secs(EPOCH_ORIGIN_UNIX_SECS + 1_001));
+        assert_eq!((e1, e2), (1_000, 1_001));
+        assert_eq!(next_token(0, e1), (1_000 << 22) + 1);
+        // Counters continue within an epoch, and may carry past its block.
+        let mut t = next_token(0, e1);
+        for _ in 0..5 {
+            t = next_token(t, e1);
+        }
+        assert_eq!(t, (1_000 << 22) + 6);
+        assert_eq!(next_token((1_001 << 22) - 1, e1), 1_001 << 22);
+        // A later epoch starts above an earlier epoch's tokens (up to 2^22
+        // grants per second of the earlier epoch's life).
+        assert!(next_token(0, e2) > t);
+        // An older counter (a store from before epochs) jumps to the base.
+        assert_eq!(next_token(7, e2), (1_001 << 22) + 1);
+        // Clocks before the origin still give epoch 1; tokens stay below
+        // 2^53 until 2092.
+        assert_eq!(epoch_at(UNIX_EPOCH), 1);
+        let y2092 =
+            epoch_at(UNIX_EPOCH + Duration::from_secs(EPOCH_ORIGIN_UNIX_SECS + 68 * 365 * 86_400));
+        assert!(next_token(0, y2092) < 1 << 53);
     }
 }

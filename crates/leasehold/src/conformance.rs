@@ -22,16 +22,37 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::backend::{AcquireOutcome, AcquireRequest, Backend, Lease, LeaseId, Owner};
+use crate::backend::{AcquireOutcome, AcquireRequest, Backend, Lease, LeaseId, Owner, StoreEpoch};
 use crate::error::Error;
 use crate::key::Key;
+use crate::lock::WaitReason;
 use crate::options::{LockOptions, Wait, MAX_DATA_LEN, MAX_LABEL_LEN};
 use crate::store::Store;
 
 /// Runs every conformance test as its own `#[tokio::test]`. `$factory` is a
 /// path to an `async fn() -> Option<Store>`; `None` skips the test.
+///
+/// With `lose = $lose`, a path to an `async fn(Store)` that destroys the
+/// store's data the way the backend can lose it (a file deleted, a container
+/// or table deleted), the store-loss tests run too.
 #[macro_export]
 macro_rules! conformance_tests {
+    ($factory:path, lose = $lose:path) => {
+        $crate::conformance_tests!($factory);
+        $crate::conformance_tests!(@lose $factory, $lose;
+            store_loss_stops_holder_before_next_grant
+        );
+    };
+    (@lose $factory:path, $lose:path; $($name:ident),+) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() {
+                if let Some(store) = $factory().await {
+                    $crate::conformance::$name(store, $lose).await;
+                }
+            }
+        )+
+    };
     ($factory:path) => {
         $crate::conformance_tests!(@each $factory;
             exclusive_acquire,
@@ -117,16 +138,35 @@ fn other_process(store: &Store) -> Store {
     Store::with_clock(store.backend().clone(), store.clock().clone())
 }
 
+/// The store's current epoch, asked of `backend` directly (an acquire
+/// request naming no epoch grants nothing and answers the epoch).
+pub async fn current_epoch(backend: &dyn Backend) -> StoreEpoch {
+    let req = AcquireRequest {
+        key: Key::new("conformance/epoch-probe").unwrap(),
+        lease_id: LeaseId::random(),
+        ttl: backend.capabilities().min_ttl.max(Duration::from_secs(1)),
+        owner: Owner::current(),
+        data: None,
+        epoch: None,
+    };
+    match backend.try_acquire(&req).await.unwrap() {
+        AcquireOutcome::OtherEpoch(e) => e,
+        other => panic!("a request naming no epoch must not be answered {other:?}"),
+    }
+}
+
 /// A lease taken straight from `backend`, which nobody renews (for tests of
-/// expiry, stale holders and the backend contract). Panics if the key is
-/// held.
+/// expiry, stale holders and the backend contract), in the store's current
+/// epoch without any quarantine. Panics if the key is held.
 pub async fn raw_lease(backend: &dyn Backend, key: &str, ttl: Duration) -> Lease {
+    let epoch = current_epoch(backend).await.epoch;
     let req = AcquireRequest {
         key: Key::new(key).unwrap(),
         lease_id: LeaseId::random(),
         ttl,
         owner: Owner::current(),
         data: None,
+        epoch: Some(epoch),
     };
     match backend.try_acquire(&req).await.unwrap() {
         AcquireOutcome::Acquired(g) => Lease {
@@ -134,8 +174,9 @@ pub async fn raw_lease(backend: &dyn Backend, key: &str, ttl: Duration) -> Lease
             lease_id: req.lease_id,
             ttl,
             fencing_token: g.fencing_token,
+            epoch,
         },
-        AcquireOutcome::Held(h) => panic!("{key} unexpectedly held by {h:?}"),
+        other => panic!("{key} unexpectedly not granted: {other:?}"),
     }
 }
 
@@ -515,6 +556,7 @@ pub async fn release_by_non_holder_is_refused(store: Store) {
         lease_id: LeaseId::random(),
         ttl: test_ttl(&store),
         fencing_token: guard.fencing_token(),
+        epoch: current_epoch(store.backend().as_ref()).await.epoch,
     };
     let err = store.backend().release(&forged).await.unwrap_err();
     assert!(err.is_lease_lost(), "{err}");
@@ -532,12 +574,14 @@ pub async fn release_by_non_holder_is_refused(store: Store) {
 /// succeeds with the same token.
 pub async fn retry_with_same_lease_id_is_idempotent(store: Store) {
     let key = unique_key("retry");
+    let epoch = current_epoch(store.backend().as_ref()).await.epoch;
     let req = AcquireRequest {
         key: Key::new(&key).unwrap(),
         lease_id: LeaseId::random(),
         ttl: test_ttl(&store),
         owner: Owner::current(),
         data: Some("d".into()),
+        epoch: Some(epoch),
     };
     let first = match store.backend().try_acquire(&req).await.unwrap() {
         AcquireOutcome::Acquired(g) => g,
@@ -553,6 +597,7 @@ pub async fn retry_with_same_lease_id_is_idempotent(store: Store) {
         lease_id: req.lease_id.clone(),
         ttl: req.ttl,
         fencing_token: first.fencing_token,
+        epoch,
     };
     store.backend().release(&lease).await.unwrap();
 }
@@ -802,7 +847,7 @@ pub async fn holder_data_visible_everywhere(store: Store) {
         .unwrap();
     let leadership = election.campaign().await.unwrap();
     let leader = other_process(&store)
-        .election(election.key().as_str())
+        .election_with(election.key().as_str(), opts(&store))
         .unwrap()
         .leader()
         .await
@@ -980,7 +1025,7 @@ pub async fn election_observers_see_every_change(store: Store) {
     let key = unique_key("election-observe");
     let observer_store = other_process(&store);
     let mut observer = observer_store
-        .election(&key)
+        .election_with(&key, opts(&store))
         .unwrap()
         .observe(Duration::from_millis(20));
     let (tx, mut changes) = tokio::sync::mpsc::unbounded_channel();
@@ -1057,4 +1102,61 @@ async fn next_change(
         .await
         .expect("the observer reports the change within two TTLs")
         .expect("the observer runs")
+}
+
+/// The store's data is lost while a lease is held and another holder waits
+/// (`lose` destroys it): the waiter is granted only after the first holder's
+/// guard was told lost (so the two critical sections never overlap), it
+/// waited in quarantine, and its token is greater than the first one. The
+/// old holder's release reports the loss.
+pub async fn store_loss_stops_holder_before_next_grant<F, Fut>(store: Store, lose: F)
+where
+    F: FnOnce(Store) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let key = unique_key("store-loss");
+    let ttl = test_ttl(&store);
+    let holder = store
+        .lock_with(&key, opts(&store).renew_interval(ttl / 5))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    let first = holder.fencing_token();
+    let waiter = other_process(&store).lock_with(&key, opts(&store)).unwrap();
+    assert_held(waiter.try_acquire().await);
+
+    lose(store.clone()).await;
+
+    let max_ttl = store.backend().capabilities().max_ttl;
+    let mut quarantined = None;
+    let guard = waiter
+        .acquire_reporting(max_ttl * 3 + Duration::from_secs(30), |reason| {
+            if let WaitReason::Quarantine { remaining, .. } = reason {
+                quarantined.get_or_insert(remaining);
+            }
+        })
+        .await
+        .unwrap();
+    // Checked the moment the new grant is in hand.
+    let old_lost = holder.is_lost();
+    assert!(
+        old_lost,
+        "a new holder was granted (token {}) while the holder of the lost data (token {first}) was not yet told lost",
+        guard.fencing_token()
+    );
+    assert!(
+        guard.fencing_token() > first,
+        "token {} after the store's data was lost is not above the earlier {first}",
+        guard.fencing_token()
+    );
+    assert!(
+        quarantined.is_some(),
+        "the waiter was never told of a quarantine"
+    );
+    let err = holder.release().await.unwrap_err();
+    assert!(err.is_lease_lost(), "{err}");
+    let info = store.inspect(&key).await.unwrap();
+    assert_eq!(info.fencing_token, guard.fencing_token());
+    guard.release().await.unwrap();
 }

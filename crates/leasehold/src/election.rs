@@ -241,6 +241,8 @@ pub struct LeaderChange {
     pub last_term: u64,
     /// How many terms began and ended between this observation and the
     /// previous one, unseen (polling can miss short terms; this says so).
+    /// Terms are counted within a store epoch: across a loss of the store's
+    /// data, only the new epoch's terms count.
     pub missed_terms: u64,
 }
 
@@ -280,7 +282,12 @@ impl LeaderObserver {
                 None => 0,
                 Some(last) if last == now => continue,
                 Some((_, last_issued)) => {
-                    let begun = info.fencing_token.saturating_sub(last_issued);
+                    // Terms of a new store epoch count from its base (the
+                    // first term of a key, or the first after the store's
+                    // data was lost, is not preceded by 2^22 * epoch terms).
+                    let bits = crate::backend::TOKEN_COUNTER_BITS;
+                    let block = (info.fencing_token >> bits) << bits;
+                    let begun = info.fencing_token.saturating_sub(last_issued.max(block));
                     let seen_new = now.0.is_some_and(|t| t > last_issued);
                     begun.saturating_sub(seen_new as u64)
                 }

@@ -46,6 +46,21 @@ pub enum Error {
         reason: LossReason,
     },
 
+    /// The store's data is new to this process (a new store epoch: created,
+    /// or re-created after its data was lost) and no lease is granted in it
+    /// until holders of the old data have certainly stopped; see
+    /// [store epochs](crate::backend#store-epochs-tokens-that-survive-the-loss-of-the-stores-data).
+    /// Waiting acquisitions wait it out; it is retryable.
+    #[error("{key}: the store's data is new to this process (epoch {epoch}); no lease is granted for another {remaining:?}, until holders of any lost data have stopped (quarantine)")]
+    Quarantined {
+        /// The key that was asked for.
+        key: String,
+        /// The new store epoch.
+        epoch: u64,
+        /// How long the quarantine lasts from now, on this process's clock.
+        remaining: Duration,
+    },
+
     /// The caller passed something leasehold cannot accept (a bad key, TTL,
     /// store URL, size). The message says what is allowed.
     #[error("invalid {what}: {message}")]
@@ -110,12 +125,13 @@ impl Error {
 
     /// Whether trying the same operation again later may succeed.
     ///
-    /// True for transient backend failures, and for [`Error::Held`] and
-    /// [`Error::TimedOut`] (the holder may go away).
+    /// True for transient backend failures, and for [`Error::Held`],
+    /// [`Error::TimedOut`] (the holder may go away) and
+    /// [`Error::Quarantined`] (the quarantine ends).
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Backend { retryable, .. } => *retryable,
-            Error::Held { .. } | Error::TimedOut { .. } => true,
+            Error::Held { .. } | Error::TimedOut { .. } | Error::Quarantined { .. } => true,
             _ => false,
         }
     }

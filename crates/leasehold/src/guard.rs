@@ -46,14 +46,31 @@ impl GuardState {
         }
     }
 
+    /// The safety deadline; zero once the lease is known lost to it.
     pub fn deadline(&self) -> Duration {
         Duration::from_nanos(self.deadline_nanos.load(Ordering::Acquire))
     }
 
-    pub fn set_deadline(&self, deadline: Duration) {
-        self.deadline_nanos
-            .store(deadline.as_nanos() as u64, Ordering::Release);
-        self.deadline_tx.send_replace(deadline);
+    /// Moves the deadline to `deadline` after a successful renewal. Refused
+    /// (false) if the current deadline has already passed: a lease once lost
+    /// stays lost, even if a renewal sent before the deadline is answered
+    /// after it.
+    pub fn set_deadline(&self, deadline: Duration) -> bool {
+        let new = deadline.as_nanos() as u64;
+        loop {
+            let current = self.deadline_nanos.load(Ordering::Acquire);
+            if current == 0 || self.clock.now().as_nanos() as u64 >= current {
+                return false;
+            }
+            if self
+                .deadline_nanos
+                .compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                self.deadline_tx.send_replace(deadline);
+                return true;
+            }
+        }
     }
 
     /// Marks the lease lost (once) and applies the loss policy.
@@ -73,11 +90,30 @@ impl GuardState {
         self.lost.cancel();
     }
 
+    /// Why the lease is lost, if it is. Seeing the deadline passed makes the
+    /// loss final (the deadline is swapped for zero, which
+    /// [`set_deadline`](Self::set_deadline) never moves again), so `is_lost`
+    /// never goes from true back to false.
     pub fn loss_reason(&self) -> Option<LossReason> {
         if let Some(r) = self.reason.get() {
             return Some(r.clone());
         }
-        (self.clock.now() >= self.deadline()).then_some(LossReason::Expired)
+        loop {
+            let current = self.deadline_nanos.load(Ordering::Acquire);
+            if current == 0 {
+                return Some(LossReason::Expired);
+            }
+            if (self.clock.now().as_nanos() as u64) < current {
+                return None;
+            }
+            if self
+                .deadline_nanos
+                .compare_exchange(current, 0, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return Some(LossReason::Expired);
+            }
+        }
     }
 }
 

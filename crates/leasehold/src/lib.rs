@@ -91,6 +91,7 @@
 pub mod backend;
 mod clock;
 mod election;
+mod epoch;
 mod error;
 mod guard;
 mod key;
@@ -109,25 +110,29 @@ mod store;
 pub mod conformance;
 
 pub use backend::{
-    AcquireOutcome, AcquireRequest, Backend, Capabilities, Grant, HolderInfo, KeyInfo, Lease,
-    LeaseId, Owner,
+    epoch_at, epoch_token_base, next_token, AcquireOutcome, AcquireRequest, Backend, Capabilities,
+    Grant, HolderInfo, KeyInfo, Lease, LeaseId, Owner, StoreEpoch, DEFAULT_STORE_MAX_TTL,
+    EPOCH_ORIGIN_UNIX_SECS, TOKEN_COUNTER_BITS,
 };
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
 pub use election::{Election, LeaderChange, LeaderObserver, LeaderStream, Leadership};
 pub use error::{BoxError, Error, LossReason, Result};
 pub use guard::LeaseGuard;
 pub use key::{Key, MAX_KEY_LEN};
-pub use lock::Lock;
+pub use lock::{Lock, WaitReason};
 pub use options::{
     LockOptions, LossPolicy, Wait, DEFAULT_POLL_MAX, DEFAULT_POLL_MIN, DEFAULT_TTL, MAX_DATA_LEN,
-    MAX_LABEL_LEN,
+    MAX_LABEL_LEN, MIN_SAFETY_MARGIN,
 };
 pub use semaphore::{
     Semaphore, SemaphorePermit, SlotInfo, MAX_SEMAPHORE_KEY_LEN, MAX_SEMAPHORE_LIMIT,
 };
-pub use store::{default_sqlite_path, Store, BUILTIN_SCHEMES};
+pub use store::{default_sqlite_path, sqlite_url_path, Store, BUILTIN_SCHEMES};
 
-/// The README's example, compiled and run as a doctest.
+/// The README's example, compiled and run as a doctest. The crate's own
+/// README (inside the crate, so that the packaged crate builds its doctests
+/// too); `tests/readme.rs` checks that the project README's example is the
+/// same.
 #[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
+#[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;

@@ -10,6 +10,7 @@ use crate::backend::{
     AcquireOutcome, AcquireRequest, Backend, HolderInfo, KeyInfo, Lease, LeaseId, Owner,
 };
 use crate::clock::SharedClock;
+use crate::epoch::Clearance;
 use crate::error::{Error, Result};
 use crate::guard::{GuardParts, LeaseGuard};
 use crate::key::Key;
@@ -121,11 +122,23 @@ impl Lock {
             self.lease_for(LeaseId::random(), 0),
         );
         let sent = self.clock().now();
-        match self.attempt(&pending.lease).await {
+        match self.attempt(&mut pending.lease).await {
+            Ok(AcquireOutcome::Acquired(_)) if self.too_late(sent) => {
+                // A guard made now would be lost already: let the lease go.
+                pending.arm();
+                pending.release_in_background();
+                Err(Error::backend(
+                    self.store.backend().name(),
+                    "acquire",
+                    true,
+                    "the store answered after the lease's safety deadline",
+                ))
+            }
             Ok(AcquireOutcome::Acquired(grant)) => {
                 Ok(self.make_guard(&mut pending, grant.fencing_token, sent, local, gate))
             }
             Ok(AcquireOutcome::Held(holder)) => Err(self.held(holder)),
+            Ok(AcquireOutcome::OtherEpoch(_)) => Err(self.epoch_kept_changing()),
             Err(err) => {
                 if err.is_retryable() {
                     pending.arm();
@@ -174,9 +187,32 @@ impl Lock {
         wait: impl Into<Wait>,
         mut on_held: impl FnMut(Option<&HolderInfo>),
     ) -> Result<LeaseGuard> {
+        self.acquire_reporting(wait, |reason| {
+            if let WaitReason::Held(holder) = reason {
+                on_held(holder)
+            }
+        })
+        .await
+    }
+
+    /// Like [`acquire`](Self::acquire), calling `on_wait` with the reason
+    /// every time an attempt does not get the lease: the key is held (with
+    /// what the backend said about the holder), or the store's data is new
+    /// and in quarantine (see [`Error::Quarantined`]). For status lines.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    pub async fn acquire_reporting(
+        &self,
+        wait: impl Into<Wait>,
+        mut on_wait: impl FnMut(WaitReason<'_>),
+    ) -> Result<LeaseGuard> {
         let wait = wait.into();
         let started = tokio::time::Instant::now();
-        let result = self.wait_for(wait, started, &mut on_held).await;
+        let result = self.wait_for(wait, started, &mut on_wait).await;
         self.labels().acquire(&result, started.elapsed());
         result
     }
@@ -185,29 +221,32 @@ impl Lock {
         &self,
         wait: Wait,
         started: tokio::time::Instant,
-        on_held: &mut impl FnMut(Option<&HolderInfo>),
+        on_wait: &mut impl FnMut(WaitReason<'_>),
     ) -> Result<LeaseGuard> {
-        let give_up = match wait {
-            Wait::Forever => None,
-            Wait::Timeout(d) => Some(started + d),
-        };
-        let timed_out = || Error::TimedOut {
-            key: self.key.to_string(),
-            waited: started.elapsed(),
+        let give_up = wait.deadline(started);
+        // What ends the wait when it runs out: the last failure if the store
+        // failed since it last answered "held" (a store that cannot be
+        // reached is not a holder), else the time-out.
+        let mut outcome = WaitOutcome::default();
+        let timed_out = |outcome: &mut WaitOutcome| {
+            outcome.take_error(self.store.backend().name(), &self.key, started.elapsed())
         };
         let span = tracing::debug_span!("acquire", key = %self.key, ?wait);
         async {
             let local = self.store.local_key(&self.key);
-            let gate = until(give_up, local.gate.clone().lock_owned())
-                .await
-                .ok_or_else(timed_out)?;
+            let gate = match until(give_up, local.gate.clone().lock_owned()).await {
+                Some(gate) => gate,
+                None => return Err(Error::TimedOut { key: self.key.to_string(), waited: started.elapsed() }),
+            };
             if local.take_turn_elsewhere(self.opts.poll_max, self.opts.poll_max * FAIR_SHARE_POLLS) {
                 // Other processes poll at most poll_max apart: each gets a
                 // try while this process stands back.
                 tracing::debug!("local handoffs kept the key here long enough; standing back for one poll interval");
                 tokio::select! {
                     _ = tokio::time::sleep(self.opts.poll_max) => {}
-                    _ = until(give_up, std::future::pending::<()>()) => return Err(timed_out()),
+                    _ = until(give_up, std::future::pending::<()>()) => {
+                        return Err(Error::TimedOut { key: self.key.to_string(), waited: started.elapsed() })
+                    }
                 }
             }
             let mut gate = Some(gate);
@@ -223,12 +262,19 @@ impl Lock {
 
                 let sent = self.clock().now();
                 let anchor_now = *anchor.get_or_insert(sent);
-                let pause = match self.attempt(&pending.lease).await {
+                // The attempt too ends at the deadline (its task releases a
+                // lease granted after that), so SDK retries cannot stretch
+                // the wait.
+                let Some(answer) = until(give_up, self.attempt(&mut pending.lease)).await else {
+                    return Err(timed_out(&mut outcome));
+                };
+                let pause = match answer {
                     Ok(AcquireOutcome::Acquired(grant)) => {
-                        if self.clock().now() >= anchor_now + self.opts.ttl - self.opts.safety_margin {
-                            // Granted so late (after ambiguous retries) that it
-                            // may already be past its safety deadline: let it
-                            // go and start afresh with a new id.
+                        if self.too_late(anchor_now) {
+                            // Granted so late (a slow answer, or ambiguous
+                            // retries) that it is past its safety deadline:
+                            // let it go and start afresh with a new id.
+                            pending.arm();
                             pending.release_in_background();
                             pending = PendingLease::new(self.store.backend().clone(), self.lease_for(LeaseId::random(), 0));
                             anchor = None;
@@ -240,16 +286,35 @@ impl Lock {
                     }
                     Ok(AcquireOutcome::Held(holder)) => {
                         failures = 0;
+                        outcome.held();
                         anchor = None;
                         pending.disarm();
-                        on_held(holder.as_ref());
+                        on_wait(WaitReason::Held(holder.as_ref()));
                         self.opts.poll_pause()
+                    }
+                    Err(Error::Quarantined { key, epoch, remaining }) => {
+                        // Nothing was granted: wait the quarantine out. If
+                        // the wait runs out first, that is why.
+                        failures = 0;
+                        anchor = None;
+                        pending.disarm();
+                        on_wait(WaitReason::Quarantine { epoch, remaining });
+                        outcome.failed(Error::Quarantined { key, epoch, remaining });
+                        remaining + self.opts.poll_pause()
+                    }
+                    Ok(AcquireOutcome::OtherEpoch(_)) => {
+                        failures += 1;
+                        anchor = None;
+                        pending.disarm();
+                        tracing::warn!(error = %self.epoch_kept_changing(), "retrying");
+                        self.opts.poll_pause().saturating_mul(1 << failures.min(5))
                     }
                     Err(err) if err.is_retryable() => {
                         failures += 1;
                         pending.arm();
                         let pause = self.opts.poll_pause().saturating_mul(1 << failures.min(5));
                         tracing::warn!(error = %err, retry_in = ?pause, "acquire attempt failed; retrying");
+                        outcome.failed(err);
                         pause
                     }
                     Err(err) => return Err(err),
@@ -258,12 +323,18 @@ impl Lock {
                 tokio::select! {
                     _ = sleep => {}
                     _ = released => { tracing::trace!("woken by a local release"); }
-                    _ = until(give_up, std::future::pending::<()>()) => return Err(timed_out()),
+                    _ = until(give_up, std::future::pending::<()>()) => return Err(timed_out(&mut outcome)),
                 }
             }
         }
         .instrument(span)
         .await
+    }
+
+    /// Whether a lease whose request was sent at `sent` is already past its
+    /// safety deadline.
+    fn too_late(&self, sent: Duration) -> bool {
+        self.clock().now() >= sent + self.opts.ttl - self.opts.safety_margin
     }
 
     fn clock(&self) -> &SharedClock {
@@ -276,7 +347,17 @@ impl Lock {
             lease_id,
             ttl: self.opts.ttl,
             fencing_token,
+            epoch: 0,
         }
+    }
+
+    fn epoch_kept_changing(&self) -> Error {
+        Error::backend(
+            self.store.backend().name(),
+            "acquire",
+            true,
+            "the store's epoch changed at every attempt (is the store being deleted and re-created?)",
+        )
     }
 
     fn held(&self, holder: Option<HolderInfo>) -> Error {
@@ -311,10 +392,44 @@ impl Lock {
         })
     }
 
+    /// One attempt in the store epoch this store has cleared, learning the
+    /// store's epoch first if need be (see [`Error::Quarantined`]). Sets
+    /// `lease.epoch` to the epoch asked for. Never answers `Acquired` in an
+    /// epoch that is still in quarantine.
+    async fn attempt(&self, lease: &mut Lease) -> Result<AcquireOutcome> {
+        let gate = self.store.epochs();
+        let mut outcome = Ok(AcquireOutcome::OtherEpoch(crate::StoreEpoch::new(
+            0,
+            Duration::ZERO,
+        )));
+        // Usually one request; one more when the epoch is news (the first
+        // attempt of a process, or after the store was re-created).
+        for _ in 0..3 {
+            let epoch = gate.cleared();
+            lease.epoch = epoch.unwrap_or(0);
+            // With nothing cleared yet (None) this only learns the epoch.
+            outcome = self.send_attempt(lease, epoch).await;
+            let Ok(AcquireOutcome::OtherEpoch(reported)) = &outcome else {
+                return outcome;
+            };
+            match gate.saw(self.store.backend().name(), reported)? {
+                Clearance::Cleared(_) => continue,
+                Clearance::Quarantined { epoch, remaining } => {
+                    return Err(Error::Quarantined {
+                        key: self.key.to_string(),
+                        epoch,
+                        remaining,
+                    })
+                }
+            }
+        }
+        outcome
+    }
+
     /// One backend attempt, run in its own task so that dropping the caller
     /// cannot strand a granted lease: if nobody is left to receive a grant
     /// (or an ambiguous failure), the task releases the lease itself.
-    async fn attempt(&self, lease: &Lease) -> Result<AcquireOutcome> {
+    async fn send_attempt(&self, lease: &Lease, epoch: Option<u64>) -> Result<AcquireOutcome> {
         let backend = self.store.backend().clone();
         let request = AcquireRequest {
             key: self.key.clone(),
@@ -322,6 +437,7 @@ impl Lock {
             ttl: self.opts.ttl,
             owner: self.owner.clone(),
             data: self.opts.data.clone(),
+            epoch,
         };
         let lease = lease.clone();
         let labels = self.labels();
@@ -331,11 +447,12 @@ impl Lock {
             labels.attempt(match &outcome {
                 Ok(AcquireOutcome::Acquired(_)) => "acquired",
                 Ok(AcquireOutcome::Held(_)) => "held",
+                Ok(AcquireOutcome::OtherEpoch(_)) => "other_epoch",
                 Err(_) => "error",
             });
             match tx.send(outcome) {
                 Ok(()) => {}
-                Err(Ok(AcquireOutcome::Held(_))) => {}
+                Err(Ok(AcquireOutcome::Held(_) | AcquireOutcome::OtherEpoch(_))) => {}
                 Err(Err(e)) if !e.is_retryable() => {}
                 Err(_granted_or_unknown) => {
                     let _ = backend.release(&lease).await;
@@ -357,6 +474,23 @@ impl Lock {
 /// through local handoffs before it stands back for one interval, so that
 /// other processes' waiters get their turn (2 s with the default polling).
 pub(crate) const FAIR_SHARE_POLLS: u32 = 20;
+
+/// Why a waiting acquisition has not got the lease yet, as reported to
+/// [`Lock::acquire_reporting`].
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub enum WaitReason<'a> {
+    /// Someone else holds the key; who, when the backend could tell.
+    Held(Option<&'a HolderInfo>),
+    /// The store's data is new to this process (store epoch `epoch`) and
+    /// nothing is granted for `remaining` (see [`Error::Quarantined`]).
+    Quarantine {
+        /// The new store epoch.
+        epoch: u64,
+        /// How long the quarantine lasts from now.
+        remaining: Duration,
+    },
+}
 
 /// A lease id that may hold the key without our knowing (after an ambiguous
 /// failure). If still armed when dropped, it is released in the background.
@@ -401,6 +535,51 @@ impl PendingLease {
 impl Drop for PendingLease {
     fn drop(&mut self) {
         self.release_in_background();
+    }
+}
+
+/// How a wait that ran out ends: with the last store failure if the store
+/// failed since it last answered (so an unreachable store is reported as
+/// such, not as a holder), with a failure saying so if it never answered,
+/// else [`Error::TimedOut`].
+#[derive(Debug, Default)]
+pub(crate) struct WaitOutcome {
+    answered: bool,
+    last_error: Option<Error>,
+}
+
+impl WaitOutcome {
+    /// The store answered "held".
+    pub(crate) fn held(&mut self) {
+        self.answered = true;
+        self.last_error = None;
+    }
+
+    /// An attempt failed (retryably).
+    pub(crate) fn failed(&mut self, err: Error) {
+        self.last_error = Some(err);
+    }
+
+    /// The error to end the wait with.
+    pub(crate) fn take_error(
+        &mut self,
+        backend: &'static str,
+        key: &Key,
+        waited: Duration,
+    ) -> Error {
+        match self.last_error.take() {
+            Some(err) => err,
+            None if !self.answered => Error::backend(
+                backend,
+                "acquire",
+                true,
+                format!("the store did not answer within the wait ({waited:?}) for {key}"),
+            ),
+            None => Error::TimedOut {
+                key: key.to_string(),
+                waited,
+            },
+        }
     }
 }
 

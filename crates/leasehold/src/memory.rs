@@ -8,6 +8,14 @@
 //! monotonic clock unless another is injected). A lease is live while the
 //! clock is before its expiry. Every operation is one critical section of
 //! the mutex, so the contract of [`Backend`] holds trivially.
+//!
+//! # Epoch
+//! A new memory store starts an epoch (the wall clock's second, see
+//! [store epochs](crate::backend#store-epochs-tokens-that-survive-the-loss-of-the-stores-data))
+//! that needs no quarantine: nobody can hold a lease in a store that did
+//! not exist. [`MemoryBackend::lose_data`] simulates the loss of the data
+//! (for tests): every record goes, a later epoch starts, and its age is
+//! unknown, so the quarantine applies in full.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -16,8 +24,8 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 
 use crate::backend::{
-    AcquireOutcome, AcquireRequest, Backend, Capabilities, Grant, HolderInfo, KeyInfo, Lease,
-    LeaseId, Owner,
+    epoch_at, next_token, AcquireOutcome, AcquireRequest, Backend, Capabilities, Grant, HolderInfo,
+    KeyInfo, Lease, LeaseId, Owner, StoreEpoch, DEFAULT_STORE_MAX_TTL,
 };
 use crate::clock::{SharedClock, SystemClock};
 use crate::error::{Error, LossReason, Result};
@@ -25,14 +33,20 @@ use crate::key::Key;
 
 /// Shortest TTL of the in-process stores (memory, SQLite).
 pub const LOCAL_MIN_TTL: Duration = Duration::from_millis(100);
-/// Longest TTL of the in-process stores (memory, SQLite).
+/// Longest max TTL the in-process stores (memory, SQLite) can be set to.
 pub const LOCAL_MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// An in-memory [`Backend`].
 #[derive(Debug, Clone)]
 pub struct MemoryBackend {
-    records: Arc<Mutex<BTreeMap<Key, Record>>>,
+    records: Arc<Mutex<Data>>,
     clock: SharedClock,
+}
+
+#[derive(Debug)]
+struct Data {
+    records: BTreeMap<Key, Record>,
+    epoch: StoreEpoch,
 }
 
 #[derive(Debug, Default)]
@@ -65,16 +79,50 @@ impl MemoryBackend {
 
     /// An empty store whose expiries are measured on `clock`.
     pub fn with_clock(clock: SharedClock) -> Self {
+        Self::with_clock_and_max_ttl(clock, DEFAULT_STORE_MAX_TTL)
+    }
+
+    /// An empty store on `clock` whose max TTL (longest lease, and
+    /// quarantine after [`lose_data`](Self::lose_data)) is `max_ttl`
+    /// (capped at [`LOCAL_MAX_TTL`]).
+    pub fn with_clock_and_max_ttl(clock: SharedClock, max_ttl: Duration) -> Self {
+        let max_ttl = max_ttl.clamp(LOCAL_MIN_TTL, LOCAL_MAX_TTL);
         MemoryBackend {
-            records: Arc::default(),
+            records: Arc::new(Mutex::new(Data {
+                records: BTreeMap::new(),
+                // A store that did not exist had no holders: no quarantine.
+                epoch: StoreEpoch::new(epoch_at(SystemTime::now()), max_ttl)
+                    .with_age(Some(max_ttl)),
+            })),
             clock,
         }
     }
 
-    fn with_records<T>(&self, f: impl FnOnce(&mut BTreeMap<Key, Record>, Duration) -> T) -> T {
+    /// Simulates the loss of the store's data (for tests): every record is
+    /// gone and a later epoch starts, of unknown age. Holders of the old
+    /// data are told lost at their next renewal; grants wait out the
+    /// quarantine.
+    pub fn lose_data(&self) {
+        let mut data = self.records.lock().unwrap_or_else(|e| e.into_inner());
+        data.records.clear();
+        let next = epoch_at(SystemTime::now()).max(data.epoch.epoch + 1);
+        data.epoch = StoreEpoch::new(next, data.epoch.max_ttl);
+    }
+
+    /// The store's current epoch.
+    pub fn epoch(&self) -> StoreEpoch {
+        let data = self.records.lock().unwrap_or_else(|e| e.into_inner());
+        data.epoch.clone()
+    }
+
+    fn with_records<T>(
+        &self,
+        f: impl FnOnce(&mut BTreeMap<Key, Record>, Duration, &StoreEpoch) -> T,
+    ) -> T {
         let now = self.clock.now();
-        let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
-        f(&mut records, now)
+        let mut data = self.records.lock().unwrap_or_else(|e| e.into_inner());
+        let data = &mut *data;
+        f(&mut data.records, now, &data.epoch)
     }
 }
 
@@ -111,6 +159,27 @@ impl Record {
     }
 }
 
+/// Refuses a TTL above the store's max TTL.
+pub(crate) fn check_ttl(ttl: Duration, epoch: &StoreEpoch) -> Result<()> {
+    if ttl > epoch.max_ttl {
+        return Err(Error::invalid(
+            "ttl",
+            format!(
+                "{ttl:?} is above the store's max TTL of {:?} (no lease may be longer: it bounds the wait after the store's data is lost)",
+                epoch.max_ttl
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn other_epoch(lease: &Lease, epoch: &StoreEpoch) -> String {
+    format!(
+        "the store's data was lost: the lease was granted in store epoch {}, the store is now in epoch {}",
+        lease.epoch, epoch.epoch
+    )
+}
+
 fn lost(lease: &Lease, why: String) -> Error {
     Error::LeaseLost {
         key: lease.key.to_string(),
@@ -125,24 +194,28 @@ impl Backend for MemoryBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new(LOCAL_MIN_TTL, LOCAL_MAX_TTL)
+        Capabilities::new(LOCAL_MIN_TTL, self.epoch().max_ttl)
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
-        Ok(self.with_records(|records, now| {
+        self.with_records(|records, now, epoch| {
+            if req.epoch != Some(epoch.epoch) {
+                return Ok(AcquireOutcome::OtherEpoch(epoch.clone()));
+            }
+            check_ttl(req.ttl, epoch)?;
             let record = records.entry(req.key.clone()).or_default();
             if let Some(h) = record.live(now) {
                 if h.lease_id != req.lease_id {
-                    return AcquireOutcome::Held(record.holder(now));
+                    return Ok(AcquireOutcome::Held(record.holder(now)));
                 }
                 // Our own lease, asked for again: extend it, same token.
                 let fence = record.fence;
                 if let Some(h) = record.lease.as_mut() {
                     h.expires_at = now + req.ttl;
                 }
-                return AcquireOutcome::Acquired(Grant::new(fence));
+                return Ok(AcquireOutcome::Acquired(Grant::new(fence)));
             }
-            record.fence += 1;
+            record.fence = next_token(record.fence, epoch.epoch);
             record.lease = Some(Held {
                 lease_id: req.lease_id.clone(),
                 expires_at: now + req.ttl,
@@ -151,12 +224,15 @@ impl Backend for MemoryBackend {
                 data: req.data.clone(),
                 acquired_at: SystemTime::now(),
             });
-            AcquireOutcome::Acquired(Grant::new(record.fence))
-        }))
+            Ok(AcquireOutcome::Acquired(Grant::new(record.fence)))
+        })
     }
 
     async fn renew(&self, lease: &Lease) -> Result<()> {
-        self.with_records(|records, now| {
+        self.with_records(|records, now, epoch| {
+            if lease.epoch != epoch.epoch {
+                return Err(lost(lease, other_epoch(lease, epoch)));
+            }
             let record = records
                 .get_mut(&lease.key)
                 .ok_or_else(|| lost(lease, "the key has no record".into()))?;
@@ -171,7 +247,10 @@ impl Backend for MemoryBackend {
     }
 
     async fn release(&self, lease: &Lease) -> Result<()> {
-        self.with_records(|records, _now| {
+        self.with_records(|records, _now, epoch| {
+            if lease.epoch != epoch.epoch {
+                return Err(lost(lease, other_epoch(lease, epoch)));
+            }
             let record = records
                 .get_mut(&lease.key)
                 .ok_or_else(|| lost(lease, "the key has no record".into()))?;
@@ -188,14 +267,14 @@ impl Backend for MemoryBackend {
     }
 
     async fn inspect(&self, key: &Key) -> Result<KeyInfo> {
-        Ok(self.with_records(|records, now| match records.get(key) {
+        Ok(self.with_records(|records, now, _| match records.get(key) {
             Some(r) => r.info(key, now),
             None => KeyInfo::new(key.clone(), 0, None),
         }))
     }
 
     async fn break_lease(&self, key: &Key) -> Result<Option<HolderInfo>> {
-        Ok(self.with_records(|records, now| {
+        Ok(self.with_records(|records, now, _| {
             let record = records.get_mut(key)?;
             let holder = record.holder(now);
             record.lease = None;
@@ -204,7 +283,7 @@ impl Backend for MemoryBackend {
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {
-        Ok(self.with_records(|records, now| {
+        Ok(self.with_records(|records, now, _| {
             records
                 .iter()
                 .filter(|(k, _)| k.as_str().starts_with(prefix))

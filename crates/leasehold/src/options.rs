@@ -33,6 +33,18 @@ pub enum Wait {
     Timeout(Duration),
 }
 
+impl Wait {
+    /// When a wait begun at `started` runs out; `None` for ever, and for a
+    /// timeout so long that the clock cannot represent its end (which is
+    /// for ever in practice).
+    pub(crate) fn deadline(self, started: tokio::time::Instant) -> Option<tokio::time::Instant> {
+        match self {
+            Wait::Forever => None,
+            Wait::Timeout(d) => started.checked_add(d),
+        }
+    }
+}
+
 impl From<Duration> for Wait {
     fn from(d: Duration) -> Self {
         Wait::Timeout(d)
@@ -55,6 +67,9 @@ pub struct LockOptions {
 
 /// Default lease TTL.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+/// The shortest safety margin accepted (see
+/// [`LockOptions::safety_margin`]).
+pub const MIN_SAFETY_MARGIN: Duration = Duration::from_millis(5);
 /// Default shortest pause between two attempts while waiting.
 pub const DEFAULT_POLL_MIN: Duration = Duration::from_millis(50);
 /// Default longest pause between two attempts while waiting.
@@ -97,7 +112,9 @@ impl LockOptions {
     }
 
     /// How long before the backend could hand the lease to someone else the
-    /// guard declares itself lost (default TTL/10). The guard is lost once no
+    /// guard declares itself lost (default TTL/10; at least TTL/100 and at
+    /// least [`MIN_SAFETY_MARGIN`], which cover clock-rate differences
+    /// between machines and timer slack). The guard is lost once no
     /// renewal has succeeded by: send time of the last successful request +
     /// TTL − this margin. Make it at least as long as your code needs to stop
     /// its critical section after [`LeaseGuard::lost`](crate::LeaseGuard::lost)
@@ -149,6 +166,18 @@ impl LockOptions {
         }
         let margin = self.safety_margin.unwrap_or(ttl / 10);
         let interval = self.renew_interval.unwrap_or(ttl / 3);
+        let min_margin = (ttl / 100).max(MIN_SAFETY_MARGIN);
+        if margin < min_margin {
+            return Err(Error::invalid(
+                "safety margin",
+                format!(
+                    "{} is too short: it must be at least TTL/100 and at least {} ({} here), to cover clock-rate differences and timer slack",
+                    fmt_duration(margin),
+                    fmt_duration(MIN_SAFETY_MARGIN),
+                    fmt_duration(min_margin)
+                ),
+            ));
+        }
         if margin >= ttl {
             return Err(Error::invalid(
                 "safety margin",
@@ -264,6 +293,22 @@ mod tests {
                 .unwrap_err();
             assert!(err.to_string().contains("15s..=60s"), "{err}");
         }
+    }
+
+    #[test]
+    fn a_safety_margin_below_its_lower_bound_is_rejected() {
+        let c = caps();
+        for margin in [Duration::ZERO, Duration::from_millis(299)] {
+            let err = LockOptions::new()
+                .safety_margin(margin)
+                .resolve(&c, "x")
+                .unwrap_err();
+            assert!(err.to_string().contains("TTL/100"), "{err}");
+        }
+        LockOptions::new()
+            .safety_margin(Duration::from_millis(300))
+            .resolve(&c, "x")
+            .unwrap();
     }
 
     #[test]

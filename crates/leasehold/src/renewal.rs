@@ -100,8 +100,15 @@ impl RenewalLoop {
         match outcome {
             Ok(Ok(())) => {
                 *failures = 0;
-                self.state
-                    .set_deadline(sent + self.opts.ttl - self.opts.safety_margin);
+                if !self
+                    .state
+                    .set_deadline(sent + self.opts.ttl - self.opts.safety_margin)
+                {
+                    // Answered after the deadline passed: the lease may have
+                    // been counted as lost already, and stays so.
+                    self.lose(LossReason::Expired);
+                    return Step::Lost;
+                }
                 self.next_renewal = sent + self.opts.renew_interval;
                 tracing::trace!(key = %self.lease.key, token = self.lease.fencing_token, "renewed");
                 Step::Renewed

@@ -11,7 +11,7 @@ use crate::error::{Error, LossReason, Result};
 use crate::guard::LeaseGuard;
 use crate::key::{Key, MAX_KEY_LEN};
 use crate::local::LocalKey;
-use crate::lock::Lock;
+use crate::lock::{Lock, WaitOutcome};
 use crate::metric::{Kind, Labels};
 use crate::options::{ResolvedOptions, Wait};
 use crate::store::Store;
@@ -261,23 +261,28 @@ impl Semaphore {
     ) -> Result<SemaphorePermit> {
         let wait = wait.into();
         let started = tokio::time::Instant::now();
-        let waiting = self.wait(&mut on_full);
-        let result = match wait {
-            Wait::Forever => waiting.await,
-            Wait::Timeout(d) => tokio::time::timeout_at(started + d, waiting)
-                .await
-                .unwrap_or_else(|_| {
-                    Err(Error::TimedOut {
-                        key: self.key.to_string(),
-                        waited: started.elapsed(),
-                    })
-                }),
+        let mut outcome = WaitOutcome::default();
+        let waiting = self.wait(&mut on_full, &mut outcome);
+        let result = match wait.deadline(started) {
+            None => waiting.await,
+            Some(give_up) => match tokio::time::timeout_at(give_up, waiting).await {
+                Ok(result) => result,
+                Err(_) => Err(outcome.take_error(
+                    self.store.backend().name(),
+                    &self.key,
+                    started.elapsed(),
+                )),
+            },
         };
         self.labels().acquire(&result, started.elapsed());
         result
     }
 
-    async fn wait(&self, on_full: &mut impl FnMut(&[HolderInfo])) -> Result<SemaphorePermit> {
+    async fn wait(
+        &self,
+        on_full: &mut impl FnMut(&[HolderInfo]),
+        outcome: &mut WaitOutcome,
+    ) -> Result<SemaphorePermit> {
         // One poller per process: the others queue here, in FIFO order.
         let _queue = self.group.gate.clone().lock_owned().await;
         let opts = self.slots[0].options();
@@ -295,10 +300,12 @@ impl Semaphore {
                     failures += 1;
                     let pause = opts.poll_pause().saturating_mul(1 << failures.min(5));
                     tracing::warn!(key = %self.key, error = %err, retry_in = ?pause, "semaphore attempt failed; retrying");
+                    outcome.failed(err);
                     pause
                 }
                 Round::Full { holders, .. } => {
                     failures = 0;
+                    outcome.held();
                     on_full(&holders);
                     opts.poll_pause()
                 }

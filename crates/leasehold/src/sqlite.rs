@@ -33,6 +33,58 @@
 //!   ours`. **Break** clears `lease_id` whoever holds it.
 //! * Rows are never deleted, so the fence of a key never goes back.
 //!
+//! # Store epoch, file identity and quarantine
+//! A second table holds one row: the store's epoch (see
+//! [store epochs](crate::backend#store-epochs-tokens-that-survive-the-loss-of-the-stores-data)),
+//! its max TTL (60 s unless opened with
+//! [`SqliteBackend::open_with_max_ttl`]; no lease may be longer), the
+//! identity of the file it was written in (device and inode), the boot id
+//! of the kernel using it, and the time on the boot clock from which no
+//! lease of an earlier epoch can be live (`settled_at_ns`).
+//!
+//! ```sql
+//! CREATE TABLE leasehold_store (
+//!     id INTEGER PRIMARY KEY CHECK (id = 1), epoch INTEGER NOT NULL,
+//!     max_ttl_ms INTEGER NOT NULL, file_dev INTEGER NOT NULL,
+//!     file_ino INTEGER NOT NULL, boot_id TEXT NOT NULL,
+//!     settled_at_ns INTEGER NOT NULL
+//! );
+//! ```
+//!
+//! * **The file under an open connection.** A connection knows the identity
+//!   of the file it opened (checked by `stat` before and after opening).
+//!   Every operation first compares it with what the path names now: a file
+//!   deleted or replaced (a cleanup script, a restored backup, `mv`) makes
+//!   renewals and releases a definitive loss, and every other operation
+//!   re-opens the path, so a missing file is never an empty store without
+//!   the epoch rule below. A renewal checks the epoch in the same `UPDATE`.
+//! * **A new epoch begins** when a file has no epoch row (a new file), when
+//!   the row names another file (a copy: a backup restored, a file copied
+//!   in) or another boot id (a reboot, or another kernel sharing the file).
+//!   The epoch is the wall clock's next second (the creator waits for it,
+//!   so two epochs are never equal on one clock), and at least the old
+//!   epoch + 1; every lease in the file is voided and every key's next
+//!   token is above the epoch's base.
+//! * **Quarantine, or proof that none is needed.** Every process that holds
+//!   a lease (from just before its grant until its release or loss) keeps a
+//!   shared `flock` on the database's directory. The process starting an
+//!   epoch tries an exclusive, non-blocking `flock` on the directory: if it
+//!   gets it, no process on this machine holds a lease of any epoch there,
+//!   and the new epoch is settled at once; otherwise it is settled one max
+//!   TTL (+0.1 %) later on the boot clock, which every process on the
+//!   machine shares. An acquirer checks that the path still names its file
+//!   inside its write transaction, after taking its shared lock, so it
+//!   cannot be granted on a file that was replaced before an epoch's
+//!   creator looked. For a boot change (same file) the proof is in the
+//!   file: no row holds a lease. A file written before epochs existed keeps
+//!   its leases and counters (nothing was lost) and gets an epoch at once.
+//!
+//!   Not covered: the *directory itself* deleted and re-created by
+//!   something else while a lease is held (the old holder's lock is on the
+//!   old directory). Do not delete the directory of a store in use.
+//!   Several stores in one directory share the proof: starting an epoch
+//!   while another store there has holders costs the quarantine.
+//!
 //! # Clock
 //! Expiries are measured on `CLOCK_BOOTTIME` ([`SystemClock`]): one clock for
 //! every process on the machine, so deadlines written by one process mean the
@@ -41,14 +93,23 @@
 //! expire early or late; and it keeps counting during suspend. It restarts at
 //! boot, so every lease records the boot id
 //! (`/proc/sys/kernel/random/boot_id`) and a lease from an earlier boot is
-//! never live (its holder died with that boot). On other Unix systems the
-//! clock is `CLOCK_MONOTONIC` and there is no boot id: leases from before a
-//! reboot stay until their recorded expiry comes round again.
+//! never live (its holder died with that boot). A process of another boot
+//! also starts a new epoch (above), so a database shared by two kernels
+//! (two VMs or hosts on a shared file system) is never taken as dead by
+//! one while the other runs: the other's holders are told lost at their
+//! next renewal and grants wait the quarantine. Such sharing is still not
+//! supported (each side keeps voiding the other's leases). On other Unix
+//! systems the clock is `CLOCK_MONOTONIC` and there is no boot id: leases
+//! from before a reboot stay until their recorded expiry comes round again.
 //!
 //! The file must be on a local file system: SQLite's locking is not reliable
 //! over network file systems, and the clock is only shared on one machine.
 
+use std::collections::HashSet;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -56,12 +117,13 @@ use async_trait::async_trait;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
 
 use crate::backend::{
-    AcquireOutcome, AcquireRequest, Backend, Capabilities, Grant, HolderInfo, KeyInfo, Lease, Owner,
+    epoch_at, next_token, AcquireOutcome, AcquireRequest, Backend, Capabilities, Grant, HolderInfo,
+    KeyInfo, Lease, Owner, StoreEpoch, DEFAULT_STORE_MAX_TTL, EPOCH_ORIGIN_UNIX_SECS,
 };
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, LossReason, Result};
 use crate::key::Key;
-use crate::memory::{LOCAL_MAX_TTL, LOCAL_MIN_TTL};
+use crate::memory::{check_ttl, LOCAL_MAX_TTL, LOCAL_MIN_TTL};
 
 const NAME: &str = "sqlite";
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -80,48 +142,106 @@ CREATE TABLE IF NOT EXISTS leasehold_leases (
     data           TEXT,
     acquired_at_ms INTEGER
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS leasehold_store (
+    id            INTEGER PRIMARY KEY CHECK (id = 1),
+    epoch         INTEGER NOT NULL,
+    max_ttl_ms    INTEGER NOT NULL,
+    file_dev      INTEGER NOT NULL,
+    file_ino      INTEGER NOT NULL,
+    boot_id       TEXT NOT NULL,
+    settled_at_ns INTEGER NOT NULL
+);
 ";
 
 /// The SQLite [`Backend`]. See the [module docs](self) for the protocol.
 #[derive(Debug, Clone)]
 pub struct SqliteBackend {
-    conn: Arc<Mutex<Connection>>,
+    conn: Arc<Mutex<Option<Open>>>,
     path: PathBuf,
     boot_id: Arc<str>,
+    /// The max TTL a store created by this backend gets.
+    max_ttl: Duration,
+    /// The store's recorded max TTL, in ms (for `capabilities`).
+    store_max_ttl_ms: Arc<AtomicU64>,
+    holders: Arc<HolderLock>,
+}
+
+/// A connection and what it was opened on.
+#[derive(Debug)]
+struct Open {
+    conn: Connection,
+    file: FileId,
+}
+
+/// A file's identity: device and inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+}
+
+impl FileId {
+    fn of(path: &Path) -> std::io::Result<FileId> {
+        let m = std::fs::metadata(path)?;
+        Ok(FileId {
+            dev: m.dev(),
+            ino: m.ino(),
+        })
+    }
+}
+
+/// The epoch row.
+#[derive(Debug, Clone)]
+struct EpochRow {
+    epoch: u64,
+    max_ttl: Duration,
+    file: FileId,
+    boot_id: String,
+    settled_at_ns: i64,
 }
 
 impl SqliteBackend {
     /// Opens (creating if needed) the store at `path`, and its parent
-    /// directory.
+    /// directory. A store created here gets the default max TTL
+    /// ([`DEFAULT_STORE_MAX_TTL`]).
+    ///
+    /// Many processes may open (and create) the same file at once: every
+    /// step waits on SQLite's lock like any other operation.
     ///
     /// # Errors
     /// [`Error::Backend`] if the directory or database cannot be created or
     /// opened.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
-        let path = path.as_ref().to_path_buf();
-        let fail = |what: String| Error::backend(NAME, "open", false, what);
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| fail(format!("cannot create {}: {e}", dir.display())))?;
+        Self::open_with_max_ttl(path, DEFAULT_STORE_MAX_TTL)
+    }
+
+    /// Like [`open`](Self::open); a store this call creates (or a new epoch
+    /// it starts) records `max_ttl` (100 ms to 24 h) as its max TTL: no lease
+    /// may be longer, and after the store's data is lost under a live
+    /// holder, grants wait that long. An existing store keeps its own.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open); [`Error::InvalidInput`] for a max TTL out of
+    /// range.
+    pub fn open_with_max_ttl(path: impl AsRef<Path>, max_ttl: Duration) -> Result<Self> {
+        if !(LOCAL_MIN_TTL..=LOCAL_MAX_TTL).contains(&max_ttl) {
+            return Err(Error::invalid(
+                "max ttl",
+                format!("{max_ttl:?} is outside {LOCAL_MIN_TTL:?}..={LOCAL_MAX_TTL:?}"),
+            ));
         }
-        let mut conn = Connection::open(&path)
-            .map_err(|e| fail(format!("cannot open {}: {e}", path.display())))?;
-        conn.busy_handler(Some(retry_while_busy))
-            .map_err(|e| db_error("open", e))?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(|e| db_error("open", e))?;
-        // NORMAL: renewals and releases need no fsync of their own (a
-        // renewal lost in a power cut belongs to a holder that died with the
-        // machine); acquisitions switch to FULL, see `durable`.
-        conn.pragma_update(None, "synchronous", "NORMAL")
-            .map_err(|e| db_error("open", e))?;
-        conn.execute_batch(SCHEMA)
-            .map_err(|e| db_error("open", e))?;
-        Ok(SqliteBackend {
-            conn: Arc::new(Mutex::new(conn)),
+        let path = path.as_ref().to_path_buf();
+        let backend = SqliteBackend {
+            conn: Arc::new(Mutex::new(None)),
+            holders: Arc::new(HolderLock::new(dir_of(&path))),
             path,
             boot_id: boot_id().into(),
-        })
+            max_ttl,
+            store_max_ttl_ms: Arc::new(AtomicU64::new(max_ttl.as_millis() as u64)),
+        };
+        let open = backend.connect()?;
+        *backend.conn.lock().unwrap_or_else(|e| e.into_inner()) = Some(open);
+        Ok(backend)
     }
 
     /// The database file.
@@ -129,33 +249,368 @@ impl SqliteBackend {
         &self.path
     }
 
-    /// Runs `f` on the connection in the blocking pool (SQLite calls block,
-    /// up to the busy timeout).
+    /// Opens the path, retrying while another process holds SQLite's lock
+    /// (creating a file and its schema takes locks a busy handler does not
+    /// always cover), and settles its epoch.
+    fn connect(&self) -> Result<Open> {
+        let started = std::time::Instant::now();
+        loop {
+            match self.try_connect() {
+                Err(
+                    e @ Error::Backend {
+                        retryable: true, ..
+                    },
+                ) => {
+                    if started.elapsed() >= BUSY_TIMEOUT {
+                        return Err(e);
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn try_connect(&self) -> Result<Open> {
+        let fail = |what: String| Error::backend(NAME, "open", false, what);
+        let dir = dir_of(&self.path);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| fail(format!("cannot create {}: {e}", dir.display())))?;
+        let mut attempts = 0;
+        let (mut conn, file) = loop {
+            attempts += 1;
+            // The file's identity before and after opening: equal, the
+            // connection is on that file (a swap in between shows).
+            let before = FileId::of(&self.path).ok();
+            let conn = Connection::open(&self.path)
+                .map_err(|e| fail(format!("cannot open {}: {e}", self.path.display())))?;
+            let after = FileId::of(&self.path).ok();
+            match (before, after) {
+                (Some(b), Some(a)) if a == b => break (conn, a),
+                _ if attempts < 10 => continue,
+                _ => {
+                    return Err(Error::backend(
+                        NAME,
+                        "open",
+                        true,
+                        format!("{} keeps being replaced", self.path.display()),
+                    ))
+                }
+            }
+        };
+        // The busy handler before anything that takes a lock.
+        conn.busy_handler(Some(retry_while_busy))
+            .map_err(|e| db_error("open", e))?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(|e| db_error("open", e))?;
+        // NORMAL: renewals and releases need no fsync of their own (a
+        // renewal lost in a power cut belongs to a holder that died with the
+        // machine); acquisitions switch to FULL, see `try_acquire`.
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(|e| db_error("open", e))?;
+        // Idempotent: every opener runs it, whoever created the file.
+        conn.execute_batch(SCHEMA)
+            .map_err(|e| db_error("open", e))?;
+        let row = self.settle(&mut conn, file)?;
+        self.store_max_ttl_ms
+            .store(row.max_ttl.as_millis() as u64, Ordering::Relaxed);
+        Ok(Open { conn, file })
+    }
+
+    /// Reads the epoch row, starting a new epoch if the file has none, or
+    /// one written in another file or boot (see the module docs).
+    fn settle(&self, conn: &mut Connection, file: FileId) -> Result<EpochRow> {
+        let op = |e| db_error("open", e);
+        if let Some(row) = read_epoch(conn).map_err(op)? {
+            if row.file == file && row.boot_id == *self.boot_id {
+                return Ok(row);
+            }
+        }
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(op)?;
+        let old = read_epoch(&tx).map_err(op)?;
+        if let Some(row) = &old {
+            if row.file == file && row.boot_id == *self.boot_id {
+                return Ok(row.clone());
+            }
+        }
+        let now = SystemClock.now().as_nanos() as i64;
+        let has_rows = tx
+            .query_row("SELECT EXISTS (SELECT 1 FROM leasehold_leases)", [], |r| {
+                r.get::<_, bool>(0)
+            })
+            .map_err(op)?;
+        let live_rows = tx
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM leasehold_leases WHERE lease_id IS NOT NULL)",
+                [],
+                |r| r.get::<_, bool>(0),
+            )
+            .map_err(op)?;
+        let (epoch, settled, why) = match &old {
+            // Written before epochs: same file, nothing lost, leases kept.
+            None if has_rows => (
+                epoch_at(SystemTime::now()),
+                now,
+                "a store from before epochs",
+            ),
+            None => {
+                let safe = self.holders.none_in_directory();
+                (
+                    next_epoch(0),
+                    if safe {
+                        now
+                    } else {
+                        now + quarantine_ns(self.max_ttl)
+                    },
+                    "a new file",
+                )
+            }
+            Some(row) => {
+                let replaced = row.file != file;
+                let other_boot = row.boot_id != *self.boot_id;
+                // Holders of a replaced file's data are invisible here (in
+                // another file): only the directory lock can tell. Holders
+                // of another boot are rows of this file.
+                let safe =
+                    (!replaced || self.holders.none_in_directory()) && (!other_boot || !live_rows);
+                let why = if replaced {
+                    "the file was replaced (a copy or a restored backup)"
+                } else {
+                    "the file was last used by another boot"
+                };
+                (
+                    next_epoch(row.epoch),
+                    if safe {
+                        now
+                    } else {
+                        now + quarantine_ns(self.max_ttl.max(row.max_ttl))
+                    },
+                    why,
+                )
+            }
+        };
+        let keep_leases = old.is_none() && has_rows;
+        if !keep_leases {
+            // Leases of the old epoch (a copy's, another boot's) are void.
+            tx.execute(
+                "UPDATE leasehold_leases SET lease_id = NULL, boot_id = NULL, expires_at_ns = NULL WHERE lease_id IS NOT NULL",
+                [],
+            )
+            .map_err(op)?;
+        }
+        let row = EpochRow {
+            epoch,
+            max_ttl: self.max_ttl,
+            file,
+            boot_id: self.boot_id.to_string(),
+            settled_at_ns: settled,
+        };
+        tx.execute(
+            "INSERT OR REPLACE INTO leasehold_store (id, epoch, max_ttl_ms, file_dev, file_ino, boot_id, settled_at_ns)
+             VALUES (1, ?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                row.epoch as i64,
+                ms(row.max_ttl),
+                row.file.dev as i64,
+                row.file.ino as i64,
+                row.boot_id,
+                row.settled_at_ns
+            ],
+        )
+        .map_err(op)?;
+        tx.commit().map_err(op)?;
+        tracing::info!(
+            path = %self.path.display(),
+            epoch,
+            quarantine = ?Duration::from_nanos((settled - now).max(0) as u64),
+            "new store epoch: {why}"
+        );
+        Ok(row)
+    }
+
+    /// Runs `f` on a connection to the file the path names now, in the
+    /// blocking pool (SQLite calls block, up to the busy timeout). With
+    /// `same_file`, a connection whose file was deleted or replaced is not
+    /// re-opened: `f` gets `None` (the lease it is about is lost).
     async fn run<T: Send + 'static>(
         &self,
         op: &'static str,
-        f: impl FnOnce(&mut Connection, &Ctx) -> Result<T> + Send + 'static,
+        same_file: bool,
+        f: impl FnOnce(Option<&mut Connection>, &Ctx) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        let conn = self.conn.clone();
-        let ctx = Ctx {
-            boot_id: self.boot_id.clone(),
-        };
+        let this = self.clone();
         tokio::task::spawn_blocking(move || {
-            let mut conn = conn.lock().unwrap_or_else(|e| e.into_inner());
-            f(&mut conn, &ctx)
+            let mut slot = this.conn.lock().unwrap_or_else(|e| e.into_inner());
+            let current = FileId::of(&this.path).ok();
+            let fresh = matches!((&*slot, current), (Some(o), Some(c)) if o.file == c);
+            if !fresh {
+                if same_file {
+                    *slot = None;
+                    return f(None, &this.ctx());
+                }
+                tracing::warn!(path = %this.path.display(), "the database file was deleted or replaced; re-opening");
+                *slot = None;
+                *slot = Some(this.connect()?);
+            }
+            let open = slot.as_mut().expect("connected above");
+            let file = open.file;
+            f(Some(&mut open.conn), &this.ctx_for(file))
         })
         .await
         .map_err(|e| Error::backend(NAME, op, false, format!("database task failed: {e}")))?
+    }
+
+    fn ctx(&self) -> Ctx {
+        self.ctx_for(FileId { dev: 0, ino: 0 })
+    }
+
+    fn ctx_for(&self, file: FileId) -> Ctx {
+        Ctx {
+            boot_id: self.boot_id.clone(),
+            path: self.path.clone(),
+            file,
+        }
+    }
+}
+
+/// The parent directory of a database path (`.` for a bare file name).
+fn dir_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// The epoch to start after `old`: the wall clock's next whole second
+/// (waiting for it, so that no later epoch on this clock can equal it), and
+/// above `old`.
+fn next_epoch(old: u64) -> u64 {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let next = Duration::from_secs(now.as_secs() + 1);
+    std::thread::sleep(next.saturating_sub(now));
+    (next.as_secs().saturating_sub(EPOCH_ORIGIN_UNIX_SECS)).max(old + 1)
+}
+
+fn quarantine_ns(max_ttl: Duration) -> i64 {
+    (max_ttl + max_ttl / 1000).as_nanos() as i64
+}
+
+fn read_epoch(conn: &Connection) -> rusqlite::Result<Option<EpochRow>> {
+    conn.query_row(
+        "SELECT epoch, max_ttl_ms, file_dev, file_ino, boot_id, settled_at_ns FROM leasehold_store WHERE id = 1",
+        [],
+        |r| {
+            Ok(EpochRow {
+                epoch: r.get::<_, i64>(0)? as u64,
+                max_ttl: Duration::from_millis(r.get::<_, i64>(1)? as u64),
+                file: FileId {
+                    dev: r.get::<_, i64>(2)? as u64,
+                    ino: r.get::<_, i64>(3)? as u64,
+                },
+                boot_id: r.get(4)?,
+                settled_at_ns: r.get(5)?,
+            })
+        },
+    )
+    .optional()
+}
+
+/// The shared `flock` on the database's directory that this process keeps
+/// while it holds (or is about to be granted) any lease, and the check that
+/// no process holds one (see the module docs). `flock` through libc: std's
+/// `File::lock` needs Rust 1.89, above this crate's MSRV.
+#[derive(Debug)]
+struct HolderLock {
+    dir: PathBuf,
+    state: Mutex<HolderState>,
+}
+
+#[derive(Debug, Default)]
+struct HolderState {
+    /// Lease ids held or being asked for.
+    leases: HashSet<String>,
+    /// The directory, locked shared while `leases` is not empty.
+    file: Option<std::fs::File>,
+}
+
+impl HolderLock {
+    fn new(dir: PathBuf) -> Self {
+        HolderLock {
+            dir,
+            state: Mutex::default(),
+        }
+    }
+
+    /// Notes that `lease_id` holds or is about to be granted a lease.
+    fn hold(&self, lease_id: &str) -> Result<()> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if state.file.is_none() {
+            let dir = std::fs::File::open(&self.dir).map_err(|e| {
+                Error::backend(
+                    NAME,
+                    "acquire",
+                    false,
+                    format!("cannot open {}: {e}", self.dir.display()),
+                )
+            })?;
+            // SAFETY: flock on a valid open descriptor; blocks only while an
+            // epoch's creator holds the exclusive lock (a moment).
+            let rc = unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_SH) };
+            if rc != 0 {
+                let e = std::io::Error::last_os_error();
+                return Err(Error::backend(
+                    NAME,
+                    "acquire",
+                    true,
+                    format!("cannot lock {}: {e}", self.dir.display()),
+                ));
+            }
+            state.file = Some(dir);
+        }
+        state.leases.insert(lease_id.to_string());
+        Ok(())
+    }
+
+    /// Notes that `lease_id` holds nothing any more.
+    fn let_go(&self, lease_id: &str) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.leases.remove(lease_id);
+        if state.leases.is_empty() {
+            // Closing the descriptor drops the lock.
+            state.file = None;
+        }
+    }
+
+    /// Whether no process (this one included) holds a lease in the
+    /// directory: an exclusive lock on it can be had.
+    fn none_in_directory(&self) -> bool {
+        let Ok(dir) = std::fs::File::open(&self.dir) else {
+            return false;
+        };
+        // SAFETY: as above; non-blocking. The lock is dropped with `dir`.
+        unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
     }
 }
 
 struct Ctx {
     boot_id: Arc<str>,
+    path: PathBuf,
+    /// The file the connection is on.
+    file: FileId,
 }
 
 impl Ctx {
     fn now_ns(&self) -> i64 {
         SystemClock.now().as_nanos() as i64
+    }
+
+    /// Whether the path still names the connection's file.
+    fn same_file(&self) -> bool {
+        FileId::of(&self.path).ok() == Some(self.file)
     }
 }
 
@@ -286,13 +741,55 @@ fn ms(d: Duration) -> i64 {
     d.as_millis() as i64
 }
 
+/// The epoch as reported to the core: its age on the boot clock, which
+/// every process of this boot shares (unknown for another boot's row,
+/// which `settle` never leaves in place).
+fn store_epoch(row: &EpochRow, ctx: &Ctx, now_ns: i64) -> StoreEpoch {
+    let age = (row.boot_id == *ctx.boot_id).then(|| {
+        let left = Duration::from_nanos((row.settled_at_ns - now_ns).max(0) as u64);
+        row.max_ttl.saturating_sub(left)
+    });
+    StoreEpoch::new(row.epoch, row.max_ttl).with_age(age)
+}
+
+fn replaced(lease: &Lease) -> Error {
+    lost(
+        lease,
+        "the database file was deleted or replaced (its data, and the lease, are gone)",
+    )
+}
+
 /// The acquire transaction (see the module docs).
 fn acquire_in(conn: &mut Connection, ctx: &Ctx, req: &AcquireRequest) -> Result<AcquireOutcome> {
     let op = |e| db_error("acquire", e);
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(op)?;
+    if !ctx.same_file() {
+        // Replaced since the connection was checked: the next attempt
+        // re-opens the path.
+        return Err(Error::backend(
+            NAME,
+            "acquire",
+            true,
+            "the database file was replaced during the attempt",
+        ));
+    }
     let now = ctx.now_ns();
+    let Some(epoch_row) = read_epoch(&tx).map_err(op)? else {
+        return Err(Error::backend(
+            NAME,
+            "acquire",
+            true,
+            "the store has no epoch row",
+        ));
+    };
+    if req.epoch != Some(epoch_row.epoch) || epoch_row.boot_id != *ctx.boot_id {
+        return Ok(AcquireOutcome::OtherEpoch(store_epoch(
+            &epoch_row, ctx, now,
+        )));
+    }
+    check_ttl(req.ttl, &store_epoch(&epoch_row, ctx, now))?;
     let expires = now + req.ttl.as_nanos() as i64;
     let row = get_row(&tx, req.key.as_str()).map_err(op)?;
     let fence = match &row {
@@ -309,8 +806,8 @@ fn acquire_in(conn: &mut Connection, ctx: &Ctx, req: &AcquireRequest) -> Result<
             tx.commit().map_err(op)?;
             return Ok(AcquireOutcome::Acquired(Grant::new(r.fence)));
         }
-        Some(r) => r.fence + 1,
-        None => 1,
+        Some(r) => next_token(r.fence, epoch_row.epoch),
+        None => next_token(0, epoch_row.epoch),
     };
     let acquired_at = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -349,77 +846,120 @@ impl Backend for SqliteBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new(LOCAL_MIN_TTL, LOCAL_MAX_TTL).shared_across_processes(true)
+        let max = Duration::from_millis(self.store_max_ttl_ms.load(Ordering::Relaxed));
+        Capabilities::new(LOCAL_MIN_TTL, max).shared_across_processes(true)
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         let req = req.clone();
-        self.run("acquire", move |conn, ctx| {
-            // A commit that issues a fencing token is fsynced before it is
-            // acknowledged, so a power cut can never make the same token be
-            // issued twice (in WAL mode that fsync also covers every NORMAL
-            // commit before it).
-            conn.pragma_update(None, "synchronous", "FULL")
-                .map_err(|e| db_error("acquire", e))?;
-            let result = acquire_in(conn, ctx, &req);
-            let normal = conn.pragma_update(None, "synchronous", "NORMAL");
-            let outcome = result?;
-            normal.map_err(|e| db_error("acquire", e))?;
-            Ok(outcome)
-        })
-        .await
+        let holders = self.holders.clone();
+        // Held from before the grant is asked for (see the module docs).
+        if req.epoch.is_some() {
+            holders.hold(req.lease_id.as_str())?;
+        }
+        let lease_id = req.lease_id.clone();
+        let result = self
+            .run("acquire", false, move |conn, ctx| {
+                let conn = conn.expect("acquire re-opens");
+                // A commit that issues a fencing token is fsynced before it is
+                // acknowledged, so a power cut can never make the same token be
+                // issued twice (in WAL mode that fsync also covers every NORMAL
+                // commit before it).
+                conn.pragma_update(None, "synchronous", "FULL")
+                    .map_err(|e| db_error("acquire", e))?;
+                let result = acquire_in(conn, ctx, &req);
+                let normal = conn.pragma_update(None, "synchronous", "NORMAL");
+                let outcome = result?;
+                normal.map_err(|e| db_error("acquire", e))?;
+                Ok(outcome)
+            })
+            .await;
+        match &result {
+            Ok(AcquireOutcome::Acquired(_)) => {}
+            // An error may hide a grant: keep the lock until it is released.
+            Err(e) if e.is_retryable() => {}
+            _ => holders.let_go(lease_id.as_str()),
+        }
+        result
     }
 
     async fn renew(&self, lease: &Lease) -> Result<()> {
+        let lease_id = lease.lease_id.clone();
         let lease = lease.clone();
-        self.run("renew", move |conn, ctx| {
-            let op = |e| db_error("renew", e);
-            let now = ctx.now_ns();
-            let changed = conn
-                .execute(
-                    "UPDATE leasehold_leases SET expires_at_ns = ?3
-                     WHERE key = ?1 AND lease_id = ?2 AND boot_id = ?4 AND expires_at_ns > ?5",
-                    params![
-                        lease.key.as_str(),
-                        lease.lease_id.as_str(),
-                        now + lease.ttl.as_nanos() as i64,
-                        &*ctx.boot_id,
-                        now
-                    ],
-                )
-                .map_err(op)?;
-            if changed == 1 {
-                return Ok(());
-            }
-            let row = get_row(conn, lease.key.as_str()).map_err(op)?;
-            Err(lost(&lease, why_not_ours(row.as_ref(), &lease)))
-        })
-        .await
+        let result = self
+            .run("renew", true, move |conn, ctx| {
+                let Some(conn) = conn else {
+                    return Err(replaced(&lease));
+                };
+                let op = |e| db_error("renew", e);
+                let now = ctx.now_ns();
+                let changed = conn
+                    .execute(
+                        "UPDATE leasehold_leases SET expires_at_ns = ?3
+                         WHERE key = ?1 AND lease_id = ?2 AND boot_id = ?4 AND expires_at_ns > ?5
+                           AND (SELECT epoch FROM leasehold_store WHERE id = 1) = ?6",
+                        params![
+                            lease.key.as_str(),
+                            lease.lease_id.as_str(),
+                            now + lease.ttl.as_nanos() as i64,
+                            &*ctx.boot_id,
+                            now,
+                            lease.epoch as i64
+                        ],
+                    )
+                    .map_err(op)?;
+                if changed == 1 {
+                    return Ok(());
+                }
+                if read_epoch(conn).map_err(op)?.map(|r| r.epoch) != Some(lease.epoch) {
+                    return Err(lost(
+                        &lease,
+                        "the store's epoch changed (its data was lost)",
+                    ));
+                }
+                let row = get_row(conn, lease.key.as_str()).map_err(op)?;
+                Err(lost(&lease, why_not_ours(row.as_ref(), &lease)))
+            })
+            .await;
+        if matches!(result, Err(Error::LeaseLost { .. })) {
+            self.holders.let_go(lease_id.as_str());
+        }
+        result
     }
 
     async fn release(&self, lease: &Lease) -> Result<()> {
         let lease = lease.clone();
-        self.run("release", move |conn, _ctx| {
-            let op = |e| db_error("release", e);
-            let changed = conn
-                .execute(
-                    "UPDATE leasehold_leases SET lease_id = NULL, boot_id = NULL, expires_at_ns = NULL
-                     WHERE key = ?1 AND lease_id = ?2",
-                    params![lease.key.as_str(), lease.lease_id.as_str()],
-                )
-                .map_err(op)?;
-            if changed == 1 {
-                return Ok(());
-            }
-            let row = get_row(conn, lease.key.as_str()).map_err(op)?;
-            Err(lost(&lease, why_not_ours(row.as_ref(), &lease)))
-        })
-        .await
+        let lease_id = lease.lease_id.clone();
+        let result = self
+            .run("release", true, move |conn, _ctx| {
+                let Some(conn) = conn else {
+                    return Err(replaced(&lease));
+                };
+                let op = |e| db_error("release", e);
+                let changed = conn
+                    .execute(
+                        "UPDATE leasehold_leases SET lease_id = NULL, boot_id = NULL, expires_at_ns = NULL
+                         WHERE key = ?1 AND lease_id = ?2",
+                        params![lease.key.as_str(), lease.lease_id.as_str()],
+                    )
+                    .map_err(op)?;
+                if changed == 1 {
+                    return Ok(());
+                }
+                let row = get_row(conn, lease.key.as_str()).map_err(op)?;
+                Err(lost(&lease, why_not_ours(row.as_ref(), &lease)))
+            })
+            .await;
+        if !matches!(&result, Err(e) if e.is_retryable()) {
+            self.holders.let_go(lease_id.as_str());
+        }
+        result
     }
 
     async fn inspect(&self, key: &Key) -> Result<KeyInfo> {
         let key = key.clone();
-        self.run("inspect", move |conn, ctx| {
+        self.run("inspect", false, move |conn, ctx| {
+            let conn = conn.expect("inspect re-opens");
             let row = get_row(conn, key.as_str()).map_err(|e| db_error("inspect", e))?;
             let now = ctx.now_ns();
             Ok(match row {
@@ -432,7 +972,8 @@ impl Backend for SqliteBackend {
 
     async fn break_lease(&self, key: &Key) -> Result<Option<HolderInfo>> {
         let key = key.clone();
-        self.run("break", move |conn, ctx| {
+        self.run("break", false, move |conn, ctx| {
+            let conn = conn.expect("break re-opens");
             let op = |e| db_error("break", e);
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -456,7 +997,8 @@ impl Backend for SqliteBackend {
         // Key characters include no GLOB metacharacters, so a prefix GLOB is
         // an exact prefix match (and can use the primary key index).
         let pattern = format!("{prefix}*");
-        self.run("list", move |conn, ctx| {
+        self.run("list", false, move |conn, ctx| {
+            let conn = conn.expect("list re-opens");
             let op = |e| db_error("list", e);
             let now = ctx.now_ns();
             let mut stmt = conn

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::backend::{Backend, HolderInfo, KeyInfo};
 use crate::clock::{SharedClock, SystemClock};
 use crate::election::Election;
+use crate::epoch::EpochGate;
 use crate::error::{Error, Result};
 use crate::key::{validate_prefix, Key};
 use crate::local::{LocalKey, LocalKeys};
@@ -39,6 +40,8 @@ struct StoreInner {
     /// In-process state of semaphores, apart from that of plain keys so that
     /// a lock and a semaphore on one key do not share a gate.
     groups: LocalKeys,
+    /// Which store epoch this store may grant in (the quarantine).
+    epochs: EpochGate,
 }
 
 /// URL schemes this crate opens by itself.
@@ -62,9 +65,10 @@ impl Store {
         Store {
             inner: Arc::new(StoreInner {
                 backend,
-                clock,
+                clock: clock.clone(),
                 local: LocalKeys::default(),
                 groups: LocalKeys::default(),
+                epochs: EpochGate::new(clock.clone()),
             }),
         }
     }
@@ -73,7 +77,9 @@ impl Store {
     ///
     /// * `sqlite:PATH` or `sqlite:///ABSOLUTE/PATH`: the SQLite file at PATH,
     ///   created if missing; `sqlite:` alone is the default file
-    ///   ([`default_sqlite_path`]).
+    ///   ([`default_sqlite_path`]). `?max_ttl=DURATION` (such as `5m`) sets
+    ///   the max TTL a store created now records (default 60 s; see
+    ///   [store epochs](crate::backend#store-epochs-tokens-that-survive-the-loss-of-the-stores-data)).
     /// * `memory:`: a new in-memory store, private to this `Store` and its
     ///   clones (for tests).
     ///
@@ -113,6 +119,10 @@ impl Store {
         &self.inner.clock
     }
 
+    pub(crate) fn epochs(&self) -> &EpochGate {
+        &self.inner.epochs
+    }
+
     pub(crate) fn local_key(&self, key: &Key) -> Arc<LocalKey> {
         self.inner.local.get(key)
     }
@@ -133,11 +143,14 @@ impl Store {
     /// A lock on `key` with `options`.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] if the key breaks the [key rule](Key) or the
+    /// [`Error::InvalidInput`] if the key breaks the [key rule](Key), has a
+    /// segment starting with `:slot:` (reserved for [semaphore](Semaphore)
+    /// slots, so that no lock can alias a permit), or the
     /// options do not fit together or with the backend (the message says
     /// what is allowed).
     pub fn lock_with(&self, key: &str, options: LockOptions) -> Result<Lock> {
         let key = Key::new(key)?;
+        refuse_slot_key(&key)?;
         let backend = self.backend();
         let resolved = options.resolve(&backend.capabilities(), backend.name())?;
         Ok(Lock::new(self.clone(), key, resolved))
@@ -157,14 +170,15 @@ impl Store {
     /// and data).
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] if the key breaks the [key rule](Key) or is
-    /// longer than [`MAX_SEMAPHORE_KEY_LEN`](crate::MAX_SEMAPHORE_KEY_LEN)
+    /// [`Error::InvalidInput`] if the key breaks the [key rule](Key), has a
+    /// segment starting with `:slot:`, or is longer than [`MAX_SEMAPHORE_KEY_LEN`](crate::MAX_SEMAPHORE_KEY_LEN)
     /// (what: `"semaphore key"`), if `limit` is 0 or above
     /// [`MAX_SEMAPHORE_LIMIT`](crate::MAX_SEMAPHORE_LIMIT)
     /// (what: `"semaphore limit"`), or if the options do not fit together or
     /// with the backend.
     pub fn semaphore_with(&self, key: &str, limit: u32, options: LockOptions) -> Result<Semaphore> {
         let key = Key::new(key)?;
+        refuse_slot_key(&key)?;
         let backend = self.backend();
         let resolved = options.resolve(&backend.capabilities(), backend.name())?;
         Semaphore::new(self.clone(), key, limit, resolved)
@@ -219,10 +233,71 @@ impl Store {
     }
 }
 
+/// Refuses a key with a segment starting with `:slot:`: such keys name
+/// semaphore slots (`KEY/:slot:N`), and a lock or election on one would
+/// alias a permit. (`inspect`, `list` and `break_lease` still take slot
+/// keys.)
+fn refuse_slot_key(key: &Key) -> Result<()> {
+    if key.as_str().split('/').any(|seg| seg.starts_with(":slot:")) {
+        return Err(Error::invalid(
+            "key",
+            format!("{key:?} has a segment starting with \":slot:\", which names a semaphore slot (KEY/:slot:N); such keys are reserved for semaphores"),
+        ));
+    }
+    Ok(())
+}
+
+/// The SQLite file a `sqlite:` URL names (`sqlite:` alone: the default
+/// file), or `None` if `url` is not a `sqlite:` URL. Opens nothing.
+///
+/// # Errors
+/// [`Error::InvalidInput`] for a malformed `sqlite:` URL, or when the
+/// default file has no directory.
+pub fn sqlite_url_path(url: &str) -> Option<Result<PathBuf>> {
+    url.strip_prefix("sqlite:")
+        .map(|rest| split_max_ttl(rest).and_then(|(path, _)| sqlite_path(path)))
+}
+
 #[cfg(feature = "sqlite")]
 fn open_sqlite(rest: &str) -> Result<Store> {
+    let (rest, max_ttl) = split_max_ttl(rest)?;
     let path = sqlite_path(rest)?;
-    Ok(Store::new(crate::sqlite::SqliteBackend::open(path)?))
+    if rest.is_empty() {
+        create_private_dir(&path)?;
+    }
+    let max_ttl = max_ttl.unwrap_or(crate::backend::DEFAULT_STORE_MAX_TTL);
+    Ok(Store::new(crate::sqlite::SqliteBackend::open_with_max_ttl(
+        path, max_ttl,
+    )?))
+}
+
+/// Splits `PATH?max_ttl=DURATION` (the only parameter of a `sqlite:` URL;
+/// durations like `90s`, `5m`, `500ms`, `1h`).
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+fn split_max_ttl(rest: &str) -> Result<(&str, Option<std::time::Duration>)> {
+    let Some((path, query)) = rest.rsplit_once('?') else {
+        return Ok((rest, None));
+    };
+    let bad = || {
+        Error::invalid(
+            "store URL",
+            format!("sqlite:{path}?{query}: the only parameter is max_ttl=DURATION (such as 90s, 5m or 1h)"),
+        )
+    };
+    let value = query.strip_prefix("max_ttl=").ok_or_else(bad)?;
+    let split = value
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(value.len());
+    let (num, unit) = value.split_at(split);
+    let num: u64 = num.parse().map_err(|_| bad())?;
+    let d = match unit {
+        "ms" => std::time::Duration::from_millis(num),
+        "s" => std::time::Duration::from_secs(num),
+        "m" => std::time::Duration::from_secs(num.saturating_mul(60)),
+        "h" => std::time::Duration::from_secs(num.saturating_mul(3600)),
+        _ => return Err(bad()),
+    };
+    Ok((path, Some(d)))
 }
 
 #[cfg(not(feature = "sqlite"))]
@@ -233,7 +308,6 @@ fn open_sqlite(_rest: &str) -> Result<Store> {
 }
 
 /// The path a `sqlite:` URL names.
-#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 fn sqlite_path(rest: &str) -> Result<PathBuf> {
     if rest.is_empty() {
         return default_sqlite_path();
@@ -248,6 +322,29 @@ fn sqlite_path(rest: &str) -> Result<PathBuf> {
         };
     }
     Ok(PathBuf::from(rest))
+}
+
+/// Creates the default file's directory, if missing, readable by its user
+/// only (0700, as the XDG base directory spec asks of the state directory;
+/// holders' data is stored there).
+#[cfg(feature = "sqlite")]
+fn create_private_dir(path: &std::path::Path) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    let Some(dir) = path.parent() else {
+        return Ok(());
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| {
+            Error::backend(
+                "sqlite",
+                "open",
+                false,
+                format!("cannot create {}: {e}", dir.display()),
+            )
+        })
 }
 
 /// The default SQLite file: `$XDG_STATE_HOME/leasehold/leases.db` (that is,
@@ -285,6 +382,38 @@ mod tests {
             PathBuf::from("/tmp/a.db")
         );
         assert!(sqlite_path("//host/a.db").is_err());
+    }
+
+    #[test]
+    fn keys_naming_semaphore_slots_are_refused_for_locks_and_semaphores() {
+        let store = Store::open("memory:").unwrap();
+        for key in ["sem/:slot:0", ":slot:1", "a/:slot:x/b"] {
+            for err in [
+                store.lock(key).err(),
+                store.semaphore(key, 2).err(),
+                store.election(key).err(),
+            ] {
+                let err = err.expect("refused");
+                assert!(
+                    matches!(err, Error::InvalidInput { what: "key", .. }),
+                    "{err}"
+                );
+                assert!(err.to_string().contains("semaphore slot"), "{err}");
+            }
+        }
+        store.lock("a/b:slot:0").unwrap();
+        store.lock("a/:slots").unwrap();
+    }
+
+    #[test]
+    fn sqlite_urls_may_set_the_max_ttl() {
+        assert_eq!(split_max_ttl("/tmp/a.db").unwrap(), ("/tmp/a.db", None));
+        assert_eq!(
+            split_max_ttl("/tmp/a.db?max_ttl=5m").unwrap(),
+            ("/tmp/a.db", Some(std::time::Duration::from_secs(300)))
+        );
+        assert!(split_max_ttl("/tmp/a.db?max_ttl=soon").is_err());
+        assert!(split_max_ttl("/tmp/a.db?other=1").is_err());
     }
 
     #[test]

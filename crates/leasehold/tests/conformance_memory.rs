@@ -1,7 +1,50 @@
-//! The conformance suite on the in-memory backend.
+//! The conformance suite on the in-memory backend, with store loss
+//! simulated by [`MemoryBackend::lose_data`].
 
-async fn store() -> Option<leasehold::Store> {
-    Some(leasehold::Store::open("memory:").unwrap())
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leasehold::memory::MemoryBackend;
+use leasehold::{Backend, Store, SystemClock};
+
+/// The backends made here, by the address of the store's backend.
+static BACKENDS: Mutex<Vec<(usize, MemoryBackend)>> = Mutex::new(Vec::new());
+
+fn address(backend: &Arc<dyn Backend>) -> usize {
+    Arc::as_ptr(backend) as *const () as usize
 }
 
-leasehold::conformance_tests!(store);
+async fn store() -> Option<Store> {
+    // A max TTL short enough for the store-loss test's quarantine, long
+    // enough for the suite's longest lease.
+    let backend =
+        MemoryBackend::with_clock_and_max_ttl(Arc::new(SystemClock), Duration::from_secs(20));
+    let store = Store::new(backend.clone());
+    BACKENDS
+        .lock()
+        .unwrap()
+        .push((address(store.backend()), backend));
+    Some(store)
+}
+
+async fn lose(store: Store) {
+    let backends = BACKENDS.lock().unwrap();
+    let (_, backend) = backends
+        .iter()
+        // The newest first: a finished test's address may be reused.
+        .rev()
+        .find(|(a, _)| *a == address(store.backend()))
+        .expect("a store made by store()");
+    backend.lose_data();
+}
+
+leasehold::conformance_tests!(store, lose = lose);
+
+/// `memory:` stores start in an epoch that needs no quarantine.
+#[tokio::test]
+async fn a_new_memory_store_grants_at_once() {
+    let store = Store::open("memory:").unwrap();
+    let guard = store.lock("k").unwrap().try_acquire().await.unwrap();
+    assert!(guard.fencing_token() > leasehold::epoch_token_base(1));
+    guard.release().await.unwrap();
+}

@@ -21,8 +21,23 @@ struct Faulty {
     renewals: AtomicU32,
     /// Renewals never answer (a blackholed connection).
     partitioned: AtomicBool,
+    /// Acquisitions fail with a retryable error (an unreachable store).
+    unreachable: AtomicBool,
+    /// Acquisitions never answer (a blackholed connection).
+    silent: AtomicBool,
     /// This many renewals fail with a retryable error first.
     transient_failures: AtomicU32,
+    /// Acquire attempts answer only after this long (a slow store).
+    acquire_delay: std::sync::Mutex<Duration>,
+    /// Renewals are answered only once this is notified (a renewal in
+    /// flight across the safety deadline).
+    hold_renewals: AtomicBool,
+    renewal_gate: tokio::sync::Notify,
+    /// Notified when a held renewal has been sent.
+    renewal_sent: tokio::sync::Notify,
+    releases: AtomicU32,
+    /// Notified (one stored permit) when a release is answered.
+    released: tokio::sync::Notify,
     /// When the last release was answered.
     last_release: std::sync::Mutex<Option<std::time::Instant>>,
     /// Grants that came at least this long after the last release...
@@ -41,7 +56,20 @@ impl Backend for Faulty {
     }
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         self.acquires.fetch_add(1, Ordering::SeqCst);
+        if self.silent.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        if self.unreachable.load(Ordering::SeqCst) {
+            return Err(Error::backend(
+                "faulty-memory",
+                "acquire",
+                true,
+                "injected connection refused",
+            ));
+        }
         let outcome = self.inner.try_acquire(req).await?;
+        let delay = *self.acquire_delay.lock().unwrap();
+        tokio::time::sleep(delay).await;
         if let AcquireOutcome::Acquired(_) = outcome {
             let since = self.last_release.lock().unwrap().map(|t| t.elapsed());
             if since.is_some_and(|d| d >= *self.long_gap.lock().unwrap()) {
@@ -54,6 +82,10 @@ impl Backend for Faulty {
         self.renewals.fetch_add(1, Ordering::SeqCst);
         if self.partitioned.load(Ordering::SeqCst) {
             std::future::pending::<()>().await;
+        }
+        if self.hold_renewals.load(Ordering::SeqCst) {
+            self.renewal_sent.notify_one();
+            self.renewal_gate.notified().await;
         }
         let left = self.transient_failures.load(Ordering::SeqCst);
         if left > 0 {
@@ -68,7 +100,9 @@ impl Backend for Faulty {
         self.inner.renew(lease).await
     }
     async fn release(&self, lease: &Lease) -> Result<()> {
+        self.releases.fetch_add(1, Ordering::SeqCst);
         self.inner.release(lease).await?;
+        self.released.notify_one();
         *self.last_release.lock().unwrap() = Some(std::time::Instant::now());
         Ok(())
     }
@@ -310,4 +344,143 @@ async fn a_busy_process_leaves_the_key_free_for_other_processes() {
         "the key was left free for a poll interval {gaps} times in 700 ms; expected once per 200 ms share ({} attempts)",
         backend.acquires.load(Ordering::SeqCst)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_that_arrives_after_its_safety_deadline_is_released() {
+    let (backend, store) = faulty();
+    let ttl = Duration::from_secs(1);
+    // The store grants at once but answers after TTL − margin (0.9 s).
+    *backend.acquire_delay.lock().unwrap() = Duration::from_millis(950);
+    let lock = store.lock_with("k", LockOptions::new().ttl(ttl)).unwrap();
+    let released = || async {
+        tokio::time::timeout(Duration::from_secs(3), backend.released.notified())
+            .await
+            .expect("a late grant was not released");
+    };
+    let waited = lock.acquire(Duration::from_millis(500)).await;
+    assert!(waited.is_err(), "a grant past the wait is no guard");
+    released().await;
+    let tried = lock.try_acquire().await;
+    assert!(
+        tried.is_err(),
+        "a grant past its safety deadline is no guard"
+    );
+    released().await;
+    *backend.acquire_delay.lock().unwrap() = Duration::ZERO;
+    let guard = lock.try_acquire().await.expect("the key is free again");
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_semaphore_grant_is_not_returned_lost() {
+    let (backend, store) = faulty();
+    *backend.acquire_delay.lock().unwrap() = Duration::from_millis(950);
+    let sem = store
+        .semaphore_with("s", 1, LockOptions::new().ttl(Duration::from_secs(1)))
+        .unwrap();
+    match sem.try_acquire().await {
+        Ok(permit) => panic!(
+            "a permit granted past its safety deadline was returned (lost: {})",
+            permit.guard().is_lost()
+        ),
+        Err(e) => assert!(!e.is_lease_lost(), "{e}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loss_is_final_even_if_a_renewal_is_answered_after_the_deadline() {
+    // The guard's clock is moved by hand; the store's TTL runs in real time
+    // and does not run out during the test.
+    let backend = Arc::new(Faulty::default());
+    let clock = Arc::new(leasehold::ManualClock::new(Duration::from_secs(100)));
+    let store = Store::with_clock(backend.clone(), clock.clone());
+    let guard = store
+        .lock_with("k", LockOptions::new().ttl(Duration::from_secs(10)))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    // Deadline: 100 s + 10 s − 1 s. The renewal due at 103.3 s is sent and
+    // held in flight.
+    backend.hold_renewals.store(true, Ordering::SeqCst);
+    clock.advance(Duration::from_secs(4));
+    backend.renewal_sent.notified().await;
+    // The clock passes the deadline while the renewal is in flight...
+    clock.advance(Duration::from_secs(6));
+    assert!(guard.is_lost());
+    // ... and then the store says yes.
+    backend.hold_renewals.store(false, Ordering::SeqCst);
+    backend.renewal_gate.notify_one();
+    let _ = tokio::time::timeout(Duration::from_secs(2), guard.lost()).await;
+    assert!(
+        guard.is_lost(),
+        "is_lost went back to false after a late renewal"
+    );
+    assert_eq!(guard.valid_for(), Duration::ZERO);
+    assert!(guard.release().await.unwrap_err().is_lease_lost());
+}
+
+/// A store that fails every attempt is not a holder: a wait that runs out
+/// ends with the store's error (after retrying), for locks and semaphores,
+/// and a store that never answers ends the wait on time with an error that
+/// says so, not with "held".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_on_an_unreachable_store_ends_with_the_error_not_timed_out() {
+    let (backend, store) = faulty();
+    backend.unreachable.store(true, Ordering::SeqCst);
+    let wait = Wait::Timeout(Duration::from_millis(600));
+    let err = store.lock("k").unwrap().acquire(wait).await.unwrap_err();
+    assert!(matches!(err, Error::Backend { .. }), "{err}");
+    assert!(
+        err.to_string().contains("injected connection refused"),
+        "{err}"
+    );
+    assert!(
+        backend.acquires.load(Ordering::SeqCst) >= 2,
+        "retried within the wait"
+    );
+    let err = store
+        .semaphore("s", 2)
+        .unwrap()
+        .acquire(wait)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Backend { .. }), "{err}");
+
+    backend.unreachable.store(false, Ordering::SeqCst);
+    backend.silent.store(true, Ordering::SeqCst);
+    for err in [
+        store.lock("k").unwrap().acquire(wait).await.unwrap_err(),
+        store
+            .semaphore("s", 2)
+            .unwrap()
+            .acquire(wait)
+            .await
+            .unwrap_err(),
+    ] {
+        assert!(matches!(err, Error::Backend { .. }), "{err}");
+        assert!(
+            err.to_string().contains("did not answer within the wait"),
+            "{err}"
+        );
+    }
+}
+
+/// A wait longer than the clock can represent is a wait for ever, not a
+/// panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_wait_is_forever_not_an_overflow() {
+    let (_backend, store) = faulty();
+    let huge = Wait::Timeout(Duration::from_secs(u64::MAX));
+    let guard = store.lock("k").unwrap().acquire(huge).await.unwrap();
+    let other = Store::from_backend(store.backend().clone());
+    let waiting = other.lock("k").unwrap();
+    let waiter =
+        tokio::spawn(async move { waiting.acquire(huge).await.map(|g| g.fencing_token()) });
+    let sem = store.semaphore("s", 1).unwrap();
+    let permit = sem.acquire(huge).await.unwrap();
+    guard.release().await.unwrap();
+    assert!(waiter.await.unwrap().unwrap() >= 2);
+    permit.release().await.unwrap();
 }

@@ -80,7 +80,12 @@ pub fn builder_for(table: &str) -> DynamoDbBackendBuilder {
         .region(REGION)
         .endpoint(endpoint())
         .credentials_provider(credentials())
+        .max_ttl(MAX_TTL)
 }
+
+/// The test tables' max TTL: above every TTL the tests use, and the
+/// quarantine of a new table (see `settled`).
+pub const MAX_TTL: Duration = Duration::from_secs(10);
 
 /// A builder for the emulator on the run's table, or `None` (skipped) when
 /// the emulator is not there.
@@ -91,9 +96,23 @@ pub fn builder() -> Option<DynamoDbBackendBuilder> {
     }
 }
 
-/// A backend on the run's table, or `None` (skipped).
+/// A backend on the run's table, or `None` (skipped), once the table is
+/// out of quarantine.
 pub async fn backend() -> Option<DynamoDbBackend> {
-    Some(builder()?.build().await.expect("open DynamoDB Local"))
+    let backend = builder()?.build().await.expect("open DynamoDB Local");
+    settled(&backend).await;
+    Some(backend)
+}
+
+/// Waits until a new table's quarantine is over (a fresh table is one per
+/// test binary run: every test would otherwise start with that wait).
+pub async fn settled(backend: &DynamoDbBackend) {
+    let epoch = backend.epoch();
+    let full = epoch.max_ttl + epoch.max_ttl / 1000;
+    let age = epoch.age.unwrap_or_default();
+    // One more second: the age is measured with DynamoDB's `Date`, whole
+    // seconds truncated, so another process may find it a second shorter.
+    tokio::time::sleep(full.saturating_sub(age + age / 1000) + Duration::from_secs(1)).await;
 }
 
 pub fn unique_key(test: &str) -> String {

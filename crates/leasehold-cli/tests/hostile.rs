@@ -1,0 +1,666 @@
+//! The CLI under careless and hostile use (issue 14): no panics, no wrong
+//! answers, no leaked secrets, no terminal injection, defaults that fit.
+//! Every test runs the real binary.
+
+mod common;
+
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::ExitStatusExt;
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::*;
+use leasehold::{LockOptions, Wait};
+
+const SECS: Duration = Duration::from_secs(1);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_into_a_pipe_closed_early_ends_as_sigpipe_would_not_a_panic() {
+    let env = Env::new();
+    let store = env.store();
+    // More than a pipe buffer (64 KiB) of output.
+    for i in 0..3000 {
+        let g = store
+            .lock(&format!("jobs/a-rather-long-key-name-{i:05}"))
+            .unwrap()
+            .try_acquire()
+            .await
+            .unwrap();
+        g.release().await.unwrap();
+    }
+    let mut child = env.spawn(&["list"]);
+    let mut out = stdout_reader(&mut child);
+    assert!(read_line(&mut out).starts_with("jobs/a-rather-long-key-name-00000"));
+    drop(out); // `| head -1`
+    let mut stderr = child.stderr.take().unwrap();
+    let status = child.wait().unwrap();
+    let stderr = read_all(&mut stderr);
+    assert_eq!(status.signal(), Some(libc::SIGPIPE), "{status:?}: {stderr}");
+    assert_eq!(stderr, "", "nothing said about a reader that left");
+}
+
+#[test]
+fn output_to_a_full_disk_is_an_error_not_a_panic() {
+    let env = Env::new();
+    env.output(&["run", "k", "--", "true"]);
+    for args in [&["status", "k"][..], &["list"], &["status", "k", "--json"]] {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let out = env.leasehold().args(args).stdout(full).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("cannot write the output: No space left"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_wait_waits_instead_of_overflowing() {
+    let env = Env::new();
+    let guard = env.store().lock("k").unwrap().try_acquire().await.unwrap();
+    let mut waiter = env.spawn(&[
+        "run",
+        "--wait",
+        "18446744073709551615s",
+        "k",
+        "--",
+        "echo",
+        "ran",
+    ]);
+    let mut stderr = std::io::BufReader::new(waiter.stderr.take().unwrap());
+    let line = tokio::task::spawn_blocking(move || read_line(&mut stderr))
+        .await
+        .unwrap();
+    assert!(line.contains("waiting for k"), "{line}");
+    guard.release().await.unwrap();
+    assert_eq!(wait_with_timeout(&mut waiter, 30 * SECS), Some(0));
+    assert_eq!(read_all(waiter.stdout.as_mut().unwrap()), "ran\n");
+}
+
+#[test]
+fn looking_at_a_mistyped_sqlite_path_is_an_error_and_creates_nothing() {
+    let env = Env::new();
+    let typo = env.path("typo").join("lokcs.db");
+    let url = format!("sqlite:{}", typo.display());
+    for args in [
+        &["status", "k"][..],
+        &["list"],
+        &["break", "k"],
+        &["leader", "k"],
+    ] {
+        let out = env.output(&[&["--store", &url][..], args].concat());
+        assert_eq!(out.code, Some(2), "{args:?}: {out:?}");
+        assert!(out.stderr.contains("no SQLite store at"), "{}", out.stderr);
+        assert_eq!(out.stdout, "");
+        assert!(!env.path("typo").exists(), "{args:?} created the directory");
+    }
+    // `run` creates it, and then the others see it.
+    assert_eq!(
+        env.output(&["--store", &url, "run", "k", "--", "true"])
+            .code,
+        Some(0)
+    );
+    let out = env.output(&["--store", &url, "status", "k"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(out.stdout.contains("fencing token: 1"), "{}", out.stdout);
+}
+
+#[test]
+fn the_default_store_is_not_created_by_looking_and_its_directory_is_private() {
+    let env = Env::new();
+    let state = env.path("state");
+    let default = |args: &[&str]| {
+        let out = env
+            .leasehold()
+            .env_remove("LEASEHOLD_STORE")
+            .env("XDG_STATE_HOME", &state)
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (code, stdout) = default(&["status", "k"]);
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("state:         free"), "{stdout}");
+    assert_eq!(default(&["list"]), (Some(0), String::new()));
+    assert!(!state.exists(), "looking created the state directory");
+
+    assert_eq!(default(&["run", "k", "--", "true"]).0, Some(0));
+    let dir = state.join("leasehold");
+    let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700, "state directory mode {mode:o}");
+    assert!(default(&["status", "k"]).1.contains("fencing token: 1"));
+}
+
+#[test]
+fn stores_private_to_one_process_are_refused() {
+    let env = Env::new();
+    // An empty URL (`--store "$UNSET"`) is no quiet fallback to this
+    // machine's default file either.
+    let empty = env.output(&["--store", "", "run", "k", "--", "echo", "ran"]);
+    assert_eq!(empty.code, Some(2), "{empty:?}");
+    assert!(empty.stderr.contains("it is empty"), "{}", empty.stderr);
+    for url in [
+        "memory:",
+        "sqlite::memory:",
+        "sqlite:file::memory:?cache=shared",
+    ] {
+        let out = env.output(&["--store", url, "run", "k", "--", "echo", "ran"]);
+        assert_eq!(out.code, Some(2), "{url}: {out:?}");
+        assert!(
+            out.stderr.contains("excludes nobody else"),
+            "{}",
+            out.stderr
+        );
+        assert_eq!(out.stdout, "", "the command must not run");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_cannot_alias_a_semaphore_slot_and_status_shows_the_slots() {
+    let env = Env::new();
+    let sem = env
+        .store()
+        .semaphore_with("sem", 2, LockOptions::new().owner_label("permit-holder"))
+        .unwrap();
+    let permit = sem.acquire(Wait::Forever).await.unwrap();
+    let slot = permit.slot();
+
+    for key in ["sem/:slot:0", "sem/:slot:1"] {
+        let out = env.output(&["run", key, "--", "echo", "ran"]);
+        assert_eq!(out.code, Some(2), "{out:?}");
+        assert!(out.stderr.contains("semaphore slot"), "{}", out.stderr);
+        assert_eq!(out.stdout, "");
+        assert_eq!(env.output(&["elect", key, "--", "true"]).code, Some(2));
+    }
+
+    let out = env.output(&["status", "sem"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(
+        out.stdout.contains("semaphore, 1 of the 1 slots"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains(&format!("slot {slot}:")),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("permit-holder"), "{}", out.stdout);
+    let json: serde_json::Value =
+        serde_json::from_str(&env.output(&["status", "sem", "--json"]).stdout).unwrap();
+    assert_eq!(json["key"], "sem");
+    assert!(json["holder"].is_null());
+    assert_eq!(json["slots"][0]["slot"], slot);
+    assert_eq!(json["slots"][0]["key"], format!("sem/:slot:{slot}"));
+    assert_eq!(
+        json["slots"][0]["holder"]["owner"]["label"],
+        "permit-holder"
+    );
+    // A slot key itself can still be looked at and broken.
+    let slot_key = format!("sem/:slot:{slot}");
+    assert!(env.output(&["status", &slot_key]).stdout.contains("held"));
+    permit.release().await.unwrap();
+}
+
+#[test]
+fn usage_errors_come_before_the_store_is_contacted() {
+    let env = Env::new();
+    // A store that cannot even be opened: every usage error must still be
+    // reported as one (exit 2), not as a store failure (exit 1).
+    let broken = "sqlite:/proc/leasehold-no-such-dir/x.db";
+    let cases: &[(&[&str], &str)] = &[
+        (&["run", "bad key", "--", "true"], "1-256 characters"),
+        (&["run", "--ttl", "10ms", "k", "--", "true"], "ttl"),
+        (
+            &["run", "--ttl", "2s", "--grace", "5s", "k", "--", "true"],
+            "at most half the TTL",
+        ),
+        (&["run", "--limit", "1001", "k", "--", "true"], "1..=1000"),
+        (
+            &["run", "--owner", &"o".repeat(129), "k", "--", "true"],
+            "label",
+        ),
+        (&["elect", "a//b", "--", "true"], "1-256 characters"),
+        (&["status", "bad key"], "1-256 characters"),
+        (&["break", "/k"], "1-256 characters"),
+        (&["leader", "k k"], "1-256 characters"),
+        (&["list", "--prefix", "//"], "prefix"),
+    ];
+    for (args, expected) in cases {
+        let out = env.output(&[&["--store", broken][..], args].concat());
+        assert_eq!(out.code, Some(2), "{args:?}: {out:?}");
+        assert!(out.stderr.contains(expected), "{args:?}: {}", out.stderr);
+    }
+    // The same store with good arguments fails as a store: exit 1.
+    let out = env.output(&["--store", broken, "run", "k", "--", "true"]);
+    assert_eq!(out.code, Some(1), "{out:?}");
+}
+
+#[test]
+fn secrets_in_store_urls_are_never_printed() {
+    let env = Env::new();
+    let urls = [
+        "azblob://c?sv=2024&sig=S3CRETSIG%2Bx",
+        "azblob://user:S3CRETPW@cont",
+        "azblob://locks?sig=S3CRETSIG",
+        "dynamodb://t?region=us-east-1&token=S3CRETTOK",
+        "dynamodb://t?endpoint=http%3A%2F%2Fme%3AS3CRETPW%40127.0.0.1%3A1",
+        "ftp://user:S3CRETPW@host/x?key=S3CRETKEY",
+        "sqlite:/proc/none/x.db?S3CRETQ",
+    ];
+    for url in urls {
+        for args in [&["status", "k"][..], &["run", "k", "--", "true"], &["list"]] {
+            let out = env.output(&[&["--store", url][..], args].concat());
+            assert_ne!(out.code, Some(0), "{url} {args:?}: {out:?}");
+            assert!(
+                !out.stderr.contains("S3CRET"),
+                "{url} {args:?}: {}",
+                out.stderr
+            );
+            assert!(!out.stdout.contains("S3CRET"), "{url}: {}", out.stdout);
+        }
+        let out = env
+            .leasehold()
+            .env("LEASEHOLD_STORE", url)
+            .args(["run", "--json", "k", "--", "true"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("S3CRET"), "{url}: {stderr}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_characters_from_the_store_never_reach_the_terminal() {
+    let env = Env::new();
+    let evil = "vm\x1b]0;pwned\x07\x1b[2J\r\nfake: line";
+    let guard = env
+        .store()
+        .lock_with("k", LockOptions::new().owner_label(evil).data(evil))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    let outputs = [
+        env.output(&["status", "k"]),
+        env.output(&["list"]),
+        env.output(&["run", "k", "--", "true"]),
+        env.output(&["run", "--wait", "100ms", "k", "--", "true"]),
+    ];
+    for out in &outputs {
+        for text in [&out.stdout, &out.stderr] {
+            assert!(
+                !text
+                    .chars()
+                    .any(|c| c.is_control() && c != '\n' && c != '\t'),
+                "{text:?}"
+            );
+            assert!(!text.contains("\nfake: line"), "{text:?}");
+        }
+    }
+    assert!(
+        outputs[0].stdout.contains("vm\\u{1b}]0;pwned"),
+        "{}",
+        outputs[0].stdout
+    );
+    // JSON keeps the data exactly (escaped by JSON itself).
+    let json: serde_json::Value =
+        serde_json::from_str(&env.output(&["status", "k", "--json"]).stdout).unwrap();
+    assert_eq!(json["holder"]["data"], evil);
+    guard.release().await.unwrap();
+}
+
+#[test]
+fn the_default_grace_fits_a_short_ttl_and_durations_are_quoted_exactly() {
+    let env = Env::new();
+    let out = env.output(&["run", "--ttl", "3s", "k", "--", "true"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let out = env.output(&["run", "--ttl", "1.5s", "--grace", "1s", "k", "--", "true"]);
+    assert_eq!(out.code, Some(2));
+    assert!(
+        out.stderr
+            .contains("--grace 1s is too long for --ttl 1s 500ms"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn errors_say_each_thing_once() {
+    let env = Env::new();
+    let out = env.output(&[
+        "--store",
+        "sqlite:/proc/none/x.db",
+        "run",
+        "k",
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.code, Some(1));
+    assert_eq!(
+        out.stderr.matches("cannot create /proc/none").count(),
+        1,
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn verbose_output_is_not_coloured_when_not_a_terminal() {
+    let env = Env::new();
+    let out = env.output(&["-v", "run", "k", "--", "true"]);
+    assert_eq!(out.code, Some(0));
+    assert!(out.stderr.contains("acquired"), "{}", out.stderr);
+    assert!(!out.stderr.contains('\x1b'), "{:?}", out.stderr);
+}
+
+#[test]
+fn a_repeated_dynamodb_parameter_is_an_error() {
+    let env = Env::new();
+    let out = env.output(&[
+        "--store",
+        "dynamodb://locks?region=eu-west-1&region=us-east-1",
+        "status",
+        "k",
+    ]);
+    assert_eq!(out.code, Some(2), "{out:?}");
+    assert!(
+        out.stderr.contains("\"region\" is given more than once"),
+        "{}",
+        out.stderr
+    );
+}
+
+/// The last line of stderr, as JSON.
+fn result_line(stderr: &str) -> serde_json::Value {
+    let last = stderr.lines().last().unwrap_or_default();
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {stderr}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_json_tells_the_commands_exit_codes_from_leaseholds() {
+    let env = Env::new();
+    for code in [1, 2, 75, 76] {
+        let out = env.output(&[
+            "run",
+            "--json",
+            "k",
+            "--",
+            "sh",
+            "-c",
+            &format!("exit {code}"),
+        ]);
+        assert_eq!(out.code, Some(code), "{out:?}");
+        let r = result_line(&out.stderr);
+        assert_eq!(r["result"], "completed", "{r}");
+        assert_eq!(r["exit_code"], code);
+        assert_eq!(r["command_exit_code"], code);
+        assert!(r["fencing_token"].as_u64().unwrap() >= 1);
+    }
+    let guard = env
+        .store()
+        .lock_with("k", LockOptions::new().owner_label("other"))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    let out = env.output(&["run", "--json", "k", "--", "true"]);
+    assert_eq!(out.code, Some(75));
+    let r = result_line(&out.stderr);
+    assert_eq!(r["result"], "not_obtained", "{r}");
+    assert!(r["command_exit_code"].is_null());
+    assert!(r["fencing_token"].is_null());
+    guard.release().await.unwrap();
+
+    let out = env.output(&["run", "--json", "k", "--", "/nonexistent/cmd"]);
+    assert_eq!(out.code, Some(127));
+    assert_eq!(result_line(&out.stderr)["result"], "not_started");
+
+    let out = env.output(&[
+        "--store",
+        "sqlite:/proc/none/x.db",
+        "run",
+        "--json",
+        "k",
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.code, Some(1));
+    let r = result_line(&out.stderr);
+    assert_eq!(r["result"], "error");
+    assert_eq!(r["exit_code"], 1);
+    assert!(
+        r["error"].as_str().unwrap().contains("cannot create"),
+        "{r}"
+    );
+
+    let out = env.output(&["run", "--json", "--limit", "2", "s", "--", "true"]);
+    let r = result_line(&out.stderr);
+    assert_eq!(r["result"], "completed");
+    assert!(r["slot"].as_u64().unwrap() < 2, "{r}");
+}
+
+#[test]
+fn help_lists_every_limit_and_environment_variable() {
+    let env = Env::new();
+    for args in [&["--help"][..], &["run", "--help"]] {
+        let out = env.output(args);
+        for needle in [
+            "LEASEHOLD_STORE",
+            "NO_COLOR",
+            "XDG_STATE_HOME",
+            "AZURE_STORAGE_CONNECTION_STRING",
+            "AWS_REGION",
+            "LEASEHOLD_FENCING_TOKEN",
+            "LEASEHOLD_SLOT",
+            "1 to 1000",
+            "at most 128 bytes",
+            "at most 1024 bytes",
+            "1-256 characters",
+            "at most half the TTL",
+            "15s to 60s",
+            "run --json",
+        ] {
+            assert!(out.stdout.contains(needle), "{args:?} lacks {needle}");
+        }
+    }
+}
+
+/// A TCP server on loopback that accepts connections and never answers: a
+/// store behind a black hole.
+fn black_hole() -> (std::net::TcpListener, u16) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    (listener, port)
+}
+
+#[test]
+fn waiting_on_an_unreachable_store_exits_1_with_the_error_on_time() {
+    let env = Env::new();
+    // Nothing listens on a port we bound and closed again.
+    let refused = {
+        let (l, port) = black_hole();
+        drop(l);
+        port
+    };
+    let (_hole, silent) = black_hole();
+    for (port, what) in [(refused, "refused"), (silent, "silent")] {
+        let cs = format!(
+            "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;BlobEndpoint=http://127.0.0.1:{port}/devstoreaccount1;"
+        );
+        let started = std::time::Instant::now();
+        let mut child = env
+            .leasehold()
+            .env("LEASEHOLD_STORE", "azblob://locks")
+            .env("AZURE_STORAGE_CONNECTION_STRING", cs)
+            .args([
+                "run", "--wait", "2s", "--ttl", "15s", "k", "--", "echo", "ran",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let code = wait_with_timeout(&mut child, 60 * SECS);
+        let took = started.elapsed();
+        let mut stderr = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        assert_eq!(code, Some(1), "{what}: {stderr}");
+        assert!(!stderr.contains("held by"), "{what}: {stderr}");
+        assert!(stderr.contains("azblob backend failed"), "{what}: {stderr}");
+        assert_eq!(read_all(child.stdout.as_mut().unwrap()), "");
+        // The wait is 2 s; SDK retries must not stretch it (a generous
+        // bound: process start and shutdown on a loaded machine).
+        assert!(took < 2 * SECS + 3 * SECS, "{what}: took {took:?}");
+    }
+}
+
+fn keys_of(v: &serde_json::Value) -> Vec<&str> {
+    let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    keys.sort();
+    keys
+}
+
+/// The JSON shapes the README documents, field for field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_output_has_the_documented_shapes() {
+    let env = Env::new();
+    let store = env.store();
+    let guard = store
+        .lock_with("k", LockOptions::new().owner_label("x").data("d"))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    let permit = store
+        .semaphore("s", 2)
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    let leading = store.election("e").unwrap().campaign().await.unwrap();
+    let holder_fields = [
+        "acquired_at_unix_ms",
+        "data",
+        "expires_in_ms",
+        "fencing_token",
+        "owner",
+        "ttl_ms",
+    ];
+
+    let status: serde_json::Value =
+        serde_json::from_str(&env.output(&["status", "k", "--json"]).stdout).unwrap();
+    assert_eq!(
+        keys_of(&status),
+        ["fencing_token", "holder", "key", "slots"]
+    );
+    assert_eq!(keys_of(&status["holder"]), holder_fields);
+    assert_eq!(
+        keys_of(&status["holder"]["owner"]),
+        ["host", "label", "pid"]
+    );
+    let sem: serde_json::Value =
+        serde_json::from_str(&env.output(&["status", "s", "--json"]).stdout).unwrap();
+    assert_eq!(
+        keys_of(&sem["slots"][0]),
+        ["fencing_token", "holder", "key", "slot"]
+    );
+
+    let list: serde_json::Value =
+        serde_json::from_str(&env.output(&["list", "--json"]).stdout).unwrap();
+    for item in list.as_array().unwrap() {
+        assert_eq!(keys_of(item), ["fencing_token", "holder", "key"]);
+    }
+
+    let leader: serde_json::Value =
+        serde_json::from_str(&env.output(&["leader", "e", "--json"]).stdout).unwrap();
+    assert_eq!(keys_of(&leader), holder_fields);
+    assert_eq!(leader["fencing_token"], leading.term());
+    let nobody = env.output(&["leader", "nobody", "--json"]);
+    assert_eq!(nobody.stdout.trim(), "null");
+
+    let run = env.output(&["run", "--json", "r", "--", "true"]);
+    assert_eq!(
+        keys_of(&result_line(&run.stderr)),
+        [
+            "command_exit_code",
+            "error",
+            "exit_code",
+            "fencing_token",
+            "key",
+            "result",
+            "slot"
+        ]
+    );
+    guard.release().await.unwrap();
+    permit.release().await.unwrap();
+    leading.resign().await.unwrap();
+}
+
+/// DynamoDB checks its table when the store is opened: behind a black hole
+/// that check must not stretch `run --wait` either.
+#[test]
+fn waiting_on_an_unreachable_dynamodb_exits_1_on_time() {
+    let env = Env::new();
+    let (_hole, port) = black_hole();
+    let started = std::time::Instant::now();
+    let mut child = env
+        .leasehold()
+        .env(
+            "LEASEHOLD_STORE",
+            format!("dynamodb://locks?region=us-east-1&endpoint=http%3A%2F%2F127.0.0.1%3A{port}"),
+        )
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .args(["run", "--wait", "2s", "k", "--", "echo", "ran"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let code = wait_with_timeout(&mut child, 60 * SECS);
+    let took = started.elapsed();
+    let stderr = read_all(child.stderr.as_mut().unwrap());
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("no answer within the wait"), "{stderr}");
+    assert!(took < 2 * SECS + 3 * SECS, "took {took:?}");
+}
+
+/// `leasehold -v run ... 2>&1 | head -1`: stderr's reader is gone before
+/// leasehold says anything; its messages are dropped, the command still
+/// runs and its exit code is still leasehold's.
+#[test]
+fn a_closed_stderr_is_no_panic() {
+    let env = Env::new();
+    for args in [
+        &["-v", "run", "k", "--", "sh", "-c", "exit 3"][..],
+        &["run", "--json", "k", "--", "sh", "-c", "exit 3"],
+    ] {
+        let mut child = env
+            .leasehold()
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stderr.take());
+        assert_eq!(
+            wait_with_timeout(&mut child, 30 * SECS),
+            Some(3),
+            "{args:?}"
+        );
+    }
+}

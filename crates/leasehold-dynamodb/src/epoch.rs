@@ -1,0 +1,155 @@
+//! The table's epoch: its creation time on DynamoDB's clock, the marker item
+//! that new items are checked against, and the service's `Date` header used
+//! to tell the epoch's age.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use aws_sdk_dynamodb::config::interceptors::BeforeDeserializationInterceptorContextRef;
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_dynamodb::error::BoxError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::primitives::{DateTime, DateTimeFormat};
+use aws_sdk_dynamodb::types::TableDescription;
+use leasehold::{epoch_at, Error, Result, StoreEpoch};
+
+use crate::error::{map_sdk, Message, BACKEND};
+use crate::item::{self, n, s, Item};
+use crate::DynamoDbBackend;
+
+/// The key of the marker item: not a valid leasehold key (no `#` in keys),
+/// so it never clashes with one and `list` skips it.
+pub(crate) const MARKER_KEY: &str = "#leasehold-epoch";
+/// The marker's attributes: the epoch and the store's max TTL.
+pub(crate) const EPOCH: &str = "epoch";
+pub(crate) const MAX_TTL_MS: &str = "max_ttl_ms";
+
+/// Records the `Date` header of every response: the service's clock.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ServiceDate(Arc<Mutex<Option<SystemTime>>>);
+
+impl ServiceDate {
+    pub(crate) fn take(&self) -> Option<SystemTime> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+impl Intercept for ServiceDate {
+    fn name(&self) -> &'static str {
+        "leasehold::ServiceDate"
+    }
+
+    fn read_before_deserialization(
+        &self,
+        context: &BeforeDeserializationInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> std::result::Result<(), BoxError> {
+        let date = context
+            .response()
+            .headers()
+            .get("date")
+            .and_then(|d| DateTime::from_str(d, DateTimeFormat::HttpDate).ok())
+            .and_then(|d| SystemTime::try_from(d).ok());
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = date;
+        Ok(())
+    }
+}
+
+/// The epoch of a table described at `date` (the service's clock then, if
+/// known): its creation time, and its age by the service's own clock.
+pub(crate) fn of_table(
+    table: &TableDescription,
+    date: Option<SystemTime>,
+    max_ttl: Duration,
+) -> Result<StoreEpoch> {
+    let created = table
+        .creation_date_time()
+        .and_then(|d| SystemTime::try_from(*d).ok())
+        .ok_or_else(|| {
+            Error::backend(
+                BACKEND,
+                "open",
+                true,
+                Message("DescribeTable did not say when the table was created".into()),
+            )
+        })?;
+    // `Date` has whole seconds, truncated: an age measured with it is at
+    // most a second short, never long.
+    let age = date.map(|d| d.duration_since(created).unwrap_or_default());
+    Ok(StoreEpoch::new(epoch_at(created), max_ttl).with_age(age))
+}
+
+/// Reads the marker item, writing it (with `epoch` and `max_ttl`) if the
+/// table has none; returns the max TTL it records.
+pub(crate) async fn marker(
+    backend: &DynamoDbBackend,
+    epoch: u64,
+    max_ttl: Duration,
+) -> Result<Duration> {
+    for _ in 0..3 {
+        if let Some(item) = read_marker(backend).await? {
+            let recorded = get_u64(&item, MAX_TTL_MS).map(Duration::from_millis);
+            if get_u64(&item, EPOCH) == Some(epoch) {
+                return Ok(recorded.unwrap_or(max_ttl));
+            }
+            // A marker of another epoch cannot be in this table (it was
+            // created with the table): refuse rather than guess.
+            return Err(Error::backend(
+                BACKEND,
+                "open",
+                false,
+                Message(format!(
+                    "the table's epoch marker says epoch {:?}, the table's creation time says {epoch}; is the table used by something else?",
+                    get_u64(&item, EPOCH)
+                )),
+            ));
+        }
+        let put = backend
+            .client
+            .put_item()
+            .table_name(&backend.table)
+            .item(item::KEY, s(MARKER_KEY))
+            .item(EPOCH, n(epoch))
+            .item(MAX_TTL_MS, n(max_ttl.as_millis()))
+            .condition_expression("attribute_not_exists(#k)")
+            .expression_attribute_names("#k", item::KEY)
+            .send()
+            .await;
+        match put {
+            Ok(_) => return Ok(max_ttl),
+            Err(e)
+                if matches!(
+                    e.as_service_error(),
+                    Some(PutItemError::ConditionalCheckFailedException(_))
+                ) =>
+            {
+                continue
+            }
+            Err(e) => return Err(map_sdk(&backend.table, "open", e)),
+        }
+    }
+    Err(Error::backend(
+        BACKEND,
+        "open",
+        true,
+        Message("the epoch marker kept changing".into()),
+    ))
+}
+
+async fn read_marker(backend: &DynamoDbBackend) -> Result<Option<Item>> {
+    let out = backend
+        .client
+        .get_item()
+        .table_name(&backend.table)
+        .key(item::KEY, s(MARKER_KEY))
+        .consistent_read(true)
+        .send()
+        .await
+        .map_err(|e| map_sdk(&backend.table, "open", e))?;
+    Ok(out.item)
+}
+
+pub(crate) fn get_u64(item: &Item, attr: &str) -> Option<u64> {
+    item.get(attr)?.as_n().ok()?.parse().ok()
+}

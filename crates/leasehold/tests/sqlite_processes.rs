@@ -1,0 +1,185 @@
+//! The SQLite store with real processes: opening a missing file from many
+//! processes at once, and the file deleted under a holder in another
+//! process. Children are this test binary run again with
+//! `LEASEHOLD_TEST_CHILD` set to their role.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use leasehold::sqlite::SqliteBackend;
+use leasehold::{Clock, Error, LockOptions, Store, SystemClock, Wait, WaitReason};
+
+const MAX_TTL: Duration = Duration::from_secs(3);
+
+fn spawn(role: &str, path: &Path) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child", "--nocapture", "--test-threads=1"])
+        .env("LEASEHOLD_TEST_CHILD", role)
+        .env("LEASEHOLD_TEST_DB", path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn now_ns() -> u128 {
+    SystemClock.now().as_nanos()
+}
+
+/// Not a test of its own: the body of the child processes.
+#[test]
+fn child() {
+    let Ok(role) = std::env::var("LEASEHOLD_TEST_CHILD") else {
+        return;
+    };
+    let path = std::env::var("LEASEHOLD_TEST_DB").unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let code = rt.block_on(async move {
+        let store = match SqliteBackend::open_with_max_ttl(&path, MAX_TTL) {
+            Ok(b) => Store::new(b),
+            Err(e) => {
+                println!("error {e}");
+                return 1;
+            }
+        };
+        let opts = LockOptions::new()
+            .ttl(Duration::from_secs(1))
+            .renew_interval(Duration::from_millis(200))
+            .poll_interval(Duration::from_millis(10), Duration::from_millis(20));
+        let lock = store.lock_with("k", opts).unwrap();
+        match role.as_str() {
+            "open" => match lock.try_acquire().await {
+                Ok(_) | Err(Error::Held { .. } | Error::Quarantined { .. }) => {
+                    println!("ok");
+                    0
+                }
+                Err(e) => {
+                    println!("error {e}");
+                    1
+                }
+            },
+            "hold" => {
+                let guard = lock.acquire(Duration::from_secs(30)).await.unwrap();
+                println!("granted {}", guard.fencing_token());
+                let reason = guard.lost().await;
+                println!("lost {} {reason}", now_ns());
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                0
+            }
+            "wait" => {
+                let mut quarantined = false;
+                let guard = lock
+                    .acquire_reporting(Wait::Timeout(Duration::from_secs(60)), |r| {
+                        quarantined |= matches!(r, WaitReason::Quarantine { .. });
+                    })
+                    .await
+                    .unwrap();
+                println!(
+                    "granted {} {} quarantined={quarantined}",
+                    guard.fencing_token(),
+                    now_ns()
+                );
+                guard.release().await.unwrap();
+                0
+            }
+            other => panic!("unknown role {other}"),
+        }
+    });
+    std::process::exit(code);
+}
+
+/// Issue 14: ten processes opening (and creating) a missing file at once
+/// all succeed; none fails with "database is locked".
+#[test]
+fn ten_processes_create_a_missing_store_at_once() {
+    for round in 0..3 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(format!("round-{round}.db"));
+        let children: Vec<Child> = (0..10).map(|_| spawn("open", &path)).collect();
+        for child in children {
+            let out = child.wait_with_output().unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && text.contains("ok"),
+                "round {round}: {text} {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
+
+fn read_line_starting(reader: &mut impl BufRead, prefix: &str) -> Vec<String> {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(
+            reader.read_line(&mut line).unwrap() > 0,
+            "child ended before printing {prefix:?}"
+        );
+        // libtest may print "test child ... " on the same line first.
+        if let Some(at) = line.find(prefix) {
+            return line[at + prefix.len()..]
+                .split_whitespace()
+                .map(str::to_string)
+                .collect();
+        }
+    }
+}
+
+/// `rm leases.db*` under a holder in another process, with a waiter in a
+/// third: the holder is told lost before the waiter is granted (both times
+/// on the machine's shared boot clock), the waiter waited in quarantine,
+/// and its token is greater.
+#[test]
+fn file_deleted_under_a_holder_in_another_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("leases.db");
+    let mut holder = spawn("hold", &path);
+    let mut holder_out = BufReader::new(holder.stdout.take().unwrap());
+    let first: u64 = read_line_starting(&mut holder_out, "granted ")[0]
+        .parse()
+        .unwrap();
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+    let waiter = spawn("wait", &path);
+    let out = waiter.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let granted = read_line_starting(&mut text.as_bytes(), "granted ");
+    let lost = read_line_starting(&mut holder_out, "lost ");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let (second, granted_at): (u64, u128) =
+        (granted[0].parse().unwrap(), granted[1].parse().unwrap());
+    let lost_at: u128 = lost[0].parse().unwrap();
+    assert!(
+        lost_at < granted_at,
+        "the waiter was granted {} ms before the holder was told lost ({lost:?})",
+        (lost_at - granted_at) / 1_000_000
+    );
+    assert!(second > first, "token {second} after {first}");
+    assert_eq!(granted[2], "quarantined=true", "{text}");
+}
+
+/// A store created where no process holds a lease needs no quarantine:
+/// the first process to use a new file is granted at once.
+#[test]
+fn a_new_file_with_no_holders_around_grants_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("leases.db");
+    let out = spawn("wait", &path).wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let granted = read_line_starting(&mut text.as_bytes(), "granted ");
+    assert_eq!(granted[2], "quarantined=false", "{text}");
+    // And again after the file was deleted while nobody held a lease.
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+    let out = spawn("wait", &path).wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let again = read_line_starting(&mut text.as_bytes(), "granted ");
+    assert_eq!(again[2], "quarantined=false", "{text}");
+    assert!(again[0].parse::<u64>().unwrap() > granted[0].parse::<u64>().unwrap());
+}
