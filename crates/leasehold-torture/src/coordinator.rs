@@ -520,6 +520,13 @@ async fn inject_faults(
                 if !left.is_empty() {
                     orphans += 1;
                     for p in left {
+                        let cmd = std::fs::read(format!("/proc/{p}/cmdline"))
+                            .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+                            .unwrap_or_default();
+                        eprintln!(
+                            "leasehold-torture: {} token {}: process {p} of the killed leasehold run's tree still alive: {cmd}",
+                            holder.worker, holder.token
+                        );
                         signal(p, libc::SIGKILL);
                     }
                 }
