@@ -132,7 +132,9 @@ pub enum Command {
     },
 
     /// End the lease on KEY, whoever holds it (the holder notices at its next
-    /// renewal; the fencing counter is kept).
+    /// renewal, or a frozen one at its safety deadline, and stops its
+    /// command then; until that, only fencing tokens keep its writes out;
+    /// the fencing counter is kept).
     Break {
         /// The lock key.
         key: String,

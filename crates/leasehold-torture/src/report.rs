@@ -93,8 +93,13 @@ impl RunMeta {
 /// Whether the run shows no violation: none of the checker's kinds, no
 /// orphaned command, and every lost holder stopped before the next one
 /// started.
+/// Whether a run passed: no violation, no orphaned command, no zero
+/// margin, and something was tested at all (a run in which no lease was
+/// ever granted, say because every grant waited out a quarantine, checks
+/// nothing and must not pass).
 pub fn passed(meta: &RunMeta, f: &Findings) -> bool {
-    f.violations() == 0
+    f.acquisitions > 0
+        && f.violations() == 0
         && meta.orphaned_commands == 0
         && f.lost_handover_margins.iter().all(|m| !m.is_zero())
 }
@@ -273,5 +278,27 @@ mod tests {
         };
         let back = RunMeta::from_lines(&meta.to_lines()).unwrap();
         assert_eq!(back.to_lines(), meta.to_lines());
+    }
+
+    #[test]
+    fn a_run_that_granted_nothing_fails() {
+        let meta = RunMeta {
+            store: "dynamodb://t".into(),
+            duration: Duration::from_secs(60),
+            ttl: Duration::from_secs(2),
+            library_workers: 4,
+            cli_workers: 2,
+            keys: 2,
+            orphaned_commands: 0,
+            cli_exits: Default::default(),
+            misbehaving: 0,
+            forking: 0,
+            pause_run: false,
+            injected_bug: None,
+        };
+        let mut findings = Findings::default();
+        assert!(!passed(&meta, &findings), "no acquisition, no pass");
+        findings.acquisitions = 1;
+        assert!(passed(&meta, &findings));
     }
 }
