@@ -219,7 +219,7 @@ impl Watchdog {
                     return;
                 }
                 // Whatever was forked while the last SIGKILLs went out.
-                self.kill_all();
+                self.kill(&left);
             }
             self.wait(now);
         }
@@ -355,7 +355,7 @@ impl Watchdog {
                 (Some("deadline"), Some(ns)) => {
                     self.deadline = self.deadline.max(Duration::from_nanos(ns));
                 }
-                (Some("signal"), Some(sig)) => self.signal_tree(sig as libc::c_int),
+                (Some("signal"), Some(sig)) => self.signal_tree(&[sig as libc::c_int]),
                 (Some("stop"), _) => self.stop(Stop::Lost),
                 _ => {}
             }
@@ -369,13 +369,19 @@ impl Watchdog {
         }
         self.stopping = Some(why);
         self.say(&format!("stopping {}", why.word()));
-        self.signal_tree(libc::SIGTERM);
         // A stopped process acts on SIGTERM only once continued.
-        self.signal_tree(libc::SIGCONT);
+        self.signal_tree(&[libc::SIGTERM, libc::SIGCONT]);
         self.kill_at = Some(now() + self.grace);
     }
 
     fn kill_all(&mut self) {
+        let pids = self.tree();
+        self.kill(&pids);
+    }
+
+    /// SIGKILL to the process group, the cgroup and `pids` (the tree as last
+    /// seen).
+    fn kill(&mut self, pids: &[libc::pid_t]) {
         if self.killed_at.is_none() {
             self.killed_at = Some(now());
         }
@@ -383,15 +389,23 @@ impl Watchdog {
         if let Some(c) = &self.cgroup {
             c.kill();
         }
-        self.signal_tree(libc::SIGKILL);
+        self.signal(pids, &[libc::SIGKILL]);
     }
 
-    fn signal_tree(&self, sig: libc::c_int) {
-        proctree::signal_group(self.pid, sig);
-        // Killing may let a parent's children reparent to us; a second pass
-        // catches those, and SIGKILL is repeated until the loop sees nothing.
-        for pid in self.tree() {
-            proctree::signal(pid, sig);
+    /// Sends `sigs` to the tree as it stands now (one look at /proc).
+    fn signal_tree(&self, sigs: &[libc::c_int]) {
+        self.signal(&self.tree(), sigs);
+    }
+
+    /// Sends `sigs`, in order, to the process group and to `pids`. Processes
+    /// forked meanwhile are caught by the main loop, which looks at the tree
+    /// again every tick and repeats SIGKILL until nothing is left.
+    fn signal(&self, pids: &[libc::pid_t], sigs: &[libc::c_int]) {
+        for &sig in sigs {
+            proctree::signal_group(self.pid, sig);
+            for &pid in pids {
+                proctree::signal(pid, sig);
+            }
         }
     }
 
