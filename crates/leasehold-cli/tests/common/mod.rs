@@ -34,7 +34,7 @@ impl Env {
             "sqlite" => {}
             "azblob" => {
                 let Ok(cs) = std::env::var("LEASEHOLD_TEST_AZBLOB_CONNECTION_STRING") else {
-                    return skip(store, "LEASEHOLD_TEST_AZBLOB_CONNECTION_STRING is not set (scripts/test.sh sets it and starts Azurite)");
+                    return leasehold::conformance::skip(store, "LEASEHOLD_TEST_AZBLOB_CONNECTION_STRING is not set (scripts/test.sh sets it and starts Azurite)");
                 };
                 env.store = Some((
                     format!("azblob://cli-{unique}"),
@@ -43,7 +43,7 @@ impl Env {
             }
             "dynamodb" => {
                 let Ok(endpoint) = std::env::var("LEASEHOLD_TEST_DYNAMODB_ENDPOINT") else {
-                    return skip(store, "LEASEHOLD_TEST_DYNAMODB_ENDPOINT is not set (scripts/test.sh sets it and starts DynamoDB Local)");
+                    return leasehold::conformance::skip(store, "LEASEHOLD_TEST_DYNAMODB_ENDPOINT is not set (scripts/test.sh sets it and starts DynamoDB Local)");
                 };
                 env.store = Some((
                     // A new table grants nothing for its store max TTL
@@ -173,17 +173,6 @@ pub fn read_all(r: &mut impl Read) -> String {
     let mut s = String::new();
     r.read_to_string(&mut s).unwrap();
     s
-}
-
-/// Says a test is skipped (past the harness's capture), or fails it when
-/// `LEASEHOLD_REQUIRE_EMULATORS=1`, so CI cannot pass by skipping.
-pub fn skip<T>(store: &str, why: &str) -> Option<T> {
-    if std::env::var("LEASEHOLD_REQUIRE_EMULATORS").as_deref() == Ok("1") {
-        panic!("{store} tests required (LEASEHOLD_REQUIRE_EMULATORS=1) but {why}");
-    }
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "SKIPPED {store} test: {why}");
-    None
 }
 
 /// Whether process `pid` exists (a zombie counts).
