@@ -248,20 +248,19 @@ impl SpawnWithFds for std::process::Command {
             std::fs::File::create(four).unwrap(),
         ];
         let fds = [files[0].as_raw_fd(), files[1].as_raw_fd()];
-        assert!(fds[0] != 4 && fds[1] != 3, "{fds:?}");
-        // SAFETY: dup2 in the forked child before exec is async-signal-safe;
-        // the sources are open files of this process; if they are 3 and 4 in the
-        // other order the second dup2 would clobber the first, so check.
+        // SAFETY: fcntl and dup2 in the forked child before exec are
+        // async-signal-safe. Both files are first copied to fds >= 100, so
+        // that neither can be clobbered whichever numbers they had (other
+        // test threads open files too), then put on 3 and 4 (dup2 clears
+        // close-on-exec on the copies).
         unsafe {
             self.pre_exec(move || {
-                for (from, to) in [(fds[0], 3), (fds[1], 4)] {
-                    // dup2 onto itself keeps close-on-exec: clear it then.
-                    let rc = if from == to {
-                        libc::fcntl(to, libc::F_SETFD, 0)
-                    } else {
-                        libc::dup2(from, to)
-                    };
-                    if rc < 0 {
+                let high = [
+                    libc::fcntl(fds[0], libc::F_DUPFD, 100),
+                    libc::fcntl(fds[1], libc::F_DUPFD, 100),
+                ];
+                for (from, to) in [(high[0], 3), (high[1], 4)] {
+                    if from < 0 || libc::dup2(from, to) < 0 {
                         return Err(std::io::Error::last_os_error());
                     }
                 }
