@@ -86,6 +86,9 @@ pub fn fault_kind(r: &Record) -> &str {
     r.detail.split(' ').next().unwrap_or("")
 }
 
+/// A break's times: sent, and answered (it landed in between).
+type SentAnswered = (u64, u64);
+
 /// The word before a break's answer time in its fault record's detail.
 pub const BREAK_RETURNED: &str = "returned";
 
@@ -204,7 +207,7 @@ pub fn check(records: &[Record], limits: Limits) -> Findings {
             // A store loss is one fault for the whole store, counted by its
             // epoch record; its fault records (one per holder) only anchor
             // recovery.
-            Kind::Fault if matches!(fault_kind(&r), "loss" | "restart") => {
+            Kind::Fault if matches!(fault_kind(r), "loss" | "restart") => {
                 faults.push(r);
                 continue;
             }
@@ -220,9 +223,9 @@ pub fn check(records: &[Record], limits: Limits) -> Findings {
                 continue;
             }
             Kind::Fault => {
-                *f.faults.entry(fault_kind(&r).into()).or_default() += 1;
+                *f.faults.entry(fault_kind(r).into()).or_default() += 1;
                 if r.worker.starts_with("cli-") {
-                    *f.faults_on_run.entry(fault_kind(&r).into()).or_default() += 1;
+                    *f.faults_on_run.entry(fault_kind(r).into()).or_default() += 1;
                 }
                 faults.push(r);
                 continue;
@@ -310,7 +313,7 @@ pub fn check(records: &[Record], limits: Limits) -> Findings {
     }
     // Breaks, by (key, epoch, token of the lease they ended): when each was
     // sent and when its answer came back (it took effect in between).
-    let mut breaks: HashMap<(&str, u64, u64), Vec<(u64, u64)>> = HashMap::new();
+    let mut breaks: HashMap<(&str, u64, u64), Vec<SentAnswered>> = HashMap::new();
     for r in faults
         .iter()
         .filter(|r| fault_kind(r) == "break" && r.token > 0)

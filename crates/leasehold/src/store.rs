@@ -12,7 +12,8 @@ use crate::key::{validate_prefix, Key};
 use crate::local::{LocalKey, LocalKeys};
 use crate::lock::Lock;
 use crate::memory::MemoryBackend;
-use crate::options::LockOptions;
+use crate::metric::Kind;
+use crate::options::{LockOptions, ResolvedOptions};
 use crate::semaphore::Semaphore;
 
 /// A lease store: where locks live. Cheap to clone; clones share one
@@ -131,6 +132,16 @@ impl Store {
         self.inner.groups.get(key)
     }
 
+    /// `key` and `options`, checked against the key rule and this store's
+    /// backend.
+    fn resolve(&self, key: &str, options: LockOptions) -> Result<(Key, ResolvedOptions)> {
+        let key = Key::new(key)?;
+        refuse_slot_key(&key)?;
+        let backend = self.backend();
+        let resolved = options.resolve(&backend.capabilities(), backend.name())?;
+        Ok((key, resolved))
+    }
+
     /// A lock on `key` with default [`LockOptions`].
     ///
     /// # Errors
@@ -149,11 +160,8 @@ impl Store {
     /// options do not fit together or with the backend (the message says
     /// what is allowed).
     pub fn lock_with(&self, key: &str, options: LockOptions) -> Result<Lock> {
-        let key = Key::new(key)?;
-        refuse_slot_key(&key)?;
-        let backend = self.backend();
-        let resolved = options.resolve(&backend.capabilities(), backend.name())?;
-        Ok(Lock::new(self.clone(), key, resolved))
+        let (key, resolved) = self.resolve(key, options)?;
+        Ok(Lock::new(self.clone(), key, resolved, Kind::Lock))
     }
 
     /// A [`Semaphore`] on `key` admitting `limit` holders at once, with
@@ -177,10 +185,7 @@ impl Store {
     /// (what: `"semaphore limit"`), or if the options do not fit together or
     /// with the backend.
     pub fn semaphore_with(&self, key: &str, limit: u32, options: LockOptions) -> Result<Semaphore> {
-        let key = Key::new(key)?;
-        refuse_slot_key(&key)?;
-        let backend = self.backend();
-        let resolved = options.resolve(&backend.capabilities(), backend.name())?;
+        let (key, resolved) = self.resolve(key, options)?;
         Semaphore::new(self.clone(), key, limit, resolved)
     }
 
@@ -199,7 +204,13 @@ impl Store {
     /// # Errors
     /// As [`lock_with`](Self::lock_with).
     pub fn election_with(&self, key: &str, options: LockOptions) -> Result<Election> {
-        Ok(Election::new(self.lock_with(key, options)?))
+        let (key, resolved) = self.resolve(key, options)?;
+        Ok(Election::new(Lock::new(
+            self.clone(),
+            key,
+            resolved,
+            Kind::Election,
+        )))
     }
 
     /// What the store holds for `key`.
