@@ -102,7 +102,7 @@ pub struct RunArgs {
 
 /// Opens a store URL the way the `leasehold` CLI does.
 pub async fn open_store(url: &str) -> anyhow::Result<Store> {
-    leasehold_cli::stores::open(Some(url)).await
+    leasehold_stores::open(Some(url)).await
 }
 
 /// Who holds a key now, as the witness log says.

@@ -84,8 +84,9 @@ impl Store {
     /// * `memory:`: a new in-memory store, private to this `Store` and its
     ///   clones (for tests).
     ///
-    /// Cloud stores (`azblob://`, `dynamodb://`) live in crates of their own
-    /// and are opened through them (the `leasehold` CLI does that for you).
+    /// Every other store lives in a crate of its own; the store opener,
+    /// crate `leasehold-stores`, opens any of them by URL (the `leasehold`
+    /// CLI does that for you).
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for a malformed URL,
@@ -98,15 +99,16 @@ impl Store {
         if let Some(rest) = url.strip_prefix("sqlite:") {
             return open_sqlite(rest);
         }
-        let scheme = url.split_once(':').map(|(s, _)| s).unwrap_or("");
-        if matches!(scheme, "azblob" | "dynamodb") {
+        if let Some((scheme, _)) = url.split_once("://") {
+            // Another store's URL: the store opener (crate leasehold-stores)
+            // knows every store; this crate only its built-in ones.
             return Err(Error::NotSupported(format!(
-                "the {scheme}:// store is not supported by leasehold::Store::open; use the {scheme} backend crate (or a leasehold CLI built with it)"
+                "the {scheme}:// store is not built into leasehold::Store::open (only sqlite: and memory: are); open it with leasehold_stores::open or its backend crate"
             )));
         }
         Err(Error::invalid(
             "store URL",
-            format!("{url:?}: expected sqlite:PATH, sqlite:///ABS/PATH, sqlite:, memory:, azblob://CONTAINER[/PREFIX] or dynamodb://TABLE"),
+            format!("{url:?}: expected sqlite:PATH, sqlite:///ABS/PATH, sqlite: or memory: (other stores open through the leasehold-stores crate)"),
         ))
     }
 
