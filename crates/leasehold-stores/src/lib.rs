@@ -21,6 +21,10 @@ use std::sync::Arc;
 use anyhow::Context;
 use leasehold::{Backend, Error, Store};
 
+/// The store URLs leasehold opens, for messages.
+pub const FORMS: &str =
+    "expected sqlite:PATH, sqlite:///ABS/PATH, azblob://CONTAINER[/PREFIX] or dynamodb://TABLE";
+
 /// What a command does with the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
@@ -74,6 +78,12 @@ pub async fn open_backend(url: &str) -> leasehold::Result<Opened> {
     match url.split_once("://").map(|(scheme, _)| scheme) {
         Some("azblob") => open_azblob(url).await,
         Some("dynamodb") => open_dynamodb(url).await,
+        Some(scheme) if scheme != "sqlite" => Err(Error::invalid(
+            "store URL",
+            format!("{scheme}:// is not a store leasehold knows: {FORMS}"),
+        )),
+        // sqlite:PATH, sqlite:///ABS/PATH, memory: and anything malformed,
+        // which the library names.
         _ => {
             let backend = Store::open(url)?.backend().clone();
             Ok(Opened {
@@ -106,7 +116,7 @@ async fn open_url(url: &str, access: Access) -> leasehold::Result<Store> {
         // would give a lock that other machines do not see.
         return Err(Error::invalid(
             "store URL",
-            "it is empty (--store or LEASEHOLD_STORE set to nothing); unset it for the default SQLite file, or give sqlite:PATH, azblob://CONTAINER[/PREFIX] or dynamodb://TABLE",
+            format!("it is empty (--store or LEASEHOLD_STORE set to nothing); unset it for the default SQLite file, or give one: {FORMS}"),
         ));
     }
     if let Some(path) = leasehold::sqlite_url_path(url) {
@@ -336,9 +346,15 @@ mod tests {
         );
         let opened = block_on(open_backend("memory:")).unwrap();
         assert_eq!(opened.backend.name(), "memory");
+        let abs = format!("sqlite://{}", dir.path().join("m.db").display());
+        assert_eq!(
+            block_on(open_backend(&abs)).unwrap().backend.name(),
+            "sqlite"
+        );
         let err = block_on(open_backend("nosuch://x")).err().unwrap();
-        assert!(matches!(err, Error::NotSupported(_)), "{err}");
+        assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
         assert!(err.to_string().contains("nosuch://"), "{err}");
+        assert!(err.to_string().contains("dynamodb://TABLE"), "{err}");
     }
 
     #[test]

@@ -99,16 +99,11 @@ impl Store {
         if let Some(rest) = url.strip_prefix("sqlite:") {
             return open_sqlite(rest);
         }
-        if let Some((scheme, _)) = url.split_once("://") {
-            // Another store's URL: the store opener (crate leasehold-stores)
-            // knows every store; this crate only its built-in ones.
-            return Err(Error::NotSupported(format!(
-                "the {scheme}:// store is not built into leasehold::Store::open (only sqlite: and memory: are); open it with leasehold_stores::open or its backend crate"
-            )));
-        }
+        // Every other store lives in a crate of its own; the store opener
+        // (crate leasehold-stores) knows them all, this crate only its own.
         Err(Error::invalid(
             "store URL",
-            format!("{url:?}: expected sqlite:PATH, sqlite:///ABS/PATH, sqlite: or memory: (other stores open through the leasehold-stores crate)"),
+            format!("{url:?}: expected sqlite:PATH, sqlite:///ABS/PATH, sqlite: or memory: (leasehold::Store::open knows only these; other stores open through the leasehold-stores crate)"),
         ))
     }
 
@@ -444,6 +439,6 @@ mod tests {
         );
         assert!(err.to_string().contains("sqlite:PATH"));
         let err = Store::open("azblob://container").unwrap_err();
-        assert!(matches!(err, Error::NotSupported(_)), "{err}");
+        assert!(err.to_string().contains("leasehold-stores"), "{err}");
     }
 }
