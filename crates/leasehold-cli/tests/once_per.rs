@@ -16,6 +16,8 @@ use common::*;
 fn ttl(store: &str) -> &'static str {
     match store {
         "azblob" => "15s",
+        // The test tables' max TTL (see `Env::on`).
+        "dynamodb" => "2s",
         _ => "3s",
     }
 }
@@ -24,9 +26,26 @@ fn ttl(store: &str) -> &'static str {
 /// of a new store (so that waiting below means "held", nothing else).
 fn warm(store: &str) -> Option<Env> {
     let env = Env::on(store)?;
-    let out = env.output(&["run", "--wait", "60s", "warm-up", "--", "true"]);
-    assert_eq!(out.code, Some(0), "{out:?}");
-    Some(env)
+    // A fresh process may see a new table's quarantine for a moment longer
+    // than the process that created it (DynamoDB dates are whole seconds):
+    // go on until one is granted without waiting at all.
+    for _ in 0..20 {
+        let out = env.output(&[
+            "run",
+            "--wait",
+            "60s",
+            "--ttl",
+            ttl(store),
+            "warm-up",
+            "--",
+            "true",
+        ]);
+        assert_eq!(out.code, Some(0), "{out:?}");
+        if out.stderr.is_empty() {
+            return Some(env);
+        }
+    }
+    panic!("every process waited for the warm-up key");
 }
 
 fn lines(env: &Env, name: &str) -> usize {
@@ -169,7 +188,16 @@ fn failed_runs_are_retried_and_successes_skip(store: &str) {
     assert!(s["last_success"].is_null(), "{s}");
     assert_eq!(s["last_run"]["exit_code"], 128 + libc::SIGKILL, "{s}");
     // Not even started: the same.
-    let out = env.output(&["run", "job", "--once-per", "1h", "--", "/nonexistent/cmd"]);
+    let out = env.output(&[
+        "run",
+        "job",
+        "--once-per",
+        "1h",
+        "--ttl",
+        ttl(store),
+        "--",
+        "/nonexistent/cmd",
+    ]);
     assert_eq!(out.code, Some(127), "{out:?}");
     assert!(status(&env, "job")["last_success"].is_null());
     // So the next run runs, and succeeds.
@@ -206,20 +234,6 @@ fn failed_runs_are_retried_and_successes_skip(store: &str) {
             .any(|l| l.starts_with("job\t") && l.contains("last success")),
         "{list:?}"
     );
-    // A failure after a success leaves the success in place.
-    let out = env.output(&[
-        "run",
-        "other",
-        "--once-per",
-        "1h",
-        "--",
-        "sh",
-        "-c",
-        "exit 0",
-    ]);
-    assert_eq!(out.code, Some(0));
-    let s = status(&env, "job");
-    assert_eq!(s["last_success"]["outcome"], "succeeded", "{s}");
 }
 
 fn a_run_after_the_period_runs_again(store: &str) {
@@ -271,7 +285,12 @@ fn a_run_that_lost_its_lease_records_no_success(store: &str) {
         "echo started; exec sleep 600",
     ]);
     let mut out = stdout_reader(&mut child);
-    assert_eq!(read_line(&mut out), "started");
+    let line = read_line(&mut out);
+    if line != "started" {
+        let code = child.wait().unwrap();
+        let err = read_all(child.stderr.as_mut().unwrap());
+        panic!("the run did not start: {code:?} {err}");
+    }
     let broke = env.output(&["break", "job"]);
     assert_eq!(broke.code, Some(0), "{broke:?}");
     let code = wait_with_timeout(&mut child, Duration::from_secs(60));
@@ -290,6 +309,8 @@ fn a_run_that_lost_its_lease_records_no_success(store: &str) {
         "job",
         "--once-per",
         "1h",
+        "--ttl",
+        ttl(store),
         "--",
         "sh",
         "-c",
