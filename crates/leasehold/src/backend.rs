@@ -122,8 +122,9 @@
 //! 1. **If `lease` is still the key's lease**, by the condition
 //!    [`release`](Backend::release) uses (the key carries `lease`'s lease id
 //!    in `lease`'s epoch: nobody was granted the key and nobody broke the
-//!    lease since; a TTL that ran out with nobody taking over does not
-//!    matter), set, in **one atomic write** conditional on exactly that:
+//!    lease since; a TTL that ran out with nobody taking over may count
+//!    either way, as the store's release has it), set, in **one atomic
+//!    write** conditional on exactly that:
 //!    last run := `run`, and when `run.outcome` is
 //!    [`Succeeded`](crate::RunOutcome::Succeeded), last success := `run` too. The
 //!    lease itself stays as it is (the caller releases it next). Answer

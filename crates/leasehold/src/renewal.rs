@@ -89,19 +89,21 @@ impl RenewalLoop {
         .with_exit_code(run.exit_code);
         match self.backend.record_run(&self.lease, &record).await {
             Ok(()) => Ok(()),
-            Err(Error::LeaseLost { .. }) if outcome == RunOutcome::Succeeded => {
-                // Not ours any more (the store says so before our clock
-                // did): keep the attempt as the last run where the store
-                // allows, never as a success.
-                let lost = RunRecord {
-                    outcome: RunOutcome::LeaseLost,
-                    ..record
-                };
-                let _ = self.backend.record_run(&self.lease, &lost).await;
-                Ok(())
+            Err(lost @ Error::LeaseLost { .. }) => {
+                if outcome == RunOutcome::Succeeded {
+                    // Not ours any more (the store says so before our clock
+                    // did): keep the attempt as the last run where the
+                    // store allows, never as a success.
+                    let attempt = RunRecord {
+                        outcome: RunOutcome::LeaseLost,
+                        ..record
+                    };
+                    let _ = self.backend.record_run(&self.lease, &attempt).await;
+                }
+                // Reported even if the release that follows goes through
+                // (Azure lets a broken lease be released by its id).
+                Err(lost)
             }
-            // The release that follows finds the loss and reports it.
-            Err(Error::LeaseLost { .. }) => Ok(()),
             Err(err) => {
                 tracing::warn!(key = %self.lease.key, error = %err, "could not record the run");
                 Err(err)
