@@ -180,10 +180,10 @@ fn run_report(started_at: SystemTime, outcome: &Outcome) -> RunReport {
     RunReport::new(started_at, result).exit_code(Some(i32::from(outcome.code)))
 }
 
-/// "5m 3s ago (2026-11-22T02:00:03Z) on vm-1, pid 4242 (fencing token 9)".
+/// "5m 3s ago (2026-11-22T02:00:03Z) by vm-1, pid 4242 (fencing token 9)".
 pub fn describe_run(run: &RunRecord) -> String {
     format!(
-        "{} ({}) on {} (fencing token {})",
+        "{} ({}) by {} (fencing token {})",
         ago(run.ended_at),
         humantime::format_rfc3339_seconds(run.ended_at),
         clean(&run.owner),

@@ -217,7 +217,7 @@ fn failed_runs_are_retried_and_successes_skip(store: &str) {
     );
     assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
     assert!(
-        out.stderr.contains("job: last succeeded") && out.stderr.contains("on vm-a"),
+        out.stderr.contains("job: last succeeded") && out.stderr.contains("by vm-a"),
         "{}",
         out.stderr
     );
@@ -499,4 +499,47 @@ fn once_per_usage_errors_exit_2_before_anything_runs() {
         assert_eq!(out.code, Some(2), "{args:?}: {out:?}");
         assert_eq!(out.stdout, "", "{args:?}");
     }
+}
+
+/// A run whose leasehold is killed (`kill -9`) records nothing: once its
+/// lease runs out, the next attempt runs the command.
+#[test]
+fn a_killed_leasehold_records_nothing_and_the_next_attempt_runs() {
+    let env = Env::new();
+    let mut child = env.spawn(&[
+        "run",
+        "job",
+        "--once-per",
+        "1h",
+        "--ttl",
+        "2s",
+        "--",
+        "sh",
+        "-c",
+        "echo started; exec sleep 600",
+    ]);
+    let mut out = stdout_reader(&mut child);
+    assert_eq!(read_line(&mut out), "started");
+    kill(child.id(), libc::SIGKILL);
+    child.wait().unwrap();
+    let s = status(&env, "job");
+    assert!(
+        s["last_success"].is_null() && s["last_run"].is_null(),
+        "{s}"
+    );
+    let next = env.output(&[
+        "run",
+        "job",
+        "--once-per",
+        "1h",
+        "--wait",
+        "30s",
+        "--",
+        "sh",
+        "-c",
+        "echo again",
+    ]);
+    assert_eq!(next.code, Some(0), "{next:?}");
+    assert_eq!(next.stdout, "again\n");
+    assert_eq!(status(&env, "job")["last_success"]["outcome"], "succeeded");
 }
