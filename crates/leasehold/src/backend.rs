@@ -152,14 +152,20 @@
 //! its grant; a write that would land after another's grant changes
 //! nothing. The core only reports `Succeeded` while the guard is not lost
 //! (its safety deadline has not passed), so the job's work ended before
-//! anyone else could be granted the key.
+//! anyone else could be granted the key. Tests: the conformance suite's
+//! `run_*`, `failed_run_is_not_a_success`, `lost_run_records_no_success`,
+//! `record_run_by_non_holder_records_no_success` and
+//! `store_loss_forgets_runs` (every backend), and with real processes
+//! `crates/leasehold-cli/tests/once_per.rs` (five runs at once run the
+//! command once, on every store).
 //!
 //! **Clocks.** "Succeeded less than a period ago" compares the recorded
 //! `ended_at` with the reading machine's wall clock
 //! ([`Store::last_success_within`](crate::Store::last_success_within)).
 //! `ended_at` is stamped by the store's clock where it has one (SQLite: the
 //! one machine's clock, so writer and reader agree; Azure: the service's
-//! `Last-Modified` of the write), otherwise by the writer's wall clock
+//! `Date` of the read just before the write, whole seconds), otherwise by
+//! the writer's wall clock
 //! (memory, DynamoDB). A reader whose clock is `d` ahead of the clock that
 //! stamped `ended_at` sees the period end `d` early (a run up to `d` before
 //! the period is over), one `d` behind sees it `d` late (a run due is
