@@ -20,6 +20,7 @@ Limits:
   --grace   at most half the TTL; default 5s, or a quarter of the TTL when
             that is shorter
   --limit   1 to 1000
+  --once-per  a duration above zero (30m, 12h); not with --limit
   --owner   at most 128 bytes;  --data: at most 1024 bytes
 
 Environment:
@@ -37,6 +38,7 @@ Environment:
 
 Exit codes:
   N     run: the command ran and exited with N (128+S if killed by signal S)
+  0     run --once-per: skipped (the command succeeded within the period)
   0     other commands: success
   1     the store failed (unreachable, permissions, corrupt, ...)
   2     usage or configuration error (bad key, TTL, store URL, ...)
@@ -167,7 +169,8 @@ pub struct RunArgs {
     /// recorded as the last run), so the next attempt runs CMD. Pick
     /// DURATION shorter than the schedule's interval (cron daily: e.g. 12h)
     /// and longer than the spread of the machines' start times plus the
-    /// run time. Not with --limit.
+    /// run time, and give --wait longer than the run time (without it, a
+    /// machine that finds the lock held exits 75). Not with --limit.
     #[arg(long, value_name = "DURATION", value_parser = parse_period, conflicts_with = "limit")]
     pub once_per: Option<Duration>,
 
