@@ -24,7 +24,7 @@ use azure_storage_blob::models::{
 use leasehold::{Lease, Result, RunRecord};
 
 use crate::names::Record;
-use crate::{AzureBackend, Snapshot};
+use crate::AzureBackend;
 
 const OP: &str = "record_run";
 
@@ -59,29 +59,17 @@ impl AzureBackend {
                 if_match: etag.map(Etag::from),
                 ..Default::default()
             };
-            match blob
+            let written = blob
                 .set_metadata(&record.to_metadata(), Some(options))
-                .await
-            {
-                Ok(resp) => {
-                    let etag = resp
-                        .headers()
-                        .get_optional_str(&azure_core::http::headers::ETAG)
-                        .unwrap_or_default()
-                        .to_string();
-                    self.remember(
-                        &name,
-                        Some(Snapshot {
-                            etag,
-                            record,
-                            leased: true,
-                        }),
-                    );
-                    return Ok(());
-                }
+                .await;
+            // The blob changed: this process's next acquisition reads it
+            // afresh (one request, once per run; simpler than carrying the
+            // cached snapshot's other knowledge along).
+            self.remember(&name, None);
+            match written {
+                Ok(_) => return Ok(()),
                 Err(e) => {
                     let e = self.err(e);
-                    self.remember(&name, None);
                     if e.code_is("ConditionNotMet") {
                         continue;
                     }
