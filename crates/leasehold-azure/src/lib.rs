@@ -64,6 +64,15 @@
 //!   until it is broken. A 404 counts as "no blob" only with Azure's error
 //!   code (`BlobNotFound`, `ContainerNotFound`); a bare 404 (wrong
 //!   endpoint, a proxy) is an error.
+//! * **Record a run** ([run records](leasehold::backend#run-records)) =
+//!   *Get Blob Properties* with our lease id (412 unless our lease is the
+//!   blob's active lease: released, broken, expired or taken is a loss),
+//!   then *Set Blob Metadata* with our lease id and `If-Match` = the ETag
+//!   read: the same record with `leaseholdlastrun` (and, for a success,
+//!   `leaseholdlastsuccess`) replaced. The end time is the read's `Date`:
+//!   the service's clock, in whole seconds. A run whose lease is no longer
+//!   ours is not written. Every acquisition's record write carries the run
+//!   records over, so they survive releases, expiries and breaks.
 //! * **Inspect / list** = *Get Blob Properties* / *List Blobs* (with
 //!   metadata) under the prefix: the lease state says whether the key is
 //!   held, the metadata by whom and the last token. Azure does not say when a
@@ -92,7 +101,8 @@
 //!
 //! # Metadata
 //! Names `leaseholdfence`, `leaseholdlease`, `leaseholdhost`, `leaseholdpid`,
-//! `leaseholdlabel`, `leaseholddata`, `leaseholdacquiredms`, `leaseholdttlms`.
+//! `leaseholdlabel`, `leaseholddata`, `leaseholdacquiredms`, `leaseholdttlms`,
+//! `leaseholdlastsuccess`, `leaseholdlastrun` (run records as JSON).
 //! Text values are percent-encoded UTF-8 (header values must be ASCII).
 //!
 //! # Credentials
@@ -119,6 +129,7 @@ mod builder;
 mod client;
 mod credential;
 mod names;
+mod runs;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -497,6 +508,8 @@ impl Backend for AzureBackend {
                     data: req.data.clone(),
                     acquired_at_ms: Some(names::now_ms()),
                     ttl_ms: Some(req.ttl.as_millis() as u64),
+                    last_success: snap.record.last_success.clone(),
+                    last_run: snap.record.last_run.clone(),
                 };
                 let options = BlobClientSetMetadataOptions {
                     if_match: Some(Etag::from(snap.etag.as_str())),
@@ -603,11 +616,7 @@ impl Backend for AzureBackend {
     async fn inspect(&self, key: &Key) -> Result<KeyInfo> {
         let (_, blob) = self.blob(key);
         match self.read(&blob, None).await {
-            Ok(Some((_, record, leased))) => Ok(KeyInfo::new(
-                key.clone(),
-                record.fence,
-                leased.then(|| record.holder()),
-            )),
+            Ok(Some((_, record, leased))) => record.info(key.clone(), leased),
             Ok(None) => Ok(KeyInfo::new(key.clone(), 0, None)),
             Err(e) => Err(e.into_error("inspect")),
         }
@@ -696,13 +705,13 @@ impl Backend for AzureBackend {
                 .as_ref()
                 .and_then(|p| p.lease_state.as_ref())
                 .is_some_and(held);
-            infos.push(KeyInfo::new(
-                key,
-                record.fence,
-                leased.then(|| record.holder()),
-            ));
+            infos.push(record.info(key, leased)?);
         }
         infos.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(infos)
+    }
+
+    async fn record_run(&self, lease: &Lease, run: &leasehold::RunRecord) -> Result<()> {
+        self.write_run(lease, run).await
     }
 }

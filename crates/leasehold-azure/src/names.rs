@@ -12,7 +12,8 @@
 //! # Metadata
 //! Metadata names are fixed lower-case ASCII identifiers (`leaseholdfence`,
 //! `leaseholdlease`, `leaseholdhost`, `leaseholdpid`, `leaseholdlabel`,
-//! `leaseholddata`, `leaseholdacquiredms`, `leaseholdttlms`); values are
+//! `leaseholddata`, `leaseholdacquiredms`, `leaseholdttlms`,
+//! `leaseholdlastsuccess`, `leaseholdlastrun`); values are
 //! percent-encoded so that any UTF-8 (user data, labels, host names) becomes
 //! a valid header value that survives trimming: everything except
 //! `A-Z a-z 0-9 - _ . ~ : / @ ! $ & ' ( ) * + , ; =` is written `%XX`.
@@ -20,7 +21,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use leasehold::{HolderInfo, Key, LeaseId, Owner};
+use leasehold::{HolderInfo, Key, KeyInfo, LeaseId, Owner, RunRecord};
 use sha2::{Digest, Sha256};
 
 const ESCAPED_DOT: &str = "~2E";
@@ -73,6 +74,8 @@ const LABEL: &str = "leaseholdlabel";
 const DATA: &str = "leaseholddata";
 const ACQUIRED_MS: &str = "leaseholdacquiredms";
 const TTL_MS: &str = "leaseholdttlms";
+const LAST_SUCCESS: &str = "leaseholdlastsuccess";
+const LAST_RUN: &str = "leaseholdlastrun";
 
 /// What a lock blob's metadata says.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -85,6 +88,9 @@ pub(crate) struct Record {
     pub data: Option<String>,
     pub acquired_at_ms: Option<u64>,
     pub ttl_ms: Option<u64>,
+    /// The key's run records (`RunRecord` JSON), kept by every write.
+    pub last_success: Option<String>,
+    pub last_run: Option<String>,
 }
 
 /// A one-way tag of a lease id: lets a retry recognise its own record
@@ -115,6 +121,8 @@ impl Record {
             data: text(DATA),
             acquired_at_ms: num(ACQUIRED_MS),
             ttl_ms: num(TTL_MS),
+            last_success: text(LAST_SUCCESS),
+            last_run: text(LAST_RUN),
         }
     }
 
@@ -140,7 +148,27 @@ impl Record {
         if let Some(ms) = self.ttl_ms {
             m.insert(TTL_MS.to_string(), ms.to_string());
         }
+        for (name, run) in [
+            (LAST_SUCCESS, &self.last_success),
+            (LAST_RUN, &self.last_run),
+        ] {
+            if let Some(run) = run {
+                m.insert(name.to_string(), encode(run));
+            }
+        }
         m
+    }
+
+    /// The key as this record describes it: its last token, its holder if
+    /// `leased`, and its run records.
+    pub(crate) fn info(&self, key: Key, leased: bool) -> leasehold::Result<KeyInfo> {
+        let run = |text: &Option<String>| {
+            text.as_deref()
+                .map(|t| RunRecord::from_stored(crate::client::NAME, t))
+                .transpose()
+        };
+        Ok(KeyInfo::new(key, self.fence, leased.then(|| self.holder()))
+            .with_runs(run(&self.last_success)?, run(&self.last_run)?))
     }
 
     /// The holder this record describes (when the blob is leased).
@@ -266,6 +294,8 @@ mod tests {
             data: Some("d".into()),
             acquired_at_ms: Some(5),
             ttl_ms: Some(15000),
+            last_success: Some(r#"{"outcome":"succeeded","label":"ü \"x\""}"#.into()),
+            last_run: None,
         };
         assert_eq!(Record::from_metadata(&r.to_metadata()), r);
     }

@@ -256,4 +256,9 @@ impl Backend for Counting {
         self.others.fetch_add(1, Ordering::Relaxed);
         self.inner.list(prefix).await
     }
+
+    async fn record_run(&self, lease: &Lease, run: &leasehold::RunRecord) -> leasehold::Result<()> {
+        self.others.fetch_add(1, Ordering::Relaxed);
+        self.inner.record_run(lease, run).await
+    }
 }

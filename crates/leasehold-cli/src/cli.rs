@@ -20,6 +20,7 @@ Limits:
   --grace   at most half the TTL; default 5s, or a quarter of the TTL when
             that is shorter
   --limit   1 to 1000
+  --once-per  a duration above zero (30m, 12h); not with --limit
   --owner   at most 128 bytes;  --data: at most 1024 bytes
 
 Environment:
@@ -37,6 +38,7 @@ Environment:
 
 Exit codes:
   N     run: the command ran and exited with N (128+S if killed by signal S)
+  0     run --once-per: skipped (the command succeeded within the period)
   0     other commands: success
   1     the store failed (unreachable, permissions, corrupt, ...)
   2     usage or configuration error (bad key, TTL, store URL, ...)
@@ -157,12 +159,30 @@ pub struct RunArgs {
     #[arg(long, value_name = "N")]
     pub limit: Option<u32>,
 
+    /// Run CMD at most once per DURATION (e.g. 12h), across every machine
+    /// sharing the store: after obtaining the lock, if a run of KEY
+    /// succeeded (CMD exited 0 under the lock) and ended less than DURATION
+    /// ago, release it and exit 0 without running CMD, saying on stderr
+    /// when and where it last succeeded. Otherwise run CMD; when it exits 0
+    /// the success is recorded with the release. A run that failed, was
+    /// interrupted or killed, or lost its lease records no success (it is
+    /// recorded as the last run), so the next attempt runs CMD. Pick
+    /// DURATION shorter than the schedule's interval (cron daily: e.g. 12h)
+    /// and longer than the spread of the machines' start times plus the
+    /// run time, and give --wait longer than the run time (without it, a
+    /// machine that finds the lock held exits 75). Not with --limit.
+    #[arg(long, value_name = "DURATION", value_parser = parse_period, conflicts_with = "limit")]
+    pub once_per: Option<Duration>,
+
     /// When done, write one JSON object on a line of its own to stderr,
     /// the last line leasehold writes, saying whose exit code this is:
     /// {"result": R, "exit_code": the code leasehold exits with,
     /// "command_exit_code": CMD's code or null, "key", "fencing_token" and
-    /// "slot" (null when not held), "error": a message or null}, R one of
+    /// "slot" (null when not held), "error": a message or null,
+    /// "last_success": with --once-per, the run that made this one skip,
+    /// else null}, R one of
     /// "completed" (CMD ran and exited; its code is passed on),
+    /// "skipped" (--once-per: CMD succeeded within the period; 0),
     /// "not_obtained" (75), "lost" (76), "not_started" (126/127),
     /// "interrupted" (128+S while waiting), "error" (1 or 2).
     #[arg(long)]
@@ -228,6 +248,15 @@ impl LeaseArgs {
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (expected e.g. 30s, 500ms, 5m)"))
+}
+
+/// A `--once-per` period: a duration above zero.
+fn parse_period(s: &str) -> Result<Duration, String> {
+    let period = parse_duration(s)?;
+    if period.is_zero() {
+        return Err("the period must be longer than zero (expected e.g. 1h, 12h, 30m)".into());
+    }
+    Ok(period)
 }
 
 fn parse_wait(s: &str) -> Result<leasehold::Wait, String> {
@@ -382,6 +411,33 @@ mod tests {
     fn rejects_bad_durations() {
         assert!(
             Cli::try_parse_from(["leasehold", "run", "k", "--wait", "soon", "--", "true"]).is_err()
+        );
+    }
+
+    #[test]
+    fn once_per_takes_a_period_above_zero_and_not_with_limit() {
+        let parse = |extra: &[&str]| {
+            let args = [&["leasehold", "run", "k"][..], extra, &["--", "true"]].concat();
+            Cli::try_parse_from(args)
+        };
+        let Command::Run(run) = parse(&["--once-per", "12h"]).unwrap().command else {
+            panic!()
+        };
+        assert_eq!(run.once_per, Some(Duration::from_secs(12 * 3600)));
+        for bad in [
+            &["--once-per", "0"][..],
+            &["--once-per", "0s"],
+            &["--once-per", "-1h"],
+            &["--once-per", "daily"],
+            &["--once-per", "1h", "--limit", "2"],
+            &["--once-per="],
+        ] {
+            let err = parse(bad).unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{bad:?}: {err}");
+        }
+        assert!(
+            Cli::try_parse_from(["leasehold", "elect", "k", "--once-per", "1h", "--", "true"])
+                .is_err()
         );
     }
 }

@@ -8,10 +8,11 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
-use leasehold::{HolderInfo, KeyInfo, SlotInfo, Store};
+use leasehold::{HolderInfo, KeyInfo, RunOutcome, SlotInfo, Store};
 use serde::Serialize;
 
 use crate::output::{clean, print};
+use crate::run::describe_run;
 
 /// `status --json`: the key's record, and the slots when KEY is a
 /// semaphore's key, that is, has no record of its own (empty otherwise).
@@ -56,8 +57,24 @@ pub async fn list(store: &Store, prefix: &str, json: bool) -> anyhow::Result<Exi
             Some(h) => format!("held   by {}", clean(&h.owner)),
             None => "free".to_string(),
         };
+        let mut runs = String::new();
+        if let Some(s) = &info.last_success {
+            let _ = write!(runs, "\tlast success {}", ago(s.ended_at));
+        }
+        if let Some(r) = info
+            .last_run
+            .as_ref()
+            .filter(|r| Some(*r) != info.last_success.as_ref())
+        {
+            let _ = write!(
+                runs,
+                "\tlast run {} {}",
+                outcome(r.outcome),
+                ago(r.ended_at)
+            );
+        }
         print(&format!(
-            "{}\ttoken {}\t{state}\n",
+            "{}\ttoken {}\t{state}{runs}\n",
             info.key, info.fencing_token
         ))?;
     }
@@ -122,6 +139,23 @@ fn describe(info: &KeyInfo, slots: &[SlotInfo]) -> String {
     if slots.is_empty() || info.fencing_token > 0 {
         let _ = writeln!(out, "fencing token: {} (last issued)", info.fencing_token);
     }
+    if let Some(run) = &info.last_success {
+        let _ = writeln!(out, "last success:  {}", describe_run(run));
+    }
+    if let Some(run) = &info.last_run {
+        if Some(run) != info.last_success.as_ref() {
+            let exit = run
+                .exit_code
+                .map(|c| format!(", exit code {c}"))
+                .unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "last run:      {}{exit}, ended {}",
+                outcome(run.outcome),
+                describe_run(run)
+            );
+        }
+    }
     for slot in slots {
         let _ = writeln!(out, "slot {}:", slot.slot);
         match &slot.info.holder {
@@ -150,6 +184,25 @@ fn describe_holder(out: &mut String, h: &HolderInfo, indent: &str) {
     }
     if let Some(left) = h.expires_in {
         let _ = writeln!(out, "{indent}expires in:    {} unless renewed", short(left));
+    }
+}
+
+/// A run's outcome in words.
+fn outcome(outcome: RunOutcome) -> &'static str {
+    match outcome {
+        RunOutcome::Succeeded => "succeeded",
+        RunOutcome::Failed => "failed",
+        RunOutcome::Interrupted => "interrupted",
+        RunOutcome::LeaseLost => "lease lost",
+        _ => "unknown",
+    }
+}
+
+/// "3m 5s ago" ("just now" for a time in our future: clock skew).
+pub fn ago(at: SystemTime) -> String {
+    match SystemTime::now().duration_since(at) {
+        Ok(d) => format!("{} ago", short(d)),
+        Err(_) => "just now".into(),
     }
 }
 

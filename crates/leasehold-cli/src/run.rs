@@ -2,11 +2,14 @@
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
+use std::time::SystemTime;
 
-use leasehold::{Error, HolderInfo, LeaseGuard, LockOptions, Store, WaitReason};
+use leasehold::{
+    Error, HolderInfo, LeaseGuard, LockOptions, RunOutcome, RunRecord, RunReport, Store, WaitReason,
+};
 
 use crate::cli::{LeaseArgs, RunArgs};
-use crate::inspect::{exact, held_for, short};
+use crate::inspect::{ago, exact, held_for, short};
 use crate::output::{clean, say};
 use crate::supervisor::{supervise, Outcome, Signals};
 use crate::{EXIT_LOST, EXIT_NOT_OBTAINED};
@@ -118,6 +121,37 @@ async fn acquire_and_run(store: &Store, args: &RunArgs) -> anyhow::Result<RunRes
         }
         Err(e) => return Err(e.into()),
     };
+    if let Some(period) = args.once_per {
+        // Under the lock, so no run can succeed between this look and ours.
+        match store.last_success_within(&lease.key, period).await {
+            Ok(None) => {}
+            Ok(Some(last)) => {
+                result.fencing_token = Some(guard.fencing_token());
+                let released = guard.release().await;
+                say!(
+                    "{}: last succeeded {}, within --once-per {}; not running the command",
+                    lease.key,
+                    describe_run(&last),
+                    exact(period)
+                );
+                if let Err(e) = released {
+                    say!(
+                        "could not release {} ({e}); it ends when its TTL runs out",
+                        lease.key
+                    );
+                }
+                result.last_success = Some(last);
+                return Ok(result.ended("skipped", 0));
+            }
+            Err(e) => {
+                let _ = guard.release().await;
+                return Err(anyhow::Error::from(e).context(format!(
+                    "cannot read the last success of {}; not running the command",
+                    lease.key
+                )));
+            }
+        }
+    }
     tracing::info!(key = %lease.key, token = guard.fencing_token(), ?slot, "running the command");
     let mut env = vec![("LEASEHOLD_FENCING_TOKEN", guard.fencing_token().to_string())];
     if let Some(slot) = slot {
@@ -125,8 +159,36 @@ async fn acquire_and_run(store: &Store, args: &RunArgs) -> anyhow::Result<RunRes
     }
     result.fencing_token = Some(guard.fencing_token());
     result.slot = slot;
+    let started_at = SystemTime::now();
     let outcome = supervise(&guard, lease, &env, &mut signals).await?;
-    Ok(finish(guard, result, outcome).await)
+    let run = args.once_per.map(|_| run_report(started_at, &outcome));
+    Ok(finish(guard, result, outcome, run).await)
+}
+
+/// How a run ended, for the store's run records (`--once-per`): a success
+/// only when CMD exited 0 under the lock and nobody told it to stop.
+fn run_report(started_at: SystemTime, outcome: &Outcome) -> RunReport {
+    let result = if outcome.lost {
+        RunOutcome::LeaseLost
+    } else if outcome.interrupted.is_some() {
+        RunOutcome::Interrupted
+    } else if outcome.started && outcome.code == 0 {
+        RunOutcome::Succeeded
+    } else {
+        RunOutcome::Failed
+    };
+    RunReport::new(started_at, result).exit_code(Some(i32::from(outcome.code)))
+}
+
+/// "5m 3s ago (2026-11-22T02:00:03Z) by vm-1, pid 4242 (fencing token 9)".
+pub fn describe_run(run: &RunRecord) -> String {
+    format!(
+        "{} ({}) by {} (fencing token {})",
+        ago(run.ended_at),
+        humantime::format_rfc3339_seconds(run.ended_at),
+        clean(&run.owner),
+        run.fencing_token
+    )
 }
 
 /// How `run` ended, for `run --json`: whose exit code leasehold exits with.
@@ -146,6 +208,8 @@ pub struct RunResult {
     pub slot: Option<u32>,
     /// What went wrong, if anything did.
     pub error: Option<String>,
+    /// `--once-per`: the recent success that made this run skip.
+    pub last_success: Option<RunRecord>,
 }
 
 impl RunResult {
@@ -158,6 +222,7 @@ impl RunResult {
             fencing_token: None,
             slot: None,
             error: None,
+            last_success: None,
         }
     }
 
@@ -184,11 +249,21 @@ pub fn report_json(result: &RunResult) {
     }
 }
 
-/// Releases the lease after the command ended; how `run` ended: 76 if the
-/// lease was lost while the command ran, else the command's code.
-pub async fn finish(guard: LeaseGuard, mut result: RunResult, outcome: Outcome) -> RunResult {
+/// Releases the lease after the command ended, recording `run` first if
+/// given (`--once-per`); how `run` ended: 76 if the lease was lost while the
+/// command ran, else the command's code.
+pub async fn finish(
+    guard: LeaseGuard,
+    mut result: RunResult,
+    outcome: Outcome,
+    run: Option<RunReport>,
+) -> RunResult {
     let key = result.key.clone();
-    let released = guard.release().await;
+    let recording = run.is_some();
+    let released = match run {
+        Some(run) => guard.release_with(run).await,
+        None => guard.release().await,
+    };
     if !outcome.started {
         return result.ended("not_started", outcome.code);
     }
@@ -202,7 +277,11 @@ pub async fn finish(guard: LeaseGuard, mut result: RunResult, outcome: Outcome) 
         return result.ended("lost", EXIT_LOST);
     }
     if let Err(e) = released {
-        say!("could not release {key} ({e}); it ends when its TTL runs out");
+        if recording {
+            say!("could not record the run of {key} or release it ({e}); if the run's success was not recorded, the next attempt runs the command again; the lease ends when its TTL runs out at the latest");
+        } else {
+            say!("could not release {key} ({e}); it ends when its TTL runs out");
+        }
     }
     result.ended("completed", outcome.code)
 }

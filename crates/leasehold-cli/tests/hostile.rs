@@ -585,7 +585,14 @@ async fn json_output_has_the_documented_shapes() {
         serde_json::from_str(&env.output(&["status", "k", "--json"]).stdout).unwrap();
     assert_eq!(
         keys_of(&status),
-        ["fencing_token", "holder", "key", "slots"]
+        [
+            "fencing_token",
+            "holder",
+            "key",
+            "last_run",
+            "last_success",
+            "slots"
+        ]
     );
     assert_eq!(keys_of(&status["holder"]), holder_fields);
     assert_eq!(
@@ -596,13 +603,23 @@ async fn json_output_has_the_documented_shapes() {
         serde_json::from_str(&env.output(&["status", "s", "--json"]).stdout).unwrap();
     assert_eq!(
         keys_of(&sem["slots"][0]),
-        ["fencing_token", "holder", "key", "slot"]
+        [
+            "fencing_token",
+            "holder",
+            "key",
+            "last_run",
+            "last_success",
+            "slot"
+        ]
     );
 
     let list: serde_json::Value =
         serde_json::from_str(&env.output(&["list", "--json"]).stdout).unwrap();
     for item in list.as_array().unwrap() {
-        assert_eq!(keys_of(item), ["fencing_token", "holder", "key"]);
+        assert_eq!(
+            keys_of(item),
+            ["fencing_token", "holder", "key", "last_run", "last_success"]
+        );
     }
 
     let leader: serde_json::Value =
@@ -621,9 +638,33 @@ async fn json_output_has_the_documented_shapes() {
             "exit_code",
             "fencing_token",
             "key",
+            "last_success",
             "result",
             "slot"
         ]
+    );
+    // Run records (`run --once-per`), in status and in a skipped run's result.
+    let once = env.output(&["run", "--once-per", "1h", "o", "--", "true"]);
+    assert_eq!(once.code, Some(0), "{once:?}");
+    let skipped = env.output(&["run", "--json", "--once-per", "1h", "o", "--", "true"]);
+    let result = result_line(&skipped.stderr);
+    assert_eq!(result["result"], "skipped", "{result}");
+    let run_fields = [
+        "ended_at_unix_ms",
+        "exit_code",
+        "fencing_token",
+        "outcome",
+        "owner",
+        "started_at_unix_ms",
+    ];
+    assert_eq!(keys_of(&result["last_success"]), run_fields);
+    let status: serde_json::Value =
+        serde_json::from_str(&env.output(&["status", "o", "--json"]).stdout).unwrap();
+    assert_eq!(keys_of(&status["last_success"]), run_fields);
+    assert_eq!(keys_of(&status["last_run"]), run_fields);
+    assert_eq!(
+        keys_of(&status["last_run"]["owner"]),
+        ["host", "label", "pid"]
     );
     guard.release().await.unwrap();
     permit.release().await.unwrap();

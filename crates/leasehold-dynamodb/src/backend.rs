@@ -14,7 +14,7 @@ use aws_sdk_dynamodb::types::{
 use aws_sdk_dynamodb::Client;
 use leasehold::{
     AcquireOutcome, AcquireRequest, Backend, Capabilities, Error, Grant, HolderInfo, Key, KeyInfo,
-    Lease, LossReason, Result, SharedClock, StoreEpoch,
+    Lease, LossReason, Result, RunRecord, SharedClock, StoreEpoch,
 };
 
 use crate::builder::DynamoDbBackendBuilder;
@@ -615,6 +615,65 @@ impl Backend for DynamoDbBackend {
             }
             Write::NoTable => Err(lost(lease, "the table was deleted".into())),
         }
+    }
+
+    async fn record_run(&self, lease: &Lease, run: &RunRecord) -> Result<()> {
+        let text = run.to_stored();
+        let mut e = Expr::default();
+        let lid = e.v("lid", s(lease.lease_id.as_str()));
+        let stored = e.v("run", s(&text));
+        let token = e.v("token", n(run.fencing_token));
+        let mut set = vec![
+            format!("{} = {}", e.n(item::RVN), e.v("rvn", s(new_rvn()))),
+            format!("{} = {stored}", e.n(item::LAST_RUN)),
+            format!("{} = {token}", e.n(item::LAST_RUN_TOKEN)),
+        ];
+        if run.succeeded() {
+            set.push(format!("{} = {stored}", e.n(item::LAST_SUCCESS)));
+        }
+        let condition = format!("{} = {lid}", e.n(item::LEASE_ID));
+        let old = match self
+            .update(
+                "record_run",
+                lease.key.as_str(),
+                e,
+                update_expression(&set, &[]),
+                condition,
+                ReturnValue::None,
+            )
+            .await?
+        {
+            Write::Done(_) => return Ok(()),
+            Write::Refused(old) => old,
+            Write::NoTable => return Err(lost(lease, "the table was deleted".into())),
+        };
+        if !run.succeeded() && old.is_some() {
+            // Not ours any more: still the last run, unless a later run's
+            // record is there. The version (rvn) stays: this is no sign of
+            // life of the current holder, whose takeover it must not delay.
+            let mut e = Expr::default();
+            let stored = e.v("run", s(&text));
+            let token = e.v("token", n(run.fencing_token));
+            let last = e.n(item::LAST_RUN_TOKEN);
+            let set = vec![
+                format!("{} = {stored}", e.n(item::LAST_RUN)),
+                format!("{last} = {token}"),
+            ];
+            let condition = format!(
+                "attribute_exists({}) AND (attribute_not_exists({last}) OR {last} < {token})",
+                e.n(item::FENCE)
+            );
+            self.update(
+                "record_run",
+                lease.key.as_str(),
+                e,
+                update_expression(&set, &[]),
+                condition,
+                ReturnValue::None,
+            )
+            .await?;
+        }
+        Err(lost(lease, not_ours(old.as_ref())?))
     }
 
     async fn inspect(&self, key: &Key) -> Result<KeyInfo> {

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use leasehold::{Error, HolderInfo, Key, KeyInfo, LeaseId, Owner, Result};
+use leasehold::{Error, HolderInfo, Key, KeyInfo, LeaseId, Owner, Result, RunRecord};
 
 /// The table's partition key (string): the lock key.
 pub(crate) const KEY: &str = "lease_key";
@@ -29,6 +29,14 @@ pub(crate) const EXPIRES_MS: &str = "expires_ms";
 /// The lease id of the release that freed the key (string), so that a
 /// retried release can tell that its first attempt went through.
 pub(crate) const RELEASED_BY: &str = "released_by";
+
+/// The key's last successful run: a [`RunRecord`] in its stored JSON form
+/// (string). Kept through releases, expiries and breaks.
+pub(crate) const LAST_SUCCESS: &str = "last_success";
+/// The key's last run, successful or not (string, as `last_success`).
+pub(crate) const LAST_RUN: &str = "last_run";
+/// The fencing token of `last_run` (number), for its condition.
+pub(crate) const LAST_RUN_TOKEN: &str = "last_run_token";
 
 /// The attributes that describe the current lease, removed on release.
 pub(crate) const LEASE_ATTRS: &[&str] = &[
@@ -99,6 +107,8 @@ pub(crate) struct Stored {
     pub(crate) rvn: Option<String>,
     pub(crate) lease: Option<StoredLease>,
     pub(crate) released_by: Option<String>,
+    pub(crate) last_success: Option<RunRecord>,
+    pub(crate) last_run: Option<RunRecord>,
 }
 
 #[derive(Debug, Clone)]
@@ -119,6 +129,14 @@ fn get_n<T: std::str::FromStr>(item: &Item, attr: &'static str) -> Result<Option
     match item.get(attr) {
         None | Some(AttributeValue::Null(_)) => Ok(None),
         Some(AttributeValue::N(v)) => v.parse().map(Some).map_err(|_| corrupt(attr)),
+        Some(_) => Err(corrupt(attr)),
+    }
+}
+
+fn get_run(item: &Item, attr: &'static str) -> Result<Option<RunRecord>> {
+    match item.get(attr) {
+        None | Some(AttributeValue::Null(_)) => Ok(None),
+        Some(AttributeValue::S(text)) => RunRecord::from_stored("dynamodb", text).map(Some),
         Some(_) => Err(corrupt(attr)),
     }
 }
@@ -156,6 +174,8 @@ impl Stored {
             rvn: get_s(item, RVN).map(str::to_string),
             lease,
             released_by: get_s(item, RELEASED_BY).map(str::to_string),
+            last_success: get_run(item, LAST_SUCCESS)?,
+            last_run: get_run(item, LAST_RUN)?,
         })
     }
 
@@ -183,5 +203,6 @@ impl Stored {
 
     pub(crate) fn info(&self, key: Key, now: SystemTime) -> KeyInfo {
         KeyInfo::new(key, self.fence, self.holder(now))
+            .with_runs(self.last_success.clone(), self.last_run.clone())
     }
 }

@@ -39,13 +39,15 @@
 //! |---------------|------|---------|
 //! | `lease_key`   | S    | partition key: the lock key |
 //! | `fence`       | N    | last fencing token issued for the key; only ever grows |
-//! | `rvn`         | S    | record version number: a fresh random UUID on *every* write |
+//! | `rvn`         | S    | record version number: a fresh random UUID on every write by the key's holder or a grant |
 //! | `lease_id`    | S    | the current lease; absent when the key is free |
 //! | `owner_host`, `owner_pid`, `owner_label`, `data` | S, N, S, S | who holds it and their data |
 //! | `ttl_ms`      | N    | the holder's lease duration |
 //! | `acquired_ms`, `expires_ms` | N | the holder's wall clock at acquisition, and at its last grant or renewal plus `ttl_ms` (Unix ms) |
 //! | `released_by` | S    | lease id of the release that freed the key (recognises a retried release) |
 //! | `epoch`       | N    | the store epoch the item was last granted in |
+//! | `last_success`, `last_run` | S | the key's [run records](leasehold::backend#run-records) (`RunRecord` JSON); kept through releases, expiries and breaks |
+//! | `last_run_token` | N | the fencing token of `last_run` |
 //!
 //! One more item, with key `#leasehold-epoch` (not a leasehold key), is the
 //! table's *epoch marker*: attributes `epoch` and `max_ttl_ms`.
@@ -111,6 +113,15 @@
 //! * **Break** removes the lease attributes on condition
 //!   `attribute_exists(lease_id)`, returning the old item to say whom it
 //!   ended. The fence stays.
+//! * **Record a run** ([run records](leasehold::backend#run-records)) sets
+//!   `last_run`, `last_run_token`, a new `rvn` and, for a success,
+//!   `last_success`, on condition `lease_id = ours` (the release's). When
+//!   that fails, a run that did not succeed is still stored as `last_run` on
+//!   condition `attribute_exists(fence) AND (attribute_not_exists(last_run_token)
+//!   OR last_run_token < ours)`, leaving `rvn` alone (it is no sign of life
+//!   of the current holder). DynamoDB gives no clock of its own to a write,
+//!   so the times are the writer's wall clock: the once-per-period test is
+//!   off by the skew between the writer's and the reader's clocks.
 //! * **Inspect** is a strongly consistent `GetItem`. **List** is a strongly
 //!   consistent `Scan` filtered with `begins_with(lease_key, :prefix)`, sorted
 //!   here: it reads (and is billed for) the whole table whatever the prefix,

@@ -96,4 +96,8 @@ impl Backend for GrantHeld {
     async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {
         self.inner.list(prefix).await
     }
+
+    async fn record_run(&self, lease: &Lease, run: &leasehold::RunRecord) -> Result<()> {
+        self.inner.record_run(lease, run).await
+    }
 }

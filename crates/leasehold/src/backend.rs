@@ -97,9 +97,83 @@
 //! * [`break_lease`](Backend::break_lease): end whatever lease is on the key,
 //!   whoever holds it (an administrator's tool). The fencing counter stays.
 //!
+//! * [`record_run`](Backend::record_run): store how a run under a lease
+//!   ended; see [run records](#run-records).
+//!
 //! Fencing tokens are per key and never repeat or go back: a backend never
 //! deletes the counter of a key it has issued tokens for, and a new epoch
 //! starts every counter above every earlier token.
+//!
+//! # Run records
+//!
+//! A key's record also holds two [`RunRecord`]s: its **last success** and
+//! its **last run** (the last attempt, successful or not), for jobs that
+//! must run once per period across machines (`leasehold run --once-per`).
+//! They are stored with the key's fencing counter, so like it they survive
+//! releases, expiries and breaks of the lease; unlike it they are plain
+//! data: a store that lost its data (a new epoch) has no record, so the job
+//! runs again (at least once per period, never "skipped because of a
+//! record that was lost"). A store restored from a copy shows the copy's
+//! records: runs that did happen, if perhaps not the latest.
+//!
+//! [`record_run`](Backend::record_run)`(lease, run)` (`run.fencing_token`
+//! is `lease.fencing_token`):
+//!
+//! 1. **If `lease` is still the key's lease**, by the condition
+//!    [`release`](Backend::release) uses (the key carries `lease`'s lease id
+//!    in `lease`'s epoch: nobody was granted the key and nobody broke the
+//!    lease since; a TTL that ran out with nobody taking over may count
+//!    either way, as the store's release has it), set, in **one atomic
+//!    write** conditional on exactly that:
+//!    last run := `run`, and when `run.outcome` is
+//!    [`Succeeded`](crate::RunOutcome::Succeeded), last success := `run` too. The
+//!    lease itself stays as it is (the caller releases it next). Answer
+//!    `Ok(())`. Writing the same record again (a retry after an ambiguous
+//!    failure) is harmless.
+//! 2. **Otherwise** never write the last success, and answer
+//!    [`Error::LeaseLost`](crate::Error::LeaseLost) (`Revoked`). A backend
+//!    should still store a `run` whose outcome is not `Succeeded` as the
+//!    last run, if the key has a record (never create one) and that
+//!    record's last run has a lower fencing token or there is none (a later
+//!    run's record is never replaced by an earlier one); a store that cannot
+//!    write without the lease while another holds it may skip this.
+//!
+//! `ended_at` is stored as given, or replaced by the store's own clock at
+//! the write where the store has one the backend can read (its protocol
+//! docs say which). [`inspect`](Backend::inspect) and
+//! [`list`](Backend::list) return both records
+//! ([`KeyInfo::last_success`], [`KeyInfo::last_run`]), read as strongly as
+//! the lease state.
+//!
+//! **Why "once per period" holds.** A success is written only while the
+//! writer's lease is the key's lease, atomically with that check, and the
+//! next holder is granted only after that lease ends (released, expired or
+//! broken): every holder granted after the write reads the success after
+//! its grant; a write that would land after another's grant changes
+//! nothing. The core only reports `Succeeded` while the guard is not lost
+//! (its safety deadline has not passed), so the job's work ended before
+//! anyone else could be granted the key. Tests: the conformance suite's
+//! `run_*`, `failed_run_is_not_a_success`, `lost_run_records_no_success`,
+//! `record_run_by_non_holder_records_no_success` and
+//! `store_loss_forgets_runs` (every backend), and with real processes
+//! `crates/leasehold-cli/tests/once_per.rs` (five runs at once run the
+//! command once, on every store).
+//!
+//! **Clocks.** "Succeeded less than a period ago" compares the recorded
+//! `ended_at` with the reading machine's wall clock
+//! ([`Store::last_success_within`](crate::Store::last_success_within)).
+//! `ended_at` is stamped by the store's clock where it has one (SQLite: the
+//! one machine's clock, so writer and reader agree; Azure: the service's
+//! `Date` of the read just before the write, whole seconds), otherwise by
+//! the writer's wall clock
+//! (memory, DynamoDB). A reader whose clock is `d` ahead of the clock that
+//! stamped `ended_at` sees the period end `d` early (a run up to `d` before
+//! the period is over), one `d` behind sees it `d` late (a run due is
+//! skipped if it comes within `d` of the boundary; the next attempt runs
+//! it). So skew well under the period is harmless; NTP-synchronised clocks
+//! (milliseconds) are far inside any sensible period. An `ended_at` in the
+//! reader's future counts as "just now". Fencing and exclusion never depend
+//! on these clocks.
 
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -109,6 +183,7 @@ use serde::Serialize;
 
 use crate::error::Result;
 use crate::key::Key;
+use crate::runs::RunRecord;
 
 /// The primitives a lease store offers. See the [module docs](self) for the
 /// contract of each operation.
@@ -138,6 +213,20 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// Every key the store has a record of whose name starts with `prefix`,
     /// in key order.
     async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>>;
+
+    /// Records how a run under `lease` ended, as the key's last run and,
+    /// if it succeeded while `lease` was still the key's lease, as its last
+    /// success. See [run records](self#run-records) for the contract.
+    ///
+    /// The default answers [`Error::NotSupported`](crate::Error::NotSupported)
+    /// (and fails the conformance suite's run-record tests).
+    async fn record_run(&self, lease: &Lease, run: &RunRecord) -> Result<()> {
+        let _ = (lease, run);
+        Err(crate::Error::NotSupported(format!(
+            "the {} store does not record runs",
+            self.name()
+        )))
+    }
 }
 
 /// What a backend can do.
@@ -222,7 +311,7 @@ impl fmt::Debug for LeaseId {
 
 /// Who holds (or asks for) a lease: the machine, the process and an optional
 /// label chosen by the user.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Owner {
     /// Host name of the holder's machine.
     pub host: String,
@@ -465,16 +554,35 @@ pub struct KeyInfo {
     pub fencing_token: u64,
     /// The current holder, if the key is held.
     pub holder: Option<HolderInfo>,
+    /// The key's last successful run, if one was recorded (see
+    /// [run records](self#run-records)).
+    pub last_success: Option<RunRecord>,
+    /// The key's last recorded run, successful or not.
+    pub last_run: Option<RunRecord>,
 }
 
 impl KeyInfo {
-    /// Builds a key description.
+    /// Builds a key description (with no run records).
     pub fn new(key: Key, fencing_token: u64, holder: Option<HolderInfo>) -> Self {
         KeyInfo {
             key,
             fencing_token,
             holder,
+            last_success: None,
+            last_run: None,
         }
+    }
+
+    /// Sets [`last_success`](Self::last_success) and
+    /// [`last_run`](Self::last_run).
+    pub fn with_runs(
+        mut self,
+        last_success: Option<RunRecord>,
+        last_run: Option<RunRecord>,
+    ) -> Self {
+        self.last_success = last_success;
+        self.last_run = last_run;
+        self
     }
 }
 

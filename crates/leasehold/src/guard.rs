@@ -16,6 +16,7 @@ use crate::local::LocalKey;
 use crate::metric::Labels;
 use crate::options::{LossPolicy, ResolvedOptions};
 use crate::renewal::RenewalLoop;
+use crate::runs::RunReport;
 
 /// State shared between a guard and its renewal task.
 #[derive(Debug)]
@@ -117,9 +118,13 @@ impl GuardState {
     }
 }
 
-/// Sent to the renewal task to end the lease: carries where to report the
-/// outcome of the release.
-pub(crate) type ReleaseCommand = oneshot::Sender<Result<()>>;
+/// Sent to the renewal task to end the lease: where to report the outcome
+/// of the release, and the run to record first, if any.
+#[derive(Debug)]
+pub(crate) struct ReleaseCommand {
+    pub reply: oneshot::Sender<Result<()>>,
+    pub run: Option<RunReport>,
+}
 
 /// A held lease.
 ///
@@ -265,13 +270,50 @@ impl LeaseGuard {
     ///
     /// # Cancel safety
     /// The release goes on in the background if this future is dropped.
-    pub async fn release(mut self) -> Result<()> {
+    pub async fn release(self) -> Result<()> {
+        self.end(None).await
+    }
+
+    /// Records how a run of a job under this lease ended, then ends the
+    /// lease and reports how that went (see
+    /// [run records](crate::backend#run-records)).
+    ///
+    /// The guard completes `run` into a [`RunRecord`](crate::RunRecord):
+    /// this process as the owner (with the lock's owner label), the lease's
+    /// fencing token, and now as the end time. It is stored as the key's
+    /// last run and, if its outcome is
+    /// [`Succeeded`](crate::RunOutcome::Succeeded), as its last success,
+    /// but only while the lease is still this guard's: if the lease is lost
+    /// (the safety deadline passed, or the store says it is someone else's),
+    /// the run is recorded as [`LeaseLost`](crate::RunOutcome::LeaseLost)
+    /// where the store allows, and never as a success. The lease is released
+    /// whatever happened to the record.
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`] if the lease was lost before the run was
+    /// recorded (no success was recorded); a backend error if the record
+    /// could not be written (the lease is still released; no success may
+    /// have been recorded: a later run may run the job again) or the
+    /// release failed.
+    ///
+    /// # Cancel safety
+    /// The record and release go on in the background if this future is
+    /// dropped.
+    pub async fn release_with(self, run: RunReport) -> Result<()> {
+        self.end(Some(run)).await
+    }
+
+    async fn end(mut self, run: Option<RunReport>) -> Result<()> {
         let (reply_tx, reply_rx) = oneshot::channel();
         let sender = self
             .release_tx
             .take()
             .expect("release_tx is only taken here or in drop");
-        if sender.send(reply_tx).is_err() {
+        let command = ReleaseCommand {
+            reply: reply_tx,
+            run,
+        };
+        if sender.send(command).is_err() {
             return Err(self.gone_error());
         }
         match reply_rx.await {

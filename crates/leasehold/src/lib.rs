@@ -64,6 +64,9 @@
 //!   [`campaign`](Election::campaign) for a [`Leadership`],
 //!   [`leader`](Election::leader) to see who leads and what they published,
 //!   [`observe`](Election::observe) to follow changes.
+//! * Run records: [`LeaseGuard::release_with`] records how a job's run
+//!   ended ([`RunReport`]); [`Store::last_success_within`] says whether it
+//!   succeeded less than a period ago (`leasehold run --once-per`).
 //! * [`Backend`]: the few primitives a store implements; see its module for
 //!   the contract.
 //! * [`Error`]: one error enum to match on.
@@ -102,6 +105,7 @@ pub mod memory;
 pub mod metric;
 mod options;
 mod renewal;
+mod runs;
 mod semaphore;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
@@ -125,6 +129,7 @@ pub use options::{
     LockOptions, LossPolicy, Wait, DEFAULT_POLL_MAX, DEFAULT_POLL_MIN, DEFAULT_TTL, MAX_DATA_LEN,
     MAX_LABEL_LEN, MIN_SAFETY_MARGIN,
 };
+pub use runs::{RunOutcome, RunRecord, RunReport};
 pub use semaphore::{
     Semaphore, SemaphorePermit, SlotInfo, MAX_SEMAPHORE_KEY_LEN, MAX_SEMAPHORE_LIMIT,
 };

@@ -9,6 +9,9 @@
 //! clock is before its expiry. Every operation is one critical section of
 //! the mutex, so the contract of [`Backend`] holds trivially.
 //!
+//! Run records (see [run records](crate::backend#run-records)) are kept in
+//! the key's record, stamped by the writer's wall clock.
+//!
 //! # Epoch
 //! A new memory store starts an epoch (the wall clock's second, see
 //! [store epochs](crate::backend#store-epochs-tokens-that-survive-the-loss-of-the-stores-data))
@@ -30,6 +33,7 @@ use crate::backend::{
 use crate::clock::{SharedClock, SystemClock};
 use crate::error::{Error, LossReason, Result};
 use crate::key::Key;
+use crate::runs::RunRecord;
 
 /// Shortest TTL of the in-process stores (memory, SQLite).
 pub const LOCAL_MIN_TTL: Duration = Duration::from_millis(100);
@@ -53,6 +57,8 @@ struct Data {
 struct Record {
     fence: u64,
     lease: Option<Held>,
+    last_success: Option<RunRecord>,
+    last_run: Option<RunRecord>,
 }
 
 #[derive(Debug)]
@@ -144,6 +150,7 @@ impl Record {
 
     fn info(&self, key: &Key, now: Duration) -> KeyInfo {
         KeyInfo::new(key.clone(), self.fence, self.holder(now))
+            .with_runs(self.last_success.clone(), self.last_run.clone())
     }
 
     /// Why `lease` is not ours in this record, or `None` if it is.
@@ -263,6 +270,44 @@ impl Backend for MemoryBackend {
                 Some(_) => Err(lost(lease, "the key is held by another lease".into())),
                 None => Err(lost(lease, "the lease was released or broken".into())),
             }
+        })
+    }
+
+    async fn record_run(&self, lease: &Lease, run: &RunRecord) -> Result<()> {
+        self.with_records(|records, _now, epoch| {
+            let record = records.get_mut(&lease.key);
+            let ours = lease.epoch == epoch.epoch
+                && record
+                    .as_ref()
+                    .and_then(|r| r.lease.as_ref())
+                    .is_some_and(|h| h.lease_id == lease.lease_id);
+            let Some(record) = record else {
+                return Err(lost(lease, "the key has no record".into()));
+            };
+            if ours {
+                if run.succeeded() {
+                    record.last_success = Some(run.clone());
+                }
+                record.last_run = Some(run.clone());
+                return Ok(());
+            }
+            let later = record
+                .last_run
+                .as_ref()
+                .is_none_or(|r| r.fencing_token < run.fencing_token);
+            if !run.succeeded() && later && lease.epoch == epoch.epoch {
+                record.last_run = Some(run.clone());
+            }
+            Err(lost(
+                lease,
+                if lease.epoch != epoch.epoch {
+                    other_epoch(lease, epoch)
+                } else if record.lease.is_some() {
+                    "the key is held by another lease".into()
+                } else {
+                    "the lease was released or broken".into()
+                },
+            ))
         })
     }
 

@@ -1,16 +1,17 @@
 //! The background task that keeps a lease alive and detects its loss.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::{oneshot, OwnedMutexGuard};
 
-use crate::backend::{Backend, Lease};
+use crate::backend::{Backend, Lease, Owner};
 use crate::error::{Error, LossReason, Result};
 use crate::guard::{GuardState, ReleaseCommand};
 use crate::local::LocalKey;
 use crate::metric::Labels;
 use crate::options::ResolvedOptions;
+use crate::runs::{RunOutcome, RunRecord, RunReport};
 
 /// Renews one lease until it is released or lost.
 pub(crate) struct RenewalLoop {
@@ -52,9 +53,61 @@ impl RenewalLoop {
                 }
             }
         };
+        let (reply, run) = match command {
+            Some(c) => (Some(c.reply), c.run),
+            None => (None, None),
+        };
+        let recorded = match run {
+            Some(run) => self.record(run).await,
+            None => Ok(()),
+        };
         let result = self.release().await;
-        if let Some(reply) = command {
-            let _ = reply.send(result);
+        if let Some(reply) = reply {
+            // A lost lease or a failed release says more than a failed
+            // record; otherwise the record's failure is the news.
+            let _ = reply.send(result.and(recorded));
+        }
+    }
+
+    /// Records how a run under the lease ended (see
+    /// [`LeaseGuard::release_with`](crate::LeaseGuard::release_with)): never
+    /// as a success once the lease is lost.
+    async fn record(&mut self, run: RunReport) -> Result<()> {
+        let mut owner = Owner::current();
+        owner.label = self.opts.label.clone();
+        let outcome = match self.state.loss_reason() {
+            Some(_) => RunOutcome::LeaseLost,
+            None => run.outcome,
+        };
+        let record = RunRecord::new(
+            outcome,
+            run.started_at,
+            SystemTime::now(),
+            owner,
+            self.lease.fencing_token,
+        )
+        .with_exit_code(run.exit_code);
+        match self.backend.record_run(&self.lease, &record).await {
+            Ok(()) => Ok(()),
+            Err(lost @ Error::LeaseLost { .. }) => {
+                if outcome == RunOutcome::Succeeded {
+                    // Not ours any more (the store says so before our clock
+                    // did): keep the attempt as the last run where the
+                    // store allows, never as a success.
+                    let attempt = RunRecord {
+                        outcome: RunOutcome::LeaseLost,
+                        ..record
+                    };
+                    let _ = self.backend.record_run(&self.lease, &attempt).await;
+                }
+                // Reported even if the release that follows goes through
+                // (Azure lets a broken lease be released by its id).
+                Err(lost)
+            }
+            Err(err) => {
+                tracing::warn!(key = %self.lease.key, error = %err, "could not record the run");
+                Err(err)
+            }
         }
     }
 

@@ -15,7 +15,9 @@
 //!     expires_at_ns  INTEGER,           -- expiry on the boot clock, ns
 //!     ttl_ms         INTEGER,
 //!     owner_host TEXT, owner_pid INTEGER, owner_label TEXT,
-//!     data TEXT, acquired_at_ms INTEGER -- wall clock, for display only
+//!     data TEXT, acquired_at_ms INTEGER, -- wall clock, for display only
+//!     last_success TEXT, last_run TEXT,  -- run records (JSON)
+//!     last_run_token INTEGER             -- last_run's fencing token
 //! ) WITHOUT ROWID;
 //! ```
 //!
@@ -32,6 +34,15 @@
 //! * **Release** is `UPDATE … SET lease_id = NULL WHERE key AND lease_id =
 //!   ours`. **Break** clears `lease_id` whoever holds it.
 //! * Rows are never deleted, so the fence of a key never goes back.
+//! * **Record a run** (see [run records](crate::backend#run-records)) is
+//!   `UPDATE … SET last_run, last_success (if it succeeded) WHERE key AND
+//!   lease_id = ours`, the release's condition, in one statement. If no
+//!   row changed, a run that did not succeed is kept as `last_run` `WHERE
+//!   last_run_token < ours` (or none). The times are the machine's wall
+//!   clock, the one clock every reader of the file shares (the file is
+//!   local), so the once-per-period test has no skew but the clock's own
+//!   steps. A file from before run records gets the three columns when it
+//!   is opened.
 //!
 //! # Store epoch, file identity and quarantine
 //! A second table holds one row: the store's epoch (see
@@ -124,6 +135,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, LossReason, Result};
 use crate::key::Key;
 use crate::memory::{check_ttl, LOCAL_MAX_TTL, LOCAL_MIN_TTL};
+use crate::runs::RunRecord;
 
 const NAME: &str = "sqlite";
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -140,7 +152,10 @@ CREATE TABLE IF NOT EXISTS leasehold_leases (
     owner_pid      INTEGER,
     owner_label    TEXT,
     data           TEXT,
-    acquired_at_ms INTEGER
+    acquired_at_ms INTEGER,
+    last_success   TEXT,
+    last_run       TEXT,
+    last_run_token INTEGER
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS leasehold_store (
     id            INTEGER PRIMARY KEY CHECK (id = 1),
@@ -311,6 +326,7 @@ impl SqliteBackend {
         // Idempotent: every opener runs it, whoever created the file.
         conn.execute_batch(SCHEMA)
             .map_err(|e| db_error("open", e))?;
+        add_run_columns(&mut conn).map_err(|e| db_error("open", e))?;
         let row = self.settle(&mut conn, file)?;
         self.store_max_ttl_ms
             .store(row.max_ttl.as_millis() as u64, Ordering::Relaxed);
@@ -628,6 +644,31 @@ fn retry_while_busy(attempt: i32) -> bool {
     true
 }
 
+/// Adds the run-record columns to a table made before they existed (under
+/// the write lock, so two openers cannot both add them).
+fn add_run_columns(conn: &mut Connection) -> rusqlite::Result<()> {
+    let has = |conn: &Connection| {
+        conn.query_row(
+            "SELECT COUNT(*) FROM pragma_table_info('leasehold_leases') WHERE name = 'last_run_token'",
+            [],
+            |r| r.get::<_, i64>(0),
+        )
+        .map(|n| n > 0)
+    };
+    if has(conn)? {
+        return Ok(());
+    }
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    if !has(&tx)? {
+        tx.execute_batch(
+            "ALTER TABLE leasehold_leases ADD COLUMN last_success TEXT;
+             ALTER TABLE leasehold_leases ADD COLUMN last_run TEXT;
+             ALTER TABLE leasehold_leases ADD COLUMN last_run_token INTEGER;",
+        )?;
+    }
+    tx.commit()
+}
+
 fn boot_id() -> String {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .map(|s| s.trim().to_string())
@@ -654,9 +695,11 @@ struct Row {
     owner_label: Option<String>,
     data: Option<String>,
     acquired_at_ms: Option<i64>,
+    last_success: Option<String>,
+    last_run: Option<String>,
 }
 
-const SELECT: &str = "SELECT key, fence, lease_id, boot_id, expires_at_ns, ttl_ms, owner_host, owner_pid, owner_label, data, acquired_at_ms FROM leasehold_leases";
+const SELECT: &str = "SELECT key, fence, lease_id, boot_id, expires_at_ns, ttl_ms, owner_host, owner_pid, owner_label, data, acquired_at_ms, last_success, last_run FROM leasehold_leases";
 
 fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(String, Row)> {
     Ok((
@@ -672,6 +715,8 @@ fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(String, Row)> {
             owner_label: r.get(8)?,
             data: r.get(9)?,
             acquired_at_ms: r.get(10)?,
+            last_success: r.get(11)?,
+            last_run: r.get(12)?,
         },
     ))
 }
@@ -707,8 +752,14 @@ impl Row {
         )
     }
 
-    fn info(&self, key: Key, ctx: &Ctx, now_ns: i64) -> KeyInfo {
-        KeyInfo::new(key, self.fence, self.holder(ctx, now_ns))
+    fn info(&self, key: Key, ctx: &Ctx, now_ns: i64) -> Result<KeyInfo> {
+        let decode = |text: &Option<String>| {
+            text.as_deref()
+                .map(|t| RunRecord::from_stored(NAME, t))
+                .transpose()
+        };
+        Ok(KeyInfo::new(key, self.fence, self.holder(ctx, now_ns))
+            .with_runs(decode(&self.last_success)?, decode(&self.last_run)?))
     }
 }
 
@@ -956,16 +1007,59 @@ impl Backend for SqliteBackend {
         result
     }
 
+    async fn record_run(&self, lease: &Lease, run: &RunRecord) -> Result<()> {
+        let lease = lease.clone();
+        let run = run.clone();
+        self.run("record_run", true, move |conn, _ctx| {
+            let Some(conn) = conn else {
+                return Err(replaced(&lease));
+            };
+            let op = |e| db_error("record_run", e);
+            let text = run.to_stored();
+            let token = run.fencing_token as i64;
+            let changed = conn
+                .execute(
+                    "UPDATE leasehold_leases SET last_run = ?3, last_run_token = ?4,
+                       last_success = CASE WHEN ?5 THEN ?3 ELSE last_success END
+                     WHERE key = ?1 AND lease_id = ?2",
+                    params![
+                        lease.key.as_str(),
+                        lease.lease_id.as_str(),
+                        text,
+                        token,
+                        run.succeeded()
+                    ],
+                )
+                .map_err(op)?;
+            if changed == 1 {
+                return Ok(());
+            }
+            if !run.succeeded() {
+                // Not ours any more: still the last run, unless a later
+                // run's record is there.
+                conn.execute(
+                    "UPDATE leasehold_leases SET last_run = ?2, last_run_token = ?3
+                     WHERE key = ?1 AND (last_run_token IS NULL OR last_run_token < ?3)",
+                    params![lease.key.as_str(), text, token],
+                )
+                .map_err(op)?;
+            }
+            let row = get_row(conn, lease.key.as_str()).map_err(op)?;
+            Err(lost(&lease, why_not_ours(row.as_ref(), &lease)))
+        })
+        .await
+    }
+
     async fn inspect(&self, key: &Key) -> Result<KeyInfo> {
         let key = key.clone();
         self.run("inspect", false, move |conn, ctx| {
             let conn = conn.expect("inspect re-opens");
             let row = get_row(conn, key.as_str()).map_err(|e| db_error("inspect", e))?;
             let now = ctx.now_ns();
-            Ok(match row {
+            match row {
                 Some(r) => r.info(key, ctx, now),
-                None => KeyInfo::new(key, 0, None),
-            })
+                None => Ok(KeyInfo::new(key, 0, None)),
+            }
         })
         .await
     }
@@ -1012,7 +1106,7 @@ impl Backend for SqliteBackend {
             rows.into_iter()
                 .map(|(k, r)| {
                     let key = Key::new(k)?;
-                    Ok(r.info(key, ctx, now))
+                    r.info(key, ctx, now)
                 })
                 .collect()
         })

@@ -14,6 +14,7 @@ use crate::lock::Lock;
 use crate::memory::MemoryBackend;
 use crate::metric::Kind;
 use crate::options::{LockOptions, ResolvedOptions};
+use crate::runs::RunRecord;
 use crate::semaphore::Semaphore;
 
 /// A lease store: where locks live. Cheap to clone; clones share one
@@ -225,6 +226,31 @@ impl Store {
     pub async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {
         validate_prefix(prefix)?;
         self.backend().list(prefix).await
+    }
+
+    /// The key's last successful run (see [run records](crate::backend#run-records)),
+    /// if it ended less than `period` ago by this machine's wall clock;
+    /// `None` if it ended longer ago or none is recorded. This is the test
+    /// of `leasehold run --once-per`: call it while holding the key's lock,
+    /// so that no run can succeed between the answer and your own run.
+    ///
+    /// A success whose end lies in this machine's future (clock skew)
+    /// counts as just now: see the clock rule in the run-record docs.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] (what: `"period"`) for a zero period; a bad
+    /// key; backend failures.
+    pub async fn last_success_within(
+        &self,
+        key: &str,
+        period: std::time::Duration,
+    ) -> Result<Option<RunRecord>> {
+        if period.is_zero() {
+            return Err(Error::invalid("period", "must be longer than zero"));
+        }
+        let info = self.inspect(key).await?;
+        let now = std::time::SystemTime::now();
+        Ok(info.last_success.filter(|s| s.ended_ago(now) < period))
     }
 
     /// Ends any lease on `key`, whoever holds it, and returns the holder it
