@@ -118,6 +118,7 @@
 mod builder;
 mod client;
 mod credential;
+mod epoch;
 mod names;
 
 use std::collections::HashMap;
@@ -148,15 +149,6 @@ pub const MIN_TTL: std::time::Duration = std::time::Duration::from_secs(15);
 /// Longest finite lease Azure grants.
 pub const MAX_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Store epochs are not implemented on Azure yet (see the crate docs): the
-/// backend reports one fixed epoch, of unbounded age (no quarantine), and
-/// tokens keep their plain per-key counters.
-const LEGACY_EPOCH: u64 = 0;
-
-fn legacy_epoch() -> leasehold::StoreEpoch {
-    leasehold::StoreEpoch::new(LEGACY_EPOCH, MAX_TTL).with_age(Some(std::time::Duration::MAX))
-}
-
 /// A lock blob as last seen by this process.
 #[derive(Debug, Clone)]
 struct Snapshot {
@@ -164,6 +156,29 @@ struct Snapshot {
     record: Record,
     /// Whether it was leased (by anyone) then.
     leased: bool,
+    /// The epoch of the container this blob (with this ETag) is known to be
+    /// in: the epoch its record was written in, or the one the marker named
+    /// when read after the blob was (see the protocol).
+    container: Option<u64>,
+}
+
+impl Snapshot {
+    fn new(etag: String, record: Record, leased: bool) -> Self {
+        let container = record.epoch;
+        Snapshot {
+            etag,
+            record,
+            leased,
+            container,
+        }
+    }
+}
+
+/// What reading a lock blob found.
+enum LockBlob {
+    Found(Box<Snapshot>),
+    NoBlob,
+    NoContainer,
 }
 
 /// How many records a backend remembers by ETag (see the protocol).
@@ -183,6 +198,10 @@ struct Inner {
     secrets: Secrets,
     /// Records this process wrote or read, by blob name: (ETag, record).
     records: Mutex<HashMap<String, Snapshot>>,
+    /// The max TTL this backend records in a marker it writes.
+    max_ttl: std::time::Duration,
+    /// The container's epoch as last learnt.
+    epoch: Mutex<Option<epoch::Known>>,
 }
 
 impl fmt::Debug for AzureBackend {
@@ -215,12 +234,14 @@ impl AzureBackend {
     /// # Cancel safety
     /// Cancel safe (it does nothing asynchronous yet).
     pub async fn from_url(url: &str) -> Result<AzureBackend> {
-        let (container, prefix) = builder::parse_url(url)?;
-        AzureBackendBuilder::new()
-            .container(container)
-            .prefix(prefix)
-            .with_env()
-            .build()
+        let parsed = builder::parse_url(url)?;
+        let mut builder = AzureBackendBuilder::new()
+            .container(parsed.container)
+            .prefix(parsed.prefix);
+        if let Some(max_ttl) = parsed.max_ttl {
+            builder = builder.max_ttl(max_ttl);
+        }
+        builder.with_env().build()
     }
 
     pub(crate) fn new(
@@ -228,6 +249,7 @@ impl AzureBackend {
         container_name: String,
         prefix: String,
         secrets: Secrets,
+        max_ttl: std::time::Duration,
     ) -> Self {
         AzureBackend {
             inner: Arc::new(Inner {
@@ -236,8 +258,18 @@ impl AzureBackend {
                 prefix,
                 secrets,
                 records: Mutex::new(HashMap::new()),
+                max_ttl,
+                epoch: Mutex::new(None),
             }),
         }
+    }
+
+    /// The container's store epoch as this backend last learnt it (reading
+    /// the marker on first use and whenever a request finds that the
+    /// container or its marker changed), with its age as of now; `None`
+    /// before the first acquisition.
+    pub fn epoch(&self) -> Option<leasehold::StoreEpoch> {
+        self.known_epoch()
     }
 
     /// The container's name.
@@ -341,6 +373,33 @@ impl AzureBackend {
         }
     }
 
+    /// Reads a lock blob for an acquisition: what it holds, or whether the
+    /// blob or its whole container is missing (by Azure's error code).
+    async fn read_lock(&self, blob: &BlobClient) -> std::result::Result<LockBlob, RequestError> {
+        match blob.get_properties(None).await {
+            Ok(resp) => {
+                let etag = resp.etag().ok().flatten().map(|e| e.to_string());
+                let meta = resp.metadata().unwrap_or_default();
+                let leased = resp.lease_state().ok().flatten().is_some_and(|s| held(&s));
+                Ok(LockBlob::Found(Box::new(Snapshot::new(
+                    etag.unwrap_or_default(),
+                    Record::from_metadata(&meta),
+                    leased,
+                ))))
+            }
+            Err(e) => {
+                let e = self.err(e);
+                if e.code_is("ContainerNotFound") {
+                    Ok(LockBlob::NoContainer)
+                } else if e.is_not_found() {
+                    Ok(LockBlob::NoBlob)
+                } else {
+                    Err(e)
+                }
+            }
+        }
+    }
+
     /// The lease state of a lock blob and the lease tag its record names;
     /// `None` if the blob does not exist.
     async fn lease_state(
@@ -364,45 +423,45 @@ impl AzureBackend {
         }
     }
 
-    /// Creates the lock blob (and, if needed, the container), never
-    /// overwriting an existing blob.
-    async fn create_blob(&self, blob: &BlobClient) -> std::result::Result<(), RequestError> {
-        match self.upload_empty(blob).await {
-            Err(e) if e.code_is("ContainerNotFound") => {}
-            other => return other,
-        }
-        if let Err(e) = self.inner.container.create(None).await {
-            let e = self.err(e);
-            if !e.is(StatusCode::Conflict) {
-                return Err(e);
-            }
-        }
-        tracing::debug!(container = %self.inner.container_name, "created container");
-        self.upload_empty(blob).await
-    }
-
-    async fn upload_empty(&self, blob: &BlobClient) -> std::result::Result<(), RequestError> {
+    /// Creates a lock blob with an empty record (no epoch, fence 0), never
+    /// overwriting an existing one. `Some` with its snapshot when this call
+    /// created it, `None` when someone else had; `ContainerNotFound` is an
+    /// error the caller looks at.
+    async fn create_blob(
+        &self,
+        blob: &BlobClient,
+    ) -> std::result::Result<Option<Snapshot>, RequestError> {
+        let record = Record::default();
         let options = BlockBlobClientUploadOptions {
             if_none_match: Some(Etag::from("*")),
-            metadata: Some(Record::default().to_metadata()),
+            metadata: Some(record.to_metadata()),
             ..Default::default()
         };
         match blob
             .upload(RequestContent::from(Vec::<u8>::new()), Some(options))
             .await
         {
-            Ok(_) => Ok(()),
+            Ok(resp) => Ok(resp
+                .etag
+                .map(|etag| Snapshot::new(etag.to_string(), record, false))),
             Err(e) => {
                 let e = self.err(e);
                 // Someone else created it first (409 BlobAlreadyExists, or
                 // 412 for If-None-Match); a leased blob answers 412 too.
                 if e.is(StatusCode::Conflict) || e.is(StatusCode::PreconditionFailed) {
-                    Ok(())
+                    Ok(None)
                 } else {
                     Err(e)
                 }
             }
         }
+    }
+
+    /// The store is not in the epoch asked for: learn the current one
+    /// (creating the container and marker if they are gone) and say so.
+    async fn other_epoch(&self, blob: &str) -> Result<AcquireOutcome> {
+        self.remember(blob, None);
+        Ok(AcquireOutcome::OtherEpoch(self.learn_epoch().await?))
     }
 }
 
@@ -426,17 +485,49 @@ impl Backend for AzureBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new(MIN_TTL, MAX_TTL)
+        let max_ttl = self
+            .known_epoch()
+            .map_or(self.inner.max_ttl, |e| e.max_ttl)
+            .clamp(MIN_TTL, MAX_TTL);
+        Capabilities::new(MIN_TTL, max_ttl)
             .shared_across_processes(true)
             .shared_across_machines(true)
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         const OP: &str = "acquire";
-        if req.epoch != Some(LEGACY_EPOCH) {
-            return Ok(AcquireOutcome::OtherEpoch(legacy_epoch()));
-        }
         let (name, blob) = self.blob(&req.key);
+        let current = match self.known_epoch() {
+            Some(epoch) => epoch,
+            None => {
+                // First use: read the lock blob, then the marker, so that
+                // the blob is known to be in the marker's container and the
+                // grant that follows needs no further check.
+                let snap = match self.read_lock(&blob).await {
+                    Ok(LockBlob::Found(s)) => Some(*s),
+                    Ok(_) => None,
+                    Err(e) => return Err(e.into_error(OP)),
+                };
+                let epoch = self.learn_epoch().await?;
+                if let Some(mut s) = snap {
+                    s.container = Some(epoch.epoch);
+                    self.remember(&name, Some(s));
+                }
+                epoch
+            }
+        };
+        let Some(epoch) = req.epoch.filter(|e| *e == current.epoch) else {
+            return Ok(AcquireOutcome::OtherEpoch(current));
+        };
+        if req.ttl > current.max_ttl {
+            return Err(leasehold::Error::invalid(
+                "ttl",
+                format!(
+                    "{:?} is above the container's store max TTL of {:?} (no lease may be longer: it bounds the wait after the container is lost)",
+                    req.ttl, current.max_ttl
+                ),
+            ));
+        }
         let duration = lease_seconds(req.ttl);
         let tag = names::lease_tag(&req.lease_id);
         let acquire = |etag: String| {
@@ -452,28 +543,45 @@ impl Backend for AzureBackend {
             // What the blob holds: from this process's memory when it was
             // free (or ours) at last sight, else read (one request, which
             // is the whole cost of finding it held).
-            let snap = match known.take() {
+            let mut snap = match known.take() {
                 Some(s) if !s.leased || s.record.lease.as_deref() == Some(tag.as_str()) => s,
-                _ => match self.read(&blob, None).await {
-                    Ok(Some((etag, record, leased))) => Snapshot {
-                        etag,
-                        record,
-                        leased,
+                _ => match self.read_lock(&blob).await {
+                    Ok(LockBlob::Found(s)) => *s,
+                    Ok(LockBlob::NoBlob) => match self.create_blob(&blob).await {
+                        Ok(Some(s)) => s,
+                        Ok(None) => continue,
+                        Err(e) if e.code_is("ContainerNotFound") => {
+                            return self.other_epoch(&name).await
+                        }
+                        Err(e) => return Err(e.into_error(OP)),
                     },
-                    Ok(None) => {
-                        self.create_blob(&blob)
-                            .await
-                            .map_err(|e| e.into_error(OP))?;
-                        continue;
-                    }
+                    // The container is gone: a new one is a new epoch.
+                    Ok(LockBlob::NoContainer) => return self.other_epoch(&name).await,
                     Err(e) => return Err(e.into_error(OP)),
                 },
             };
+            // A record of a later epoch: the store moved on since we looked.
+            if snap.record.epoch.is_some_and(|e| e > epoch) {
+                return self.other_epoch(&name).await;
+            }
             let ours = snap.record.lease.as_deref() == Some(tag.as_str());
             if snap.leased && !ours {
                 let holder = snap.record.holder();
                 self.remember(&name, Some(snap));
                 return Ok(AcquireOutcome::Held(Some(holder)));
+            }
+            if snap.container != Some(epoch) {
+                // A new blob, or a record of an earlier epoch (or from
+                // before epochs): is this blob in the container of our
+                // epoch? The marker read *after* the blob says so; the
+                // write below is conditional on the ETag read before it,
+                // so it lands only if the blob (and with it the container)
+                // is still the same.
+                match self.marker_epoch().await {
+                    Ok(Some(e)) if e == epoch => snap.container = Some(epoch),
+                    Ok(_) => return self.other_epoch(&name).await,
+                    Err(e) => return Err(e.into_error(OP)),
+                }
             }
             let (etag, record) = if ours {
                 // A retry of an acquisition already recorded: take (or
@@ -481,7 +589,8 @@ impl Backend for AzureBackend {
                 (snap.etag, snap.record)
             } else {
                 let next = Record {
-                    fence: snap.record.fence + 1,
+                    fence: leasehold::next_token(snap.record.fence, epoch),
+                    epoch: Some(epoch),
                     lease: Some(tag.clone()),
                     owner: Some(req.owner.clone()),
                     data: req.data.clone(),
@@ -523,6 +632,7 @@ impl Backend for AzureBackend {
                             etag,
                             record,
                             leased: true,
+                            container: Some(epoch),
                         }),
                     );
                     return Ok(AcquireOutcome::Acquired(Grant::new(fence)));
