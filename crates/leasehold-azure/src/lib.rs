@@ -157,19 +157,20 @@ struct Snapshot {
     /// Whether it was leased (by anyone) then.
     leased: bool,
     /// The epoch of the container this blob (with this ETag) is known to be
-    /// in: the epoch its record was written in, or the one the marker named
-    /// when read after the blob was (see the protocol).
+    /// in: the one the marker named when read after the blob was, kept
+    /// along this process's own writes on it (see the protocol). Never
+    /// taken from the record: a copy of the container (a restored backup)
+    /// carries records of the old epoch into a new container.
     container: Option<u64>,
 }
 
 impl Snapshot {
     fn new(etag: String, record: Record, leased: bool) -> Self {
-        let container = record.epoch;
         Snapshot {
             etag,
             record,
             leased,
-            container,
+            container: None,
         }
     }
 }
@@ -270,6 +271,13 @@ impl AzureBackend {
     /// before the first acquisition.
     pub fn epoch(&self) -> Option<leasehold::StoreEpoch> {
         self.known_epoch()
+    }
+
+    /// The SDK's client for the container, for anything leasehold does not
+    /// do. Writing to lock blobs or the epoch marker with it breaks the
+    /// protocol.
+    pub fn container_client(&self) -> &BlobContainerClient {
+        &self.inner.container
     }
 
     /// The container's name.
@@ -571,12 +579,11 @@ impl Backend for AzureBackend {
                 return Ok(AcquireOutcome::Held(Some(holder)));
             }
             if snap.container != Some(epoch) {
-                // A new blob, or a record of an earlier epoch (or from
-                // before epochs): is this blob in the container of our
-                // epoch? The marker read *after* the blob says so; the
-                // write below is conditional on the ETag read before it,
-                // so it lands only if the blob (and with it the container)
-                // is still the same.
+                // Is this blob in the container of our epoch? The marker
+                // read *after* the blob says so: the write below is
+                // conditional on the ETag read before it, so it lands only
+                // if the blob (and with it the container) is still the
+                // one that was there when the marker was read.
                 match self.marker_epoch().await {
                     Ok(Some(e)) if e == epoch => snap.container = Some(epoch),
                     Ok(_) => return self.other_epoch(&name).await,

@@ -530,3 +530,82 @@ async fn awkward_keys_round_trip_through_list() {
         .collect();
     assert_eq!(dotted, vec!["a.", "a..b", "a./b"]);
 }
+
+/// A copy of the container put back in its place (a backup restored by
+/// copying every blob, records and marker included) is a new epoch: the
+/// copied marker's Last-Modified is new. A process that cleared the old
+/// epoch, and whose records say that epoch, is not granted on the copy
+/// before the new epoch's quarantine, and its next token is above the old
+/// ones. (Records are never taken as proof of their container: the marker
+/// is read after the blob.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restored_copy_of_the_container_is_a_new_epoch() {
+    use azure_core::http::RequestContent;
+    use azure_storage_blob::models::{
+        BlobClientGetPropertiesResultHeaders, BlockBlobClientUploadOptions,
+    };
+    use futures::TryStreamExt;
+
+    require_azurite!();
+    let backend = common::builder().build().unwrap();
+    common::settled(&backend).await;
+    let old_epoch = backend.epoch().expect("learnt").epoch;
+    let lock = Store::new(backend.clone())
+        .lock_with("copied", LockOptions::new().ttl(TTL))
+        .unwrap();
+    let before = lock.try_acquire().await.unwrap();
+    let old_token = before.fencing_token();
+    before.release().await.unwrap();
+
+    // The backup: every blob's metadata, then the container deleted and
+    // re-created from it.
+    let client = backend.container_client();
+    let mut backup = Vec::new();
+    let mut pages = client.list_blobs(None).unwrap();
+    while let Some(item) = pages.try_next().await.unwrap() {
+        let name = item.name.unwrap();
+        let props = client
+            .blob_client(&name)
+            .get_properties(None)
+            .await
+            .unwrap();
+        backup.push((name, props.metadata().unwrap()));
+    }
+    assert!(
+        backup.len() >= 2,
+        "the marker and the lock blob: {backup:?}"
+    );
+    backend.delete_container().await.unwrap();
+    client.create(None).await.unwrap();
+    for (name, metadata) in backup {
+        let options = BlockBlobClientUploadOptions {
+            metadata: Some(metadata),
+            ..Default::default()
+        };
+        client
+            .blob_client(&name)
+            .upload(RequestContent::from(Vec::<u8>::new()), Some(options))
+            .await
+            .unwrap();
+    }
+
+    // This process cleared the old epoch and the copied record says it.
+    match lock.try_acquire().await {
+        Err(Error::Quarantined { epoch, .. }) => {
+            assert!(epoch > old_epoch, "epoch {epoch} after {old_epoch}")
+        }
+        Err(e) => panic!("expected the quarantine, got {e}"),
+        Ok(g) => panic!(
+            "granted token {} on a restored copy without a quarantine",
+            g.fencing_token()
+        ),
+    }
+    let after = lock.acquire(Duration::from_secs(60)).await.unwrap();
+    assert!(after.fencing_token() > old_token);
+    assert_eq!(
+        after.fencing_token(),
+        leasehold::next_token(old_token, backend.epoch().unwrap().epoch)
+    );
+    after.release().await.unwrap();
+    backend.delete_container().await.unwrap();
+}
