@@ -184,7 +184,9 @@ impl AzureBackend {
     }
 
     /// How old the container is at least (`Date` - `Last-Modified` - 1 s);
-    /// zero if it is gone.
+    /// zero if it is gone, or if the credential may not read container
+    /// properties (a SAS for the container's blobs only): then only the
+    /// marker's age counts, which is never more than the truth.
     async fn container_age(&self) -> std::result::Result<Duration, RequestError> {
         match self.inner.container.get_properties(None).await {
             Ok(resp) => Ok(resp
@@ -195,7 +197,8 @@ impl AzureBackend {
                 .unwrap_or_default()),
             Err(e) => {
                 let e = self.err(e);
-                if e.is_not_found() {
+                if e.is_not_found() || e.is(StatusCode::Forbidden) {
+                    tracing::debug!(error = %e, "the container's age is unknown; counting the marker's only");
                     Ok(Duration::ZERO)
                 } else {
                     Err(e)

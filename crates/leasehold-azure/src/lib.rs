@@ -96,7 +96,7 @@
 //! | cold: a new process (each `leasehold run`), key used before | 4 (read, write, acquire, release) | 5 (read, marker, write, acquire, release) |
 //! | after another process held the key | 4 (+1 failed write if it had a stale ETag) | 5 (+1) |
 //! | a key's first grant (process knows the epoch) | 6 (read, create, read, write, acquire, release) | 6 (read, create, marker, write, acquire, release) |
-//! | attempt on a held key | 1 | 1 |
+//! | attempt on a held key | 1 | 1 (3 in a new process: read, marker, read) |
 //!
 //! Renewal stays one request. The marker is read once more only when the
 //! epoch is news (a new process, or a container that changed), plus *Get
