@@ -145,11 +145,10 @@
 //!   read and the write, and the marker read in between named the epoch.
 //!   This process's own later writes on the blob (If-Match the ETag its
 //!   previous write returned) inherit that proof; that is what makes the
-//!   warm path free of marker reads. The same covers the race named in the
-//!   design brief: a container deleted and re-created between this
-//!   process's read of the marker and its write of a *new* lock blob: the
-//!   new blob has no epoch and no proof, so the marker is read after
-//!   creating it, and names the new epoch. A record's own epoch is never
+//!   warm path free of marker reads. This also covers a container deleted
+//!   and re-created between this process's read of the marker and its
+//!   creation of a *new* lock blob: the new blob has no epoch and no proof,
+//!   so the marker is read after creating it, and names the new epoch. A record's own epoch is never
 //!   taken as proof: a copy of a container (a restored backup) carries
 //!   records of the old epoch into a new container (test
 //!   `a_restored_copy_of_the_container_is_a_new_epoch`).

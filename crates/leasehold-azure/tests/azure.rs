@@ -188,8 +188,9 @@ async fn ambiguous_acquire_retry_gets_the_same_token() {
 /// the blob's record; a failed attempt on a held key costs one (reading the
 /// blob, which says who holds it). A new process (a new backend) first
 /// learns the store epoch: its first acquire + release costs five (the lock
-/// blob and the epoch marker read, then the three), also for a key's first
-/// grant in the epoch.
+/// blob and the epoch marker read, then the three). After another process
+/// held the key, six: a write refused on the stale ETag, the blob and the
+/// marker read, then the three.
 #[tokio::test]
 async fn request_counts() {
     require_azurite!();
@@ -218,6 +219,17 @@ async fn request_counts() {
         .await
         .unwrap();
     assert_eq!(cold_faults.sent.load(Ordering::SeqCst), 5, "cold");
+
+    // The first process again, after the other one held the key: its
+    // remembered ETag is stale (one refused write), then read, marker,
+    // write, acquire, release.
+    let before = faults.sent.load(Ordering::SeqCst);
+    lock.try_acquire().await.unwrap().release().await.unwrap();
+    assert_eq!(
+        faults.sent.load(Ordering::SeqCst) - before,
+        6,
+        "after another process"
+    );
 
     let guard = lock.try_acquire().await.unwrap();
     let other = Store::new(backend.clone())
@@ -608,4 +620,23 @@ async fn a_restored_copy_of_the_container_is_a_new_epoch() {
     );
     after.release().await.unwrap();
     backend.delete_container().await.unwrap();
+}
+
+/// A container deleted and re-created at once (Azurite allows it within
+/// milliseconds) still gets a later epoch: the marker is written only a
+/// second after Azure said there was none, so the two markers'
+/// `Last-Modified` seconds differ. (Without that wait both fall in the same
+/// second nearly always, and the two containers' tokens would collide.)
+#[tokio::test]
+async fn a_container_re_created_at_once_has_a_later_epoch() {
+    require_azurite!();
+    let container = common::fresh_container();
+    let mut epochs = Vec::new();
+    for _ in 0..3 {
+        // A new backend each time: another process, nothing remembered.
+        let backend = common::builder().container(&container).build().unwrap();
+        epochs.push(leasehold::conformance::current_epoch(&backend).await.epoch);
+        backend.delete_container().await.unwrap();
+    }
+    assert!(epochs.windows(2).all(|w| w[1] > w[0]), "epochs {epochs:?}");
 }
