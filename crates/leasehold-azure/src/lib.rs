@@ -94,13 +94,15 @@
 //! |------|--------------------:|----:|
 //! | warm: this process released the key last | 3 (write, acquire, release) | 3 |
 //! | cold: a new process (each `leasehold run`), key used before | 4 (read, write, acquire, release) | 5 (read, marker, write, acquire, release) |
-//! | after another process held the key | 4 (+1 failed write if it had a stale ETag) | 5 (+1) |
+//! | after another process held the key | 5 (write refused on the stale ETag, read, write, acquire, release) | 6 (refused write, read, marker, write, acquire, release) |
 //! | a key's first grant (process knows the epoch) | 6 (read, create, read, write, acquire, release) | 6 (read, create, marker, write, acquire, release) |
 //! | attempt on a held key | 1 | 1 (3 in a new process: read, marker, read) |
 //!
-//! Renewal stays one request. The marker is read once more only when the
-//! epoch is news (a new process, or a container that changed), plus *Get
-//! Container Properties* while the marker is younger than the max TTL.
+//! Renewal stays one request. The marker is read when the epoch is news (a
+//! new process, or a container that changed; plus *Get Container
+//! Properties* while the marker is younger than the max TTL) and before a
+//! write on a blob state this process read rather than wrote itself (a
+//! key's first grant, a handoff from another process).
 //! Creating a container costs the failed request, *Create Container*, a
 //! marker read (404), a 1 s wait, the marker's upload and its read.
 //!
