@@ -368,6 +368,17 @@ impl AzureBackend {
     /// # Cancel safety
     /// Cancel safe (it does nothing asynchronous yet).
     pub async fn from_url(url: &str) -> Result<AzureBackend> {
+        Self::builder_from_url(url)?.build()
+    }
+
+    /// The builder [`from_url`](Self::from_url) builds: the container,
+    /// prefix and store max TTL from `url`, credentials from the
+    /// environment; for adding pipeline policies before building.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`](leasehold::Error::InvalidInput) for a
+    /// malformed URL.
+    pub fn builder_from_url(url: &str) -> Result<AzureBackendBuilder> {
         let parsed = builder::parse_url(url)?;
         let mut builder = AzureBackendBuilder::new()
             .container(parsed.container)
@@ -375,7 +386,7 @@ impl AzureBackend {
         if let Some(max_ttl) = parsed.max_ttl {
             builder = builder.max_ttl(max_ttl);
         }
-        builder.with_env().build()
+        Ok(builder.with_env())
     }
 
     pub(crate) fn new(
