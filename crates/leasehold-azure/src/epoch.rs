@@ -294,10 +294,12 @@ impl AzureBackend {
                 let e = self.err(e);
                 if e.code_is("ContainerAlreadyExists") {
                     Ok(())
-                } else {
-                    // Among others 409 ContainerBeingDeleted: Azure keeps a
-                    // deleted container's name for a while; retryable.
+                } else if e.code_is("ContainerBeingDeleted") {
+                    // Azure keeps a deleted container's name for a while
+                    // (at least 30 s): a retry later may create it.
                     Err(e.retryable())
+                } else {
+                    Err(e)
                 }
             }
         }
