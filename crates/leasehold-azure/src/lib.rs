@@ -669,9 +669,8 @@ impl Backend for AzureBackend {
                 epoch
             }
         };
-        let Some(epoch) = req.epoch.filter(|e| *e == current.epoch) else {
-            return Ok(AcquireOutcome::OtherEpoch(current));
-        };
+        // Checked before the epoch: a TTL the container refuses is refused
+        // at once, not after a quarantine.
         if req.ttl > current.max_ttl {
             return Err(leasehold::Error::invalid(
                 "ttl",
@@ -681,6 +680,9 @@ impl Backend for AzureBackend {
                 ),
             ));
         }
+        let Some(epoch) = req.epoch.filter(|e| *e == current.epoch) else {
+            return Ok(AcquireOutcome::OtherEpoch(current));
+        };
         let duration = lease_seconds(req.ttl);
         let tag = names::lease_tag(&req.lease_id);
         let acquire = |etag: String| {

@@ -640,3 +640,38 @@ async fn a_container_re_created_at_once_has_a_later_epoch() {
     }
     assert!(epochs.windows(2).all(|w| w[1] > w[0]), "epochs {epochs:?}");
 }
+
+/// A container's recorded max TTL wins over the backend's setting, and a
+/// longer TTL is refused at once (not after the new container's
+/// quarantine), naming the max TTL.
+#[tokio::test]
+async fn a_ttl_above_the_recorded_max_ttl_is_refused_at_once() {
+    require_azurite!();
+    // Writes the marker with the tests' 15 s.
+    let first = common::builder().build().unwrap();
+    assert_eq!(
+        leasehold::conformance::current_epoch(&first).await.max_ttl,
+        common::MAX_TTL
+    );
+    // Another process set up for 60 s.
+    let other = AzureBackend::builder()
+        .connection_string(common::connection_string())
+        .container(first.container())
+        .build()
+        .unwrap();
+    let lock = Store::new(other.clone())
+        .lock_with("long", LockOptions::new().ttl(Duration::from_secs(30)))
+        .unwrap();
+    match lock.try_acquire().await {
+        Err(Error::InvalidInput {
+            what: "ttl",
+            message,
+        }) => {
+            assert!(message.contains("max TTL of 15s"), "{message}")
+        }
+        Err(e) => panic!("expected invalid input, got {e}"),
+        Ok(g) => panic!("granted token {}", g.fencing_token()),
+    }
+    assert_eq!(other.epoch().unwrap().max_ttl, common::MAX_TTL);
+    first.delete_container().await.unwrap();
+}
