@@ -55,6 +55,7 @@ pub struct AzureBackendBuilder {
     api_version: Option<String>,
     policies: Vec<Arc<dyn Policy>>,
     request_timeout: Option<Duration>,
+    max_ttl: Option<Duration>,
 }
 
 impl fmt::Debug for AzureBackendBuilder {
@@ -72,6 +73,7 @@ impl fmt::Debug for AzureBackendBuilder {
             )
             .field("token_credential", &self.token.is_some())
             .field("entra_id", &self.entra_id)
+            .field("max_ttl", &self.max_ttl)
             .finish_non_exhaustive()
     }
 }
@@ -162,6 +164,19 @@ impl AzureBackendBuilder {
         self
     }
 
+    /// The store max TTL recorded in the container's epoch marker when this
+    /// backend is the one that writes it (a new container, or one without
+    /// a marker): no lease in the container may be longer, and the
+    /// quarantine of a new container lasts this long (see
+    /// [Store epoch](crate#store-epoch-and-quarantine)). 15 s to 60 s;
+    /// default 60 s, Azure's longest finite lease. A container that already
+    /// has a marker keeps the max TTL it records. Shorter is for tests and
+    /// only safe if every user of the container uses the same value.
+    pub fn max_ttl(mut self, max_ttl: Duration) -> Self {
+        self.max_ttl = Some(max_ttl);
+        self
+    }
+
     /// Fills what is unset from the environment, credentials in this order:
     ///
     /// 1. `AZURE_STORAGE_CONNECTION_STRING`;
@@ -220,6 +235,15 @@ impl AzureBackendBuilder {
             .ok_or_else(|| Error::invalid("container", "no container name given"))?;
         validate_container(&container)?;
         let prefix = normalize_prefix(&self.prefix)?;
+        let max_ttl = self.max_ttl.unwrap_or(crate::MAX_TTL);
+        if !(crate::MIN_TTL..=crate::MAX_TTL).contains(&max_ttl) {
+            return Err(Error::invalid(
+                "max_ttl",
+                format!(
+                    "{max_ttl:?} is outside Azure's lease range of 15 s to 60 s (the store max TTL bounds every lease)"
+                ),
+            ));
+        }
 
         let (endpoint, credential) = self.resolve()?;
         let endpoint = endpoint.trim_end_matches('/').to_string();
@@ -287,7 +311,9 @@ impl AzureBackendBuilder {
         let client = BlobContainerClient::new(url, token, Some(options)).map_err(|e| {
             Error::invalid("endpoint", crate::client::redact(&e.to_string(), &secrets))
         })?;
-        Ok(AzureBackend::new(client, container, prefix, secrets))
+        Ok(AzureBackend::new(
+            client, container, prefix, secrets, max_ttl,
+        ))
     }
 
     /// The endpoint and credential, from the connection string or the
@@ -510,25 +536,75 @@ fn normalize_prefix(prefix: &str) -> Result<String> {
     Ok(format!("{}/", crate::names::escape(key.as_str())))
 }
 
-/// Splits `azblob://CONTAINER[/PREFIX]`.
-pub(crate) fn parse_url(url: &str) -> Result<(String, String)> {
+/// What an `azblob://CONTAINER[/PREFIX][?max_ttl=DURATION]` URL says.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct ParsedUrl {
+    pub container: String,
+    pub prefix: String,
+    pub max_ttl: Option<Duration>,
+}
+
+/// Splits `azblob://CONTAINER[/PREFIX][?max_ttl=DURATION]`. Error messages
+/// name query parameters but never repeat their values (a SAS token pasted
+/// there by mistake must not be printed).
+pub(crate) fn parse_url(url: &str) -> Result<ParsedUrl> {
     let bad = || {
         Error::invalid(
             "store URL",
-            format!("{url:?}: expected azblob://CONTAINER or azblob://CONTAINER/PREFIX"),
+            "expected azblob://CONTAINER, azblob://CONTAINER/PREFIX, optionally with ?max_ttl=DURATION",
         )
     };
     let rest = url.strip_prefix("azblob://").ok_or_else(bad)?;
-    if rest.contains(['?', '#', '@']) {
+    let (path, query) = match rest.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (rest, None),
+    };
+    if path.contains(['#', '@']) {
         return Err(bad());
     }
-    let (container, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    let (container, prefix) = path.split_once('/').unwrap_or((path, ""));
     if container.is_empty() {
         return Err(bad());
     }
     validate_container(container)?;
     normalize_prefix(prefix)?;
-    Ok((container.to_string(), prefix.trim_matches('/').to_string()))
+    let mut max_ttl = None;
+    for pair in query.into_iter().flat_map(|q| q.split('&')) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match name {
+            "max_ttl" if max_ttl.is_none() => {
+                let d = humantime::parse_duration(value).map_err(|_| {
+                    Error::invalid(
+                        "store URL",
+                        format!("max_ttl must be a duration such as 15s or 1m, not {value:?}"),
+                    )
+                })?;
+                max_ttl = Some(d);
+            }
+            "max_ttl" => {
+                return Err(Error::invalid(
+                    "store URL",
+                    "the parameter \"max_ttl\" is given more than once",
+                ))
+            }
+            _ => {
+                // Only the start of the name: a SAS token pasted here by
+                // mistake must not be printed.
+                let shown: String = name.chars().take(20).collect();
+                return Err(Error::invalid(
+                    "store URL",
+                    format!(
+                        "unknown parameter {shown:?}: azblob:// URLs take only ?max_ttl=DURATION (credentials come from the environment)"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(ParsedUrl {
+        container: container.to_string(),
+        prefix: prefix.trim_matches('/').to_string(),
+        max_ttl,
+    })
 }
 
 #[cfg(test)]
@@ -537,13 +613,26 @@ mod tests {
 
     #[test]
     fn urls() {
+        let parsed = |c: &str, p: &str, max_ttl: Option<u64>| ParsedUrl {
+            container: c.into(),
+            prefix: p.into(),
+            max_ttl: max_ttl.map(Duration::from_secs),
+        };
         assert_eq!(
             parse_url("azblob://locks").unwrap(),
-            ("locks".into(), "".into())
+            parsed("locks", "", None)
         );
         assert_eq!(
             parse_url("azblob://locks/prod/eu").unwrap(),
-            ("locks".into(), "prod/eu".into())
+            parsed("locks", "prod/eu", None)
+        );
+        assert_eq!(
+            parse_url("azblob://locks/prod?max_ttl=15s").unwrap(),
+            parsed("locks", "prod", Some(15))
+        );
+        assert_eq!(
+            parse_url("azblob://locks?max_ttl=1m").unwrap(),
+            parsed("locks", "", Some(60))
         );
         for bad in [
             "azblob://",
@@ -551,8 +640,29 @@ mod tests {
             "s3://x",
             "azblob://ab",
             "azblob://locks/a//b",
+            "azblob://locks?max_ttl=soon",
+            "azblob://locks?max_ttl=15s&max_ttl=20s",
+            "azblob://locks#x",
+            "azblob://user@locks",
         ] {
             assert!(parse_url(bad).is_err(), "{bad}");
+        }
+        // A SAS token in the query is refused without being repeated.
+        let err = parse_url("azblob://locks?sv=2024&sig=S3CRET")
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("S3CRET") && err.contains("\"sv\""), "{err}");
+    }
+
+    #[test]
+    fn max_ttl_must_be_a_lease_azure_grants() {
+        for secs in [14, 61] {
+            let built = AzureBackendBuilder::new()
+                .container("locks")
+                .connection_string("UseDevelopmentStorage=true")
+                .max_ttl(Duration::from_secs(secs))
+                .build();
+            assert!(matches!(built, Err(Error::InvalidInput { .. })), "{secs}");
         }
     }
 

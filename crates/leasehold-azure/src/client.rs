@@ -4,7 +4,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use azure_core::error::ErrorKind;
+use azure_core::http::headers::HeaderName;
 use azure_core::http::StatusCode;
+use azure_core::time::OffsetDateTime;
 use leasehold::{Error, Key, LossReason};
 
 pub(crate) const NAME: &str = "azblob";
@@ -15,6 +17,8 @@ pub(crate) const NAME: &str = "azblob";
 pub(crate) struct RequestError {
     pub status: Option<u16>,
     pub code: Option<String>,
+    /// The answer's `Date` (the service's clock), when it had one.
+    pub date: Option<OffsetDateTime>,
     message: String,
     retryable: bool,
 }
@@ -31,9 +35,16 @@ impl RequestError {
     pub(crate) fn new(err: azure_core::Error, secrets: &[String]) -> Self {
         match err.kind() {
             ErrorKind::HttpResponse {
-                status, error_code, ..
+                status,
+                error_code,
+                raw_response,
             } => {
                 let code = error_code.clone();
+                let date = raw_response.as_ref().and_then(|r| {
+                    r.headers()
+                        .get_optional_str(&HeaderName::from_static("date"))
+                        .and_then(|d| azure_core::time::parse_rfc7231(d).ok())
+                });
                 let n = u16::from(*status);
                 let retryable = matches!(n, 408 | 429 | 500..=599);
                 let hint = match (n, &code) {
@@ -52,6 +63,7 @@ impl RequestError {
                 RequestError {
                     status: Some(n),
                     code,
+                    date,
                     message,
                     retryable,
                 }
@@ -67,11 +79,29 @@ impl RequestError {
                 RequestError {
                     status: None,
                     code: None,
+                    date: None,
                     message: redact(&full_message(&err), secrets),
                     retryable,
                 }
             }
         }
+    }
+
+    /// An answer leasehold cannot use (not an HTTP error), retryable.
+    pub(crate) fn other(message: &str) -> Self {
+        RequestError {
+            status: None,
+            code: None,
+            date: None,
+            message: message.to_string(),
+            retryable: true,
+        }
+    }
+
+    /// The same failure, marked as one a retry may cure.
+    pub(crate) fn retryable(mut self) -> Self {
+        self.retryable = true;
+        self
     }
 
     pub(crate) fn is(&self, status: StatusCode) -> bool {

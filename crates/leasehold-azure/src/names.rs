@@ -11,9 +11,9 @@
 //!
 //! # Metadata
 //! Metadata names are fixed lower-case ASCII identifiers (`leaseholdfence`,
-//! `leaseholdlease`, `leaseholdhost`, `leaseholdpid`, `leaseholdlabel`,
-//! `leaseholddata`, `leaseholdacquiredms`, `leaseholdttlms`,
-//! `leaseholdlastsuccess`, `leaseholdlastrun`); values are
+//! `leaseholdepoch`, `leaseholdlease`, `leaseholdhost`, `leaseholdpid`,
+//! `leaseholdlabel`, `leaseholddata`, `leaseholdacquiredms`,
+//! `leaseholdttlms`, `leaseholdlastsuccess`, `leaseholdlastrun`); values are
 //! percent-encoded so that any UTF-8 (user data, labels, host names) becomes
 //! a valid header value that survives trimming: everything except
 //! `A-Z a-z 0-9 - _ . ~ : / @ ! $ & ' ( ) * + , ; =` is written `%XX`.
@@ -67,6 +67,7 @@ pub(crate) fn key_of(prefix: &str, blob: &str) -> Option<Key> {
 
 // Metadata names.
 const FENCE: &str = "leaseholdfence";
+const EPOCH: &str = "leaseholdepoch";
 const LEASE: &str = "leaseholdlease";
 const HOST: &str = "leaseholdhost";
 const PID: &str = "leaseholdpid";
@@ -82,6 +83,9 @@ const LAST_RUN: &str = "leaseholdlastrun";
 pub(crate) struct Record {
     /// Last fencing token issued.
     pub fence: u64,
+    /// The store epoch this record was written in (absent: a new lock blob,
+    /// or one written before store epochs).
+    pub epoch: Option<u64>,
     /// Hash of the lease id of the acquisition that wrote this record.
     pub lease: Option<String>,
     pub owner: Option<Owner>,
@@ -116,6 +120,7 @@ impl Record {
         });
         Record {
             fence: num(FENCE).unwrap_or(0),
+            epoch: num(EPOCH),
             lease: get(LEASE).map(str::to_string),
             owner,
             data: text(DATA),
@@ -129,6 +134,9 @@ impl Record {
     pub(crate) fn to_metadata(&self) -> HashMap<String, String> {
         let mut m = HashMap::new();
         m.insert(FENCE.to_string(), self.fence.to_string());
+        if let Some(epoch) = self.epoch {
+            m.insert(EPOCH.to_string(), epoch.to_string());
+        }
         if let Some(lease) = &self.lease {
             m.insert(LEASE.to_string(), lease.clone());
         }
@@ -285,6 +293,7 @@ mod tests {
     fn record_round_trips() {
         let r = Record {
             fence: 7,
+            epoch: Some(12),
             lease: Some(lease_tag(&LeaseId::random())),
             owner: Some(Owner {
                 host: "h".into(),

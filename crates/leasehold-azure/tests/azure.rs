@@ -12,7 +12,7 @@ use azure_core::http::policies::{Policy, PolicyResult};
 use azure_core::http::{Context, Request};
 use leasehold::{
     AcquireOutcome, AcquireRequest, Backend, Error, Key, LeaseId, LockOptions, LossReason, Owner,
-    Store,
+    Store, WaitReason,
 };
 use leasehold_azure::AzureBackend;
 
@@ -28,15 +28,14 @@ macro_rules! require_azurite {
 
 const TTL: Duration = Duration::from_secs(15);
 
-fn request(key: &str, lease_id: &LeaseId) -> AcquireRequest {
+fn request(key: &str, lease_id: &LeaseId, epoch: u64) -> AcquireRequest {
     AcquireRequest {
         key: Key::new(key).unwrap(),
         lease_id: lease_id.clone(),
         ttl: TTL,
         owner: Owner::current(),
         data: Some("payload".into()),
-        // The Azure backend's one epoch (epochs are not implemented there yet).
-        epoch: Some(0),
+        epoch: Some(epoch),
     }
 }
 
@@ -96,6 +95,18 @@ fn faulty_backend() -> (AzureBackend, Arc<Faults>) {
     (backend, faults)
 }
 
+/// A backend with request counting on the shared container (out of
+/// quarantine), under `prefix`.
+async fn counted_backend(prefix: &str) -> (AzureBackend, Arc<Faults>) {
+    let faults = Arc::new(Faults::default());
+    let backend = common::shared(prefix)
+        .await
+        .per_try_policy(faults.clone())
+        .build()
+        .unwrap();
+    (backend, faults)
+}
+
 /// The metadata write succeeds but its answer is lost, on every try the
 /// SDK makes: the acquisition fails ambiguously. Asking again with the same
 /// lease id gets the lease with the token that was written, and the next
@@ -104,24 +115,27 @@ fn faulty_backend() -> (AzureBackend, Arc<Faults>) {
 async fn ambiguous_acquire_retry_gets_the_same_token() {
     require_azurite!();
     let (backend, faults) = faulty_backend();
+    // Straight from the backend (no quarantine): creates the container.
+    let epoch = leasehold::conformance::current_epoch(&backend).await.epoch;
     let id = LeaseId::random();
-    let req = request("ambiguous", &id);
+    let req = request("ambiguous", &id, epoch);
 
-    // Warm up: creates the container and blob; token 1.
+    // Warm up: creates the blob; the epoch's first token.
     let warm = LeaseId::random();
     let t1 = granted(
         backend
-            .try_acquire(&request("ambiguous", &warm))
+            .try_acquire(&request("ambiguous", &warm, epoch))
             .await
             .unwrap(),
     );
+    assert_eq!(t1, leasehold::next_token(0, epoch));
     backend
         .release(&leasehold::Lease {
             key: req.key.clone(),
             lease_id: warm,
             ttl: TTL,
             fencing_token: t1,
-            epoch: 0,
+            epoch,
         })
         .await
         .unwrap();
@@ -153,14 +167,14 @@ async fn ambiguous_acquire_retry_gets_the_same_token() {
         lease_id: id,
         ttl: TTL,
         fencing_token: t2,
-        epoch: 0,
+        epoch,
     };
     backend.release(&lease).await.unwrap();
     faults.drop_answers.store(1, Ordering::SeqCst);
     let id3 = LeaseId::random();
     let t3 = granted(
         backend
-            .try_acquire(&request("ambiguous", &id3))
+            .try_acquire(&request("ambiguous", &id3, epoch))
             .await
             .unwrap(),
     );
@@ -172,11 +186,16 @@ async fn ambiguous_acquire_retry_gets_the_same_token() {
 /// Once a lock blob exists, an uncontended acquire + release costs three
 /// requests (metadata write, acquire, release) in a process that has seen
 /// the blob's record; a failed attempt on a held key costs one (reading the
-/// blob, which says who holds it).
+/// blob, which says who holds it). A new process (a new backend) first
+/// learns the store epoch: its first acquire + release costs five (the lock
+/// blob and the epoch marker read, then the three). After another process
+/// held the key, six: a write refused on the stale ETag, the blob and the
+/// marker read, then the three.
 #[tokio::test]
 async fn request_counts() {
     require_azurite!();
-    let (backend, faults) = faulty_backend();
+    let prefix = common::unique_prefix();
+    let (backend, faults) = counted_backend(&prefix).await;
     let store = Store::new(backend.clone());
     let lock = store
         .lock_with("counted", LockOptions::new().ttl(TTL))
@@ -186,7 +205,31 @@ async fn request_counts() {
     let before = faults.sent.load(Ordering::SeqCst);
     let guard = lock.try_acquire().await.unwrap();
     guard.release().await.unwrap();
-    assert_eq!(faults.sent.load(Ordering::SeqCst) - before, 3);
+    assert_eq!(faults.sent.load(Ordering::SeqCst) - before, 3, "warm");
+
+    // A new process, an existing key of this epoch.
+    let (cold, cold_faults) = counted_backend(&prefix).await;
+    Store::new(cold.clone())
+        .lock_with("counted", LockOptions::new().ttl(TTL))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert_eq!(cold_faults.sent.load(Ordering::SeqCst), 5, "cold");
+
+    // The first process again, after the other one held the key: its
+    // remembered ETag is stale (one refused write), then read, marker,
+    // write, acquire, release.
+    let before = faults.sent.load(Ordering::SeqCst);
+    lock.try_acquire().await.unwrap().release().await.unwrap();
+    assert_eq!(
+        faults.sent.load(Ordering::SeqCst) - before,
+        6,
+        "after another process"
+    );
 
     let guard = lock.try_acquire().await.unwrap();
     let other = Store::new(backend.clone())
@@ -208,7 +251,6 @@ async fn request_counts() {
         "each attempt one request"
     );
     guard.release().await.unwrap();
-    backend.delete_container().await.unwrap();
 }
 
 /// A lease broken by someone else (another process, with its own backend)
@@ -216,11 +258,9 @@ async fn request_counts() {
 #[tokio::test]
 async fn lease_broken_from_outside_is_noticed_at_next_renewal() {
     require_azurite!();
-    let holder = common::builder().build().unwrap();
-    let admin = common::builder()
-        .container(holder.container())
-        .build()
-        .unwrap();
+    let prefix = common::unique_prefix();
+    let holder = common::shared(&prefix).await.build().unwrap();
+    let admin = common::shared(&prefix).await.build().unwrap();
     let store = Store::new(holder.clone());
     let guard = store
         .lock_with(
@@ -243,51 +283,96 @@ async fn lease_broken_from_outside_is_noticed_at_next_renewal() {
         .expect("noticed at the next renewal (1 s)");
     assert!(matches!(reason, LossReason::Revoked(_)), "{reason:?}");
     assert!(guard.release().await.unwrap_err().is_lease_lost());
-    holder.delete_container().await.unwrap();
 }
 
-/// Deleting the container under a holder is a definitive loss at the next
-/// renewal; the next acquisition recreates container and blob.
-#[tokio::test]
-async fn container_deleted_under_a_holder() {
+/// The container deleted under a live holder while another process (a
+/// backend of its own) waits for the key: the waiter re-creates the
+/// container, reports the new epoch's quarantine, and is granted only after
+/// the holder's guard was told lost (a 404 at its renewal), with a token
+/// above every token granted before (the new epoch's). Without epochs the
+/// waiter was granted token 1 at once, while the holder still ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn container_deleted_under_a_holder_with_a_waiter() {
     require_azurite!();
-    let backend = common::builder().build().unwrap();
-    let store = Store::new(backend.clone());
-    let lock = store
+    let container = common::fresh_container();
+    let holder = common::builder().container(&container).build().unwrap();
+    common::settled(&holder).await;
+    let old_epoch = holder.epoch().expect("learnt").epoch;
+    // Default renewal (every TTL/3): the holder hears of the loss only then.
+    let opts = LockOptions::new().ttl(TTL);
+    let lock = Store::new(holder.clone())
+        .lock_with("doomed", opts.clone())
+        .unwrap();
+    let mut earlier = Vec::new();
+    for _ in 0..3 {
+        let g = lock.try_acquire().await.unwrap();
+        earlier.push(g.fencing_token());
+        g.release().await.unwrap();
+    }
+    let guard = lock.try_acquire().await.unwrap();
+    earlier.push(guard.fencing_token());
+
+    let other = common::builder().container(&container).build().unwrap();
+    let waiter = Store::new(other.clone())
         .lock_with(
             "doomed",
-            LockOptions::new()
-                .ttl(TTL)
-                .renew_interval(Duration::from_secs(1)),
+            opts.poll_interval(Duration::from_millis(100), Duration::from_millis(500)),
         )
         .unwrap();
-    let guard = lock.try_acquire().await.unwrap();
-    backend.delete_container().await.unwrap();
-    let reason = tokio::time::timeout(Duration::from_secs(5), guard.lost())
-        .await
-        .expect("noticed at the next renewal (1 s)");
-    match reason {
+    let (seen_held, held) = tokio::sync::oneshot::channel();
+    let quarantines = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let q = quarantines.clone();
+    let waiting = tokio::spawn(async move {
+        let mut seen_held = Some(seen_held);
+        waiter
+            .acquire_reporting(Duration::from_secs(120), move |reason| match reason {
+                WaitReason::Held(_) => {
+                    if let Some(tx) = seen_held.take() {
+                        let _ = tx.send(());
+                    }
+                }
+                WaitReason::Quarantine { epoch, remaining } => {
+                    q.lock().unwrap().push((epoch, remaining))
+                }
+                _ => {}
+            })
+            .await
+    });
+    held.await.expect("the waiter found the key held");
+
+    holder.delete_container().await.unwrap();
+    let granted = waiting.await.unwrap().unwrap();
+    // Checked the moment the new grant is in hand.
+    assert!(
+        guard.is_lost(),
+        "granted (token {}) while the holder of the deleted container was not yet told lost",
+        granted.fencing_token()
+    );
+    let new_epoch = other.epoch().expect("learnt").epoch;
+    assert!(new_epoch > old_epoch, "epoch {new_epoch} after {old_epoch}");
+    let highest = *earlier.iter().max().unwrap();
+    assert!(
+        granted.fencing_token() > highest,
+        "token {} after the container was lost, earlier ones up to {highest}",
+        granted.fencing_token()
+    );
+    assert_eq!(
+        granted.fencing_token(),
+        leasehold::next_token(0, new_epoch),
+        "the new epoch's first token"
+    );
+    let quarantines = quarantines.lock().unwrap().clone();
+    assert!(
+        quarantines.iter().any(|(e, _)| *e == new_epoch),
+        "the waiter reported the new epoch's quarantine: {quarantines:?}"
+    );
+    match guard.lost().await {
         LossReason::Revoked(why) => assert!(why.contains("404"), "{why}"),
         other => panic!("{other:?}"),
     }
-    drop(guard);
-    // Azure refuses to recreate a container for a while after deleting it
-    // (409 ContainerBeingDeleted); Azurite does not. Either way: no panic,
-    // and once it can be created again the lock works.
-    let again = tokio::time::timeout(Duration::from_secs(30), async {
-        loop {
-            match lock.try_acquire().await {
-                Ok(g) => return g,
-                Err(e) if e.is_retryable() => tokio::time::sleep(Duration::from_millis(200)).await,
-                Err(e) => panic!("{e}"),
-            }
-        }
-    })
-    .await
-    .expect("the lock works again");
-    assert!(again.fencing_token() >= 1);
-    again.release().await.unwrap();
-    backend.delete_container().await.unwrap();
+    assert!(guard.release().await.unwrap_err().is_lease_lost());
+    granted.release().await.unwrap();
+    other.delete_container().await.unwrap();
 }
 
 /// Wrong keys fail clearly (not retryable, naming the refusal) and never
@@ -395,7 +480,11 @@ async fn bad_connection_strings_are_clear_errors() {
 /// TTLs outside Azure's 15-60 s are rejected, naming the range.
 #[tokio::test]
 async fn ttl_outside_azure_range_is_rejected_with_the_range() {
-    let backend = common::builder().build().unwrap();
+    // Azure's own range (the default store max TTL is its longest lease).
+    let backend = common::builder()
+        .max_ttl(leasehold_azure::MAX_TTL)
+        .build()
+        .unwrap();
     let store = Store::new(backend);
     for secs in [10, 90] {
         let err = store
@@ -421,7 +510,8 @@ async fn ttl_outside_azure_range_is_rejected_with_the_range() {
 #[tokio::test]
 async fn awkward_keys_round_trip_through_list() {
     require_azurite!();
-    let backend = common::builder().prefix("p.").build().unwrap();
+    let prefix = format!("{}/p.", common::unique_prefix());
+    let backend = common::shared(&prefix).await.build().unwrap();
     let store = Store::new(backend.clone());
     let keys = ["a.", "a./b", "a/../c", "a..b", "x:y_z-1"];
     for k in keys {
@@ -451,5 +541,137 @@ async fn awkward_keys_round_trip_through_list() {
         .map(|i| i.key.as_str().to_string())
         .collect();
     assert_eq!(dotted, vec!["a.", "a..b", "a./b"]);
+}
+
+/// A copy of the container put back in its place (a backup restored by
+/// copying every blob, records and marker included) is a new epoch: the
+/// copied marker's Last-Modified is new. A process that cleared the old
+/// epoch, and whose records say that epoch, is not granted on the copy
+/// before the new epoch's quarantine, and its next token is above the old
+/// ones. (Records are never taken as proof of their container: the marker
+/// is read after the blob.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restored_copy_of_the_container_is_a_new_epoch() {
+    use azure_core::http::RequestContent;
+    use azure_storage_blob::models::{
+        BlobClientGetPropertiesResultHeaders, BlockBlobClientUploadOptions,
+    };
+    use futures::TryStreamExt;
+
+    require_azurite!();
+    let backend = common::builder().build().unwrap();
+    common::settled(&backend).await;
+    let old_epoch = backend.epoch().expect("learnt").epoch;
+    let lock = Store::new(backend.clone())
+        .lock_with("copied", LockOptions::new().ttl(TTL))
+        .unwrap();
+    let before = lock.try_acquire().await.unwrap();
+    let old_token = before.fencing_token();
+    before.release().await.unwrap();
+
+    // The backup: every blob's metadata, then the container deleted and
+    // re-created from it.
+    let client = backend.container_client();
+    let mut backup = Vec::new();
+    let mut pages = client.list_blobs(None).unwrap();
+    while let Some(item) = pages.try_next().await.unwrap() {
+        let name = item.name.unwrap();
+        let props = client
+            .blob_client(&name)
+            .get_properties(None)
+            .await
+            .unwrap();
+        backup.push((name, props.metadata().unwrap()));
+    }
+    assert!(
+        backup.len() >= 2,
+        "the marker and the lock blob: {backup:?}"
+    );
     backend.delete_container().await.unwrap();
+    client.create(None).await.unwrap();
+    for (name, metadata) in backup {
+        let options = BlockBlobClientUploadOptions {
+            metadata: Some(metadata),
+            ..Default::default()
+        };
+        client
+            .blob_client(&name)
+            .upload(RequestContent::from(Vec::<u8>::new()), Some(options))
+            .await
+            .unwrap();
+    }
+
+    // This process cleared the old epoch and the copied record says it.
+    match lock.try_acquire().await {
+        Err(Error::Quarantined { epoch, .. }) => {
+            assert!(epoch > old_epoch, "epoch {epoch} after {old_epoch}")
+        }
+        Err(e) => panic!("expected the quarantine, got {e}"),
+        Ok(g) => panic!(
+            "granted token {} on a restored copy without a quarantine",
+            g.fencing_token()
+        ),
+    }
+    let after = lock.acquire(Duration::from_secs(60)).await.unwrap();
+    assert!(after.fencing_token() > old_token);
+    assert_eq!(
+        after.fencing_token(),
+        leasehold::next_token(old_token, backend.epoch().unwrap().epoch)
+    );
+    after.release().await.unwrap();
+    backend.delete_container().await.unwrap();
+}
+
+/// A container deleted and re-created at once (Azurite allows it within
+/// milliseconds) still gets a later epoch: the marker is written only a
+/// second after Azure said there was none, so the two markers'
+/// `Last-Modified` seconds differ. (Without that wait both fall in the same
+/// second nearly always, and the two containers' tokens would collide.)
+#[tokio::test]
+async fn a_container_re_created_at_once_has_a_later_epoch() {
+    require_azurite!();
+    let container = common::fresh_container();
+    let mut epochs = Vec::new();
+    for _ in 0..3 {
+        // A new backend each time: another process, nothing remembered.
+        let backend = common::builder().container(&container).build().unwrap();
+        epochs.push(leasehold::conformance::current_epoch(&backend).await.epoch);
+        backend.delete_container().await.unwrap();
+    }
+    assert!(epochs.windows(2).all(|w| w[1] > w[0]), "epochs {epochs:?}");
+}
+
+/// A container's recorded max TTL wins over the backend's setting, and a
+/// longer TTL is refused at once (not after the new container's
+/// quarantine), naming the max TTL.
+#[tokio::test]
+async fn a_ttl_above_the_recorded_max_ttl_is_refused_at_once() {
+    require_azurite!();
+    // Writes the marker with the tests' 15 s.
+    let first = common::builder().build().unwrap();
+    assert_eq!(
+        leasehold::conformance::current_epoch(&first).await.max_ttl,
+        common::MAX_TTL
+    );
+    // Another process set up for 60 s.
+    let other = AzureBackend::builder()
+        .connection_string(common::connection_string())
+        .container(first.container())
+        .build()
+        .unwrap();
+    let lock = Store::new(other.clone())
+        .lock_with("long", LockOptions::new().ttl(Duration::from_secs(30)))
+        .unwrap();
+    match lock.try_acquire().await {
+        Err(Error::InvalidInput {
+            what: "ttl",
+            message,
+        }) => {
+            assert!(message.contains("max TTL of 15s"), "{message}")
+        }
+        Err(e) => panic!("expected invalid input, got {e}"),
+        Ok(g) => panic!("granted token {}", g.fencing_token()),
+    }
+    assert_eq!(other.epoch().unwrap().max_ttl, common::MAX_TTL);
+    first.delete_container().await.unwrap();
 }

@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | `sqlite:PATH`, `sqlite:///ABS/PATH`, `sqlite:` (the default file) | SQLite, one machine | always |
 //! | `memory:` | in-process memory (tests and tools only) | always |
-//! | `azblob://CONTAINER[/PREFIX]` | Azure Blob Storage leases | `azblob` |
+//! | `azblob://CONTAINER[/PREFIX][?max_ttl=D]` | Azure Blob Storage leases | `azblob` |
 //! | `dynamodb://TABLE?region=R&endpoint=URL` | DynamoDB | `dynamodb` |
 //!
 //! A build without a cloud store's feature still recognises its URLs and
@@ -281,7 +281,8 @@ fn secrets_of(url: &str) -> Vec<String> {
                 // Known settings that carry no secret stay readable in
                 // messages ("region us-east-1"); an endpoint's own user
                 // info and query do not.
-                Some(("region" | "profile" | "max_clock_skew" | "create_table", _)) => {}
+                Some(("region" | "profile" | "max_clock_skew" | "create_table" | "max_ttl", _)) => {
+                }
                 Some(("endpoint", v)) => {
                     let endpoint = percent_decode(v).unwrap_or_else(|| v.to_string());
                     if endpoint.contains(['@', '?', '#']) {
@@ -439,6 +440,10 @@ mod tests {
         let url = "dynamodb://t?endpoint=http%3A%2F%2Fme%3APW123%40h%3A1";
         let s = scrub("endpoint http://me:PW123@h:1 refused", Some(url));
         assert!(!s.contains("PW123"), "{s}");
+        // The store max TTL is no secret: a TTL error names the range.
+        let url = "azblob://c?max_ttl=15s";
+        let s = scrub("30s is outside the range 15s..=15s", Some(url));
+        assert_eq!(s, "30s is outside the range 15s..=15s");
     }
 
     #[test]

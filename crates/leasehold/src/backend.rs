@@ -61,8 +61,9 @@
 //! keeps on the directory, see [its docs](crate::sqlite)), and for an epoch
 //! whose creation time on the shared boot clock is more than a max TTL ago.
 //! DynamoDB reports the table's age on the service's own clock (creation
-//! time against the `Date` of a response). (Azure has no epochs yet: it
-//! reports one fixed epoch with no quarantine; see its crate docs.) "The store was created
+//! time against the `Date` of a response); Azure the container's (its
+//! epoch marker's and the container's `Last-Modified` against the `Date`
+//! of a response; see its crate docs). "The store was created
 //! by this very process" is *not* enough on its own: another process (the
 //! old holder) may still run on the lost data, which is exactly the failure
 //! this guards against. The cost: after a store is re-created under a live

@@ -2,9 +2,14 @@
 
 #![allow(dead_code)]
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use leasehold_azure::{AzureBackend, AzureBackendBuilder};
+
+/// The tests' store max TTL: Azure's shortest lease, so that a new
+/// container's quarantine (see the crate docs) is 15 s, not 60.
+pub const MAX_TTL: Duration = Duration::from_secs(15);
 
 /// Azurite's development account, as a connection string.
 pub const DEV_CONNECTION_STRING: &str = "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1;";
@@ -58,18 +63,60 @@ pub fn fresh_container() -> String {
     format!("lh-{}", &uuid::Uuid::new_v4().simple().to_string()[..20])
 }
 
-/// A builder on a fresh container of the Azurite under test.
+/// A builder on a fresh container of the Azurite under test, with the
+/// tests' max TTL.
 pub fn builder() -> AzureBackendBuilder {
     AzureBackend::builder()
         .connection_string(connection_string())
         .container(fresh_container())
+        .max_ttl(MAX_TTL)
 }
 
-/// A backend on a fresh container, or `None` (after saying why) without
-/// Azurite.
+/// The container this test binary's tests share (keys are unique per
+/// test): one new container's quarantine per run instead of one per test.
+pub fn shared_container() -> &'static str {
+    static NAME: OnceLock<String> = OnceLock::new();
+    NAME.get_or_init(fresh_container)
+}
+
+/// A backend on the shared container once it is out of quarantine, or
+/// `None` (after saying why) without Azurite.
 pub async fn backend() -> Option<AzureBackend> {
     if let Err(why) = reachable().await {
         return leasehold::conformance::skip("azblob", &why);
     }
-    Some(builder().prefix("tests").build().expect("backend builds"))
+    let backend = builder()
+        .container(shared_container())
+        .prefix("tests")
+        .build()
+        .expect("backend builds");
+    settled(&backend).await;
+    Some(backend)
+}
+
+/// A prefix no other test uses.
+pub fn unique_prefix() -> String {
+    format!("t-{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
+}
+
+/// A builder on the shared container, once it is out of quarantine, under
+/// `prefix` (so that tests on it never see each other's keys).
+pub async fn shared(prefix: &str) -> AzureBackendBuilder {
+    let probe = builder()
+        .container(shared_container())
+        .build()
+        .expect("backend builds");
+    settled(&probe).await;
+    builder().container(shared_container()).prefix(prefix)
+}
+
+/// Waits until the container's epoch is out of quarantine (learning it,
+/// and creating the container, first), for other processes too: they
+/// measure its age in whole seconds of the service's clock, up to two
+/// seconds short.
+pub async fn settled(backend: &AzureBackend) {
+    let epoch = leasehold::conformance::current_epoch(backend).await;
+    let full = epoch.max_ttl + epoch.max_ttl / 1000 + Duration::from_secs(2);
+    let age = epoch.age.unwrap_or_default();
+    tokio::time::sleep(full.saturating_sub(age + age / 1000)).await;
 }
