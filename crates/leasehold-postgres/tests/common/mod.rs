@@ -130,3 +130,17 @@ pub async fn sql(sql: &str) {
     tokio::spawn(conn);
     client.batch_execute(sql).await.expect(sql);
 }
+
+/// The single number `sql` returns, on a connection of its own.
+pub async fn query_i64(sql: &str) -> i64 {
+    let config: tokio_postgres::Config = PostgresBackendBuilder::from_url(&url())
+        .expect("test URL")
+        .config()
+        .clone();
+    let (client, conn) = config
+        .connect(tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(conn);
+    client.query_one(sql, &[]).await.expect(sql).get(0)
+}
