@@ -1,6 +1,7 @@
 //! Opening any store by URL: the built-in ones (`sqlite:`, `memory:`) from
 //! the library, each cloud store from its own crate, compiled in by a cargo
-//! feature of this crate (`azblob`, `dynamodb`; both on by default). A build
+//! feature of this crate (`azblob`, `dynamodb`, `postgres`; all on by
+//! default). A build
 //! without one still recognises its URLs and says what is missing.
 //!
 //! Store URLs may carry secrets (an Azure SAS in the query, `user:pw@` in
@@ -33,6 +34,7 @@ pub async fn open(url: Option<&str>) -> anyhow::Result<Store> {
     let opened = match url.split_once("://").map(|(scheme, _)| scheme) {
         Some("azblob") => open_azblob(url).await,
         Some("dynamodb") => open_dynamodb(url).await,
+        Some("postgres" | "postgresql") => open_postgres(url).await,
         _ => Store::open(url),
     };
     opened.with_context(|| format!("cannot open store {}", redact(url)))
@@ -59,7 +61,7 @@ async fn open_url(url: &str, access: Access) -> leasehold::Result<Store> {
         // would give a lock that other machines do not see.
         return Err(Error::invalid(
             "store URL",
-            "it is empty (--store or LEASEHOLD_STORE set to nothing); unset it for the default SQLite file, or give sqlite:PATH, azblob://CONTAINER[/PREFIX] or dynamodb://TABLE",
+            "it is empty (--store or LEASEHOLD_STORE set to nothing); unset it for the default SQLite file, or give sqlite:PATH, azblob://CONTAINER[/PREFIX], dynamodb://TABLE or postgres://USER@HOST/DB",
         ));
     }
     if let Some(path) = leasehold::sqlite_url_path(url) {
@@ -87,6 +89,7 @@ async fn open_url(url: &str, access: Access) -> leasehold::Result<Store> {
     match url.split_once("://").map(|(scheme, _)| scheme) {
         Some("azblob") => open_azblob(url).await,
         Some("dynamodb") => open_dynamodb(url).await,
+        Some("postgres" | "postgresql") => open_postgres(url).await,
         _ if url == "memory:" => Err(private_store(url)),
         _ => Store::open(url),
     }
@@ -134,7 +137,19 @@ async fn open_dynamodb(_url: &str) -> leasehold::Result<Store> {
     Err(not_in_build("dynamodb"))
 }
 
-#[cfg(not(all(feature = "azblob", feature = "dynamodb")))]
+#[cfg(feature = "postgres")]
+async fn open_postgres(url: &str) -> leasehold::Result<Store> {
+    Ok(Store::new(
+        leasehold_postgres::PostgresBackend::from_url(url).await?,
+    ))
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn open_postgres(_url: &str) -> leasehold::Result<Store> {
+    Err(not_in_build("postgres"))
+}
+
+#[cfg(not(all(feature = "azblob", feature = "dynamodb", feature = "postgres")))]
 fn not_in_build(scheme: &str) -> leasehold::Error {
     leasehold::Error::NotSupported(format!(
         "this leasehold was built without the {scheme}:// store (cargo feature \"{scheme}\")"
@@ -193,7 +208,11 @@ fn secrets_of(url: &str) -> Vec<String> {
                 // Known settings that carry no secret stay readable in
                 // messages ("region us-east-1"); an endpoint's own user
                 // info and query do not.
-                Some(("region" | "profile" | "max_clock_skew" | "create_table", _)) => {}
+                Some((
+                    "region" | "profile" | "max_clock_skew" | "create_table" | "table" | "sslmode"
+                    | "max_ttl",
+                    _,
+                )) => {}
                 Some(("endpoint", v)) => {
                     let endpoint = percent_decode(v).unwrap_or_else(|| v.to_string());
                     if endpoint.contains(['@', '?', '#']) {
@@ -210,7 +229,12 @@ fn secrets_of(url: &str) -> Vec<String> {
         let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
         if let Some((userinfo, _)) = authority.rsplit_once('@') {
             parts.push(userinfo.to_string());
-            parts.extend(userinfo.split(':').map(str::to_string));
+            match userinfo.split_once(':') {
+                // A PostgreSQL user name is no secret, and redacting it
+                // (often "postgres") would mangle every message.
+                Some((_, password)) if is_postgres(url) => parts.push(password.to_string()),
+                _ => parts.extend(userinfo.split(':').map(str::to_string)),
+            }
         }
     }
     let decoded: Vec<String> = parts.iter().filter_map(|p| percent_decode(p)).collect();
@@ -218,6 +242,10 @@ fn secrets_of(url: &str) -> Vec<String> {
     parts.sort_by_key(|p| std::cmp::Reverse(p.len()));
     parts.dedup();
     parts
+}
+
+fn is_postgres(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
 }
 
 /// Percent-decoding for matching decoded secrets in messages (no crate for
@@ -291,6 +319,20 @@ mod tests {
         let url = "dynamodb://t?endpoint=http%3A%2F%2Fme%3APW123%40h%3A1";
         let s = scrub("endpoint http://me:PW123@h:1 refused", Some(url));
         assert!(!s.contains("PW123"), "{s}");
+    }
+
+    #[test]
+    fn postgres_passwords_are_scrubbed_but_not_user_names() {
+        let url = "postgres://postgres:pa%40ss99@127.0.0.1:5432/db?table=t&sslmode=require";
+        let s = scrub(
+            "postgres backend failed for postgres: pa@ss99 pa%40ss99; table t, sslmode require",
+            Some(url),
+        );
+        assert_eq!(
+            s,
+            "postgres backend failed for postgres: *** ***; table t, sslmode require"
+        );
+        assert_eq!(redact(url), "postgres://***@127.0.0.1:5432/db?***");
     }
 
     #[test]
