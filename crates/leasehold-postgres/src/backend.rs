@@ -16,6 +16,7 @@ use tokio_postgres::Row;
 
 use crate::builder::{PostgresBackendBuilder, SslMode};
 use crate::error::{self, NAME};
+use crate::listen::{self, Listener};
 use crate::record::{self, EpochRow, EPOCH_KEY, HOLDER_COLUMNS};
 use crate::MIN_TTL;
 
@@ -37,6 +38,8 @@ struct Inner {
     request_timeout: Duration,
     /// `host:port/db`, for Debug (never the user or password).
     target: String,
+    /// LISTENs for releases, when wake-ups are on.
+    listener: Option<Listener>,
 }
 
 impl fmt::Debug for PostgresBackend {
@@ -97,6 +100,10 @@ impl PostgresBackend {
         });
         let tls = crate::tls::connector(b.ssl_mode, b.root_cert.as_deref())?;
         let target = target_of(&config);
+        let channel = b.wake_ups.then(|| listen::channel(&b.table));
+        let listener = channel
+            .clone()
+            .map(|ch| Listener::new(config.clone(), tls.clone(), ch));
         let manager = Manager::from_config(
             config,
             tls,
@@ -115,12 +122,13 @@ impl PostgresBackend {
         let backend = PostgresBackend {
             inner: Arc::new(Inner {
                 pool,
-                sql: Statements::new(&b.table),
+                sql: Statements::new(&b.table, channel.as_deref()),
                 table: b.table,
                 max_ttl: b.max_ttl,
                 store_max_ttl_ms: AtomicU64::new(b.max_ttl.as_millis() as u64),
                 request_timeout: b.request_timeout,
                 target,
+                listener,
             }),
         };
         backend.settle("open").await?;
@@ -138,6 +146,17 @@ impl PostgresBackend {
     /// [`Error::Backend`] when the server cannot be reached.
     pub async fn epoch(&self) -> Result<StoreEpoch> {
         Ok(self.settle("epoch").await?.store_epoch())
+    }
+
+    /// Waits until this backend LISTENs for releases (started on the first
+    /// wait otherwise). Returns at once when wake-ups are off.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the listening goes on.
+    pub async fn listening(&self) {
+        if let Some(l) = &self.inner.listener {
+            l.listening().await;
+        }
     }
 
     /// A pooled connection, within `deadline`.
@@ -331,7 +350,14 @@ struct Statements {
 }
 
 impl Statements {
-    fn new(t: &str) -> Self {
+    /// With `channel`, releases and breaks NOTIFY it with the key.
+    fn new(t: &str, channel: Option<&str>) -> Self {
+        let notify = match channel {
+            Some(ch) => format!(
+                ", (SELECT count(*) FROM (SELECT pg_notify('{ch}', key) FROM u) AS n) AS notified"
+            ),
+            None => String::new(),
+        };
         let origin = leasehold::backend::EPOCH_ORIGIN_UNIX_SECS;
         let epoch_cols = record::epoch_columns(t);
         let this_table = format!("'{t}'::regclass::oid");
@@ -416,7 +442,7 @@ impl Statements {
                  )
                  SELECT EXISTS (SELECT 1 FROM u) AS done,
                    (SELECT lease_id FROM {t} WHERE key = $1) AS lease_id,
-                   NULL::bool AS same_epoch"
+                   NULL::bool AS same_epoch {notify}"
             ),
             inspect: format!("SELECT key, {HOLDER_COLUMNS} FROM {t} WHERE key = $1"),
             list: format!(
@@ -425,10 +451,13 @@ impl Statements {
                  ORDER BY key COLLATE \"C\""
             ),
             break_lease: format!(
-                "UPDATE {t} AS r SET lease_id = NULL, expires_at = NULL
-                 FROM (SELECT key, {HOLDER_COLUMNS} FROM {t} WHERE key = $1 FOR UPDATE) AS old
-                 WHERE r.key = old.key AND r.lease_id IS NOT NULL
-                 RETURNING old.*"
+                "WITH u AS (
+                    UPDATE {t} AS r SET lease_id = NULL, expires_at = NULL
+                    FROM (SELECT key, {HOLDER_COLUMNS} FROM {t} WHERE key = $1 FOR UPDATE) AS old
+                    WHERE r.key = old.key AND r.lease_id IS NOT NULL
+                    RETURNING old.*
+                 )
+                 SELECT u.* {notify} FROM u"
             ),
         }
     }
@@ -612,6 +641,10 @@ impl Backend for PostgresBackend {
             Err(f) if f.missing_table() => Ok(None),
             Err(f) => Err(f.into_error(OP)),
         }
+    }
+
+    fn watch_release(&self, key: &Key) -> Option<leasehold::ReleaseWatch> {
+        self.inner.listener.as_ref()?.watch(key)
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {

@@ -259,6 +259,8 @@ impl Lock {
                 let released = local.released.notified();
                 tokio::pin!(released);
                 released.as_mut().enable();
+                // A release by another process, where the backend can tell.
+                let remote = self.store.backend().watch_release(&self.key);
 
                 let sent = self.clock().now();
                 let anchor_now = *anchor.get_or_insert(sent);
@@ -323,6 +325,9 @@ impl Lock {
                 tokio::select! {
                     _ = sleep => {}
                     _ = released => { tracing::trace!("woken by a local release"); }
+                    _ = async { match remote { Some(w) => w.await, None => std::future::pending().await } } => {
+                        tracing::trace!("woken by a release elsewhere");
+                    }
                     _ = until(give_up, std::future::pending::<()>()) => return Err(timed_out(&mut outcome)),
                 }
             }
