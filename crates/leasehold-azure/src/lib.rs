@@ -215,12 +215,22 @@ impl AzureBackend {
     /// # Cancel safety
     /// Cancel safe (it does nothing asynchronous yet).
     pub async fn from_url(url: &str) -> Result<AzureBackend> {
+        Self::builder_from_url(url)?.build()
+    }
+
+    /// The builder [`from_url`](Self::from_url) builds: the container and
+    /// prefix from `url`, credentials from the environment; for adding
+    /// pipeline policies before building.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`](leasehold::Error::InvalidInput) for a
+    /// malformed URL.
+    pub fn builder_from_url(url: &str) -> Result<AzureBackendBuilder> {
         let (container, prefix) = builder::parse_url(url)?;
-        AzureBackendBuilder::new()
+        Ok(AzureBackendBuilder::new()
             .container(container)
             .prefix(prefix)
-            .with_env()
-            .build()
+            .with_env())
     }
 
     pub(crate) fn new(

@@ -25,8 +25,8 @@ use azure_storage_blob::models::{
 use azure_storage_blob::{BlobClient, BlobContainerClient, BlobContainerClientOptions};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
-use crate::stores::CountRequests;
 use crate::sys::mono_ns;
+use leasehold_stores::CountTries as CountRequests;
 
 /// One raw acquire + release loop.
 pub enum RawLoop {

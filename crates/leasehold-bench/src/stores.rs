@@ -10,8 +10,6 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Context};
 use async_trait::async_trait;
-use azure_core::http::policies::{Policy, PolicyResult};
-use azure_core::http::{Context as AzContext, Request};
 use leasehold::{
     AcquireOutcome, AcquireRequest, Backend, Capabilities, HolderInfo, Key, KeyInfo, Lease, Store,
 };
@@ -60,6 +58,19 @@ impl Spec {
         }
     }
 
+    /// The store URL, as every leasehold binary reads it.
+    pub fn url(&self) -> String {
+        match self {
+            Spec::Memory => "memory:".into(),
+            Spec::Sqlite(p) => format!("sqlite:{}", p.display()),
+            Spec::Azblob(c) => format!("azblob://{c}"),
+            Spec::Dynamodb(t) => format!(
+                "dynamodb://{t}?region=us-east-1&endpoint={}",
+                dynamodb_endpoint()
+            ),
+        }
+    }
+
     /// The name on the results page.
     pub fn label(&self) -> &'static str {
         match self {
@@ -84,8 +95,7 @@ pub fn dynamodb_endpoint() -> String {
     format!("http://127.0.0.1:{DYNAMODB_PORT}")
 }
 
-/// Reads a request counter.
-type RequestCount = Arc<dyn Fn() -> u64 + Send + Sync>;
+use leasehold_stores::RequestCounter as RequestCount;
 
 /// A store and its counters.
 pub struct Opened {
@@ -106,45 +116,15 @@ impl Opened {
     }
 }
 
-/// Opens `spec`; `track_renewals` records each key's renewal times.
+/// Opens `spec` through the store opener (the same as the CLI's);
+/// `track_renewals` records each key's renewal times.
 pub async fn open(spec: &Spec, track_renewals: bool) -> anyhow::Result<Opened> {
-    let (inner, requests, dynamo): (Arc<dyn Backend>, Option<RequestCount>, _) = match spec {
-        Spec::Memory => (
-            Arc::new(leasehold::memory::MemoryBackend::new()),
-            None,
-            None,
-        ),
-        Spec::Sqlite(path) => (
-            Arc::new(leasehold::sqlite::SqliteBackend::open(path)?),
-            None,
-            None,
-        ),
-        Spec::Azblob(container) => {
-            let count = Arc::new(AtomicU64::new(0));
-            let backend = leasehold_azure::AzureBackend::builder()
-                .container(container.clone())
-                .connection_string(azurite_connection_string())
-                .per_try_policy(Arc::new(CountRequests(count.clone())))
-                .build()?;
-            let f: RequestCount = Arc::new(move || count.load(Ordering::Relaxed));
-            (Arc::new(backend), Some(f), None)
-        }
-        Spec::Dynamodb(table) => {
-            let backend = Arc::new(
-                DynamoDbBackend::builder(table.clone())
-                    .region("us-east-1")
-                    .endpoint(dynamodb_endpoint())
-                    .build()
-                    .await
-                    .context("opening DynamoDB Local")?,
-            );
-            let b = backend.clone();
-            let f: RequestCount = Arc::new(move || b.requests_sent());
-            (backend.clone(), Some(f), Some(backend))
-        }
-    };
-    let calls = Arc::new(Counting::new(inner, track_renewals));
-    let requests = match requests {
+    let opened = leasehold_stores::open_backend(&spec.url())
+        .await
+        .with_context(|| format!("opening {}", spec.label()))?;
+    let dynamo = opened.concrete.downcast::<DynamoDbBackend>().ok();
+    let calls = Arc::new(Counting::new(opened.backend, track_renewals));
+    let requests = match opened.requests {
         Some(f) => f,
         None => {
             let c = calls.clone();
@@ -157,23 +137,6 @@ pub async fn open(spec: &Spec, track_renewals: bool) -> anyhow::Result<Opened> {
         dynamo,
         requests,
     })
-}
-
-/// Counts every Azure request try.
-#[derive(Debug)]
-pub struct CountRequests(pub Arc<AtomicU64>);
-
-#[async_trait]
-impl Policy for CountRequests {
-    async fn send(
-        &self,
-        ctx: &AzContext,
-        request: &mut Request,
-        next: &[Arc<dyn Policy>],
-    ) -> PolicyResult {
-        self.0.fetch_add(1, Ordering::Relaxed);
-        next[0].send(ctx, request, &next[1..]).await
-    }
 }
 
 /// A backend wrapper that counts calls and, optionally, when each key was

@@ -4,7 +4,7 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use leasehold_cli::stores::Access;
+use leasehold_stores::Access;
 
 /// Limits, environment variables and exit codes, after every help.
 const AFTER_HELP: &str = "\

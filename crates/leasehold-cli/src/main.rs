@@ -13,7 +13,7 @@ mod watchdog;
 use std::process::ExitCode;
 
 use cli::{Cli, Command};
-use leasehold_cli::stores;
+use leasehold_stores as stores;
 use output::say;
 
 /// Exit code when the lock was not obtained (held elsewhere, wait ran out).

@@ -643,8 +643,8 @@ impl Backend for PostgresBackend {
         }
     }
 
-    fn watch_release(&self, key: &Key) -> Option<leasehold::ReleaseWatch> {
-        self.inner.listener.as_ref()?.watch(key)
+    fn watch_release(&self, keys: &[Key]) -> Option<leasehold::ReleaseWatch> {
+        self.inner.listener.as_ref()?.watch(keys)
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {

@@ -1,6 +1,7 @@
 //! Wake-ups across machines: one connection per backend LISTENs on the
 //! table's channel, which every release and break NOTIFYs with the key.
 
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -52,16 +53,16 @@ impl Listener {
         let _ = rx.wait_for(|on| *on).await;
     }
 
-    /// A future that completes when a release or break of `key` is
+    /// A future that completes when a release or break of one of `keys` is
     /// announced (subscribed now); `None` outside a tokio runtime.
-    pub fn watch(&self, key: &Key) -> Option<ReleaseWatch> {
+    pub fn watch(&self, keys: &[Key]) -> Option<ReleaseWatch> {
         self.start()?;
         let mut rx = self.keys.subscribe();
-        let key: Arc<str> = key.as_str().into();
+        let keys: HashSet<Arc<str>> = keys.iter().map(|k| k.as_str().into()).collect();
         Some(Box::pin(async move {
             loop {
                 match rx.recv().await {
-                    Ok(k) if k == key => return,
+                    Ok(k) if keys.contains(&k) => return,
                     Ok(_) => {}
                     Err(broadcast::error::RecvError::Lagged(_)) => return,
                     Err(broadcast::error::RecvError::Closed) => std::future::pending().await,

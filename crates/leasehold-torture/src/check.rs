@@ -15,7 +15,10 @@
 //!   own lease (the break record names the token it ended, in the same store
 //!   epoch) before the later one began, and only for writes until that holder
 //!   could have learned of it ([`Limits::break_notice`]: its next renewal
-//!   plus grace). Such overlaps are counted apart and must be fenced.
+//!   plus grace, counted from when the break had landed: its answer, or the
+//!   later holder's first write if that came first; on a loaded store a
+//!   break can take many seconds to land). Such overlaps are counted apart
+//!   and must be fenced.
 //! * **fenced overlap**: two sections' *accepted* writes (late ones
 //!   included) interleave: the fenced resource saw two holders at once. The
 //!   witness rejects older tokens within a store epoch, so this fires on a
@@ -72,6 +75,28 @@ impl Limits {
             break_notice: ttl / 3 + ttl / 4 + Duration::from_millis(500),
             kill_grace: Duration::from_secs(1),
         }
+    }
+}
+
+/// A fault record's kind: the first word of its detail (`break`, `kill`,
+/// ...). A break's record goes on with [`BREAK_RETURNED`] and the time its
+/// answer came back: a break can take long to land on a loaded store, and it
+/// takes effect somewhere between the record's time (sent) and that.
+pub fn fault_kind(r: &Record) -> &str {
+    r.detail.split(' ').next().unwrap_or("")
+}
+
+/// A break's times: sent, and answered (it landed in between).
+type SentAnswered = (u64, u64);
+
+/// The word before a break's answer time in its fault record's detail.
+pub const BREAK_RETURNED: &str = "returned";
+
+fn break_returned(r: &Record) -> Option<u64> {
+    let mut words = r.detail.split(' ').skip(1);
+    match (words.next(), words.next()) {
+        (Some(BREAK_RETURNED), Some(t)) => t.parse().ok(),
+        _ => None,
     }
 }
 
@@ -137,6 +162,8 @@ pub struct Findings {
     pub recovery: BTreeMap<String, Vec<Duration>>,
     /// Faults after which nobody held the key again before the run ended.
     pub unrecovered: BTreeMap<String, usize>,
+    /// How long each break took to answer (it landed somewhere within).
+    pub break_latencies: Vec<Duration>,
 }
 
 impl Findings {
@@ -180,7 +207,7 @@ pub fn check(records: &[Record], limits: Limits) -> Findings {
             // A store loss is one fault for the whole store, counted by its
             // epoch record; its fault records (one per holder) only anchor
             // recovery.
-            Kind::Fault if r.detail == "loss" || r.detail == "restart" => {
+            Kind::Fault if matches!(fault_kind(r), "loss" | "restart") => {
                 faults.push(r);
                 continue;
             }
@@ -196,9 +223,9 @@ pub fn check(records: &[Record], limits: Limits) -> Findings {
                 continue;
             }
             Kind::Fault => {
-                *f.faults.entry(r.detail.clone()).or_default() += 1;
+                *f.faults.entry(fault_kind(r).into()).or_default() += 1;
                 if r.worker.starts_with("cli-") {
-                    *f.faults_on_run.entry(r.detail.clone()).or_default() += 1;
+                    *f.faults_on_run.entry(fault_kind(r).into()).or_default() += 1;
                 }
                 faults.push(r);
                 continue;
@@ -284,13 +311,20 @@ pub fn check(records: &[Record], limits: Limits) -> Findings {
         }
         by_key.entry(s.key.clone()).or_default().push(s);
     }
-    // Breaks, by (key, epoch, token of the lease they ended): their times.
-    let mut breaks: HashMap<(&str, u64, u64), Vec<u64>> = HashMap::new();
-    for r in faults.iter().filter(|r| r.detail == "break" && r.token > 0) {
+    // Breaks, by (key, epoch, token of the lease they ended): when each was
+    // sent and when its answer came back (it took effect in between).
+    let mut breaks: HashMap<(&str, u64, u64), Vec<SentAnswered>> = HashMap::new();
+    for r in faults
+        .iter()
+        .filter(|r| fault_kind(r) == "break" && r.token > 0)
+    {
+        let returned = break_returned(r).unwrap_or(r.t_ns).max(r.t_ns);
+        f.break_latencies
+            .push(Duration::from_nanos(returned - r.t_ns));
         breaks
             .entry((r.key.as_str(), r.epoch, r.token))
             .or_default()
-            .push(r.t_ns);
+            .push((r.t_ns, returned));
     }
 
     let mut starts: HashMap<String, Vec<(u64, String)>> = HashMap::new();
@@ -321,7 +355,13 @@ pub fn check(records: &[Record], limits: Limits) -> Findings {
                     .get(&(key.as_str(), a.epoch, a.token))
                     .into_iter()
                     .flatten()
-                    .any(|&t| t <= start && a.stop <= t + ns(limits.break_notice));
+                    // Sent before `b` began; `a` may write until it could
+                    // have learned of it: the break took effect by the time
+                    // its answer came back, and by the time `b` began (if
+                    // `b` was granted because of it), whichever is first.
+                    .any(|&(sent, returned)| {
+                        sent <= start && a.stop <= returned.min(start) + ns(limits.break_notice)
+                    });
                 if excused {
                     f.overlaps_after_break += 1;
                 } else {
@@ -360,10 +400,10 @@ pub fn check(records: &[Record], limits: Limits) -> Findings {
         match next {
             Some(t) => f
                 .recovery
-                .entry(fault.detail.clone())
+                .entry(fault_kind(fault).into())
                 .or_default()
                 .push(Duration::from_nanos(t - fault.t_ns)),
-            None => *f.unrecovered.entry(fault.detail.clone()).or_default() += 1,
+            None => *f.unrecovered.entry(fault_kind(fault).into()).or_default() += 1,
         }
     }
     f
@@ -415,7 +455,10 @@ fn fenced_overlaps(f: &mut Findings, key: &str, secs: &[Section]) {
 /// Writes of a `leasehold run` command later than `kill_grace` after its
 /// `leasehold run` was killed (the kill record names the section's token).
 fn orphans(f: &mut Findings, sections: &[Section], faults: &[&Record], limits: Limits) {
-    for k in faults.iter().filter(|r| r.detail == "kill" && r.token > 0) {
+    for k in faults
+        .iter()
+        .filter(|r| fault_kind(r) == "kill" && r.token > 0)
+    {
         let deadline = k.t_ns + ns(limits.kill_grace);
         for s in sections.iter().filter(|s| {
             s.key == k.key && s.token == k.token && s.worker == k.worker && s.epoch == k.epoch

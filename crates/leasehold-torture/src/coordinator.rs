@@ -1,7 +1,7 @@
 //! The coordinator: starts the holders, injects faults on a schedule, stops
 //! everything when the time is up, and checks the witness log.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -102,7 +102,7 @@ pub struct RunArgs {
 
 /// Opens a store URL the way the `leasehold` CLI does.
 pub async fn open_store(url: &str) -> anyhow::Result<Store> {
-    leasehold_cli::stores::open(Some(url)).await
+    leasehold_stores::open(Some(url)).await
 }
 
 /// Who holds a key now, as the witness log says.
@@ -353,6 +353,11 @@ pub async fn run(mut args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
     }
 
     let orphans = inject_faults(&args, &witness, &admin, &cli_pids, until_ns, &routes).await;
+    let orphaned_commands = orphans
+        .iter()
+        .map(|(n, _)| *n)
+        .collect::<HashSet<_>>()
+        .len();
 
     for t in tasks {
         let _ = tokio::time::timeout(args.ttl * 10 + Duration::from_secs(10), t).await;
@@ -366,7 +371,8 @@ pub async fn run(mut args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
         library_workers: args.workers,
         cli_workers: args.cli_workers,
         keys: keys.len(),
-        orphaned_commands: orphans,
+        orphaned_commands,
+        orphans: orphans.into_iter().map(|(_, o)| o).collect(),
         cli_exits: cli_exits.lock().unwrap().clone(),
         misbehaving: args.misbehaving.min(args.workers),
         forking: args.forking.min(args.cli_workers),
@@ -416,9 +422,11 @@ async fn inject_faults(
     cli_pids: &CliPids,
     until_ns: u64,
     routes: &HashMap<String, Route>,
-) -> usize {
+) -> Vec<(usize, String)> {
     let mut tracker = Tracker::default();
-    let mut orphans = 0;
+    // (which kill, description) of every process found alive.
+    let mut orphans = Vec::new();
+    let mut kills = 0usize;
     let mut pauses = Vec::new();
     // Let the holders get going first.
     tokio::time::sleep(args.ttl).await;
@@ -518,15 +526,28 @@ async fn inject_faults(
                 .await
                 .unwrap_or_default();
                 if !left.is_empty() {
-                    orphans += 1;
+                    kills += 1;
                     for p in left {
                         let cmd = std::fs::read(format!("/proc/{p}/cmdline"))
                             .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
                             .unwrap_or_default();
-                        eprintln!(
-                            "leasehold-torture: {} token {}: process {p} of the killed leasehold run's tree still alive: {cmd}",
-                            holder.worker, holder.token
+                        // State and parent: a process stuck in the kernel
+                        // (D) is not the same finding as one never signalled.
+                        let stat = std::fs::read_to_string(format!("/proc/{p}/stat"))
+                            .ok()
+                            .and_then(|s| s.rfind(')').map(|i| s[i + 2..].to_string()))
+                            .unwrap_or_default();
+                        let mut stat = stat.split(' ');
+                        let (state, ppid) =
+                            (stat.next().unwrap_or("?"), stat.next().unwrap_or("?"));
+                        let o = format!(
+                            "{} token {}: pid {p} (state {state}, parent {ppid}) {:.1} s after the kill: {cmd}",
+                            holder.worker,
+                            holder.token,
+                            grace.as_secs_f64(),
                         );
+                        eprintln!("leasehold-torture: {o}");
+                        orphans.push((kills, o));
                         signal(p, libc::SIGKILL);
                     }
                 }
@@ -575,7 +596,8 @@ async fn inject_faults(
                         0
                     }
                 };
-                let _ = witness.fault_at(sent, &key, &holder.worker, target, ended, kind);
+                let returned = format!("{kind} {} {}", check::BREAK_RETURNED, now_ns());
+                let _ = witness.fault_at(sent, &key, &holder.worker, target, ended, &returned);
             }
             _ => {}
         }

@@ -15,6 +15,9 @@ pub struct RunMeta {
     pub cli_workers: usize,
     pub keys: usize,
     pub orphaned_commands: usize,
+    /// For each orphaned command: the processes of its tree still alive,
+    /// as the coordinator saw them (pid, state, command line).
+    pub orphans: Vec<String>,
     pub cli_exits: BTreeMap<i32, usize>,
     /// Library workers that kept writing after their guard said lost.
     pub misbehaving: usize,
@@ -35,7 +38,7 @@ impl RunMeta {
             .map(|(c, n)| format!("{c}:{n}"))
             .collect();
         format!(
-            "store {}\nduration_ms {}\nttl_ms {}\nlibrary_workers {}\ncli_workers {}\nkeys {}\norphaned_commands {}\ncli_exits {}\nmisbehaving {}\nforking {}\npause_run {}\ninjected_bug {}\n",
+            "store {}\nduration_ms {}\nttl_ms {}\nlibrary_workers {}\ncli_workers {}\nkeys {}\norphaned_commands {}\ncli_exits {}\nmisbehaving {}\nforking {}\npause_run {}\ninjected_bug {}\n{}",
             self.store,
             self.duration.as_millis(),
             self.ttl.as_millis(),
@@ -48,6 +51,10 @@ impl RunMeta {
             self.forking,
             u8::from(self.pause_run),
             self.injected_bug.as_deref().unwrap_or("-"),
+            self.orphans
+                .iter()
+                .map(|o| format!("orphan {}\n", o.replace('\n', " ")))
+                .collect::<String>(),
         )
     }
 
@@ -76,6 +83,11 @@ impl RunMeta {
             cli_workers: num("cli_workers")? as usize,
             keys: num("keys")? as usize,
             orphaned_commands: num("orphaned_commands")? as usize,
+            orphans: text
+                .lines()
+                .filter_map(|l| l.strip_prefix("orphan "))
+                .map(String::from)
+                .collect(),
             cli_exits,
             // Absent in runs made before these existed.
             misbehaving: num("misbehaving").unwrap_or(0) as usize,
@@ -218,6 +230,16 @@ pub fn render(meta: &RunMeta, f: &Findings) -> String {
             margins.len()
         ),
     );
+    if !f.break_latencies.is_empty() {
+        row(
+            "break answered after: p50, max (a holder is excused from when it landed)",
+            format!(
+                "{}, {}",
+                ms(quantile(&f.break_latencies, 0.5)),
+                ms(f.break_latencies.iter().max().copied())
+            ),
+        );
+    }
     for (kind, times) in &f.recovery {
         row(
             &format!("recovery after {kind}: p50, p99"),
@@ -240,6 +262,15 @@ pub fn render(meta: &RunMeta, f: &Findings) -> String {
             .map(|(c, n)| format!("{c}: {n}"))
             .collect();
         row("`leasehold run` exit codes", exits.join(", "));
+    }
+    if !meta.orphans.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nProcesses alive after their `leasehold run` was killed:\n"
+        );
+        for o in &meta.orphans {
+            let _ = writeln!(s, "- {o}");
+        }
     }
     let all: Vec<&String> = f
         .by_kind()
@@ -270,6 +301,7 @@ mod tests {
             cli_workers: 2,
             keys: 2,
             orphaned_commands: 0,
+            orphans: Vec::new(),
             cli_exits: [(0, 975), (76, 2)].into_iter().collect(),
             misbehaving: 2,
             forking: 1,
@@ -290,6 +322,7 @@ mod tests {
             cli_workers: 2,
             keys: 2,
             orphaned_commands: 0,
+            orphans: Vec::new(),
             cli_exits: Default::default(),
             misbehaving: 0,
             forking: 0,

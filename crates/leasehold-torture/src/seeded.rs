@@ -224,6 +224,37 @@ fn a_broken_holder_that_keeps_working_past_its_next_renewal_is_flagged() {
 }
 
 #[test]
+fn a_break_that_lands_late_excuses_writes_until_notice_after_it_landed() {
+    // Sent at 25, answered at 300 (a loaded store): `c` began at 290, once
+    // it had landed; `b` stops 80 ns after that, within notice of the
+    // landing though long after the sending.
+    let f = History::default()
+        .begin(2, "b", 20)
+        .fault("break returned 300", "b", 2, 25)
+        .begin(3, "c", 290)
+        .tick(2, "b", 370)
+        .end(3, "c", 400)
+        .check();
+    clean(&f);
+    assert_eq!(f.overlaps_after_break, 1);
+    assert_eq!(f.faults.get("break"), Some(&1), "counted by kind");
+}
+
+#[test]
+fn a_late_break_excuses_nothing_past_notice_after_the_later_holder_began() {
+    // Answered at 300, but `c` began at 150 (so the break had landed by
+    // then): `b` writing at 260 is 110 ns after that, past notice.
+    let f = History::default()
+        .begin(2, "b", 20)
+        .fault("break returned 300", "b", 2, 25)
+        .begin(3, "c", 150)
+        .tick(2, "b", 260)
+        .end(3, "c", 400)
+        .check();
+    only(&f, "overlap");
+}
+
+#[test]
 fn a_break_of_the_same_token_in_another_store_epoch_excuses_nothing() {
     let f = History::default()
         .begin(2, "x", 5)

@@ -13,7 +13,6 @@ use crate::error::{LossReason, Result};
 use crate::guard::LeaseGuard;
 use crate::key::Key;
 use crate::lock::Lock;
-use crate::metric::Kind;
 use crate::options::Wait;
 
 /// Leader election on one key. Made by [`Store::election`](crate::Store::election)
@@ -66,7 +65,6 @@ pub struct Leadership {
 
 impl Election {
     pub(crate) fn new(lock: Lock) -> Self {
-        let lock = lock.part_of(Kind::Election, None);
         Election { lock }
     }
 

@@ -153,7 +153,7 @@ pub(crate) struct GuardParts {
     pub anchor: Duration,
     pub local: Arc<LocalKey>,
     pub gate: Option<OwnedMutexGuard<()>>,
-    /// Also rung when the guard lets go (see `Lock::part_of`).
+    /// Also rung when the guard lets go (a semaphore's waiters queue there).
     pub group: Option<Arc<LocalKey>>,
     /// Metrics labels.
     pub labels: Labels,

@@ -91,6 +91,7 @@
 pub mod backend;
 mod clock;
 mod election;
+mod engine;
 mod epoch;
 mod error;
 mod guard;

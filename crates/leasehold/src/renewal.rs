@@ -164,6 +164,7 @@ impl RenewalLoop {
         self.gate.take();
         self.local.released.notify_waiters();
         if let Some(group) = &self.group {
+            group.note_release();
             group.released.notify_waiters();
         }
     }

@@ -7,12 +7,11 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::{HolderInfo, KeyInfo};
+use crate::engine::{Engine, Granted, Waiting};
 use crate::error::{Error, LossReason, Result};
 use crate::guard::LeaseGuard;
 use crate::key::{Key, MAX_KEY_LEN};
-use crate::local::LocalKey;
-use crate::lock::{Lock, WaitOutcome};
-use crate::metric::{Kind, Labels};
+use crate::metric::Kind;
 use crate::options::{ResolvedOptions, Wait};
 use crate::store::Store;
 
@@ -48,7 +47,7 @@ pub const MAX_SEMAPHORE_KEY_LEN: usize = MAX_KEY_LEN - SLOT_SEGMENT.len() - 3;
 /// # How it works
 /// A semaphore on `KEY` with limit N is N ordinary leases on N *slot keys*,
 /// `KEY/:slot:0` … `KEY/:slot:{N-1}`. A permit is a [`LeaseGuard`] on one
-/// slot, taken through the same machinery as a [`Lock`]'s, so it renews in
+/// slot, taken by the same acquisition engine as a [`Lock`](crate::Lock)'s, so it renews in
 /// the background, says when it is lost, is cancel safe, and ends at its TTL
 /// if its holder dies. Nothing else is stored: no counter, no list of
 /// waiters, so it works on every backend unchanged.
@@ -89,10 +88,7 @@ pub const MAX_SEMAPHORE_KEY_LEN: usize = MAX_KEY_LEN - SLOT_SEGMENT.len() - 3;
 /// disagree on the limit admit up to the largest of their limits.
 #[derive(Debug, Clone)]
 pub struct Semaphore {
-    key: Key,
-    slots: Arc<[Lock]>,
-    group: Arc<LocalKey>,
-    store: Store,
+    engine: Arc<Engine>,
 }
 
 /// A permit of a [`Semaphore`]: a held lease on one of its slots, renewed
@@ -117,15 +113,6 @@ pub struct SlotInfo {
     pub info: KeyInfo,
 }
 
-/// The outcome of one pass over the slots.
-enum Round {
-    Acquired(SemaphorePermit),
-    Full {
-        holders: Vec<HolderInfo>,
-        failure: Option<Error>,
-    },
-}
-
 impl Semaphore {
     pub(crate) fn new(store: Store, key: Key, limit: u32, opts: ResolvedOptions) -> Result<Self> {
         if limit == 0 || limit > MAX_SEMAPHORE_LIMIT {
@@ -143,40 +130,31 @@ impl Semaphore {
                 ),
             ));
         }
-        let group = store.local_group(&key);
-        let slots = (0..limit)
-            .map(|slot| {
-                Lock::new(store.clone(), slot_key(&key, slot), opts.clone())
-                    .part_of(Kind::Semaphore, Some(group.clone()))
-            })
-            .collect();
+        let slots = (0..limit).map(|slot| slot_key(&key, slot)).collect();
         Ok(Semaphore {
-            key,
-            slots,
-            group,
-            store,
+            engine: Arc::new(Engine::new(store, key, slots, opts, Kind::Semaphore)),
         })
     }
 
     /// The semaphore's key.
     pub fn key(&self) -> &Key {
-        &self.key
+        self.engine.name()
     }
 
     /// How many holders it admits at once.
     pub fn limit(&self) -> u32 {
-        self.slots.len() as u32
+        self.engine.slots().len() as u32
     }
 
     /// The key of slot `slot` (`KEY/:slot:N`), also for slots beyond the
     /// limit.
     pub fn slot_key(&self, slot: u32) -> Key {
-        slot_key(&self.key, slot)
+        slot_key(self.key(), slot)
     }
 
     /// The lease TTL of permits.
     pub fn ttl(&self) -> Duration {
-        self.slots[0].ttl()
+        self.engine.ttl()
     }
 
     /// Every slot of this semaphore the store has a record of, held or not,
@@ -186,9 +164,10 @@ impl Semaphore {
     /// # Errors
     /// Backend failures.
     pub async fn inspect(&self) -> Result<Vec<SlotInfo>> {
-        let prefix = format!("{}{SLOT_SEGMENT}", self.key);
+        let prefix = format!("{}{SLOT_SEGMENT}", self.key());
         let mut slots: Vec<SlotInfo> = self
-            .store
+            .engine
+            .store()
             .list(&prefix)
             .await?
             .into_iter()
@@ -215,20 +194,7 @@ impl Semaphore {
     /// Cancel safe: a slot granted to a request in flight when the future is
     /// dropped is released in the background.
     pub async fn try_acquire(&self) -> Result<SemaphorePermit> {
-        let started = tokio::time::Instant::now();
-        let result = match self.round().await {
-            Ok(Round::Acquired(permit)) => Ok(permit),
-            Ok(Round::Full {
-                failure: Some(err), ..
-            }) => Err(err),
-            Ok(Round::Full { holders, .. }) => Err(Error::Held {
-                key: self.key.to_string(),
-                holder: holders.into_iter().next().map(Box::new),
-            }),
-            Err(err) => Err(err),
-        };
-        self.labels().acquire(&result, started.elapsed());
-        result
+        Ok(self.permit(self.engine.try_acquire().await?))
     }
 
     /// Takes a permit, waiting up to `wait` for one to come free.
@@ -259,103 +225,21 @@ impl Semaphore {
         wait: impl Into<Wait>,
         mut on_full: impl FnMut(&[HolderInfo]),
     ) -> Result<SemaphorePermit> {
-        let wait = wait.into();
-        let started = tokio::time::Instant::now();
-        let mut outcome = WaitOutcome::default();
-        let waiting = self.wait(&mut on_full, &mut outcome);
-        let result = match wait.deadline(started) {
-            None => waiting.await,
-            Some(give_up) => match tokio::time::timeout_at(give_up, waiting).await {
-                Ok(result) => result,
-                Err(_) => Err(outcome.take_error(
-                    self.store.backend().name(),
-                    &self.key,
-                    started.elapsed(),
-                )),
-            },
+        let mut report = |waiting: Waiting<'_>| {
+            if let Waiting::Held(holders) = waiting {
+                on_full(holders)
+            }
         };
-        self.labels().acquire(&result, started.elapsed());
-        result
+        let granted = self.engine.acquire(wait.into(), &mut report).await?;
+        Ok(self.permit(granted))
     }
 
-    async fn wait(
-        &self,
-        on_full: &mut impl FnMut(&[HolderInfo]),
-        outcome: &mut WaitOutcome,
-    ) -> Result<SemaphorePermit> {
-        // One poller per process: the others queue here, in FIFO order.
-        let _queue = self.group.gate.clone().lock_owned().await;
-        let opts = self.slots[0].options();
-        let mut failures = 0u32;
-        loop {
-            let released = self.group.released.notified();
-            tokio::pin!(released);
-            released.as_mut().enable();
-            let pause = match self.round().await? {
-                Round::Acquired(permit) => return Ok(permit),
-                Round::Full {
-                    failure: Some(err),
-                    holders,
-                } if holders.is_empty() => {
-                    failures += 1;
-                    let pause = opts.poll_pause().saturating_mul(1 << failures.min(5));
-                    tracing::warn!(key = %self.key, error = %err, retry_in = ?pause, "semaphore attempt failed; retrying");
-                    outcome.failed(err);
-                    pause
-                }
-                Round::Full { holders, .. } => {
-                    failures = 0;
-                    outcome.held();
-                    on_full(&holders);
-                    opts.poll_pause()
-                }
-            };
-            tokio::select! {
-                _ = tokio::time::sleep(pause) => {}
-                _ = released => tracing::trace!(key = %self.key, "woken by a local release"),
-            }
-        }
-    }
-
-    /// Tries every slot once in random order; slots a guard of this process
-    /// holds are skipped.
-    async fn round(&self) -> Result<Round> {
-        use rand::seq::SliceRandom;
-        let mut order: Vec<u32> = (0..self.limit()).collect();
-        order.shuffle(&mut rand::rng());
-        let mut holders = Vec::new();
-        let mut failure = None;
-        for slot in order {
-            let lock = &self.slots[slot as usize];
-            if self.held_here(lock) {
-                continue;
-            }
-            match lock.try_once().await {
-                Ok(guard) => {
-                    tracing::debug!(key = %self.key, slot, token = guard.fencing_token(), "permit acquired");
-                    return Ok(Round::Acquired(SemaphorePermit {
-                        semaphore: self.key.clone(),
-                        slot,
-                        guard,
-                    }));
-                }
-                Err(Error::Held { holder, .. }) => holders.extend(holder.map(|h| *h)),
-                Err(err) if err.is_retryable() => failure = Some(err),
-                Err(err) => return Err(err),
-            }
-        }
-        Ok(Round::Full { holders, failure })
-    }
-
-    /// Whether a guard (or waiter) of this process holds the slot's gate.
-    fn held_here(&self, lock: &Lock) -> bool {
-        self.store.local_key(lock.key()).gate.try_lock().is_err()
-    }
-
-    fn labels(&self) -> Labels {
-        Labels {
-            backend: self.store.backend().name(),
-            kind: Kind::Semaphore,
+    fn permit(&self, granted: Granted) -> SemaphorePermit {
+        tracing::debug!(key = %self.key(), slot = granted.slot, token = granted.guard.fencing_token(), "permit acquired");
+        SemaphorePermit {
+            semaphore: self.key().clone(),
+            slot: granted.slot,
+            guard: granted.guard,
         }
     }
 }

@@ -12,7 +12,8 @@ use crate::key::{validate_prefix, Key};
 use crate::local::{LocalKey, LocalKeys};
 use crate::lock::Lock;
 use crate::memory::MemoryBackend;
-use crate::options::LockOptions;
+use crate::metric::Kind;
+use crate::options::{LockOptions, ResolvedOptions};
 use crate::semaphore::Semaphore;
 
 /// A lease store: where locks live. Cheap to clone; clones share one
@@ -83,8 +84,9 @@ impl Store {
     /// * `memory:`: a new in-memory store, private to this `Store` and its
     ///   clones (for tests).
     ///
-    /// Cloud stores (`azblob://`, `dynamodb://`) live in crates of their own
-    /// and are opened through them (the `leasehold` CLI does that for you).
+    /// Every other store lives in a crate of its own; the store opener,
+    /// crate `leasehold-stores`, opens any of them by URL (the `leasehold`
+    /// CLI does that for you).
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for a malformed URL,
@@ -97,15 +99,16 @@ impl Store {
         if let Some(rest) = url.strip_prefix("sqlite:") {
             return open_sqlite(rest);
         }
-        let scheme = url.split_once(':').map(|(s, _)| s).unwrap_or("");
-        if matches!(scheme, "azblob" | "dynamodb") {
+        if let Some((scheme, _)) = url.split_once("://") {
+            // Another store's URL: the store opener (crate leasehold-stores)
+            // knows every store; this crate only its built-in ones.
             return Err(Error::NotSupported(format!(
-                "the {scheme}:// store is not supported by leasehold::Store::open; use the {scheme} backend crate (or a leasehold CLI built with it)"
+                "the {scheme}:// store is not built into leasehold::Store::open (only sqlite: and memory: are); open it with leasehold_stores::open or its backend crate"
             )));
         }
         Err(Error::invalid(
             "store URL",
-            format!("{url:?}: expected sqlite:PATH, sqlite:///ABS/PATH, sqlite:, memory:, azblob://CONTAINER[/PREFIX] or dynamodb://TABLE"),
+            format!("{url:?}: expected sqlite:PATH, sqlite:///ABS/PATH, sqlite: or memory: (other stores open through the leasehold-stores crate)"),
         ))
     }
 
@@ -131,6 +134,16 @@ impl Store {
         self.inner.groups.get(key)
     }
 
+    /// `key` and `options`, checked against the key rule and this store's
+    /// backend.
+    fn resolve(&self, key: &str, options: LockOptions) -> Result<(Key, ResolvedOptions)> {
+        let key = Key::new(key)?;
+        refuse_slot_key(&key)?;
+        let backend = self.backend();
+        let resolved = options.resolve(&backend.capabilities(), backend.name())?;
+        Ok((key, resolved))
+    }
+
     /// A lock on `key` with default [`LockOptions`].
     ///
     /// # Errors
@@ -149,11 +162,8 @@ impl Store {
     /// options do not fit together or with the backend (the message says
     /// what is allowed).
     pub fn lock_with(&self, key: &str, options: LockOptions) -> Result<Lock> {
-        let key = Key::new(key)?;
-        refuse_slot_key(&key)?;
-        let backend = self.backend();
-        let resolved = options.resolve(&backend.capabilities(), backend.name())?;
-        Ok(Lock::new(self.clone(), key, resolved))
+        let (key, resolved) = self.resolve(key, options)?;
+        Ok(Lock::new(self.clone(), key, resolved, Kind::Lock))
     }
 
     /// A [`Semaphore`] on `key` admitting `limit` holders at once, with
@@ -177,10 +187,7 @@ impl Store {
     /// (what: `"semaphore limit"`), or if the options do not fit together or
     /// with the backend.
     pub fn semaphore_with(&self, key: &str, limit: u32, options: LockOptions) -> Result<Semaphore> {
-        let key = Key::new(key)?;
-        refuse_slot_key(&key)?;
-        let backend = self.backend();
-        let resolved = options.resolve(&backend.capabilities(), backend.name())?;
+        let (key, resolved) = self.resolve(key, options)?;
         Semaphore::new(self.clone(), key, limit, resolved)
     }
 
@@ -199,7 +206,13 @@ impl Store {
     /// # Errors
     /// As [`lock_with`](Self::lock_with).
     pub fn election_with(&self, key: &str, options: LockOptions) -> Result<Election> {
-        Ok(Election::new(self.lock_with(key, options)?))
+        let (key, resolved) = self.resolve(key, options)?;
+        Ok(Election::new(Lock::new(
+            self.clone(),
+            key,
+            resolved,
+            Kind::Election,
+        )))
     }
 
     /// What the store holds for `key`.

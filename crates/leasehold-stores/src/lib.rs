@@ -1,15 +1,26 @@
-//! Opening any store by URL: the built-in ones (`sqlite:`, `memory:`) from
-//! the library, each cloud store from its own crate, compiled in by a cargo
-//! feature of this crate (`azblob`, `dynamodb`, `postgres`; all on by
-//! default). A build
-//! without one still recognises its URLs and says what is missing.
+//! The one store opener: every leasehold binary (the `leasehold` command,
+//! the torture harness, the benchmarks) maps a store URL to its backend
+//! here, and a new store registers here and nowhere else.
+//!
+//! | URL | store | cargo feature |
+//! |---|---|---|
+//! | `sqlite:PATH`, `sqlite:///ABS/PATH`, `sqlite:` (the default file) | SQLite, one machine | always |
+//! | `memory:` | in-process memory (tests and tools only) | always |
+//! | `azblob://CONTAINER[/PREFIX]` | Azure Blob Storage leases | `azblob` |
+//! | `dynamodb://TABLE?region=R&endpoint=URL` | DynamoDB | `dynamodb` |
+//! | `postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?table=NAME&sslmode=MODE]` (or `postgresql://`) | PostgreSQL | `postgres` |
+//!
+//! A build without a cloud store's feature still recognises its URLs and
+//! says which feature is missing.
 //!
 //! Store URLs may carry secrets (an Azure SAS in the query, `user:pw@` in
 //! the authority, a token parameter): [`redact`] and [`scrub`] are the one
 //! place that removes them from anything printed.
 
+use std::sync::Arc;
+
 use anyhow::Context;
-use leasehold::{Error, Store};
+use leasehold::{Backend, Error, Store};
 
 /// What a command does with the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,13 +42,49 @@ pub enum Access {
 /// the message names the URL without its secrets.
 pub async fn open(url: Option<&str>) -> anyhow::Result<Store> {
     let url = url.unwrap_or("sqlite:");
-    let opened = match url.split_once("://").map(|(scheme, _)| scheme) {
+    let opened = open_backend(url)
+        .await
+        .map(|o| Store::from_backend(o.backend));
+    opened.with_context(|| format!("cannot open store {}", redact(url)))
+}
+
+/// A backend opened from its URL, with its request counter.
+pub struct Opened {
+    /// The backend.
+    pub backend: Arc<dyn Backend>,
+    /// The same backend as its concrete type, for tools that use its own
+    /// API (downcast it: `leasehold_dynamodb::DynamoDbBackend`, ...).
+    pub concrete: Arc<dyn std::any::Any + Send + Sync>,
+    /// Requests sent to the store so far, for stores that send several per
+    /// backend call (HTTP requests to Azure or DynamoDB, SDK retries
+    /// included); `None` where one backend call is one request (SQLite, a
+    /// transaction; memory).
+    pub requests: Option<RequestCounter>,
+}
+
+/// Reads a store's request counter.
+pub type RequestCounter = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+/// Opens the backend `url` names (any store, a tool's own `memory:`
+/// included), counting its requests where it can. For the benchmarks and
+/// tools that wrap the backend; [`open`] for everyone else.
+///
+/// # Errors
+/// As [`Store::open`], and the cloud backends' URL and credential errors.
+pub async fn open_backend(url: &str) -> leasehold::Result<Opened> {
+    match url.split_once("://").map(|(scheme, _)| scheme) {
         Some("azblob") => open_azblob(url).await,
         Some("dynamodb") => open_dynamodb(url).await,
         Some("postgres" | "postgresql") => open_postgres(url).await,
-        _ => Store::open(url),
-    };
-    opened.with_context(|| format!("cannot open store {}", redact(url)))
+        _ => {
+            let backend = Store::open(url)?.backend().clone();
+            Ok(Opened {
+                concrete: Arc::new(backend.clone()),
+                backend,
+                requests: None,
+            })
+        }
+    }
 }
 
 /// Opens `url`, or the default SQLite file when none is given, as the
@@ -86,13 +133,10 @@ async fn open_url(url: &str, access: Access) -> leasehold::Result<Store> {
         }
         return Store::open(url);
     }
-    match url.split_once("://").map(|(scheme, _)| scheme) {
-        Some("azblob") => open_azblob(url).await,
-        Some("dynamodb") => open_dynamodb(url).await,
-        Some("postgres" | "postgresql") => open_postgres(url).await,
-        _ if url == "memory:" => Err(private_store(url)),
-        _ => Store::open(url),
+    if url == "memory:" {
+        return Err(private_store(url));
     }
+    Ok(Store::from_backend(open_backend(url).await?.backend))
 }
 
 /// `:memory:`, or a `file:` URI naming an in-memory database: SQLite opens
@@ -114,38 +158,75 @@ fn private_store(url: &str) -> Error {
 }
 
 #[cfg(feature = "azblob")]
-async fn open_azblob(url: &str) -> leasehold::Result<Store> {
-    Ok(Store::new(
-        leasehold_azure::AzureBackend::from_url(url).await?,
-    ))
+async fn open_azblob(url: &str) -> leasehold::Result<Opened> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let count = Arc::new(AtomicU64::new(0));
+    let backend = leasehold_azure::AzureBackend::builder_from_url(url)?
+        .per_try_policy(Arc::new(CountTries(count.clone())))
+        .build()?;
+    let backend = Arc::new(backend);
+    Ok(Opened {
+        concrete: backend.clone(),
+        backend,
+        requests: Some(Arc::new(move || count.load(Ordering::Relaxed))),
+    })
+}
+
+/// An Azure pipeline policy that counts every request sent, retries
+/// included: the opener installs one on every `azblob://` store, and the
+/// benchmarks' raw SDK loop counts with it too.
+#[cfg(feature = "azblob")]
+#[derive(Debug)]
+pub struct CountTries(pub Arc<std::sync::atomic::AtomicU64>);
+
+#[cfg(feature = "azblob")]
+#[async_trait::async_trait]
+impl azure_core::http::policies::Policy for CountTries {
+    async fn send(
+        &self,
+        ctx: &azure_core::http::Context,
+        request: &mut azure_core::http::Request,
+        next: &[Arc<dyn azure_core::http::policies::Policy>],
+    ) -> azure_core::http::policies::PolicyResult {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        next[0].send(ctx, request, &next[1..]).await
+    }
 }
 
 #[cfg(not(feature = "azblob"))]
-async fn open_azblob(_url: &str) -> leasehold::Result<Store> {
+async fn open_azblob(_url: &str) -> leasehold::Result<Opened> {
     Err(not_in_build("azblob"))
 }
 
 #[cfg(feature = "dynamodb")]
-async fn open_dynamodb(url: &str) -> leasehold::Result<Store> {
-    Ok(Store::new(
-        leasehold_dynamodb::DynamoDbBackend::from_url(url).await?,
-    ))
+async fn open_dynamodb(url: &str) -> leasehold::Result<Opened> {
+    let backend = Arc::new(leasehold_dynamodb::DynamoDbBackend::from_url(url).await?);
+    let counted = backend.clone();
+    Ok(Opened {
+        concrete: backend.clone(),
+        backend,
+        requests: Some(Arc::new(move || counted.requests_sent())),
+    })
 }
 
 #[cfg(not(feature = "dynamodb"))]
-async fn open_dynamodb(_url: &str) -> leasehold::Result<Store> {
+async fn open_dynamodb(_url: &str) -> leasehold::Result<Opened> {
     Err(not_in_build("dynamodb"))
 }
 
 #[cfg(feature = "postgres")]
-async fn open_postgres(url: &str) -> leasehold::Result<Store> {
-    Ok(Store::new(
-        leasehold_postgres::PostgresBackend::from_url(url).await?,
-    ))
+async fn open_postgres(url: &str) -> leasehold::Result<Opened> {
+    // One backend call is one statement, one round trip: no counter.
+    let backend = Arc::new(leasehold_postgres::PostgresBackend::from_url(url).await?);
+    Ok(Opened {
+        concrete: backend.clone(),
+        backend,
+        requests: None,
+    })
 }
 
 #[cfg(not(feature = "postgres"))]
-async fn open_postgres(_url: &str) -> leasehold::Result<Store> {
+async fn open_postgres(_url: &str) -> leasehold::Result<Opened> {
     Err(not_in_build("postgres"))
 }
 
@@ -248,40 +329,94 @@ fn is_postgres(url: &str) -> bool {
     url.starts_with("postgres://") || url.starts_with("postgresql://")
 }
 
-/// Percent-decoding for matching decoded secrets in messages (no crate for
-/// a dozen lines; `None` if it decodes to nothing different).
+/// `s` percent-decoded (`+` as a space, as in a query), for matching
+/// decoded secrets in messages; `None` if that changes nothing or is not
+/// UTF-8.
 fn percent_decode(s: &str) -> Option<String> {
     if !s.contains(['%', '+']) {
         return None;
     }
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' if i + 3 <= bytes.len() && s.is_char_boundary(i + 3) => {
-                match u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                    Ok(b) => out.push(b),
-                    Err(_) => return None,
-                }
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            b => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).ok()
+    let spaced = s.replace('+', " ");
+    let decoded = percent_encoding::percent_decode_str(&spaced)
+        .decode_utf8()
+        .ok()?;
+    (decoded != s).then(|| decoded.into_owned())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
+    #[test]
+    fn built_in_stores_open_and_unknown_schemes_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite:{}", dir.path().join("l.db").display());
+        let opened = block_on(open_backend(&url)).unwrap();
+        assert_eq!(opened.backend.name(), "sqlite");
+        assert!(
+            opened.requests.is_none(),
+            "a SQLite call is one transaction"
+        );
+        let opened = block_on(open_backend("memory:")).unwrap();
+        assert_eq!(opened.backend.name(), "memory");
+        let err = block_on(open_backend("nosuch://x")).err().unwrap();
+        assert!(matches!(err, Error::NotSupported(_)), "{err}");
+        assert!(err.to_string().contains("nosuch://"), "{err}");
+    }
+
+    #[test]
+    fn the_command_refuses_stores_no_other_process_sees() {
+        for url in [
+            "memory:",
+            "sqlite::memory:",
+            "sqlite:file::memory:?cache=shared",
+        ] {
+            let err = block_on(open_with(Some(url), Access::Lease)).err().unwrap();
+            assert!(
+                format!("{err:#}").contains("private to this one process"),
+                "{url}: {err:#}"
+            );
+        }
+    }
+
+    #[cfg(not(feature = "azblob"))]
+    #[test]
+    fn a_build_without_a_store_says_which_feature_it_lacks() {
+        let err = block_on(open_backend("azblob://c")).err().unwrap();
+        assert!(matches!(err, Error::NotSupported(_)), "{err}");
+        assert!(
+            err.to_string().contains("cargo feature \"azblob\""),
+            "{err}"
+        );
+    }
+
+    #[cfg(feature = "azblob")]
+    #[test]
+    fn an_azure_store_counts_its_requests_from_zero() {
+        std::env::set_var(
+            "AZURE_STORAGE_CONNECTION_STRING",
+            "UseDevelopmentStorage=true",
+        );
+        let opened = block_on(open_backend("azblob://leases")).unwrap();
+        assert_eq!(opened.backend.name(), "azblob");
+        assert_eq!(
+            opened.requests.expect("counted")(),
+            0,
+            "opening sends nothing"
+        );
+        assert!(opened
+            .concrete
+            .downcast::<leasehold_azure::AzureBackend>()
+            .is_ok());
+    }
 
     #[test]
     fn redact_hides_userinfo_query_and_fragment() {

@@ -1,0 +1,671 @@
+//! The acquisition engine: the one wait loop under [`Lock`](crate::Lock),
+//! [`Semaphore`](crate::Semaphore) and [`Election`](crate::Election).
+//!
+//! An [`Engine`] takes a lease on one of its *slots*: a lock or an election
+//! has one slot (its key), a semaphore of limit N has N (its slot keys).
+//! Each public type is a thin face that says what its grant means; the
+//! rules below are written here once:
+//!
+//! * **Attempts.** One round tries every slot once, in random order (so that
+//!   N processes do not all start on slot 0), skipping slots this process
+//!   already holds. Each attempt runs in a task of its own: if the caller is
+//!   dropped while a request is in flight and the store grants it anyway,
+//!   the task releases the lease (cancel safety).
+//! * **Store epochs.** An attempt asks for the epoch this store has cleared
+//!   and learns a new one first if need be; nothing is granted in an epoch
+//!   still in quarantine ([`Error::Quarantined`]).
+//! * **Late grants.** A grant that arrives after its own safety deadline
+//!   (counted from when its request, or the first ambiguous one with the same
+//!   lease id, was sent) is never returned: it is released in the background,
+//!   and a waiting caller tries again with a new lease id.
+//! * **Ambiguous failures.** A retryable failure may have been granted
+//!   without our hearing: the slot keeps its lease id, so the next attempt
+//!   finds it (the store renews its own lease to the same id), and if the
+//!   wait ends first, the id is released in the background.
+//! * **Waiting.** Tasks of one process waiting on the same lock or
+//!   semaphore queue in FIFO order on a local gate; only the first polls the
+//!   store, after a random pause between the poll bounds (a backoff after
+//!   failures), and a release by a guard of the same [`Store`] wakes it at
+//!   once. The wait ends at its deadline, even inside an attempt, so SDK
+//!   retries cannot stretch it.
+//! * **Fairness.** Once local handoffs have kept a contended key in this
+//!   process for [`FAIR_SHARE_POLLS`] longest poll intervals, the local
+//!   waiter about to take over from a local release stands back for one poll
+//!   interval instead, so that every other process's waiter gets a try.
+//! * **How a wait ends without a lease:** with the last store failure if the
+//!   store failed since it last answered (an unreachable store is not a
+//!   holder), or a failure saying it never answered, else
+//!   [`Error::TimedOut`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{oneshot, OwnedMutexGuard};
+use tracing::Instrument;
+
+use crate::backend::{AcquireOutcome, AcquireRequest, Backend, HolderInfo, Lease, LeaseId, Owner};
+use crate::clock::SharedClock;
+use crate::epoch::Clearance;
+use crate::error::{Error, Result};
+use crate::guard::{GuardParts, LeaseGuard};
+use crate::key::Key;
+use crate::local::LocalKey;
+use crate::metric::{Kind, Labels};
+use crate::options::{ResolvedOptions, Wait};
+use crate::store::Store;
+
+/// How many longest poll intervals a process may keep a contended key
+/// through local handoffs before it stands back for one interval, so that
+/// other processes' waiters get their turn (2 s with the default polling).
+pub(crate) const FAIR_SHARE_POLLS: u32 = 20;
+
+/// Why a waiting acquisition has not got the lease yet, as reported to
+/// [`Lock::acquire_reporting`](crate::Lock::acquire_reporting).
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub enum WaitReason<'a> {
+    /// Someone else holds the key; who, when the backend could tell.
+    Held(Option<&'a HolderInfo>),
+    /// The store's data is new to this process (store epoch `epoch`) and
+    /// nothing is granted for `remaining` (see [`Error::Quarantined`]).
+    Quarantine {
+        /// The new store epoch.
+        epoch: u64,
+        /// How long the quarantine lasts from now.
+        remaining: Duration,
+    },
+}
+
+/// What a round that got nothing tells a waiter, for its progress display:
+/// every slot was held (by these holders, as far as the store said), or the
+/// store is in quarantine.
+pub(crate) enum Waiting<'a> {
+    Held(&'a [HolderInfo]),
+    Quarantine { epoch: u64, remaining: Duration },
+}
+
+/// A lease granted on one slot.
+#[derive(Debug)]
+pub(crate) struct Granted {
+    pub slot: u32,
+    pub guard: LeaseGuard,
+}
+
+/// The engine under one lock, semaphore or election. Cheap to share.
+#[derive(Debug)]
+pub(crate) struct Engine {
+    store: Store,
+    /// The key the caller named: errors, logs and metrics speak of it.
+    name: Key,
+    /// The keys a lease may be taken on (`[name]` for a lock).
+    slots: Box<[Key]>,
+    opts: ResolvedOptions,
+    owner: Owner,
+    kind: Kind,
+    /// Where this process's waiters queue and are woken (the key's own for a
+    /// lock, one shared by every slot of a semaphore).
+    queue: Arc<LocalKey>,
+}
+
+/// Per slot, during one wait: the lease id an ambiguous failure may have
+/// been granted to, and when the first request with that id was sent.
+struct SlotState {
+    pending: PendingLease,
+    anchor: Option<Duration>,
+}
+
+/// What one round of attempts found, when it got nothing.
+#[derive(Default)]
+struct Missed {
+    /// Some slot was answered "held".
+    held: bool,
+    holders: Vec<HolderInfo>,
+    /// The last retryable failure of the round.
+    failure: Option<Error>,
+    /// The store is in quarantine.
+    quarantine: Option<(u64, Duration)>,
+    /// The store's epoch changed under every attempt.
+    other_epoch: bool,
+    /// A grant came too late and was let go: try again at once.
+    late: bool,
+}
+
+enum Round {
+    Granted(Granted),
+    Missed(Missed),
+}
+
+impl Engine {
+    /// An engine taking leases on `slots`, named `name`. With one slot equal
+    /// to `name`, waiters queue on the key itself; otherwise on a local group
+    /// of `name` that every slot's release rings.
+    pub(crate) fn new(
+        store: Store,
+        name: Key,
+        slots: Vec<Key>,
+        opts: ResolvedOptions,
+        kind: Kind,
+    ) -> Self {
+        let mut owner = Owner::current();
+        owner.label = opts.label.clone();
+        let queue = match slots.as_slice() {
+            [only] if *only == name => store.local_key(&name),
+            _ => store.local_group(&name),
+        };
+        Engine {
+            store,
+            name,
+            slots: slots.into(),
+            opts,
+            owner,
+            kind,
+            queue,
+        }
+    }
+
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub(crate) fn name(&self) -> &Key {
+        &self.name
+    }
+
+    pub(crate) fn slots(&self) -> &[Key] {
+        &self.slots
+    }
+
+    pub(crate) fn owner(&self) -> &Owner {
+        &self.owner
+    }
+
+    pub(crate) fn ttl(&self) -> Duration {
+        self.opts.ttl
+    }
+
+    pub(crate) fn labels(&self) -> Labels {
+        Labels {
+            backend: self.store.backend().name(),
+            kind: self.kind,
+        }
+    }
+
+    /// One round of attempts, without waiting; recorded in metrics.
+    pub(crate) async fn try_acquire(&self) -> Result<Granted> {
+        let started = tokio::time::Instant::now();
+        // Take the queue if it is free so local waiters line up behind us; if
+        // another task of ours has it, try the store anyway: it decides.
+        let mut queue = self.queue.gate.clone().try_lock_owned().ok();
+        let mut slots = self.fresh_slots();
+        let result = match self.round(&mut slots, &mut queue).await {
+            Ok(Round::Granted(g)) => Ok(g),
+            Ok(Round::Missed(missed)) => Err(self.missed_error(missed)),
+            Err(e) => Err(e),
+        };
+        self.labels().acquire(&result, started.elapsed());
+        result
+    }
+
+    /// Rounds of attempts until one is granted or `wait` runs out; recorded
+    /// in metrics. `on_wait` hears why each round got nothing.
+    pub(crate) async fn acquire(
+        &self,
+        wait: Wait,
+        on_wait: &mut impl FnMut(Waiting<'_>),
+    ) -> Result<Granted> {
+        let started = tokio::time::Instant::now();
+        let span = tracing::debug_span!("acquire", key = %self.name, ?wait);
+        let result = self.wait_for(wait, started, on_wait).instrument(span).await;
+        self.labels().acquire(&result, started.elapsed());
+        result
+    }
+
+    async fn wait_for(
+        &self,
+        wait: Wait,
+        started: tokio::time::Instant,
+        on_wait: &mut impl FnMut(Waiting<'_>),
+    ) -> Result<Granted> {
+        let give_up = wait.deadline(started);
+        let timed_out = || Error::TimedOut {
+            key: self.name.to_string(),
+            waited: started.elapsed(),
+        };
+        let mut outcome = WaitOutcome::default();
+        let Some(gate) = until(give_up, self.queue.gate.clone().lock_owned()).await else {
+            return Err(timed_out());
+        };
+        // A lock's guard keeps the gate (the key's) while held; a
+        // semaphore's waiter lets the next local waiter poll once it is done.
+        let mut queue = Some(gate);
+        let mut slots = self.fresh_slots();
+        let mut failures = 0u32;
+        loop {
+            if self
+                .queue
+                .take_turn_elsewhere(self.opts.poll_max, self.opts.poll_max * FAIR_SHARE_POLLS)
+            {
+                // About to take over from a local release: other processes
+                // poll at most poll_max apart, so each gets a try while this
+                // process stands back.
+                tracing::debug!("local handoffs kept the key here long enough; standing back for one poll interval");
+                if until(give_up, tokio::time::sleep(self.opts.poll_max))
+                    .await
+                    .is_none()
+                {
+                    return Err(timed_out());
+                }
+            }
+            let released = self.queue.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            // A release by another process, where the backend can tell
+            // (registered before the round, so none is missed).
+            let remote = self.store.backend().watch_release(&self.slots);
+            let Some(round) = until(give_up, self.round(&mut slots, &mut queue)).await else {
+                return Err(outcome.take_error(
+                    self.store.backend().name(),
+                    &self.name,
+                    started.elapsed(),
+                ));
+            };
+            let missed = match round? {
+                Round::Granted(g) => {
+                    tracing::debug!(slot = g.slot, token = g.guard.fencing_token(), waited = ?started.elapsed(), "acquired");
+                    return Ok(g);
+                }
+                Round::Missed(missed) => missed,
+            };
+            let pause = if missed.late {
+                Duration::ZERO
+            } else if let Some((epoch, remaining)) = missed.quarantine {
+                // Nothing was granted: wait the quarantine out. If the wait
+                // runs out first, that is why.
+                failures = 0;
+                on_wait(Waiting::Quarantine { epoch, remaining });
+                outcome.failed(self.missed_error(missed));
+                remaining + self.opts.poll_pause()
+            } else if missed.held {
+                failures = 0;
+                outcome.held();
+                on_wait(Waiting::Held(&missed.holders));
+                self.opts.poll_pause()
+            } else {
+                failures += 1;
+                let pause = self.opts.poll_pause().saturating_mul(1 << failures.min(5));
+                let err = self.missed_error(missed);
+                tracing::warn!(error = %err, retry_in = ?pause, "acquire attempt failed; retrying");
+                outcome.failed(err);
+                pause
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = released => tracing::trace!("woken by a local release"),
+                _ = async { match remote { Some(w) => w.await, None => std::future::pending().await } } => {
+                    tracing::trace!("woken by a release elsewhere");
+                }
+                _ = until(give_up, std::future::pending::<()>()) => {
+                    return Err(outcome.take_error(self.store.backend().name(), &self.name, started.elapsed()));
+                }
+            }
+        }
+    }
+
+    fn fresh_slots(&self) -> Vec<Option<SlotState>> {
+        self.slots.iter().map(|_| None).collect()
+    }
+
+    /// Tries every slot once, in random order, skipping slots a guard of
+    /// this process holds. `queue` is the queue's gate if this caller has it:
+    /// a lock's grant keeps it in its guard.
+    async fn round(
+        &self,
+        slots: &mut [Option<SlotState>],
+        queue: &mut Option<OwnedMutexGuard<()>>,
+    ) -> Result<Round> {
+        use rand::seq::SliceRandom;
+        let mut order: Vec<usize> = (0..self.slots.len()).collect();
+        order.shuffle(&mut rand::rng());
+        let mut missed = Missed::default();
+        for i in order {
+            let key = &self.slots[i];
+            let local = self.store.local_key(key);
+            // The gate the guard will keep: a lock's is its queue's; a
+            // semaphore slot's is its own, and a taken one means a guard of
+            // ours holds that slot (held; the store is not asked).
+            let own_queue = Arc::ptr_eq(&local, &self.queue);
+            let gate = if own_queue {
+                None
+            } else {
+                match local.gate.clone().try_lock_owned() {
+                    Ok(gate) => Some(gate),
+                    Err(_) => {
+                        missed.held = true;
+                        continue;
+                    }
+                }
+            };
+            let state = slots[i].get_or_insert_with(|| self.slot_state(key));
+            let sent = self.store.clock().now();
+            let anchor = *state.anchor.get_or_insert(sent);
+            match self.attempt(key, &mut state.pending.lease).await {
+                Ok(AcquireOutcome::Acquired(grant)) => {
+                    if self.too_late(anchor) {
+                        // Granted so late (a slow answer, or ambiguous
+                        // retries) that it is past its safety deadline: let
+                        // it go, and start afresh with a new id.
+                        state.pending.arm();
+                        slots[i] = None;
+                        missed.late = true;
+                        missed.failure = Some(Error::backend(
+                            self.store.backend().name(),
+                            "acquire",
+                            true,
+                            "the store answered after the lease's safety deadline",
+                        ));
+                        continue;
+                    }
+                    let gate = if own_queue { queue.take() } else { gate };
+                    let guard = self.make_guard(
+                        &mut state.pending,
+                        grant.fencing_token,
+                        anchor,
+                        local,
+                        gate,
+                    );
+                    return Ok(Round::Granted(Granted {
+                        slot: i as u32,
+                        guard,
+                    }));
+                }
+                Ok(AcquireOutcome::Held(holder)) => {
+                    state.anchor = None;
+                    state.pending.disarm();
+                    missed.held = true;
+                    missed.holders.extend(holder);
+                }
+                Ok(AcquireOutcome::OtherEpoch(_)) => {
+                    state.anchor = None;
+                    state.pending.disarm();
+                    missed.other_epoch = true;
+                    missed.failure = Some(self.epoch_kept_changing());
+                }
+                Err(Error::Quarantined {
+                    key: _,
+                    epoch,
+                    remaining,
+                }) => {
+                    // The whole store is in quarantine: no other slot can do
+                    // better.
+                    state.anchor = None;
+                    state.pending.disarm();
+                    missed.quarantine = Some((epoch, remaining));
+                    return Ok(Round::Missed(missed));
+                }
+                Err(err) if err.is_retryable() => {
+                    // Maybe granted without our hearing: keep the id.
+                    state.pending.arm();
+                    missed.failure = Some(err);
+                }
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(Round::Missed(missed))
+    }
+
+    /// The error a round that got nothing ends a `try_acquire` with.
+    fn missed_error(&self, missed: Missed) -> Error {
+        if let Some((epoch, remaining)) = missed.quarantine {
+            return Error::Quarantined {
+                key: self.name.to_string(),
+                epoch,
+                remaining,
+            };
+        }
+        match missed.failure {
+            Some(err) => err,
+            None => Error::Held {
+                key: self.name.to_string(),
+                holder: missed.holders.into_iter().next().map(Box::new),
+            },
+        }
+    }
+
+    fn slot_state(&self, key: &Key) -> SlotState {
+        SlotState {
+            pending: PendingLease::new(
+                self.store.backend().clone(),
+                Lease {
+                    key: key.clone(),
+                    lease_id: LeaseId::random(),
+                    ttl: self.opts.ttl,
+                    fencing_token: 0,
+                    epoch: 0,
+                },
+            ),
+            anchor: None,
+        }
+    }
+
+    /// Whether a lease whose request was sent at `sent` is already past its
+    /// safety deadline.
+    fn too_late(&self, sent: Duration) -> bool {
+        self.clock().now() >= sent + self.opts.ttl - self.opts.safety_margin
+    }
+
+    fn clock(&self) -> &SharedClock {
+        self.store.clock()
+    }
+
+    fn epoch_kept_changing(&self) -> Error {
+        Error::backend(
+            self.store.backend().name(),
+            "acquire",
+            true,
+            "the store's epoch changed at every attempt (is the store being deleted and re-created?)",
+        )
+    }
+
+    fn make_guard(
+        &self,
+        pending: &mut PendingLease,
+        fencing_token: u64,
+        anchor: Duration,
+        local: Arc<LocalKey>,
+        gate: Option<OwnedMutexGuard<()>>,
+    ) -> LeaseGuard {
+        pending.disarm();
+        self.queue.note_grant(self.opts.poll_max);
+        let mut lease = pending.lease.clone();
+        lease.fencing_token = fencing_token;
+        let group = (!Arc::ptr_eq(&local, &self.queue)).then(|| self.queue.clone());
+        LeaseGuard::start(GuardParts {
+            backend: self.store.backend().clone(),
+            lease,
+            opts: self.opts.clone(),
+            clock: self.clock().clone(),
+            anchor,
+            local,
+            gate,
+            group,
+            labels: self.labels(),
+        })
+    }
+
+    /// One attempt on `key` in the store epoch this store has cleared,
+    /// learning the store's epoch first if need be (see
+    /// [`Error::Quarantined`]). Sets `lease.epoch` to the epoch asked for.
+    /// Never answers `Acquired` in an epoch that is still in quarantine.
+    async fn attempt(&self, key: &Key, lease: &mut Lease) -> Result<AcquireOutcome> {
+        let gate = self.store.epochs();
+        let mut outcome = Ok(AcquireOutcome::OtherEpoch(crate::StoreEpoch::new(
+            0,
+            Duration::ZERO,
+        )));
+        // Usually one request; one more when the epoch is news (the first
+        // attempt of a process, or after the store was re-created).
+        for _ in 0..3 {
+            let epoch = gate.cleared();
+            lease.epoch = epoch.unwrap_or(0);
+            // With nothing cleared yet (None) this only learns the epoch.
+            outcome = self.send_attempt(key, lease, epoch).await;
+            let Ok(AcquireOutcome::OtherEpoch(reported)) = &outcome else {
+                return outcome;
+            };
+            match gate.saw(self.store.backend().name(), reported)? {
+                Clearance::Cleared(_) => continue,
+                Clearance::Quarantined { epoch, remaining } => {
+                    return Err(Error::Quarantined {
+                        key: key.to_string(),
+                        epoch,
+                        remaining,
+                    })
+                }
+            }
+        }
+        outcome
+    }
+
+    /// One backend attempt, run in its own task so that dropping the caller
+    /// cannot strand a granted lease: if nobody is left to receive a grant
+    /// (or an ambiguous failure), the task releases the lease itself.
+    async fn send_attempt(
+        &self,
+        key: &Key,
+        lease: &Lease,
+        epoch: Option<u64>,
+    ) -> Result<AcquireOutcome> {
+        let backend = self.store.backend().clone();
+        let request = AcquireRequest {
+            key: key.clone(),
+            lease_id: lease.lease_id.clone(),
+            ttl: self.opts.ttl,
+            owner: self.owner.clone(),
+            data: self.opts.data.clone(),
+            epoch,
+        };
+        let lease = lease.clone();
+        let labels = self.labels();
+        let (tx, rx) = oneshot::channel();
+        tokio::spawn(async move {
+            let outcome = backend.try_acquire(&request).await;
+            labels.attempt(match &outcome {
+                Ok(AcquireOutcome::Acquired(_)) => "acquired",
+                Ok(AcquireOutcome::Held(_)) => "held",
+                Ok(AcquireOutcome::OtherEpoch(_)) => "other_epoch",
+                Err(_) => "error",
+            });
+            match tx.send(outcome) {
+                Ok(()) => {}
+                Err(Ok(AcquireOutcome::Held(_) | AcquireOutcome::OtherEpoch(_))) => {}
+                Err(Err(e)) if !e.is_retryable() => {}
+                Err(_granted_or_unknown) => {
+                    let _ = backend.release(&lease).await;
+                }
+            }
+        });
+        rx.await.unwrap_or_else(|_| {
+            Err(Error::backend(
+                self.store.backend().name(),
+                "acquire",
+                true,
+                "the acquire task ended without an answer",
+            ))
+        })
+    }
+}
+
+/// A lease id that may hold the key without our knowing (after an ambiguous
+/// failure, or a grant that came too late). If still armed when dropped, it
+/// is released in the background.
+#[derive(Debug)]
+struct PendingLease {
+    backend: Arc<dyn Backend>,
+    lease: Lease,
+    armed: bool,
+}
+
+impl PendingLease {
+    fn new(backend: Arc<dyn Backend>, lease: Lease) -> Self {
+        PendingLease {
+            backend,
+            lease,
+            // A drop during an attempt is covered by the attempt's own task;
+            // only an ambiguous failure or a late grant arms this.
+            armed: false,
+        }
+    }
+
+    fn arm(&mut self) {
+        self.armed = true;
+    }
+
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for PendingLease {
+    fn drop(&mut self) {
+        if std::mem::take(&mut self.armed) {
+            let backend = self.backend.clone();
+            let lease = self.lease.clone();
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(async move {
+                    let _ = backend.release(&lease).await;
+                });
+            }
+        }
+    }
+}
+
+/// How a wait that ran out ends: with the last store failure if the store
+/// failed since it last answered (so an unreachable store is reported as
+/// such, not as a holder), with a failure saying so if it never answered,
+/// else [`Error::TimedOut`].
+#[derive(Debug, Default)]
+struct WaitOutcome {
+    answered: bool,
+    last_error: Option<Error>,
+}
+
+impl WaitOutcome {
+    /// The store answered "held".
+    fn held(&mut self) {
+        self.answered = true;
+        self.last_error = None;
+    }
+
+    /// An attempt failed (retryably), or the store is in quarantine.
+    fn failed(&mut self, err: Error) {
+        self.last_error = Some(err);
+    }
+
+    /// The error to end the wait with.
+    fn take_error(&mut self, backend: &'static str, key: &Key, waited: Duration) -> Error {
+        match self.last_error.take() {
+            Some(err) => err,
+            None if !self.answered => Error::backend(
+                backend,
+                "acquire",
+                true,
+                format!("the store did not answer within the wait ({waited:?}) for {key}"),
+            ),
+            None => Error::TimedOut {
+                key: key.to_string(),
+                waited,
+            },
+        }
+    }
+}
+
+/// Runs `fut` until `deadline` (if any); `None` if the deadline came first.
+async fn until<F: std::future::Future>(
+    deadline: Option<tokio::time::Instant>,
+    fut: F,
+) -> Option<F::Output> {
+    match deadline {
+        Some(at) => tokio::time::timeout_at(at, fut).await.ok(),
+        None => Some(fut.await),
+    }
+}
