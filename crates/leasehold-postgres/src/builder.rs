@@ -12,7 +12,7 @@ use crate::backend::PostgresBackend;
 use crate::{MAX_TTL, MIN_TTL};
 
 const WHAT: &str = "store URL";
-const FORM: &str = "the form is postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?table=NAME&sslmode=disable|prefer|require|verify-ca|verify-full&sslrootcert=PATH&max_ttl=DURATION] (or postgresql://); the PG* environment variables fill in what it omits";
+const FORM: &str = "the form is postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?table=NAME&sslmode=disable|prefer|require|verify-ca|verify-full&sslrootcert=PATH&max_ttl=DURATION&wake_ups=on|off] (or postgresql://); the PG* environment variables fill in what it omits";
 
 /// The default table name.
 pub const DEFAULT_TABLE: &str = "leasehold_leases";
@@ -133,6 +133,7 @@ impl PostgresBackendBuilder {
         let mut max_ttl = None;
         let mut ssl_mode = None;
         let mut root_cert = None;
+        let mut wake_ups = None;
         let mut passed = Vec::new();
         for pair in query
             .unwrap_or_default()
@@ -154,6 +155,18 @@ impl PostgresBackendBuilder {
                 }
                 "sslmode" => ssl_mode = Some(value.parse()?),
                 "sslrootcert" => root_cert = Some(PathBuf::from(value)),
+                "wake_ups" => {
+                    wake_ups = Some(match value {
+                        "on" | "true" => true,
+                        "off" | "false" => false,
+                        _ => {
+                            return Err(Error::invalid(
+                                WHAT,
+                                format!("wake_ups must be on or off, not {value:?}"),
+                            ))
+                        }
+                    })
+                }
                 // Passed on to the client, which knows these.
                 "connect_timeout"
                 | "application_name"
@@ -204,6 +217,9 @@ impl PostgresBackendBuilder {
         }
         builder.ssl_mode = ssl_mode.unwrap_or_default();
         builder.root_cert = root_cert;
+        if let Some(on) = wake_ups {
+            builder.wake_ups = on;
+        }
         builder.check()?;
         Ok(builder)
     }
@@ -391,6 +407,9 @@ mod tests {
         assert_eq!(b.ssl_mode, SslMode::VerifyFull);
         assert_eq!(b.max_ttl, Duration::from_secs(300));
         assert_eq!(b.config.get_application_name(), Some("x"));
+        assert!(b.wake_ups);
+        assert!(!parse("postgres://h/d?wake_ups=off", &[]).unwrap().wake_ups);
+        assert!(parse("postgres://h/d?wake_ups=maybe", &[]).is_err());
         assert!(parse("postgresql://h/db", &[]).is_ok());
     }
 
