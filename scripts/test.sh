@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs and starts the storage
-# emulators on 127.0.0.1 (Azurite for Azure Blob Storage, DynamoDB Local),
+# emulators on 127.0.0.1 (Azurite for Azure Blob Storage, DynamoDB Local, a
+# throw-away PostgreSQL server, PgBouncer in transaction mode in front of it),
 # checks formatting and lints, runs every test with the emulators required
 # (a missing emulator fails the run instead of skipping), and stops the
 # emulators again.
@@ -10,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-emulators=(azurite dynamodb-local)
+emulators=(azurite dynamodb-local postgres pgbouncer)
 started=()
 stop_all() {
     for e in "${started[@]}"; do
@@ -27,12 +28,18 @@ done
 export LEASEHOLD_REQUIRE_EMULATORS=1
 export LEASEHOLD_TEST_AZBLOB_CONNECTION_STRING="${LEASEHOLD_TEST_AZBLOB_CONNECTION_STRING:-UseDevelopmentStorage=true}"
 export LEASEHOLD_TEST_DYNAMODB_ENDPOINT="${LEASEHOLD_TEST_DYNAMODB_ENDPOINT:-http://127.0.0.1:8000}"
+export LEASEHOLD_TEST_POSTGRES_URL="${LEASEHOLD_TEST_POSTGRES_URL:-$(scripts/postgres.sh url)}"
 
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
 # Tests mostly wait on leases and emulators, not on the CPU: run more of
 # them at once than there are cores.
 cargo test --workspace "$@" -- --test-threads=8
+# The PostgreSQL store again, through PgBouncer in transaction mode: one
+# statement per operation, no session state (wake-ups off: LISTEN needs a
+# session).
+LEASEHOLD_TEST_POSTGRES_URL="$(scripts/pgbouncer.sh url)?wake_ups=off" \
+    cargo test -p leasehold-postgres --test conformance --test store_loss -- --test-threads=8
 
 # A tiny benchmark run: only checks that the harness runs and writes its
 # report (numbers from it mean nothing).

@@ -14,7 +14,7 @@ Limits:
             reserved for semaphore slots (KEY/:slot:N). With --limit, KEY
             is at most 246 characters.
   --ttl     sqlite: 100ms to 24h; azblob: 15s to 60s (whole seconds);
-            dynamodb: 1s to 24h; and never above the store's max TTL
+            dynamodb, postgres: 1s to 24h; and never above the store's max TTL
             (60s unless its URL says ?max_ttl=DURATION, e.g.
             sqlite:PATH?max_ttl=5m)
   --grace   at most half the TTL; default 5s, or a quarter of the TTL when
@@ -33,6 +33,8 @@ Environment:
   AZURE_STORAGE_SAS_TOKEN             azblob:// credentials
   AWS_REGION, AWS_PROFILE, AWS_ACCESS_KEY_ID, ... (the AWS credential chain)
                                       dynamodb:// credentials
+  PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE, PGSSLROOTCERT
+                                      postgres:// parts the URL omits
   Given to CMD: LEASEHOLD_KEY, LEASEHOLD_FENCING_TOKEN, and with --limit
   LEASEHOLD_SLOT (0..N-1).
 
@@ -54,7 +56,8 @@ would (141 in a shell).";
 #[command(name = "leasehold", version, after_help = AFTER_HELP)]
 pub struct Cli {
     /// Where leases live: sqlite:PATH, sqlite:///ABS/PATH,
-    /// azblob://CONTAINER[/PREFIX], dynamodb://TABLE?region=R&endpoint=URL.
+    /// azblob://CONTAINER[/PREFIX], dynamodb://TABLE?region=R&endpoint=URL,
+    /// postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?table=NAME&sslmode=MODE].
     /// Default: the SQLite file under the user's state directory
     /// (~/.local/state/leasehold/leases.db, directory created 0700).
     /// status, list, break and leader never create a store: a SQLite path
@@ -305,7 +308,7 @@ pub async fn validate(command: &Command) -> anyhow::Result<Access> {
             return Err(leasehold::Error::invalid(
                 "ttl",
                 format!(
-                    "--ttl {} is outside the range of every store (sqlite: 100ms to 24h; azblob: 15s to 60s; dynamodb: 1s to 24h)",
+                    "--ttl {} is outside the range of every store (sqlite: 100ms to 24h; azblob: 15s to 60s; dynamodb, postgres: 1s to 24h)",
                     crate::inspect::exact(lease.ttl)
                 ),
             )

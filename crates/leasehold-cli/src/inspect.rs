@@ -93,7 +93,14 @@ pub async fn break_lease(store: &Store, key: &str) -> anyhow::Result<ExitCode> {
 }
 
 pub async fn leader(store: &Store, key: &str, json: bool) -> anyhow::Result<ExitCode> {
-    let leader = store.election(key)?.leader().await?;
+    // Only looks: a TTL the store accepts (the default 30 s is above a
+    // store max TTL below that, e.g. ?max_ttl=10s).
+    let caps = store.backend().capabilities();
+    let ttl = leasehold::DEFAULT_TTL.clamp(caps.min_ttl, caps.max_ttl);
+    let leader = store
+        .election_with(key, leasehold::LockOptions::new().ttl(ttl))?
+        .leader()
+        .await?;
     if json {
         print(&(serde_json::to_string_pretty(&leader)? + "\n"))?;
         return Ok(ExitCode::SUCCESS);

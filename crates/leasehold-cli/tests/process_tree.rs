@@ -1,7 +1,7 @@
 //! `leasehold run` and `elect` stop the command's whole process tree, not
 //! just its first process, and do so even when leasehold itself is killed or
 //! frozen. Real processes on every store: SQLite always; Azurite and
-//! DynamoDB Local when their emulators are configured (scripts/test.sh).
+//! DynamoDB Local and PostgreSQL when they are configured (scripts/test.sh).
 
 mod common;
 
@@ -133,6 +133,7 @@ macro_rules! on_every_store {
         mod sqlite { $( #[test] fn $test() { super::$test("sqlite") } )+ }
         mod azblob { $( #[test] fn $test() { super::$test("azblob") } )+ }
         mod dynamodb { $( #[test] fn $test() { super::$test("dynamodb") } )+ }
+        mod postgres { $( #[test] fn $test() { super::$test("postgres") } )+ }
     };
 }
 

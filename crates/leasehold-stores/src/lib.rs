@@ -8,6 +8,7 @@
 //! | `memory:` | in-process memory (tests and tools only) | always |
 //! | `azblob://CONTAINER[/PREFIX][?max_ttl=D]` | Azure Blob Storage leases | `azblob` |
 //! | `dynamodb://TABLE?region=R&endpoint=URL` | DynamoDB | `dynamodb` |
+//! | `postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?table=NAME&sslmode=MODE]` (or `postgresql://`) | PostgreSQL | `postgres` |
 //!
 //! A build without a cloud store's feature still recognises its URLs and
 //! says which feature is missing.
@@ -78,6 +79,7 @@ pub async fn open_backend(url: &str) -> leasehold::Result<Opened> {
     match url.split_once("://").map(|(scheme, _)| scheme) {
         Some("azblob") => open_azblob(url).await,
         Some("dynamodb") => open_dynamodb(url).await,
+        Some("postgres" | "postgresql") => open_postgres(url).await,
         Some(scheme) if scheme != "sqlite" => Err(Error::invalid(
             "store URL",
             format!("{scheme}:// is not a store leasehold knows: {FORMS}"),
@@ -222,7 +224,23 @@ async fn open_dynamodb(_url: &str) -> leasehold::Result<Opened> {
     Err(not_in_build("dynamodb"))
 }
 
-#[cfg(not(all(feature = "azblob", feature = "dynamodb")))]
+#[cfg(feature = "postgres")]
+async fn open_postgres(url: &str) -> leasehold::Result<Opened> {
+    // One backend call is one statement, one round trip: no counter.
+    let backend = Arc::new(leasehold_postgres::PostgresBackend::from_url(url).await?);
+    Ok(Opened {
+        concrete: backend.clone(),
+        backend,
+        requests: None,
+    })
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn open_postgres(_url: &str) -> leasehold::Result<Opened> {
+    Err(not_in_build("postgres"))
+}
+
+#[cfg(not(all(feature = "azblob", feature = "dynamodb", feature = "postgres")))]
 fn not_in_build(scheme: &str) -> leasehold::Error {
     leasehold::Error::NotSupported(format!(
         "this leasehold was built without the {scheme}:// store (cargo feature \"{scheme}\")"
@@ -281,8 +299,11 @@ fn secrets_of(url: &str) -> Vec<String> {
                 // Known settings that carry no secret stay readable in
                 // messages ("region us-east-1"); an endpoint's own user
                 // info and query do not.
-                Some(("region" | "profile" | "max_clock_skew" | "create_table" | "max_ttl", _)) => {
-                }
+                Some((
+                    "region" | "profile" | "max_clock_skew" | "create_table" | "table" | "sslmode"
+                    | "max_ttl",
+                    _,
+                )) => {}
                 Some(("endpoint", v)) => {
                     let endpoint = percent_decode(v).unwrap_or_else(|| v.to_string());
                     if endpoint.contains(['@', '?', '#']) {
@@ -299,7 +320,12 @@ fn secrets_of(url: &str) -> Vec<String> {
         let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
         if let Some((userinfo, _)) = authority.rsplit_once('@') {
             parts.push(userinfo.to_string());
-            parts.extend(userinfo.split(':').map(str::to_string));
+            match userinfo.split_once(':') {
+                // A PostgreSQL user name is no secret, and redacting it
+                // (often "postgres") would mangle every message.
+                Some((_, password)) if is_postgres(url) => parts.push(password.to_string()),
+                _ => parts.extend(userinfo.split(':').map(str::to_string)),
+            }
         }
     }
     let decoded: Vec<String> = parts.iter().filter_map(|p| percent_decode(p)).collect();
@@ -307,6 +333,10 @@ fn secrets_of(url: &str) -> Vec<String> {
     parts.sort_by_key(|p| std::cmp::Reverse(p.len()));
     parts.dedup();
     parts
+}
+
+fn is_postgres(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
 }
 
 /// `s` percent-decoded (`+` as a space, as in a query), for matching
@@ -444,6 +474,20 @@ mod tests {
         let url = "azblob://c?max_ttl=15s";
         let s = scrub("30s is outside the range 15s..=15s", Some(url));
         assert_eq!(s, "30s is outside the range 15s..=15s");
+    }
+
+    #[test]
+    fn postgres_passwords_are_scrubbed_but_not_user_names() {
+        let url = "postgres://postgres:pa%40ss99@127.0.0.1:5432/db?table=t&sslmode=require";
+        let s = scrub(
+            "postgres backend failed for postgres: pa@ss99 pa%40ss99; table t, sslmode require",
+            Some(url),
+        );
+        assert_eq!(
+            s,
+            "postgres backend failed for postgres: *** ***; table t, sslmode require"
+        );
+        assert_eq!(redact(url), "postgres://***@127.0.0.1:5432/db?***");
     }
 
     #[test]

@@ -228,7 +228,23 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
             self.name()
         )))
     }
+
+    /// Optional wake-ups across processes: a future that completes when one
+    /// of `keys` (a lock's key, a semaphore's slot keys) may have become
+    /// free (released or broken by any process), so that a waiter tries
+    /// again at once instead of at its next poll. It must be registered by
+    /// the time this returns (a release after the call is not missed, even
+    /// before the future is first polled). A hint only: it may complete
+    /// spuriously or never (a lost connection), and waiters keep polling.
+    /// The default, `None`, means polling only.
+    fn watch_release(&self, keys: &[Key]) -> Option<ReleaseWatch> {
+        let _ = keys;
+        None
+    }
 }
+
+/// What [`Backend::watch_release`] returns.
+pub type ReleaseWatch = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'static>>;
 
 /// What a backend can do.
 #[derive(Debug, Clone, PartialEq, Eq)]

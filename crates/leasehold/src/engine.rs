@@ -259,6 +259,9 @@ impl Engine {
             let released = self.queue.released.notified();
             tokio::pin!(released);
             released.as_mut().enable();
+            // A release by another process, where the backend can tell
+            // (registered before the round, so none is missed).
+            let remote = self.store.backend().watch_release(&self.slots);
             let Some(round) = until(give_up, self.round(&mut slots, &mut queue)).await else {
                 return Err(outcome.take_error(
                     self.store.backend().name(),
@@ -298,6 +301,9 @@ impl Engine {
             tokio::select! {
                 _ = tokio::time::sleep(pause) => {}
                 _ = released => tracing::trace!("woken by a local release"),
+                _ = async { match remote { Some(w) => w.await, None => std::future::pending().await } } => {
+                    tracing::trace!("woken by a release elsewhere");
+                }
                 _ = until(give_up, std::future::pending::<()>()) => {
                     return Err(outcome.take_error(self.store.backend().name(), &self.name, started.elapsed()));
                 }

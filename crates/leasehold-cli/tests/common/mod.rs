@@ -23,7 +23,8 @@ impl Env {
         }
     }
 
-    /// An environment on the store named `sqlite`, `azblob` or `dynamodb`;
+    /// An environment on the store named `sqlite`, `azblob`, `dynamodb` or
+    /// `postgres`;
     /// `None` (with a visible SKIPPED line, or a panic under
     /// `LEASEHOLD_REQUIRE_EMULATORS=1`) when that store's emulator is not
     /// configured. Each call gets a container/table of its own.
@@ -61,6 +62,14 @@ impl Env {
                         ),
                     ],
                 ));
+            }
+            "postgres" => {
+                let Ok(url) = std::env::var("LEASEHOLD_TEST_POSTGRES_URL") else {
+                    return leasehold::conformance::skip(store, "LEASEHOLD_TEST_POSTGRES_URL is not set (scripts/test.sh sets it and starts PostgreSQL)");
+                };
+                let sep = if url.contains('?') { '&' } else { '?' };
+                // A table of its own, quarantined for 2 s when new.
+                env.store = Some((format!("{url}{sep}table=cli_{unique}&max_ttl=2s"), vec![]));
             }
             other => panic!("unknown store {other}"),
         }

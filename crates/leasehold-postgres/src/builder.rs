@@ -1,0 +1,467 @@
+//! Building a [`PostgresBackend`]: from a store URL, the `PG*` environment
+//! variables, or in code.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use leasehold::{Error, Result, DEFAULT_STORE_MAX_TTL};
+
+use crate::backend::PostgresBackend;
+use crate::{MAX_TTL, MIN_TTL};
+
+const WHAT: &str = "store URL";
+const FORM: &str = "the form is postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?table=NAME&sslmode=disable|prefer|require|verify-ca|verify-full&sslrootcert=PATH&max_ttl=DURATION&wake_ups=on|off] (or postgresql://); the PG* environment variables fill in what it omits";
+
+/// The default table name.
+pub const DEFAULT_TABLE: &str = "leasehold_leases";
+
+/// When to use TLS, as libpq's `sslmode` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum SslMode {
+    /// Never.
+    Disable,
+    /// If the server offers it (certificate verified, see the crate docs).
+    #[default]
+    Prefer,
+    /// Always; fail if the server does not offer it.
+    Require,
+    /// Always, with the certificate chain verified.
+    VerifyCa,
+    /// Always, with the chain and the host name verified.
+    VerifyFull,
+}
+
+impl FromStr for SslMode {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        Ok(match s {
+            "disable" => SslMode::Disable,
+            "prefer" | "allow" => SslMode::Prefer,
+            "require" => SslMode::Require,
+            "verify-ca" => SslMode::VerifyCa,
+            "verify-full" => SslMode::VerifyFull,
+            other => {
+                return Err(Error::invalid(
+                    "sslmode",
+                    format!("{other:?} is not one of disable, allow, prefer, require, verify-ca, verify-full"),
+                ))
+            }
+        })
+    }
+}
+
+/// Builds a [`PostgresBackend`]. Its `Debug` output never shows the
+/// password.
+#[derive(Clone)]
+pub struct PostgresBackendBuilder {
+    pub(crate) config: tokio_postgres::Config,
+    pub(crate) table: String,
+    pub(crate) max_ttl: Duration,
+    pub(crate) ssl_mode: SslMode,
+    pub(crate) root_cert: Option<PathBuf>,
+    pub(crate) pool_size: usize,
+    pub(crate) request_timeout: Duration,
+    pub(crate) wake_ups: bool,
+}
+
+impl fmt::Debug for PostgresBackendBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // tokio_postgres::Config's Debug already redacts the password.
+        f.debug_struct("PostgresBackendBuilder")
+            .field("config", &self.config)
+            .field("table", &self.table)
+            .field("max_ttl", &self.max_ttl)
+            .field("ssl_mode", &self.ssl_mode)
+            .field("root_cert", &self.root_cert)
+            .field("pool_size", &self.pool_size)
+            .field("request_timeout", &self.request_timeout)
+            .field("wake_ups", &self.wake_ups)
+            .finish()
+    }
+}
+
+impl PostgresBackendBuilder {
+    /// A builder for the server `config` describes, with the defaults: table
+    /// [`DEFAULT_TABLE`], max TTL 60 s, `sslmode` prefer, 4 connections, 5 s
+    /// request timeout, wake-ups on. Nothing of the environment is read here
+    /// (see [`from_url`](Self::from_url) for that).
+    pub fn new(config: tokio_postgres::Config) -> Self {
+        PostgresBackendBuilder {
+            config,
+            table: DEFAULT_TABLE.to_string(),
+            max_ttl: DEFAULT_STORE_MAX_TTL,
+            ssl_mode: SslMode::default(),
+            root_cert: None,
+            pool_size: 4,
+            request_timeout: Duration::from_secs(5),
+            wake_ups: true,
+        }
+    }
+
+    /// Parses a store URL (see the crate docs for its form), with the `PG*`
+    /// environment variables filling in what it omits. Nothing is
+    /// contacted yet.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a malformed URL or parameter; the message
+    /// never holds the password.
+    pub fn from_url(url: &str) -> Result<Self> {
+        Self::from_url_and_env(url, |name| std::env::var(name).ok())
+    }
+
+    /// As [`from_url`](Self::from_url), with `env` standing for the
+    /// environment.
+    pub(crate) fn from_url_and_env(
+        url: &str,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self> {
+        let Some((scheme, rest)) = url.split_once("://") else {
+            return Err(Error::invalid(WHAT, FORM));
+        };
+        if scheme != "postgres" && scheme != "postgresql" {
+            return Err(Error::invalid(WHAT, FORM));
+        }
+        let (base, query) = match rest.split_once('?') {
+            Some((b, q)) => (b, Some(q)),
+            None => (rest, None),
+        };
+        let mut table = None;
+        let mut max_ttl = None;
+        let mut ssl_mode = None;
+        let mut root_cert = None;
+        let mut wake_ups = None;
+        let mut passed = Vec::new();
+        for pair in query
+            .unwrap_or_default()
+            .split('&')
+            .filter(|p| !p.is_empty())
+        {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match name {
+                "table" => table = Some(value.to_string()),
+                "max_ttl" => {
+                    max_ttl = Some(humantime::parse_duration(value).map_err(|_| {
+                        Error::invalid(
+                            WHAT,
+                            format!(
+                                "max_ttl must be a duration such as 60s, 5m or 1h, not {value:?}"
+                            ),
+                        )
+                    })?)
+                }
+                "sslmode" => ssl_mode = Some(value.parse()?),
+                "sslrootcert" => root_cert = Some(PathBuf::from(value)),
+                "wake_ups" => {
+                    wake_ups = Some(match value {
+                        "on" | "true" => true,
+                        "off" | "false" => false,
+                        _ => {
+                            return Err(Error::invalid(
+                                WHAT,
+                                format!("wake_ups must be on or off, not {value:?}"),
+                            ))
+                        }
+                    })
+                }
+                // Passed on to the client, which knows these.
+                "connect_timeout"
+                | "application_name"
+                | "options"
+                | "keepalives"
+                | "keepalives_idle"
+                | "target_session_attrs"
+                | "channel_binding"
+                | "load_balance_hosts"
+                | "hostaddr"
+                | "host"
+                | "port"
+                | "user"
+                | "dbname"
+                | "password" => passed.push(pair),
+                other => {
+                    return Err(Error::invalid(
+                        WHAT,
+                        format!("unknown parameter {other:?}; {FORM}"),
+                    ))
+                }
+            }
+        }
+        let client_url = if passed.is_empty() {
+            format!("postgresql://{base}")
+        } else {
+            format!("postgresql://{base}?{}", passed.join("&"))
+        };
+        // The client's parse errors name the offending part, never the
+        // password's value.
+        let mut config = tokio_postgres::Config::from_str(&client_url)
+            .map_err(|e| Error::invalid(WHAT, format!("{e}; {FORM}")))?;
+        fill_from_env(&mut config, &env)?;
+        if ssl_mode.is_none() {
+            if let Some(mode) = env("PGSSLMODE") {
+                ssl_mode = Some(mode.parse()?);
+            }
+        }
+        if root_cert.is_none() {
+            root_cert = env("PGSSLROOTCERT").map(PathBuf::from);
+        }
+        let mut builder = PostgresBackendBuilder::new(config);
+        if let Some(table) = table {
+            builder = builder.table(table);
+        }
+        if let Some(max_ttl) = max_ttl {
+            builder = builder.max_ttl(max_ttl);
+        }
+        builder.ssl_mode = ssl_mode.unwrap_or_default();
+        builder.root_cert = root_cert;
+        if let Some(on) = wake_ups {
+            builder.wake_ups = on;
+        }
+        builder.check()?;
+        Ok(builder)
+    }
+
+    /// The table (created if missing): lowercase letters, digits and `_`,
+    /// optionally after a schema name and a dot (`locks.leases`).
+    pub fn table(mut self, table: impl Into<String>) -> Self {
+        self.table = table.into();
+        self
+    }
+
+    /// The max TTL a table created by this backend records (1 s to 24 h;
+    /// 60 s by default): no lease may be longer, and after the table is lost
+    /// under a live holder grants wait this long. An existing table keeps
+    /// its own.
+    pub fn max_ttl(mut self, max_ttl: Duration) -> Self {
+        self.max_ttl = max_ttl;
+        self
+    }
+
+    /// When to use TLS.
+    pub fn ssl_mode(mut self, mode: SslMode) -> Self {
+        self.ssl_mode = mode;
+        self
+    }
+
+    /// A PEM file of CA certificates to trust besides the system's.
+    pub fn root_cert(mut self, path: impl Into<PathBuf>) -> Self {
+        self.root_cert = Some(path.into());
+        self
+    }
+
+    /// How many connections the pool keeps at most (4 by default; one more
+    /// is used for wake-ups).
+    pub fn pool_size(mut self, size: usize) -> Self {
+        self.pool_size = size.max(1);
+        self
+    }
+
+    /// How long one request may take before it counts as failed (retryable)
+    /// and its connection is discarded (5 s by default).
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Whether waiters LISTEN for releases (on by default; needs a direct
+    /// or session-pooled connection, see the crate docs). Off, waiters only
+    /// poll.
+    pub fn wake_ups(mut self, on: bool) -> Self {
+        self.wake_ups = on;
+        self
+    }
+
+    /// The client configuration (its `Debug` hides the password).
+    pub fn config(&self) -> &tokio_postgres::Config {
+        &self.config
+    }
+
+    /// The table name as given.
+    pub fn table_name(&self) -> &str {
+        &self.table
+    }
+
+    pub(crate) fn check(&self) -> Result<()> {
+        if !valid_table(&self.table) {
+            return Err(Error::invalid(
+                "table",
+                format!(
+                    "{:?}: use lowercase letters, digits and _ (not starting with a digit, at most 63), optionally SCHEMA.TABLE",
+                    self.table
+                ),
+            ));
+        }
+        if !(MIN_TTL..=MAX_TTL).contains(&self.max_ttl) {
+            return Err(Error::invalid(
+                "max ttl",
+                format!("{:?} is outside {MIN_TTL:?}..={MAX_TTL:?}", self.max_ttl),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Connects (checking that the server answers), creates the table if
+    /// it is missing and reads its store epoch.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a bad table name or max TTL;
+    /// [`Error::Backend`] when the server cannot be reached or refuses
+    /// (retryable when that may pass).
+    pub async fn build(self) -> Result<PostgresBackend> {
+        self.check()?;
+        PostgresBackend::connect(self).await
+    }
+}
+
+/// Fills what the URL left out from the `PG*` variables, as libpq does.
+fn fill_from_env(
+    config: &mut tokio_postgres::Config,
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<()> {
+    if config.get_hosts().is_empty() {
+        let hosts = env("PGHOST").unwrap_or_else(|| "localhost".to_string());
+        for host in hosts.split(',') {
+            config.host(host);
+        }
+    }
+    if config.get_ports().is_empty() {
+        if let Some(port) = env("PGPORT") {
+            let port: u16 = port
+                .parse()
+                .map_err(|_| Error::invalid("PGPORT", format!("{port:?} is not a port number")))?;
+            config.port(port);
+        }
+    }
+    if config.get_user().is_none() {
+        let user = env("PGUSER")
+            .or_else(|| env("USER"))
+            .unwrap_or_else(|| "postgres".to_string());
+        config.user(user);
+    }
+    if config.get_password().is_none() {
+        if let Some(password) = env("PGPASSWORD") {
+            config.password(password);
+        }
+    }
+    if config.get_dbname().is_none() {
+        if let Some(db) = env("PGDATABASE") {
+            config.dbname(db);
+        }
+    }
+    if config.get_application_name().is_none() {
+        config.application_name(env("PGAPPNAME").unwrap_or_else(|| "leasehold".to_string()));
+    }
+    if config.get_connect_timeout().is_none() {
+        let secs = env("PGCONNECT_TIMEOUT")
+            .and_then(|s| s.parse::<u64>().ok())
+            .filter(|s| *s > 0)
+            .unwrap_or(5);
+        config.connect_timeout(Duration::from_secs(secs));
+    }
+    // Notice a dead peer on an idle connection within about a minute.
+    config.keepalives_idle(Duration::from_secs(30));
+    Ok(())
+}
+
+fn valid_table(name: &str) -> bool {
+    let part = |p: &str| {
+        !p.is_empty()
+            && p.len() <= 63
+            && !p.starts_with(|c: char| c.is_ascii_digit())
+            && p.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    };
+    match name.split_once('.') {
+        Some((schema, table)) => part(schema) && part(table),
+        None => part(name),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(url: &str, env: &[(&str, &str)]) -> Result<PostgresBackendBuilder> {
+        PostgresBackendBuilder::from_url_and_env(url, |name| {
+            env.iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.to_string())
+        })
+    }
+
+    #[test]
+    fn url_parts_and_parameters() {
+        let b = parse(
+            "postgres://me:s3cret@db.example:6543/app?table=locks.leases&sslmode=verify-full&max_ttl=5m&application_name=x",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(b.config.get_user(), Some("me"));
+        assert_eq!(b.config.get_password(), Some(&b"s3cret"[..]));
+        assert_eq!(b.config.get_dbname(), Some("app"));
+        assert_eq!(b.config.get_ports(), &[6543]);
+        assert_eq!(b.table, "locks.leases");
+        assert_eq!(b.ssl_mode, SslMode::VerifyFull);
+        assert_eq!(b.max_ttl, Duration::from_secs(300));
+        assert_eq!(b.config.get_application_name(), Some("x"));
+        assert!(b.wake_ups);
+        assert!(!parse("postgres://h/d?wake_ups=off", &[]).unwrap().wake_ups);
+        assert!(parse("postgres://h/d?wake_ups=maybe", &[]).is_err());
+        assert!(parse("postgresql://h/db", &[]).is_ok());
+    }
+
+    #[test]
+    fn environment_fills_what_the_url_omits() {
+        let env = [
+            ("PGHOST", "pg.internal"),
+            ("PGPORT", "5433"),
+            ("PGUSER", "svc"),
+            ("PGPASSWORD", "from-env"),
+            ("PGDATABASE", "jobs"),
+            ("PGSSLMODE", "require"),
+        ];
+        let b = parse("postgres://", &env).unwrap();
+        assert_eq!(b.config.get_user(), Some("svc"));
+        assert_eq!(b.config.get_password(), Some(&b"from-env"[..]));
+        assert_eq!(b.config.get_dbname(), Some("jobs"));
+        assert_eq!(b.config.get_ports(), &[5433]);
+        assert_eq!(b.ssl_mode, SslMode::Require);
+        // The URL wins over the environment.
+        let b = parse("postgres://u:p@h:1/d?sslmode=disable", &env).unwrap();
+        assert_eq!(b.config.get_user(), Some("u"));
+        assert_eq!(b.config.get_password(), Some(&b"p"[..]));
+        assert_eq!(b.config.get_dbname(), Some("d"));
+        assert_eq!(b.ssl_mode, SslMode::Disable);
+    }
+
+    #[test]
+    fn bad_urls_are_refused_without_the_password() {
+        for url in [
+            "postgres://u:hunter22@h/d?table=Bad-Name",
+            "postgres://u:hunter22@h/d?table=1x",
+            "postgres://u:hunter22@h/d?sslmode=maybe",
+            "postgres://u:hunter22@h/d?max_ttl=forever",
+            "postgres://u:hunter22@h/d?max_ttl=100ms",
+            "postgres://u:hunter22@h/d?bogus=1",
+            "postgres://u:hunter22@h:notaport/d",
+            "mysql://u:hunter22@h/d",
+            "postgres:u:hunter22@h/d",
+        ] {
+            let err = parse(url, &[]).unwrap_err();
+            let text = format!("{err} {err:?}");
+            assert!(matches!(err, Error::InvalidInput { .. }), "{url}: {text}");
+            assert!(!text.contains("hunter22"), "{url}: {text}");
+        }
+    }
+
+    #[test]
+    fn debug_never_shows_the_password() {
+        let b = parse("postgres://u:hunter22@h/d", &[("PGPASSWORD", "x")]).unwrap();
+        let text = format!("{b:?}");
+        assert!(!text.contains("hunter22"), "{text}");
+        assert!(text.contains("table"), "{text}");
+    }
+}

@@ -1,0 +1,71 @@
+//! Mapping the client's and the pool's errors into [`leasehold::Error`], in
+//! one place.
+
+use leasehold::Error;
+use tokio_postgres::error::SqlState;
+
+pub(crate) const NAME: &str = "postgres";
+
+/// A failure of the database client during `op`. Connection failures,
+/// serialization and deadlock failures, and a server shutting down or
+/// refusing connections are retryable; SQL and permission errors are not.
+/// The message never holds the password: the client's errors do not carry
+/// its configuration.
+pub(crate) fn db(op: &'static str, e: tokio_postgres::Error) -> Error {
+    let retryable = match e.code() {
+        None => true, // I/O, a closed connection, a protocol hiccup
+        Some(code) => is_transient(code),
+    };
+    Error::backend(NAME, op, retryable, e)
+}
+
+fn is_transient(code: &SqlState) -> bool {
+    let c = code.code();
+    // 08: connection exception; 40: transaction rollback (serialization,
+    // deadlock); 53: insufficient resources; 57P0x: admin/crash shutdown,
+    // cannot connect now; 55P03: lock not available.
+    c.starts_with("08")
+        || c.starts_with("40")
+        || c.starts_with("53")
+        || c.starts_with("57P0")
+        || c == "55P03"
+}
+
+/// A failure to get a connection from the pool.
+pub(crate) fn pool(op: &'static str, e: deadpool_postgres::PoolError) -> Error {
+    use deadpool_postgres::PoolError;
+    match e {
+        PoolError::Backend(e) => db(op, e),
+        PoolError::Timeout(_) => Error::backend(
+            NAME,
+            op,
+            true,
+            "timed out waiting for a database connection",
+        ),
+        other => Error::backend(NAME, op, true, other.to_string()),
+    }
+}
+
+/// A request that did not answer within the backend's request timeout.
+pub(crate) fn timed_out(op: &'static str, after: std::time::Duration) -> Error {
+    Error::backend(
+        NAME,
+        op,
+        true,
+        format!("the database did not answer within {after:?}"),
+    )
+}
+
+/// Whether `e` says the table does not exist (dropped, or never created).
+pub(crate) fn is_missing_table(e: &tokio_postgres::Error) -> bool {
+    e.code() == Some(&SqlState::UNDEFINED_TABLE)
+}
+
+/// Whether `e` is a concurrent `CREATE TABLE IF NOT EXISTS` losing its race
+/// (the catalog's unique index on type or relation names).
+pub(crate) fn is_create_race(e: &tokio_postgres::Error) -> bool {
+    matches!(
+        e.code(),
+        Some(c) if *c == SqlState::UNIQUE_VIOLATION || *c == SqlState::DUPLICATE_TABLE
+    )
+}

@@ -1,0 +1,216 @@
+//! PostgreSQL backend for [leasehold]: leases with fencing tokens on the
+//! database teams already run, timed by the *server's* clock, one statement
+//! per operation (so it works through PgBouncer in transaction mode).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use leasehold::{LockOptions, Store};
+//! use leasehold_postgres::PostgresBackend;
+//!
+//! # async fn f() -> leasehold::Result<()> {
+//! // PG* environment variables fill in what the URL omits; the table is
+//! // created if missing.
+//! let backend = PostgresBackend::from_url("postgres://app@db.internal/jobs?table=leases").await?;
+//! let store = Store::new(backend);
+//! let lock = store.lock_with("import-A", LockOptions::new().ttl(Duration::from_secs(30)))?;
+//! let guard = lock.acquire(Duration::from_secs(60)).await?;
+//! // … work, handing guard.fencing_token() to the protected resource …
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Store URL
+//! `postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?table=NAME&sslmode=MODE&sslrootcert=PATH&max_ttl=DURATION&wake_ups=on|off]`
+//! (or `postgresql://`). What the URL omits comes from `PGHOST`, `PGPORT`,
+//! `PGUSER`, `PGPASSWORD`, `PGDATABASE`, `PGSSLMODE`, `PGSSLROOTCERT`,
+//! `PGAPPNAME`, `PGCONNECT_TIMEOUT`, as with libpq (host `localhost`, user
+//! `$USER` when neither says). `table` (default [`DEFAULT_TABLE`];
+//! lowercase letters, digits, `_`, optionally `schema.table`); `max_ttl`
+//! (such as `5m`) for the max TTL a table created now records (see
+//! [Store epoch](#store-epoch-and-quarantine));
+//! `wake_ups=on|off` (see [Wake-ups](#wake-ups-across-machines)). The
+//! client's own parameters `connect_timeout`, `application_name`, `options`,
+//! `keepalives`, `keepalives_idle`, `target_session_attrs`,
+//! `channel_binding`, `load_balance_hosts` and `hostaddr` pass through.
+//! The password is never printed: not by `Debug` (of the builder, the
+//! backend or the client's configuration), not in errors (URL errors name
+//! the part that is wrong, connection errors come from the client, which
+//! does not repeat its configuration); checked by
+//! `builder::tests::bad_urls_are_refused_without_the_password` and the
+//! `password_is_never_printed` test.
+//!
+//! **TLS** (rustls, no OpenSSL): `sslmode=disable` never; `prefer` (the
+//! default, as in libpq) when the server offers it; `require`, `verify-ca`,
+//! `verify-full` always. Whenever TLS is used the certificate chain *and*
+//! host name are verified against the system's roots plus `sslrootcert`:
+//! stricter than libpq, whose `prefer`/`require` accept any certificate.
+//! A server with a private CA needs `sslrootcert=PATH`.
+//!
+//! # Table
+//! One table (created on demand with `CREATE TABLE IF NOT EXISTS`; the
+//! role needs `CREATE` on the schema the first time, then `SELECT`,
+//! `INSERT`, `UPDATE` on the table):
+//!
+//! ```sql
+//! CREATE TABLE leasehold_leases (
+//!     key         text PRIMARY KEY, -- the lock key ('#epoch' for the epoch row)
+//!     fence       bigint NOT NULL,  -- last fencing token issued for the key; only grows
+//!     epoch       bigint NOT NULL,  -- store epoch of the last grant (the epoch row: the epoch)
+//!     lease_id    text,             -- current lease; NULL when free
+//!     expires_at  timestamptz,      -- server clock: clock_timestamp() + TTL at grant/renewal
+//!     ttl_ms      bigint,           -- the holder's TTL (the epoch row: the max TTL)
+//!     owner_host  text, owner_pid bigint, owner_label text, data text,
+//!     acquired_at timestamptz,      -- server clock at the grant (the epoch row: the epoch's start)
+//!     table_oid   oid               -- only the epoch row: the table's OID when it was written
+//! );
+//! ```
+//!
+//! A lease is *live* when `lease_id` is set and `expires_at >
+//! clock_timestamp()`. Rows are never deleted, so a key's fence never goes
+//! back.
+//!
+//! # Protocol
+//! Every operation is **one statement** sent as one unnamed-statement
+//! round trip (`Client::query_typed`: parse, bind, execute, sync), so it is
+//! atomic on its own, keeps no session state, takes no advisory lock, and
+//! works through a transaction-mode pooler (tested through PgBouncer, with
+//! `wake_ups=off`). Only the rare epoch set-up
+//! below is a short transaction. Expiry is computed and compared by the
+//! server (`clock_timestamp()`): no client clock is ever compared with
+//! another.
+//!
+//! * **Acquire** (1 round trip): `WITH m AS (SELECT … epoch row … FOR
+//!   SHARE), g AS (INSERT … SELECT … FROM m WHERE m.epoch = $epoch AND
+//!   m.same_table AND ttl <= max_ttl ON CONFLICT (key) DO UPDATE SET fence
+//!   = greatest(fence, epoch << 22) + 1, lease = ours … WHERE lease_id IS
+//!   NULL OR expires_at <= clock_timestamp() OR lease_id = ours RETURNING
+//!   fence) SELECT granted, epoch row, holder`. The `ON CONFLICT … WHERE`
+//!   is evaluated on the newest committed row version under its row lock,
+//!   so two acquirers of a free key serialise and exactly one wins; a new
+//!   key's first row starts at `epoch << 22 + 1`. Our own live lease asked
+//!   for again (a retry after an ambiguous failure) is extended and keeps
+//!   its token. The same answer names the holder when it is held, so a
+//!   failed attempt costs one round trip too.
+//! * **Renew**: `UPDATE … SET expires_at = clock_timestamp() + ttl WHERE
+//!   key AND lease_id = ours AND epoch = ours AND expires_at >
+//!   clock_timestamp() AND` the epoch row still names our epoch and this
+//!   table; no row changed is a definitive loss (the same statement says
+//!   why).
+//! * **Release**: `UPDATE … SET lease_id = NULL WHERE key AND lease_id =
+//!   ours`. **Break**: clears whatever lease is on the key, returning who
+//!   held it. **Inspect**/**list**: plain `SELECT`s (list: `starts_with(key,
+//!   prefix)`, in byte order).
+//! * A statement that does not answer within the request timeout (5 s) is
+//!   a retryable failure and its connection is discarded (it may sit behind
+//!   a partition).
+//!
+//! # Store epoch and quarantine
+//! The epoch row (key `#epoch`) is written when the table is created: the
+//! epoch is the server clock's next whole second since 2024-01-01 (the
+//! creating transaction waits for that second to begin before it commits,
+//! so a table created after it gets a greater epoch), with the max TTL and
+//! the table's OID. Its age is `clock_timestamp() - acquired_at`, on the
+//! server's clock, so a process opening an established table grants at
+//! once, and a new or re-created table is quarantined for its max TTL
+//! (see [store epochs](leasehold::backend#store-epochs-tokens-that-survive-the-loss-of-the-stores-data)).
+//!
+//! * **Table dropped** (and maybe re-created) under a live holder: its
+//!   renewal fails (`42P01`, or the new table has no row for it, or the
+//!   epoch row names another epoch): a definitive loss. An acquirer that
+//!   finds the table missing creates it, which starts a new epoch; grants
+//!   wait the quarantine, and every key's first token is above the new
+//!   epoch's base, so above every earlier token (conformance test
+//!   `store_loss_stops_holder_before_next_grant`, `tests/store_loss.rs`).
+//! * **Table restored** from a dump (`pg_dump`/`pg_restore`, or copied with
+//!   `CREATE TABLE … AS`): the restored epoch row names the OID of the table
+//!   it was written in, not this one. Acquire and renew compare it with the
+//!   table's own OID in the same statement, so nothing is granted or renewed
+//!   on restored data; the next acquirer starts a new epoch (in a short
+//!   transaction that first locks the epoch row, then voids every lease),
+//!   with the same quarantine (test `restored_table_starts_a_new_epoch`).
+//! * **The epoch row deleted** by hand: as a new table (new epoch, leases
+//!   voided). This is also the way to force a new epoch by hand.
+//! * Every acquire reads the epoch row `FOR SHARE`, and a new epoch is
+//!   started under that row's exclusive lock, so a grant and an epoch
+//!   change never interleave: a grant either commits before the change
+//!   (and is voided by it) or sees the new epoch.
+//! * **Not detected**: a physical restore of the whole cluster to an
+//!   earlier point in time (PITR) and failover to an asynchronous replica
+//!   that had not received the last grants. Both bring back an older copy
+//!   of the *same* table (same OID), so tokens could repeat. Use synchronous
+//!   replication (`synchronous_commit = on` with a synchronous standby) for
+//!   a lease table you fail over, and after a PITR or an asynchronous
+//!   failover delete the epoch row (`DELETE FROM leasehold_leases WHERE key
+//!   = '#epoch'`) before the store is used again.
+//!
+//! # Why it is safe
+//! Exclusion: a grant happens only in the acquire statement, whose
+//! condition (free, expired by the server's clock, or ours) is checked on
+//! the newest row version under the row lock. The old holder stops in time
+//! because its guard's safety deadline runs from the *send* time of its last
+//! successful renewal on its own monotonic clock, while the server set
+//! `expires_at` from its own clock *after* receiving it: the server's
+//! expiry is never earlier in real time than the holder's deadline, as long
+//! as the server's clock does not jump forward (the one clock trusted).
+//! Fencing: `fence` only grows (rows are never deleted; each grant sets
+//! `greatest(fence, epoch << 22) + 1` under the row lock), and a new epoch
+//! lies above every earlier token.
+//!
+//! # Wake-ups across machines
+//! Every release and break NOTIFYs the table's channel (`leasehold.TABLE`)
+//! with the key, in the same statement (delivered when it commits). Each
+//! backend that has a waiter keeps one more connection that LISTENs on the
+//! channel (started on the first wait; reconnected with back-off) and
+//! wakes that key's waiters through
+//! [`Backend::watch_release`](leasehold::Backend::watch_release), so a
+//! waiter on another machine tries again at once instead of at its next
+//! poll. Polling stays the fallback: a notification missed while the
+//! LISTEN connection is down, or an expiry (which nobody announces), is
+//! found by the next poll. Measured on loopback (`examples/handoff.rs`,
+//! debug build, a shared 2-core machine): other-process handoff p50 4.6 ms
+//! with wake-ups, 80 ms with polling only (default 50-100 ms polls); test
+//! `tests/wake_ups.rs`. LISTEN is session state: **behind a
+//! transaction-mode pooler, turn wake-ups off** (`wake_ups=off` in the
+//! URL, or [`PostgresBackendBuilder::wake_ups`]`(false)`, which also drops
+//! the NOTIFY). With LISTEN through PgBouncer 1.18 in transaction mode the
+//! conformance suite's elections saw renewals fail and leases expire (safe:
+//! the holders were told lost; not diagnosed further); with `wake_ups=off`
+//! the whole suite passes through it (`scripts/test.sh` runs it so). NOTIFY serialises committing transactions that notify
+//! on a server-wide lock: cheap at lease rates, but it is there.
+//!
+//! # Why tokio-postgres and deadpool-postgres
+//! tokio-postgres is the maintained async PostgreSQL client that the others
+//! (deadpool, bb8, sqlx's peers) build on; its `query_typed` sends an
+//! unnamed statement with typed parameters in one round trip, which is what
+//! a transaction-mode pooler needs (named prepared statements are session
+//! state) and what keeps each operation at one round trip. It speaks
+//! LISTEN/NOTIFY on the same connection type. deadpool-postgres is a small
+//! pool around it: a connection per concurrent operation (so a statement
+//! waiting on a row lock never delays another key's renewal), dead
+//! connections dropped on recycle. sqlx would bring a second async stack,
+//! macros and a much larger build for the same few statements.
+//!
+//! # TTL range
+//! 1 s to the table's max TTL (at most 24 h).
+
+#![warn(missing_docs)]
+
+mod backend;
+mod builder;
+mod error;
+mod listen;
+mod record;
+mod tls;
+
+use std::time::Duration;
+
+pub use backend::PostgresBackend;
+pub use builder::{PostgresBackendBuilder, SslMode, DEFAULT_TABLE};
+
+/// Re-exported for building a client configuration in code.
+pub use tokio_postgres;
+
+/// Shortest TTL (and store max TTL) this backend accepts.
+pub const MIN_TTL: Duration = Duration::from_secs(1);
+/// Longest store max TTL this backend accepts.
+pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);

@@ -1,0 +1,114 @@
+//! The stored row: its schema, and turning it into what the core reports.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use leasehold::{HolderInfo, Owner, StoreEpoch};
+use tokio_postgres::Row;
+
+/// The key of the table's epoch row: not a valid leasehold key (`#` is not a
+/// key character), so it never meets a lease.
+pub(crate) const EPOCH_KEY: &str = "#epoch";
+
+/// The table, created if missing. See the crate docs for what each column
+/// holds (in lease rows and in the epoch row).
+pub(crate) fn create_table(table: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {table} (
+            key         text PRIMARY KEY,
+            fence       bigint NOT NULL,
+            epoch       bigint NOT NULL,
+            lease_id    text,
+            expires_at  timestamptz,
+            ttl_ms      bigint,
+            owner_host  text,
+            owner_pid   bigint,
+            owner_label text,
+            data        text,
+            acquired_at timestamptz,
+            table_oid   oid
+        )"
+    )
+}
+
+/// The columns that describe a holder, as `holder` reads them.
+pub(crate) const HOLDER_COLUMNS: &str = "fence, owner_host, owner_pid, owner_label, data,
+    extract(epoch FROM acquired_at)::float8 AS acquired_s,
+    extract(epoch FROM expires_at - clock_timestamp())::float8 AS left_s,
+    ttl_ms, (lease_id IS NOT NULL AND expires_at > clock_timestamp()) AS live";
+
+/// The holder a row (with [`HOLDER_COLUMNS`]) describes, if its lease is
+/// live by the server's clock.
+pub(crate) fn holder(row: &Row) -> Option<HolderInfo> {
+    if !row.get::<_, Option<bool>>("live").unwrap_or(false) {
+        return None;
+    }
+    let owner = Owner {
+        host: row
+            .get::<_, Option<String>>("owner_host")
+            .unwrap_or_default(),
+        pid: row.get::<_, Option<i64>>("owner_pid").unwrap_or_default() as u32,
+        label: row.get("owner_label"),
+    };
+    let fence = row.get::<_, Option<i64>>("fence").unwrap_or_default() as u64;
+    let secs = |s: f64| Duration::from_secs_f64(s.max(0.0));
+    Some(
+        HolderInfo::new(owner, fence)
+            .with_data(row.get("data"))
+            .with_acquired_at(
+                row.get::<_, Option<f64>>("acquired_s")
+                    .map(|s| UNIX_EPOCH + secs(s)),
+            )
+            .with_expires_in(row.get::<_, Option<f64>>("left_s").map(secs))
+            .with_ttl(
+                row.get::<_, Option<i64>>("ttl_ms")
+                    .map(|ms| Duration::from_millis(ms.max(0) as u64)),
+            ),
+    )
+}
+
+/// The epoch row's columns, as [`epoch`] reads them.
+pub(crate) fn epoch_columns(table: &str) -> String {
+    format!(
+        "epoch AS m_epoch, ttl_ms AS m_ttl_ms,
+         table_oid = '{table}'::regclass::oid AS m_same_table,
+         extract(epoch FROM clock_timestamp() - acquired_at)::float8 AS m_age_s"
+    )
+}
+
+/// What the epoch row says, when there is one.
+#[derive(Debug, Clone)]
+pub(crate) struct EpochRow {
+    pub epoch: u64,
+    pub max_ttl: Duration,
+    /// Whether it was written in this very table (not restored from a dump
+    /// into a new one).
+    pub same_table: bool,
+    /// How long ago the epoch began, by the server's clock.
+    pub age: Duration,
+}
+
+impl EpochRow {
+    pub fn store_epoch(&self) -> StoreEpoch {
+        StoreEpoch::new(self.epoch, self.max_ttl).with_age(Some(self.age))
+    }
+}
+
+/// The epoch row in a row with [`epoch_columns`], or `None` if the row (a
+/// left join) has none.
+pub(crate) fn epoch(row: &Row) -> Option<EpochRow> {
+    let epoch = row.get::<_, Option<i64>>("m_epoch")?;
+    Some(EpochRow {
+        epoch: epoch.max(0) as u64,
+        max_ttl: Duration::from_millis(
+            row.get::<_, Option<i64>>("m_ttl_ms")
+                .unwrap_or_default()
+                .max(0) as u64,
+        ),
+        same_table: row.get::<_, Option<bool>>("m_same_table").unwrap_or(false),
+        age: Duration::from_secs_f64(
+            row.get::<_, Option<f64>>("m_age_s")
+                .unwrap_or_default()
+                .max(0.0),
+        ),
+    })
+}

@@ -1,0 +1,231 @@
+//! The PostgreSQL backend's own tests against a real server: connection
+//! loss, a restored table, expiry by the server's clock, and secrets kept
+//! out of messages. (Server restarts: `restart.rs`, on a private server.)
+
+mod common;
+
+use std::time::Duration;
+
+use leasehold::{AcquireOutcome, Backend, Error, Key, LockOptions, LossReason, Store};
+use leasehold_postgres::PostgresBackendBuilder;
+
+fn opts(ttl: Duration) -> LockOptions {
+    LockOptions::new()
+        .ttl(ttl)
+        .poll_interval(Duration::from_millis(20), Duration::from_millis(60))
+}
+
+/// Every connection of the pool killed by the server (an administrator's
+/// `pg_terminate_backend`, a pooler or proxy restart): the holder's next
+/// renewals reconnect, it keeps its lease past its TTL, and nobody else
+/// gets it meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holder_survives_its_connections_being_killed() {
+    if !common::available() {
+        return;
+    }
+    let app = format!(
+        "lh_conn_{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let url = format!(
+        "{}&application_name={app}",
+        common::url_for(common::table())
+    );
+    let backend = PostgresBackendBuilder::from_url(&url)
+        .unwrap()
+        .build()
+        .await
+        .unwrap();
+    common::settled(&backend).await;
+    let store = Store::new(backend);
+    let other = Store::new(common::backend().await.unwrap());
+    let key = common::unique_key("conn-loss");
+    let ttl = Duration::from_secs(2);
+    let guard = store
+        .lock_with(&key, opts(ttl).renew_interval(ttl / 5))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    let killed = common::query_i64(&format!(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{app}') k"
+    ))
+    .await;
+    assert!(killed >= 1, "no connection of the holder was killed");
+    // Longer than the TTL: only renewals over new connections keep it.
+    tokio::time::sleep(ttl * 2).await;
+    assert!(
+        !guard.is_lost(),
+        "the holder lost its lease to a connection loss"
+    );
+    let attempt = other
+        .lock_with(&key, opts(ttl))
+        .unwrap()
+        .try_acquire()
+        .await;
+    assert!(matches!(attempt, Err(Error::Held { .. })), "{attempt:?}");
+    let token = guard.fencing_token();
+    guard.release().await.unwrap();
+    let g2 = other
+        .lock_with(&key, opts(ttl))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    assert!(g2.fencing_token() > token);
+    g2.release().await.unwrap();
+}
+
+/// Expiry is decided by the server's clock alone: a lease whose
+/// `expires_at` the server finds past is free at once, whatever the TTL the
+/// client asked for; one the server finds in the future stays held past
+/// its TTL by any client's clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expiry_is_decided_by_the_server_clock() {
+    let Some(a) = common::backend().await else {
+        return;
+    };
+    let b = common::backend().await.unwrap();
+    let t = common::table();
+    let ttl = Duration::from_secs(4);
+    let key = common::unique_key("server-clock");
+    let lease = leasehold::conformance::raw_lease(&a, &key, ttl).await;
+    // As if the server's clock had run 4 s ahead: expired now.
+    common::sql(&format!(
+        "UPDATE {t} SET expires_at = clock_timestamp() - interval '1 millisecond' WHERE key = '{key}'"
+    ))
+    .await;
+    let info = b.inspect(&Key::new(&key).unwrap()).await.unwrap();
+    assert!(info.holder.is_none(), "{info:?}");
+    let taken = leasehold::conformance::raw_lease(&b, &key, ttl).await;
+    assert!(taken.fencing_token > lease.fencing_token);
+    let err = a.renew(&lease).await.unwrap_err();
+    assert!(err.is_lease_lost(), "{err}");
+
+    // As if the server's clock stood still: held long after the TTL.
+    let key = common::unique_key("server-clock");
+    let lease = leasehold::conformance::raw_lease(&a, &key, Duration::from_secs(1)).await;
+    common::sql(&format!(
+        "UPDATE {t} SET expires_at = clock_timestamp() + interval '1 hour' WHERE key = '{key}'"
+    ))
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let store_b = Store::new(b);
+    let attempt = store_b
+        .lock_with(&key, opts(Duration::from_secs(1)))
+        .unwrap()
+        .try_acquire()
+        .await;
+    assert!(matches!(attempt, Err(Error::Held { .. })), "{attempt:?}");
+    let info = store_b.inspect(&key).await.unwrap();
+    let left = info.holder.unwrap().expires_in.unwrap();
+    assert!(left > Duration::from_secs(3000), "{left:?}");
+    a.release(&lease).await.unwrap();
+}
+
+/// A table restored from a dump (here: copied into a new table that takes
+/// the old one's name, as `pg_restore` does) is a new store: the holder of
+/// the old table is told lost at its next renewal, nothing is granted on the
+/// restored rows before the quarantine, and the next token is above every
+/// earlier one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restored_table_starts_a_new_epoch() {
+    if !common::available() {
+        return;
+    }
+    let table = common::unique_table();
+    let open = || async {
+        common::builder_for(&table)
+            .unwrap()
+            .build()
+            .await
+            .expect("open")
+    };
+    let a = open().await;
+    common::settled(&a).await;
+    let before = a.epoch().await.unwrap();
+    let key = common::unique_key("restored");
+    let ttl = Duration::from_secs(2);
+    let holder = Store::new(a.clone())
+        .lock_with(&key, opts(ttl).renew_interval(ttl / 5))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    let first = holder.fencing_token();
+    // The restore: same rows (the holder's lease included), new table.
+    common::sql(&format!(
+        "BEGIN; CREATE TABLE {table}_copy AS SELECT * FROM {table}; DROP TABLE {table};
+         ALTER TABLE {table}_copy RENAME TO {table}; ALTER TABLE {table} ADD PRIMARY KEY (key); COMMIT;"
+    ))
+    .await;
+    // The holder's next renewal is refused.
+    let reason = tokio::time::timeout(ttl * 2, holder.lost())
+        .await
+        .expect("the holder was not told lost");
+    assert!(matches!(reason, LossReason::Revoked(_)), "{reason:?}");
+    // A raw acquire in the old epoch is refused, and starts a new one.
+    let b = open().await;
+    let req = leasehold::AcquireRequest {
+        key: Key::new(&key).unwrap(),
+        lease_id: leasehold::LeaseId::random(),
+        ttl,
+        owner: leasehold::Owner::current(),
+        data: None,
+        epoch: Some(before.epoch),
+    };
+    let outcome = b.try_acquire(&req).await.unwrap();
+    let AcquireOutcome::OtherEpoch(after) = outcome else {
+        panic!("granted on restored data: {outcome:?}");
+    };
+    assert!(after.epoch > before.epoch, "{after:?} vs {before:?}");
+    assert!(after.age.unwrap() < after.max_ttl, "{after:?}");
+    // Through the core: quarantine, then a token above the old ones.
+    let guard = Store::new(b)
+        .lock_with(&key, opts(ttl))
+        .unwrap()
+        .acquire(common::MAX_TTL * 3)
+        .await
+        .unwrap();
+    assert!(guard.fencing_token() > first);
+    guard.release().await.unwrap();
+}
+
+/// The password shows nowhere: not in the builder's or the backend's
+/// `Debug`, not in the error of a refused login, not in URL errors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn password_is_never_printed() {
+    let Some(backend) = common::backend().await else {
+        return;
+    };
+    let url = common::url_for(common::table());
+    let password = url
+        .split_once("://")
+        .and_then(|(_, rest)| rest.split_once('@'))
+        .and_then(|(userinfo, _)| userinfo.split_once(':'))
+        .map(|(_, pw)| pw.to_string())
+        .expect("the test URL has a password");
+    let shown = format!(
+        "{backend:?} {:?}",
+        PostgresBackendBuilder::from_url(&url).unwrap()
+    );
+    assert!(!shown.contains(&password), "{shown}");
+
+    let wrong = "Wr0ng-pa55word-in-url";
+    let bad_url = url.replacen(&password, wrong, 1);
+    let err = PostgresBackendBuilder::from_url(&bad_url)
+        .unwrap()
+        .build()
+        .await
+        .unwrap_err();
+    let shown = format!("{err} {err:?}");
+    assert!(matches!(err, Error::Backend { .. }), "{shown}");
+    assert!(
+        shown.contains("password") || shown.contains("auth"),
+        "{shown}"
+    );
+    assert!(!shown.contains(wrong), "{shown}");
+    let err = PostgresBackendBuilder::from_url(&format!("{bad_url}&sslmode=nope")).unwrap_err();
+    assert!(!format!("{err} {err:?}").contains(wrong), "{err}");
+}

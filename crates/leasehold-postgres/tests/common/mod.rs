@@ -1,0 +1,146 @@
+//! Shared set-up for the tests against a real PostgreSQL server.
+//!
+//! The server is `LEASEHOLD_TEST_POSTGRES_URL` (default: the one
+//! `scripts/postgres.sh start` runs, see [`DEFAULT_URL`]). Without a server
+//! there the tests are skipped, loudly, unless
+//! `LEASEHOLD_REQUIRE_EMULATORS=1`, which makes them fail instead.
+
+#![allow(dead_code)]
+
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use leasehold_postgres::{PostgresBackend, PostgresBackendBuilder};
+
+/// What `scripts/postgres.sh url` prints.
+pub const DEFAULT_URL: &str = "postgres://postgres:leasehold-test-pw-7e3a@127.0.0.1:54329/postgres";
+
+/// The test tables' max TTL: above every TTL the tests use, and the
+/// quarantine of a new table (see `settled`).
+pub const MAX_TTL: Duration = Duration::from_secs(5);
+
+pub fn url() -> String {
+    std::env::var("LEASEHOLD_TEST_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_URL.to_string())
+}
+
+/// `url` with `table` and `max_ttl` parameters added.
+pub fn url_for(table: &str) -> String {
+    let url = url();
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}table={table}&max_ttl={}s", MAX_TTL.as_secs())
+}
+
+/// Whether something accepts TCP connections at the URL's host and port.
+pub fn reachable() -> Result<(), String> {
+    let b = PostgresBackendBuilder::from_url(&url()).map_err(|e| e.to_string())?;
+    let _ = b;
+    let url = url();
+    let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(&url);
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    let hostport = authority
+        .rsplit_once('@')
+        .map(|(_, h)| h)
+        .unwrap_or(authority);
+    let hostport = if hostport.contains(':') {
+        hostport.to_string()
+    } else {
+        format!("{hostport}:5432")
+    };
+    let addrs = hostport
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {hostport}: {e}"))?;
+    for addr in addrs {
+        if TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok() {
+            return Ok(());
+        }
+    }
+    Err(format!(
+        "no PostgreSQL server at {hostport} (run scripts/postgres.sh start, or set LEASEHOLD_TEST_POSTGRES_URL)"
+    ))
+}
+
+/// Whether the server is there; if not, says so (or fails the test under
+/// `LEASEHOLD_REQUIRE_EMULATORS=1`).
+pub fn available() -> bool {
+    match reachable() {
+        Ok(()) => true,
+        Err(why) => leasehold::conformance::skip::<()>("postgres", &why).is_some(),
+    }
+}
+
+/// One table per test binary run: unique, so runs never see each other.
+pub fn table() -> &'static str {
+    static TABLE: OnceLock<String> = OnceLock::new();
+    TABLE.get_or_init(unique_table)
+}
+
+pub fn unique_table() -> String {
+    format!(
+        "leasehold_test_{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    )
+}
+
+/// A builder on `table`, or `None` (skipped) when there is no server.
+pub fn builder_for(table: &str) -> Option<PostgresBackendBuilder> {
+    match reachable() {
+        Ok(()) => Some(PostgresBackendBuilder::from_url(&url_for(table)).expect("test URL")),
+        Err(why) => leasehold::conformance::skip("postgres", &why),
+    }
+}
+
+/// A backend on the run's table, or `None` (skipped), once the table is out
+/// of quarantine.
+pub async fn backend() -> Option<PostgresBackend> {
+    let backend = builder_for(table())?
+        .build()
+        .await
+        .expect("open PostgreSQL");
+    settled(&backend).await;
+    Some(backend)
+}
+
+/// Waits until a new table's quarantine is over (one fresh table per test
+/// binary run: every test would otherwise start with that wait).
+pub async fn settled(backend: &PostgresBackend) {
+    let epoch = backend.epoch().await.expect("read the epoch");
+    let full = epoch.max_ttl + epoch.max_ttl / 1000;
+    let age = epoch.age.unwrap_or_default();
+    tokio::time::sleep(full.saturating_sub(age) + Duration::from_millis(50)).await;
+}
+
+pub fn unique_key(test: &str) -> String {
+    format!(
+        "{test}/{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    )
+}
+
+/// Runs `sql` on a connection of its own (as an administrator would).
+pub async fn sql(sql: &str) {
+    let config: tokio_postgres::Config = PostgresBackendBuilder::from_url(&url())
+        .expect("test URL")
+        .config()
+        .clone();
+    let (client, conn) = config
+        .connect(tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(conn);
+    client.batch_execute(sql).await.expect(sql);
+}
+
+/// The single number `sql` returns, on a connection of its own.
+pub async fn query_i64(sql: &str) -> i64 {
+    let config: tokio_postgres::Config = PostgresBackendBuilder::from_url(&url())
+        .expect("test URL")
+        .config()
+        .clone();
+    let (client, conn) = config
+        .connect(tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(conn);
+    client.query_one(sql, &[]).await.expect(sql).get(0)
+}
