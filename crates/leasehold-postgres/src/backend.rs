@@ -347,6 +347,7 @@ struct Statements {
     inspect: String,
     list: String,
     break_lease: String,
+    record_run: String,
 }
 
 impl Statements {
@@ -449,6 +450,28 @@ impl Statements {
                 "SELECT key, {HOLDER_COLUMNS} FROM {t}
                  WHERE starts_with(key, $1) AND key <> '{EPOCH_KEY}'
                  ORDER BY key COLLATE \"C\""
+            ),
+            // $1 key, $2 lease id, $3 the run (JSON), $4 its fencing token,
+            // $5 whether it succeeded. Under our lease: last run, and last
+            // success if it succeeded. Not under it: never the success; a
+            // failure only over an earlier run's. The end is stamped with
+            // the server's clock.
+            record_run: format!(
+                "WITH r AS (
+                    SELECT jsonb_set($3::jsonb, '{{ended_at_unix_ms}}',
+                      to_jsonb(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint))::text AS run
+                 ), u AS (
+                    UPDATE {t} SET
+                      last_success = CASE WHEN lease_id = $2 AND $5 THEN r.run ELSE last_success END,
+                      last_run = r.run, last_run_token = $4
+                    FROM r
+                    WHERE key = $1 AND (lease_id = $2
+                      OR (NOT $5 AND (last_run_token IS NULL OR last_run_token < $4)))
+                    RETURNING lease_id = $2 AS ours
+                 )
+                 SELECT coalesce((SELECT ours FROM u), false) AS done,
+                   (SELECT lease_id FROM {t} WHERE key = $1) AS lease_id,
+                   NULL::bool AS same_epoch"
             ),
             break_lease: format!(
                 "WITH u AS (
@@ -608,20 +631,50 @@ impl Backend for PostgresBackend {
         Err(lost(&lease.key, why_not_ours(&row, lease)))
     }
 
+    async fn record_run(&self, lease: &Lease, run: &leasehold::RunRecord) -> Result<()> {
+        const OP: &str = "record_run";
+        let stored = run.to_stored();
+        let token = lease.fencing_token as i64;
+        let succeeded = run.succeeded();
+        let row = match self
+            .one(
+                OP,
+                &self.inner.sql.record_run,
+                &[
+                    (&lease.key.as_str(), Type::TEXT),
+                    (&lease.lease_id.as_str(), Type::TEXT),
+                    (&stored.as_str(), Type::TEXT),
+                    (&token, Type::INT8),
+                    (&succeeded, Type::BOOL),
+                ],
+            )
+            .await
+        {
+            Ok(row) => row,
+            Err(f) if f.missing_table() => {
+                return Err(lost(
+                    &lease.key,
+                    "the table was dropped (its data, and the lease, were lost)",
+                ))
+            }
+            Err(f) => return Err(f.into_error(OP)),
+        };
+        if row.get::<_, bool>("done") {
+            return Ok(());
+        }
+        Err(lost(&lease.key, why_not_ours(&row, lease)))
+    }
+
     async fn inspect(&self, key: &Key) -> Result<KeyInfo> {
         const OP: &str = "inspect";
         match self
             .rows(OP, &self.inner.sql.inspect, &[(&key.as_str(), Type::TEXT)])
             .await
         {
-            Ok(rows) => Ok(match rows.first() {
-                Some(row) => KeyInfo::new(
-                    key.clone(),
-                    row.get::<_, i64>("fence") as u64,
-                    record::holder(row),
-                ),
-                None => KeyInfo::new(key.clone(), 0, None),
-            }),
+            Ok(rows) => match rows.first() {
+                Some(row) => record::key_info(key.clone(), row),
+                None => Ok(KeyInfo::new(key.clone(), 0, None)),
+            },
             Err(f) if f.missing_table() => Ok(KeyInfo::new(key.clone(), 0, None)),
             Err(f) => Err(f.into_error(OP)),
         }
@@ -660,11 +713,7 @@ impl Backend for PostgresBackend {
         rows.iter()
             .map(|row| {
                 let key = Key::new(row.get::<_, String>("key"))?;
-                Ok(KeyInfo::new(
-                    key,
-                    row.get::<_, i64>("fence") as u64,
-                    record::holder(row),
-                ))
+                record::key_info(key, row)
             })
             .collect()
     }

@@ -61,7 +61,9 @@
 //!     ttl_ms      bigint,           -- the holder's TTL (the epoch row: the max TTL)
 //!     owner_host  text, owner_pid bigint, owner_label text, data text,
 //!     acquired_at timestamptz,      -- server clock at the grant (the epoch row: the epoch's start)
-//!     table_oid   oid               -- only the epoch row: the table's OID when it was written
+//!     table_oid   oid,              -- only the epoch row: the table's OID when it was written
+//!     last_success text, last_run text, -- run records (JSON), see below
+//!     last_run_token bigint             -- the fencing token of last_run
 //! );
 //! ```
 //!
@@ -96,6 +98,12 @@
 //!   clock_timestamp() AND` the epoch row still names our epoch and this
 //!   table; no row changed is a definitive loss (the same statement says
 //!   why).
+//! * **Record a run** (`--once-per`): one `UPDATE` setting `last_run` (and
+//!   `last_success` if it succeeded) `WHERE key AND (lease_id = ours OR (not
+//!   a success AND last_run_token < ours))`, with `ended_at` stamped by
+//!   `clock_timestamp()`: a success is written only under our lease, so the
+//!   next holder, granted after our release, reads it; a run that lost its
+//!   lease never replaces a later run's record.
 //! * **Release**: `UPDATE … SET lease_id = NULL WHERE key AND lease_id =
 //!   ours`. **Break**: clears whatever lease is on the key, returning who
 //!   held it. **Inspect**/**list**: plain `SELECT`s (list: `starts_with(key,

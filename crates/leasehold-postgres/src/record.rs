@@ -2,7 +2,7 @@
 
 use std::time::{Duration, UNIX_EPOCH};
 
-use leasehold::{HolderInfo, Owner, StoreEpoch};
+use leasehold::{HolderInfo, Key, KeyInfo, Owner, RunRecord, StoreEpoch};
 use tokio_postgres::Row;
 
 /// The key of the table's epoch row: not a valid leasehold key (`#` is not a
@@ -25,13 +25,30 @@ pub(crate) fn create_table(table: &str) -> String {
             owner_label text,
             data        text,
             acquired_at timestamptz,
-            table_oid   oid
+            table_oid   oid,
+            last_success text,
+            last_run    text,
+            last_run_token bigint
         )"
+    )
+}
+
+/// The key's run records, from a row with `last_success` and `last_run`.
+pub(crate) fn key_info(key: Key, row: &Row) -> leasehold::Result<KeyInfo> {
+    let run = |col: &str| {
+        row.get::<_, Option<String>>(col)
+            .map(|t| RunRecord::from_stored(crate::error::NAME, &t))
+            .transpose()
+    };
+    Ok(
+        KeyInfo::new(key, row.get::<_, i64>("fence") as u64, holder(row))
+            .with_runs(run("last_success")?, run("last_run")?),
     )
 }
 
 /// The columns that describe a holder, as `holder` reads them.
 pub(crate) const HOLDER_COLUMNS: &str = "fence, owner_host, owner_pid, owner_label, data,
+    last_success, last_run,
     extract(epoch FROM acquired_at)::float8 AS acquired_s,
     extract(epoch FROM expires_at - clock_timestamp())::float8 AS left_s,
     ttl_ms, (lease_id IS NOT NULL AND expires_at > clock_timestamp()) AS live";
