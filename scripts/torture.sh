@@ -22,7 +22,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 mode=long
 [[ "${1:-}" == "--short" ]] && mode=short
-stores=(${TORTURE_STORES:-sqlite azblob dynamodb})
+stores=(${TORTURE_STORES:-sqlite azblob dynamodb postgres})
 
 # The long run uses a release build unless TORTURE_PROFILE=debug.
 profile=debug
@@ -51,9 +51,11 @@ settings() {
         short:sqlite) echo "40s 1s 1s" ;;
         short:dynamodb) echo "60s 2s 2s" ;;
         short:azblob) echo "90s 15s 8s" ;;
+        short:postgres) echo "40s 2s 2s" ;;
         long:sqlite) echo "${d:-15m} 1s 1s" ;;
         long:dynamodb) echo "${d:-20m} 2s 2s" ;;
         long:azblob) echo "${d:-25m} 15s 5s" ;;
+        long:postgres) echo "${d:-20m} 2s 2s" ;;
     esac
 }
 
@@ -119,6 +121,16 @@ for store in "${stores[@]}"; do
             faults=kill,pause,break,partition,delay,reset
             loss=loss,restart
             extra=(--restart-cmd "DYNAMODB_LOCAL_PORT=$port scripts/dynamodb-local.sh stop && DYNAMODB_LOCAL_PORT=$port scripts/dynamodb-local.sh start")
+            ;;
+        postgres)
+            # A throw-away server on a port of its own (scripts/postgres.sh;
+            # left running if it already was); a table per run, whose
+            # quarantine when new is kept short. Store loss drops the table.
+            scripts/postgres.sh start
+            [[ " ${started[*]} " == *" postgres.sh "* ]] || started+=(postgres.sh)
+            url="$(scripts/postgres.sh url)?table=torture_$RANDOM&max_ttl=5s"
+            faults=kill,pause,break,partition,delay,reset
+            loss=loss
             ;;
         *) echo "unknown store $store" >&2; exit 2 ;;
     esac

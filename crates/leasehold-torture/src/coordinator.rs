@@ -669,6 +669,21 @@ async fn lose_store(url: &str) -> anyhow::Result<()> {
         // Opening it again creates the table (create_table is on by default).
         leasehold_dynamodb::DynamoDbBackend::from_url(url).await?;
         Ok(())
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        // The table dropped (the backend creates it again on use).
+        let builder = leasehold_postgres::PostgresBackendBuilder::from_url(url)?;
+        let (client, connection) = builder
+            .config()
+            .connect(leasehold_postgres::tokio_postgres::NoTls)
+            .await?;
+        let connection = tokio::spawn(connection);
+        client
+            .batch_execute(&format!("DROP TABLE IF EXISTS {}", builder.table_name()))
+            .await
+            .context("drop table")?;
+        drop(client);
+        let _ = connection.await;
+        Ok(())
     } else {
         anyhow::bail!("no store-loss fault for {}", redact(url))
     }
@@ -795,6 +810,17 @@ fn upstream(store: &str) -> anyhow::Result<SocketAddr> {
             "give the endpoint unencoded for the fault proxy"
         );
         authority_of(endpoint)
+    } else if store.starts_with("postgres://") || store.starts_with("postgresql://") {
+        let authority = authority_of(store);
+        let host = authority
+            .rsplit_once('@')
+            .map(|(_, h)| h)
+            .unwrap_or(&authority);
+        anyhow::ensure!(
+            host.contains(':'),
+            "give the PostgreSQL URL a port for the fault proxy"
+        );
+        host.split('?').next().unwrap_or(host).to_string()
     } else {
         anyhow::bail!("{} is not reached over TCP", redact(store))
     };
