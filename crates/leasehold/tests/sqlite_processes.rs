@@ -163,6 +163,42 @@ fn file_deleted_under_a_holder_in_another_process() {
     assert_eq!(granted[2], "quarantined=true", "{text}");
 }
 
+/// The same when the waiter reaches the file through a symbolic link in
+/// another directory: the proof that no holder is left is looked for in the
+/// directory the file really is in, so the waiter waits the quarantine out
+/// (it was granted at once, while the holder still ran).
+#[test]
+fn file_deleted_under_a_holder_reached_through_a_symlink() {
+    let real = tempfile::tempdir().unwrap();
+    let other = tempfile::tempdir().unwrap();
+    let path = real.path().join("leases.db");
+    let link = other.path().join("leases.db");
+    std::os::unix::fs::symlink(&path, &link).unwrap();
+    let mut holder = spawn("hold", &path);
+    let mut holder_out = BufReader::new(holder.stdout.take().unwrap());
+    let first: u64 = read_line_starting(&mut holder_out, "granted ")[0]
+        .parse()
+        .unwrap();
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+    let out = spawn("wait", &link).wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let granted = read_line_starting(&mut text.as_bytes(), "granted ");
+    let lost = read_line_starting(&mut holder_out, "lost ");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert_eq!(granted[2], "quarantined=true", "{text}");
+    let (second, granted_at): (u64, u128) =
+        (granted[0].parse().unwrap(), granted[1].parse().unwrap());
+    let lost_at: u128 = lost[0].parse().unwrap();
+    assert!(
+        lost_at < granted_at,
+        "granted before the holder was told lost"
+    );
+    assert!(second > first, "token {second} after {first}");
+}
+
 /// A store created where no process holds a lease needs no quarantine:
 /// the first process to use a new file is granted at once.
 #[test]
