@@ -199,6 +199,48 @@ fn file_deleted_under_a_holder_reached_through_a_symlink() {
     assert!(second > first, "token {second} after {first}");
 }
 
+/// A file whose epoch row and live lease were written under another boot
+/// (another kernel sharing the file, or a boot clock that restarted): the
+/// next process starts a new epoch, waits the quarantine out (a row still
+/// holds a lease, so nothing proves its holder gone), and is granted a
+/// greater token only after the holder was told lost.
+#[test]
+fn a_file_last_written_under_another_boot_starts_an_epoch_with_quarantine() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("leases.db");
+    let mut holder = spawn("hold", &path);
+    let mut holder_out = BufReader::new(holder.stdout.take().unwrap());
+    let first: u64 = read_line_starting(&mut holder_out, "granted ")[0]
+        .parse()
+        .unwrap();
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.busy_timeout(Duration::from_secs(5)).unwrap();
+        conn.execute_batch(
+            "BEGIN IMMEDIATE;
+             UPDATE leasehold_store SET boot_id = 'another-boot';
+             UPDATE leasehold_leases SET boot_id = 'another-boot' WHERE lease_id IS NOT NULL;
+             COMMIT;",
+        )
+        .unwrap();
+    }
+    let out = spawn("wait", &path).wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let granted = read_line_starting(&mut text.as_bytes(), "granted ");
+    let lost = read_line_starting(&mut holder_out, "lost ");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert_eq!(granted[2], "quarantined=true", "{text}");
+    let (second, granted_at): (u64, u128) =
+        (granted[0].parse().unwrap(), granted[1].parse().unwrap());
+    let lost_at: u128 = lost[0].parse().unwrap();
+    assert!(
+        lost_at < granted_at,
+        "granted before the holder was told lost"
+    );
+    assert!(second > first, "token {second} after {first}");
+}
+
 /// A store created where no process holds a lease needs no quarantine:
 /// the first process to use a new file is granted at once.
 #[test]
