@@ -331,7 +331,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     }
     for spec in std::iter::once(&Spec::Memory).chain(&specs) {
-        let local = matches!(spec, Spec::Memory | Spec::Sqlite(_));
+        // The emulators hold 1,000 (they are slow by nature); the embedded
+        // stores and real servers 10,000.
+        let local = matches!(spec, Spec::Memory | Spec::Sqlite(_) | Spec::Postgres(_));
         let (n, ttl) = if local {
             (plan.many_local, plan.many_ttl_ms)
         } else {
