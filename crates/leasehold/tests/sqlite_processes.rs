@@ -44,9 +44,17 @@ fn child() {
                 return 1;
             }
         };
+        // A slow holder renews only every 2 s (its TTL is the store's max
+        // TTL): it has not noticed anything yet when a waiter started at
+        // once looks at the store.
+        let (ttl, renew) = if role == "hold-slow" {
+            (MAX_TTL, Duration::from_secs(2))
+        } else {
+            (Duration::from_secs(1), Duration::from_millis(200))
+        };
         let opts = LockOptions::new()
-            .ttl(Duration::from_secs(1))
-            .renew_interval(Duration::from_millis(200))
+            .ttl(ttl)
+            .renew_interval(renew)
             .poll_interval(Duration::from_millis(10), Duration::from_millis(20));
         let lock = store.lock_with("k", opts).unwrap();
         match role.as_str() {
@@ -60,7 +68,7 @@ fn child() {
                     1
                 }
             },
-            "hold" => {
+            "hold" | "hold-slow" => {
                 let guard = lock.acquire(Duration::from_secs(30)).await.unwrap();
                 println!("granted {}", guard.fencing_token());
                 let reason = guard.lost().await;
@@ -136,7 +144,7 @@ fn read_line_starting(reader: &mut impl BufRead, prefix: &str) -> Vec<String> {
 fn file_deleted_under_a_holder_in_another_process() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("leases.db");
-    let mut holder = spawn("hold", &path);
+    let mut holder = spawn("hold-slow", &path);
     let mut holder_out = BufReader::new(holder.stdout.take().unwrap());
     let first: u64 = read_line_starting(&mut holder_out, "granted ")[0]
         .parse()
@@ -164,7 +172,8 @@ fn file_deleted_under_a_holder_in_another_process() {
 }
 
 /// The same when the waiter reaches the file through a symbolic link in
-/// another directory: the proof that no holder is left is looked for in the
+/// another directory (the holder renews slowly, so it has not noticed the
+/// deletion when the waiter looks): the proof that no holder is left is looked for in the
 /// directory the file really is in, so the waiter waits the quarantine out
 /// (it was granted at once, while the holder still ran).
 #[test]
@@ -174,7 +183,7 @@ fn file_deleted_under_a_holder_reached_through_a_symlink() {
     let path = real.path().join("leases.db");
     let link = other.path().join("leases.db");
     std::os::unix::fs::symlink(&path, &link).unwrap();
-    let mut holder = spawn("hold", &path);
+    let mut holder = spawn("hold-slow", &path);
     let mut holder_out = BufReader::new(holder.stdout.take().unwrap());
     let first: u64 = read_line_starting(&mut holder_out, "granted ")[0]
         .parse()
