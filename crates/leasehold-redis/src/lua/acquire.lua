@@ -24,11 +24,11 @@ if r[3] and tonumber(r[2]) == m.epoch then
   end
 end
 local base = m.epoch * 4194304
-if not r[1] then
-  -- A key without a record (new, or its record deleted or evicted):
-  -- above every token of this store.
+if not r[1] and redis.call('ZADD', KEYS[3], 'NX', 0, ARGV[1]) == 0 then
+  -- The index knows the key but its record is gone (deleted by hand, or
+  -- evicted): above every token this store issued. (A new key starts at
+  -- the epoch's base, as its observers expect.)
   if m.high > base then base = m.high end
-  redis.call('ZADD', KEYS[3], 0, ARGV[1])
 end
 local token = (tonumber(r[1]) or 0)
 if token < base then token = base end
