@@ -195,7 +195,7 @@ impl RedisBackend {
         let mut inv = self.inner.scripts.epoch.prepare_invoke();
         inv.key(&self.inner.names.marker)
             .arg(self.inner.max_ttl.as_millis() as u64);
-        let reply = self.call(OP, &inv).await?;
+        let reply = self.call(OP, Retry::Once, &inv).await?;
         let epoch = record::store_epoch(OP, array(OP, &reply)?)?;
         self.note_max_ttl(&epoch);
         Ok(epoch)
@@ -269,20 +269,42 @@ impl RedisBackend {
     }
 
     /// Runs one script (one round trip: EVALSHA, or EVAL when the server
-    /// does not have the script cached yet).
-    async fn call(&self, op: &'static str, inv: &ScriptInvocation<'_>) -> Result<Value> {
-        let (generation, mut conn) = self.conn();
-        match tokio::time::timeout(
-            self.inner.request_timeout,
-            inv.invoke_async::<Value>(&mut conn),
-        )
-        .await
-        {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(error::client(op, e)),
-            Err(_) => {
-                self.replace_conn(generation);
-                Err(error::timed_out(op, self.inner.request_timeout))
+    /// does not have the script cached yet). A script whose repetition
+    /// changes nothing more (`Retry::Once`: acquire with the same lease id,
+    /// renew, record a run, read) is sent once more when the connection
+    /// turned out to be dead (killed by the server, a proxy restarted):
+    /// the connection manager has reconnected by then, and the caller sees
+    /// no error for a connection that was merely stale. Release and break
+    /// are not repeated: a repeated release would find its own work done
+    /// and report the lease lost.
+    async fn call(
+        &self,
+        op: &'static str,
+        retry: Retry,
+        inv: &ScriptInvocation<'_>,
+    ) -> Result<Value> {
+        let mut tries = match retry {
+            Retry::Once => 2,
+            Retry::Never => 1,
+        };
+        loop {
+            tries -= 1;
+            let (generation, mut conn) = self.conn();
+            match tokio::time::timeout(
+                self.inner.request_timeout,
+                inv.invoke_async::<Value>(&mut conn),
+            )
+            .await
+            {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) if tries > 0 && (e.is_io_error() || e.is_connection_dropped()) => {
+                    tracing::debug!(error = %e, op, "connection lost; sending once more");
+                }
+                Ok(Err(e)) => return Err(error::client(op, e)),
+                Err(_) => {
+                    self.replace_conn(generation);
+                    return Err(error::timed_out(op, self.inner.request_timeout));
+                }
             }
         }
     }
@@ -308,6 +330,13 @@ impl RedisBackend {
             .key(self.inner.names.record(key.as_str()));
         inv
     }
+}
+
+/// Whether a script may be sent again after a dead connection.
+#[derive(Debug, Clone, Copy)]
+enum Retry {
+    Once,
+    Never,
 }
 
 /// redis-rs builds its TLS configuration with rustls's process-wide
@@ -370,7 +399,7 @@ impl Backend for RedisBackend {
             .arg(req.owner.pid)
             .arg(optional(&req.owner.label))
             .arg(optional(&req.data));
-        let reply = self.call(OP, &inv).await?;
+        let reply = self.call(OP, Retry::Once, &inv).await?;
         let items = array(OP, &reply)?;
         match items.first().and_then(num) {
             Some(1) => match items.get(1).and_then(num) {
@@ -398,7 +427,7 @@ impl Backend for RedisBackend {
         inv.arg(lease.lease_id.as_str())
             .arg(lease.epoch)
             .arg(lease.ttl.as_millis() as u64);
-        let reply = self.call(OP, &inv).await?;
+        let reply = self.call(OP, Retry::Once, &inv).await?;
         if text(&reply).as_deref() == Some("ok") {
             return Ok(());
         }
@@ -412,7 +441,7 @@ impl Backend for RedisBackend {
             .arg(lease.epoch)
             .arg(self.channel())
             .arg(lease.key.as_str());
-        let reply = self.call(OP, &inv).await?;
+        let reply = self.call(OP, Retry::Never, &inv).await?;
         if text(&reply).as_deref() == Some("ok") {
             return Ok(());
         }
@@ -427,7 +456,7 @@ impl Backend for RedisBackend {
             .arg(run.to_stored())
             .arg(lease.fencing_token)
             .arg(if run.succeeded() { "1" } else { "0" });
-        let reply = self.call(OP, &inv).await?;
+        let reply = self.call(OP, Retry::Once, &inv).await?;
         if text(&reply).as_deref() == Some("ok") {
             return Ok(());
         }
@@ -437,7 +466,7 @@ impl Backend for RedisBackend {
     async fn inspect(&self, key: &Key) -> Result<KeyInfo> {
         const OP: &str = "inspect";
         let inv = self.on_key(&self.inner.scripts.inspect, key);
-        let reply = self.call(OP, &inv).await?;
+        let reply = self.call(OP, Retry::Once, &inv).await?;
         match array(OP, &reply)?.first() {
             Some(entry) => record::key_info(OP, key.clone(), entry),
             None => Ok(KeyInfo::new(key.clone(), 0, None)),
@@ -448,7 +477,7 @@ impl Backend for RedisBackend {
         const OP: &str = "break";
         let mut inv = self.on_key(&self.inner.scripts.break_lease, key);
         inv.arg(self.channel()).arg(key.as_str());
-        let reply = self.call(OP, &inv).await?;
+        let reply = self.call(OP, Retry::Never, &inv).await?;
         let items = array(OP, &reply)?;
         Ok(match items.first().and_then(num) {
             Some(1) => items.get(1).and_then(record::holder),
@@ -477,7 +506,7 @@ impl Backend for RedisBackend {
             .arg(min)
             .arg(max)
             .arg(prefix);
-        let reply = self.call(OP, &inv).await?;
+        let reply = self.call(OP, Retry::Once, &inv).await?;
         array(OP, &reply)?
             .iter()
             .map(|entry| {
