@@ -5,9 +5,10 @@ use leasehold::Error;
 pub(crate) const NAME: &str = "redis";
 
 /// A failure of the Redis client during `op`. Connection and I/O failures,
-/// timeouts, a server loading its data, busy with a script, a replica that
-/// cannot take writes, or answering `TRYAGAIN`/`CLUSTERDOWN`, are
-/// retryable; wrong passwords, missing permissions and script errors are
+/// timeouts, a server loading its data, busy with a script, out of memory
+/// (`OOM` under `noeviction`), a replica that cannot take writes, a primary
+/// without enough replicas (`NOREPLICAS`, `min-replicas-to-write`), or
+/// answering `TRYAGAIN`/`CLUSTERDOWN`, are retryable; wrong passwords, missing permissions and script errors are
 /// not. The message never holds the password: the client's errors do not
 /// carry its connection settings.
 pub(crate) fn client(op: &'static str, e: redis::RedisError) -> Error {
@@ -17,7 +18,16 @@ pub(crate) fn client(op: &'static str, e: redis::RedisError) -> Error {
         || e.is_connection_refusal()
         || matches!(
             e.code(),
-            Some("LOADING" | "BUSY" | "READONLY" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN")
+            Some(
+                "LOADING"
+                    | "BUSY"
+                    | "READONLY"
+                    | "TRYAGAIN"
+                    | "CLUSTERDOWN"
+                    | "MASTERDOWN"
+                    | "OOM"
+                    | "NOREPLICAS"
+            )
         );
     Error::backend(NAME, op, retryable, e)
 }

@@ -77,7 +77,8 @@ pub(crate) fn array<'a>(op: &'static str, v: &'a Value) -> Result<&'a [Value]> {
 }
 
 fn ms(v: Option<&Value>) -> Option<Duration> {
-    v.and_then(num).map(|n| Duration::from_millis(n.max(0) as u64))
+    v.and_then(num)
+        .map(|n| Duration::from_millis(n.max(0) as u64))
 }
 
 /// The holder fields the scripts' `holder()` sends: host, pid, label,

@@ -95,11 +95,7 @@ async fn failover_to_a_lagging_replica_starts_a_new_epoch() {
         )
         .await;
     let _: () = replica
-        .admin(
-            redis::cmd("REPLICAOF")
-                .arg("127.0.0.1")
-                .arg(primary.port),
-        )
+        .admin(redis::cmd("REPLICAOF").arg("127.0.0.1").arg(primary.port))
         .await;
     let a = primary.backend().await;
     let before = a.epoch().await.unwrap();

@@ -24,10 +24,8 @@ async fn store_loss_stops_holder_before_next_grant() {
         return;
     };
     let store = store(&server).await;
-    leasehold::conformance::store_loss_stops_holder_before_next_grant(store, |_| {
-        flushall(&server)
-    })
-    .await;
+    leasehold::conformance::store_loss_stops_holder_before_next_grant(store, |_| flushall(&server))
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -99,10 +99,7 @@ pub fn builder_for(prefix: &str) -> Option<RedisBackendBuilder> {
 /// A backend on the run's prefix, or `None` (skipped), once the store is
 /// out of quarantine.
 pub async fn backend() -> Option<RedisBackend> {
-    let backend = builder_for(prefix())?
-        .build()
-        .await
-        .expect("open Redis");
+    let backend = builder_for(prefix())?.build().await.expect("open Redis");
     settled(&backend).await;
     Some(backend)
 }
