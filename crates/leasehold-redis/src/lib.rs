@@ -137,6 +137,9 @@
 //! holders are told lost at their next renewal) and grants wait one max
 //! TTL.
 //!
+//! TLS: `tests/tls.rs` (a private CA; an unknown issuer and a wrong host
+//! name are refused).
+//!
 //! Tests: `tests/store_loss.rs` (the conformance suite's store-loss tests
 //! with `FLUSHALL` under a live holder and a waiter), `tests/restart.rs`
 //! (restarts without data, with an append-only file, and an outage longer
