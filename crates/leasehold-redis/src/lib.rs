@@ -24,7 +24,8 @@
 //! or `rediss://…[&tls_ca=PATH]` for TLS (rustls; the certificate chain and
 //! host name are always verified, against the system's roots, or only
 //! against the CA certificates in `tls_ca`; redis-rs's `#insecure` is
-//! refused). `USER` is an ACL user (Redis 6+); `:PASSWORD@` alone is the
+//! refused; test `tests/tls.rs`: a private CA, with an unknown issuer and a
+//! wrong host name refused). `USER` is an ACL user (Redis 6+); `:PASSWORD@` alone is the
 //! `requirepass` password. `prefix` (default [`DEFAULT_PREFIX`]) starts
 //! every key the store writes, so stores with different prefixes share a
 //! server without meeting; `max_ttl` (such as `5m`) is the max TTL a store
@@ -136,9 +137,6 @@
 //! data loss. The cost: every restart or failover ends every lease (the
 //! holders are told lost at their next renewal) and grants wait one max
 //! TTL.
-//!
-//! TLS: `tests/tls.rs` (a private CA; an unknown issuer and a wrong host
-//! name are refused).
 //!
 //! Tests: `tests/store_loss.rs` (the conformance suite's store-loss tests
 //! with `FLUSHALL` under a live holder and a waiter), `tests/restart.rs`
