@@ -169,6 +169,11 @@
 //! a replica having a write (and `WAIT` would not make replication
 //! strongly consistent anyway). What this does **not** cover:
 //!
+//! * **Finding the primary.** leasehold connects to the address in the
+//!   URL; it does not ask Sentinel. Point the URL at a name or address that
+//!   follows the primary (DNS, a virtual IP, a proxy that forwards to the
+//!   one primary); after a failover, requests to a demoted primary fail
+//!   (`READONLY`, retryable) until the address moves.
 //! * **Split brain.** If the old primary is alive but cut off from the
 //!   failover (a partition), clients that still reach it keep renewing and
 //!   even being granted there, in the old epoch, while clients of the new
