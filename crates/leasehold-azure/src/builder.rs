@@ -11,8 +11,8 @@ use azure_core::http::{ClientOptions, ExponentialRetryOptions, RetryOptions, Tra
 use azure_storage_blob::{BlobContainerClient, BlobContainerClientOptions};
 use leasehold::{Error, Result};
 
-use crate::client::Secrets;
 use crate::credential::{Credential, SharedKeyPolicy};
+use crate::error::Secrets;
 use crate::AzureBackend;
 
 /// Azurite's well-known development account.
@@ -309,7 +309,7 @@ impl AzureBackendBuilder {
             version: self.api_version.unwrap_or_else(|| API_VERSION.to_string()),
         };
         let client = BlobContainerClient::new(url, token, Some(options)).map_err(|e| {
-            Error::invalid("endpoint", crate::client::redact(&e.to_string(), &secrets))
+            Error::invalid("endpoint", crate::error::redact(&e.to_string(), &secrets))
         })?;
         Ok(AzureBackend::new(
             client, container, prefix, secrets, max_ttl,
@@ -363,7 +363,7 @@ fn entra_id_credential() -> Result<Arc<dyn TokenCredential>> {
     // azure_identity builds its own reqwest clients, which need the provider.
     install_crypto_provider();
     crate::credential::default_token_credential()
-        .map_err(|e| Error::backend(crate::client::NAME, "open", false, e.to_string()))
+        .map_err(|e| Error::backend(crate::error::NAME, "open", false, e.to_string()))
 }
 
 #[cfg(not(feature = "identity"))]
@@ -390,7 +390,7 @@ fn http_client(timeout: Duration) -> Result<reqwest::Client> {
     install_crypto_provider();
     client_builder(timeout)
         .build()
-        .map_err(|e| Error::backend(crate::client::NAME, "open", false, e))
+        .map_err(|e| Error::backend(crate::error::NAME, "open", false, e))
 }
 
 /// reqwest is built without a TLS crypto provider of its own: this installs
@@ -406,7 +406,7 @@ fn install_crypto_provider() {
 fn http_client(timeout: Duration) -> Result<reqwest::Client> {
     client_builder(timeout)
         .build()
-        .map_err(|e| Error::backend(crate::client::NAME, "open", false, e))
+        .map_err(|e| Error::backend(crate::error::NAME, "open", false, e))
 }
 
 fn client_builder(timeout: Duration) -> reqwest::ClientBuilder {

@@ -14,7 +14,7 @@ use azure_storage_blob::models::{
 };
 use leasehold::{Error, StoreEpoch, EPOCH_ORIGIN_UNIX_SECS};
 
-use crate::client::{RequestError, NAME};
+use crate::error::{RequestError, NAME};
 use crate::AzureBackend;
 
 /// The marker blob's name, at the container's root whatever the prefix: `~`

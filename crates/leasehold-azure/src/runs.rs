@@ -23,7 +23,7 @@ use azure_storage_blob::models::{
 };
 use leasehold::{Lease, Result, RunRecord};
 
-use crate::names::Record;
+use crate::record::Record;
 use crate::AzureBackend;
 
 const OP: &str = "record_run";
@@ -31,7 +31,7 @@ const OP: &str = "record_run";
 impl AzureBackend {
     pub(crate) async fn write_run(&self, lease: &Lease, run: &RunRecord) -> Result<()> {
         let (name, blob) = self.blob(&lease.key);
-        let lost = |e: crate::client::RequestError| e.into_lease_error(OP, &lease.key);
+        let lost = |e: crate::error::RequestError| e.into_lease_error(OP, &lease.key);
         // Twice at most: a 412 ConditionNotMet with our lease still ours can
         // only be our own earlier write whose answer was lost.
         for _ in 0..2 {
@@ -81,7 +81,7 @@ impl AzureBackend {
             }
         }
         Err(leasehold::Error::backend(
-            crate::client::NAME,
+            crate::error::NAME,
             OP,
             true,
             "the lock blob's record kept changing under our lease",

@@ -262,10 +262,21 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     }
 
+    // A server of the machine's own, not an emulator: --no-emulators
+    // keeps it.
+    if stores::postgres_url().is_some() {
+        specs.push(Spec::Postgres(format!("leasehold_bench_{tag}")));
+    } else {
+        res.notes.push(format!(
+            "PostgreSQL: no {} given; its figures are left out.",
+            stores::POSTGRES_URL_ENV
+        ));
+    }
+
     // Every cloud store at once: each waits out its quarantine.
     let warmed = futures::future::join_all(specs.iter().map(|spec| async move {
         match spec {
-            Spec::Azblob(_) | Spec::Dynamodb(_) => {
+            Spec::Azblob(_) | Spec::Dynamodb(_) | Spec::Postgres(_) => {
                 eprintln!(
                     "[0] creating {} and waiting out its quarantine",
                     spec.label()
@@ -320,7 +331,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     }
     for spec in std::iter::once(&Spec::Memory).chain(&specs) {
-        let local = matches!(spec, Spec::Memory | Spec::Sqlite(_));
+        // The emulators hold 1,000 (they are slow by nature); the embedded
+        // stores and real servers 10,000.
+        let local = matches!(spec, Spec::Memory | Spec::Sqlite(_) | Spec::Postgres(_));
         let (n, ttl) = if local {
             (plan.many_local, plan.many_ttl_ms)
         } else {
@@ -436,6 +449,14 @@ impl Run {
             Spec::Dynamodb(t) => {
                 let d = opened.dynamo.as_ref().ok_or_else(|| anyhow!("no client"))?;
                 (RawLoop::dynamo(d.client().clone(), t), 2)
+            }
+            Spec::Postgres(_) => {
+                let p = opened
+                    .postgres
+                    .as_ref()
+                    .ok_or_else(|| anyhow!("no client"))?;
+                let url = stores::postgres_url().ok_or_else(|| anyhow!("no server"))?;
+                (RawLoop::postgres(p, &url).await?, 2)
             }
             Spec::Memory => bail!("no raw loop for memory"),
         };
@@ -725,6 +746,10 @@ impl Run {
                 "azure-storage-blob BlobLeaseClient (Python)",
             ),
             Spec::Dynamodb(_) => ("dynamodb_lock.py", "python-dynamodb-lock (Python)"),
+            Spec::Postgres(_) => (
+                "postgres_advisory_lock.py",
+                "session advisory lock, psycopg (Python)",
+            ),
             _ => bail!("no peer for {}", spec.label()),
         };
         let mut cmd = tokio::process::Command::new(&python);
@@ -813,6 +838,19 @@ impl Run {
                         if let Some(d) = &o.dynamo {
                             d.client().delete_table().table_name(table).send().await?;
                         }
+                    }
+                    Spec::Postgres(table) => {
+                        let url = stores::postgres_url().unwrap_or_default();
+                        let config = leasehold_postgres::PostgresBackendBuilder::from_url(&url)?
+                            .config()
+                            .clone();
+                        let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
+                        let connection = tokio::spawn(connection);
+                        client
+                            .batch_execute(&format!("DROP TABLE IF EXISTS {table}"))
+                            .await?;
+                        drop(client);
+                        let _ = connection.await;
                     }
                     _ => {}
                 }

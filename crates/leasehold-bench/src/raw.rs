@@ -46,6 +46,20 @@ pub enum RawLoop {
         /// Last fencing counter written.
         fence: u64,
     },
+    /// tokio-postgres on a connection of its own: leasehold's acquire and
+    /// release statements, one round trip each.
+    Postgres {
+        /// The connection.
+        client: tokio_postgres::Client,
+        /// leasehold's acquire statement.
+        acquire: String,
+        /// leasehold's release statement.
+        release: String,
+        /// The table's store epoch.
+        epoch: i64,
+        /// Statements sent.
+        requests: Arc<AtomicU64>,
+    },
     /// aws-sdk-dynamodb on leasehold's own client: conditional grant, release.
     Dynamo {
         /// The client (leasehold's, so the same settings).
@@ -118,11 +132,34 @@ impl RawLoop {
         }
     }
 
-    /// Requests the loop's own client sent (Azure only; the others are
-    /// counted by the caller).
+    /// A loop on `backend`'s table, on a connection of its own to the
+    /// server `url` names.
+    pub async fn postgres(
+        backend: &leasehold_postgres::PostgresBackend,
+        url: &str,
+    ) -> anyhow::Result<RawLoop> {
+        let config = leasehold_postgres::PostgresBackendBuilder::from_url(url)?
+            .config()
+            .clone();
+        let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
+        tokio::spawn(connection);
+        let (acquire, release) = backend.acquire_release_sql();
+        Ok(RawLoop::Postgres {
+            client,
+            acquire: acquire.to_string(),
+            release: release.to_string(),
+            epoch: backend.epoch().await?.epoch as i64,
+            requests: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    /// Requests the loop's own client sent (Azure and PostgreSQL; the
+    /// others are counted by the caller).
     pub fn own_requests(&self) -> Option<u64> {
         match self {
-            RawLoop::Azure { requests, .. } => Some(requests.load(Ordering::Relaxed)),
+            RawLoop::Azure { requests, .. } | RawLoop::Postgres { requests, .. } => {
+                Some(requests.load(Ordering::Relaxed))
+            }
             _ => None,
         }
     }
@@ -176,6 +213,19 @@ impl RawLoop {
             RawLoop::Dynamo { client, table } => {
                 while n < max && start.elapsed() < time {
                     dynamo_cycle(client, table).await?;
+                    n += 1;
+                }
+            }
+            RawLoop::Postgres {
+                client,
+                acquire,
+                release,
+                epoch,
+                requests,
+            } => {
+                while n < max && start.elapsed() < time {
+                    postgres_cycle(client, acquire, release, *epoch).await?;
+                    requests.fetch_add(2, Ordering::Relaxed);
                     n += 1;
                 }
             }
@@ -244,6 +294,51 @@ fn sqlite_release(conn: &Connection, lease_id: &str) -> anyhow::Result<()> {
          WHERE key = ?1 AND lease_id = ?2",
         params![RAW_KEY, lease_id],
     )?;
+    Ok(())
+}
+
+async fn postgres_cycle(
+    client: &tokio_postgres::Client,
+    acquire: &str,
+    release: &str,
+    epoch: i64,
+) -> anyhow::Result<()> {
+    use tokio_postgres::types::Type;
+    let lease_id = uuid::Uuid::new_v4().to_string();
+    let (ttl_ms, pid) = (30_000i64, std::process::id() as i64);
+    let (label, data) = (Option::<String>::None, Option::<String>::None);
+    let rows = client
+        .query_typed(
+            acquire,
+            &[
+                (&RAW_KEY, Type::TEXT),
+                (&lease_id.as_str(), Type::TEXT),
+                (&ttl_ms, Type::INT8),
+                (&epoch, Type::INT8),
+                (&"host", Type::TEXT),
+                (&pid, Type::INT8),
+                (&label, Type::TEXT),
+                (&data, Type::TEXT),
+            ],
+        )
+        .await
+        .context("raw PostgreSQL acquire")?;
+    let granted = rows
+        .first()
+        .and_then(|r| r.get::<_, Option<i64>>("granted"));
+    if granted.is_none() {
+        return Err(anyhow!("raw PostgreSQL acquire granted nothing"));
+    }
+    let rows = client
+        .query_typed(
+            release,
+            &[(&RAW_KEY, Type::TEXT), (&lease_id.as_str(), Type::TEXT)],
+        )
+        .await
+        .context("raw PostgreSQL release")?;
+    if !rows.first().is_some_and(|r| r.get::<_, bool>("done")) {
+        return Err(anyhow!("raw PostgreSQL release changed nothing"));
+    }
     Ok(())
 }
 

@@ -14,6 +14,7 @@ use leasehold::{
     AcquireOutcome, AcquireRequest, Backend, Capabilities, HolderInfo, Key, KeyInfo, Lease, Store,
 };
 use leasehold_dynamodb::DynamoDbBackend;
+use leasehold_postgres::PostgresBackend;
 
 use crate::sys::mono_ns;
 
@@ -22,8 +23,19 @@ pub const AZURITE_PORT: u16 = 10000;
 /// DynamoDB Local's port.
 pub const DYNAMODB_PORT: u16 = 8000;
 
+/// The PostgreSQL server's URL (scripts/bench.sh sets it from
+/// `scripts/postgres.sh url`); without it PostgreSQL's figures are left out.
+pub const POSTGRES_URL_ENV: &str = "LEASEHOLD_BENCH_POSTGRES_URL";
+
+/// The PostgreSQL server's URL, if one is given.
+pub fn postgres_url() -> Option<String> {
+    std::env::var(POSTGRES_URL_ENV)
+        .ok()
+        .filter(|v| !v.is_empty())
+}
+
 /// Which store, as passed between processes (`memory:`, `sqlite:PATH`,
-/// `azblob:CONTAINER`, `dynamodb:TABLE`).
+/// `azblob:CONTAINER`, `dynamodb:TABLE`, `postgres:TABLE`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Spec {
     /// In-process memory store.
@@ -34,6 +46,8 @@ pub enum Spec {
     Azblob(String),
     /// DynamoDB Local table.
     Dynamodb(String),
+    /// A table on the PostgreSQL server of [`postgres_url`].
+    Postgres(String),
 }
 
 impl Spec {
@@ -44,6 +58,7 @@ impl Spec {
             Some(("sqlite", p)) => Spec::Sqlite(PathBuf::from(p)),
             Some(("azblob", c)) => Spec::Azblob(c.to_string()),
             Some(("dynamodb", t)) => Spec::Dynamodb(t.to_string()),
+            Some(("postgres", t)) => Spec::Postgres(t.to_string()),
             _ => bail!("bad store spec {s:?}"),
         })
     }
@@ -55,6 +70,7 @@ impl Spec {
             Spec::Sqlite(p) => format!("sqlite:{}", p.display()),
             Spec::Azblob(c) => format!("azblob:{c}"),
             Spec::Dynamodb(t) => format!("dynamodb:{t}"),
+            Spec::Postgres(t) => format!("postgres:{t}"),
         }
     }
 
@@ -72,6 +88,11 @@ impl Spec {
                 "dynamodb://{t}?region=us-east-1&endpoint={}&max_ttl=30s",
                 dynamodb_endpoint()
             ),
+            Spec::Postgres(t) => {
+                let base = postgres_url().unwrap_or_default();
+                let sep = if base.contains('?') { '&' } else { '?' };
+                format!("{base}{sep}table={t}&max_ttl=30s")
+            }
         }
     }
 
@@ -82,6 +103,7 @@ impl Spec {
             Spec::Sqlite(_) => "SQLite",
             Spec::Azblob(_) => "Azurite",
             Spec::Dynamodb(_) => "DynamoDB Local",
+            Spec::Postgres(_) => "PostgreSQL",
         }
     }
 }
@@ -109,6 +131,8 @@ pub struct Opened {
     pub calls: Arc<Counting>,
     /// The DynamoDB backend, for raw requests on the same client.
     pub dynamo: Option<Arc<DynamoDbBackend>>,
+    /// The PostgreSQL backend, for its statements and epoch.
+    pub postgres: Option<Arc<PostgresBackend>>,
     requests: RequestCount,
 }
 
@@ -142,7 +166,8 @@ pub async fn open(spec: &Spec, track_renewals: bool) -> anyhow::Result<Opened> {
     let opened = leasehold_stores::open_backend(&spec.url())
         .await
         .with_context(|| format!("opening {}", spec.label()))?;
-    let dynamo = opened.concrete.downcast::<DynamoDbBackend>().ok();
+    let dynamo = opened.concrete.clone().downcast::<DynamoDbBackend>().ok();
+    let postgres = opened.concrete.downcast::<PostgresBackend>().ok();
     let calls = Arc::new(Counting::new(opened.backend, track_renewals));
     let requests = match opened.requests {
         Some(f) => f,
@@ -155,6 +180,7 @@ pub async fn open(spec: &Spec, track_renewals: bool) -> anyhow::Result<Opened> {
         store: Store::from_backend(calls.clone()),
         calls,
         dynamo,
+        postgres,
         requests,
     })
 }
@@ -275,6 +301,12 @@ impl Backend for Counting {
     async fn list(&self, prefix: &str) -> leasehold::Result<Vec<KeyInfo>> {
         self.others.fetch_add(1, Ordering::Relaxed);
         self.inner.list(prefix).await
+    }
+
+    fn watch_release(&self, keys: &[Key]) -> Option<leasehold::ReleaseWatch> {
+        // The store's own wake-ups (PostgreSQL's LISTEN), as without the
+        // counter.
+        self.inner.watch_release(keys)
     }
 
     async fn record_run(&self, lease: &Lease, run: &leasehold::RunRecord) -> leasehold::Result<()> {

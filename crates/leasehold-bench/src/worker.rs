@@ -105,6 +105,9 @@ pub async fn run_waiters(opened: &Opened, p: &WaiterParams) -> anyhow::Result<Wa
                         }
                         let rel = mono_ns();
                         let released = guard.release().await;
+                        if let Err(e) = &released {
+                            eprintln!("worker {pid}, task {task}: release: {e}");
+                        }
                         let mut r = report.lock().await;
                         r.errors += u64::from(released.is_err());
                         r.max_wait_ns = r.max_wait_ns.max(acq - call);
@@ -123,7 +126,8 @@ pub async fn run_waiters(opened: &Opened, p: &WaiterParams) -> anyhow::Result<Wa
                         r.max_wait_ns = r.max_wait_ns.max(mono_ns() - call);
                         break;
                     }
-                    Err(_) => {
+                    Err(e) => {
+                        eprintln!("worker {pid}, task {task}: acquire: {e}");
                         report.lock().await.errors += 1;
                         tokio::time::sleep(Duration::from_millis(10)).await;
                     }

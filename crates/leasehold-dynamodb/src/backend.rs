@@ -20,8 +20,8 @@ use leasehold::{
 use crate::builder::DynamoDbBackendBuilder;
 use crate::epoch::{ServiceDate, EPOCH, MARKER_KEY};
 use crate::error::{map_sdk, Message, BACKEND};
-use crate::item::{self, n, s, unix_ms, Expr, Item, Stored};
 use crate::observe::Observations;
+use crate::record::{self, n, s, unix_ms, Expr, Item, Stored};
 use crate::{TakeoverMode, WallClock, MAX_TTL, MIN_TTL};
 
 /// A [`Backend`] on a DynamoDB table. See the [crate docs](crate) for the
@@ -180,7 +180,7 @@ impl DynamoDbBackend {
             .client
             .update_item()
             .table_name(&self.table)
-            .key(item::KEY, s(key))
+            .key(record::KEY, s(key))
             .update_expression(update)
             .condition_expression(condition)
             .set_expression_attribute_names(e.names())
@@ -212,42 +212,42 @@ impl DynamoDbBackend {
         let now = (self.wall)();
         let mut set = vec![
             format!("{} = {}", e.n(EPOCH), e.v("epoch", n(epoch))),
-            format!("{} = {}", e.n(item::RVN), e.v("rvn", s(new_rvn()))),
+            format!("{} = {}", e.n(record::RVN), e.v("rvn", s(new_rvn()))),
             format!(
                 "{} = {}",
-                e.n(item::LEASE_ID),
+                e.n(record::LEASE_ID),
                 e.v("lid", s(req.lease_id.as_str()))
             ),
             format!(
                 "{} = {}",
-                e.n(item::OWNER_HOST),
+                e.n(record::OWNER_HOST),
                 e.v("host", s(&req.owner.host))
             ),
             format!(
                 "{} = {}",
-                e.n(item::OWNER_PID),
+                e.n(record::OWNER_PID),
                 e.v("pid", n(req.owner.pid))
             ),
             format!(
                 "{} = {}",
-                e.n(item::TTL_MS),
+                e.n(record::TTL_MS),
                 e.v("ttl", n(req.ttl.as_millis()))
             ),
             format!(
                 "{} = {}",
-                e.n(item::ACQUIRED_MS),
+                e.n(record::ACQUIRED_MS),
                 e.v("now", n(unix_ms(now)))
             ),
             format!(
                 "{} = {}",
-                e.n(item::EXPIRES_MS),
+                e.n(record::EXPIRES_MS),
                 e.v("exp", n(unix_ms(now + req.ttl)))
             ),
         ];
-        let mut remove = vec![e.n(item::RELEASED_BY)];
+        let mut remove = vec![e.n(record::RELEASED_BY)];
         for (attr, value) in [
-            (item::OWNER_LABEL, &req.owner.label),
-            (item::DATA, &req.data),
+            (record::OWNER_LABEL, &req.owner.label),
+            (record::DATA, &req.data),
         ] {
             match value {
                 Some(v) => set.push(format!("{} = {}", e.n(attr), e.v(attr, s(v)))),
@@ -269,18 +269,22 @@ impl DynamoDbBackend {
     ) -> Result<Write> {
         let mut e = Expr::default();
         let (mut set, remove) = self.lease_update(&mut e, req, epoch);
-        let fence = e.n(item::FENCE);
+        let fence = e.n(record::FENCE);
         set.push(format!("{fence} = {fence} + {}", e.v("one", n(1))));
         let epoch_attr = e.n(EPOCH);
-        let mut free = format!("attribute_not_exists({})", e.n(item::LEASE_ID));
+        let mut free = format!("attribute_not_exists({})", e.n(record::LEASE_ID));
         if let Some(rvn) = observed {
-            free.push_str(&format!(" OR {} = {}", e.n(item::RVN), e.v("seen", s(rvn))));
+            free.push_str(&format!(
+                " OR {} = {}",
+                e.n(record::RVN),
+                e.v("seen", s(rvn))
+            ));
         }
         if let TakeoverMode::TrustClocks { max_skew } = self.takeover {
             let cutoff = unix_ms((self.wall)()).saturating_sub(max_skew.as_millis() as u64);
             free.push_str(&format!(
                 " OR {} < {}",
-                e.n(item::EXPIRES_MS),
+                e.n(record::EXPIRES_MS),
                 e.v("cutoff", n(cutoff))
             ));
         }
@@ -306,11 +310,15 @@ impl DynamoDbBackend {
         let mut e = Expr::default();
         let (mut set, remove) = self.lease_update(&mut e, req, epoch);
         let first = leasehold::next_token(0, epoch);
-        set.push(format!("{} = {}", e.n(item::FENCE), e.v("first", n(first))));
-        let key_attr = e.n(item::KEY);
+        set.push(format!(
+            "{} = {}",
+            e.n(record::FENCE),
+            e.v("first", n(first))
+        ));
+        let key_attr = e.n(record::KEY);
         let update = Update::builder()
             .table_name(&self.table)
-            .key(item::KEY, s(req.key.as_str()))
+            .key(record::KEY, s(req.key.as_str()))
             .update_expression(update_expression(&set, &remove))
             .condition_expression(format!("attribute_not_exists({key_attr})"))
             .set_expression_attribute_names(e.names())
@@ -319,7 +327,7 @@ impl DynamoDbBackend {
             .map_err(|err| Error::backend(BACKEND, "acquire", false, err))?;
         let check = ConditionCheck::builder()
             .table_name(&self.table)
-            .key(item::KEY, s(MARKER_KEY))
+            .key(record::KEY, s(MARKER_KEY))
             .condition_expression("#epoch = :epoch")
             .expression_attribute_names("#epoch", EPOCH)
             .expression_attribute_values(":epoch", n(epoch))
@@ -388,18 +396,22 @@ impl DynamoDbBackend {
         let mut e = Expr::default();
         let now = (self.wall)();
         let set = vec![
-            format!("{} = {}", e.n(item::RVN), e.v("rvn", s(new_rvn()))),
-            format!("{} = {}", e.n(item::TTL_MS), e.v("ttl", n(ttl.as_millis()))),
+            format!("{} = {}", e.n(record::RVN), e.v("rvn", s(new_rvn()))),
             format!(
                 "{} = {}",
-                e.n(item::EXPIRES_MS),
+                e.n(record::TTL_MS),
+                e.v("ttl", n(ttl.as_millis()))
+            ),
+            format!(
+                "{} = {}",
+                e.n(record::EXPIRES_MS),
                 e.v("exp", n(unix_ms(now + ttl)))
             ),
         ];
         let remove = Vec::new();
         let condition = format!(
             "{} = {}",
-            e.n(item::LEASE_ID),
+            e.n(record::LEASE_ID),
             e.v("lid", s(lease_id.as_str()))
         );
         self.update(
@@ -584,11 +596,11 @@ impl Backend for DynamoDbBackend {
         let mut e = Expr::default();
         let lid = e.v("lid", s(lease.lease_id.as_str()));
         let set = vec![
-            format!("{} = {}", e.n(item::RVN), e.v("rvn", s(new_rvn()))),
-            format!("{} = {lid}", e.n(item::RELEASED_BY)),
+            format!("{} = {}", e.n(record::RVN), e.v("rvn", s(new_rvn()))),
+            format!("{} = {lid}", e.n(record::RELEASED_BY)),
         ];
-        let remove: Vec<String> = item::LEASE_ATTRS.iter().map(|a| e.n(a)).collect();
-        let condition = format!("{} = {lid}", e.n(item::LEASE_ID));
+        let remove: Vec<String> = record::LEASE_ATTRS.iter().map(|a| e.n(a)).collect();
+        let condition = format!("{} = {lid}", e.n(record::LEASE_ID));
         match self
             .update(
                 "release",
@@ -624,14 +636,14 @@ impl Backend for DynamoDbBackend {
         let stored = e.v("run", s(&text));
         let token = e.v("token", n(run.fencing_token));
         let mut set = vec![
-            format!("{} = {}", e.n(item::RVN), e.v("rvn", s(new_rvn()))),
-            format!("{} = {stored}", e.n(item::LAST_RUN)),
-            format!("{} = {token}", e.n(item::LAST_RUN_TOKEN)),
+            format!("{} = {}", e.n(record::RVN), e.v("rvn", s(new_rvn()))),
+            format!("{} = {stored}", e.n(record::LAST_RUN)),
+            format!("{} = {token}", e.n(record::LAST_RUN_TOKEN)),
         ];
         if run.succeeded() {
-            set.push(format!("{} = {stored}", e.n(item::LAST_SUCCESS)));
+            set.push(format!("{} = {stored}", e.n(record::LAST_SUCCESS)));
         }
-        let condition = format!("{} = {lid}", e.n(item::LEASE_ID));
+        let condition = format!("{} = {lid}", e.n(record::LEASE_ID));
         let old = match self
             .update(
                 "record_run",
@@ -654,14 +666,14 @@ impl Backend for DynamoDbBackend {
             let mut e = Expr::default();
             let stored = e.v("run", s(&text));
             let token = e.v("token", n(run.fencing_token));
-            let last = e.n(item::LAST_RUN_TOKEN);
+            let last = e.n(record::LAST_RUN_TOKEN);
             let set = vec![
-                format!("{} = {stored}", e.n(item::LAST_RUN)),
+                format!("{} = {stored}", e.n(record::LAST_RUN)),
                 format!("{last} = {token}"),
             ];
             let condition = format!(
                 "attribute_exists({}) AND (attribute_not_exists({last}) OR {last} < {token})",
-                e.n(item::FENCE)
+                e.n(record::FENCE)
             );
             self.update(
                 "record_run",
@@ -681,7 +693,7 @@ impl Backend for DynamoDbBackend {
             .client
             .get_item()
             .table_name(&self.table)
-            .key(item::KEY, s(key.as_str()))
+            .key(record::KEY, s(key.as_str()))
             .consistent_read(true)
             .send()
             .await
@@ -694,10 +706,14 @@ impl Backend for DynamoDbBackend {
 
     async fn break_lease(&self, key: &Key) -> Result<Option<HolderInfo>> {
         let mut e = Expr::default();
-        let set = vec![format!("{} = {}", e.n(item::RVN), e.v("rvn", s(new_rvn())))];
-        let mut remove: Vec<String> = item::LEASE_ATTRS.iter().map(|a| e.n(a)).collect();
-        remove.push(e.n(item::RELEASED_BY));
-        let condition = format!("attribute_exists({})", e.n(item::LEASE_ID));
+        let set = vec![format!(
+            "{} = {}",
+            e.n(record::RVN),
+            e.v("rvn", s(new_rvn()))
+        )];
+        let mut remove: Vec<String> = record::LEASE_ATTRS.iter().map(|a| e.n(a)).collect();
+        remove.push(e.n(record::RELEASED_BY));
+        let condition = format!("attribute_exists({})", e.n(record::LEASE_ID));
         match self
             .update(
                 "break",
@@ -733,7 +749,7 @@ impl Backend for DynamoDbBackend {
             if !prefix.is_empty() {
                 scan = scan
                     .filter_expression("begins_with(#k, :prefix)")
-                    .expression_attribute_names("#k", item::KEY)
+                    .expression_attribute_names("#k", record::KEY)
                     .expression_attribute_values(":prefix", s(prefix));
             }
             let out = scan
@@ -741,7 +757,7 @@ impl Backend for DynamoDbBackend {
                 .await
                 .map_err(|e| map_sdk(&self.table, "list", e))?;
             for it in out.items() {
-                let Some(key) = it.get(item::KEY).and_then(|k| k.as_s().ok()) else {
+                let Some(key) = it.get(record::KEY).and_then(|k| k.as_s().ok()) else {
                     continue;
                 };
                 // Items whose key is not a leasehold key are not ours.

@@ -14,7 +14,7 @@ use aws_sdk_dynamodb::types::TableDescription;
 use leasehold::{epoch_at, Error, Result, StoreEpoch};
 
 use crate::error::{map_sdk, Message, BACKEND};
-use crate::item::{self, n, s, Item};
+use crate::record::{self, n, s, Item};
 use crate::DynamoDbBackend;
 
 /// The key of the marker item: not a valid leasehold key (no `#` in keys),
@@ -109,11 +109,11 @@ pub(crate) async fn marker(
             .client
             .put_item()
             .table_name(&backend.table)
-            .item(item::KEY, s(MARKER_KEY))
+            .item(record::KEY, s(MARKER_KEY))
             .item(EPOCH, n(epoch))
             .item(MAX_TTL_MS, n(max_ttl.as_millis()))
             .condition_expression("attribute_not_exists(#k)")
-            .expression_attribute_names("#k", item::KEY)
+            .expression_attribute_names("#k", record::KEY)
             .send()
             .await;
         match put {
@@ -142,7 +142,7 @@ async fn read_marker(backend: &DynamoDbBackend) -> Result<Option<Item>> {
         .client
         .get_item()
         .table_name(&backend.table)
-        .key(item::KEY, s(MARKER_KEY))
+        .key(record::KEY, s(MARKER_KEY))
         .consistent_read(true)
         .send()
         .await

@@ -195,8 +195,8 @@ mod backend;
 mod builder;
 mod epoch;
 mod error;
-mod item;
 mod observe;
+mod record;
 mod table;
 mod url;
 

@@ -11,7 +11,7 @@ use aws_sdk_dynamodb::types::{
 use leasehold::{Error, Result, StoreEpoch};
 
 use crate::error::{map_sdk, Message, BACKEND};
-use crate::item::KEY;
+use crate::record::KEY;
 use crate::DynamoDbBackend;
 
 /// How long to wait for a new table to become ACTIVE.

@@ -140,6 +140,14 @@ impl PostgresBackend {
         &self.inner.table
     }
 
+    /// The acquire and release statements (their parameters as in
+    /// `try_acquire` and `release`), for the benchmarks' raw loop, which
+    /// sends the same statements on a client of its own.
+    #[doc(hidden)]
+    pub fn acquire_release_sql(&self) -> (&str, &str) {
+        (&self.inner.sql.acquire, &self.inner.sql.release)
+    }
+
     /// The table's store epoch, read now.
     ///
     /// # Errors

@@ -263,11 +263,7 @@ impl Engine {
             // (registered before the round, so none is missed).
             let remote = self.store.backend().watch_release(&self.slots);
             let Some(round) = until(give_up, self.round(&mut slots, &mut queue)).await else {
-                return Err(outcome.take_error(
-                    self.store.backend().name(),
-                    &self.name,
-                    started.elapsed(),
-                ));
+                return Err(self.wait_error(&mut outcome, started));
             };
             let missed = match round? {
                 Round::Granted(g) => {
@@ -305,10 +301,21 @@ impl Engine {
                     tracing::trace!("woken by a release elsewhere");
                 }
                 _ = until(give_up, std::future::pending::<()>()) => {
-                    return Err(outcome.take_error(self.store.backend().name(), &self.name, started.elapsed()));
+                    return Err(self.wait_error(&mut outcome, started));
                 }
             }
         }
+    }
+
+    /// How a wait begun at `started` ends when it runs out. The store
+    /// answered if it answered this task, or this process's poller during
+    /// the wait: a task let through the queue just before its deadline may
+    /// run out inside its first attempt, on a store that answers well.
+    fn wait_error(&self, outcome: &mut WaitOutcome, started: tokio::time::Instant) -> Error {
+        if self.queue.answered_since(started) {
+            outcome.answered = true;
+        }
+        outcome.take_error(self.store.backend().name(), &self.name, started.elapsed())
     }
 
     fn fresh_slots(&self) -> Vec<Option<SlotState>> {
@@ -348,7 +355,11 @@ impl Engine {
             let state = slots[i].get_or_insert_with(|| self.slot_state(key));
             let sent = self.store.clock().now();
             let anchor = *state.anchor.get_or_insert(sent);
-            match self.attempt(key, &mut state.pending.lease).await {
+            let outcome = self.attempt(key, &mut state.pending.lease).await;
+            if outcome.is_ok() {
+                self.queue.note_answer();
+            }
+            match outcome {
                 Ok(AcquireOutcome::Acquired(grant)) => {
                     if self.too_late(anchor) {
                         // Granted so late (a slow answer, or ambiguous

@@ -27,6 +27,10 @@ pub(crate) struct LocalKey {
     pub released: Notify,
     /// The current run of local handoffs, for fairness to other processes.
     streak: Mutex<Streak>,
+    /// When the store last answered an attempt on the key from this
+    /// process (held, granted, another epoch): a task that queued behind
+    /// the poller knows the store answered even if it never asked itself.
+    last_answer: Mutex<Option<Instant>>,
 }
 
 /// A run of grants of the key within this process, each taken right after
@@ -72,6 +76,20 @@ impl LocalKey {
             return true;
         }
         false
+    }
+
+    /// The store answered an attempt on the key.
+    pub fn note_answer(&self) {
+        *self.last_answer.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+    }
+
+    /// Whether the store answered an attempt on the key from this process
+    /// at `since` or later.
+    pub fn answered_since(&self, since: Instant) -> bool {
+        self.last_answer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|t| t >= since)
     }
 
     fn streak(&self) -> std::sync::MutexGuard<'_, Streak> {

@@ -90,6 +90,10 @@
 //!   file: no row holds a lease. A file written before epochs existed keeps
 //!   its leases and counters (nothing was lost) and gets an epoch at once.
 //!
+//!   The directory is the one the file really is in (symbolic links
+//!   resolved), so processes that reach one file by different paths share
+//!   the proof.
+//!
 //!   Not covered: the *directory itself* deleted and re-created by
 //!   something else while a lease is held (the old holder's lock is on the
 //!   old directory). Do not delete the directory of a store in use.
@@ -248,7 +252,7 @@ impl SqliteBackend {
         let path = path.as_ref().to_path_buf();
         let backend = SqliteBackend {
             conn: Arc::new(Mutex::new(None)),
-            holders: Arc::new(HolderLock::new(dir_of(&path))),
+            holders: Arc::new(HolderLock::new(path.clone())),
             path,
             boot_id: boot_id().into(),
             max_ttl,
@@ -541,7 +545,8 @@ fn read_epoch(conn: &Connection) -> rusqlite::Result<Option<EpochRow>> {
 /// `File::lock` needs Rust 1.89, above this crate's MSRV.
 #[derive(Debug)]
 struct HolderLock {
-    dir: PathBuf,
+    /// The database file as opened (maybe a symbolic link).
+    db: PathBuf,
     state: Mutex<HolderState>,
 }
 
@@ -554,23 +559,34 @@ struct HolderState {
 }
 
 impl HolderLock {
-    fn new(dir: PathBuf) -> Self {
+    fn new(db: PathBuf) -> Self {
         HolderLock {
-            dir,
+            db,
             state: Mutex::default(),
         }
+    }
+
+    /// The directory the database file really is in: symbolic links
+    /// resolved (SQLite resolves them too), so that processes reaching one
+    /// file by different paths lock the same directory.
+    fn dir(&self) -> PathBuf {
+        std::fs::canonicalize(&self.db)
+            .ok()
+            .and_then(|real| real.parent().map(Path::to_path_buf))
+            .unwrap_or_else(|| dir_of(&self.db))
     }
 
     /// Notes that `lease_id` holds or is about to be granted a lease.
     fn hold(&self, lease_id: &str) -> Result<()> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if state.file.is_none() {
-            let dir = std::fs::File::open(&self.dir).map_err(|e| {
+            let path = self.dir();
+            let dir = std::fs::File::open(&path).map_err(|e| {
                 Error::backend(
                     NAME,
                     "acquire",
                     false,
-                    format!("cannot open {}: {e}", self.dir.display()),
+                    format!("cannot open {}: {e}", path.display()),
                 )
             })?;
             // SAFETY: flock on a valid open descriptor; blocks only while an
@@ -582,7 +598,7 @@ impl HolderLock {
                     NAME,
                     "acquire",
                     true,
-                    format!("cannot lock {}: {e}", self.dir.display()),
+                    format!("cannot lock {}: {e}", path.display()),
                 ));
             }
             state.file = Some(dir);
@@ -604,7 +620,7 @@ impl HolderLock {
     /// Whether no process (this one included) holds a lease in the
     /// directory: an exclusive lock on it can be had.
     fn none_in_directory(&self) -> bool {
-        let Ok(dir) = std::fs::File::open(&self.dir) else {
+        let Ok(dir) = std::fs::File::open(self.dir()) else {
             return false;
         };
         // SAFETY: as above; non-blocking. The lock is dropped with `dir`.

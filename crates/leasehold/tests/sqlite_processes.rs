@@ -44,9 +44,17 @@ fn child() {
                 return 1;
             }
         };
+        // A slow holder renews only every 2 s (its TTL is the store's max
+        // TTL): it has not noticed anything yet when a waiter started at
+        // once looks at the store.
+        let (ttl, renew) = if role == "hold-slow" {
+            (MAX_TTL, Duration::from_secs(2))
+        } else {
+            (Duration::from_secs(1), Duration::from_millis(200))
+        };
         let opts = LockOptions::new()
-            .ttl(Duration::from_secs(1))
-            .renew_interval(Duration::from_millis(200))
+            .ttl(ttl)
+            .renew_interval(renew)
             .poll_interval(Duration::from_millis(10), Duration::from_millis(20));
         let lock = store.lock_with("k", opts).unwrap();
         match role.as_str() {
@@ -60,7 +68,7 @@ fn child() {
                     1
                 }
             },
-            "hold" => {
+            "hold" | "hold-slow" => {
                 let guard = lock.acquire(Duration::from_secs(30)).await.unwrap();
                 println!("granted {}", guard.fencing_token());
                 let reason = guard.lost().await;
@@ -136,7 +144,7 @@ fn read_line_starting(reader: &mut impl BufRead, prefix: &str) -> Vec<String> {
 fn file_deleted_under_a_holder_in_another_process() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("leases.db");
-    let mut holder = spawn("hold", &path);
+    let mut holder = spawn("hold-slow", &path);
     let mut holder_out = BufReader::new(holder.stdout.take().unwrap());
     let first: u64 = read_line_starting(&mut holder_out, "granted ")[0]
         .parse()
@@ -161,6 +169,85 @@ fn file_deleted_under_a_holder_in_another_process() {
     );
     assert!(second > first, "token {second} after {first}");
     assert_eq!(granted[2], "quarantined=true", "{text}");
+}
+
+/// The same when the waiter reaches the file through a symbolic link in
+/// another directory (the holder renews slowly, so it has not noticed the
+/// deletion when the waiter looks): the proof that no holder is left is looked for in the
+/// directory the file really is in, so the waiter waits the quarantine out
+/// (it was granted at once, while the holder still ran).
+#[test]
+fn file_deleted_under_a_holder_reached_through_a_symlink() {
+    let real = tempfile::tempdir().unwrap();
+    let other = tempfile::tempdir().unwrap();
+    let path = real.path().join("leases.db");
+    let link = other.path().join("leases.db");
+    std::os::unix::fs::symlink(&path, &link).unwrap();
+    let mut holder = spawn("hold-slow", &path);
+    let mut holder_out = BufReader::new(holder.stdout.take().unwrap());
+    let first: u64 = read_line_starting(&mut holder_out, "granted ")[0]
+        .parse()
+        .unwrap();
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+    let out = spawn("wait", &link).wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let granted = read_line_starting(&mut text.as_bytes(), "granted ");
+    let lost = read_line_starting(&mut holder_out, "lost ");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert_eq!(granted[2], "quarantined=true", "{text}");
+    let (second, granted_at): (u64, u128) =
+        (granted[0].parse().unwrap(), granted[1].parse().unwrap());
+    let lost_at: u128 = lost[0].parse().unwrap();
+    assert!(
+        lost_at < granted_at,
+        "granted before the holder was told lost"
+    );
+    assert!(second > first, "token {second} after {first}");
+}
+
+/// A file whose epoch row and live lease were written under another boot
+/// (another kernel sharing the file, or a boot clock that restarted): the
+/// next process starts a new epoch, waits the quarantine out (a row still
+/// holds a lease, so nothing proves its holder gone), and is granted a
+/// greater token only after the holder was told lost.
+#[test]
+fn a_file_last_written_under_another_boot_starts_an_epoch_with_quarantine() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("leases.db");
+    let mut holder = spawn("hold", &path);
+    let mut holder_out = BufReader::new(holder.stdout.take().unwrap());
+    let first: u64 = read_line_starting(&mut holder_out, "granted ")[0]
+        .parse()
+        .unwrap();
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.busy_timeout(Duration::from_secs(5)).unwrap();
+        conn.execute_batch(
+            "BEGIN IMMEDIATE;
+             UPDATE leasehold_store SET boot_id = 'another-boot';
+             UPDATE leasehold_leases SET boot_id = 'another-boot' WHERE lease_id IS NOT NULL;
+             COMMIT;",
+        )
+        .unwrap();
+    }
+    let out = spawn("wait", &path).wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let granted = read_line_starting(&mut text.as_bytes(), "granted ");
+    let lost = read_line_starting(&mut holder_out, "lost ");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert_eq!(granted[2], "quarantined=true", "{text}");
+    let (second, granted_at): (u64, u128) =
+        (granted[0].parse().unwrap(), granted[1].parse().unwrap());
+    let lost_at: u128 = lost[0].parse().unwrap();
+    assert!(
+        lost_at < granted_at,
+        "granted before the holder was told lost"
+    );
+    assert!(second > first, "token {second} after {first}");
 }
 
 /// A store created where no process holds a lease needs no quarantine:

@@ -167,7 +167,7 @@ pub(crate) fn redact(text: &str, secrets: &[String]) -> String {
     let mut out = text.to_string();
     for secret in secrets.iter().filter(|s| s.len() >= 4) {
         out = out.replace(secret.as_str(), "<redacted>");
-        let encoded = crate::names::encode(secret);
+        let encoded = crate::record::encode(secret);
         out = out.replace(&encoded, "<redacted>");
     }
     // A URL's query may carry a SAS signature: drop it wholesale.
