@@ -239,10 +239,14 @@ impl RedisBackend {
                 )),
                 _ => Ok(()),
             },
-            Ok(Err(e)) => {
+            // CONFIG not allowed for this user (NOPERM), or renamed or
+            // disabled (an unknown command): the policy cannot be read.
+            Ok(Err(e)) if matches!(e.code(), Some("NOPERM" | "ERR")) => {
                 tracing::debug!(error = %e, "cannot read maxmemory-policy; make sure it is noeviction or volatile-*");
                 Ok(())
             }
+            // A missing or wrong password, a server that is loading, ...
+            Ok(Err(e)) => Err(error::client("open", e)),
             Err(_) => Err(error::timed_out("open", self.inner.request_timeout)),
         }
     }

@@ -320,6 +320,16 @@ async fn password_is_never_printed() {
         "{shown}"
     );
     assert!(!shown.contains(wrong), "{shown}");
+    // No password at all: refused when opening, not at the first lease.
+    let no_password = url.replacen(&format!(":{password}@"), "", 1);
+    let err = RedisBackendBuilder::from_url(&no_password)
+        .unwrap()
+        .build()
+        .await
+        .unwrap_err();
+    assert!(!err.is_retryable(), "{err}");
+    assert!(err.to_string().contains("NOAUTH"), "{err}");
+    assert!(err.to_string().contains("during open"), "{err}");
     let err = RedisBackendBuilder::from_url(&format!("{bad_url}&wake_ups=nope")).unwrap_err();
     assert!(!format!("{err} {err:?}").contains(wrong), "{err}");
 }
