@@ -179,6 +179,11 @@ pub struct Cli {
     pub leasehold_ms: f64,
     pub flock_ms: f64,
     pub ratio: f64,
+    /// Size of the `leasehold` binary measured, and its build profile.
+    #[serde(default)]
+    pub binary_bytes: u64,
+    #[serde(default)]
+    pub binary_profile: String,
 }
 
 /// Figure 6, one peer.
@@ -699,6 +704,12 @@ impl Run {
         let bin = crate::sibling_binary("leasehold").ok_or_else(|| {
             anyhow!("no leasehold binary beside leasehold-bench (build -p leasehold-cli)")
         })?;
+        let binary_bytes = std::fs::metadata(&bin).map(|m| m.len()).unwrap_or(0);
+        let binary_profile = bin
+            .parent()
+            .and_then(|d| d.file_name())
+            .map(|d| d.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let db = self.dir.join("cli.db");
         let lockfile = self.dir.join("cli.lock");
         let store = format!("sqlite:{}", db.display());
@@ -740,6 +751,8 @@ impl Run {
                 leasehold_ms: lm,
                 flock_ms: fm,
                 ratio: lm / fm,
+                binary_bytes,
+                binary_profile,
             })
         })
         .await?
