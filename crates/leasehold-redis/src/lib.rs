@@ -94,6 +94,8 @@
 //!   succeeded, each with the server's `TIME` as its end
 //!   (`*_end_ms`, which is what `ended_at` reads back); otherwise never
 //!   the success, and a failure only over an earlier run's record.
+//! * Every script reads the server's `run_id` once (`INFO server`, about
+//!   7 µs of server time here) to check the epoch marker, see below.
 //! * **Inspect**/**list**: one script each; a holder is shown only if its
 //!   lease is live (this epoch, not expired by `TIME`). `list` walks the
 //!   key index in byte order.
