@@ -235,6 +235,19 @@
 //! `tests/wake_ups.rs` (woken within 2 s, with polls 10 s apart; and the
 //! control without wake-ups).
 //!
+//! # Cost
+//! An uncontended acquire + release is two round trips (two scripts), the
+//! protocol's minimum; a renewal one. Measured with `scripts/bench.sh`
+//! (release build, Redis 7.0 on loopback, a shared 2-core machine):
+//! 2,943 acquire + release cycles a second (a raw redis-rs loop sending
+//! the same two scripts: 3,643, so 0.80×; the difference is the core's
+//! per-call work, not requests: both send 2.00 a cycle); handoff to a
+//! waiter in another process p50 0.77 ms (pub/sub wake-up); 10,000 leases
+//! held by one process, every renewal on schedule (longest gap 5.01 s for
+//! a 5 s renewal interval), 3.7 µs of CPU per lease per second. redis-py's
+//! `Lock` on the same server: 3,294 cycles a second (no fencing, no
+//! epochs), handoff p50 23.7 ms (its waiter polls every 0.1 s).
+//!
 //! # Why redis-rs
 //! The maintained Rust client: its `ConnectionManager` is one multiplexed
 //! connection (requests from every task pipelined on it, so one key's slow
