@@ -2,7 +2,7 @@
 # Benchmarks: leasehold side by side with the raw SDKs, flock and peer
 # libraries (docs/benchmarks.md describes every figure). Builds the
 # benchmark and the CLI in release mode, installs and starts Azurite,
-# DynamoDB Local and PostgreSQL on 127.0.0.1 (stopping again those it
+# DynamoDB Local, PostgreSQL and Redis on 127.0.0.1 (stopping again those it
 # started), installs
 # the Python peer libraries into .cache/bench-venv, runs everything and
 # writes docs/benchmarks.md, docs/benchmarks.png (and results.json beside
@@ -71,17 +71,25 @@ else
         scripts/postgres.sh start
         started+=(postgres)
     fi
+    if ! scripts/redis.sh status >/dev/null 2>&1; then
+        scripts/redis.sh start
+        started+=(redis)
+    fi
     VENV="$ROOT/.cache/bench-venv"
-    if ! "$VENV/bin/python" -c 'import azure.storage.blob, python_dynamodb_lock, boto3, psycopg' 2>/dev/null; then
+    if ! "$VENV/bin/python" -c 'import azure.storage.blob, python_dynamodb_lock, boto3, psycopg, redis' 2>/dev/null; then
         echo "bench.sh: installing the Python peers into $VENV" >&2
         python3 -m venv "$VENV"
         "$VENV/bin/pip" install --quiet --disable-pip-version-check \
             'azure-storage-blob==12.31.1' 'python-dynamodb-lock==0.9.1' 'boto3>=1.34,<2' \
-            'psycopg[binary]==3.3.9' >&2
+            'psycopg[binary]==3.3.9' 'redis==6.4.0' >&2
     fi
     args+=(--venv "$VENV")
 fi
 
+# Redis's figures run on the test server when it is up.
+if [[ -z "${LEASEHOLD_BENCH_REDIS_URL:-}" ]] && scripts/redis.sh status >/dev/null 2>&1; then
+    export LEASEHOLD_BENCH_REDIS_URL="$(scripts/redis.sh url)"
+fi
 # PostgreSQL's figures run on the test server when it is up.
 if [[ -z "${LEASEHOLD_BENCH_POSTGRES_URL:-}" ]] && scripts/postgres.sh status >/dev/null 2>&1; then
     export LEASEHOLD_BENCH_POSTGRES_URL="$(scripts/postgres.sh url)"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs and starts the storage
 # emulators on 127.0.0.1 (Azurite for Azure Blob Storage, DynamoDB Local, a
-# throw-away PostgreSQL server, PgBouncer in transaction mode in front of it),
+# throw-away PostgreSQL server, PgBouncer in transaction mode in front of it,
+# a throw-away Redis server),
 # checks formatting and lints, runs every test with the emulators required
 # (a missing emulator fails the run instead of skipping), and stops the
 # emulators again.
@@ -11,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-emulators=(azurite dynamodb-local postgres pgbouncer)
+emulators=(azurite dynamodb-local postgres pgbouncer redis)
 started=()
 stop_all() {
     for e in "${started[@]}"; do
@@ -29,6 +30,7 @@ export LEASEHOLD_REQUIRE_EMULATORS=1
 export LEASEHOLD_TEST_AZBLOB_CONNECTION_STRING="${LEASEHOLD_TEST_AZBLOB_CONNECTION_STRING:-UseDevelopmentStorage=true}"
 export LEASEHOLD_TEST_DYNAMODB_ENDPOINT="${LEASEHOLD_TEST_DYNAMODB_ENDPOINT:-http://127.0.0.1:8000}"
 export LEASEHOLD_TEST_POSTGRES_URL="${LEASEHOLD_TEST_POSTGRES_URL:-$(scripts/postgres.sh url)}"
+export LEASEHOLD_TEST_REDIS_URL="${LEASEHOLD_TEST_REDIS_URL:-$(scripts/redis.sh url)}"
 
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings

@@ -22,7 +22,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 mode=long
 [[ "${1:-}" == "--short" ]] && mode=short
-stores=(${TORTURE_STORES:-sqlite azblob dynamodb postgres})
+stores=(${TORTURE_STORES:-sqlite azblob dynamodb postgres redis})
 
 # The long run uses a release build unless TORTURE_PROFILE=debug.
 profile=debug
@@ -52,10 +52,12 @@ settings() {
         short:dynamodb) echo "60s 2s 2s" ;;
         short:azblob) echo "90s 15s 8s" ;;
         short:postgres) echo "40s 2s 2s" ;;
+        short:redis) echo "40s 2s 2s" ;;
         long:sqlite) echo "${d:-15m} 1s 1s" ;;
         long:dynamodb) echo "${d:-20m} 2s 2s" ;;
         long:azblob) echo "${d:-25m} 15s 5s" ;;
         long:postgres) echo "${d:-20m} 2s 2s" ;;
+        long:redis) echo "${d:-20m} 2s 2s" ;;
     esac
 }
 
@@ -132,6 +134,21 @@ for store in "${stores[@]}"; do
             url="$(scripts/postgres.sh url)?table=torture_$RANDOM&max_ttl=5s"
             faults=kill,pause,break,partition,delay,reset
             loss=loss
+            ;;
+        redis)
+            # A server of its own (port $TORTURE_REDIS_PORT, default 63797):
+            # store loss is FLUSHALL, and the restart fault restarts it
+            # without its data. Both start a new store epoch, which
+            # leasehold must survive (every restart or failover does on
+            # Redis), so the main run has them too.
+            rport="${TORTURE_REDIS_PORT:-63797}"
+            LEASEHOLD_REDIS_PORT=$rport scripts/redis.sh start
+            [[ " ${started[*]} " == *" redis.sh "* ]] || started+=(redis.sh)
+            export LEASEHOLD_REDIS_PORT=$rport
+            url="$(scripts/redis.sh url)?prefix=torture$RANDOM:&max_ttl=5s"
+            faults=kill,pause,break,partition,delay,reset,loss,restart
+            loss=loss,restart
+            extra=(--restart-cmd "LEASEHOLD_REDIS_PORT=$rport scripts/redis.sh restart")
             ;;
         *) echo "unknown store $store" >&2; exit 2 ;;
     esac

@@ -278,10 +278,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         ));
     }
 
+    if stores::redis_url().is_some() {
+        specs.push(Spec::Redis(format!("leasehold-bench-{tag}:")));
+    } else {
+        res.notes.push(format!(
+            "Redis: no {} given; its figures are left out.",
+            stores::REDIS_URL_ENV
+        ));
+    }
+
     // Every cloud store at once: each waits out its quarantine.
     let warmed = futures::future::join_all(specs.iter().map(|spec| async move {
         match spec {
-            Spec::Azblob(_) | Spec::Dynamodb(_) | Spec::Postgres(_) => {
+            Spec::Azblob(_) | Spec::Dynamodb(_) | Spec::Postgres(_) | Spec::Redis(_) => {
                 eprintln!(
                     "[0] creating {} and waiting out its quarantine",
                     spec.label()
@@ -338,7 +347,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     for spec in std::iter::once(&Spec::Memory).chain(&specs) {
         // The emulators hold 1,000 (they are slow by nature); the embedded
         // stores and real servers 10,000.
-        let local = matches!(spec, Spec::Memory | Spec::Sqlite(_) | Spec::Postgres(_));
+        let local = matches!(
+            spec,
+            Spec::Memory | Spec::Sqlite(_) | Spec::Postgres(_) | Spec::Redis(_)
+        );
         let (n, ttl) = if local {
             (plan.many_local, plan.many_ttl_ms)
         } else {
@@ -462,6 +474,11 @@ impl Run {
                     .ok_or_else(|| anyhow!("no client"))?;
                 let url = stores::postgres_url().ok_or_else(|| anyhow!("no server"))?;
                 (RawLoop::postgres(p, &url).await?, 2)
+            }
+            Spec::Redis(_) => {
+                let r = opened.redis.as_ref().ok_or_else(|| anyhow!("no client"))?;
+                let url = stores::redis_url().ok_or_else(|| anyhow!("no server"))?;
+                (RawLoop::redis(r, &url).await?, 2)
             }
             Spec::Memory => bail!("no raw loop for memory"),
         };
@@ -763,6 +780,7 @@ impl Run {
                 "postgres_advisory_lock.py",
                 "session advisory lock, psycopg (Python)",
             ),
+            Spec::Redis(_) => ("redis_py_lock.py", "redis-py Lock (Python)"),
             _ => bail!("no peer for {}", spec.label()),
         };
         let mut cmd = tokio::process::Command::new(&python);
@@ -864,6 +882,21 @@ impl Run {
                             .await?;
                         drop(client);
                         let _ = connection.await;
+                    }
+                    Spec::Redis(prefix) => {
+                        use leasehold_redis::redis;
+                        let url = stores::redis_url().unwrap_or_default();
+                        let base = url.split('?').next().unwrap_or(&url).to_string();
+                        let mut conn = redis::Client::open(base)?
+                            .get_multiplexed_async_connection()
+                            .await?;
+                        // Every key of the bench's store (its prefix is its own).
+                        redis::Script::new(
+                            "for _, k in ipairs(redis.call('KEYS', ARGV[1])) do redis.call('DEL', k) end",
+                        )
+                        .arg(format!("{prefix}*"))
+                        .invoke_async::<()>(&mut conn)
+                        .await?;
                     }
                     _ => {}
                 }

@@ -46,6 +46,22 @@ pub enum RawLoop {
         /// Last fencing counter written.
         fence: u64,
     },
+    /// redis-rs on a connection of its own: leasehold's acquire and release
+    /// scripts (EVALSHA), one round trip each.
+    Redis {
+        /// The connection.
+        conn: leasehold_redis::redis::aio::ConnectionManager,
+        /// leasehold's acquire script.
+        acquire: leasehold_redis::redis::Script,
+        /// leasehold's release script.
+        release: leasehold_redis::redis::Script,
+        /// The store's key prefix.
+        prefix: String,
+        /// The store's epoch.
+        epoch: u64,
+        /// Scripts sent.
+        requests: Arc<AtomicU64>,
+    },
     /// tokio-postgres on a connection of its own: leasehold's acquire and
     /// release statements, one round trip each.
     Postgres {
@@ -153,13 +169,34 @@ impl RawLoop {
         })
     }
 
+    /// A loop on `backend`'s store, on a connection of its own to the
+    /// server `url` names.
+    pub async fn redis(
+        backend: &leasehold_redis::RedisBackend,
+        url: &str,
+    ) -> anyhow::Result<RawLoop> {
+        use leasehold_redis::redis;
+        let base = url.split('?').next().unwrap_or(url);
+        let client = redis::Client::open(base)?;
+        let conn = redis::aio::ConnectionManager::new(client).await?;
+        let (acquire, release) = leasehold_redis::acquire_and_release_scripts();
+        Ok(RawLoop::Redis {
+            conn,
+            acquire: redis::Script::new(&acquire),
+            release: redis::Script::new(&release),
+            prefix: backend.prefix().to_string(),
+            epoch: backend.epoch().await?.epoch,
+            requests: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
     /// Requests the loop's own client sent (Azure and PostgreSQL; the
     /// others are counted by the caller).
     pub fn own_requests(&self) -> Option<u64> {
         match self {
-            RawLoop::Azure { requests, .. } | RawLoop::Postgres { requests, .. } => {
-                Some(requests.load(Ordering::Relaxed))
-            }
+            RawLoop::Azure { requests, .. }
+            | RawLoop::Postgres { requests, .. }
+            | RawLoop::Redis { requests, .. } => Some(requests.load(Ordering::Relaxed)),
             _ => None,
         }
     }
@@ -213,6 +250,20 @@ impl RawLoop {
             RawLoop::Dynamo { client, table } => {
                 while n < max && start.elapsed() < time {
                     dynamo_cycle(client, table).await?;
+                    n += 1;
+                }
+            }
+            RawLoop::Redis {
+                conn,
+                acquire,
+                release,
+                prefix,
+                epoch,
+                requests,
+            } => {
+                while n < max && start.elapsed() < time {
+                    redis_cycle(conn, acquire, release, prefix, *epoch).await?;
+                    requests.fetch_add(2, Ordering::Relaxed);
                     n += 1;
                 }
             }
@@ -294,6 +345,54 @@ fn sqlite_release(conn: &Connection, lease_id: &str) -> anyhow::Result<()> {
          WHERE key = ?1 AND lease_id = ?2",
         params![RAW_KEY, lease_id],
     )?;
+    Ok(())
+}
+
+/// leasehold's two scripts with the arguments its backend sends (see
+/// `crates/leasehold-redis/src/lua/`).
+async fn redis_cycle(
+    conn: &mut leasehold_redis::redis::aio::ConnectionManager,
+    acquire: &leasehold_redis::redis::Script,
+    release: &leasehold_redis::redis::Script,
+    prefix: &str,
+    epoch: u64,
+) -> anyhow::Result<()> {
+    use leasehold_redis::redis::Value;
+    let lease_id = uuid::Uuid::new_v4().to_string();
+    let (marker, record) = (format!("{prefix}#epoch"), format!("{prefix}k:{RAW_KEY}"));
+    let granted: Value = acquire
+        .key(&marker)
+        .key(&record)
+        .key(format!("{prefix}#keys"))
+        .arg(RAW_KEY)
+        .arg(&lease_id)
+        .arg(30_000u64)
+        .arg(epoch)
+        .arg(30_000u64)
+        .arg("host")
+        .arg(std::process::id())
+        .arg("")
+        .arg("")
+        .invoke_async(conn)
+        .await
+        .context("raw Redis acquire")?;
+    match &granted {
+        Value::Array(items) if items.first() == Some(&Value::Int(1)) => {}
+        other => return Err(anyhow!("raw Redis acquire granted nothing: {other:?}")),
+    }
+    let released: String = release
+        .key(&marker)
+        .key(&record)
+        .arg(&lease_id)
+        .arg(epoch)
+        .arg(format!("{prefix}#released"))
+        .arg(RAW_KEY)
+        .invoke_async(conn)
+        .await
+        .context("raw Redis release")?;
+    if released != "ok" {
+        return Err(anyhow!("raw Redis release changed nothing: {released}"));
+    }
     Ok(())
 }
 

@@ -27,6 +27,15 @@ pub const DYNAMODB_PORT: u16 = 8000;
 /// `scripts/postgres.sh url`); without it PostgreSQL's figures are left out.
 pub const POSTGRES_URL_ENV: &str = "LEASEHOLD_BENCH_POSTGRES_URL";
 
+/// The Redis server's URL (scripts/bench.sh sets it from
+/// `scripts/redis.sh url`); without it Redis's figures are left out.
+pub const REDIS_URL_ENV: &str = "LEASEHOLD_BENCH_REDIS_URL";
+
+/// The Redis server's URL, if one is given.
+pub fn redis_url() -> Option<String> {
+    std::env::var(REDIS_URL_ENV).ok().filter(|v| !v.is_empty())
+}
+
 /// The PostgreSQL server's URL, if one is given.
 pub fn postgres_url() -> Option<String> {
     std::env::var(POSTGRES_URL_ENV)
@@ -35,7 +44,7 @@ pub fn postgres_url() -> Option<String> {
 }
 
 /// Which store, as passed between processes (`memory:`, `sqlite:PATH`,
-/// `azblob:CONTAINER`, `dynamodb:TABLE`, `postgres:TABLE`).
+/// `azblob:CONTAINER`, `dynamodb:TABLE`, `postgres:TABLE`, `redis:PREFIX`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Spec {
     /// In-process memory store.
@@ -48,6 +57,8 @@ pub enum Spec {
     Dynamodb(String),
     /// A table on the PostgreSQL server of [`postgres_url`].
     Postgres(String),
+    /// A key prefix on the Redis server of [`redis_url`].
+    Redis(String),
 }
 
 impl Spec {
@@ -59,6 +70,7 @@ impl Spec {
             Some(("azblob", c)) => Spec::Azblob(c.to_string()),
             Some(("dynamodb", t)) => Spec::Dynamodb(t.to_string()),
             Some(("postgres", t)) => Spec::Postgres(t.to_string()),
+            Some(("redis", p)) => Spec::Redis(p.to_string()),
             _ => bail!("bad store spec {s:?}"),
         })
     }
@@ -71,6 +83,7 @@ impl Spec {
             Spec::Azblob(c) => format!("azblob:{c}"),
             Spec::Dynamodb(t) => format!("dynamodb:{t}"),
             Spec::Postgres(t) => format!("postgres:{t}"),
+            Spec::Redis(p) => format!("redis:{p}"),
         }
     }
 
@@ -93,6 +106,11 @@ impl Spec {
                 let sep = if base.contains('?') { '&' } else { '?' };
                 format!("{base}{sep}table={t}&max_ttl=30s")
             }
+            Spec::Redis(p) => {
+                let base = redis_url().unwrap_or_default();
+                let sep = if base.contains('?') { '&' } else { '?' };
+                format!("{base}{sep}prefix={p}&max_ttl=30s")
+            }
         }
     }
 
@@ -104,6 +122,7 @@ impl Spec {
             Spec::Azblob(_) => "Azurite",
             Spec::Dynamodb(_) => "DynamoDB Local",
             Spec::Postgres(_) => "PostgreSQL",
+            Spec::Redis(_) => "Redis",
         }
     }
 }
@@ -133,6 +152,8 @@ pub struct Opened {
     pub dynamo: Option<Arc<DynamoDbBackend>>,
     /// The PostgreSQL backend, for its statements and epoch.
     pub postgres: Option<Arc<PostgresBackend>>,
+    /// The Redis backend, for its epoch.
+    pub redis: Option<Arc<leasehold_redis::RedisBackend>>,
     requests: RequestCount,
 }
 
@@ -167,7 +188,11 @@ pub async fn open(spec: &Spec, track_renewals: bool) -> anyhow::Result<Opened> {
         .await
         .with_context(|| format!("opening {}", spec.label()))?;
     let dynamo = opened.concrete.clone().downcast::<DynamoDbBackend>().ok();
-    let postgres = opened.concrete.downcast::<PostgresBackend>().ok();
+    let postgres = opened.concrete.clone().downcast::<PostgresBackend>().ok();
+    let redis = opened
+        .concrete
+        .downcast::<leasehold_redis::RedisBackend>()
+        .ok();
     let calls = Arc::new(Counting::new(opened.backend, track_renewals));
     let requests = match opened.requests {
         Some(f) => f,
@@ -181,6 +206,7 @@ pub async fn open(spec: &Spec, track_renewals: bool) -> anyhow::Result<Opened> {
         calls,
         dynamo,
         postgres,
+        redis,
         requests,
     })
 }

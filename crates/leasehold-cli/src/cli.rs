@@ -14,9 +14,9 @@ Limits:
             reserved for semaphore slots (KEY/:slot:N). With --limit, KEY
             is at most 246 characters.
   --ttl     sqlite: 100ms to 24h; azblob: 15s to 60s (whole seconds);
-            dynamodb, postgres: 1s to 24h; and never above the store's max TTL
-            (60s unless its URL says ?max_ttl=DURATION, e.g.
-            sqlite:PATH?max_ttl=5m)
+            dynamodb, postgres, redis: 1s to 24h; and never above the
+            store's max TTL (60s unless its URL says ?max_ttl=DURATION,
+            e.g. sqlite:PATH?max_ttl=5m)
   --grace   at most half the TTL; default 5s, or a quarter of the TTL when
             that is shorter
   --limit   1 to 1000
@@ -57,7 +57,8 @@ would (141 in a shell).";
 pub struct Cli {
     /// Where leases live: sqlite:PATH, sqlite:///ABS/PATH,
     /// azblob://CONTAINER[/PREFIX], dynamodb://TABLE?region=R&endpoint=URL,
-    /// postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?table=NAME&sslmode=MODE].
+    /// postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?table=NAME&sslmode=MODE],
+    /// redis://[USER:PASSWORD@]HOST[:PORT][/DB][?prefix=P] (rediss:// for TLS).
     /// Default: the SQLite file under the user's state directory
     /// (~/.local/state/leasehold/leases.db, directory created 0700).
     /// status, list, break and leader never create a store: a SQLite path
@@ -308,7 +309,7 @@ pub async fn validate(command: &Command) -> anyhow::Result<Access> {
             return Err(leasehold::Error::invalid(
                 "ttl",
                 format!(
-                    "--ttl {} is outside the range of every store (sqlite: 100ms to 24h; azblob: 15s to 60s; dynamodb, postgres: 1s to 24h)",
+                    "--ttl {} is outside the range of every store (sqlite: 100ms to 24h; azblob: 15s to 60s; dynamodb, postgres, redis: 1s to 24h)",
                     crate::inspect::exact(lease.ttl)
                 ),
             )

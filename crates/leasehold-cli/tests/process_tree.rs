@@ -134,6 +134,7 @@ macro_rules! on_every_store {
         mod azblob { $( #[test] fn $test() { super::$test("azblob") } )+ }
         mod dynamodb { $( #[test] fn $test() { super::$test("dynamodb") } )+ }
         mod postgres { $( #[test] fn $test() { super::$test("postgres") } )+ }
+        mod redis { $( #[test] fn $test() { super::$test("redis") } )+ }
     };
 }
 

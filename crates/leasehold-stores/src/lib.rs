@@ -9,6 +9,7 @@
 //! | `azblob://CONTAINER[/PREFIX][?max_ttl=D]` | Azure Blob Storage leases | `azblob` |
 //! | `dynamodb://TABLE?region=R&endpoint=URL` | DynamoDB | `dynamodb` |
 //! | `postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?table=NAME&sslmode=MODE]` (or `postgresql://`) | PostgreSQL | `postgres` |
+//! | `redis://[USER:PASSWORD@]HOST[:PORT][/DB][?prefix=P&max_ttl=D]` (`rediss://` for TLS) | Redis | `redis` |
 //!
 //! A build without a cloud store's feature still recognises its URLs and
 //! says which feature is missing.
@@ -24,7 +25,7 @@ use leasehold::{Backend, Error, Store};
 
 /// The store URLs leasehold opens, for messages.
 pub const FORMS: &str =
-    "expected sqlite:PATH, sqlite:///ABS/PATH, azblob://CONTAINER[/PREFIX] or dynamodb://TABLE";
+    "expected sqlite:PATH, sqlite:///ABS/PATH, azblob://CONTAINER[/PREFIX], dynamodb://TABLE, postgres://USER@HOST/DB or redis://[:PASSWORD@]HOST[:PORT][/DB]";
 
 /// What a command does with the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +81,7 @@ pub async fn open_backend(url: &str) -> leasehold::Result<Opened> {
         Some("azblob") => open_azblob(url).await,
         Some("dynamodb") => open_dynamodb(url).await,
         Some("postgres" | "postgresql") => open_postgres(url).await,
+        Some("redis" | "rediss") => open_redis(url).await,
         Some(scheme) if scheme != "sqlite" => Err(Error::invalid(
             "store URL",
             format!("{scheme}:// is not a store leasehold knows: {FORMS}"),
@@ -240,7 +242,28 @@ async fn open_postgres(_url: &str) -> leasehold::Result<Opened> {
     Err(not_in_build("postgres"))
 }
 
-#[cfg(not(all(feature = "azblob", feature = "dynamodb", feature = "postgres")))]
+#[cfg(feature = "redis")]
+async fn open_redis(url: &str) -> leasehold::Result<Opened> {
+    // One backend call is one script, one round trip: no counter.
+    let backend = Arc::new(leasehold_redis::RedisBackend::from_url(url).await?);
+    Ok(Opened {
+        concrete: backend.clone(),
+        backend,
+        requests: None,
+    })
+}
+
+#[cfg(not(feature = "redis"))]
+async fn open_redis(_url: &str) -> leasehold::Result<Opened> {
+    Err(not_in_build("redis"))
+}
+
+#[cfg(not(all(
+    feature = "azblob",
+    feature = "dynamodb",
+    feature = "postgres",
+    feature = "redis"
+)))]
 fn not_in_build(scheme: &str) -> leasehold::Error {
     leasehold::Error::NotSupported(format!(
         "this leasehold was built without the {scheme}:// store (cargo feature \"{scheme}\")"
@@ -301,7 +324,7 @@ fn secrets_of(url: &str) -> Vec<String> {
                 // info and query do not.
                 Some((
                     "region" | "profile" | "max_clock_skew" | "create_table" | "table" | "sslmode"
-                    | "max_ttl",
+                    | "max_ttl" | "prefix" | "wake_ups",
                     _,
                 )) => {}
                 Some(("endpoint", v)) => {
@@ -488,6 +511,20 @@ mod tests {
             "postgres backend failed for postgres: *** ***; table t, sslmode require"
         );
         assert_eq!(redact(url), "postgres://***@127.0.0.1:5432/db?***");
+    }
+
+    #[test]
+    fn redis_passwords_are_scrubbed() {
+        let url = "redis://:s3cr%40t99@127.0.0.1:6379/0?prefix=jobs:&max_ttl=30s";
+        let s = scrub(
+            "redis backend failed: s3cr@t99 s3cr%40t99; prefix jobs:, max_ttl 30s",
+            Some(url),
+        );
+        assert_eq!(
+            s,
+            "redis backend failed: *** ***; prefix jobs:, max_ttl 30s"
+        );
+        assert_eq!(redact(url), "redis://***@127.0.0.1:6379/0?***");
     }
 
     #[test]

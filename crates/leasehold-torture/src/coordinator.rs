@@ -622,7 +622,8 @@ exec "$0" section --witness "$W" --id "$ID" --ticks 0 --no-begin"#;
 
 /// The store loses every lease and fencing counter: the SQLite file is
 /// deleted, the Azure container deleted (the backend creates it again on
-/// use), the DynamoDB table deleted and created again.
+/// use), the DynamoDB table deleted and created again, the PostgreSQL
+/// table dropped, the Redis server flushed (FLUSHALL).
 async fn lose_store(url: &str) -> anyhow::Result<()> {
     if let Some(rest) = url.strip_prefix("sqlite:") {
         let path = rest.strip_prefix("//").unwrap_or(rest);
@@ -683,6 +684,19 @@ async fn lose_store(url: &str) -> anyhow::Result<()> {
             .context("drop table")?;
         drop(client);
         let _ = connection.await;
+        Ok(())
+    } else if url.starts_with("redis://") || url.starts_with("rediss://") {
+        // Everything flushed, as an administrator's FLUSHALL (or a restart
+        // without persistence) would: the torture runs on a server of its
+        // own. The backend starts a new epoch on its next use.
+        use leasehold_redis::redis;
+        let base = url.split('?').next().unwrap_or(url);
+        let client = redis::Client::open(base).context("redis URL")?;
+        let mut conn = client.get_multiplexed_async_connection().await?;
+        redis::cmd("FLUSHALL")
+            .query_async::<()>(&mut conn)
+            .await
+            .context("FLUSHALL")?;
         Ok(())
     } else {
         anyhow::bail!("no store-loss fault for {}", redact(url))
@@ -810,7 +824,10 @@ fn upstream(store: &str) -> anyhow::Result<SocketAddr> {
             "give the endpoint unencoded for the fault proxy"
         );
         authority_of(endpoint)
-    } else if store.starts_with("postgres://") || store.starts_with("postgresql://") {
+    } else if store.starts_with("postgres://")
+        || store.starts_with("postgresql://")
+        || store.starts_with("redis://")
+    {
         let authority = authority_of(store);
         let host = authority
             .rsplit_once('@')
@@ -818,7 +835,7 @@ fn upstream(store: &str) -> anyhow::Result<SocketAddr> {
             .unwrap_or(&authority);
         anyhow::ensure!(
             host.contains(':'),
-            "give the PostgreSQL URL a port for the fault proxy"
+            "give the store URL a port for the fault proxy"
         );
         host.split('?').next().unwrap_or(host).to_string()
     } else {
@@ -842,10 +859,10 @@ fn authority_of(endpoint: &str) -> String {
     rest.split('/').next().unwrap_or(rest).to_string()
 }
 
-/// The URL without a query string (which may carry credentials).
+/// The URL without its user info and query string (which may carry
+/// credentials: a Redis or PostgreSQL password, an Azure SAS).
 fn redact(url: &str) -> String {
-    url.split_once('?')
-        .map(|(b, _)| b)
-        .unwrap_or(url)
+    leasehold_stores::redact(url)
+        .trim_end_matches("?***")
         .to_string()
 }

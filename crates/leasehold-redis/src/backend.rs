@@ -1,0 +1,534 @@
+//! The [`Backend`] implementation: one Lua script per operation (see the
+//! crate docs for the protocol).
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use leasehold::backend::{AcquireOutcome, AcquireRequest, Backend, Capabilities, Grant, Lease};
+use leasehold::{Error, HolderInfo, Key, KeyInfo, LossReason, Result, StoreEpoch};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Script, ScriptInvocation, Value};
+
+use crate::builder::{target_of, RedisBackendBuilder};
+use crate::error::{self, bad_reply, NAME};
+use crate::listen::Listener;
+use crate::record::{self, array, num, text, Names};
+use crate::MIN_TTL;
+
+/// The Redis [`Backend`]. See the [crate docs](crate) for the protocol.
+/// Cheap to clone (the connection is shared).
+#[derive(Clone)]
+pub struct RedisBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: redis::Client,
+    manager_config: ConnectionManagerConfig,
+    /// The connection, and how many times it was replaced.
+    conn: Mutex<(u64, ConnectionManager)>,
+    names: Names,
+    scripts: Scripts,
+    /// The max TTL a store (or epoch) started by this backend records.
+    max_ttl: Duration,
+    /// The store's recorded max TTL, in ms (for `capabilities`).
+    store_max_ttl_ms: AtomicU64,
+    request_timeout: Duration,
+    /// `host:port/db`, for Debug (never the user or password).
+    target: String,
+    /// Subscribes to releases, when wake-ups are on.
+    listener: Option<Listener>,
+}
+
+impl fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisBackend")
+            .field("target", &self.inner.target)
+            .field("prefix", &self.inner.names.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The Lua of every operation, each with the shared prelude in front.
+struct Scripts {
+    acquire: Script,
+    epoch: Script,
+    renew: Script,
+    release: Script,
+    break_lease: Script,
+    record_run: Script,
+    inspect: Script,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        let with_prelude = |body: &str| Script::new(&format!("{PRELUDE}\n{body}"));
+        Scripts {
+            acquire: with_prelude(include_str!("lua/acquire.lua")),
+            epoch: with_prelude(include_str!("lua/epoch.lua")),
+            renew: with_prelude(include_str!("lua/renew.lua")),
+            release: with_prelude(include_str!("lua/release.lua")),
+            break_lease: with_prelude(include_str!("lua/break.lua")),
+            record_run: with_prelude(include_str!("lua/record_run.lua")),
+            inspect: with_prelude(include_str!("lua/inspect.lua")),
+        }
+    }
+}
+
+const PRELUDE: &str = include_str!("lua/prelude.lua");
+
+/// The script texts, for tools that run the same protocol by hand (the
+/// benchmarks' raw client loop): (acquire, release), prelude included.
+pub fn acquire_and_release_scripts() -> (String, String) {
+    (
+        format!("{PRELUDE}\n{}", include_str!("lua/acquire.lua")),
+        format!("{PRELUDE}\n{}", include_str!("lua/release.lua")),
+    )
+}
+
+/// An optional string as the scripts take it: `''` for none, else `+`
+/// and the value.
+fn optional(s: &Option<String>) -> String {
+    match s {
+        Some(s) => format!("+{s}"),
+        None => String::new(),
+    }
+}
+
+impl RedisBackend {
+    /// A builder for the server `info` names (see [`RedisBackendBuilder`]).
+    pub fn builder(info: redis::ConnectionInfo) -> RedisBackendBuilder {
+        RedisBackendBuilder::new(info)
+    }
+
+    /// Opens the store a URL names (see the crate docs for its form):
+    /// connects and reads (or starts) the store's epoch.
+    ///
+    /// # Errors
+    /// As [`RedisBackendBuilder::from_url`] and
+    /// [`RedisBackendBuilder::build`].
+    pub async fn from_url(url: &str) -> Result<Self> {
+        RedisBackendBuilder::from_url(url)?.build().await
+    }
+
+    pub(crate) async fn connect(b: RedisBackendBuilder) -> Result<Self> {
+        const OP: &str = "open";
+        let client = match &b.tls_ca {
+            Some(path) => {
+                install_crypto_provider();
+                let pem = std::fs::read(path).map_err(|e| {
+                    Error::invalid(
+                        "tls_ca",
+                        format!("cannot read CA certificates from {}: {e}", path.display()),
+                    )
+                })?;
+                redis::Client::build_with_tls(
+                    b.info.clone(),
+                    redis::TlsCertificates {
+                        client_tls: None,
+                        root_cert: Some(pem),
+                    },
+                )
+            }
+            None => {
+                if matches!(b.info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
+                    install_crypto_provider();
+                }
+                redis::Client::open(b.info.clone())
+            }
+        }
+        .map_err(|e| error::client(OP, e))?;
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(b.request_timeout))
+            .set_response_timeout(Some(b.request_timeout))
+            .set_number_of_retries(2)
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(Duration::from_secs(1));
+        let manager = match tokio::time::timeout(
+            b.request_timeout * 2,
+            ConnectionManager::new_with_config(client.clone(), manager_config.clone()),
+        )
+        .await
+        {
+            Ok(Ok(m)) => m,
+            Ok(Err(e)) => return Err(error::client(OP, e)),
+            Err(_) => return Err(error::timed_out(OP, b.request_timeout * 2)),
+        };
+        let names = Names::new(&b.prefix);
+        let listener = b
+            .wake_ups
+            .then(|| Listener::new(client.clone(), names.channel.clone()));
+        let backend = RedisBackend {
+            inner: Arc::new(Inner {
+                client,
+                manager_config,
+                conn: Mutex::new((0, manager)),
+                names,
+                scripts: Scripts::new(),
+                max_ttl: b.max_ttl,
+                store_max_ttl_ms: AtomicU64::new(b.max_ttl.as_millis() as u64),
+                request_timeout: b.request_timeout,
+                target: target_of(&b.info),
+                listener,
+            }),
+        };
+        backend.refuse_eviction().await?;
+        backend.epoch().await?;
+        Ok(backend)
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.inner.names.prefix
+    }
+
+    /// The store's epoch, read now (started if the store has none, or its
+    /// marker was written by another server process).
+    ///
+    /// # Errors
+    /// [`Error::Backend`] when the server cannot be reached.
+    pub async fn epoch(&self) -> Result<StoreEpoch> {
+        const OP: &str = "epoch";
+        let mut inv = self.inner.scripts.epoch.prepare_invoke();
+        inv.key(&self.inner.names.marker)
+            .arg(self.inner.max_ttl.as_millis() as u64);
+        let reply = self.call(OP, Retry::Once, &inv).await?;
+        let epoch = record::store_epoch(OP, array(OP, &reply)?)?;
+        self.note_max_ttl(&epoch);
+        Ok(epoch)
+    }
+
+    /// Waits until this backend is subscribed to releases (started on the
+    /// first wait otherwise). Returns at once when wake-ups are off.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the subscription goes on.
+    pub async fn listening(&self) {
+        if let Some(l) = &self.inner.listener {
+            l.listening().await;
+        }
+    }
+
+    /// A server that evicts keys without a TTL when memory runs out could
+    /// drop a key's record (its fencing counter) or the epoch marker while
+    /// leases are held: refused. When `CONFIG` is not allowed (managed
+    /// services, ACLs), the setting cannot be read: the crate docs say what
+    /// to check by hand.
+    async fn refuse_eviction(&self) -> Result<()> {
+        let mut conn = self.conn().1;
+        let answer = tokio::time::timeout(
+            self.inner.request_timeout,
+            redis::cmd("CONFIG")
+                .arg("GET")
+                .arg("maxmemory-policy")
+                .query_async::<Vec<String>>(&mut conn),
+        )
+        .await;
+        match answer {
+            Ok(Ok(pair)) => match pair.get(1) {
+                Some(policy) if policy.starts_with("allkeys") => Err(Error::backend(
+                    NAME,
+                    "open",
+                    false,
+                    format!(
+                        "the server's maxmemory-policy is {policy}: it may evict a lease record or the store's epoch marker under memory pressure, and then repeat fencing tokens or grant a held key; use noeviction or a volatile-* policy (the store's keys have no TTL), or a server of its own"
+                    ),
+                )),
+                _ => Ok(()),
+            },
+            // CONFIG not allowed for this user (NOPERM), or renamed or
+            // disabled (an unknown command): the policy cannot be read.
+            Ok(Err(e)) if matches!(e.code(), Some("NOPERM" | "ERR")) => {
+                tracing::debug!(error = %e, "cannot read maxmemory-policy; make sure it is noeviction or volatile-*");
+                Ok(())
+            }
+            // A missing or wrong password, a server that is loading, ...
+            Ok(Err(e)) => Err(error::client("open", e)),
+            Err(_) => Err(error::timed_out("open", self.inner.request_timeout)),
+        }
+    }
+
+    fn conn(&self) -> (u64, ConnectionManager) {
+        let guard = self.inner.conn.lock().unwrap_or_else(|e| e.into_inner());
+        (guard.0, guard.1.clone())
+    }
+
+    /// Replaces a connection that stopped answering (it may sit behind a
+    /// partition; redis-rs reconnects only on errors, not on silence).
+    fn replace_conn(&self, generation: u64) {
+        let mut guard = self.inner.conn.lock().unwrap_or_else(|e| e.into_inner());
+        if guard.0 != generation {
+            return; // someone replaced it already
+        }
+        match ConnectionManager::new_lazy_with_config(
+            self.inner.client.clone(),
+            self.inner.manager_config.clone(),
+        ) {
+            Ok(m) => *guard = (generation + 1, m),
+            Err(e) => tracing::debug!(error = %e, "cannot make a new connection"),
+        }
+    }
+
+    /// Runs one script (one round trip: EVALSHA, or EVAL when the server
+    /// does not have the script cached yet). A script whose repetition
+    /// changes nothing more (`Retry::Once`: acquire with the same lease id,
+    /// renew, record a run, read) is sent once more when the connection
+    /// turned out to be dead (killed by the server, a proxy restarted):
+    /// the connection manager has reconnected by then, and the caller sees
+    /// no error for a connection that was merely stale. Release and break
+    /// are not repeated: a repeated release would find its own work done
+    /// and report the lease lost.
+    async fn call(
+        &self,
+        op: &'static str,
+        retry: Retry,
+        inv: &ScriptInvocation<'_>,
+    ) -> Result<Value> {
+        let mut tries = match retry {
+            Retry::Once => 2,
+            Retry::Never => 1,
+        };
+        loop {
+            tries -= 1;
+            let (generation, mut conn) = self.conn();
+            match tokio::time::timeout(
+                self.inner.request_timeout,
+                inv.invoke_async::<Value>(&mut conn),
+            )
+            .await
+            {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) if tries > 0 && (e.is_io_error() || e.is_connection_dropped()) => {
+                    tracing::debug!(error = %e, op, "connection lost; sending once more");
+                }
+                Ok(Err(e)) => return Err(error::client(op, e)),
+                Err(_) => {
+                    self.replace_conn(generation);
+                    return Err(error::timed_out(op, self.inner.request_timeout));
+                }
+            }
+        }
+    }
+
+    fn note_max_ttl(&self, epoch: &StoreEpoch) {
+        self.inner
+            .store_max_ttl_ms
+            .store(epoch.max_ttl.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    fn channel(&self) -> &str {
+        if self.inner.listener.is_some() {
+            &self.inner.names.channel
+        } else {
+            ""
+        }
+    }
+
+    /// Invokes `script` with the marker and `key`'s record as its keys.
+    fn on_key<'a>(&'a self, script: &'a Script, key: &Key) -> ScriptInvocation<'a> {
+        let mut inv = script.prepare_invoke();
+        inv.key(&self.inner.names.marker)
+            .key(self.inner.names.record(key.as_str()));
+        inv
+    }
+}
+
+/// Whether a script may be sent again after a dead connection.
+#[derive(Debug, Clone, Copy)]
+enum Retry {
+    Once,
+    Never,
+}
+
+/// redis-rs builds its TLS configuration with rustls's process-wide
+/// default provider, which rustls cannot pick by itself when a build
+/// enables two (the AWS SDK brings aws-lc-rs): install ring unless some
+/// crate installed one already.
+fn install_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+fn lost(key: &Key, why: impl Into<String>) -> Error {
+    Error::LeaseLost {
+        key: key.to_string(),
+        reason: LossReason::Revoked(why.into()),
+    }
+}
+
+/// Why a renewal, release or run record changed nothing.
+fn why_not_ours(op: &'static str, key: &Key, reply: &Value) -> Error {
+    let why = match text(reply).as_deref() {
+        Some("epoch") => "the store's epoch changed (its data was lost, or the server restarted or failed over: the lease is void)",
+        Some("free") => "the lease was released or broken, or the key has no record",
+        Some("other") => "the key is held by another lease",
+        Some("expired") => "the lease expired",
+        _ => return bad_reply(op, format!("{reply:?}")),
+    };
+    lost(key, why)
+}
+
+#[async_trait]
+impl Backend for RedisBackend {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let max = Duration::from_millis(self.inner.store_max_ttl_ms.load(Ordering::Relaxed));
+        Capabilities::new(MIN_TTL, max)
+            .shared_across_processes(true)
+            .shared_across_machines(true)
+    }
+
+    async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
+        const OP: &str = "acquire";
+        if req.ttl < MIN_TTL {
+            return Err(ttl_error(req.ttl, self.capabilities().max_ttl));
+        }
+        let mut inv = self.inner.scripts.acquire.prepare_invoke();
+        inv.key(&self.inner.names.marker)
+            .key(self.inner.names.record(req.key.as_str()))
+            .key(&self.inner.names.index)
+            .arg(req.key.as_str())
+            .arg(req.lease_id.as_str())
+            .arg(req.ttl.as_millis() as u64)
+            .arg(req.epoch.unwrap_or(0))
+            .arg(self.inner.max_ttl.as_millis() as u64)
+            .arg(&req.owner.host)
+            .arg(req.owner.pid)
+            .arg(optional(&req.owner.label))
+            .arg(optional(&req.data));
+        let reply = self.call(OP, Retry::Once, &inv).await?;
+        let items = array(OP, &reply)?;
+        match items.first().and_then(num) {
+            Some(1) => match items.get(1).and_then(num) {
+                Some(token) if token > 0 => Ok(AcquireOutcome::Acquired(Grant::new(token as u64))),
+                _ => Err(bad_reply(OP, format!("{items:?}"))),
+            },
+            Some(2) => Ok(AcquireOutcome::Held(items.get(1).and_then(record::holder))),
+            Some(3) => {
+                let epoch = record::store_epoch(OP, &items[1..])?;
+                self.note_max_ttl(&epoch);
+                Ok(AcquireOutcome::OtherEpoch(epoch))
+            }
+            Some(4) => {
+                let max = items.get(1).and_then(num).unwrap_or_default().max(0) as u64;
+                self.inner.store_max_ttl_ms.store(max, Ordering::Relaxed);
+                Err(ttl_error(req.ttl, Duration::from_millis(max)))
+            }
+            _ => Err(bad_reply(OP, format!("{items:?}"))),
+        }
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<()> {
+        const OP: &str = "renew";
+        let mut inv = self.on_key(&self.inner.scripts.renew, &lease.key);
+        inv.arg(lease.lease_id.as_str())
+            .arg(lease.epoch)
+            .arg(lease.ttl.as_millis() as u64);
+        let reply = self.call(OP, Retry::Once, &inv).await?;
+        if text(&reply).as_deref() == Some("ok") {
+            return Ok(());
+        }
+        Err(why_not_ours(OP, &lease.key, &reply))
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        const OP: &str = "release";
+        let mut inv = self.on_key(&self.inner.scripts.release, &lease.key);
+        inv.arg(lease.lease_id.as_str())
+            .arg(lease.epoch)
+            .arg(self.channel())
+            .arg(lease.key.as_str());
+        let reply = self.call(OP, Retry::Never, &inv).await?;
+        if text(&reply).as_deref() == Some("ok") {
+            return Ok(());
+        }
+        Err(why_not_ours(OP, &lease.key, &reply))
+    }
+
+    async fn record_run(&self, lease: &Lease, run: &leasehold::RunRecord) -> Result<()> {
+        const OP: &str = "record_run";
+        let mut inv = self.on_key(&self.inner.scripts.record_run, &lease.key);
+        inv.arg(lease.lease_id.as_str())
+            .arg(lease.epoch)
+            .arg(run.to_stored())
+            .arg(lease.fencing_token)
+            .arg(if run.succeeded() { "1" } else { "0" });
+        let reply = self.call(OP, Retry::Once, &inv).await?;
+        if text(&reply).as_deref() == Some("ok") {
+            return Ok(());
+        }
+        Err(why_not_ours(OP, &lease.key, &reply))
+    }
+
+    async fn inspect(&self, key: &Key) -> Result<KeyInfo> {
+        const OP: &str = "inspect";
+        let inv = self.on_key(&self.inner.scripts.inspect, key);
+        let reply = self.call(OP, Retry::Once, &inv).await?;
+        match array(OP, &reply)?.first() {
+            Some(entry) => record::key_info(OP, key.clone(), entry),
+            None => Ok(KeyInfo::new(key.clone(), 0, None)),
+        }
+    }
+
+    async fn break_lease(&self, key: &Key) -> Result<Option<HolderInfo>> {
+        const OP: &str = "break";
+        let mut inv = self.on_key(&self.inner.scripts.break_lease, key);
+        inv.arg(self.channel()).arg(key.as_str());
+        let reply = self.call(OP, Retry::Never, &inv).await?;
+        let items = array(OP, &reply)?;
+        Ok(match items.first().and_then(num) {
+            Some(1) => items.get(1).and_then(record::holder),
+            _ => None,
+        })
+    }
+
+    fn watch_release(&self, keys: &[Key]) -> Option<leasehold::ReleaseWatch> {
+        self.inner.listener.as_ref()?.watch(keys)
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {
+        const OP: &str = "list";
+        let names = &self.inner.names;
+        let (min, max) = if prefix.is_empty() {
+            ("-".to_string(), "+".to_string())
+        } else {
+            // Key names are ASCII: every name starting with `prefix` sorts
+            // below `prefix` followed by byte 0xff.
+            (format!("[{prefix}"), format!("({prefix}\u{7f}"))
+        };
+        let mut inv = self.inner.scripts.inspect.prepare_invoke();
+        inv.key(&names.marker)
+            .key(&names.index)
+            .arg(names.records())
+            .arg(min)
+            .arg(max)
+            .arg(prefix);
+        let reply = self.call(OP, Retry::Once, &inv).await?;
+        array(OP, &reply)?
+            .iter()
+            .map(|entry| {
+                let name = array(OP, entry)?
+                    .first()
+                    .and_then(text)
+                    .ok_or_else(|| bad_reply(OP, format!("{entry:?}")))?;
+                record::key_info(OP, Key::new(name)?, entry)
+            })
+            .collect()
+    }
+}
+
+fn ttl_error(ttl: Duration, max: Duration) -> Error {
+    Error::invalid(
+        "ttl",
+        format!(
+            "{ttl:?} is outside {MIN_TTL:?}..={max:?} (the store's max TTL bounds the wait after the store's data is lost)"
+        ),
+    )
+}

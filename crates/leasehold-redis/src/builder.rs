@@ -1,0 +1,304 @@
+//! Building a [`RedisBackend`]: from a store URL or in code.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use leasehold::{Error, Result, DEFAULT_STORE_MAX_TTL};
+use redis::{ConnectionAddr, IntoConnectionInfo};
+
+use crate::backend::RedisBackend;
+use crate::{MAX_TTL, MIN_TTL};
+
+const WHAT: &str = "store URL";
+const FORM: &str = "the form is redis://[USER:PASSWORD@]HOST[:PORT][/DB][?prefix=P&max_ttl=DURATION&wake_ups=on|off&tls_ca=PATH] (rediss:// for TLS)";
+
+/// The default prefix of every Redis key the store writes.
+pub const DEFAULT_PREFIX: &str = "leasehold:";
+
+/// Builds a [`RedisBackend`]. Its `Debug` output never shows the password.
+#[derive(Clone)]
+pub struct RedisBackendBuilder {
+    pub(crate) info: redis::ConnectionInfo,
+    pub(crate) tls_ca: Option<PathBuf>,
+    pub(crate) prefix: String,
+    pub(crate) max_ttl: Duration,
+    pub(crate) request_timeout: Duration,
+    pub(crate) wake_ups: bool,
+}
+
+impl fmt::Debug for RedisBackendBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisBackendBuilder")
+            .field("target", &target_of(&self.info))
+            .field("tls_ca", &self.tls_ca)
+            .field("prefix", &self.prefix)
+            .field("max_ttl", &self.max_ttl)
+            .field("request_timeout", &self.request_timeout)
+            .field("wake_ups", &self.wake_ups)
+            .finish()
+    }
+}
+
+/// `host:port/db` (with `tls` for TLS): never the user or password.
+pub(crate) fn target_of(info: &redis::ConnectionInfo) -> String {
+    let db = info.redis_settings().db();
+    match info.addr() {
+        ConnectionAddr::Tcp(host, port) => format!("{host}:{port}/{db}"),
+        ConnectionAddr::TcpTls { host, port, .. } => format!("tls {host}:{port}/{db}"),
+        ConnectionAddr::Unix(path) => format!("{}/{db}", path.display()),
+        _ => format!("?/{db}"),
+    }
+}
+
+impl RedisBackendBuilder {
+    /// A builder for the server `info` names, with the defaults: prefix
+    /// [`DEFAULT_PREFIX`], max TTL 60 s, 5 s request timeout, wake-ups on.
+    pub fn new(info: redis::ConnectionInfo) -> Self {
+        RedisBackendBuilder {
+            info,
+            tls_ca: None,
+            prefix: DEFAULT_PREFIX.to_string(),
+            max_ttl: DEFAULT_STORE_MAX_TTL,
+            request_timeout: Duration::from_secs(5),
+            wake_ups: true,
+        }
+    }
+
+    /// Parses a store URL (see the crate docs for its form). Nothing is
+    /// contacted yet.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a malformed URL or parameter; the message
+    /// never holds the password.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let Some((scheme, _)) = url.split_once("://") else {
+            return Err(Error::invalid(WHAT, FORM));
+        };
+        if scheme != "redis" && scheme != "rediss" {
+            return Err(Error::invalid(WHAT, FORM));
+        }
+        if url.contains('#') {
+            // redis-rs reads `#insecure` as "skip certificate checks".
+            return Err(Error::invalid(
+                WHAT,
+                format!("a fragment (#...) is not accepted: certificates are always verified (tls_ca=PATH names a private CA); {FORM}"),
+            ));
+        }
+        let (base, query) = match url.split_once('?') {
+            Some((b, q)) => (b, Some(q)),
+            None => (url, None),
+        };
+        let mut builder_prefix = None;
+        let mut max_ttl = None;
+        let mut wake_ups = None;
+        let mut tls_ca = None;
+        for pair in query
+            .unwrap_or_default()
+            .split('&')
+            .filter(|p| !p.is_empty())
+        {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match name {
+                "prefix" => builder_prefix = Some(value.to_string()),
+                "max_ttl" => {
+                    max_ttl = Some(humantime::parse_duration(value).map_err(|_| {
+                        Error::invalid(
+                            WHAT,
+                            format!(
+                                "max_ttl must be a duration such as 60s, 5m or 1h, not {value:?}"
+                            ),
+                        )
+                    })?)
+                }
+                "wake_ups" => {
+                    wake_ups = Some(match value {
+                        "on" | "true" => true,
+                        "off" | "false" => false,
+                        _ => {
+                            return Err(Error::invalid(
+                                WHAT,
+                                format!("wake_ups must be on or off, not {value:?}"),
+                            ))
+                        }
+                    })
+                }
+                "tls_ca" => tls_ca = Some(PathBuf::from(value)),
+                other => {
+                    return Err(Error::invalid(
+                        WHAT,
+                        format!("unknown parameter {other:?}; {FORM}"),
+                    ))
+                }
+            }
+        }
+        // redis-rs's parse errors name the part that is wrong, never the
+        // password's value (checked by bad_urls_are_refused_without_the_password).
+        let info = base
+            .into_connection_info()
+            .map_err(|e| Error::invalid(WHAT, format!("{e}; {FORM}")))?;
+        if tls_ca.is_some() && scheme != "rediss" {
+            return Err(Error::invalid(
+                WHAT,
+                format!("tls_ca is for rediss:// (TLS) URLs; {FORM}"),
+            ));
+        }
+        let mut builder = RedisBackendBuilder::new(info);
+        if let Some(prefix) = builder_prefix {
+            builder = builder.prefix(prefix);
+        }
+        if let Some(max_ttl) = max_ttl {
+            builder = builder.max_ttl(max_ttl);
+        }
+        if let Some(on) = wake_ups {
+            builder = builder.wake_ups(on);
+        }
+        builder.tls_ca = tls_ca;
+        builder.check()?;
+        Ok(builder)
+    }
+
+    /// The prefix of every Redis key (and the pub/sub channel) the store
+    /// uses ([`DEFAULT_PREFIX`] by default): stores with different prefixes
+    /// on one server are independent, each with its own epoch.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The max TTL a store started by this backend records (1 s to 24 h;
+    /// 60 s by default): no lease may be longer, and after the store's data
+    /// is lost (or the server restarts or fails over) grants wait this
+    /// long. An existing store keeps its own.
+    pub fn max_ttl(mut self, max_ttl: Duration) -> Self {
+        self.max_ttl = max_ttl;
+        self
+    }
+
+    /// A PEM file of CA certificates to trust for `rediss://` *instead of*
+    /// the system's.
+    pub fn tls_ca(mut self, path: impl Into<PathBuf>) -> Self {
+        self.tls_ca = Some(path.into());
+        self
+    }
+
+    /// How long one request may take before it counts as failed
+    /// (retryable) and the connection is replaced (5 s by default).
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Whether waiters subscribe to releases (on by default). Off, waiters
+    /// only poll, and releases publish nothing.
+    pub fn wake_ups(mut self, on: bool) -> Self {
+        self.wake_ups = on;
+        self
+    }
+
+    /// The key prefix as given.
+    pub fn prefix_name(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The connection settings (their `Debug` hides the password).
+    pub fn connection_info(&self) -> &redis::ConnectionInfo {
+        &self.info
+    }
+
+    pub(crate) fn check(&self) -> Result<()> {
+        if self.prefix.is_empty()
+            || self.prefix.len() > 200
+            || !self.prefix.chars().all(|c| c.is_ascii_graphic())
+        {
+            return Err(Error::invalid(
+                "prefix",
+                format!(
+                    "{:?}: use 1 to 200 printable ASCII characters without spaces",
+                    self.prefix
+                ),
+            ));
+        }
+        if !(MIN_TTL..=MAX_TTL).contains(&self.max_ttl) {
+            return Err(Error::invalid(
+                "max ttl",
+                format!("{:?} is outside {MIN_TTL:?}..={MAX_TTL:?}", self.max_ttl),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Connects (checking that the server answers and the password is
+    /// right), refuses a server that may evict the store's keys, and reads
+    /// (or starts) the store's epoch.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a bad prefix, max TTL or CA file;
+    /// [`Error::Backend`] when the server cannot be reached or refuses
+    /// (retryable when that may pass), or evicts keys at will
+    /// (`maxmemory-policy allkeys-*`, not retryable).
+    pub async fn build(self) -> Result<RedisBackend> {
+        self.check()?;
+        RedisBackend::connect(self).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_parts_and_parameters() {
+        let b = RedisBackendBuilder::from_url(
+            "redis://me:s3cret@cache.example:6380/3?prefix=jobs:&max_ttl=5m&wake_ups=off",
+        )
+        .unwrap();
+        let s = b.info.redis_settings();
+        assert_eq!(s.username(), Some("me"));
+        assert_eq!(s.password(), Some("s3cret"));
+        assert_eq!(s.db(), 3);
+        assert_eq!(target_of(&b.info), "cache.example:6380/3");
+        assert_eq!(b.prefix, "jobs:");
+        assert_eq!(b.max_ttl, Duration::from_secs(300));
+        assert!(!b.wake_ups);
+        let b = RedisBackendBuilder::from_url("redis://h").unwrap();
+        assert_eq!(target_of(&b.info), "h:6379/0");
+        assert_eq!(b.prefix, DEFAULT_PREFIX);
+        assert!(b.wake_ups);
+        let b = RedisBackendBuilder::from_url("rediss://:pw@h:1?tls_ca=/x.pem").unwrap();
+        assert_eq!(target_of(&b.info), "tls h:1/0");
+        assert_eq!(b.info.redis_settings().password(), Some("pw"));
+        assert_eq!(b.tls_ca.as_deref(), Some(std::path::Path::new("/x.pem")));
+    }
+
+    #[test]
+    fn bad_urls_are_refused_without_the_password() {
+        for url in [
+            "redis://u:hunter22@h/0?prefix=has space",
+            "redis://u:hunter22@h/0?max_ttl=forever",
+            "redis://u:hunter22@h/0?max_ttl=100ms",
+            "redis://u:hunter22@h/0?wake_ups=maybe",
+            "redis://u:hunter22@h/0?bogus=1",
+            "redis://u:hunter22@h/0?tls_ca=/x.pem",
+            "redis://u:hunter22@h:notaport/0",
+            "redis://u:hunter22@h/notadb",
+            "rediss://u:hunter22@h/0#insecure",
+            "redis://u:hunter22@/0",
+            "mysql://u:hunter22@h/d",
+            "redis:u:hunter22@h/d",
+        ] {
+            let err = RedisBackendBuilder::from_url(url).unwrap_err();
+            let text = format!("{err} {err:?}");
+            assert!(matches!(err, Error::InvalidInput { .. }), "{url}: {text}");
+            assert!(!text.contains("hunter22"), "{url}: {text}");
+        }
+    }
+
+    #[test]
+    fn debug_never_shows_the_password() {
+        let b = RedisBackendBuilder::from_url("redis://u:hunter22@h/0").unwrap();
+        let text = format!("{b:?}");
+        assert!(!text.contains("hunter22"), "{text}");
+        assert!(text.contains("h:6379/0"), "{text}");
+    }
+}

@@ -1,0 +1,48 @@
+//! Mapping the client's errors into [`leasehold::Error`], in one place.
+
+use leasehold::Error;
+
+pub(crate) const NAME: &str = "redis";
+
+/// A failure of the Redis client during `op`. Connection and I/O failures,
+/// timeouts, a server loading its data, busy with a script, out of memory
+/// (`OOM` under `noeviction`), a replica that cannot take writes, a primary
+/// without enough replicas (`NOREPLICAS`, `min-replicas-to-write`), or
+/// answering `TRYAGAIN`/`CLUSTERDOWN`, are retryable; wrong passwords, missing permissions and script errors are
+/// not. The message never holds the password: the client's errors do not
+/// carry its connection settings.
+pub(crate) fn client(op: &'static str, e: redis::RedisError) -> Error {
+    let retryable = e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || matches!(
+            e.code(),
+            Some(
+                "LOADING"
+                    | "BUSY"
+                    | "READONLY"
+                    | "TRYAGAIN"
+                    | "CLUSTERDOWN"
+                    | "MASTERDOWN"
+                    | "OOM"
+                    | "NOREPLICAS"
+            )
+        );
+    Error::backend(NAME, op, retryable, e)
+}
+
+/// A request that did not answer within the backend's request timeout.
+pub(crate) fn timed_out(op: &'static str, after: std::time::Duration) -> Error {
+    Error::backend(
+        NAME,
+        op,
+        true,
+        format!("the server did not answer within {after:?}"),
+    )
+}
+
+/// A reply of a shape the scripts never send.
+pub(crate) fn bad_reply(op: &'static str, what: impl std::fmt::Display) -> Error {
+    Error::backend(NAME, op, false, format!("unexpected reply: {what}"))
+}

@@ -1,0 +1,77 @@
+-- Shared by every script (prepended to each). KEYS[1] is always the
+-- store's epoch marker, KEYS[2] (where used) the key's record. Numbers
+-- are written with int(): Lua's tostring would print 1e+15.
+local ORIGIN_S = 1704067200
+local RUN_ID = nil
+
+local function int(n)
+  return string.format('%.0f', n)
+end
+
+-- The server's clock, in ms since the Unix epoch.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- This server process's run id: new at every start, and different on a
+-- promoted replica.
+local function run_id()
+  if not RUN_ID then
+    RUN_ID = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+  end
+  return RUN_ID
+end
+
+-- The store's epoch if the marker was written by this very server
+-- process, else nil (and what the marker holds, if anything).
+local function current_epoch()
+  local m = redis.call('HMGET', KEYS[1], 'epoch', 'max_ttl_ms', 'start_ms', 'run_id', 'high')
+  if not m[1] or m[4] ~= run_id() then
+    return nil, m
+  end
+  return { epoch = tonumber(m[1]), max_ttl = tonumber(m[2]), start = tonumber(m[3]),
+           high = tonumber(m[5]) or 0 }, m
+end
+
+-- The current epoch, starting a new one when the marker is missing (a new
+-- or emptied store) or was written by another server process (a restart,
+-- or a failover: either may have lost the last writes). A new epoch is the
+-- server clock's next whole second since 2024-01-01, and above the old
+-- marker's; its start is that second, so grants (which wait at least the
+-- max TTL from the start) happen only once it has begun.
+local function settle(now, default_max_ttl)
+  local m, old = current_epoch()
+  if m then
+    return m
+  end
+  local e = math.floor(now / 1000) + 1 - ORIGIN_S
+  if e < 1 then e = 1 end
+  local prev = tonumber(old[1])
+  if prev and e <= prev then e = prev + 1 end
+  m = { epoch = e, max_ttl = tonumber(old[2]) or tonumber(default_max_ttl),
+        start = (e + ORIGIN_S) * 1000, high = tonumber(old[5]) or 0 }
+  redis.call('HSET', KEYS[1], 'epoch', int(m.epoch), 'max_ttl_ms', int(m.max_ttl),
+             'start_ms', int(m.start), 'run_id', run_id(), 'high', int(m.high))
+  return m
+end
+
+local function age_of(m, now)
+  local age = now - m.start
+  if age < 0 then age = 0 end
+  return age
+end
+
+-- Whether the record's lease is live: set, granted in the current epoch,
+-- and not past its expiry by the server's clock.
+local function live(m, lease_id, epoch, expires, now)
+  return m ~= nil and lease_id ~= false and tonumber(epoch) == m.epoch
+    and (tonumber(expires) or 0) > now
+end
+
+-- The holder fields of a record (false where a field is missing).
+local function holder(key, now)
+  local h = redis.call('HMGET', key, 'owner_host', 'owner_pid', 'owner_label', 'data',
+                       'fence', 'acquired_ms', 'expires_ms', 'ttl_ms')
+  return { h[1], h[2], h[3], h[4], h[5], h[6], int((tonumber(h[7]) or now) - now), h[8] }
+end

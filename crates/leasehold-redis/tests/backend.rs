@@ -1,0 +1,355 @@
+//! The Redis backend's own tests against real servers: connection loss,
+//! failover to a replica, expiry by the server's clock, records deleted by
+//! hand, eviction policies, and secrets kept out of messages. (Restarts:
+//! `restart.rs`; FLUSHALL: `store_loss.rs`.)
+
+mod common;
+
+use std::time::Duration;
+
+use common::PrivateServer;
+use leasehold::{AcquireOutcome, Backend, Error, Key, LockOptions, Store};
+use leasehold_redis::{redis, RedisBackendBuilder};
+
+fn opts(ttl: Duration) -> LockOptions {
+    LockOptions::new()
+        .ttl(ttl)
+        .poll_interval(Duration::from_millis(20), Duration::from_millis(60))
+}
+
+/// Every client connection killed by the server (`CLIENT KILL`, as an
+/// administrator or a proxy restart would): the holder's next renewals
+/// reconnect, it keeps its lease past its TTL, and nobody else gets it
+/// meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holder_survives_its_connections_being_killed() {
+    let Some(server) = PrivateServer::start(false).await else {
+        return;
+    };
+    let backend = server.backend().await;
+    common::settled(&backend).await;
+    let store = Store::new(backend);
+    let other = Store::new(server.backend().await);
+    let key = common::unique_key("conn-loss");
+    let ttl = Duration::from_secs(2);
+    let guard = store
+        .lock_with(&key, opts(ttl).renew_interval(ttl / 5))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    let killed: i64 = server
+        .admin(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("normal"))
+        .await;
+    assert!(killed >= 2, "only {killed} connections were killed");
+    // Longer than the TTL: only renewals over new connections keep it.
+    tokio::time::sleep(ttl * 2).await;
+    assert!(
+        !guard.is_lost(),
+        "the holder lost its lease to a connection loss"
+    );
+    let attempt = other
+        .lock_with(&key, opts(ttl))
+        .unwrap()
+        .try_acquire()
+        .await;
+    assert!(matches!(attempt, Err(Error::Held { .. })), "{attempt:?}");
+    let token = guard.fencing_token();
+    guard.release().await.unwrap();
+    let g2 = other
+        .lock_with(&key, opts(ttl))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    assert!(g2.fencing_token() > token);
+    g2.release().await.unwrap();
+}
+
+/// Failover to a replica that has the epoch marker but missed the last
+/// grant: the promoted replica is another server process, so it starts a
+/// new epoch (above the old one); the holder's renewal there is refused,
+/// and the next token is above every token the old primary issued, the
+/// one the replica never saw included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failover_to_a_lagging_replica_starts_a_new_epoch() {
+    let Some(primary) = PrivateServer::start(false).await else {
+        return;
+    };
+    let replica = PrivateServer::start(false).await.unwrap();
+    let _: () = replica
+        .admin(
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("masterauth")
+                .arg(common::PRIVATE_PASSWORD),
+        )
+        .await;
+    // Start the full sync at once (the default waits 5 s for more replicas).
+    let _: () = primary
+        .admin(
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("repl-diskless-sync-delay")
+                .arg(0),
+        )
+        .await;
+    let _: () = replica
+        .admin(redis::cmd("REPLICAOF").arg("127.0.0.1").arg(primary.port))
+        .await;
+    let a = primary.backend().await;
+    let before = a.epoch().await.unwrap();
+    let ttl = Duration::from_secs(4);
+    let key = common::unique_key("failover");
+    let replicated = leasehold::conformance::raw_lease(&a, &key, ttl).await;
+    // Wait until the replica has it (WAIT for 1 replica, 10 s at most).
+    let mut acked = 0;
+    for _ in 0..100 {
+        acked = primary.admin(redis::cmd("WAIT").arg(1).arg(100)).await;
+        if acked == 1 {
+            break;
+        }
+    }
+    assert_eq!(acked, 1, "the replica did not catch up");
+    // The replica stops replicating (a partition), then the primary grants
+    // once more: a write the replica never gets.
+    let _: () = replica
+        .admin(redis::cmd("REPLICAOF").arg("NO").arg("ONE"))
+        .await;
+    a.release(&replicated).await.unwrap();
+    let unseen = leasehold::conformance::raw_lease(&a, &key, ttl).await;
+    assert!(unseen.fencing_token > replicated.fencing_token);
+
+    // Clients now reach the promoted replica.
+    let b = replica.backend().await;
+    let err = b.renew(&unseen).await.unwrap_err();
+    assert!(err.is_lease_lost(), "{err}");
+    let after = b.epoch().await.unwrap();
+    assert!(after.epoch > before.epoch, "{after:?} vs {before:?}");
+    assert!(after.age.unwrap() < after.max_ttl, "{after:?}");
+    let guard = Store::new(b)
+        .lock_with(&key, opts(ttl))
+        .unwrap()
+        .acquire(common::MAX_TTL * 3)
+        .await
+        .unwrap();
+    assert!(
+        guard.fencing_token() > unseen.fencing_token,
+        "token {} after failover is not above {} (granted by the old primary)",
+        guard.fencing_token(),
+        unseen.fencing_token
+    );
+    guard.release().await.unwrap();
+}
+
+/// Expiry is decided by the server's clock alone: a lease whose expiry
+/// the server finds past is free at once, whatever the TTL the client
+/// asked for; one the server finds in the future stays held past its TTL
+/// by any client's clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expiry_is_decided_by_the_server_clock() {
+    let Some(a) = common::backend().await else {
+        return;
+    };
+    let b = common::backend().await.unwrap();
+    let record = |key: &str| format!("{}k:{key}", common::prefix());
+    let server_ms = || async {
+        let (s, us): (i64, i64) = common::admin(&common::url(), &redis::cmd("TIME")).await;
+        s * 1000 + us / 1000
+    };
+    let ttl = Duration::from_secs(4);
+    let key = common::unique_key("server-clock");
+    let lease = leasehold::conformance::raw_lease(&a, &key, ttl).await;
+    // As if the server's clock had run 4 s ahead: expired now.
+    let past = server_ms().await - 1;
+    let _: () = common::admin(
+        &common::url(),
+        redis::cmd("HSET")
+            .arg(record(&key))
+            .arg("expires_ms")
+            .arg(past),
+    )
+    .await;
+    let info = b.inspect(&Key::new(&key).unwrap()).await.unwrap();
+    assert!(info.holder.is_none(), "{info:?}");
+    let taken = leasehold::conformance::raw_lease(&b, &key, ttl).await;
+    assert!(taken.fencing_token > lease.fencing_token);
+    let err = a.renew(&lease).await.unwrap_err();
+    assert!(err.is_lease_lost(), "{err}");
+
+    // As if the server's clock stood still: held long after the TTL.
+    let key = common::unique_key("server-clock");
+    let lease = leasehold::conformance::raw_lease(&a, &key, Duration::from_secs(1)).await;
+    let future = server_ms().await + 3_600_000;
+    let _: () = common::admin(
+        &common::url(),
+        redis::cmd("HSET")
+            .arg(record(&key))
+            .arg("expires_ms")
+            .arg(future),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let store_b = Store::new(b);
+    let attempt = store_b
+        .lock_with(&key, opts(Duration::from_secs(1)))
+        .unwrap()
+        .try_acquire()
+        .await;
+    assert!(matches!(attempt, Err(Error::Held { .. })), "{attempt:?}");
+    let info = store_b.inspect(&key).await.unwrap();
+    let left = info.holder.unwrap().expires_in.unwrap();
+    assert!(left > Duration::from_secs(3000), "{left:?}");
+    a.release(&lease).await.unwrap();
+}
+
+/// A key's record deleted by hand (or evicted): its next token is still
+/// above every token the store issued, not the epoch's first again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_record_never_repeats_a_token() {
+    let Some(a) = common::backend().await else {
+        return;
+    };
+    let key = common::unique_key("deleted");
+    let first = leasehold::conformance::raw_lease(&a, &key, Duration::from_secs(2)).await;
+    a.release(&first).await.unwrap();
+    let _: i64 = common::admin(
+        &common::url(),
+        redis::cmd("DEL").arg(format!("{}k:{key}", common::prefix())),
+    )
+    .await;
+    let second = leasehold::conformance::raw_lease(&a, &key, Duration::from_secs(2)).await;
+    assert!(
+        second.fencing_token > first.fencing_token,
+        "{} after {}",
+        second.fencing_token,
+        first.fencing_token
+    );
+    a.release(&second).await.unwrap();
+}
+
+/// A server that may evict any key under memory pressure could drop a
+/// lease record or the epoch marker: the backend refuses to open on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_that_evicts_any_key_is_refused() {
+    let Some(server) = PrivateServer::start(false).await else {
+        return;
+    };
+    let _: () = server
+        .admin(
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("maxmemory-policy")
+                .arg("allkeys-lru"),
+        )
+        .await;
+    let err = RedisBackendBuilder::from_url(&server.url())
+        .unwrap()
+        .build()
+        .await
+        .unwrap_err();
+    assert!(!err.is_retryable(), "{err}");
+    assert!(err.to_string().contains("allkeys-lru"), "{err}");
+    let _: () = server
+        .admin(
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("maxmemory-policy")
+                .arg("volatile-lru"),
+        )
+        .await;
+    server.backend().await;
+}
+
+/// A request naming an epoch other than the store's is refused without a
+/// grant, and the answer names the store's epoch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grants_only_in_the_epoch_asked_for() {
+    let Some(a) = common::backend().await else {
+        return;
+    };
+    let epoch = a.epoch().await.unwrap();
+    let key = common::unique_key("epoch");
+    let req = leasehold::AcquireRequest {
+        key: Key::new(&key).unwrap(),
+        lease_id: leasehold::LeaseId::random(),
+        ttl: Duration::from_secs(2),
+        owner: leasehold::Owner::current(),
+        data: None,
+        epoch: Some(epoch.epoch - 1),
+    };
+    match a.try_acquire(&req).await.unwrap() {
+        AcquireOutcome::OtherEpoch(e) => assert_eq!(e.epoch, epoch.epoch),
+        other => panic!("granted in another epoch: {other:?}"),
+    }
+    assert_eq!(a.inspect(&req.key).await.unwrap().fencing_token, 0);
+}
+
+/// The password shows nowhere: not in the builder's or the backend's
+/// `Debug`, not in the error of a refused login, not in URL errors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn password_is_never_printed() {
+    let Some(backend) = common::backend().await else {
+        return;
+    };
+    let url = common::url_for(common::prefix());
+    let password = url
+        .split_once("://")
+        .and_then(|(_, rest)| rest.split_once('@'))
+        .and_then(|(userinfo, _)| userinfo.split_once(':'))
+        .map(|(_, pw)| pw.to_string())
+        .expect("the test URL has a password");
+    let shown = format!(
+        "{backend:?} {:?}",
+        RedisBackendBuilder::from_url(&url).unwrap()
+    );
+    assert!(!shown.contains(&password), "{shown}");
+
+    let wrong = "Wr0ng-pa55word-in-url";
+    let bad_url = url.replacen(&password, wrong, 1);
+    let err = RedisBackendBuilder::from_url(&bad_url)
+        .unwrap()
+        .build()
+        .await
+        .unwrap_err();
+    let shown = format!("{err} {err:?}");
+    assert!(matches!(err, Error::Backend { .. }), "{shown}");
+    assert!(!err.is_retryable(), "{shown}");
+    assert!(
+        shown.contains("WRONGPASS") || shown.to_lowercase().contains("password"),
+        "{shown}"
+    );
+    assert!(!shown.contains(wrong), "{shown}");
+    // No password at all: refused when opening, not at the first lease.
+    let no_password = url.replacen(&format!(":{password}@"), "", 1);
+    let err = RedisBackendBuilder::from_url(&no_password)
+        .unwrap()
+        .build()
+        .await
+        .unwrap_err();
+    assert!(!err.is_retryable(), "{err}");
+    assert!(err.to_string().contains("NOAUTH"), "{err}");
+    assert!(err.to_string().contains("during open"), "{err}");
+    let err = RedisBackendBuilder::from_url(&format!("{bad_url}&wake_ups=nope")).unwrap_err();
+    assert!(!format!("{err} {err:?}").contains(wrong), "{err}");
+}
+
+/// Nothing listening at the address: a retryable error, quickly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_server_is_a_retryable_error() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let started = std::time::Instant::now();
+    let err = RedisBackendBuilder::from_url(&format!("redis://:pw-xyz-123@127.0.0.1:{port}"))
+        .unwrap()
+        .request_timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap_err();
+    assert!(err.is_retryable(), "{err}");
+    assert!(!err.to_string().contains("pw-xyz-123"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(10), "{err}");
+}

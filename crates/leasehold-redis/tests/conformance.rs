@@ -1,0 +1,11 @@
+//! The shared conformance suite, unchanged, on a real Redis server.
+//! (The store-loss tests empty the server with FLUSHALL, so they run on a
+//! private server, in `store_loss.rs`.)
+
+mod common;
+
+async fn store() -> Option<leasehold::Store> {
+    Some(leasehold::Store::new(common::backend().await?))
+}
+
+leasehold::conformance_tests!(store);

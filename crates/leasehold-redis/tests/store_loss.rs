@@ -1,0 +1,38 @@
+//! The conformance suite's store-loss tests on Redis: `FLUSHALL` under a
+//! live holder and a waiter (each on a private server, so that the shared
+//! one keeps its data).
+
+mod common;
+
+use common::PrivateServer;
+use leasehold::Store;
+use leasehold_redis::redis;
+
+async fn store(server: &PrivateServer) -> Store {
+    let backend = server.backend().await;
+    common::settled(&backend).await;
+    Store::new(backend)
+}
+
+async fn flushall(server: &PrivateServer) {
+    let _: () = server.admin(&redis::cmd("FLUSHALL")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn store_loss_stops_holder_before_next_grant() {
+    let Some(server) = PrivateServer::start(false).await else {
+        return;
+    };
+    let store = store(&server).await;
+    leasehold::conformance::store_loss_stops_holder_before_next_grant(store, |_| flushall(&server))
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn store_loss_forgets_runs() {
+    let Some(server) = PrivateServer::start(false).await else {
+        return;
+    };
+    let store = store(&server).await;
+    leasehold::conformance::store_loss_forgets_runs(store, |_| flushall(&server)).await;
+}
