@@ -356,6 +356,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         } else {
             (plan.many_emulator, plan.many_emulator_ttl_ms)
         };
+        // The servers refuse TTLs under a second (a --tiny run asks 600 ms).
+        let ttl = match spec {
+            Spec::Postgres(_) | Spec::Redis(_) => ttl.max(1_000),
+            _ => ttl,
+        };
         if n == 0 {
             continue;
         }
