@@ -5,6 +5,7 @@
 #   scripts/etcd.sh start    # install if needed, start, wait until healthy
 #   scripts/etcd.sh stop     # SIGTERM, then remove the data
 #   scripts/etcd.sh restart  # stop and start again, keeping the data
+#   scripts/etcd.sh restart-stopped  # stop, keeping the data (start resumes)
 #   scripts/etcd.sh wipe     # stop, delete the data, start empty (a new cluster)
 #   scripts/etcd.sh status   # say whether it is running
 #   scripts/etcd.sh url      # print the store URL the tests use
@@ -143,6 +144,7 @@ case "${1:-}" in
     start) start ;;
     stop) stop ;;
     restart) shutdown; start ;;
+    restart-stopped) shutdown ;;
     wipe) wipe ;;
     protoc) protoc ;;
     url) echo "etcd://$HOST:$PORT" ;;

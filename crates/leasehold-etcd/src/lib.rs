@@ -105,7 +105,10 @@
 //! of the max TTL granted with the marker; while it lives the age is its
 //! elapsed TTL (whole seconds, rounded down), once it is gone the age is at
 //! least the max TTL. So a process meeting an old store grants at once, and
-//! only a genuinely new store waits. A clock that is wrong by `d` when a
+//! only a genuinely new store waits. (etcd renews every lease by its full
+//! TTL when it restarts or elects a new leader, the timer's too: a store
+//! restarted within its first max TTL reports a younger age than it has,
+//! which only lengthens a quarantine.) A clock that is wrong by `d` when a
 //! store is re-created only matters if it is behind the previous store's
 //! creation (tokens could then repeat); the core also refuses an epoch
 //! older than one it has seen.
