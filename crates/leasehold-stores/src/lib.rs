@@ -9,6 +9,7 @@
 //! | `azblob://CONTAINER[/PREFIX][?max_ttl=D]` | Azure Blob Storage leases | `azblob` |
 //! | `dynamodb://TABLE?region=R&endpoint=URL` | DynamoDB | `dynamodb` |
 //! | `postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?table=NAME&sslmode=MODE]` (or `postgresql://`) | PostgreSQL | `postgres` |
+//! | `etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][?prefix=P&max_ttl=D]` (`etcds://` for TLS) | etcd | `etcd` |
 //!
 //! A build without a cloud store's feature still recognises its URLs and
 //! says which feature is missing.
@@ -80,6 +81,7 @@ pub async fn open_backend(url: &str) -> leasehold::Result<Opened> {
         Some("azblob") => open_azblob(url).await,
         Some("dynamodb") => open_dynamodb(url).await,
         Some("postgres" | "postgresql") => open_postgres(url).await,
+        Some("etcd" | "etcds") => open_etcd(url).await,
         Some(scheme) if scheme != "sqlite" => Err(Error::invalid(
             "store URL",
             format!("{scheme}:// is not a store leasehold knows: {FORMS}"),
@@ -240,7 +242,29 @@ async fn open_postgres(_url: &str) -> leasehold::Result<Opened> {
     Err(not_in_build("postgres"))
 }
 
-#[cfg(not(all(feature = "azblob", feature = "dynamodb", feature = "postgres")))]
+#[cfg(feature = "etcd")]
+async fn open_etcd(url: &str) -> leasehold::Result<Opened> {
+    // Backend calls take one to three requests (see leasehold-etcd): no
+    // counter yet.
+    let backend = Arc::new(leasehold_etcd::EtcdBackend::from_url(url).await?);
+    Ok(Opened {
+        concrete: backend.clone(),
+        backend,
+        requests: None,
+    })
+}
+
+#[cfg(not(feature = "etcd"))]
+async fn open_etcd(_url: &str) -> leasehold::Result<Opened> {
+    Err(not_in_build("etcd"))
+}
+
+#[cfg(not(all(
+    feature = "azblob",
+    feature = "dynamodb",
+    feature = "postgres",
+    feature = "etcd"
+)))]
 fn not_in_build(scheme: &str) -> leasehold::Error {
     leasehold::Error::NotSupported(format!(
         "this leasehold was built without the {scheme}:// store (cargo feature \"{scheme}\")"
@@ -301,7 +325,7 @@ fn secrets_of(url: &str) -> Vec<String> {
                 // info and query do not.
                 Some((
                     "region" | "profile" | "max_clock_skew" | "create_table" | "table" | "sslmode"
-                    | "max_ttl",
+                    | "max_ttl" | "prefix" | "wake_ups",
                     _,
                 )) => {}
                 Some(("endpoint", v)) => {
@@ -488,6 +512,17 @@ mod tests {
             "postgres backend failed for postgres: *** ***; table t, sslmode require"
         );
         assert_eq!(redact(url), "postgres://***@127.0.0.1:5432/db?***");
+    }
+
+    #[test]
+    fn etcd_users_and_passwords_are_scrubbed() {
+        let url = "etcd://app:s3cr%40t99@10.0.0.1:2379,10.0.0.2:2379?prefix=jobs/&max_ttl=30s";
+        let s = scrub(
+            "etcd backend failed: app s3cr@t99 s3cr%40t99; prefix jobs/, max_ttl 30s",
+            Some(url),
+        );
+        assert_eq!(s, "etcd backend failed: *** *** ***; prefix jobs/, max_ttl 30s");
+        assert_eq!(redact(url), "etcd://***@10.0.0.1:2379,10.0.0.2:2379?***");
     }
 
     #[test]
