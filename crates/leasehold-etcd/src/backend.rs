@@ -138,6 +138,11 @@ impl EtcdBackend {
         Ok(backend)
     }
 
+    /// The etcd client (one shared channel), for tools and tests.
+    pub fn client(&self) -> etcd_client::Client {
+        self.inner.client.clone()
+    }
+
     /// The key prefix of this store.
     pub fn prefix(&self) -> &str {
         &self.inner.prefix
