@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, Txn, TxnOp, TxnOpResponse,
-    PutOptions,
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, PutOptions, Txn, TxnOp,
+    TxnOpResponse,
 };
 use leasehold::{
     next_token, AcquireOutcome, AcquireRequest, Backend, Capabilities, Error, Grant, HolderInfo,
@@ -264,9 +264,7 @@ impl EtcdBackend {
                 }
             }
         };
-        Ok(Some(
-            StoreEpoch::new(marker.epoch, max_ttl).with_age(age),
-        ))
+        Ok(Some(StoreEpoch::new(marker.epoch, max_ttl).with_age(age)))
     }
 
     /// Creates the store: the epoch marker (if still missing) and its timer.
@@ -277,7 +275,10 @@ impl EtcdBackend {
         };
         let mut lease = self.inner.client.lease_client();
         let timer = self
-            .call("create store", lease.grant(lease_secs(self.inner.max_ttl) + 1, None))
+            .call(
+                "create store",
+                lease.grant(lease_secs(self.inner.max_ttl) + 1, None),
+            )
             .await?
             .map_err(|e| error::client("create store", e))?;
         let resp = self
@@ -318,18 +319,17 @@ impl EtcdBackend {
 
     async fn expires_in(&self, lease_id: i64) -> Option<Duration> {
         let mut lease = self.inner.client.lease_client();
-        match self.call("inspect", lease.time_to_live(lease_id, None)).await {
+        match self
+            .call("inspect", lease.time_to_live(lease_id, None))
+            .await
+        {
             Ok(Ok(t)) if t.ttl() >= 0 => Some(Duration::from_secs(t.ttl() as u64)),
             _ => None,
         }
     }
 
     /// Our holder record, or the loss it shows.
-    fn ours<'a>(
-        &self,
-        lease: &Lease,
-        snap: &'a Snapshot,
-    ) -> Result<&'a (HolderRecord, KeyValue)> {
+    fn ours<'a>(&self, lease: &Lease, snap: &'a Snapshot) -> Result<&'a (HolderRecord, KeyValue)> {
         match &snap.holder {
             None => Err(lost(
                 &lease.key,

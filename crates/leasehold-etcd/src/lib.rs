@@ -149,10 +149,10 @@ mod record;
 use std::time::Duration;
 
 pub use backend::EtcdBackend;
+pub use builder::{EtcdBackendBuilder, DEFAULT_PREFIX};
 /// The etcd client this crate uses (for tools: the torture harness's
 /// store-loss fault deletes a store's keys with it).
 pub use etcd_client;
-pub use builder::{EtcdBackendBuilder, DEFAULT_PREFIX};
 
 /// Shortest TTL: etcd's minimum lease TTL with its default election timeout
 /// (1.5 × 1 s election timeout, rounded up to whole seconds).

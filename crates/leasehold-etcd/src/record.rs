@@ -58,7 +58,10 @@ pub(crate) fn to_json<T: Serialize>(v: &T) -> Vec<u8> {
     serde_json::to_vec(v).expect("plain structs serialize")
 }
 
-pub(crate) fn from_json<T: for<'a> Deserialize<'a>>(what: &str, bytes: &[u8]) -> leasehold::Result<T> {
+pub(crate) fn from_json<T: for<'a> Deserialize<'a>>(
+    what: &str,
+    bytes: &[u8],
+) -> leasehold::Result<T> {
     serde_json::from_slice(bytes).map_err(|e| corrupt(what, e))
 }
 
@@ -80,7 +83,9 @@ impl HolderRecord {
             self.token,
         )
         .with_data(self.data.clone())
-        .with_acquired_at(Some(UNIX_EPOCH + Duration::from_millis(self.acquired_at_ms)))
+        .with_acquired_at(Some(
+            UNIX_EPOCH + Duration::from_millis(self.acquired_at_ms),
+        ))
         .with_ttl(Some(Duration::from_millis(self.ttl_ms)))
         .with_expires_in(expires_in)
     }

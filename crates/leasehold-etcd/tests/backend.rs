@@ -8,9 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use leasehold::conformance::current_epoch;
-use leasehold::{
-    AcquireOutcome, AcquireRequest, Backend, Error, Key, Lease, LeaseId, Owner,
-};
+use leasehold::{AcquireOutcome, AcquireRequest, Backend, Error, Key, Lease, LeaseId, Owner};
 use leasehold_etcd::{EtcdBackend, EtcdBackendBuilder};
 
 async fn grant(backend: &EtcdBackend, key: &Key, ttl: Duration) -> Lease {
@@ -57,9 +55,15 @@ async fn stale_release_cannot_delete_a_newer_holders_key() {
     assert!(b.fencing_token > a.fencing_token);
 
     let released = backend.release(&a).await;
-    assert!(matches!(released, Err(Error::LeaseLost { .. })), "{released:?}");
+    assert!(
+        matches!(released, Err(Error::LeaseLost { .. })),
+        "{released:?}"
+    );
     let renewed = backend.renew(&a).await;
-    assert!(matches!(renewed, Err(Error::LeaseLost { .. })), "{renewed:?}");
+    assert!(
+        matches!(renewed, Err(Error::LeaseLost { .. })),
+        "{renewed:?}"
+    );
     let info = backend.inspect(&key).await.unwrap();
     assert_eq!(
         info.holder.map(|h| h.fencing_token),
@@ -83,7 +87,12 @@ async fn broken_holders_release_cannot_end_the_next_lease() {
     let b = grant(&backend, &key, Duration::from_secs(5)).await;
     assert!(backend.release(&a).await.unwrap_err().is_lease_lost());
     assert_eq!(
-        backend.inspect(&key).await.unwrap().holder.map(|h| h.fencing_token),
+        backend
+            .inspect(&key)
+            .await
+            .unwrap()
+            .holder
+            .map(|h| h.fencing_token),
         Some(b.fencing_token)
     );
     backend.release(&b).await.unwrap();
@@ -99,11 +108,9 @@ async fn tokens_count_per_key_within_the_epoch() {
     };
     let key = Key::new(common::unique_key("tokens")).unwrap();
     let epoch = current_epoch(&backend).await;
-    let mut last = 0;
-    for _ in 0..3 {
+    for n in 1..=3 {
         let l = grant(&backend, &key, Duration::from_secs(5)).await;
-        assert_eq!(l.fencing_token, epoch.token_base() + last + 1);
-        last += 1;
+        assert_eq!(l.fencing_token, epoch.token_base() + n);
         backend.release(&l).await.unwrap();
     }
     assert_eq!(

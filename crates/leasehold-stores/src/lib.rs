@@ -521,7 +521,10 @@ mod tests {
             "etcd backend failed: app s3cr@t99 s3cr%40t99; prefix jobs/, max_ttl 30s",
             Some(url),
         );
-        assert_eq!(s, "etcd backend failed: *** *** ***; prefix jobs/, max_ttl 30s");
+        assert_eq!(
+            s,
+            "etcd backend failed: *** *** ***; prefix jobs/, max_ttl 30s"
+        );
         assert_eq!(redact(url), "etcd://***@10.0.0.1:2379,10.0.0.2:2379?***");
     }
 
