@@ -17,7 +17,7 @@ fn ttl(store: &str) -> &'static str {
     match store {
         "azblob" => "15s",
         // The test tables' max TTL (see `Env::on`).
-        "dynamodb" | "postgres" => "2s",
+        "dynamodb" | "postgres" | "etcd" => "2s",
         _ => "3s",
     }
 }
@@ -339,6 +339,8 @@ macro_rules! on_every_store {
         mod dynamodb { $( #[test] fn $name() { super::$name("dynamodb") } )+ }
         mod azblob { $( #[test] fn $name() { super::$name("azblob") } )+ }
         mod postgres { $( #[test] fn $name() { super::$name("postgres") } )+ }
+        #[cfg(feature = "etcd")]
+        mod etcd { $( #[test] fn $name() { super::$name("etcd") } )+ }
     };
 }
 

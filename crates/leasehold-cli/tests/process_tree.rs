@@ -134,6 +134,8 @@ macro_rules! on_every_store {
         mod azblob { $( #[test] fn $test() { super::$test("azblob") } )+ }
         mod dynamodb { $( #[test] fn $test() { super::$test("dynamodb") } )+ }
         mod postgres { $( #[test] fn $test() { super::$test("postgres") } )+ }
+        #[cfg(feature = "etcd")]
+        mod etcd { $( #[test] fn $test() { super::$test("etcd") } )+ }
     };
 }
 
