@@ -69,6 +69,11 @@
 //!   runs out (checked by the leader every 500 ms), so no client clock is
 //!   involved.
 //!
+//! Round trips: acquire of a free key 3, of a held key 2 (the second
+//! reads the holder's remaining TTL), renew 2 (read, keep-alive), release
+//! 2 (read, revoke), inspect 2 when held. The read before a renewal or
+//! release is what lets them act on the etcd lease of *our* grant only.
+//!
 //! # Why a stale holder can never touch a newer holder's key
 //! Each grant has its own etcd lease id (allocated by the server, never
 //! reused), and a renewal or release acts on that id only: a keep-alive or
