@@ -1,6 +1,7 @@
 //! The etcd backend's own tests against a real server: a stale holder's
 //! release or renewal never touching a newer holder's key (etcd issue
-//! 22082), tokens above everything issued, bad addresses and credentials.
+//! 22082), tokens above everything issued, cut connections, bad addresses
+//! and credentials.
 //! (Server restarts and a wiped cluster: `restart.rs`, on a private server.)
 
 mod common;
@@ -155,4 +156,95 @@ async fn refused_credentials_fail_at_open_without_the_password() {
     let text = format!("{err} {err:?}");
     assert!(!text.contains("hunter22-pw"), "{text}");
     assert!(!err.is_retryable(), "{text}");
+}
+
+/// A TCP forwarder to the test server whose connections can all be cut at
+/// once (what a load balancer or a network blip does to a gRPC channel).
+struct Forwarder {
+    addr: std::net::SocketAddr,
+    cut: tokio::sync::broadcast::Sender<()>,
+}
+
+impl Forwarder {
+    async fn start() -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (cut, _) = tokio::sync::broadcast::channel::<()>(4);
+        let upstream = common::endpoint();
+        let cuts = cut.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut down, _)) = listener.accept().await else {
+                    return;
+                };
+                let mut cut = cuts.subscribe();
+                let upstream = upstream.clone();
+                tokio::spawn(async move {
+                    let Ok(mut up) = tokio::net::TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut down, &mut up) => {}
+                        _ = cut.recv() => {}
+                    }
+                });
+            }
+        });
+        Forwarder { addr, cut }
+    }
+}
+
+/// Every connection of the holder's client cut: its next renewals
+/// reconnect, it keeps its lease past its TTL, and nobody else gets it
+/// meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holder_survives_its_connections_being_cut() {
+    if !common::available() {
+        return;
+    }
+    let fwd = Forwarder::start().await;
+    let url =
+        common::url_for(common::prefix()).replacen(&common::endpoint(), &fwd.addr.to_string(), 1);
+    let backend = EtcdBackendBuilder::from_url(&url)
+        .unwrap()
+        .build()
+        .await
+        .unwrap();
+    common::settled(&backend).await;
+    let store = leasehold::Store::new(backend);
+    let other = leasehold::Store::new(common::backend().await.unwrap());
+    let key = common::unique_key("conn-cut");
+    let ttl = Duration::from_secs(2);
+    let opts = || {
+        leasehold::LockOptions::new()
+            .ttl(ttl)
+            .renew_interval(ttl / 5)
+            .poll_interval(Duration::from_millis(20), Duration::from_millis(60))
+    };
+    let guard = store
+        .lock_with(&key, opts())
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        assert!(fwd.cut.send(()).unwrap() >= 1, "no connection to cut");
+        tokio::time::sleep(ttl * 2 / 3).await;
+    }
+    assert!(
+        !guard.is_lost(),
+        "the holder lost its lease to cut connections"
+    );
+    let attempt = other.lock_with(&key, opts()).unwrap().try_acquire().await;
+    assert!(matches!(attempt, Err(Error::Held { .. })), "{attempt:?}");
+    let token = guard.fencing_token();
+    guard.release().await.unwrap();
+    let g2 = other
+        .lock_with(&key, opts())
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    assert!(g2.fencing_token() > token);
+    g2.release().await.unwrap();
 }
