@@ -2,7 +2,8 @@
 # The whole test suite, from a fresh clone: installs and starts the storage
 # emulators on 127.0.0.1 (Azurite for Azure Blob Storage, DynamoDB Local, a
 # throw-away PostgreSQL server, PgBouncer in transaction mode in front of it,
-# a throw-away Redis server),
+# a throw-away Redis server, a throw-away etcd; and protoc, which the etcd
+# client's build needs),
 # checks formatting and lints, runs every test with the emulators required
 # (a missing emulator fails the run instead of skipping), and stops the
 # emulators again.
@@ -12,7 +13,10 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-emulators=(azurite dynamodb-local postgres pgbouncer redis)
+# The etcd client compiles protobufs at build time: protoc before any cargo.
+scripts/etcd.sh protoc
+
+emulators=(azurite dynamodb-local postgres pgbouncer redis etcd)
 started=()
 stop_all() {
     for e in "${started[@]}"; do
@@ -31,6 +35,7 @@ export LEASEHOLD_TEST_AZBLOB_CONNECTION_STRING="${LEASEHOLD_TEST_AZBLOB_CONNECTI
 export LEASEHOLD_TEST_DYNAMODB_ENDPOINT="${LEASEHOLD_TEST_DYNAMODB_ENDPOINT:-http://127.0.0.1:8000}"
 export LEASEHOLD_TEST_POSTGRES_URL="${LEASEHOLD_TEST_POSTGRES_URL:-$(scripts/postgres.sh url)}"
 export LEASEHOLD_TEST_REDIS_URL="${LEASEHOLD_TEST_REDIS_URL:-$(scripts/redis.sh url)}"
+export LEASEHOLD_TEST_ETCD_URL="${LEASEHOLD_TEST_ETCD_URL:-$(scripts/etcd.sh url)}"
 
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
@@ -42,6 +47,10 @@ cargo test --workspace "$@" -- --test-threads=8
 # session).
 LEASEHOLD_TEST_POSTGRES_URL="$(scripts/pgbouncer.sh url)?wake_ups=off" \
     cargo test -p leasehold-postgres --test conformance --test store_loss -- --test-threads=8
+# The CLI on etcd: its feature is off by default (its build needs protoc).
+cargo clippy -p leasehold-cli --features etcd --all-targets -- -D warnings
+cargo test -p leasehold-cli --features etcd --test etcd --test once_per --test process_tree \
+    -- etcd --test-threads=8
 
 # A tiny benchmark run: only checks that the harness runs and writes its
 # report (numbers from it mean nothing).

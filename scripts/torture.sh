@@ -22,15 +22,21 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 mode=long
 [[ "${1:-}" == "--short" ]] && mode=short
-stores=(${TORTURE_STORES:-sqlite azblob dynamodb postgres redis})
+stores=(${TORTURE_STORES:-sqlite azblob dynamodb postgres redis etcd})
+# The CLI's etcd store is a non-default feature (its build needs protoc).
+cli_features=()
+if [[ " ${stores[*]} " == *" etcd "* ]]; then
+    scripts/etcd.sh protoc
+    cli_features=(--features leasehold-cli/etcd)
+fi
 
 # The long run uses a release build unless TORTURE_PROFILE=debug.
 profile=debug
 [[ $mode == long ]] && profile="${TORTURE_PROFILE:-release}"
 if [[ $profile == release ]]; then
-    cargo build --release -p leasehold-cli -p leasehold-torture --bins
+    cargo build --release -p leasehold-cli -p leasehold-torture --bins "${cli_features[@]}"
 else
-    cargo build -p leasehold-cli -p leasehold-torture --bins
+    cargo build -p leasehold-cli -p leasehold-torture --bins "${cli_features[@]}"
 fi
 bin="${CARGO_TARGET_DIR:-target}/$profile"
 
@@ -53,11 +59,13 @@ settings() {
         short:azblob) echo "90s 15s 8s" ;;
         short:postgres) echo "40s 2s 2s" ;;
         short:redis) echo "40s 2s 2s" ;;
+        short:etcd) echo "40s 2s 2s" ;;
         long:sqlite) echo "${d:-15m} 1s 1s" ;;
         long:dynamodb) echo "${d:-20m} 2s 2s" ;;
         long:azblob) echo "${d:-25m} 15s 5s" ;;
         long:postgres) echo "${d:-20m} 2s 2s" ;;
         long:redis) echo "${d:-20m} 2s 2s" ;;
+        long:etcd) echo "${d:-20m} 2s 2s" ;;
     esac
 }
 
@@ -149,6 +157,21 @@ for store in "${stores[@]}"; do
             faults=kill,pause,break,partition,delay,reset,loss,restart
             loss=loss,restart
             extra=(--restart-cmd "LEASEHOLD_REDIS_PORT=$rport scripts/redis.sh restart")
+            ;;
+        etcd)
+            # An etcd of its own (port 23809, data in a temporary
+            # directory), a prefix per run whose quarantine when new is
+            # kept short. Store loss deletes the prefix; the restart fault
+            # restarts etcd with its data directory wiped (a new cluster).
+            export LEASEHOLD_ETCD_PORT="${TORTURE_ETCD_PORT:-23809}"
+            if ! scripts/etcd.sh status >/dev/null 2>&1; then
+                scripts/etcd.sh start
+                [[ " ${started[*]} " == *" etcd.sh "* ]] || started+=(etcd.sh)
+            fi
+            url="$(scripts/etcd.sh url)?prefix=torture-$RANDOM/&max_ttl=5s"
+            faults=kill,pause,break,partition,delay,reset
+            loss=loss,restart
+            extra=(--restart-cmd "LEASEHOLD_ETCD_PORT=$LEASEHOLD_ETCD_PORT scripts/etcd.sh wipe")
             ;;
         *) echo "unknown store $store" >&2; exit 2 ;;
     esac

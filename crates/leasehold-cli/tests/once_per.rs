@@ -17,7 +17,7 @@ fn ttl(store: &str) -> &'static str {
     match store {
         "azblob" => "15s",
         // The test tables' max TTL (see `Env::on`).
-        "dynamodb" | "postgres" | "redis" => "2s",
+        "dynamodb" | "postgres" | "redis" | "etcd" => "2s",
         _ => "3s",
     }
 }
@@ -340,6 +340,8 @@ macro_rules! on_every_store {
         mod azblob { $( #[test] fn $name() { super::$name("azblob") } )+ }
         mod postgres { $( #[test] fn $name() { super::$name("postgres") } )+ }
         mod redis { $( #[test] fn $name() { super::$name("redis") } )+ }
+        #[cfg(feature = "etcd")]
+        mod etcd { $( #[test] fn $name() { super::$name("etcd") } )+ }
     };
 }
 

@@ -135,6 +135,8 @@ macro_rules! on_every_store {
         mod dynamodb { $( #[test] fn $test() { super::$test("dynamodb") } )+ }
         mod postgres { $( #[test] fn $test() { super::$test("postgres") } )+ }
         mod redis { $( #[test] fn $test() { super::$test("redis") } )+ }
+        #[cfg(feature = "etcd")]
+        mod etcd { $( #[test] fn $test() { super::$test("etcd") } )+ }
     };
 }
 

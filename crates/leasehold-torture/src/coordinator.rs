@@ -623,7 +623,8 @@ exec "$0" section --witness "$W" --id "$ID" --ticks 0 --no-begin"#;
 /// The store loses every lease and fencing counter: the SQLite file is
 /// deleted, the Azure container deleted (the backend creates it again on
 /// use), the DynamoDB table deleted and created again, the PostgreSQL
-/// table dropped, the Redis server flushed (FLUSHALL).
+/// table dropped, the Redis server flushed (FLUSHALL), the etcd prefix
+/// deleted.
 async fn lose_store(url: &str) -> anyhow::Result<()> {
     if let Some(rest) = url.strip_prefix("sqlite:") {
         let path = rest.strip_prefix("//").unwrap_or(rest);
@@ -697,6 +698,19 @@ async fn lose_store(url: &str) -> anyhow::Result<()> {
             .query_async::<()>(&mut conn)
             .await
             .context("FLUSHALL")?;
+        Ok(())
+    } else if url.starts_with("etcd://") || url.starts_with("etcds://") {
+        // Every key of the store's prefix deleted (an operator's `etcdctl
+        // del --prefix`): the holders' etcd leases live on, their keys and
+        // the epoch marker do not. The backend starts a new epoch on use.
+        let b = leasehold_etcd::EtcdBackend::from_url(url).await?;
+        b.client()
+            .delete(
+                b.prefix(),
+                Some(leasehold_etcd::etcd_client::DeleteOptions::new().with_prefix()),
+            )
+            .await
+            .context("delete the prefix")?;
         Ok(())
     } else {
         anyhow::bail!("no store-loss fault for {}", redact(url))
@@ -827,7 +841,10 @@ fn upstream(store: &str) -> anyhow::Result<SocketAddr> {
     } else if store.starts_with("postgres://")
         || store.starts_with("postgresql://")
         || store.starts_with("redis://")
+        || store.starts_with("etcd://")
     {
+        // (An etcd URL names one endpoint here: the proxy stands for one
+        // server.)
         let authority = authority_of(store);
         let host = authority
             .rsplit_once('@')

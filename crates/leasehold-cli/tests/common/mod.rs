@@ -24,7 +24,7 @@ impl Env {
     }
 
     /// An environment on the store named `sqlite`, `azblob`, `dynamodb`,
-    /// `postgres` or `redis`;
+    /// `postgres`, `redis` or `etcd`;
     /// `None` (with a visible SKIPPED line, or a panic under
     /// `LEASEHOLD_REQUIRE_EMULATORS=1`) when that store's emulator is not
     /// configured. Each call gets a container/table of its own.
@@ -78,6 +78,14 @@ impl Env {
                 let sep = if url.contains('?') { '&' } else { '?' };
                 // A key prefix of its own, quarantined for 2 s when new.
                 env.store = Some((format!("{url}{sep}prefix=cli-{unique}:&max_ttl=2s"), vec![]));
+            }
+            "etcd" => {
+                let Ok(url) = std::env::var("LEASEHOLD_TEST_ETCD_URL") else {
+                    return leasehold::conformance::skip(store, "LEASEHOLD_TEST_ETCD_URL is not set (scripts/test.sh sets it and starts etcd)");
+                };
+                let sep = if url.contains('?') { '&' } else { '?' };
+                // A prefix of its own, quarantined for 2 s when new.
+                env.store = Some((format!("{url}{sep}prefix=cli-{unique}/&max_ttl=2s"), vec![]));
             }
             other => panic!("unknown store {other}"),
         }

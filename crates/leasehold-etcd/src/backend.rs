@@ -1,0 +1,667 @@
+//! The [`Backend`] implementation: the protocol in the crate docs.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, PutOptions, Txn, TxnOp,
+    TxnOpResponse,
+};
+use leasehold::{
+    next_token, AcquireOutcome, AcquireRequest, Backend, Capabilities, Error, Grant, HolderInfo,
+    Key, KeyInfo, Lease, LossReason, ReleaseWatch, Result, RunOutcome, RunRecord, StoreEpoch,
+};
+
+use crate::builder::EtcdBackendBuilder;
+use crate::error::{self, NAME};
+use crate::listen::Listener;
+use crate::record::{from_json, key_info, now_ms, to_json, EpochMarker, HolderRecord, KeyRecord};
+use crate::{MAX_TTL, MIN_TTL};
+
+/// How often one call retries a transaction that lost a race before it
+/// answers `Held` (or a retryable error).
+const RACE_RETRIES: usize = 8;
+
+/// A leasehold backend on an etcd cluster. See the [crate docs](crate) for
+/// the protocol. Cheap to clone (one shared gRPC channel).
+#[derive(Clone)]
+pub struct EtcdBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: Client,
+    endpoints: Vec<String>,
+    prefix: String,
+    max_ttl: Duration,
+    request_timeout: Duration,
+    listener: Option<Listener>,
+}
+
+impl fmt::Debug for EtcdBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdBackend")
+            .field("endpoints", &self.inner.endpoints)
+            .field("prefix", &self.inner.prefix)
+            .field("max_ttl", &self.inner.max_ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one read of a key returns: the store's marker, the key's record and
+/// holder, each with its etcd metadata, all at one revision.
+struct Snapshot {
+    marker: Option<(EpochMarker, KeyValue)>,
+    fresh: Option<KeyValue>,
+    record: Option<(KeyRecord, KeyValue)>,
+    holder: Option<(HolderRecord, KeyValue)>,
+}
+
+fn lost(key: &Key, why: impl Into<String>) -> Error {
+    Error::LeaseLost {
+        key: key.as_str().to_string(),
+        reason: LossReason::Revoked(why.into()),
+    }
+}
+
+fn is_not_found(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::GRpcStatus(s) => s.code() == tonic::Code::NotFound,
+        etcd_client::Error::LeaseKeepAliveError(m) => m.contains("not found"),
+        _ => false,
+    }
+}
+
+/// etcd leases have whole-second TTLs: round up (a longer lease on the
+/// server is the safe direction: the holder's own deadline comes first).
+fn lease_secs(ttl: Duration) -> i64 {
+    let s = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+    s.max(MIN_TTL.as_secs()) as i64
+}
+
+impl EtcdBackend {
+    /// A builder for the cluster at `endpoints`.
+    pub fn builder<S: Into<String>>(endpoints: impl IntoIterator<Item = S>) -> EtcdBackendBuilder {
+        EtcdBackendBuilder::new(endpoints)
+    }
+
+    /// Opens the store a URL names (see the crate docs).
+    ///
+    /// # Errors
+    /// As [`EtcdBackendBuilder::from_url`] and [`EtcdBackendBuilder::build`].
+    pub async fn from_url(url: &str) -> Result<Self> {
+        EtcdBackendBuilder::from_url(url)?.build().await
+    }
+
+    pub(crate) async fn connect(b: EtcdBackendBuilder) -> Result<Self> {
+        let scheme = if b.tls { "https" } else { "http" };
+        let urls: Vec<String> = b
+            .endpoints
+            .iter()
+            .map(|e| format!("{scheme}://{e}"))
+            .collect();
+        let mut options = ConnectOptions::new()
+            .with_connect_timeout(b.request_timeout)
+            .with_timeout(b.request_timeout)
+            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5));
+        if let Some((user, password)) = &b.user {
+            options = options.with_user(user.clone(), password.clone());
+        }
+        #[cfg(feature = "tls")]
+        if b.tls {
+            options = options.with_tls(etcd_client::TlsOptions::new().with_enabled_roots());
+        }
+        let client = tokio::time::timeout(b.request_timeout, Client::connect(&urls, Some(options)))
+            .await
+            .map_err(|_| error::timed_out("connect", b.request_timeout))?
+            .map_err(|e| error::client("connect", e))?;
+        let listener = b
+            .wake_ups
+            .then(|| Listener::new(client.clone(), format!("{}h/", b.prefix)));
+        let backend = EtcdBackend {
+            inner: Arc::new(Inner {
+                client,
+                endpoints: b.endpoints,
+                prefix: b.prefix,
+                max_ttl: b.max_ttl,
+                request_timeout: b.request_timeout,
+                listener,
+            }),
+        };
+        // Checks that the cluster answers (and the credentials work), and
+        // creates the store if it is new.
+        backend.epoch().await?;
+        Ok(backend)
+    }
+
+    /// The etcd client (one shared channel), for tools and tests.
+    pub fn client(&self) -> etcd_client::Client {
+        self.inner.client.clone()
+    }
+
+    /// The key prefix of this store.
+    pub fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    /// The store's epoch, read now (created if the store is new).
+    ///
+    /// # Errors
+    /// [`Error::Backend`] when the cluster cannot be reached.
+    pub async fn epoch(&self) -> Result<StoreEpoch> {
+        loop {
+            let snap = self.read("epoch", None).await?;
+            if let Some(e) = self.store_epoch(&snap).await? {
+                return Ok(e);
+            }
+            self.create_marker().await?;
+        }
+    }
+
+    /// Waits until this backend watches for releases (started on the first
+    /// wait otherwise). Returns at once when wake-ups are off.
+    pub async fn listening(&self) {
+        if let Some(l) = &self.inner.listener {
+            l.listening().await;
+        }
+    }
+
+    fn marker_key(&self) -> String {
+        format!("{}epoch", self.inner.prefix)
+    }
+
+    fn fresh_key(&self) -> String {
+        format!("{}epoch-fresh", self.inner.prefix)
+    }
+
+    fn record_key(&self, key: &str) -> String {
+        format!("{}k/{key}", self.inner.prefix)
+    }
+
+    fn holder_key(&self, key: &str) -> String {
+        format!("{}h/{key}", self.inner.prefix)
+    }
+
+    async fn call<T>(
+        &self,
+        op: &'static str,
+        f: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
+    ) -> Result<std::result::Result<T, etcd_client::Error>> {
+        tokio::time::timeout(self.inner.request_timeout, f)
+            .await
+            .map_err(|_| error::timed_out(op, self.inner.request_timeout))
+    }
+
+    async fn txn(&self, op: &'static str, txn: Txn) -> Result<etcd_client::TxnResponse> {
+        let mut kv = self.inner.client.kv_client();
+        self.call(op, kv.txn(txn))
+            .await?
+            .map_err(|e| error::client(op, e))
+    }
+
+    /// The marker, the epoch timer, and (with `key`) its record and holder,
+    /// at one revision: one round trip.
+    async fn read(&self, op: &'static str, key: Option<&Key>) -> Result<Snapshot> {
+        let mut ops = vec![
+            TxnOp::get(self.marker_key(), None),
+            TxnOp::get(self.fresh_key(), None),
+        ];
+        if let Some(key) = key {
+            ops.push(TxnOp::get(self.record_key(key.as_str()), None));
+            ops.push(TxnOp::get(self.holder_key(key.as_str()), None));
+        }
+        let resp = self.txn(op, Txn::new().and_then(ops)).await?;
+        let mut kvs = resp.op_responses().into_iter().map(|r| match r {
+            TxnOpResponse::Get(mut g) => g.take_kvs().into_iter().next(),
+            _ => None,
+        });
+        let marker = kvs.next().flatten();
+        let fresh = kvs.next().flatten();
+        let record = kvs.next().flatten();
+        let holder = kvs.next().flatten();
+        Ok(Snapshot {
+            marker: marker
+                .map(|kv| Ok::<_, Error>((from_json("epoch marker", kv.value())?, kv)))
+                .transpose()?,
+            fresh,
+            record: record
+                .map(|kv| Ok::<_, Error>((from_json("key record", kv.value())?, kv)))
+                .transpose()?,
+            holder: holder
+                .map(|kv| Ok::<_, Error>((from_json("holder record", kv.value())?, kv)))
+                .transpose()?,
+        })
+    }
+
+    /// The store's epoch as `snap` shows it (`None`: no marker yet). Its
+    /// age: at least the max TTL once the epoch's timer key (attached to an
+    /// etcd lease of the max TTL granted with the marker) is gone; while it
+    /// lives, the lease's elapsed time by the server's clock.
+    async fn store_epoch(&self, snap: &Snapshot) -> Result<Option<StoreEpoch>> {
+        let Some((marker, _)) = &snap.marker else {
+            return Ok(None);
+        };
+        let max_ttl = Duration::from_millis(marker.max_ttl_ms);
+        let age = match &snap.fresh {
+            None => Some(max_ttl),
+            Some(kv) => {
+                let mut lease = self.inner.client.lease_client();
+                match self
+                    .call("epoch", lease.time_to_live(kv.lease(), None))
+                    .await?
+                {
+                    Ok(t) if t.ttl() > 0 => {
+                        let elapsed = (t.granted_ttl() - t.ttl() - 1).max(0) as u64;
+                        Some(Duration::from_secs(elapsed))
+                    }
+                    // The timer lease ran out between the two reads.
+                    Ok(_) => Some(max_ttl),
+                    Err(e) => return Err(error::client("epoch", e)),
+                }
+            }
+        };
+        Ok(Some(StoreEpoch::new(marker.epoch, max_ttl).with_age(age)))
+    }
+
+    /// Creates the store: the epoch marker (if still missing) and its timer.
+    async fn create_marker(&self) -> Result<()> {
+        let marker = EpochMarker {
+            epoch: leasehold::epoch_at(std::time::SystemTime::now()),
+            max_ttl_ms: self.inner.max_ttl.as_millis() as u64,
+        };
+        let mut lease = self.inner.client.lease_client();
+        let timer = self
+            .call(
+                "create store",
+                lease.grant(lease_secs(self.inner.max_ttl) + 1, None),
+            )
+            .await?
+            .map_err(|e| error::client("create store", e))?;
+        let resp = self
+            .txn(
+                "create store",
+                Txn::new()
+                    .when([Compare::create_revision(
+                        self.marker_key(),
+                        CompareOp::Equal,
+                        0,
+                    )])
+                    .and_then([
+                        TxnOp::put(self.marker_key(), to_json(&marker), None),
+                        TxnOp::put(
+                            self.fresh_key(),
+                            "",
+                            Some(PutOptions::new().with_lease(timer.id())),
+                        ),
+                    ]),
+            )
+            .await?;
+        if !resp.succeeded() {
+            let _ = self.revoke("create store", timer.id()).await;
+        } else {
+            tracing::info!(prefix = %self.inner.prefix, epoch = marker.epoch, "created the etcd store");
+        }
+        Ok(())
+    }
+
+    async fn revoke(
+        &self,
+        op: &'static str,
+        id: i64,
+    ) -> Result<std::result::Result<(), etcd_client::Error>> {
+        let mut lease = self.inner.client.lease_client();
+        Ok(self.call(op, lease.revoke(id)).await?.map(|_| ()))
+    }
+
+    async fn expires_in(&self, lease_id: i64) -> Option<Duration> {
+        let mut lease = self.inner.client.lease_client();
+        match self
+            .call("inspect", lease.time_to_live(lease_id, None))
+            .await
+        {
+            Ok(Ok(t)) if t.ttl() >= 0 => Some(Duration::from_secs(t.ttl() as u64)),
+            _ => None,
+        }
+    }
+
+    /// Our holder record, or the loss it shows.
+    fn ours<'a>(&self, lease: &Lease, snap: &'a Snapshot) -> Result<&'a (HolderRecord, KeyValue)> {
+        match &snap.holder {
+            None => Err(lost(
+                &lease.key,
+                "the key has no holder in etcd (released, expired, broken, or the store's data lost)",
+            )),
+            Some(h) if h.0.lease_id != lease.lease_id.as_str() => {
+                Err(lost(&lease.key, "another holder has the key"))
+            }
+            Some(h) if h.0.epoch != lease.epoch => {
+                Err(lost(&lease.key, "the store is in another epoch"))
+            }
+            Some(h) => Ok(h),
+        }
+    }
+}
+
+#[async_trait]
+impl Backend for EtcdBackend {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(MIN_TTL, self.inner.max_ttl)
+            .shared_across_processes(true)
+            .shared_across_machines(true)
+    }
+
+    async fn try_acquire(&self, request: &AcquireRequest) -> Result<AcquireOutcome> {
+        const OP: &str = "acquire";
+        if request.ttl < MIN_TTL {
+            return Err(Error::invalid(
+                "ttl",
+                format!("{:?} is below etcd's minimum of {MIN_TTL:?}", request.ttl),
+            ));
+        }
+        for _ in 0..RACE_RETRIES {
+            let snap = self.read(OP, Some(&request.key)).await?;
+            let Some((marker, marker_kv)) = &snap.marker else {
+                self.create_marker().await?;
+                continue;
+            };
+            let max_ttl = Duration::from_millis(marker.max_ttl_ms);
+            if request.ttl > max_ttl.min(MAX_TTL) {
+                return Err(Error::invalid(
+                    "ttl",
+                    format!("{:?} is above the store's max TTL {max_ttl:?}", request.ttl),
+                ));
+            }
+            if request.epoch != Some(marker.epoch) {
+                let epoch = self.store_epoch(&snap).await?.expect("marker present");
+                return Ok(AcquireOutcome::OtherEpoch(epoch));
+            }
+            if let Some((holder, kv)) = &snap.holder {
+                if holder.lease_id != request.lease_id.as_str() {
+                    let left = self.expires_in(kv.lease()).await;
+                    return Ok(AcquireOutcome::Held(Some(holder.info(left))));
+                }
+                // Our own grant, retried after an ambiguous answer: extend it.
+                let mut lease = self.inner.client.lease_client();
+                match self.call(OP, lease.keep_alive(kv.lease())).await? {
+                    Ok(_) => return Ok(AcquireOutcome::Acquired(Grant::new(holder.token))),
+                    Err(e) if is_not_found(&e) => continue,
+                    Err(e) => return Err(error::client(OP, e)),
+                }
+            }
+            let (record, record_rev) = match &snap.record {
+                Some((r, kv)) => (r.clone(), kv.mod_revision()),
+                None => (KeyRecord::default(), 0),
+            };
+            let token = next_token(record.token, marker.epoch);
+            let mut lease = self.inner.client.lease_client();
+            let granted = self
+                .call(OP, lease.grant(lease_secs(request.ttl), None))
+                .await?
+                .map_err(|e| error::client(OP, e))?;
+            let holder = HolderRecord {
+                lease_id: request.lease_id.as_str().to_string(),
+                token,
+                epoch: marker.epoch,
+                ttl_ms: request.ttl.as_millis() as u64,
+                host: request.owner.host.clone(),
+                pid: request.owner.pid,
+                label: request.owner.label.clone(),
+                data: request.data.clone(),
+                acquired_at_ms: now_ms(),
+            };
+            let new_record = KeyRecord {
+                token,
+                epoch: marker.epoch,
+                ..record
+            };
+            let hk = self.holder_key(request.key.as_str());
+            let rk = self.record_key(request.key.as_str());
+            let resp = self
+                .txn(
+                    OP,
+                    Txn::new()
+                        .when([
+                            Compare::create_revision(
+                                self.marker_key(),
+                                CompareOp::Equal,
+                                marker_kv.create_revision(),
+                            ),
+                            Compare::mod_revision(rk.clone(), CompareOp::Equal, record_rev),
+                            Compare::create_revision(hk.clone(), CompareOp::Equal, 0),
+                        ])
+                        .and_then([
+                            TxnOp::put(
+                                hk,
+                                to_json(&holder),
+                                Some(PutOptions::new().with_lease(granted.id())),
+                            ),
+                            TxnOp::put(rk, to_json(&new_record), None),
+                        ]),
+                )
+                .await;
+            match resp {
+                Ok(r) if r.succeeded() => {
+                    return Ok(AcquireOutcome::Acquired(Grant::new(token)));
+                }
+                Ok(_) => {
+                    // Lost a race (another grant, a new epoch): our etcd
+                    // lease holds nothing; end it and look again.
+                    let _ = self.revoke(OP, granted.id()).await;
+                }
+                // Ambiguous: the grant may have landed under our lease id,
+                // which a retry recognises. The etcd lease is left to its TTL.
+                Err(e) => return Err(e),
+            }
+        }
+        Err(Error::backend(
+            NAME,
+            OP,
+            true,
+            "lost the race for the key too many times in a row",
+        ))
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<()> {
+        const OP: &str = "renew";
+        let snap = self.read(OP, Some(&lease.key)).await?;
+        let (_, kv) = self.ours(lease, &snap)?;
+        // Keep-alive of *our* etcd lease (unique to this grant): it can only
+        // extend our own holder key, never a newer holder's.
+        let mut client = self.inner.client.lease_client();
+        match self.call(OP, client.keep_alive(kv.lease())).await? {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Err(lost(&lease.key, "the etcd lease expired")),
+            Err(e) => Err(error::client(OP, e)),
+        }
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        const OP: &str = "release";
+        let snap = self.read(OP, Some(&lease.key)).await?;
+        let (_, kv) = self.ours(lease, &snap)?;
+        // Revoking our own etcd lease deletes the holder key attached to
+        // it, and nothing else: a retried release after someone else was
+        // granted the key finds the lease gone (or their record) and
+        // changes nothing (unlike deleting the key by name, etcd #22082).
+        match self.revoke(OP, kv.lease()).await? {
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Err(lost(&lease.key, "the etcd lease expired")),
+            Err(e) => Err(error::client(OP, e)),
+        }
+    }
+
+    async fn inspect(&self, key: &Key) -> Result<KeyInfo> {
+        let snap = self.read("inspect", Some(key)).await?;
+        let holder = match &snap.holder {
+            Some((h, kv)) => Some(h.info(self.expires_in(kv.lease()).await)),
+            None => None,
+        };
+        key_info(key.clone(), snap.record.as_ref().map(|r| &r.0), holder)
+    }
+
+    async fn break_lease(&self, key: &Key) -> Result<Option<HolderInfo>> {
+        const OP: &str = "break";
+        for _ in 0..RACE_RETRIES {
+            let snap = self.read(OP, Some(key)).await?;
+            let Some((holder, kv)) = &snap.holder else {
+                return Ok(None);
+            };
+            if kv.lease() == 0 {
+                // Not written by leasehold (no lease): delete that version.
+                let hk = self.holder_key(key.as_str());
+                let r = self
+                    .txn(
+                        OP,
+                        Txn::new()
+                            .when([Compare::mod_revision(
+                                hk.clone(),
+                                CompareOp::Equal,
+                                kv.mod_revision(),
+                            )])
+                            .and_then([TxnOp::delete(hk, None)]),
+                    )
+                    .await?;
+                if r.succeeded() {
+                    return Ok(Some(holder.info(None)));
+                }
+                continue;
+            }
+            match self.revoke(OP, kv.lease()).await? {
+                Ok(()) => return Ok(Some(holder.info(None))),
+                Err(e) if is_not_found(&e) => continue,
+                Err(e) => return Err(error::client(OP, e)),
+            }
+        }
+        Err(Error::backend(NAME, OP, true, "the key kept changing"))
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {
+        const OP: &str = "list";
+        let resp = self
+            .txn(
+                OP,
+                Txn::new().and_then([
+                    TxnOp::get(
+                        self.record_key(prefix),
+                        Some(GetOptions::new().with_prefix()),
+                    ),
+                    TxnOp::get(
+                        self.holder_key(prefix),
+                        Some(GetOptions::new().with_prefix()),
+                    ),
+                ]),
+            )
+            .await?;
+        let mut parts = resp.op_responses().into_iter().map(|r| match r {
+            TxnOpResponse::Get(mut g) => g.take_kvs(),
+            _ => Vec::new(),
+        });
+        let records = parts.next().unwrap_or_default();
+        let holders = parts.next().unwrap_or_default();
+        let rk = self.record_key("");
+        let hk = self.holder_key("");
+        let mut keys: BTreeMap<String, (Option<KeyRecord>, Option<HolderInfo>)> = BTreeMap::new();
+        for kv in &records {
+            let name = String::from_utf8_lossy(&kv.key()[rk.len()..]).into_owned();
+            keys.entry(name).or_default().0 = Some(from_json("key record", kv.value())?);
+        }
+        for kv in &holders {
+            let name = String::from_utf8_lossy(&kv.key()[hk.len()..]).into_owned();
+            let h: HolderRecord = from_json("holder record", kv.value())?;
+            keys.entry(name).or_default().1 = Some(h.info(None));
+        }
+        let mut out = Vec::with_capacity(keys.len());
+        for (name, (record, holder)) in keys {
+            // Keys not valid for leasehold (written by hand) are skipped.
+            let Ok(key) = Key::new(&name) else { continue };
+            out.push(key_info(key, record.as_ref(), holder)?);
+        }
+        Ok(out)
+    }
+
+    async fn record_run(&self, lease: &Lease, run: &RunRecord) -> Result<()> {
+        const OP: &str = "record run";
+        let rk = self.record_key(lease.key.as_str());
+        let hk = self.holder_key(lease.key.as_str());
+        for _ in 0..RACE_RETRIES {
+            let snap = self.read(OP, Some(&lease.key)).await?;
+            let (record, record_rev) = match &snap.record {
+                Some((r, kv)) => (Some(r.clone()), kv.mod_revision()),
+                None => (None, 0),
+            };
+            match self.ours(lease, &snap) {
+                Ok((_, holder_kv)) => {
+                    let mut r = record.unwrap_or_default();
+                    let stored = run.to_stored();
+                    if run.outcome == RunOutcome::Succeeded {
+                        r.last_success = Some(stored.clone());
+                    }
+                    r.last_run = Some(stored);
+                    r.last_run_token = run.fencing_token;
+                    // Written only while our holder key is the very
+                    // version we read (same lease, not broken, not expired).
+                    let resp = self
+                        .txn(
+                            OP,
+                            Txn::new()
+                                .when([
+                                    Compare::mod_revision(
+                                        hk.clone(),
+                                        CompareOp::Equal,
+                                        holder_kv.mod_revision(),
+                                    ),
+                                    Compare::mod_revision(rk.clone(), CompareOp::Equal, record_rev),
+                                ])
+                                .and_then([TxnOp::put(rk.clone(), to_json(&r), None)]),
+                        )
+                        .await?;
+                    if resp.succeeded() {
+                        return Ok(());
+                    }
+                }
+                Err(lost_err) => {
+                    // Not our lease any more: never a success; a failed
+                    // run is still kept as the last run when it is the
+                    // latest the record has seen.
+                    let Some(mut r) = record else {
+                        return Err(lost_err);
+                    };
+                    if run.outcome == RunOutcome::Succeeded || r.last_run_token >= run.fencing_token
+                    {
+                        return Err(lost_err);
+                    }
+                    r.last_run = Some(run.to_stored());
+                    r.last_run_token = run.fencing_token;
+                    let resp = self
+                        .txn(
+                            OP,
+                            Txn::new()
+                                .when([Compare::mod_revision(
+                                    rk.clone(),
+                                    CompareOp::Equal,
+                                    record_rev,
+                                )])
+                                .and_then([TxnOp::put(rk.clone(), to_json(&r), None)]),
+                        )
+                        .await?;
+                    if resp.succeeded() {
+                        return Err(lost_err);
+                    }
+                }
+            }
+        }
+        Err(Error::backend(NAME, OP, true, "the key kept changing"))
+    }
+
+    fn watch_release(&self, keys: &[Key]) -> Option<ReleaseWatch> {
+        self.inner.listener.as_ref()?.watch(keys)
+    }
+}

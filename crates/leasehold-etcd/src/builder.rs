@@ -1,0 +1,305 @@
+//! Building an [`EtcdBackend`]: from a store URL, or in code.
+
+use std::fmt;
+use std::time::Duration;
+
+use leasehold::{Error, Result, DEFAULT_STORE_MAX_TTL};
+
+use crate::backend::EtcdBackend;
+use crate::{MAX_TTL, MIN_TTL};
+
+const WHAT: &str = "store URL";
+const FORM: &str = "the form is etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][?prefix=P&max_ttl=DURATION&wake_ups=on|off] (etcds:// for TLS)";
+
+/// The default key prefix.
+pub const DEFAULT_PREFIX: &str = "leasehold/";
+
+/// Builds an [`EtcdBackend`]. Its `Debug` output never shows the password.
+#[derive(Clone)]
+pub struct EtcdBackendBuilder {
+    pub(crate) endpoints: Vec<String>,
+    pub(crate) tls: bool,
+    pub(crate) user: Option<(String, String)>,
+    pub(crate) prefix: String,
+    pub(crate) max_ttl: Duration,
+    pub(crate) request_timeout: Duration,
+    pub(crate) wake_ups: bool,
+}
+
+impl fmt::Debug for EtcdBackendBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdBackendBuilder")
+            .field("endpoints", &self.endpoints)
+            .field("tls", &self.tls)
+            .field("user", &self.user.as_ref().map(|(u, _)| u))
+            .field("prefix", &self.prefix)
+            .field("max_ttl", &self.max_ttl)
+            .field("request_timeout", &self.request_timeout)
+            .field("wake_ups", &self.wake_ups)
+            .finish()
+    }
+}
+
+impl EtcdBackendBuilder {
+    /// A builder for the cluster at `endpoints` (`HOST:PORT` each), with the
+    /// defaults: prefix [`DEFAULT_PREFIX`], max TTL 60 s, no TLS, no user,
+    /// 5 s request timeout, wake-ups on.
+    pub fn new<S: Into<String>>(endpoints: impl IntoIterator<Item = S>) -> Self {
+        EtcdBackendBuilder {
+            endpoints: endpoints.into_iter().map(Into::into).collect(),
+            tls: false,
+            user: None,
+            prefix: DEFAULT_PREFIX.to_string(),
+            max_ttl: DEFAULT_STORE_MAX_TTL,
+            request_timeout: Duration::from_secs(5),
+            wake_ups: true,
+        }
+    }
+
+    /// Parses a store URL (see the crate docs for its form). Nothing is
+    /// contacted yet.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a malformed URL or parameter; the message
+    /// never holds the password.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let Some((scheme, rest)) = url.split_once("://") else {
+            return Err(Error::invalid(WHAT, FORM));
+        };
+        let tls = match scheme {
+            "etcd" => false,
+            "etcds" => true,
+            _ => return Err(Error::invalid(WHAT, FORM)),
+        };
+        let (base, query) = match rest.split_once('?') {
+            Some((b, q)) => (b, Some(q)),
+            None => (rest, None),
+        };
+        let base = base.strip_suffix('/').unwrap_or(base);
+        if base.contains('/') {
+            return Err(Error::invalid(
+                WHAT,
+                format!("no path is allowed (the key prefix is ?prefix=); {FORM}"),
+            ));
+        }
+        let (user, hosts) = match base.rsplit_once('@') {
+            Some((userinfo, hosts)) => {
+                let Some((u, p)) = userinfo.split_once(':') else {
+                    return Err(Error::invalid(
+                        WHAT,
+                        format!("a user needs a password (USER:PASSWORD@); {FORM}"),
+                    ));
+                };
+                (Some((decode(u)?, decode(p)?)), hosts)
+            }
+            None => (None, base),
+        };
+        let mut endpoints = Vec::new();
+        for hp in hosts.split(',') {
+            let ok = match hp.rsplit_once(':') {
+                Some((h, p)) => !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0),
+                None => false,
+            };
+            if !ok {
+                return Err(Error::invalid(
+                    WHAT,
+                    format!("{hp:?} is not HOST:PORT; {FORM}"),
+                ));
+            }
+            endpoints.push(hp.to_string());
+        }
+        let mut b = EtcdBackendBuilder::new(endpoints);
+        b.tls = tls;
+        b.user = user;
+        for pair in query
+            .unwrap_or_default()
+            .split('&')
+            .filter(|p| !p.is_empty())
+        {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match name {
+                "prefix" => b.prefix = decode(value)?,
+                "max_ttl" => {
+                    b.max_ttl = humantime::parse_duration(value).map_err(|_| {
+                        Error::invalid(
+                            WHAT,
+                            format!(
+                                "max_ttl must be a duration such as 60s, 5m or 1h, not {value:?}"
+                            ),
+                        )
+                    })?
+                }
+                "wake_ups" => {
+                    b.wake_ups = match value {
+                        "on" | "true" => true,
+                        "off" | "false" => false,
+                        _ => {
+                            return Err(Error::invalid(
+                                WHAT,
+                                format!("wake_ups must be on or off, not {value:?}"),
+                            ))
+                        }
+                    }
+                }
+                other => {
+                    return Err(Error::invalid(
+                        WHAT,
+                        format!("unknown parameter {other:?}; {FORM}"),
+                    ))
+                }
+            }
+        }
+        b.check()?;
+        Ok(b)
+    }
+
+    /// The key prefix every key of this store lives under (default
+    /// [`DEFAULT_PREFIX`]; not empty). Two prefixes are two stores.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The max TTL a store created by this backend records (2 s to 24 h;
+    /// 60 s by default). An existing store keeps its own.
+    pub fn max_ttl(mut self, max_ttl: Duration) -> Self {
+        self.max_ttl = max_ttl;
+        self
+    }
+
+    /// Authenticate as `user` (etcd's auth must be enabled on the server).
+    pub fn user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.user = Some((user.into(), password.into()));
+        self
+    }
+
+    /// TLS to every endpoint, verified against the system's roots (needs
+    /// the crate feature `tls`).
+    pub fn tls(mut self, on: bool) -> Self {
+        self.tls = on;
+        self
+    }
+
+    /// How long one request may take before it counts as failed
+    /// (retryable); 5 s by default.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Whether waiters watch for releases (on by default). Off, they poll.
+    pub fn wake_ups(mut self, on: bool) -> Self {
+        self.wake_ups = on;
+        self
+    }
+
+    /// The key prefix.
+    pub fn prefix_name(&self) -> &str {
+        &self.prefix
+    }
+
+    pub(crate) fn check(&self) -> Result<()> {
+        if self.endpoints.is_empty() {
+            return Err(Error::invalid("endpoints", "at least one HOST:PORT"));
+        }
+        if self.prefix.is_empty() {
+            return Err(Error::invalid("prefix", "must not be empty"));
+        }
+        if !(MIN_TTL..=MAX_TTL).contains(&self.max_ttl) {
+            return Err(Error::invalid(
+                "max ttl",
+                format!("{:?} is outside {MIN_TTL:?}..={MAX_TTL:?}", self.max_ttl),
+            ));
+        }
+        if self.tls && !cfg!(feature = "tls") {
+            return Err(Error::invalid(
+                WHAT,
+                "etcds:// needs leasehold-etcd's feature \"tls\"",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Connects (checking that the cluster answers, and authenticating),
+    /// and reads or creates the store's epoch.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a bad prefix or max TTL;
+    /// [`Error::Backend`] when the cluster cannot be reached or refuses.
+    pub async fn build(self) -> Result<EtcdBackend> {
+        self.check()?;
+        EtcdBackend::connect(self).await
+    }
+}
+
+/// `%XX` decoding of a URL part (a password may hold `@`, `:` or `,`).
+fn decode(s: &str) -> Result<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| Error::invalid(WHAT, "a % not followed by two hex digits"))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| Error::invalid(WHAT, "percent-decoding gave invalid UTF-8"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_parts_and_parameters() {
+        let b = EtcdBackendBuilder::from_url(
+            "etcd://me:s%40cret@10.0.0.1:2379,10.0.0.2:2379?prefix=jobs/&max_ttl=5m&wake_ups=off",
+        )
+        .unwrap();
+        assert_eq!(b.endpoints, ["10.0.0.1:2379", "10.0.0.2:2379"]);
+        assert_eq!(b.user, Some(("me".into(), "s@cret".into())));
+        assert_eq!(b.prefix, "jobs/");
+        assert_eq!(b.max_ttl, Duration::from_secs(300));
+        assert!(!b.wake_ups && !b.tls);
+        let b = EtcdBackendBuilder::from_url("etcd://127.0.0.1:2379/").unwrap();
+        assert_eq!(b.prefix, DEFAULT_PREFIX);
+        assert!(b.user.is_none() && b.wake_ups);
+    }
+
+    #[test]
+    fn bad_urls_are_refused_without_the_password() {
+        for url in [
+            "etcd://u:hunter22@h",
+            "etcd://u:hunter22@h:notaport",
+            "etcd://u:hunter22@h:2379?bogus=1",
+            "etcd://u:hunter22@h:2379?max_ttl=forever",
+            "etcd://u:hunter22@h:2379?max_ttl=1s",
+            "etcd://u:hunter22@h:2379?prefix=",
+            "etcd://u:hunter22@h:2379/some/path",
+            "etcd://u:hunter22@h:2379,",
+            "redis://u:hunter22@h:2379",
+            "etcd:u:hunter22@h:2379",
+        ] {
+            let err = EtcdBackendBuilder::from_url(url).unwrap_err();
+            let text = format!("{err} {err:?}");
+            assert!(matches!(err, Error::InvalidInput { .. }), "{url}: {text}");
+            assert!(!text.contains("hunter22"), "{url}: {text}");
+        }
+    }
+
+    #[test]
+    fn debug_never_shows_the_password() {
+        let b = EtcdBackendBuilder::from_url("etcd://u:hunter22@h:1").unwrap();
+        let text = format!("{b:?}");
+        assert!(!text.contains("hunter22"), "{text}");
+        assert!(text.contains("prefix"), "{text}");
+    }
+}

@@ -1,0 +1,114 @@
+//! The stored values (JSON), and turning them into what the core reports.
+//!
+//! Three kinds of etcd keys live under the backend's prefix `P` (see the
+//! crate docs): `P` + `epoch` (the [`EpochMarker`]), `P` + `k/` + key (the
+//! key's [`KeyRecord`]: fencing counter and run records, never attached to a
+//! lease, never deleted by leasehold) and `P` + `h/` + key (the
+//! [`HolderRecord`], attached to the holder's etcd lease, so etcd deletes it
+//! when the lease expires or is revoked).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use leasehold::{HolderInfo, Key, KeyInfo, Owner, RunRecord};
+use serde::{Deserialize, Serialize};
+
+use crate::error::corrupt;
+
+/// The store's epoch and max TTL, written once when the prefix is first
+/// used (or used again after its keys were deleted).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct EpochMarker {
+    pub epoch: u64,
+    pub max_ttl_ms: u64,
+}
+
+/// A key's fencing counter and run records.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct KeyRecord {
+    /// The last fencing token issued for the key; only grows.
+    pub token: u64,
+    /// The epoch of the last grant.
+    pub epoch: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_success: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_run: Option<String>,
+    #[serde(default)]
+    pub last_run_token: u64,
+}
+
+/// The current holder: exists only while its etcd lease lives.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct HolderRecord {
+    pub lease_id: String,
+    pub token: u64,
+    pub epoch: u64,
+    pub ttl_ms: u64,
+    pub host: String,
+    pub pid: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
+    /// The holder's wall clock at the grant, ms since the Unix epoch.
+    pub acquired_at_ms: u64,
+}
+
+pub(crate) fn to_json<T: Serialize>(v: &T) -> Vec<u8> {
+    serde_json::to_vec(v).expect("plain structs serialize")
+}
+
+pub(crate) fn from_json<T: for<'a> Deserialize<'a>>(
+    what: &str,
+    bytes: &[u8],
+) -> leasehold::Result<T> {
+    serde_json::from_slice(bytes).map_err(|e| corrupt(what, e))
+}
+
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+impl HolderRecord {
+    pub fn info(&self, expires_in: Option<Duration>) -> HolderInfo {
+        HolderInfo::new(
+            Owner {
+                host: self.host.clone(),
+                pid: self.pid,
+                label: self.label.clone(),
+            },
+            self.token,
+        )
+        .with_data(self.data.clone())
+        .with_acquired_at(Some(
+            UNIX_EPOCH + Duration::from_millis(self.acquired_at_ms),
+        ))
+        .with_ttl(Some(Duration::from_millis(self.ttl_ms)))
+        .with_expires_in(expires_in)
+    }
+}
+
+/// What the store knows about `key`, from its record and holder.
+pub(crate) fn key_info(
+    key: Key,
+    record: Option<&KeyRecord>,
+    holder: Option<HolderInfo>,
+) -> leasehold::Result<KeyInfo> {
+    let run = |t: &Option<String>| {
+        t.as_deref()
+            .map(|t| RunRecord::from_stored(crate::error::NAME, t))
+            .transpose()
+    };
+    let token = record
+        .map(|r| r.token)
+        .unwrap_or(0)
+        .max(holder.as_ref().map(|h| h.fencing_token).unwrap_or(0));
+    let (success, last) = match record {
+        Some(r) => (run(&r.last_success)?, run(&r.last_run)?),
+        None => (None, None),
+    };
+    Ok(KeyInfo::new(key, token, holder).with_runs(success, last))
+}

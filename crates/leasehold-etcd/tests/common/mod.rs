@@ -1,0 +1,130 @@
+//! Shared set-up for the tests against a real etcd server.
+//!
+//! The server is `LEASEHOLD_TEST_ETCD_URL` (default: the one
+//! `scripts/etcd.sh start` runs, see [`DEFAULT_URL`]). Without a server
+//! there the tests are skipped, loudly, unless
+//! `LEASEHOLD_REQUIRE_EMULATORS=1`, which makes them fail instead.
+
+#![allow(dead_code)]
+
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use leasehold_etcd::{EtcdBackend, EtcdBackendBuilder};
+
+/// What `scripts/etcd.sh url` prints.
+pub const DEFAULT_URL: &str = "etcd://127.0.0.1:23799";
+
+/// The test stores' max TTL: above every TTL the tests use, and the
+/// quarantine of a new store (see `settled`).
+pub const MAX_TTL: Duration = Duration::from_secs(5);
+
+pub fn url() -> String {
+    std::env::var("LEASEHOLD_TEST_ETCD_URL").unwrap_or_else(|_| DEFAULT_URL.to_string())
+}
+
+/// `url` with `prefix` and `max_ttl` parameters added.
+pub fn url_for(prefix: &str) -> String {
+    let url = url();
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}prefix={prefix}&max_ttl={}s", MAX_TTL.as_secs())
+}
+
+/// The first endpoint, `HOST:PORT`.
+pub fn endpoint() -> String {
+    let url = url();
+    let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(&url);
+    let hosts = rest.split(['/', '?']).next().unwrap_or_default();
+    let hosts = hosts.rsplit_once('@').map(|(_, h)| h).unwrap_or(hosts);
+    hosts.split(',').next().unwrap_or_default().to_string()
+}
+
+/// Whether something accepts TCP connections at the URL's first endpoint.
+pub fn reachable() -> Result<(), String> {
+    EtcdBackendBuilder::from_url(&url()).map_err(|e| e.to_string())?;
+    let hostport = endpoint();
+    let addrs = hostport
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {hostport}: {e}"))?;
+    for addr in addrs {
+        if TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok() {
+            return Ok(());
+        }
+    }
+    Err(format!(
+        "no etcd server at {hostport} (run scripts/etcd.sh start, or set LEASEHOLD_TEST_ETCD_URL)"
+    ))
+}
+
+/// Whether the server is there; if not, says so (or fails the test under
+/// `LEASEHOLD_REQUIRE_EMULATORS=1`).
+pub fn available() -> bool {
+    match reachable() {
+        Ok(()) => true,
+        Err(why) => leasehold::conformance::skip::<()>("etcd", &why).is_some(),
+    }
+}
+
+/// One prefix per test binary run: unique, so runs never see each other.
+pub fn prefix() -> &'static str {
+    static PREFIX: OnceLock<String> = OnceLock::new();
+    PREFIX.get_or_init(unique_prefix)
+}
+
+pub fn unique_prefix() -> String {
+    format!(
+        "leasehold-test-{}/",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    )
+}
+
+/// A builder on `prefix`, or `None` (skipped) when there is no server.
+pub fn builder_for(prefix: &str) -> Option<EtcdBackendBuilder> {
+    match reachable() {
+        Ok(()) => Some(EtcdBackendBuilder::from_url(&url_for(prefix)).expect("test URL")),
+        Err(why) => leasehold::conformance::skip("etcd", &why),
+    }
+}
+
+/// A backend on the run's prefix, or `None` (skipped), once the store is
+/// out of quarantine.
+pub async fn backend() -> Option<EtcdBackend> {
+    let backend = builder_for(prefix())?.build().await.expect("open etcd");
+    settled(&backend).await;
+    Some(backend)
+}
+
+/// Waits until a new store's quarantine is over (one fresh prefix per test
+/// binary run: every test would otherwise start with that wait).
+pub async fn settled(backend: &EtcdBackend) {
+    let epoch = backend.epoch().await.expect("read the epoch");
+    let full = epoch.max_ttl + epoch.max_ttl / 1000;
+    let age = epoch.age.unwrap_or_default();
+    tokio::time::sleep(full.saturating_sub(age) + Duration::from_millis(50)).await;
+}
+
+pub fn unique_key(test: &str) -> String {
+    format!(
+        "{test}/{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    )
+}
+
+/// Runs `etcdctl` (v3 API) against the test server, as an administrator
+/// would; returns its stdout.
+pub async fn etcdctl(args: &[&str]) -> String {
+    let out = tokio::process::Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints=http://{}", endpoint()))
+        .args(args)
+        .output()
+        .await
+        .expect("run etcdctl");
+    assert!(
+        out.status.success(),
+        "etcdctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -1,0 +1,214 @@
+//! Server restarts, on a private etcd this test starts and stops itself
+//! (with `scripts/etcd.sh`, on ports of its own), so other tests' server is
+//! never disturbed: with its data (leases survive, the holder keeps its key
+//! or, after a long outage, is told lost first) and without (a new cluster:
+//! a new epoch, the holder told lost, tokens above every earlier one).
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use leasehold::{Error, LockOptions, LossReason, Store};
+use leasehold_etcd::{EtcdBackend, EtcdBackendBuilder};
+
+/// An etcd of this test's own.
+struct PrivateServer {
+    port: u16,
+    dir: PathBuf,
+}
+
+fn free_port_pair() -> u16 {
+    // Two consecutive free ports (client, peer).
+    loop {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        if port < 65000 && std::net::TcpListener::bind(("127.0.0.1", port + 1)).is_ok() {
+            return port;
+        }
+    }
+}
+
+impl PrivateServer {
+    /// Starts one, or `None` (skipped) when etcd is not installed.
+    async fn start() -> Option<Self> {
+        let installed = std::process::Command::new("etcd")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !installed {
+            return leasehold::conformance::skip(
+                "etcd",
+                "etcd is not installed (scripts/etcd.sh start installs it)",
+            );
+        }
+        let dir = std::env::temp_dir().join(format!(
+            "leasehold-etcd-restart-{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        ));
+        let server = PrivateServer {
+            port: free_port_pair(),
+            dir,
+        };
+        server.script("start").await;
+        Some(server)
+    }
+
+    async fn script(&self, command: &str) {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/etcd.sh");
+        let status = tokio::process::Command::new(script)
+            .arg(command)
+            .env("LEASEHOLD_ETCD_PORT", self.port.to_string())
+            .env("LEASEHOLD_ETCD_DIR", &self.dir)
+            .status()
+            .await
+            .unwrap();
+        assert!(status.success(), "scripts/etcd.sh {command} failed");
+    }
+
+    async fn backend(&self) -> EtcdBackend {
+        EtcdBackendBuilder::from_url(&format!("etcd://127.0.0.1:{}?max_ttl=10s", self.port))
+            .unwrap()
+            .request_timeout(Duration::from_secs(1))
+            .build()
+            .await
+            .unwrap()
+    }
+}
+
+impl Drop for PrivateServer {
+    fn drop(&mut self) {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/etcd.sh");
+        let _ = std::process::Command::new(script)
+            .arg("stop")
+            .env("LEASEHOLD_ETCD_PORT", self.port.to_string())
+            .env("LEASEHOLD_ETCD_DIR", &self.dir)
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Waits until the new store's epoch is older than its max TTL by the
+/// server's timer (so no process quarantines it). A restart extends that
+/// timer (etcd renews every lease when it starts): settle before restarts.
+async fn settle(server: &PrivateServer) {
+    let backend = server.backend().await;
+    loop {
+        let epoch = backend.epoch().await.unwrap();
+        if epoch.age >= Some(epoch.max_ttl) {
+            // etcd reports whole seconds left, rounded down: the timer key
+            // may live up to a second more, and a restart would renew it.
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn opts(ttl: Duration) -> LockOptions {
+    LockOptions::new()
+        .ttl(ttl)
+        .renew_interval(ttl / 8)
+        .poll_interval(Duration::from_millis(20), Duration::from_millis(60))
+}
+
+/// A quick restart with the data (its connections all dropped): the holder
+/// renews over a new connection and keeps its lease; nobody else is granted
+/// meanwhile. A long outage: the holder is told lost by its own clock, and
+/// only then does another process get the key, with a greater token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_restart_holder_renews_or_is_told_lost() {
+    let Some(server) = PrivateServer::start().await else {
+        return;
+    };
+    let a = Store::new(server.backend().await);
+    let b = Store::new(server.backend().await);
+    settle(&server).await;
+    let ttl = Duration::from_secs(8);
+    let key = "restart/job";
+    let guard = a
+        .lock_with(key, opts(ttl))
+        .unwrap()
+        .acquire(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let first = guard.fencing_token();
+
+    let started = Instant::now();
+    server.script("restart").await;
+    let took = started.elapsed();
+    tokio::time::sleep((ttl + Duration::from_millis(500)).saturating_sub(took)).await;
+    assert!(
+        !guard.is_lost(),
+        "the holder lost its lease over a restart of {took:?} (TTL {ttl:?})"
+    );
+    let attempt = b.lock_with(key, opts(ttl)).unwrap().try_acquire().await;
+    assert!(matches!(attempt, Err(Error::Held { .. })), "{attempt:?}");
+
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move {
+            b.lock_with(key, opts(ttl))
+                .unwrap()
+                .acquire(Duration::from_secs(60))
+                .await
+        }
+    });
+    server.script("restart-stopped").await;
+    let reason = tokio::time::timeout(ttl * 2, guard.lost())
+        .await
+        .expect("the holder was not told lost during a long outage");
+    assert_eq!(reason, LossReason::Expired);
+    server.script("start").await;
+    let g2 = waiter.await.unwrap().unwrap();
+    assert!(g2.fencing_token() > first);
+    g2.release().await.unwrap();
+}
+
+/// The cluster re-created empty under a live holder (its data directory
+/// lost): the holder's next renewal finds no key and it is told lost; the
+/// store has a new epoch, whose first grant waits out the quarantine and
+/// has a token above every earlier one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wiped_cluster_is_a_new_epoch() {
+    let Some(server) = PrivateServer::start().await else {
+        return;
+    };
+    let a = Store::new(server.backend().await);
+    let b = Store::new(server.backend().await);
+    let max_ttl = a.backend().capabilities().max_ttl;
+    settle(&server).await;
+    let ttl = Duration::from_secs(3);
+    let key = "wipe/job";
+    let guard = a
+        .lock_with(key, opts(ttl))
+        .unwrap()
+        .acquire(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let first = guard.fencing_token();
+    // Within the epoch's seconds: the next epoch must start above it.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    server.script("wipe").await;
+    let wiped_at = Instant::now();
+    let reason = tokio::time::timeout(ttl * 2, guard.lost())
+        .await
+        .expect("the holder was not told lost after the wipe");
+    assert!(
+        matches!(reason, LossReason::Revoked(_) | LossReason::Expired),
+        "{reason:?}"
+    );
+    let g2 = b
+        .lock_with(key, opts(ttl))
+        .unwrap()
+        .acquire(Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(
+        wiped_at.elapsed() >= max_ttl,
+        "granted {:?} after the wipe, inside the quarantine",
+        wiped_at.elapsed()
+    );
+    assert!(g2.fencing_token() > first);
+    g2.release().await.unwrap();
+}
