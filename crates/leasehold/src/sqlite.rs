@@ -117,6 +117,12 @@
 //! systems the clock is `CLOCK_MONOTONIC` and there is no boot id: leases
 //! from before a reboot stay until their recorded expiry comes round again.
 //!
+//! # Wake-ups
+//! A release or break in one process wakes the waiters of other processes on
+//! this machine at once, through inotify on small files beside the database
+//! (see `wake.rs`); waiters still poll, so a missed wake-up costs at most a
+//! poll interval.
+//!
 //! The file must be on a local file system: SQLite's locking is not reliable
 //! over network file systems, and the clock is only shared on one machine.
 
@@ -140,6 +146,8 @@ use crate::error::{Error, LossReason, Result};
 use crate::key::Key;
 use crate::memory::{check_ttl, LOCAL_MAX_TTL, LOCAL_MIN_TTL};
 use crate::runs::RunRecord;
+
+mod wake;
 
 const NAME: &str = "sqlite";
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -183,6 +191,8 @@ pub struct SqliteBackend {
     /// The store's recorded max TTL, in ms (for `capabilities`).
     store_max_ttl_ms: Arc<AtomicU64>,
     holders: Arc<HolderLock>,
+    /// Same-machine wake-ups of waiters in other processes.
+    wake: Arc<wake::Wake>,
 }
 
 /// A connection and what it was opened on.
@@ -253,6 +263,7 @@ impl SqliteBackend {
         let backend = SqliteBackend {
             conn: Arc::new(Mutex::new(None)),
             holders: Arc::new(HolderLock::new(path.clone())),
+            wake: Arc::new(wake::Wake::new(&path)),
             path,
             boot_id: boot_id().into(),
             max_ttl,
@@ -997,6 +1008,7 @@ impl Backend for SqliteBackend {
     async fn release(&self, lease: &Lease) -> Result<()> {
         let lease = lease.clone();
         let lease_id = lease.lease_id.clone();
+        let key = lease.key.clone();
         let result = self
             .run("release", true, move |conn, _ctx| {
                 let Some(conn) = conn else {
@@ -1019,6 +1031,9 @@ impl Backend for SqliteBackend {
             .await;
         if !matches!(&result, Err(e) if e.is_retryable()) {
             self.holders.let_go(lease_id.as_str());
+        }
+        if result.is_ok() {
+            self.wake.notify(&key);
         }
         result
     }
@@ -1081,8 +1096,9 @@ impl Backend for SqliteBackend {
     }
 
     async fn break_lease(&self, key: &Key) -> Result<Option<HolderInfo>> {
+        let broken = key.clone();
         let key = key.clone();
-        self.run("break", false, move |conn, ctx| {
+        let result = self.run("break", false, move |conn, ctx| {
             let conn = conn.expect("break re-opens");
             let op = |e| db_error("break", e);
             let tx = conn
@@ -1100,7 +1116,15 @@ impl Backend for SqliteBackend {
             tx.commit().map_err(op)?;
             Ok(holder)
         })
-        .await
+        .await;
+        if result.is_ok() {
+            self.wake.notify(&broken);
+        }
+        result
+    }
+
+    fn watch_release(&self, keys: &[Key]) -> Option<crate::backend::ReleaseWatch> {
+        self.wake.watch(keys)
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {
