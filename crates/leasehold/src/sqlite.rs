@@ -531,8 +531,12 @@ fn quarantine_ns(max_ttl: Duration) -> i64 {
 }
 
 fn read_epoch(conn: &Connection) -> rusqlite::Result<Option<EpochRow>> {
-    conn.query_row(
+    // Cached statements (here and in the other hot paths): parsing the SQL
+    // again each time costs about as much as running it.
+    conn.prepare_cached(
         "SELECT epoch, max_ttl_ms, file_dev, file_ino, boot_id, settled_at_ns FROM leasehold_store WHERE id = 1",
+    )?
+    .query_row(
         [],
         |r| {
             Ok(EpochRow {
@@ -791,7 +795,8 @@ impl Row {
 }
 
 fn get_row(conn: &Connection, key: &str) -> rusqlite::Result<Option<Row>> {
-    conn.query_row(&format!("{SELECT} WHERE key = ?1"), [key], read_row)
+    conn.prepare_cached(&format!("{SELECT} WHERE key = ?1"))?
+        .query_row([key], read_row)
         .optional()
         .map(|r| r.map(|(_, row)| row))
 }
@@ -876,11 +881,9 @@ fn acquire_in(conn: &mut Connection, ctx: &Ctx, req: &AcquireRequest) -> Result<
                 return Ok(AcquireOutcome::Held(r.holder(ctx, now)));
             }
             // Our own lease, asked for again: extend, same token.
-            tx.execute(
-                "UPDATE leasehold_leases SET expires_at_ns = ?2 WHERE key = ?1",
-                params![req.key.as_str(), expires],
-            )
-            .map_err(op)?;
+            tx.prepare_cached("UPDATE leasehold_leases SET expires_at_ns = ?2 WHERE key = ?1")
+                .and_then(|mut st| st.execute(params![req.key.as_str(), expires]))
+                .map_err(op)?;
             tx.commit().map_err(op)?;
             return Ok(AcquireOutcome::Acquired(Grant::new(r.fence)));
         }
@@ -891,13 +894,15 @@ fn acquire_in(conn: &mut Connection, ctx: &Ctx, req: &AcquireRequest) -> Result<
         .duration_since(UNIX_EPOCH)
         .map(ms)
         .unwrap_or(0);
-    tx.execute(
+    tx.prepare_cached(
             "INSERT INTO leasehold_leases (key, fence, lease_id, boot_id, expires_at_ns, ttl_ms, owner_host, owner_pid, owner_label, data, acquired_at_ms)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
              ON CONFLICT(key) DO UPDATE SET fence = excluded.fence, lease_id = excluded.lease_id,
                boot_id = excluded.boot_id, expires_at_ns = excluded.expires_at_ns, ttl_ms = excluded.ttl_ms,
                owner_host = excluded.owner_host, owner_pid = excluded.owner_pid, owner_label = excluded.owner_label,
                data = excluded.data, acquired_at_ms = excluded.acquired_at_ms",
+        )
+        .and_then(|mut st| st.execute(
             params![
                 req.key.as_str(),
                 fence as i64,
@@ -911,7 +916,7 @@ fn acquire_in(conn: &mut Connection, ctx: &Ctx, req: &AcquireRequest) -> Result<
                 req.data,
                 acquired_at,
             ],
-        )
+        ))
         .map_err(op)?;
     tx.commit().map_err(op)?;
     Ok(AcquireOutcome::Acquired(Grant::new(fence)))
@@ -943,10 +948,13 @@ impl Backend for SqliteBackend {
                 // acknowledged, so a power cut can never make the same token be
                 // issued twice (in WAL mode that fsync also covers every NORMAL
                 // commit before it).
-                conn.pragma_update(None, "synchronous", "FULL")
+                conn.prepare_cached("PRAGMA synchronous = FULL")
+                    .and_then(|mut st| st.execute([]))
                     .map_err(|e| db_error("acquire", e))?;
                 let result = acquire_in(conn, ctx, &req);
-                let normal = conn.pragma_update(None, "synchronous", "NORMAL");
+                let normal = conn
+                    .prepare_cached("PRAGMA synchronous = NORMAL")
+                    .and_then(|mut st| st.execute([]));
                 let outcome = result?;
                 normal.map_err(|e| db_error("acquire", e))?;
                 Ok(outcome)
@@ -972,19 +980,21 @@ impl Backend for SqliteBackend {
                 let op = |e| db_error("renew", e);
                 let now = ctx.now_ns();
                 let changed = conn
-                    .execute(
+                    .prepare_cached(
                         "UPDATE leasehold_leases SET expires_at_ns = ?3
                          WHERE key = ?1 AND lease_id = ?2 AND boot_id = ?4 AND expires_at_ns > ?5
                            AND (SELECT epoch FROM leasehold_store WHERE id = 1) = ?6",
-                        params![
+                    )
+                    .and_then(|mut st| {
+                        st.execute(params![
                             lease.key.as_str(),
                             lease.lease_id.as_str(),
                             now + lease.ttl.as_nanos() as i64,
                             &*ctx.boot_id,
                             now,
                             lease.epoch as i64
-                        ],
-                    )
+                        ])
+                    })
                     .map_err(op)?;
                 if changed == 1 {
                     return Ok(());
@@ -1016,11 +1026,11 @@ impl Backend for SqliteBackend {
                 };
                 let op = |e| db_error("release", e);
                 let changed = conn
-                    .execute(
+                    .prepare_cached(
                         "UPDATE leasehold_leases SET lease_id = NULL, boot_id = NULL, expires_at_ns = NULL
                          WHERE key = ?1 AND lease_id = ?2",
-                        params![lease.key.as_str(), lease.lease_id.as_str()],
                     )
+                    .and_then(|mut st| st.execute(params![lease.key.as_str(), lease.lease_id.as_str()]))
                     .map_err(op)?;
                 if changed == 1 {
                     return Ok(());
