@@ -12,6 +12,7 @@
 #   scripts/bench.sh --out DIR     # the full run, written to DIR
 #   scripts/bench.sh --tiny        # seconds: tiny loads, no peers, debug build, to a temp dir
 #                                  # (uses the emulators only if already running)
+#   scripts/bench.sh --only 1,5 --out DIR   # some figures only, for a quick look
 #
 # It is not a timed test: a --tiny run only checks that everything runs and
 # the report is written.
@@ -21,11 +22,13 @@ cd "$ROOT"
 
 tiny=0
 out=""
+only=()
 while (($#)); do
     case "$1" in
         --tiny) tiny=1 ;;
         --out) out="$2"; shift ;;
-        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+        --only) only=(--only "$2"); shift ;;
+        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
         *) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
     esac
     shift
@@ -51,7 +54,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-args=()
+args=("${only[@]}")
 if ((tiny)); then
     if [[ -z "$out" ]]; then
         out="$(mktemp -d "${TMPDIR:-/tmp}/leasehold-bench.XXXXXX")"

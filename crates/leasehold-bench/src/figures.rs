@@ -34,6 +34,10 @@ pub struct RunArgs {
     /// Leave out the Azurite and DynamoDB Local figures.
     #[arg(long)]
     pub no_emulators: bool,
+    /// Run only these figures (e.g. `--only 1,5`), for a quick look while
+    /// working on one; the report then says the others were not run.
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<u8>,
 }
 
 /// Loads and durations of one run.
@@ -309,7 +313,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     }
     let specs = warm;
-    for spec in &specs {
+    let want = |figure: u8| args.only.is_empty() || args.only.contains(&figure);
+    if !args.only.is_empty() {
+        res.notes
+            .push(format!("Only figures {:?} were run (--only).", args.only));
+    }
+    for spec in specs.iter().filter(|_| want(1)) {
         eprintln!("[1] overhead over the raw SDK: {}", spec.label());
         match run.overhead(spec, false).await {
             Ok(o) => res.overhead.push(o),
@@ -326,7 +335,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         }
     }
-    for spec in std::iter::once(&Spec::Memory).chain(&specs) {
+    for spec in std::iter::once(&Spec::Memory)
+        .chain(&specs)
+        .filter(|_| want(2))
+    {
         eprintln!("[2] handoff: {}", spec.label());
         match run.handoff(spec).await {
             Ok(h) => res.handoff.push(h),
@@ -335,7 +347,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 .push(format!("figure 2, {}: failed: {e:#}", spec.label())),
         }
     }
-    for spec in &specs {
+    for spec in specs.iter().filter(|_| want(3)) {
         eprintln!("[3] contention: {}", spec.label());
         match run.contention(spec).await {
             Ok(c) => res.contention.push(c),
@@ -344,7 +356,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 .push(format!("figure 3, {}: failed: {e:#}", spec.label())),
         }
     }
-    for spec in std::iter::once(&Spec::Memory).chain(&specs) {
+    for spec in std::iter::once(&Spec::Memory)
+        .chain(&specs)
+        .filter(|_| want(4))
+    {
         // The emulators hold 1,000 (they are slow by nature); the embedded
         // stores and real servers 10,000.
         let local = matches!(
@@ -375,12 +390,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 .push(format!("figure 4, {}: failed: {e:#}", spec.label())),
         }
     }
-    eprintln!("[5] CLI vs flock");
-    match run.cli().await {
-        Ok(c) => res.cli = Some(c),
-        Err(e) => res.notes.push(format!("figure 5: failed: {e:#}")),
+    if want(5) {
+        eprintln!("[5] CLI vs flock");
+        match run.cli().await {
+            Ok(c) => res.cli = Some(c),
+            Err(e) => res.notes.push(format!("figure 5: failed: {e:#}")),
+        }
     }
-    if plan.peer_cycles_ms == 0 {
+    if !want(6) {
+    } else if plan.peer_cycles_ms == 0 {
         res.notes
             .push("Peers (figure 6) are not run in a --tiny run.".into());
     } else if let Some(venv) = &args.venv {

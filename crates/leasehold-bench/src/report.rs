@@ -275,12 +275,13 @@ process\" is the share of consecutive passes that changed process.\n",
     }
     let _ = writeln!(
         s,
-        "\nInside a process the lock passes in FIFO order with a direct wake-up, so a process that \
-holds the lock keeps it while its tasks queue; other processes get it when a poll of theirs falls \
-into a gap, or when the process stands back: after 20 poll intervals (2 s) of local handoffs the \
-next local waiter waits one poll interval first, so every other process's waiter gets a try. \
-Passes stay fast and the store quiet; the longest wait shows how long a process can still be kept \
-out (its polls can miss the gap while other processes win it). Targets (issue 12): no task never \
+        "\nInside a process the lock passes in FIFO order with a direct wake-up. So that a process \
+whose tasks queue does not keep the lock, a local waiter taking over from a local release first \
+leaves the key free for a moment when another process held the key in the last 2 s (the store \
+answered \"held\" to this process, or its fencing token jumped), or after 10 poll intervals of local \
+handoffs (1 s): for 10 ms on stores whose releases wake other processes' waiters (SQLite, \
+PostgreSQL, Redis, etcd), else for one longest poll interval, in which every other process's \
+waiter polls. Targets (issue 12): no task never \
 served, the longest single wait ≤ 2 s on SQLite and ≤ 5 s on the other stores, and the most served \
 process at most 3× the least served.\n"
     );

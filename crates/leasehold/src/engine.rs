@@ -8,9 +8,10 @@
 //!
 //! * **Attempts.** One round tries every slot once, in random order (so that
 //!   N processes do not all start on slot 0), skipping slots this process
-//!   already holds. Each attempt runs in a task of its own: if the caller is
-//!   dropped while a request is in flight and the store grants it anyway,
-//!   the task releases the lease (cancel safety).
+//!   already holds. Each attempt runs in the caller's task; if the caller
+//!   is dropped while a request is in flight, the attempt finishes in a task
+//!   of its own and, if the store granted it anyway, releases the lease
+//!   (cancel safety, see [`Detachable`]).
 //! * **Store epochs.** An attempt asks for the epoch this store has cleared
 //!   and learns a new one first if need be; nothing is granted in an epoch
 //!   still in quarantine ([`Error::Quarantined`]).
@@ -28,10 +29,16 @@
 //!   failures), and a release by a guard of the same [`Store`] wakes it at
 //!   once. The wait ends at its deadline, even inside an attempt, so SDK
 //!   retries cannot stretch it.
-//! * **Fairness.** Once local handoffs have kept a contended key in this
-//!   process for [`FAIR_SHARE_POLLS`] longest poll intervals, the local
-//!   waiter about to take over from a local release stands back for one poll
-//!   interval instead, so that every other process's waiter gets a try.
+//! * **Fairness.** A local waiter about to take over from a local release
+//!   first leaves the key free for a moment if the store said, within the
+//!   last [`CONTENDED_FOR`], that another process held it (so it may be
+//!   waiting too): for [`GIVE_WAY_WATCHED`] where the backend wakes other
+//!   processes' waiters on a release, else for one longest poll interval,
+//!   in which every other process's waiter polls. It also gives way once
+//!   local handoffs have kept the key for [`PROBE_POLLS`] longest poll
+//!   intervals, since a process holding the key all along never sees the
+//!   others waiting. So passes go round the processes that want the key; a
+//!   key only one process uses waits a moment once every few polls.
 //! * **How a wait ends without a lease:** with the last store failure if the
 //!   store failed since it last answered (an unreachable store is not a
 //!   holder), or a failure saying it never answered, else
@@ -40,11 +47,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{oneshot, OwnedMutexGuard};
+use tokio::sync::OwnedMutexGuard;
 use tracing::Instrument;
 
 use crate::backend::{AcquireOutcome, AcquireRequest, Backend, HolderInfo, Lease, LeaseId, Owner};
 use crate::clock::SharedClock;
+use crate::detach::Detachable;
 use crate::epoch::Clearance;
 use crate::error::{Error, Result};
 use crate::guard::{GuardParts, LeaseGuard};
@@ -54,10 +62,20 @@ use crate::metric::{Kind, Labels};
 use crate::options::{ResolvedOptions, Wait};
 use crate::store::Store;
 
-/// How many longest poll intervals a process may keep a contended key
-/// through local handoffs before it stands back for one interval, so that
-/// other processes' waiters get their turn (2 s with the default polling).
-pub(crate) const FAIR_SHARE_POLLS: u32 = 20;
+/// How recently another process must have held a key for a local waiter to
+/// give way to it (see the module docs).
+pub(crate) const CONTENDED_FOR: Duration = Duration::from_secs(2);
+
+/// After how many longest poll intervals of local handoffs a process gives
+/// way even though no other process was seen holding the key (1 s with the
+/// default polling): a waiter elsewhere only ever finds it held.
+pub(crate) const PROBE_POLLS: u32 = 10;
+
+/// How long a local waiter leaves the key free for other processes when the
+/// backend wakes their waiters on a release (see
+/// [`Backend::watch_release`]): long enough for a woken waiter in another
+/// process on the same machine or network to ask, short next to a poll.
+pub(crate) const GIVE_WAY_WATCHED: Duration = Duration::from_millis(10);
 
 /// Why a waiting acquisition has not got the lease yet, as reported to
 /// [`Lock::acquire_reporting`](crate::Lock::acquire_reporting).
@@ -241,27 +259,29 @@ impl Engine {
         let mut slots = self.fresh_slots();
         let mut failures = 0u32;
         loop {
-            if self
-                .queue
-                .take_turn_elsewhere(self.opts.poll_max, self.opts.poll_max * FAIR_SHARE_POLLS)
-            {
-                // About to take over from a local release: other processes
-                // poll at most poll_max apart, so each gets a try while this
-                // process stands back.
-                tracing::debug!("local handoffs kept the key here long enough; standing back for one poll interval");
-                if until(give_up, tokio::time::sleep(self.opts.poll_max))
-                    .await
-                    .is_none()
-                {
-                    return Err(timed_out());
-                }
-            }
             let released = self.queue.released.notified();
             tokio::pin!(released);
             released.as_mut().enable();
             // A release by another process, where the backend can tell
             // (registered before the round, so none is missed).
             let remote = self.store.backend().watch_release(&self.slots);
+            if self.queue.give_way(
+                self.opts.poll_max,
+                CONTENDED_FOR,
+                self.opts.poll_max * PROBE_POLLS,
+            ) {
+                // Taking over from a local release while another process
+                // wants the key too: leave it free long enough for that
+                // process's waiter to ask first.
+                let pause = match remote {
+                    Some(_) => GIVE_WAY_WATCHED.min(self.opts.poll_max),
+                    None => self.opts.poll_max,
+                };
+                tracing::trace!(?pause, "another process wants the key too; giving way");
+                if until(give_up, tokio::time::sleep(pause)).await.is_none() {
+                    return Err(timed_out());
+                }
+            }
             let Some(round) = until(give_up, self.round(&mut slots, &mut queue)).await else {
                 return Err(self.wait_error(&mut outcome, started));
             };
@@ -378,6 +398,7 @@ impl Engine {
                     }
                     let gate = if own_queue { queue.take() } else { gate };
                     let guard = self.make_guard(
+                        i as u32,
                         &mut state.pending,
                         grant.fencing_token,
                         anchor,
@@ -390,6 +411,9 @@ impl Engine {
                     }));
                 }
                 Ok(AcquireOutcome::Held(holder)) => {
+                    // Not a guard of ours: this process's guard keeps the
+                    // gate taken above, and its waiters do not ask.
+                    self.queue.note_held_elsewhere();
                     state.anchor = None;
                     state.pending.disarm();
                     missed.held = true;
@@ -479,6 +503,7 @@ impl Engine {
 
     fn make_guard(
         &self,
+        slot: u32,
         pending: &mut PendingLease,
         fencing_token: u64,
         anchor: Duration,
@@ -487,6 +512,10 @@ impl Engine {
     ) -> LeaseGuard {
         pending.disarm();
         self.queue.note_grant(self.opts.poll_max);
+        if self.queue.note_token(slot, fencing_token) {
+            // Granted to someone else since our last grant on this slot.
+            self.queue.note_held_elsewhere();
+        }
         let mut lease = pending.lease.clone();
         lease.fencing_token = fencing_token;
         let group = (!Arc::ptr_eq(&local, &self.queue)).then(|| self.queue.clone());
@@ -537,9 +566,10 @@ impl Engine {
         outcome
     }
 
-    /// One backend attempt, run in its own task so that dropping the caller
-    /// cannot strand a granted lease: if nobody is left to receive a grant
-    /// (or an ambiguous failure), the task releases the lease itself.
+    /// One backend attempt. It runs in the caller's task; if the caller is
+    /// dropped while it is in flight, it finishes in a task of its own and,
+    /// when the store granted it (or may have), releases the lease, so
+    /// that dropping the caller cannot strand a lease.
     async fn send_attempt(
         &self,
         key: &Key,
@@ -557,8 +587,7 @@ impl Engine {
         };
         let lease = lease.clone();
         let labels = self.labels();
-        let (tx, rx) = oneshot::channel();
-        tokio::spawn(async move {
+        Detachable::new(|orphaned| async move {
             let outcome = backend.try_acquire(&request).await;
             labels.attempt(match &outcome {
                 Ok(AcquireOutcome::Acquired(_)) => "acquired",
@@ -566,23 +595,18 @@ impl Engine {
                 Ok(AcquireOutcome::OtherEpoch(_)) => "other_epoch",
                 Err(_) => "error",
             });
-            match tx.send(outcome) {
-                Ok(()) => {}
-                Err(Ok(AcquireOutcome::Held(_) | AcquireOutcome::OtherEpoch(_))) => {}
-                Err(Err(e)) if !e.is_retryable() => {}
-                Err(_granted_or_unknown) => {
-                    let _ = backend.release(&lease).await;
+            if orphaned.get() {
+                match &outcome {
+                    Ok(AcquireOutcome::Held(_) | AcquireOutcome::OtherEpoch(_)) => {}
+                    Err(e) if !e.is_retryable() => {}
+                    _granted_or_unknown => {
+                        let _ = backend.release(&lease).await;
+                    }
                 }
             }
-        });
-        rx.await.unwrap_or_else(|_| {
-            Err(Error::backend(
-                self.store.backend().name(),
-                "acquire",
-                true,
-                "the acquire task ended without an answer",
-            ))
+            outcome
         })
+        .await
     }
 }
 

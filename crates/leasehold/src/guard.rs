@@ -2,21 +2,22 @@
 //! is lost.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime};
 
-use tokio::sync::{oneshot, watch, OwnedMutexGuard};
+use tokio::sync::{watch, OwnedMutexGuard};
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::{Backend, Lease};
+use crate::backend::{Backend, Lease, Owner};
 use crate::clock::SharedClock;
+use crate::detach::Detachable;
 use crate::error::{Error, LossReason, Result};
 use crate::key::Key;
 use crate::local::LocalKey;
 use crate::metric::Labels;
 use crate::options::{LossPolicy, ResolvedOptions};
 use crate::renewal::RenewalLoop;
-use crate::runs::RunReport;
+use crate::runs::{RunOutcome, RunRecord, RunReport};
 
 /// State shared between a guard and its renewal task.
 #[derive(Debug)]
@@ -32,18 +33,36 @@ pub(crate) struct GuardState {
     deadline_tx: watch::Sender<Duration>,
     lost: CancellationToken,
     reason: OnceLock<LossReason>,
+    policy: LossPolicy,
+    /// The key's local state, and the gate this guard keeps local waiters
+    /// out with until the lease is let go.
+    local: Arc<LocalKey>,
+    gate: Mutex<Option<OwnedMutexGuard<()>>>,
+    /// Also rung when the lease is let go (a semaphore's waiters).
+    group: Option<Arc<LocalKey>>,
+    pub labels: Labels,
+    /// When the lease was granted; taken when the hold is recorded.
+    held_since: Mutex<Option<std::time::Instant>>,
 }
 
 impl GuardState {
-    pub fn new(key: Key, fencing_token: u64, clock: SharedClock, deadline: Duration) -> Self {
+    /// A lease just granted: until its first renewal, it is safe until
+    /// `deadline`.
+    fn new(parts: &mut GuardParts, deadline: Duration) -> Self {
         GuardState {
-            key,
-            fencing_token,
-            clock,
+            key: parts.lease.key.clone(),
+            fencing_token: parts.lease.fencing_token,
+            clock: parts.clock.clone(),
             deadline_nanos: AtomicU64::new(deadline.as_nanos() as u64),
             deadline_tx: watch::Sender::new(deadline),
             lost: CancellationToken::new(),
             reason: OnceLock::new(),
+            policy: parts.opts.loss_policy,
+            local: parts.local.clone(),
+            gate: Mutex::new(parts.gate.take()),
+            group: parts.group.take(),
+            labels: parts.labels,
+            held_since: Mutex::new(Some(std::time::Instant::now())),
         }
     }
 
@@ -74,8 +93,44 @@ impl GuardState {
         }
     }
 
+    /// The lease is lost: records it, marks it (once) and applies the loss
+    /// policy.
+    pub fn lose(&self, reason: LossReason) {
+        if self.end_hold() {
+            self.labels.loss(&reason);
+        }
+        self.mark_lost(reason, self.policy);
+    }
+
+    /// Records the hold time and the held gauge, once; whether this call
+    /// did.
+    fn end_hold(&self) -> bool {
+        let since = self
+            .held_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(since) = since {
+            self.labels.hold_time(since.elapsed());
+            self.labels.held(-1.0);
+        }
+        since.is_some()
+    }
+
+    /// Opens the local gate and wakes local waiters: the lease is no longer
+    /// ours to keep from them.
+    pub fn let_go(&self) {
+        self.local.note_release();
+        self.gate.lock().unwrap_or_else(|e| e.into_inner()).take();
+        self.local.released.notify_waiters();
+        if let Some(group) = &self.group {
+            group.note_release();
+            group.released.notify_waiters();
+        }
+    }
+
     /// Marks the lease lost (once) and applies the loss policy.
-    pub fn mark_lost(&self, reason: LossReason, policy: LossPolicy) {
+    fn mark_lost(&self, reason: LossReason, policy: LossPolicy) {
         if self.reason.set(reason.clone()).is_err() {
             return;
         }
@@ -118,12 +173,107 @@ impl GuardState {
     }
 }
 
-/// Sent to the renewal task to end the lease: where to report the outcome
-/// of the release, and the run to record first, if any.
-#[derive(Debug)]
-pub(crate) struct ReleaseCommand {
-    pub reply: oneshot::Sender<Result<()>>,
-    pub run: Option<RunReport>,
+/// What ending a lease needs: the guard keeps it until it is released or
+/// dropped.
+struct Holding {
+    backend: Arc<dyn Backend>,
+    lease: Lease,
+    opts: ResolvedOptions,
+    state: Arc<GuardState>,
+}
+
+impl Holding {
+    /// Records the run, if any, then releases the lease and lets local
+    /// waiters in.
+    async fn end(self, run: Option<RunReport>) -> Result<()> {
+        let recorded = match run {
+            Some(run) => self.record(run).await,
+            None => Ok(()),
+        };
+        // A lost lease or a failed release says more than a failed record;
+        // otherwise the record's failure is the news.
+        self.release().await.and(recorded)
+    }
+
+    /// Records how a run under the lease ended (see
+    /// [`LeaseGuard::release_with`]): never as a success once the lease is
+    /// lost.
+    async fn record(&self, run: RunReport) -> Result<()> {
+        let mut owner = Owner::current();
+        owner.label = self.opts.label.clone();
+        let outcome = match self.state.loss_reason() {
+            Some(_) => RunOutcome::LeaseLost,
+            None => run.outcome,
+        };
+        let record = RunRecord::new(
+            outcome,
+            run.started_at,
+            SystemTime::now(),
+            owner,
+            self.lease.fencing_token,
+        )
+        .with_exit_code(run.exit_code);
+        match self.backend.record_run(&self.lease, &record).await {
+            Ok(()) => Ok(()),
+            Err(lost @ Error::LeaseLost { .. }) => {
+                if outcome == RunOutcome::Succeeded {
+                    // Not ours any more (the store says so before our clock
+                    // did): keep the attempt as the last run where the
+                    // store allows, never as a success.
+                    let attempt = RunRecord {
+                        outcome: RunOutcome::LeaseLost,
+                        ..record
+                    };
+                    let _ = self.backend.record_run(&self.lease, &attempt).await;
+                }
+                // Reported even if the release that follows goes through
+                // (Azure lets a broken lease be released by its id).
+                Err(lost)
+            }
+            Err(err) => {
+                tracing::warn!(key = %self.lease.key, error = %err, "could not record the run");
+                Err(err)
+            }
+        }
+    }
+
+    /// Releases the lease on the backend, then lets local waiters in.
+    async fn release(&self) -> Result<()> {
+        let state = &self.state;
+        let lost = state.loss_reason();
+        let result = match &lost {
+            // Someone else's now: a release with our id would be refused.
+            Some(LossReason::Revoked(_)) => Ok(()),
+            _ => self.backend.release(&self.lease).await,
+        };
+        if let Some(reason) = &lost {
+            if state.end_hold() {
+                // Lost on the clock before the renewal task noticed.
+                state.labels.loss(reason);
+            }
+        }
+        state.end_hold();
+        state.labels.release(match (&lost, &result) {
+            (Some(_), _) => "lost",
+            (None, Ok(())) => "ok",
+            (None, Err(_)) => "error",
+        });
+        state.let_go();
+        match (lost, result) {
+            (Some(reason), _) => Err(Error::LeaseLost {
+                key: self.lease.key.to_string(),
+                reason,
+            }),
+            (None, Ok(())) => {
+                tracing::debug!(key = %self.lease.key, token = self.lease.fencing_token, "released");
+                Ok(())
+            }
+            (None, Err(err)) => {
+                tracing::warn!(key = %self.lease.key, error = %err, "release failed; the lease ends at its TTL");
+                Err(err)
+            }
+        }
+    }
 }
 
 /// A held lease.
@@ -138,14 +288,27 @@ pub(crate) struct ReleaseCommand {
 ///
 /// # Release
 /// [`release`](Self::release) ends the lease and reports errors. Dropping the
-/// guard releases in the background, best effort: if the runtime shuts down
-/// first or the backend cannot be reached, the lease ends when its TTL runs
-/// out.
+/// guard (on any thread) releases in the background on the runtime that
+/// granted it, best effort: if that runtime shuts down first or the backend
+/// cannot be reached, the lease ends when its TTL runs out.
 #[must_use = "the lease is released as soon as the guard is dropped"]
-#[derive(Debug)]
 pub struct LeaseGuard {
     state: Arc<GuardState>,
-    release_tx: Option<oneshot::Sender<ReleaseCommand>>,
+    /// Taken when the guard is released or dropped.
+    holding: Option<Holding>,
+    /// Stops the renewal task.
+    stop: CancellationToken,
+    runtime: tokio::runtime::Handle,
+}
+
+impl std::fmt::Debug for LeaseGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseGuard")
+            .field("key", &self.state.key)
+            .field("fencing_token", &self.state.fencing_token)
+            .field("lost", &self.state.loss_reason())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Everything needed to start a guard's renewal task.
@@ -165,32 +328,31 @@ pub(crate) struct GuardParts {
 }
 
 impl LeaseGuard {
-    pub(crate) fn start(parts: GuardParts) -> Self {
+    /// Starts renewing a lease just granted. Called inside a tokio runtime.
+    pub(crate) fn start(mut parts: GuardParts) -> Self {
         let deadline = parts.anchor + parts.opts.ttl - parts.opts.safety_margin;
-        let state = Arc::new(GuardState::new(
-            parts.lease.key.clone(),
-            parts.lease.fencing_token,
-            parts.clock.clone(),
-            deadline,
-        ));
-        let (release_tx, release_rx) = oneshot::channel();
+        let state = Arc::new(GuardState::new(&mut parts, deadline));
         parts.labels.held(1.0);
+        let stop = CancellationToken::new();
         let renewal = RenewalLoop {
-            backend: parts.backend,
-            lease: parts.lease,
-            opts: parts.opts,
+            backend: parts.backend.clone(),
+            lease: parts.lease.clone(),
+            opts: parts.opts.clone(),
             state: state.clone(),
             next_renewal: parts.anchor,
-            local: parts.local,
-            gate: parts.gate,
-            group: parts.group,
-            labels: parts.labels,
-            held_since: Some(std::time::Instant::now()),
+            stop: stop.clone(),
         };
-        tokio::spawn(renewal.run(release_rx));
+        tokio::spawn(renewal.run());
         LeaseGuard {
-            state,
-            release_tx: Some(release_tx),
+            state: state.clone(),
+            holding: Some(Holding {
+                backend: parts.backend,
+                lease: parts.lease,
+                opts: parts.opts,
+                state,
+            }),
+            stop,
+            runtime: tokio::runtime::Handle::current(),
         }
     }
 
@@ -304,39 +466,23 @@ impl LeaseGuard {
     }
 
     async fn end(mut self, run: Option<RunReport>) -> Result<()> {
-        let (reply_tx, reply_rx) = oneshot::channel();
-        let sender = self
-            .release_tx
+        let holding = self
+            .holding
             .take()
-            .expect("release_tx is only taken here or in drop");
-        let command = ReleaseCommand {
-            reply: reply_tx,
-            run,
-        };
-        if sender.send(command).is_err() {
-            return Err(self.gone_error());
-        }
-        match reply_rx.await {
-            Ok(result) => result,
-            Err(_) => Err(self.gone_error()),
-        }
-    }
-
-    fn gone_error(&self) -> Error {
-        Error::LeaseLost {
-            key: self.state.key.to_string(),
-            reason: self
-                .state
-                .loss_reason()
-                .unwrap_or_else(|| LossReason::Revoked("the renewal task is gone".into())),
-        }
+            .expect("holding is only taken here or in drop");
+        self.stop.cancel();
+        // In the caller's task: no round trip through another task.
+        Detachable::new(|_| holding.end(run)).await
     }
 }
 
 impl Drop for LeaseGuard {
     fn drop(&mut self) {
-        // Dropping the sender tells the renewal task to release in the
-        // background; nothing else to do here.
-        self.release_tx.take();
+        self.stop.cancel();
+        if let Some(holding) = self.holding.take() {
+            self.runtime.spawn(async move {
+                let _ = holding.end(None).await;
+            });
+        }
     }
 }

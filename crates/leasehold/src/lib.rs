@@ -93,6 +93,7 @@
 
 pub mod backend;
 mod clock;
+mod detach;
 mod election;
 mod engine;
 mod epoch;

@@ -25,54 +25,80 @@ pub(crate) struct LocalKey {
     pub gate: Arc<tokio::sync::Mutex<()>>,
     /// Rung when a guard of this process has released the key.
     pub released: Notify,
-    /// The current run of local handoffs, for fairness to other processes.
-    streak: Mutex<Streak>,
+    /// The current run of local handoffs, and when the store last said
+    /// another process held the key: for giving way (see
+    /// [`give_way`](Self::give_way)).
+    turns: Mutex<Turns>,
     /// When the store last answered an attempt on the key from this
     /// process (held, granted, another epoch): a task that queued behind
     /// the poller knows the store answered even if it never asked itself.
     last_answer: Mutex<Option<Instant>>,
 }
 
-/// A run of grants of the key within this process, each taken right after
-/// a local release.
 #[derive(Debug, Default)]
-struct Streak {
-    since: Option<Instant>,
+struct Turns {
+    /// Since when grants have followed local releases without a break.
+    streak_since: Option<Instant>,
     last_release: Option<Instant>,
+    held_elsewhere: Option<Instant>,
+    /// The fencing token of this process's last grant, per slot (a lock
+    /// has one, slot 0).
+    last_tokens: HashMap<u32, u64>,
 }
 
 impl LocalKey {
     /// A guard of this process let the key go.
     pub fn note_release(&self) {
-        self.streak().last_release = Some(Instant::now());
+        self.turns().last_release = Some(Instant::now());
     }
 
     /// A guard of this process got the key; `handoff` is how soon after a
     /// local release a grant counts as a local handoff.
     pub fn note_grant(&self, handoff: Duration) {
-        let mut s = self.streak();
+        let mut t = self.turns();
         let now = Instant::now();
-        let handed_over = s.last_release.is_some_and(|t| now - t <= handoff);
-        if !handed_over || s.since.is_none() {
-            s.since = Some(now);
+        let handed_over = t.last_release.is_some_and(|r| now - r <= handoff);
+        if !handed_over || t.streak_since.is_none() {
+            t.streak_since = Some(now);
         }
     }
 
-    /// Whether a waiter that was just let in by a local release should
-    /// first leave the key to other processes for a while: true once local
-    /// handoffs have kept the key in this process for `share`. Resets the
-    /// streak when it answers true.
+    /// A guard of this process got `slot` with `token`: whether it was
+    /// granted to someone else since this process last had it (tokens grow
+    /// by one per grant within a store epoch; a gap means another grant).
+    pub fn note_token(&self, slot: u32, token: u64) -> bool {
+        let mut t = self.turns();
+        let last = t.last_tokens.insert(slot, token);
+        last.is_some_and(|last| token > last.saturating_add(1))
+    }
+
+    /// The store said the key is held, and not by a guard of this process
+    /// (whose waiters are queued behind it, not asking): another process
+    /// wants it too.
+    pub fn note_held_elsewhere(&self) {
+        self.turns().held_elsewhere = Some(Instant::now());
+    }
+
+    /// Whether a waiter about to try the key should first leave it free for
+    /// a moment: it is taking over from a local release (one within
+    /// `handoff`), and either another process has held the key within
+    /// `contended` (so it may be waiting too), or local handoffs have kept
+    /// the key here for `probe` (so a waiter elsewhere would not have been
+    /// seen: it only ever found the key held).
     ///
-    /// Local waiters are woken at once while other processes only poll, so
-    /// without this a process with a queue of waiting tasks would keep a
-    /// contended key for as long as its queue lasts.
-    pub fn take_turn_elsewhere(&self, handoff: Duration, share: Duration) -> bool {
-        let mut s = self.streak();
+    /// Local waiters are woken at once, other processes' only by the
+    /// store's release notice or their next poll, so without this a process
+    /// with a queue of waiting tasks would keep a contended key for as long
+    /// as its queue lasts. Answers true at most once per local release.
+    pub fn give_way(&self, handoff: Duration, contended: Duration, probe: Duration) -> bool {
+        let mut t = self.turns();
         let now = Instant::now();
-        let handed_over = s.last_release.is_some_and(|t| now - t <= handoff);
-        let long = s.since.is_some_and(|t| now - t >= share);
-        if handed_over && long {
-            s.since = None;
+        let handed_over = t.last_release.is_some_and(|r| now - r <= handoff);
+        let wanted = t.held_elsewhere.is_some_and(|h| now - h <= contended);
+        let long = t.streak_since.is_some_and(|s| now - s >= probe);
+        if handed_over && (wanted || long) {
+            t.last_release = None;
+            t.streak_since = None;
             return true;
         }
         false
@@ -92,8 +118,8 @@ impl LocalKey {
             .is_some_and(|t| t >= since)
     }
 
-    fn streak(&self) -> std::sync::MutexGuard<'_, Streak> {
-        self.streak.lock().unwrap_or_else(|e| e.into_inner())
+    fn turns(&self) -> std::sync::MutexGuard<'_, Turns> {
+        self.turns.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 

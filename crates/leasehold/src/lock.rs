@@ -78,10 +78,13 @@ impl Lock {
     /// [`Store`]) wakes the first local waiter at once. Tasks of one process
     /// waiting on one key queue in FIFO order, and only the first polls the
     /// backend. So that a process with many waiting tasks does not keep a
-    /// contended key for good, once local handoffs have kept it in the
-    /// process for 20 longest poll intervals (2 s by default), the next local
-    /// waiter stands back for one poll interval, long enough for every other
-    /// process's waiter to try once.
+    /// contended key for good, a local waiter taking over from a local
+    /// release first leaves the key free for a moment when another process
+    /// was seen holding it in the last 2 s, or once local handoffs have kept
+    /// it here for 10 longest poll intervals (1 s by default): for 10 ms
+    /// where the backend wakes other processes' waiters on a release
+    /// (SQLite, PostgreSQL, Redis, etcd), else for one longest poll interval,
+    /// in which every other process's waiter polls.
     ///
     /// # Errors
     /// [`Error::TimedOut`] when the wait runs out; non-retryable backend

@@ -1,19 +1,17 @@
 //! The background task that keeps a lease alive and detects its loss.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use tokio::sync::{oneshot, OwnedMutexGuard};
+use tokio_util::sync::CancellationToken;
 
-use crate::backend::{Backend, Lease, Owner};
-use crate::error::{Error, LossReason, Result};
-use crate::guard::{GuardState, ReleaseCommand};
-use crate::local::LocalKey;
-use crate::metric::Labels;
+use crate::backend::{Backend, Lease};
+use crate::error::{Error, LossReason};
+use crate::guard::GuardState;
 use crate::options::ResolvedOptions;
-use crate::runs::{RunOutcome, RunRecord, RunReport};
 
-/// Renews one lease until it is released or lost.
+/// Renews one lease until it is lost or its guard stops it (released or
+/// dropped: the guard itself then releases the lease).
 pub(crate) struct RenewalLoop {
     pub backend: Arc<dyn Backend>,
     pub lease: Lease,
@@ -22,102 +20,38 @@ pub(crate) struct RenewalLoop {
     /// Clock time at which the next renewal is due, minus one interval (the
     /// send time of the last successful request).
     pub next_renewal: Duration,
-    pub local: Arc<LocalKey>,
-    pub gate: Option<OwnedMutexGuard<()>>,
-    /// Also rung when the lease is let go (a semaphore's waiters).
-    pub group: Option<Arc<LocalKey>>,
-    pub labels: Labels,
-    /// When the lease was granted; taken when the hold is recorded.
-    pub held_since: Option<std::time::Instant>,
+    /// Cancelled by the guard when it ends the lease; a renewal in flight is
+    /// abandoned.
+    pub stop: CancellationToken,
 }
 
 enum Step {
     Renewed,
-    Release(Option<ReleaseCommand>),
+    Stop,
     Lost,
 }
 
 impl RenewalLoop {
-    pub async fn run(mut self, mut release_rx: oneshot::Receiver<ReleaseCommand>) {
+    pub async fn run(mut self) {
         self.next_renewal += self.opts.renew_interval;
         let mut failures: u32 = 0;
-        let command = loop {
-            match self.step(&mut release_rx, &mut failures).await {
+        loop {
+            match self.step(&mut failures).await {
                 Step::Renewed => continue,
-                Step::Release(reply) => break reply,
+                Step::Stop => return,
                 Step::Lost => {
                     // Let local waiters try the backend now; the lease is no
-                    // longer ours to keep from them.
-                    self.let_go();
-                    break (&mut release_rx).await.ok();
+                    // longer ours to keep from them. The guard releases it.
+                    self.state.let_go();
+                    return;
                 }
-            }
-        };
-        let (reply, run) = match command {
-            Some(c) => (Some(c.reply), c.run),
-            None => (None, None),
-        };
-        let recorded = match run {
-            Some(run) => self.record(run).await,
-            None => Ok(()),
-        };
-        let result = self.release().await;
-        if let Some(reply) = reply {
-            // A lost lease or a failed release says more than a failed
-            // record; otherwise the record's failure is the news.
-            let _ = reply.send(result.and(recorded));
-        }
-    }
-
-    /// Records how a run under the lease ended (see
-    /// [`LeaseGuard::release_with`](crate::LeaseGuard::release_with)): never
-    /// as a success once the lease is lost.
-    async fn record(&mut self, run: RunReport) -> Result<()> {
-        let mut owner = Owner::current();
-        owner.label = self.opts.label.clone();
-        let outcome = match self.state.loss_reason() {
-            Some(_) => RunOutcome::LeaseLost,
-            None => run.outcome,
-        };
-        let record = RunRecord::new(
-            outcome,
-            run.started_at,
-            SystemTime::now(),
-            owner,
-            self.lease.fencing_token,
-        )
-        .with_exit_code(run.exit_code);
-        match self.backend.record_run(&self.lease, &record).await {
-            Ok(()) => Ok(()),
-            Err(lost @ Error::LeaseLost { .. }) => {
-                if outcome == RunOutcome::Succeeded {
-                    // Not ours any more (the store says so before our clock
-                    // did): keep the attempt as the last run where the
-                    // store allows, never as a success.
-                    let attempt = RunRecord {
-                        outcome: RunOutcome::LeaseLost,
-                        ..record
-                    };
-                    let _ = self.backend.record_run(&self.lease, &attempt).await;
-                }
-                // Reported even if the release that follows goes through
-                // (Azure lets a broken lease be released by its id).
-                Err(lost)
-            }
-            Err(err) => {
-                tracing::warn!(key = %self.lease.key, error = %err, "could not record the run");
-                Err(err)
             }
         }
     }
 
-    /// Waits for the next renewal (or the deadline, or a release command) and
+    /// Waits for the next renewal (or the deadline, or the guard's stop) and
     /// performs it.
-    async fn step(
-        &mut self,
-        release_rx: &mut oneshot::Receiver<ReleaseCommand>,
-        failures: &mut u32,
-    ) -> Step {
+    async fn step(&mut self, failures: &mut u32) -> Step {
         let clock = self.state.clock.clone();
         let deadline = self.state.deadline();
         let now = clock.now();
@@ -128,7 +62,7 @@ impl RenewalLoop {
         let wake = self.next_renewal.min(deadline);
         tokio::select! {
             biased;
-            cmd = &mut *release_rx => return Step::Release(cmd.ok()),
+            _ = self.stop.cancelled() => return Step::Stop,
             _ = tokio::time::sleep(wake.saturating_sub(now)) => {}
         }
         let sent = clock.now();
@@ -141,11 +75,11 @@ impl RenewalLoop {
         }
         let outcome = tokio::select! {
             biased;
-            cmd = &mut *release_rx => return Step::Release(cmd.ok()),
+            _ = self.stop.cancelled() => return Step::Stop,
             // Whatever the network does, the guard is lost at the deadline.
             r = tokio::time::timeout(deadline - sent, self.backend.renew(&self.lease)) => r,
         };
-        self.labels.renewal(match &outcome {
+        self.state.labels.renewal(match &outcome {
             Ok(Ok(())) => "ok",
             Ok(Err(Error::LeaseLost { .. })) | Err(_) => "lost",
             Ok(Err(_)) => "error",
@@ -196,64 +130,6 @@ impl RenewalLoop {
     }
 
     fn lose(&mut self, reason: LossReason) {
-        if self.held_since.is_some() {
-            self.labels.loss(&reason);
-        }
-        self.end_hold();
-        self.state.mark_lost(reason, self.opts.loss_policy);
-    }
-
-    /// Records the hold time and the held gauge, once.
-    fn end_hold(&mut self) {
-        if let Some(since) = self.held_since.take() {
-            self.labels.hold_time(since.elapsed());
-            self.labels.held(-1.0);
-        }
-    }
-
-    /// Opens the local gate and wakes local waiters.
-    fn let_go(&mut self) {
-        self.local.note_release();
-        self.gate.take();
-        self.local.released.notify_waiters();
-        if let Some(group) = &self.group {
-            group.note_release();
-            group.released.notify_waiters();
-        }
-    }
-
-    /// Releases the lease on the backend, then lets local waiters in.
-    async fn release(&mut self) -> Result<()> {
-        let lost = self.state.loss_reason();
-        let result = match &lost {
-            // Someone else's now: a release with our id would be refused.
-            Some(LossReason::Revoked(_)) => Ok(()),
-            _ => self.backend.release(&self.lease).await,
-        };
-        if let (Some(reason), Some(_)) = (&lost, self.held_since) {
-            // Lost on the clock before the loop got to notice.
-            self.labels.loss(reason);
-        }
-        self.end_hold();
-        self.labels.release(match (&lost, &result) {
-            (Some(_), _) => "lost",
-            (None, Ok(())) => "ok",
-            (None, Err(_)) => "error",
-        });
-        self.let_go();
-        match (lost, result) {
-            (Some(reason), _) => Err(Error::LeaseLost {
-                key: self.lease.key.to_string(),
-                reason,
-            }),
-            (None, Ok(())) => {
-                tracing::debug!(key = %self.lease.key, token = self.lease.fencing_token, "released");
-                Ok(())
-            }
-            (None, Err(err)) => {
-                tracing::warn!(key = %self.lease.key, error = %err, "release failed; the lease ends at its TTL");
-                Err(err)
-            }
-        }
+        self.state.lose(reason);
     }
 }
