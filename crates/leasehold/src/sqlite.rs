@@ -569,8 +569,11 @@ struct HolderLock {
 struct HolderState {
     /// Lease ids held or being asked for.
     leases: HashSet<String>,
-    /// The directory, locked shared while `leases` is not empty.
-    file: Option<std::fs::File>,
+    /// The directory, opened for the database file it was resolved for;
+    /// locked shared while `leases` is not empty. Kept open between leases
+    /// (unlocked), so that an uncontended cycle costs one `stat` and two
+    /// `flock`s, not a path resolution and an `open`.
+    dir: Option<(FileId, std::fs::File)>,
 }
 
 impl HolderLock {
@@ -594,29 +597,42 @@ impl HolderLock {
     /// Notes that `lease_id` holds or is about to be granted a lease.
     fn hold(&self, lease_id: &str) -> Result<()> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if state.file.is_none() {
-            let path = self.dir();
-            let dir = std::fs::File::open(&path).map_err(|e| {
-                Error::backend(
-                    NAME,
-                    "acquire",
-                    false,
-                    format!("cannot open {}: {e}", path.display()),
-                )
-            })?;
+        if state.leases.is_empty() {
+            // The directory of the file the path names now: the one opened
+            // before if the path still names the same file (a path that
+            // names another file, maybe through a re-pointed link, is
+            // resolved again).
+            let file = FileId::of(&self.db).ok();
+            let reuse = matches!((&state.dir, file), (Some((was, _)), Some(now)) if *was == now);
+            if !reuse {
+                state.dir = None;
+                let path = self.dir();
+                let dir = std::fs::File::open(&path).map_err(|e| {
+                    Error::backend(
+                        NAME,
+                        "acquire",
+                        false,
+                        format!("cannot open {}: {e}", path.display()),
+                    )
+                })?;
+                // With no file yet (it is about to be created), a FileId
+                // that matches none: resolved again next time.
+                state.dir = Some((file.unwrap_or(FileId { dev: 0, ino: 0 }), dir));
+            }
+            let (_, dir) = state.dir.as_ref().expect("opened above");
             // SAFETY: flock on a valid open descriptor; blocks only while an
             // epoch's creator holds the exclusive lock (a moment).
             let rc = unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_SH) };
             if rc != 0 {
                 let e = std::io::Error::last_os_error();
+                state.dir = None;
                 return Err(Error::backend(
                     NAME,
                     "acquire",
                     true,
-                    format!("cannot lock {}: {e}", path.display()),
+                    format!("cannot lock the directory of {}: {e}", self.db.display()),
                 ));
             }
-            state.file = Some(dir);
         }
         state.leases.insert(lease_id.to_string());
         Ok(())
@@ -625,10 +641,14 @@ impl HolderLock {
     /// Notes that `lease_id` holds nothing any more.
     fn let_go(&self, lease_id: &str) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        state.leases.remove(lease_id);
-        if state.leases.is_empty() {
-            // Closing the descriptor drops the lock.
-            state.file = None;
+        if state.leases.remove(lease_id) && state.leases.is_empty() {
+            if let Some((_, dir)) = &state.dir {
+                // SAFETY: as above; unlocking never blocks.
+                if unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_UN) } != 0 {
+                    // Closing the descriptor drops the lock for sure.
+                    state.dir = None;
+                }
+            }
         }
     }
 
