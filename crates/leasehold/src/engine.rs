@@ -411,9 +411,12 @@ impl Engine {
                     }));
                 }
                 Ok(AcquireOutcome::Held(holder)) => {
-                    // Not a guard of ours: this process's guard keeps the
-                    // gate taken above, and its waiters do not ask.
-                    self.queue.note_held_elsewhere();
+                    if !own_queue || queue.is_some() {
+                        // Not a guard of ours: it would keep the gate this
+                        // attempt has. (A `try_acquire` without the gate
+                        // may be told of a guard of ours.)
+                        self.queue.note_held_elsewhere();
+                    }
                     state.anchor = None;
                     state.pending.disarm();
                     missed.held = true;

@@ -618,3 +618,30 @@ async fn a_huge_wait_is_forever_not_an_overflow() {
     assert!(waiter.await.unwrap().unwrap() >= 2);
     permit.release().await.unwrap();
 }
+
+/// A `try_acquire` that finds the key held by a guard of its own process
+/// is no sign of another process: the local waiter that takes over from
+/// that guard's release does so at once, without giving way.
+#[tokio::test(start_paused = true)]
+async fn a_try_acquire_told_of_a_local_guard_does_not_make_waiters_give_way() {
+    let (backend, store) = faulty();
+    let opts =
+        LockOptions::new().poll_interval(Duration::from_millis(5), Duration::from_millis(10));
+    let lock = store.lock_with("k", opts).unwrap();
+    let held = lock.try_acquire().await.unwrap();
+    assert!(matches!(lock.try_acquire().await, Err(Error::Held { .. })));
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.acquire(Wait::Forever).await.unwrap() })
+    };
+    tokio::task::yield_now().await;
+    *backend.long_gap.lock().unwrap() = Duration::from_millis(1);
+    held.release().await.unwrap();
+    let next = waiter.await.unwrap();
+    assert_eq!(
+        backend.long_gaps.load(Ordering::SeqCst),
+        0,
+        "the local waiter gave way after its own process's release"
+    );
+    next.release().await.unwrap();
+}
