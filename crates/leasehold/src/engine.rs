@@ -328,11 +328,14 @@ impl Engine {
     }
 
     /// How a wait begun at `started` ends when it runs out. The store
-    /// answered if it answered this task, or this process's poller during
-    /// the wait: a task let through the queue just before its deadline may
-    /// run out inside its first attempt, on a store that answers well.
+    /// answered if it answered this task, or this process on this key
+    /// during the wait or the longest poll interval before it: a task let
+    /// through the queue just before its deadline, or with a wait shorter
+    /// than a round trip, may run out inside its first attempt, on a store
+    /// that answers well.
     fn wait_error(&self, outcome: &mut WaitOutcome, started: tokio::time::Instant) -> Error {
-        if self.queue.answered_since(started) {
+        let since = started.checked_sub(self.opts.poll_max).unwrap_or(started);
+        if self.queue.answered_since(since) {
             outcome.answered = true;
         }
         outcome.take_error(self.store.backend().name(), &self.name, started.elapsed())
