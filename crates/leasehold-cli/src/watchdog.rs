@@ -126,6 +126,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         kill_at: None,
         killed_at: None,
         parent_gone: false,
+        childless: false,
     };
     dog.run(command);
     ExitCode::SUCCESS
@@ -180,6 +181,10 @@ struct Watchdog {
     kill_at: Option<Duration>,
     killed_at: Option<Duration>,
     parent_gone: bool,
+    /// The last reap found no child at all: as a subreaper, the watchdog
+    /// then has no living descendant (an orphan of the tree becomes its
+    /// child).
+    childless: bool,
 }
 
 impl Watchdog {
@@ -204,14 +209,21 @@ impl Watchdog {
                     self.kill_all();
                 }
             }
-            let left = self.tree();
-            if self.status.is_some() && left.is_empty() {
+            // The tree is gone when the watchdog has no child left (no
+            // descendant, as above) and the cgroup is empty: a cheap test,
+            // so the whole process table is read only while a tree with
+            // leftovers is being stopped.
+            if self.status.is_some() && self.childless && self.cgroup_empty() {
                 break;
             }
             if self.status.is_some() && self.stopping.is_none() {
                 self.stop(Stop::Leftovers);
             }
             if let Some(at) = self.killed_at {
+                let left = self.tree();
+                if self.status.is_some() && left.is_empty() {
+                    break;
+                }
                 if now >= at + KILL_WAIT {
                     let pids: Vec<String> = left.iter().map(|p| p.to_string()).collect();
                     self.say(&format!("left {}", pids.join(" ")));
@@ -421,6 +433,11 @@ impl Watchdog {
         pids
     }
 
+    /// Whether the command's cgroup, if it has one, has no process left.
+    fn cgroup_empty(&self) -> bool {
+        self.cgroup.as_ref().is_none_or(|c| c.members().is_empty())
+    }
+
     /// Collects every exited child (the command and orphans of its tree).
     fn reap(&mut self) {
         loop {
@@ -428,6 +445,8 @@ impl Watchdog {
             // SAFETY: `status` is a valid out-pointer.
             let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG | libc::WUNTRACED) };
             if pid <= 0 {
+                self.childless = pid < 0
+                    && std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD);
                 return;
             }
             if pid == self.pid && libc::WIFSTOPPED(status) {
