@@ -445,8 +445,8 @@ impl Watchdog {
             // SAFETY: `status` is a valid out-pointer.
             let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG | libc::WUNTRACED) };
             if pid <= 0 {
-                self.childless = pid < 0
-                    && std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD);
+                self.childless =
+                    pid < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD);
                 return;
             }
             if pid == self.pid && libc::WIFSTOPPED(status) {

@@ -414,10 +414,8 @@ impl Engine {
                     }));
                 }
                 Ok(AcquireOutcome::Held(holder)) => {
-                    if !own_queue || queue.is_some() {
-                        // Not a guard of ours: it would keep the gate this
-                        // attempt has. (A `try_acquire` without the gate
-                        // may be told of a guard of ours.)
+                    if !local.guarded_here() {
+                        // No guard of this store holds it: someone else.
                         self.queue.note_held_elsewhere();
                     }
                     state.anchor = None;
@@ -525,6 +523,7 @@ impl Engine {
         let mut lease = pending.lease.clone();
         lease.fencing_token = fencing_token;
         let group = (!Arc::ptr_eq(&local, &self.queue)).then(|| self.queue.clone());
+        local.guard_started();
         LeaseGuard::start(GuardParts {
             backend: self.store.backend().clone(),
             lease,

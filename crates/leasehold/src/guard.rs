@@ -43,6 +43,8 @@ pub(crate) struct GuardState {
     pub labels: Labels,
     /// When the lease was granted; taken when the hold is recorded.
     held_since: Mutex<Option<std::time::Instant>>,
+    /// Counted among the key's local guards until let go.
+    counted: std::sync::atomic::AtomicBool,
 }
 
 impl GuardState {
@@ -63,6 +65,7 @@ impl GuardState {
             group: parts.group.take(),
             labels: parts.labels,
             held_since: Mutex::new(Some(std::time::Instant::now())),
+            counted: std::sync::atomic::AtomicBool::new(true),
         }
     }
 
@@ -120,6 +123,9 @@ impl GuardState {
     /// Opens the local gate and wakes local waiters: the lease is no longer
     /// ours to keep from them.
     pub fn let_go(&self) {
+        if self.counted.swap(false, Ordering::AcqRel) {
+            self.local.guard_ended();
+        }
         self.local.note_release();
         self.gate.lock().unwrap_or_else(|e| e.into_inner()).take();
         self.local.released.notify_waiters();

@@ -9,6 +9,7 @@
 //! for its next poll.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -33,6 +34,9 @@ pub(crate) struct LocalKey {
     /// process (held, granted, another epoch): a task that queued behind
     /// the poller knows the store answered even if it never asked itself.
     last_answer: Mutex<Option<Instant>>,
+    /// How many guards of this process hold the key (one, but a
+    /// `try_acquire` may be told "held" by one that does not keep the gate).
+    guards: AtomicU32,
 }
 
 #[derive(Debug, Default)]
@@ -47,6 +51,21 @@ struct Turns {
 }
 
 impl LocalKey {
+    /// A guard of this process got the key.
+    pub fn guard_started(&self) {
+        self.guards.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A guard of this process let the key go (once per guard).
+    pub fn guard_ended(&self) {
+        self.guards.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Whether a guard of this process holds the key.
+    pub fn guarded_here(&self) -> bool {
+        self.guards.load(Ordering::Acquire) > 0
+    }
+
     /// A guard of this process let the key go.
     pub fn note_release(&self) {
         self.turns().last_release = Some(Instant::now());
