@@ -338,16 +338,6 @@ impl SqliteBackend {
         // machine); acquisitions switch to FULL, see `try_acquire`.
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(|e| db_error("open", e))?;
-        // The last connection to close would checkpoint the WAL into the
-        // database (two fsyncs at the exit of every short-lived process,
-        // such as each `leasehold run`); commits checkpoint anyway once the
-        // WAL passes 1,000 pages, and a WAL left behind is read by the next
-        // opener. Durability is the commits' own (see `try_acquire`).
-        conn.set_db_config(
-            rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
-            true,
-        )
-        .map_err(|e| db_error("open", e))?;
         // Idempotent: every opener runs it, whoever created the file.
         conn.execute_batch(SCHEMA)
             .map_err(|e| db_error("open", e))?;
