@@ -102,7 +102,7 @@ impl GuardState {
         if self.end_hold() {
             self.labels.loss(&reason);
         }
-        self.mark_lost(reason, self.policy);
+        self.mark_lost(reason);
     }
 
     /// Records the hold time and the held gauge, once; whether this call
@@ -136,12 +136,12 @@ impl GuardState {
     }
 
     /// Marks the lease lost (once) and applies the loss policy.
-    fn mark_lost(&self, reason: LossReason, policy: LossPolicy) {
+    fn mark_lost(&self, reason: LossReason) {
         if self.reason.set(reason.clone()).is_err() {
             return;
         }
         tracing::warn!(key = %self.key, token = self.fencing_token, %reason, "lease lost");
-        if policy == LossPolicy::Abort {
+        if self.policy == LossPolicy::Abort {
             tracing::error!(key = %self.key, "aborting the process: lease lost and the loss policy is Abort");
             eprintln!(
                 "leasehold: lease on {} lost ({reason}); aborting the process",
@@ -252,13 +252,12 @@ impl Holding {
             Some(LossReason::Revoked(_)) => Ok(()),
             _ => self.backend.release(&self.lease).await,
         };
-        if let Some(reason) = &lost {
-            if state.end_hold() {
+        if state.end_hold() {
+            if let Some(reason) = &lost {
                 // Lost on the clock before the renewal task noticed.
                 state.labels.loss(reason);
             }
         }
-        state.end_hold();
         state.labels.release(match (&lost, &result) {
             (Some(_), _) => "lost",
             (None, Ok(())) => "ok",
