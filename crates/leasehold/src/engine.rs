@@ -27,8 +27,13 @@
 //!   semaphore queue in FIFO order on a local gate; only the first polls the
 //!   store, after a random pause between the poll bounds (a backoff after
 //!   failures), and a release by a guard of the same [`Store`] wakes it at
-//!   once. The wait ends at its deadline, even inside an attempt, so SDK
-//!   retries cannot stretch it.
+//!   once. From its first round that finds the key held, the waiter also
+//!   watches for releases by other processes where the backend can tell
+//!   ([`Backend::watch_release`]), and asks once more at once (a release
+//!   before the watch was registered is not missed): an uncontended
+//!   acquisition never starts a backend's watcher, which would then hear
+//!   every release of this process too. The wait ends at its deadline, even
+//!   inside an attempt, so SDK retries cannot stretch it.
 //! * **Fairness.** A local waiter about to take over from a local release
 //!   first leaves the key free for a moment if the store said, within the
 //!   last [`CONTENDED_FOR`], that another process held it (so it may be
@@ -258,18 +263,27 @@ impl Engine {
         let mut queue = Some(gate);
         let mut slots = self.fresh_slots();
         let mut failures = 0u32;
+        // Whether to watch for releases by other processes: from the first
+        // round that misses (see the module docs).
+        let mut watching = false;
+        let mut watch = None;
         loop {
             let released = self.queue.released.notified();
             tokio::pin!(released);
             released.as_mut().enable();
-            // A release by another process, where the backend can tell
-            // (registered before the round, so none is missed).
-            let remote = self.store.backend().watch_release(&self.slots);
-            if self.queue.give_way(
+            let give_way = self.queue.give_way(
                 self.opts.poll_max,
                 CONTENDED_FOR,
                 self.opts.poll_max * PROBE_POLLS,
-            ) {
+            );
+            // A release by another process, where the backend can tell
+            // (registered before the round, so none is missed).
+            let remote = match watch.take() {
+                Some(w) => Some(w),
+                None if watching || give_way => self.store.backend().watch_release(&self.slots),
+                None => None,
+            };
+            if give_way {
                 // Taking over from a local release while another process
                 // wants the key too: leave it free long enough for that
                 // process's waiter to ask first.
@@ -292,6 +306,21 @@ impl Engine {
                 }
                 Round::Missed(missed) => missed,
             };
+            if missed.held && !watching {
+                // The first round that found the key held: watch from now on
+                // (an uncontended acquire never starts the backend's
+                // watcher), and where the backend can tell of releases, ask
+                // once more at once, in case the key was released before the
+                // watch was registered.
+                watching = true;
+                if remote.is_none() && missed.quarantine.is_none() && !missed.late {
+                    watch = self.store.backend().watch_release(&self.slots);
+                    if watch.is_some() {
+                        outcome.held();
+                        continue;
+                    }
+                }
+            }
             let pause = if missed.late {
                 Duration::ZERO
             } else if let Some((epoch, remaining)) = missed.quarantine {

@@ -16,7 +16,7 @@ use crate::key::Key;
 use crate::local::LocalKey;
 use crate::metric::Labels;
 use crate::options::{LossPolicy, ResolvedOptions};
-use crate::renewal::RenewalLoop;
+use crate::renewal::{RenewalLoop, Scheduled};
 use crate::runs::{RunOutcome, RunRecord, RunReport};
 
 /// State shared between a guard and its renewal task.
@@ -303,6 +303,8 @@ pub struct LeaseGuard {
     holding: Option<Holding>,
     /// Stops the renewal task.
     stop: CancellationToken,
+    /// The renewal task until it starts.
+    scheduled: Scheduled,
     runtime: tokio::runtime::Handle,
 }
 
@@ -347,7 +349,7 @@ impl LeaseGuard {
             next_renewal: parts.anchor,
             stop: stop.clone(),
         };
-        tokio::spawn(renewal.run());
+        let scheduled = renewal.schedule();
         LeaseGuard {
             state: state.clone(),
             holding: Some(Holding {
@@ -357,6 +359,7 @@ impl LeaseGuard {
                 state,
             }),
             stop,
+            scheduled,
             runtime: tokio::runtime::Handle::current(),
         }
     }
@@ -476,6 +479,7 @@ impl LeaseGuard {
             .take()
             .expect("holding is only taken here or in drop");
         self.stop.cancel();
+        self.scheduled.cancel();
         // In the caller's task: no round trip through another task.
         Detachable::new(|_| holding.end(run)).await
     }
@@ -484,6 +488,7 @@ impl LeaseGuard {
 impl Drop for LeaseGuard {
     fn drop(&mut self) {
         self.stop.cancel();
+        self.scheduled.cancel();
         if let Some(holding) = self.holding.take() {
             self.runtime.spawn(async move {
                 let _ = holding.end(None).await;

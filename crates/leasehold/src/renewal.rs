@@ -1,8 +1,25 @@
-//! The background task that keeps a lease alive and detects its loss.
+//! The background task that keeps a lease alive and detects its loss, and
+//! the scheduler that starts it.
+//!
+//! A guard's renewal task is started only when its first renewal falls due
+//! (a third of the TTL after the grant, by default), by one scheduler task
+//! per tokio runtime: most leases are released before then, and a lease
+//! that never needs its task costs no spawn and no wake-up of another
+//! thread (two per lease, which in a tight acquire/release loop on SQLite
+//! cost about a tenth of the loop's speed). A guard joins the scheduler's
+//! queue under a lock and wakes the scheduler only if it is due before the
+//! scheduler would wake anyway; a guard that ends first leaves the queue.
+//! Until its task starts, nothing about a lease can change but the clock:
+//! [`LeaseGuard::is_lost`](crate::LeaseGuard::is_lost) reads the clock, and
+//! the task starts before the safety deadline (which is later than the
+//! first renewal).
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::sync::Notify;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::{Backend, Lease};
@@ -131,5 +148,138 @@ impl RenewalLoop {
 
     fn lose(&mut self, reason: LossReason) {
         self.state.lose(reason);
+    }
+}
+
+/// Starts renewal loops on this runtime when their first renewal is due.
+#[derive(Debug)]
+struct Scheduler {
+    runtime: tokio::runtime::Id,
+    queue: Mutex<Queue>,
+    /// Rung when a loop joins the queue ahead of the scheduler's wake-up.
+    wake: Notify,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    /// By due time (and arrival, to keep entries apart).
+    due: BTreeMap<(Instant, u64), RenewalLoop>,
+    arrivals: u64,
+    /// When the scheduler wakes next by itself, if it sleeps on a timer.
+    wakes_at: Option<Instant>,
+}
+
+impl std::fmt::Debug for RenewalLoop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RenewalLoop")
+            .field("key", &self.lease.key)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One scheduler per runtime that has granted a lease (a store may be used
+/// from several runtimes, and a loop must run on one that is alive), made on
+/// first use; one whose runtime has shut down is replaced.
+static SCHEDULERS: Mutex<Vec<Arc<Scheduler>>> = Mutex::new(Vec::new());
+
+/// A renewal loop waiting in the scheduler's queue; [`Scheduled::cancel`]
+/// takes it out if it has not started.
+#[derive(Debug)]
+pub(crate) struct Scheduled {
+    scheduler: Arc<Scheduler>,
+    at: (Instant, u64),
+}
+
+impl RenewalLoop {
+    /// Starts this loop when its first renewal is due. Called inside a
+    /// tokio runtime.
+    pub fn schedule(self) -> Scheduled {
+        let first = self.next_renewal + self.opts.renew_interval;
+        let due = Instant::now() + first.saturating_sub(self.state.clock.now());
+        let scheduler = Scheduler::current();
+        let mut queue = scheduler.queue.lock().unwrap_or_else(|e| e.into_inner());
+        queue.arrivals += 1;
+        let at = (due, queue.arrivals);
+        queue.due.insert(at, self);
+        if queue.wakes_at.is_none_or(|t| due < t) {
+            scheduler.wake.notify_one();
+        }
+        drop(queue);
+        Scheduled { scheduler, at }
+    }
+}
+
+impl Scheduled {
+    /// Takes the loop out of the queue if it has not started (a started
+    /// one is stopped by its guard's stop token).
+    pub fn cancel(&self) {
+        let mut queue = self
+            .scheduler
+            .queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        queue.due.remove(&self.at);
+    }
+}
+
+impl Scheduler {
+    /// This runtime's scheduler, started if need be.
+    fn current() -> Arc<Scheduler> {
+        let handle = tokio::runtime::Handle::current();
+        let id = handle.id();
+        let mut all = SCHEDULERS.lock().unwrap_or_else(|e| e.into_inner());
+        // Those of runtimes that shut down go (their loops with them).
+        all.retain(|s| s.alive());
+        if let Some(s) = all.iter().find(|s| s.runtime == id) {
+            return s.clone();
+        }
+        let scheduler = Arc::new(Scheduler {
+            runtime: id,
+            queue: Mutex::default(),
+            wake: Notify::new(),
+            task: Mutex::new(None),
+        });
+        let task = handle.spawn(scheduler.clone().run());
+        *scheduler.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+        all.push(scheduler.clone());
+        scheduler
+    }
+
+    fn alive(&self) -> bool {
+        let task = self.task.lock().unwrap_or_else(|e| e.into_inner());
+        task.as_ref().is_some_and(|t| !t.is_finished())
+    }
+
+    /// Starts every loop that is due, then sleeps until the next one is, or
+    /// until one joins ahead of it. Ends with its runtime.
+    async fn run(self: Arc<Self>) {
+        loop {
+            let wake = self.wake.notified();
+            tokio::pin!(wake);
+            wake.as_mut().enable();
+            let next = {
+                let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+                let now = Instant::now();
+                while let Some(entry) = queue.due.first_entry() {
+                    if entry.key().0 > now {
+                        break;
+                    }
+                    tokio::spawn(entry.remove().run());
+                }
+                let next = queue.due.keys().next().map(|(t, _)| *t);
+                queue.wakes_at = next;
+                next
+            };
+            match next {
+                Some(t) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(t) => {}
+                        _ = wake => {}
+                    }
+                }
+                None => wake.await,
+            }
+        }
     }
 }

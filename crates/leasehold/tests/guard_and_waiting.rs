@@ -44,6 +44,14 @@ struct Faulty {
     long_gap: std::sync::Mutex<Duration>,
     /// ... counted here.
     long_gaps: AtomicU32,
+    /// Offers release watches (that never fire, like a watch that misses
+    /// a release) ...
+    watchable: AtomicBool,
+    /// ... and counts those asked for.
+    watches: AtomicU32,
+    /// The key is freed (broken) right after the next "held" answer, as
+    /// if its holder released it at once.
+    free_after_held: AtomicBool,
 }
 
 #[async_trait]
@@ -68,6 +76,11 @@ impl Backend for Faulty {
             ));
         }
         let outcome = self.inner.try_acquire(req).await?;
+        if matches!(outcome, AcquireOutcome::Held(_))
+            && self.free_after_held.swap(false, Ordering::SeqCst)
+        {
+            self.inner.break_lease(&req.key).await?;
+        }
         let delay = *self.acquire_delay.lock().unwrap();
         tokio::time::sleep(delay).await;
         if let AcquireOutcome::Acquired(_) = outcome {
@@ -115,6 +128,32 @@ impl Backend for Faulty {
     async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {
         self.inner.list(prefix).await
     }
+    fn watch_release(&self, _keys: &[Key]) -> Option<leasehold::ReleaseWatch> {
+        if !self.watchable.load(Ordering::SeqCst) {
+            return None;
+        }
+        self.watches.fetch_add(1, Ordering::SeqCst);
+        Some(Box::pin(std::future::pending()))
+    }
+}
+
+/// Tokio's clock, so that guards time their deadlines on the paused clock
+/// of a test.
+#[derive(Debug)]
+struct TokioClock(tokio::time::Instant);
+
+impl leasehold::Clock for TokioClock {
+    fn now(&self) -> Duration {
+        self.0.elapsed()
+    }
+}
+
+/// [`faulty`], its guards on tokio's clock.
+fn faulty_on_tokio_time() -> (Arc<Faulty>, Store) {
+    let backend = Arc::new(Faulty::default());
+    let clock = Arc::new(TokioClock(tokio::time::Instant::now()));
+    let store = Store::with_clock(backend.clone(), clock);
+    (backend, store)
 }
 
 fn faulty() -> (Arc<Faulty>, Store) {
@@ -662,4 +701,110 @@ async fn a_wait_shorter_than_a_round_trip_on_a_held_key_times_out() {
     *backend.acquire_delay.lock().unwrap() = Duration::from_millis(60);
     let err = lock.acquire(Duration::from_millis(10)).await.unwrap_err();
     assert!(matches!(err, Error::TimedOut { .. }), "{err}");
+}
+
+/// An acquisition that finds the key free never asks the backend for a
+/// release watch (a backend's watcher would hear every release of this
+/// process); a waiter that finds it held does.
+#[tokio::test(start_paused = true)]
+async fn only_a_waiter_that_found_the_key_held_watches_for_releases() {
+    let (backend, store) = faulty();
+    backend.watchable.store(true, Ordering::SeqCst);
+    let lock = store.lock("k").unwrap();
+    for _ in 0..5 {
+        let guard = lock.acquire(Wait::Forever).await.unwrap();
+        guard.release().await.unwrap();
+    }
+    assert_eq!(backend.watches.load(Ordering::SeqCst), 0);
+
+    let other = Store::from_backend(store.backend().clone());
+    let _held = other.lock("k").unwrap().try_acquire().await.unwrap();
+    let err = lock.acquire(Duration::from_secs(1)).await.unwrap_err();
+    assert!(matches!(err, Error::TimedOut { .. }), "{err}");
+    assert!(backend.watches.load(Ordering::SeqCst) >= 1);
+}
+
+/// A waiter starts watching for releases only after its first round found
+/// the key held; a release in between is not missed: it asks once more at
+/// once, instead of sleeping until its next poll.
+#[tokio::test(start_paused = true)]
+async fn a_release_before_the_watch_is_registered_is_not_missed() {
+    let (backend, store) = faulty();
+    backend.watchable.store(true, Ordering::SeqCst);
+    let other = Store::from_backend(store.backend().clone());
+    let _held = other.lock("k").unwrap().try_acquire().await.unwrap();
+    backend.free_after_held.store(true, Ordering::SeqCst);
+    let slow_polls =
+        LockOptions::new().poll_interval(Duration::from_secs(10), Duration::from_secs(10));
+    let lock = store.lock_with("k", slow_polls).unwrap();
+    let started = tokio::time::Instant::now();
+    let guard = lock.acquire(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    guard.release().await.unwrap();
+}
+
+/// A guard's renewal task starts when its first renewal is due, not at the
+/// grant: holding many leases briefly spawns no task per lease, and a lease
+/// held longer is renewed all the same.
+#[tokio::test(start_paused = true)]
+async fn renewal_tasks_start_when_the_first_renewal_is_due() {
+    let (backend, store) = faulty_on_tokio_time();
+    let opts = LockOptions::new().ttl(Duration::from_secs(3));
+    let first = store
+        .lock_with("k0", opts.clone())
+        .unwrap()
+        .acquire(Wait::Forever)
+        .await
+        .unwrap();
+    let tasks = tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks();
+    let mut guards = Vec::new();
+    for i in 1..100 {
+        let lock = store.lock_with(&format!("k{i}"), opts.clone()).unwrap();
+        guards.push(lock.acquire(Wait::Forever).await.unwrap());
+    }
+    assert_eq!(
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks(),
+        tasks,
+        "a task per lease before its first renewal"
+    );
+    assert_eq!(backend.renewals.load(Ordering::SeqCst), 0);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(!first.is_lost() && guards.iter().all(|g| !g.is_lost()));
+    assert!(backend.renewals.load(Ordering::SeqCst) >= 200);
+    for g in guards {
+        g.release().await.unwrap();
+    }
+    first.release().await.unwrap();
+}
+
+/// Renewal loops are started on the runtime that granted the lease: a
+/// store used from a second runtime after the first shut down still
+/// renews its leases.
+#[test]
+fn leases_are_renewed_on_a_runtime_started_after_another_shut_down() {
+    let (backend, store) = faulty_on_tokio_time();
+    let opts = LockOptions::new().ttl(Duration::from_secs(3));
+    let lock = store.lock_with("k", opts).unwrap();
+    let paused = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap()
+    };
+    paused().block_on(async {
+        let guard = lock.acquire(Wait::Forever).await.unwrap();
+        guard.release().await.unwrap();
+    });
+    paused().block_on(async {
+        let guard = lock.acquire(Wait::Forever).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(!guard.is_lost());
+        assert!(backend.renewals.load(Ordering::SeqCst) >= 2);
+        guard.release().await.unwrap();
+    });
 }
