@@ -31,6 +31,13 @@ fn main() -> ExitCode {
         return watchdog::main(args.collect());
     }
     let cli = Cli::parse_args();
+    // While this process has one thread: before tracing, metrics and the
+    // runtime.
+    match &cli.command {
+        Command::Run(args) => supervisor::prepare(&args.lease),
+        Command::Elect(args) => supervisor::prepare(&args.lease),
+        _ => {}
+    }
     init_tracing(cli.verbose);
     let metrics = (cli.verbose > 0).then(summary::MetricsSummary::install);
     // One thread: the child is spawned from the main thread, which lives as
@@ -51,7 +58,9 @@ fn main() -> ExitCode {
         Command::Run(args) => args.json.then(|| args.lease.key.clone()),
         _ => None,
     };
-    let code = match runtime.block_on(dispatch(cli)) {
+    let result = runtime.block_on(dispatch(cli));
+    supervisor::discard_spare();
+    let code = match result {
         Ok(code) => code,
         Err(err) => {
             if let Some(out) = err.downcast_ref::<output::OutputError>() {

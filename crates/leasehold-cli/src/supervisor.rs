@@ -11,6 +11,8 @@
 
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::ExitStatusExt;
+use std::sync::Mutex;
 
 use anyhow::Context;
 use leasehold::LeaseGuard;
@@ -52,44 +54,12 @@ pub async fn supervise(
 ) -> anyhow::Result<Outcome> {
     let mut deadlines = guard.deadline_watch();
     let mut deadline = *deadlines.borrow_and_update();
-    let (control_rx, control_tx) = pipe().context("creating the watchdog's pipes")?;
-    let (report_rx, report_tx) = pipe().context("creating the watchdog's pipes")?;
-    let mut control = std::fs::File::from(control_tx);
+    let (mut control, report_rx, mut dog) = match start_spare(lease, env, deadline) {
+        Some(spare) => (spare.control, spare.report, Dog::Forked(spare.pid)),
+        None => start_watchdog(lease, env, deadline)?,
+    };
     set_nonblocking(control.as_raw_fd());
 
-    let mut cmd = tokio::process::Command::new("/proc/self/exe");
-    if let Some(arg0) = std::env::args_os().next() {
-        cmd.arg0(arg0);
-    }
-    let (ctl_fd, rep_fd) = (control_rx.as_raw_fd(), report_tx.as_raw_fd());
-    cmd.args(watchdog::command_line(
-        [ctl_fd, rep_fd],
-        lease.grace,
-        deadline,
-        &lease.command,
-    ))
-    .env("LEASEHOLD_KEY", &lease.key)
-    .kill_on_drop(false);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    // The watchdog's two pipe ends keep their numbers (the lowest free fds
-    // from 10 up, so no fd this process inherited for the command is
-    // touched) and lose close-on-exec in the child only.
-    // SAFETY: runs in the forked child before exec; fcntl is
-    // async-signal-safe.
-    unsafe {
-        cmd.pre_exec(move || {
-            for fd in [ctl_fd, rep_fd] {
-                if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
-    let mut dog = cmd.spawn().context("starting the watchdog process")?;
-    drop((control_rx, report_tx));
     let report = tokio::net::unix::pipe::Receiver::from_owned_fd(report_rx)
         .context("reading the watchdog's reports")?;
     let mut lines = BufReader::new(report).lines();
@@ -137,7 +107,7 @@ pub async fn supervise(
             }
         }
     }
-    let status = dog.wait().await.context("waiting for the watchdog")?;
+    let status = dog.wait().await?;
     if !state.done && state.left.is_none() && state.spawn_failed.is_none() {
         // The watchdog died before it could report the tree gone.
         state.kill_backup();
@@ -162,6 +132,156 @@ pub async fn supervise(
         interrupted,
         started: true,
     })
+}
+
+/// The watchdog process: a spare forked at start-up, or one started
+/// with exec.
+enum Dog {
+    Forked(libc::pid_t),
+    Execd(tokio::process::Child),
+}
+
+impl Dog {
+    /// Waits for the watchdog to exit (it has closed its report pipe) and
+    /// says how it ended.
+    async fn wait(&mut self) -> anyhow::Result<String> {
+        match self {
+            Dog::Execd(child) => Ok(child
+                .wait()
+                .await
+                .context("waiting for the watchdog")?
+                .to_string()),
+            Dog::Forked(pid) => {
+                let pid = *pid;
+                let status = tokio::task::spawn_blocking(move || wait_pid(pid))
+                    .await
+                    .context("waiting for the watchdog")?
+                    .context("waiting for the watchdog")?;
+                Ok(std::process::ExitStatus::from_raw(status).to_string())
+            }
+        }
+    }
+}
+
+/// The spare watchdog forked at start-up, if any (see [`prepare`]).
+static SPARE: Mutex<Option<watchdog::Spare>> = Mutex::new(None);
+
+/// Forks a spare watchdog for `lease`'s command, while this process has
+/// one thread: call before the async runtime starts. `supervise` uses it
+/// instead of executing this binary again; [`discard_spare`] ends it if it
+/// was not used.
+pub fn prepare(lease: &LeaseArgs) {
+    let spare = watchdog::fork_spare(&lease.command);
+    *SPARE.lock().unwrap_or_else(|e| e.into_inner()) = spare;
+}
+
+/// Ends an unused spare watchdog (the command did not run) and waits for it,
+/// so that nothing of this run outlives it.
+pub fn discard_spare() {
+    let spare = SPARE.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(spare) = spare {
+        // End of file before `start`: the spare exits.
+        drop(spare.control);
+        let _ = wait_pid(spare.pid);
+    }
+}
+
+/// Hands the lease to the spare watchdog, if there is one and it takes
+/// it: the command's environment, then `start`.
+fn start_spare(
+    lease: &LeaseArgs,
+    env: &[(&str, String)],
+    deadline: std::time::Duration,
+) -> Option<watchdog::Spare> {
+    let key = ("LEASEHOLD_KEY", lease.key.clone());
+    let vars: Vec<_> = std::iter::once(&key).chain(env).collect();
+    if vars
+        .iter()
+        .any(|(name, value)| name.contains([' ', '\n', '=']) || value.contains('\n'))
+    {
+        // Not expressible as orders: exec a watchdog instead.
+        discard_spare();
+        return None;
+    }
+    let mut spare = SPARE.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+    let mut orders = String::new();
+    for (name, value) in vars {
+        orders.push_str(&format!("env {name} {value}\n"));
+    }
+    orders.push_str(&format!(
+        "start {} {}\n",
+        deadline.as_nanos(),
+        lease.grace.as_nanos()
+    ));
+    // The pipe is empty and holds far more than this: the write is whole.
+    match spare.control.write_all(orders.as_bytes()) {
+        Ok(()) => Some(spare),
+        Err(e) => {
+            tracing::debug!(error = %e, "the spare watchdog is gone; starting another");
+            drop(spare.control);
+            let _ = wait_pid(spare.pid);
+            None
+        }
+    }
+}
+
+/// Starts a watchdog by executing this binary again.
+fn start_watchdog(
+    lease: &LeaseArgs,
+    env: &[(&str, String)],
+    deadline: std::time::Duration,
+) -> anyhow::Result<(std::fs::File, OwnedFd, Dog)> {
+    let (control_rx, control_tx) = pipe().context("creating the watchdog's pipes")?;
+    let (report_rx, report_tx) = pipe().context("creating the watchdog's pipes")?;
+    let mut cmd = tokio::process::Command::new("/proc/self/exe");
+    if let Some(arg0) = std::env::args_os().next() {
+        cmd.arg0(arg0);
+    }
+    let (ctl_fd, rep_fd) = (control_rx.as_raw_fd(), report_tx.as_raw_fd());
+    cmd.args(watchdog::command_line(
+        [ctl_fd, rep_fd],
+        lease.grace,
+        deadline,
+        &lease.command,
+    ))
+    .env("LEASEHOLD_KEY", &lease.key)
+    .kill_on_drop(false);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    // The watchdog's two pipe ends keep their numbers (the lowest free fds
+    // from 10 up, so no fd this process inherited for the command is
+    // touched) and lose close-on-exec in the child only.
+    // SAFETY: runs in the forked child before exec; fcntl is
+    // async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            for fd in [ctl_fd, rep_fd] {
+                if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let dog = cmd.spawn().context("starting the watchdog process")?;
+    drop((control_rx, report_tx));
+    Ok((std::fs::File::from(control_tx), report_rx, Dog::Execd(dog)))
+}
+
+/// waitpid for one child, retried on EINTR; its raw status.
+fn wait_pid(pid: libc::pid_t) -> std::io::Result<libc::c_int> {
+    let mut status = 0;
+    loop {
+        // SAFETY: waitpid writes the status into an int we own.
+        if unsafe { libc::waitpid(pid, &mut status, 0) } == pid {
+            return Ok(status);
+        }
+        let err = std::io::Error::last_os_error();
+        if err.kind() != std::io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
 }
 
 /// What the watchdog reported.
@@ -220,7 +340,7 @@ fn order(control: &mut std::fs::File, line: &str) {
 }
 
 /// A pipe whose ends are close-on-exec and numbered 10 or above.
-fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+pub(crate) fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as RawFd; 2];
     // SAFETY: `fds` is a valid array of two ints.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {

@@ -11,10 +11,19 @@
 //! async runtime or the store, it only waits on a pipe and a clock.
 //!
 //! # Protocol
-//! `leasehold` starts `/proc/self/exe __watchdog CONTROL_FD REPORT_FD GRACE_NS
-//! DEADLINE_NS -- CMD…` with two pipes: the control pipe, which `leasehold`
-//! writes and the watchdog reads, and the report pipe, the other way. Every
-//! other fd `leasehold` inherited reaches the command as before.
+//! `leasehold run` and `elect` fork a *spare* watchdog as they start, while
+//! the process still has one thread (before the async runtime), with two
+//! pipes: the control pipe, which `leasehold` writes and the watchdog reads,
+//! and the report pipe, the other way. The spare waits for lines
+//! `env NAME VALUE` (variables for the command, such as its fencing token)
+//! and `start DEADLINE_NS GRACE_NS`, sent once the lease is held; end of file
+//! before `start` (the lock was not obtained) ends it quietly. Forking
+//! without exec saves loading this binary a second time, a large part of a
+//! short `leasehold run`. Where there is no spare (fork failed, or an
+//! `elect`'s later terms), `leasehold` starts `/proc/self/exe __watchdog
+//! CONTROL_FD REPORT_FD GRACE_NS DEADLINE_NS -- CMD…` with the same pipes
+//! instead. Every other fd `leasehold` inherited reaches the command as
+//! before.
 //! * the control pipe carries lines `deadline NS` (the guard's new safety deadline after
 //!   each renewal, on `CLOCK_BOOTTIME`, which all processes on the machine
 //!   share), `signal N` (forward signal N to the command's tree) and `stop`
@@ -60,7 +69,7 @@
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -111,12 +120,145 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     for fd in [control_fd, report_fd] {
         set_cloexec(fd);
     }
-    let mut dog = Watchdog {
-        control,
-        report,
+    let orders = Orders {
+        pipe: control,
         buf: Vec::new(),
-        grace: Duration::from_nanos(grace),
-        deadline: Duration::from_nanos(deadline),
+    };
+    let grace = Duration::from_nanos(grace);
+    serve(
+        orders,
+        report,
+        grace,
+        Duration::from_nanos(deadline),
+        command,
+    );
+    ExitCode::SUCCESS
+}
+
+/// A watchdog forked when `leasehold` started, waiting for `start` (see
+/// the protocol in the module docs).
+#[derive(Debug)]
+pub struct Spare {
+    pub pid: libc::pid_t,
+    /// `leasehold`'s end of the control pipe.
+    pub control: File,
+    /// `leasehold`'s end of the report pipe.
+    pub report: OwnedFd,
+}
+
+/// Forks a spare watchdog for `command`. Must be called while this
+/// process has one thread (before the async runtime starts), since the
+/// child goes on without exec. `None` if the pipes or the fork fail.
+pub fn fork_spare(command: &[OsString]) -> Option<Spare> {
+    let (control_rx, control_tx) = crate::supervisor::pipe().ok()?;
+    let (report_rx, report_tx) = crate::supervisor::pipe().ok()?;
+    // SAFETY: the caller guarantees one thread, so the child is a full
+    // copy of a consistent process and may do anything the parent could.
+    match unsafe { libc::fork() } {
+        -1 => None,
+        0 => {
+            drop((control_tx, report_rx));
+            spare(control_rx, report_tx, command.to_vec());
+            std::process::exit(0);
+        }
+        pid => Some(Spare {
+            pid,
+            control: File::from(control_tx),
+            report: report_rx,
+        }),
+    }
+}
+
+/// The spare's life: the command's environment, then `start`, then the
+/// same watch as an exec'd watchdog's.
+fn spare(control: OwnedFd, report: OwnedFd, command: Vec<OsString>) {
+    // Before anything else: a terminal's Ctrl-C while `leasehold` waits
+    // for the lock reaches this process too.
+    catch_stop_signals();
+    let mut orders = Orders {
+        pipe: File::from(control),
+        buf: Vec::new(),
+    };
+    let (deadline, grace) = loop {
+        // End of file: `leasehold` ends without running the command.
+        let Some(line) = orders.next_line() else {
+            return;
+        };
+        let mut words = line.splitn(3, ' ');
+        match (words.next(), words.next(), words.next()) {
+            (Some("env"), Some(name), Some(value)) => {
+                // One thread: nothing reads the environment concurrently.
+                std::env::set_var(name, value);
+            }
+            (Some("start"), Some(deadline), Some(grace)) => {
+                match (deadline.parse(), grace.parse()) {
+                    (Ok(d), Ok(g)) => break (Duration::from_nanos(d), Duration::from_nanos(g)),
+                    _ => return,
+                }
+            }
+            _ => {}
+        }
+    };
+    serve(orders, File::from(report), grace, deadline, command);
+}
+
+/// The control pipe, read a line at a time.
+struct Orders {
+    pipe: File,
+    /// Bytes read and not yet taken as lines.
+    buf: Vec<u8>,
+}
+
+impl Orders {
+    /// The next whole line, blocking; `None` at end of file or on error.
+    fn next_line(&mut self) -> Option<String> {
+        loop {
+            if let Some(line) = self.buffered_line() {
+                return Some(line);
+            }
+            if !self.fill() {
+                return None;
+            }
+        }
+    }
+
+    /// A whole line already read, if any.
+    fn buffered_line(&mut self) -> Option<String> {
+        let end = self.buf.iter().position(|&b| b == b'\n')?;
+        let line: Vec<u8> = self.buf.drain(..=end).collect();
+        Some(String::from_utf8_lossy(&line[..end]).into_owned())
+    }
+
+    /// Reads what the pipe has; false at end of file or on error.
+    fn fill(&mut self) -> bool {
+        let mut chunk = [0u8; 512];
+        loop {
+            match self.pipe.read(&mut chunk) {
+                Ok(0) => return false,
+                Ok(n) => {
+                    self.buf.extend_from_slice(&chunk[..n]);
+                    return true;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => return false,
+            }
+        }
+    }
+}
+
+/// Starts the command and watches over it until its tree is gone.
+fn serve(
+    orders: Orders,
+    report: File,
+    grace: Duration,
+    deadline: Duration,
+    command: Vec<OsString>,
+) {
+    let mut dog = Watchdog {
+        orders,
+        report,
+        grace,
+        deadline,
         pid: 0,
         pidfd: -1,
         cgroup: None,
@@ -129,7 +271,6 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         childless: false,
     };
     dog.run(command);
-    ExitCode::SUCCESS
 }
 
 /// Why the watchdog stops the command's tree; reported as `stopping WORD`.
@@ -163,9 +304,8 @@ impl Stop {
 }
 
 struct Watchdog {
-    control: File,
+    orders: Orders,
     report: File,
-    buf: Vec<u8>,
     grace: Duration,
     deadline: Duration,
     /// The command; also its process group id.
@@ -197,6 +337,8 @@ impl Watchdog {
         if !self.spawn(command) {
             return;
         }
+        // Orders that came with `start` (a spare's).
+        self.take_orders();
         loop {
             self.reap();
             let now = now();
@@ -335,7 +477,7 @@ impl Watchdog {
         let mut fds = vec![];
         if !self.parent_gone {
             fds.push(libc::pollfd {
-                fd: self.control.as_raw_fd(),
+                fd: self.orders.pipe.as_raw_fd(),
                 events: libc::POLLIN,
                 revents: 0,
             });
@@ -364,19 +506,18 @@ impl Watchdog {
     }
 
     fn read_orders(&mut self) {
-        let mut chunk = [0u8; 512];
-        match self.control.read(&mut chunk) {
-            Ok(0) | Err(_) => {
-                self.parent_gone = true;
-                self.stop(Stop::Orphaned);
-                self.kill_all();
-                return;
-            }
-            Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+        if !self.orders.fill() {
+            self.parent_gone = true;
+            self.stop(Stop::Orphaned);
+            self.kill_all();
+            return;
         }
-        while let Some(end) = self.buf.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = self.buf.drain(..=end).collect();
-            let line = String::from_utf8_lossy(&line);
+        self.take_orders();
+    }
+
+    /// Acts on the orders read so far.
+    fn take_orders(&mut self) {
+        while let Some(line) = self.orders.buffered_line() {
             let mut words = line.split_whitespace();
             match (
                 words.next(),

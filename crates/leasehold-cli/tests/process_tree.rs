@@ -406,3 +406,88 @@ impl Drop for Pty {
         let _ = self.child.wait();
     }
 }
+
+/// The child process `parent` has forked, waiting up to 5 s for it to
+/// appear (a fork gives no event another process can wait on).
+fn child_of(parent: u32) -> i32 {
+    let path = format!("/proc/{parent}/task/{parent}/children");
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let children = std::fs::read_to_string(&path).unwrap_or_default();
+        if let Some(pid) = children.split_whitespace().next() {
+            return pid.parse().unwrap();
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "process {parent} forked no child"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Holds `key` with a command that says "held" and sleeps.
+fn hold(env: &Env, key: &str) -> std::process::Child {
+    let mut holder = env.spawn(&["run", key, "--", "sh", "-c", "echo held; exec sleep 300"]);
+    let mut out = stdout_reader(&mut holder);
+    assert_eq!(read_line(&mut out), "held");
+    holder
+}
+
+/// `leasehold run` forks its watchdog as it starts, before it has the lock;
+/// killed with SIGKILL while it waits for the lock, it leaves nothing
+/// behind.
+#[test]
+fn a_waiting_run_killed_with_kill_9_leaves_nothing_behind() {
+    let env = Env::new();
+    let mut holder = hold(&env, "tree/waiting");
+    let mut waiter = env.spawn(&["run", "tree/waiting", "--wait", "60s", "--", "true"]);
+    let watchdog = child_of(waiter.id());
+    kill(waiter.id(), libc::SIGKILL);
+    waiter.wait().unwrap();
+    assert!(
+        wait_gone(watchdog, Duration::from_secs(1)),
+        "the waiting run's watchdog outlived it"
+    );
+    kill(holder.id(), libc::SIGTERM);
+    wait_with_timeout(&mut holder, Duration::from_secs(10));
+}
+
+/// If the watchdog forked at start dies while `leasehold run` waits for the
+/// lock, the run starts another (by executing itself) once it has the lock,
+/// and the command runs under it.
+#[test]
+fn a_run_whose_waiting_watchdog_died_starts_another() {
+    let env = Env::new();
+    let mut holder = hold(&env, "tree/spare");
+    let mut waiter = env.spawn(&[
+        "run",
+        "tree/spare",
+        "--wait",
+        "60s",
+        "--grace",
+        "500ms",
+        "--",
+        "sh",
+        "-c",
+        "sleep 300 & echo $PPID $!",
+    ]);
+    let spare = child_of(waiter.id());
+    // SAFETY: kill has no memory-safety preconditions.
+    assert_eq!(unsafe { libc::kill(spare, libc::SIGKILL) }, 0);
+    assert!(wait_gone(spare, Duration::from_secs(1)));
+    kill(holder.id(), libc::SIGTERM);
+    wait_with_timeout(&mut holder, Duration::from_secs(10));
+    let mut out = stdout_reader(&mut waiter);
+    let line = read_line(&mut out);
+    let (watchdog, leftover) = line.split_once(' ').expect("the command ran");
+    let watchdog: i32 = watchdog.parse().unwrap();
+    assert_ne!(watchdog, spare);
+    assert_eq!(
+        wait_with_timeout(&mut waiter, Duration::from_secs(10)),
+        Some(0)
+    );
+    assert!(
+        !alive(leftover.parse().unwrap()),
+        "the command's background job outlived the run: no watchdog stopped it"
+    );
+}
