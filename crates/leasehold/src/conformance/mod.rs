@@ -95,6 +95,86 @@ pub use loss::*;
 pub use runs::*;
 pub use semaphore::*;
 
+/// Runs the wake-up tests for a backend that wakes other processes'
+/// waiters on a release ([`Backend::watch_release`]) as their own
+/// `#[tokio::test]`s. `$stores` is a path to an
+/// `async fn(wake_ups: bool) -> Option<(Store, Store)>`: a holder, and a
+/// waiter over a second backend of the same store (its own connections and
+/// wake-up channel, as another machine would have), ready to hear releases,
+/// with wake-ups on or off; `None` skips the tests.
+#[macro_export]
+macro_rules! wake_up_tests {
+    ($stores:path) => {
+        /// A release by another process wakes the waiter long before its
+        /// next poll.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn a_release_elsewhere_wakes_the_waiter_before_its_poll() {
+            let Some((holder, waiter)) = $stores(true).await else {
+                return;
+            };
+            let took = $crate::conformance::wake_up_handoff(holder, waiter)
+                .await
+                .expect("the waiter was not woken within 5 s (polls are 10 s apart)");
+            assert!(
+                took < std::time::Duration::from_secs(2),
+                "woken after {took:?}"
+            );
+        }
+
+        /// The control: without wake-ups the same waiter is not in before
+        /// its next poll, 10 s later (its 5 s wait runs out).
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn without_wake_ups_the_waiter_waits_for_its_poll() {
+            let Some((holder, waiter)) = $stores(false).await else {
+                return;
+            };
+            assert_eq!(
+                $crate::conformance::wake_up_handoff(holder, waiter).await,
+                None
+            );
+        }
+    };
+}
+
+/// How long after `holder` released a key `waiter` (another process: see
+/// [`wake_up_tests!`](crate::wake_up_tests)), waiting on it with polls
+/// 10 s apart, got it; `None` if its 5 s wait ran out first.
+pub async fn wake_up_handoff(holder: Store, waiter: Store) -> Option<Duration> {
+    use std::time::Instant;
+    // Polls 10 s apart: only a wake-up gets the waiter in sooner.
+    let slow_polls = LockOptions::new()
+        .ttl(test_ttl(&holder).max(Duration::from_secs(4)))
+        .poll_interval(Duration::from_secs(10), Duration::from_secs(10));
+    let key = unique_key("wake");
+    let guard = holder
+        .lock_with(&key, slow_polls.clone())
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    let (waiting_tx, waiting_rx) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(async move {
+        let mut waiting = Some(waiting_tx);
+        waiter
+            .lock_with(&key, slow_polls)
+            .unwrap()
+            .acquire_reporting(Duration::from_secs(5), |_: WaitReason<'_>| {
+                if let Some(tx) = waiting.take() {
+                    let _ = tx.send(());
+                }
+            })
+            .await
+            .map(|g| (Instant::now(), g))
+    });
+    // The waiter found the key held and waits for its next poll.
+    waiting_rx.await.unwrap();
+    let released_at = Instant::now();
+    guard.release().await.unwrap();
+    let (got_at, g) = task.await.unwrap().ok()?;
+    g.release().await.unwrap();
+    Some(got_at - released_at)
+}
+
 /// Prints a visible "skipped" line (past the test harness's output capture)
 /// and returns `None`; panics instead when `LEASEHOLD_REQUIRE_EMULATORS` is
 /// set to `1`, so a CI run cannot pass by skipping.
