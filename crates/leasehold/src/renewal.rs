@@ -258,6 +258,7 @@ impl Scheduler {
             let wake = self.wake.notified();
             tokio::pin!(wake);
             wake.as_mut().enable();
+            let mut due = Vec::new();
             let next = {
                 let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
                 let now = Instant::now();
@@ -265,12 +266,16 @@ impl Scheduler {
                     if entry.key().0 > now {
                         break;
                     }
-                    tokio::spawn(entry.remove().run());
+                    due.push(entry.remove());
                 }
                 let next = queue.due.keys().next().map(|(t, _)| *t);
                 queue.wakes_at = next;
                 next
             };
+            // Outside the lock: thousands may fall due at once.
+            for renewal in due {
+                tokio::spawn(renewal.run());
+            }
             match next {
                 Some(t) => {
                     tokio::select! {
