@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Benchmarks: leasehold side by side with the raw SDKs, flock and peer
 # libraries (docs/benchmarks.md describes every figure). Builds the
-# benchmark and the CLI in release mode, installs and starts Azurite,
-# DynamoDB Local, PostgreSQL and Redis on 127.0.0.1 (stopping again those it
-# started), installs
+# benchmark and the CLI in release mode (installing protoc for etcd-client's
+# build first), installs and starts Azurite, DynamoDB Local, PostgreSQL,
+# Redis and etcd on 127.0.0.1 (stopping again those it started), installs
 # the Python peer libraries into .cache/bench-venv, runs everything and
 # writes docs/benchmarks.md, docs/benchmarks.png (and results.json beside
 # them when --out is given).
@@ -11,7 +11,7 @@
 #   scripts/bench.sh               # the full run (several minutes) -> docs/
 #   scripts/bench.sh --out DIR     # the full run, written to DIR
 #   scripts/bench.sh --tiny        # seconds: tiny loads, no peers, debug build, to a temp dir
-#                                  # (uses the emulators only if already running)
+#                                  # (uses the emulators and servers only if already running)
 #   scripts/bench.sh --only 1,5 --out DIR   # some figures only, for a quick look
 #
 # It is not a timed test: a --tiny run only checks that everything runs and
@@ -35,6 +35,8 @@ while (($#)); do
 done
 
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
+# etcd-client (the bench's etcd store and peer) compiles etcd's protobufs.
+scripts/etcd.sh protoc
 if ((tiny)); then
     # Numbers from a tiny run mean nothing, so spare CI a release build.
     cargo build -p leasehold-bench -p leasehold-cli >&2
@@ -78,6 +80,10 @@ else
         scripts/redis.sh start
         started+=(redis)
     fi
+    if ! scripts/etcd.sh status >/dev/null 2>&1; then
+        scripts/etcd.sh start
+        started+=(etcd)
+    fi
     VENV="$ROOT/.cache/bench-venv"
     if ! "$VENV/bin/python" -c 'import azure.storage.blob, python_dynamodb_lock, boto3, psycopg, redis' 2>/dev/null; then
         echo "bench.sh: installing the Python peers into $VENV" >&2
@@ -92,6 +98,11 @@ fi
 # Redis's figures run on the test server when it is up.
 if [[ -z "${LEASEHOLD_BENCH_REDIS_URL:-}" ]] && scripts/redis.sh status >/dev/null 2>&1; then
     export LEASEHOLD_BENCH_REDIS_URL="$(scripts/redis.sh url)"
+fi
+# etcd's figures (and its peer, etcd-client's lock) run on the test server
+# when it is up.
+if [[ -z "${LEASEHOLD_BENCH_ETCD_URL:-}" ]] && scripts/etcd.sh status >/dev/null 2>&1; then
+    export LEASEHOLD_BENCH_ETCD_URL="$(scripts/etcd.sh url)"
 fi
 # PostgreSQL's figures run on the test server when it is up.
 if [[ -z "${LEASEHOLD_BENCH_POSTGRES_URL:-}" ]] && scripts/postgres.sh status >/dev/null 2>&1; then

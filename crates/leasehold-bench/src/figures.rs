@@ -293,10 +293,23 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         ));
     }
 
+    if stores::etcd_url().is_some() {
+        specs.push(Spec::Etcd(format!("leasehold-bench-{tag}/")));
+    } else {
+        res.notes.push(format!(
+            "etcd: no {} given; its figures are left out.",
+            stores::ETCD_URL_ENV
+        ));
+    }
+
     // Every cloud store at once: each waits out its quarantine.
     let warmed = futures::future::join_all(specs.iter().map(|spec| async move {
         match spec {
-            Spec::Azblob(_) | Spec::Dynamodb(_) | Spec::Postgres(_) | Spec::Redis(_) => {
+            Spec::Azblob(_)
+            | Spec::Dynamodb(_)
+            | Spec::Postgres(_)
+            | Spec::Redis(_)
+            | Spec::Etcd(_) => {
                 eprintln!(
                     "[0] creating {} and waiting out its quarantine",
                     spec.label()
@@ -366,16 +379,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         // stores and real servers 10,000.
         let local = matches!(
             spec,
-            Spec::Memory | Spec::Sqlite(_) | Spec::Postgres(_) | Spec::Redis(_)
+            Spec::Memory | Spec::Sqlite(_) | Spec::Postgres(_) | Spec::Redis(_) | Spec::Etcd(_)
         );
         let (n, ttl) = if local {
             (plan.many_local, plan.many_ttl_ms)
         } else {
             (plan.many_emulator, plan.many_emulator_ttl_ms)
         };
-        // The servers refuse TTLs under a second (a --tiny run asks 600 ms).
+        // The servers refuse TTLs under a second, etcd under two (a
+        // --tiny run asks 600 ms).
         let ttl = match spec {
             Spec::Postgres(_) | Spec::Redis(_) => ttl.max(1_000),
+            Spec::Etcd(_) => ttl.max(leasehold_etcd::MIN_TTL.as_millis() as u64),
             _ => ttl,
         };
         if n == 0 {
@@ -403,22 +418,28 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     } else if plan.peer_cycles_ms == 0 {
         res.notes
             .push("Peers (figure 6) are not run in a --tiny run.".into());
-    } else if let Some(venv) = &args.venv {
+    } else {
+        if args.venv.is_none() {
+            res.notes.push(
+                "Peers (figure 6): no --venv given, so the Python peers were not run.".into(),
+            );
+        }
         for spec in &specs {
-            if matches!(spec, Spec::Sqlite(_)) {
+            // etcd's peer is etcd-client's lock, run by this binary; the
+            // others are Python scripts.
+            if matches!(spec, Spec::Sqlite(_))
+                || (args.venv.is_none() && !matches!(spec, Spec::Etcd(_)))
+            {
                 continue;
             }
             eprintln!("[6] peer on {}", spec.label());
-            match run.peer(spec, venv, &res).await {
+            match run.peer(spec, args.venv.as_deref(), &res).await {
                 Ok(p) => res.peers.push(p),
                 Err(e) => res
                     .notes
                     .push(format!("figure 6, {}: failed: {e:#}", spec.label())),
             }
         }
-    } else {
-        res.notes
-            .push("Peers (figure 6): no --venv given, so not run.".into());
     }
     run.cleanup(&specs).await;
     let _ = std::fs::remove_dir_all(&dir);
@@ -504,6 +525,13 @@ impl Run {
                 let r = opened.redis.as_ref().ok_or_else(|| anyhow!("no client"))?;
                 let url = stores::redis_url().ok_or_else(|| anyhow!("no server"))?;
                 (RawLoop::redis(r, &url).await?, 2)
+            }
+            Spec::Etcd(_) => {
+                let e = opened.etcd.as_ref().ok_or_else(|| anyhow!("no client"))?;
+                let url = stores::etcd_url().ok_or_else(|| anyhow!("no server"))?;
+                // Acquire 3 round trips (read, LeaseGrant, Txn), release 2
+                // (read, LeaseRevoke).
+                (RawLoop::etcd(e, &url).await?, 5)
             }
             Spec::Memory => bail!("no raw loop for memory"),
         };
@@ -783,8 +811,7 @@ impl Run {
         .await?
     }
 
-    async fn peer(&self, spec: &Spec, venv: &Path, res: &Results) -> anyhow::Result<Peer> {
-        let python = venv.join("bin/python");
+    async fn peer(&self, spec: &Spec, venv: Option<&Path>, res: &Results) -> anyhow::Result<Peer> {
         let leasehold_cps = res
             .overhead
             .iter()
@@ -806,11 +833,21 @@ impl Run {
                 "session advisory lock, psycopg (Python)",
             ),
             Spec::Redis(_) => ("redis_py_lock.py", "redis-py Lock (Python)"),
+            Spec::Etcd(_) => ("", "etcd-client lock/unlock on a session lease (Rust)"),
             _ => bail!("no peer for {}", spec.label()),
         };
-        let mut cmd = tokio::process::Command::new(&python);
-        cmd.arg(self.args.peers.join(script))
-            .arg("--cycles-ms")
+        let mut cmd = if matches!(spec, Spec::Etcd(_)) {
+            // No maintained Python etcd client: the peer is this binary.
+            let mut cmd = tokio::process::Command::new(&self.exe);
+            cmd.arg("peer-etcd");
+            cmd
+        } else {
+            let venv = venv.ok_or_else(|| anyhow!("no --venv given"))?;
+            let mut cmd = tokio::process::Command::new(venv.join("bin/python"));
+            cmd.arg(self.args.peers.join(script));
+            cmd
+        };
+        cmd.arg("--cycles-ms")
             .arg(self.plan.peer_cycles_ms.to_string())
             .arg("--handoff-ms")
             .arg(self.plan.peer_handoff_ms.to_string());
@@ -922,6 +959,17 @@ impl Run {
                         .arg(format!("{prefix}*"))
                         .invoke_async::<()>(&mut conn)
                         .await?;
+                    }
+                    Spec::Etcd(prefix) => {
+                        use leasehold_etcd::etcd_client::DeleteOptions;
+                        let o = stores::open(spec, false).await?;
+                        if let Some(e) = &o.etcd {
+                            // Every key of the bench's store (its prefix is
+                            // its own); holder keys' etcd leases run out.
+                            e.client()
+                                .delete(prefix.as_str(), Some(DeleteOptions::new().with_prefix()))
+                                .await?;
+                        }
                     }
                     _ => {}
                 }

@@ -7,9 +7,12 @@
 //!
 //! The `worker` and `hold-many` subcommands are the child processes that
 //! `run` starts for the multi-process figures; each prints one JSON report.
+//! `peer-etcd` is figure 6's etcd peer (etcd-client's own lock), which has
+//! no Python counterpart.
 
 mod chart;
 mod figures;
+mod peer_etcd;
 mod raw;
 mod report;
 mod stats;
@@ -67,6 +70,9 @@ enum Command {
         #[arg(long)]
         hold_ms: u64,
     },
+    /// (child) Figure 6's etcd peer, etcd-client's lock; prints a JSON report.
+    #[command(hide = true)]
+    PeerEtcd(peer_etcd::PeerArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -117,6 +123,7 @@ fn main() -> anyhow::Result<()> {
                 println!("{}", serde_json::to_string(&report)?);
                 Ok(())
             }
+            Command::PeerEtcd(args) => peer_etcd::run(args).await,
         }
     })?;
     // Background releases and renewal tasks must not keep a child alive.

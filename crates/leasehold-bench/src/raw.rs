@@ -76,6 +76,17 @@ pub enum RawLoop {
         /// Statements sent.
         requests: Arc<AtomicU64>,
     },
+    /// etcd-client on a client (channel) of its own: leasehold's read `Txn`,
+    /// `LeaseGrant` and compare-and-put `Txn` to acquire, read and
+    /// `LeaseRevoke` to release; five round trips.
+    Etcd {
+        /// The client (boxed: it is large).
+        client: Box<leasehold_etcd::etcd_client::Client>,
+        /// The store's key prefix.
+        prefix: String,
+        /// Requests sent.
+        requests: Arc<AtomicU64>,
+    },
     /// aws-sdk-dynamodb on leasehold's own client: conditional grant, release.
     Dynamo {
         /// The client (leasehold's, so the same settings).
@@ -190,13 +201,38 @@ impl RawLoop {
         })
     }
 
-    /// Requests the loop's own client sent (Azure and PostgreSQL; the
-    /// others are counted by the caller).
+    /// A loop on `backend`'s store, on a client of its own to the server
+    /// `url` names (with the connect options leasehold-etcd's builder
+    /// sets).
+    pub async fn etcd(backend: &leasehold_etcd::EtcdBackend, url: &str) -> anyhow::Result<RawLoop> {
+        use leasehold_etcd::etcd_client::{Client, ConnectOptions};
+        let endpoints: Vec<String> = etcd_endpoints(url)?
+            .into_iter()
+            .map(|e| format!("http://{e}"))
+            .collect();
+        let timeout = Duration::from_secs(5);
+        let options = ConnectOptions::new()
+            .with_connect_timeout(timeout)
+            .with_timeout(timeout)
+            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5));
+        let client = Client::connect(&endpoints, Some(options))
+            .await
+            .context("connecting the raw etcd client")?;
+        Ok(RawLoop::Etcd {
+            client: Box::new(client),
+            prefix: backend.prefix().to_string(),
+            requests: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    /// Requests the loop's own client sent (all but SQLite and DynamoDB,
+    /// which the caller counts).
     pub fn own_requests(&self) -> Option<u64> {
         match self {
             RawLoop::Azure { requests, .. }
             | RawLoop::Postgres { requests, .. }
-            | RawLoop::Redis { requests, .. } => Some(requests.load(Ordering::Relaxed)),
+            | RawLoop::Redis { requests, .. }
+            | RawLoop::Etcd { requests, .. } => Some(requests.load(Ordering::Relaxed)),
             _ => None,
         }
     }
@@ -277,6 +313,16 @@ impl RawLoop {
                 while n < max && start.elapsed() < time {
                     postgres_cycle(client, acquire, release, *epoch).await?;
                     requests.fetch_add(2, Ordering::Relaxed);
+                    n += 1;
+                }
+            }
+            RawLoop::Etcd {
+                client,
+                prefix,
+                requests,
+            } => {
+                while n < max && start.elapsed() < time {
+                    etcd_cycle(client, prefix, requests).await?;
                     n += 1;
                 }
             }
@@ -439,6 +485,131 @@ async fn postgres_cycle(
         return Err(anyhow!("raw PostgreSQL release changed nothing"));
     }
     Ok(())
+}
+
+/// The `host:port` endpoints of an `etcd://[USER:PASSWORD@]HOST:PORT[,...][?...]`
+/// store URL (the bench's servers have no auth and no TLS).
+pub fn etcd_endpoints(url: &str) -> anyhow::Result<Vec<String>> {
+    let rest = url
+        .strip_prefix("etcd://")
+        .ok_or_else(|| anyhow!("expected an etcd:// URL, not {url:?}"))?;
+    let hosts = rest.split(['?', '/']).next().unwrap_or(rest);
+    let hosts = hosts.rsplit_once('@').map_or(hosts, |(_, h)| h);
+    Ok(hosts.split(',').map(str::to_string).collect())
+}
+
+/// leasehold's etcd requests for a free key (see `crates/leasehold-etcd`:
+/// the crate docs' key table and `backend.rs`), with values of the same
+/// shape: one read `Txn` of marker, epoch timer, record and holder;
+/// `LeaseGrant`; the `Txn` that compares the marker's `create_revision`,
+/// the record's `mod_revision` and the holder key's absence and puts the
+/// holder key (on the new etcd lease) and the record with the next token.
+/// Release: the same read, then `LeaseRevoke` of the holder key's lease.
+async fn etcd_cycle(
+    client: &mut leasehold_etcd::etcd_client::Client,
+    prefix: &str,
+    requests: &AtomicU64,
+) -> anyhow::Result<()> {
+    use leasehold_etcd::etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+    let (marker, fresh) = (format!("{prefix}epoch"), format!("{prefix}epoch-fresh"));
+    let (rk, hk) = (
+        format!("{prefix}k/{RAW_KEY}"),
+        format!("{prefix}h/{RAW_KEY}"),
+    );
+    let lease_id = uuid::Uuid::new_v4().to_string();
+
+    let snap = etcd_read(client, [&marker, &fresh, &rk, &hk]).await?;
+    requests.fetch_add(1, Ordering::Relaxed);
+    let [Some(marker_kv), _, record, None] = snap else {
+        return Err(anyhow!(
+            "raw etcd acquire: no store marker, or the key is held"
+        ));
+    };
+    let m: serde_json::Value = serde_json::from_slice(marker_kv.value())?;
+    let epoch = m["epoch"].as_u64().ok_or_else(|| anyhow!("bad marker"))?;
+    let (last, record_rev) = match &record {
+        Some(kv) => {
+            let r: serde_json::Value = serde_json::from_slice(kv.value())?;
+            (r["token"].as_u64().unwrap_or(0), kv.mod_revision())
+        }
+        None => (0, 0),
+    };
+    let token = leasehold::next_token(last, epoch);
+    let granted = client
+        .lease_grant(30, None)
+        .await
+        .context("raw etcd grant")?;
+    requests.fetch_add(1, Ordering::Relaxed);
+    let holder = serde_json::json!({
+        "lease_id": lease_id,
+        "token": token,
+        "epoch": epoch,
+        "ttl_ms": 30_000,
+        "host": "host",
+        "pid": std::process::id(),
+        "acquired_at_ms": unix_ms(),
+    });
+    let new_record = serde_json::json!({ "token": token, "epoch": epoch, "last_run_token": 0 });
+    let resp = client
+        .txn(
+            Txn::new()
+                .when([
+                    Compare::create_revision(
+                        marker.clone(),
+                        CompareOp::Equal,
+                        marker_kv.create_revision(),
+                    ),
+                    Compare::mod_revision(rk.clone(), CompareOp::Equal, record_rev),
+                    Compare::create_revision(hk.clone(), CompareOp::Equal, 0),
+                ])
+                .and_then([
+                    TxnOp::put(
+                        hk.clone(),
+                        serde_json::to_vec(&holder)?,
+                        Some(PutOptions::new().with_lease(granted.id())),
+                    ),
+                    TxnOp::put(rk.clone(), serde_json::to_vec(&new_record)?, None),
+                ]),
+        )
+        .await
+        .context("raw etcd acquire")?;
+    requests.fetch_add(1, Ordering::Relaxed);
+    if !resp.succeeded() {
+        return Err(anyhow!("raw etcd acquire granted nothing"));
+    }
+
+    let snap = etcd_read(client, [&marker, &fresh, &rk, &hk]).await?;
+    requests.fetch_add(1, Ordering::Relaxed);
+    let [_, _, _, Some(holder_kv)] = snap else {
+        return Err(anyhow!("raw etcd release: the key has no holder"));
+    };
+    let h: serde_json::Value = serde_json::from_slice(holder_kv.value())?;
+    if h["lease_id"].as_str() != Some(lease_id.as_str()) {
+        return Err(anyhow!("raw etcd release: another holder has the key"));
+    }
+    client
+        .lease_revoke(holder_kv.lease())
+        .await
+        .context("raw etcd release")?;
+    requests.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+/// One `Txn` of `Range` requests: the keys' values at one revision.
+async fn etcd_read(
+    client: &mut leasehold_etcd::etcd_client::Client,
+    keys: [&String; 4],
+) -> anyhow::Result<[Option<leasehold_etcd::etcd_client::KeyValue>; 4]> {
+    use leasehold_etcd::etcd_client::{Txn, TxnOp, TxnOpResponse};
+    let resp = client
+        .txn(Txn::new().and_then(keys.map(|k| TxnOp::get(k.as_str(), None))))
+        .await
+        .context("raw etcd read")?;
+    let mut kvs = resp.op_responses().into_iter().map(|r| match r {
+        TxnOpResponse::Get(mut g) => g.take_kvs().into_iter().next(),
+        _ => None,
+    });
+    Ok(std::array::from_fn(|_| kvs.next().flatten()))
 }
 
 fn unix_ms() -> u64 {

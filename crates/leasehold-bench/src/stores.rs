@@ -1,7 +1,7 @@
 //! The stores under test, each opened with request counters: backend calls
 //! through a [`Counting`] wrapper, and HTTP requests where a store sends
 //! several per call (Azure, through a pipeline policy; DynamoDB, through the
-//! backend's own counter).
+//! backend's own counter; etcd, through the backend's own counter).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -31,6 +31,15 @@ pub const POSTGRES_URL_ENV: &str = "LEASEHOLD_BENCH_POSTGRES_URL";
 /// `scripts/redis.sh url`); without it Redis's figures are left out.
 pub const REDIS_URL_ENV: &str = "LEASEHOLD_BENCH_REDIS_URL";
 
+/// The etcd server's store URL (scripts/bench.sh sets it from
+/// `scripts/etcd.sh url`); without it etcd's figures are left out.
+pub const ETCD_URL_ENV: &str = "LEASEHOLD_BENCH_ETCD_URL";
+
+/// The etcd server's store URL, if one is given.
+pub fn etcd_url() -> Option<String> {
+    std::env::var(ETCD_URL_ENV).ok().filter(|v| !v.is_empty())
+}
+
 /// The Redis server's URL, if one is given.
 pub fn redis_url() -> Option<String> {
     std::env::var(REDIS_URL_ENV).ok().filter(|v| !v.is_empty())
@@ -44,7 +53,8 @@ pub fn postgres_url() -> Option<String> {
 }
 
 /// Which store, as passed between processes (`memory:`, `sqlite:PATH`,
-/// `azblob:CONTAINER`, `dynamodb:TABLE`, `postgres:TABLE`, `redis:PREFIX`).
+/// `azblob:CONTAINER`, `dynamodb:TABLE`, `postgres:TABLE`, `redis:PREFIX`,
+/// `etcd:PREFIX`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Spec {
     /// In-process memory store.
@@ -59,6 +69,8 @@ pub enum Spec {
     Postgres(String),
     /// A key prefix on the Redis server of [`redis_url`].
     Redis(String),
+    /// A key prefix on the etcd server of [`etcd_url`].
+    Etcd(String),
 }
 
 impl Spec {
@@ -71,6 +83,7 @@ impl Spec {
             Some(("dynamodb", t)) => Spec::Dynamodb(t.to_string()),
             Some(("postgres", t)) => Spec::Postgres(t.to_string()),
             Some(("redis", p)) => Spec::Redis(p.to_string()),
+            Some(("etcd", p)) => Spec::Etcd(p.to_string()),
             _ => bail!("bad store spec {s:?}"),
         })
     }
@@ -84,6 +97,7 @@ impl Spec {
             Spec::Dynamodb(t) => format!("dynamodb:{t}"),
             Spec::Postgres(t) => format!("postgres:{t}"),
             Spec::Redis(p) => format!("redis:{p}"),
+            Spec::Etcd(p) => format!("etcd:{p}"),
         }
     }
 
@@ -111,6 +125,11 @@ impl Spec {
                 let sep = if base.contains('?') { '&' } else { '?' };
                 format!("{base}{sep}prefix={p}&max_ttl=30s")
             }
+            Spec::Etcd(p) => {
+                let base = etcd_url().unwrap_or_default();
+                let sep = if base.contains('?') { '&' } else { '?' };
+                format!("{base}{sep}prefix={p}&max_ttl=30s")
+            }
         }
     }
 
@@ -123,6 +142,7 @@ impl Spec {
             Spec::Dynamodb(_) => "DynamoDB Local",
             Spec::Postgres(_) => "PostgreSQL",
             Spec::Redis(_) => "Redis",
+            Spec::Etcd(_) => "etcd",
         }
     }
 }
@@ -154,12 +174,15 @@ pub struct Opened {
     pub postgres: Option<Arc<PostgresBackend>>,
     /// The Redis backend, for its epoch.
     pub redis: Option<Arc<leasehold_redis::RedisBackend>>,
+    /// The etcd backend, for its prefix and epoch.
+    pub etcd: Option<Arc<leasehold_etcd::EtcdBackend>>,
     requests: RequestCount,
 }
 
 impl Opened {
     /// Requests sent to the store so far (HTTP requests for the emulators,
-    /// backend calls, i.e. transactions, for SQLite and memory).
+    /// gRPC requests for etcd, backend calls, i.e. transactions,
+    /// statements or scripts, for the others).
     pub fn requests(&self) -> u64 {
         (self.requests)()
     }
@@ -191,7 +214,12 @@ pub async fn open(spec: &Spec, track_renewals: bool) -> anyhow::Result<Opened> {
     let postgres = opened.concrete.clone().downcast::<PostgresBackend>().ok();
     let redis = opened
         .concrete
+        .clone()
         .downcast::<leasehold_redis::RedisBackend>()
+        .ok();
+    let etcd = opened
+        .concrete
+        .downcast::<leasehold_etcd::EtcdBackend>()
         .ok();
     let calls = Arc::new(Counting::new(opened.backend, track_renewals));
     let requests = match opened.requests {
@@ -207,6 +235,7 @@ pub async fn open(spec: &Spec, track_renewals: bool) -> anyhow::Result<Opened> {
         dynamo,
         postgres,
         redis,
+        etcd,
         requests,
     })
 }

@@ -262,13 +262,14 @@ async fn open_redis(_url: &str) -> leasehold::Result<Opened> {
 
 #[cfg(feature = "etcd")]
 async fn open_etcd(url: &str) -> leasehold::Result<Opened> {
-    // Backend calls take one to three requests (see leasehold-etcd): no
-    // counter yet.
+    // Backend calls take one to three requests (see leasehold-etcd): the
+    // backend counts them.
     let backend = Arc::new(leasehold_etcd::EtcdBackend::from_url(url).await?);
+    let counted = backend.clone();
     Ok(Opened {
         concrete: backend.clone(),
         backend,
-        requests: None,
+        requests: Some(Arc::new(move || counted.requests_sent())),
     })
 }
 
