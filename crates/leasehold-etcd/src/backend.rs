@@ -399,8 +399,9 @@ impl Backend for EtcdBackend {
             }
             if let Some((holder, kv)) = &snap.holder {
                 if holder.lease_id != request.lease_id.as_str() {
-                    let left = self.expires_in(kv.lease()).await;
-                    return Ok(AcquireOutcome::Held(Some(holder.info(left))));
+                    // Without the remaining TTL: a second round trip per
+                    // poll of every waiter (see the module docs).
+                    return Ok(AcquireOutcome::Held(Some(holder.info(None))));
                 }
                 // Our own grant, retried after an ambiguous answer: extend it.
                 let mut lease = self.inner.client.lease_client();

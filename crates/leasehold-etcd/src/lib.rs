@@ -51,8 +51,10 @@
 //!   holder key's `create_revision = 0` (nobody holds it), and then puts the
 //!   holder key *with the new etcd lease* and the record with the new token
 //!   `next_token(last, epoch)`. A lost race revokes the new etcd lease and
-//!   reads again. A held key answers `Held` (2 round trips with the
-//!   holder's remaining TTL). A request whose lease id is already the
+//!   reads again. A held key answers `Held` after the read alone (one
+//!   round trip: the holder as stored, without its remaining TTL, which
+//!   takes a `LeaseTimeToLive` and is left to `inspect`; a waiting process
+//!   polls with one request, not two). A request whose lease id is already the
 //!   holder's (a retry after an ambiguous answer) keeps that etcd lease
 //!   alive and answers the same token.
 //! * **Renew**: read; the holder key must carry our lease id and epoch; then
@@ -69,8 +71,7 @@
 //!   runs out (checked by the leader every 500 ms), so no client clock is
 //!   involved.
 //!
-//! Round trips: acquire of a free key 3, of a held key 2 (the second
-//! reads the holder's remaining TTL), renew 2 (read, keep-alive), release
+//! Round trips: acquire of a free key 3, of a held key 1, renew 2 (read, keep-alive), release
 //! 2 (read, revoke), inspect 2 when held. The read before a renewal or
 //! release is what lets them act on the etcd lease of *our* grant only.
 //!

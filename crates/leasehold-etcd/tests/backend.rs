@@ -248,3 +248,32 @@ async fn holder_survives_its_connections_being_cut() {
     assert!(g2.fencing_token() > token);
     g2.release().await.unwrap();
 }
+
+/// An attempt on a held key is one request (the read): a waiting process
+/// polls with one request per poll, and the answer still names the holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_on_a_held_key_is_one_request() {
+    let Some(backend) = common::backend().await else {
+        return;
+    };
+    let key = Key::new(common::unique_key("held-poll")).unwrap();
+    let held = grant(&backend, &key, Duration::from_secs(5)).await;
+    let request = AcquireRequest {
+        key: key.clone(),
+        lease_id: LeaseId::random(),
+        ttl: Duration::from_secs(5),
+        owner: Owner::current(),
+        data: None,
+        epoch: Some(held.epoch),
+    };
+    let before = backend.requests_sent();
+    let outcome = backend.try_acquire(&request).await.unwrap();
+    assert_eq!(backend.requests_sent() - before, 1);
+    match outcome {
+        AcquireOutcome::Held(Some(holder)) => {
+            assert_eq!(holder.fencing_token, held.fencing_token)
+        }
+        other => panic!("expected Held with the holder, got {other:?}"),
+    }
+    backend.release(&held).await.unwrap();
+}
