@@ -121,13 +121,13 @@ synchronous raw loop has no target), and requests per cycle = the protocol's min
     for o in &r.overhead {
         if let Some(target) = overhead_target(&o.store).filter(|t| o.ratio < *t) {
             let why = match o.store.as_str() {
-                crate::figures::SQLITE_HOP => "This raw loop hops onto tokio's blocking pool for each of its two transactions, as async code must, so what is left is leasehold's own work per cycle: the protocol's epoch check and file-identity checks inside the transactions, the shared `flock` on the database's directory that proves no lease is held there (see the SQLite module docs), the guard and its renewal task (spawned per grant), the local queue, metrics, and the wake-up file touched on release for waiters in other processes.",
+                crate::figures::SQLITE_HOP => "This raw loop hops onto tokio's blocking pool for each of its two transactions, as async code must, so what is left is leasehold's own work per cycle: the protocol's epoch check and file-identity checks inside the transactions, the shared `flock` on the database's directory that proves no lease is held there (see the SQLite module docs), the guard (its renewal task starts only when the first renewal is due, from one scheduler per runtime), the local queue and metrics.",
                 "SQLite" => "Each leasehold operation is a `spawn_blocking` hop onto tokio's blocking pool, plus the work listed for the next row; the raw loop runs both statements back to back on one thread. A cycle is one fsync (the acquisition commits with `synchronous=FULL`, the release with `NORMAL`), so the fixed costs show as far as the disk is fast.",
-                "Azurite" => "The raw loop and leasehold send the same three requests; the difference is leasehold's per-call work (the guard and its renewal task, record encoding, the snapshot cache) and the noise of a node.js emulator sharing two cores.",
-                "PostgreSQL" => "Both send the same two statements, one round trip each; leasehold takes a connection from its pool for each statement (the raw loop keeps one), and adds its per-call work (the guard and its renewal task). The server shares the two cores with both.",
-                "Redis" => "Both send the same two scripts (EVALSHA), one round trip each, each on one multiplexed connection; the difference is leasehold's per-call work (the guard and its renewal task). The server shares the two cores with both.",
-                "etcd" => "Both send the same five requests on one gRPC channel each, the minimum of the protocol: acquire 3 round trips (a read `Txn` of marker, record and holder at one revision; `LeaseGrant`; the `Txn` that compares revisions and puts the holder key on the new etcd lease and the record with the next fencing token), release 2 (the read; `LeaseRevoke` of that etcd lease, which deletes the holder key). The difference is leasehold's per-call work (the guard and its renewal task, JSON encoding and decoding of the records). etcd commits every write with an fsync and shares the two cores with both.",
-                _ => "Both send the same two requests on the same client; the difference is leasehold's per-call work (the guard and its renewal task, decoding the returned item) and the noise of a JVM emulator sharing two cores.",
+                "Azurite" => "The raw loop and leasehold send the same three requests; the difference is leasehold's per-call work (the guard, record encoding, the snapshot cache) and the noise of a node.js emulator sharing two cores.",
+                "PostgreSQL" => "Both send the same two statements, one round trip each; leasehold takes a connection from its pool for each statement (the raw loop keeps one), and adds its per-call work (the guard, metrics). The server shares the two cores with both.",
+                "Redis" => "Both send the same two scripts (EVALSHA), one round trip each, each on one multiplexed connection; the difference is leasehold's per-call work (the guard, metrics, the epoch check of each answer). The server shares the two cores with both.",
+                "etcd" => "Both send the same five requests on one gRPC channel each, the minimum of the protocol: acquire 3 round trips (a read `Txn` of marker, record and holder at one revision; `LeaseGrant`; the `Txn` that compares revisions and puts the holder key on the new etcd lease and the record with the next fencing token), release 2 (the read; `LeaseRevoke` of that etcd lease, which deletes the holder key). The difference is leasehold's per-call work (the guard, JSON encoding and decoding of the records). etcd commits every write with an fsync and shares the two cores with both.",
+                _ => "Both send the same two requests on the same client; the difference is leasehold's per-call work (the guard, decoding the returned item) and the noise of a JVM emulator sharing two cores.",
             };
             let _ = writeln!(
                 s,
@@ -228,6 +228,8 @@ process, so the request rate does not grow with the number of tasks.\n"
         if let Some(l) = h.same_process.filter(|l| l.p50_ms >= 1.0) {
             let why = match h.store.as_str() {
                 "etcd" => "The waiter is woken at once, but the holder's release is two round trips (a read, then `LeaseRevoke`, a Raft write) and the waiter's acquisition three (a read, `LeaseGrant` and the `Txn`, two more writes), each write committed with an fsync by a server sharing the two cores. The target is below the release and acquisition's round trips on this machine, so it cannot be met by the library alone on this store.",
+                "SQLite" => "The waiter is woken at once, but the holder's release is a transaction and the waiter's attempt another, committed with an fsync (a grant is durable before it is answered), each a hop onto tokio's blocking pool and back: the two transactions are most of the time.",
+                "PostgreSQL" => "The waiter is woken at once, but the holder's release is one statement and the waiter's attempt another, whose commit the server flushes to its WAL before answering (a grant is durable before it is answered), with a server sharing the two cores.",
                 _ => "The waiter is woken at once, but its attempt is a full round trip to the store (Azurite: a read, a conditional write and a lease request; DynamoDB Local: one conditional update), after the holder's own release request. The target is below one emulator round trip on this machine, so it cannot be met by the library alone on these stores.",
             };
             let _ = writeln!(
@@ -335,7 +337,8 @@ successful renewal, at most 1.5 intervals; none may be lost (\"expected\" renewa
     }
     let _ = writeln!(
         s,
-        "\nEvery lease has its own renewal task (a tokio timer); renewals are one request each \
+        "\nEvery lease has its own renewal task (a tokio timer), started when its first renewal is due by one \
+scheduler task per runtime (a lease released before then costs no task); renewals are one request each \
 (SQLite: one fsync'd transaction, so the disk sets the ceiling: N / (TTL/3) renewals per second).\n"
     );
 
@@ -350,9 +353,10 @@ leasehold ≤ 2× flock.\n\n\
 | leasehold run | flock | ratio | target ≤ 2× |\n|---|---|---|---|\n| {:.2} ms | {:.2} ms | **{:.1}×** | {} |\n\n\
 `flock` is one `flock(2)` on a file and a fork/exec. `leasehold run` also starts a tokio runtime, \
 opens SQLite (WAL), commits the acquisition (`synchronous=FULL`: one fsync) and the release (`NORMAL`), \
-starts the renewal task, starts the watchdog that stops the command's whole process tree on its \
-own (a second exec; the command in a process group and, where the machine allows, a cgroup of its \
-own) and forwards signals: a few milliseconds in all, for a lease that survives a crash of its \
+runs the command under the watchdog that stops its whole process tree on its own (a copy of \
+leasehold forked as it starts, before the lock is taken: a second process; the command in a process \
+group and, where the machine allows, a cgroup of its own, made and removed per run), checkpoints \
+the WAL as it closes the database (two more fsyncs) and forwards signals: a few milliseconds in all, for a lease that survives a crash of its \
 holder, carries a fencing token and works the same on every store.\n",
             c.runs,
             c.leasehold_ms,
