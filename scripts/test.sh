@@ -49,7 +49,7 @@ LEASEHOLD_TEST_POSTGRES_URL="$(scripts/pgbouncer.sh url)?wake_ups=off" \
     cargo test -p leasehold-postgres --test conformance --test store_loss -- --test-threads=8
 # The CLI on etcd: its feature is off by default (its build needs protoc).
 cargo clippy -p leasehold-cli --features etcd --all-targets -- -D warnings
-cargo test -p leasehold-cli --features etcd --test etcd --test once_per --test process_tree \
+cargo test -p leasehold-cli --features etcd --test servers --test once_per --test process_tree \
     -- etcd --test-threads=8
 
 # A tiny benchmark run: only checks that the harness runs and writes its
