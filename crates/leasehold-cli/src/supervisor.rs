@@ -180,10 +180,15 @@ pub fn prepare(lease: &LeaseArgs) {
 pub fn discard_spare() {
     let spare = SPARE.lock().unwrap_or_else(|e| e.into_inner()).take();
     if let Some(spare) = spare {
-        // End of file before `start`: the spare exits.
-        drop(spare.control);
-        let _ = wait_pid(spare.pid);
+        end(spare);
     }
+}
+
+/// Ends a spare watchdog that has not started (end of file before
+/// `start`: it exits) and reaps it.
+fn end(spare: watchdog::Spare) {
+    drop(spare.control);
+    let _ = wait_pid(spare.pid);
 }
 
 /// Hands the lease to the spare watchdog, if there is one and it takes
@@ -218,8 +223,7 @@ fn start_spare(
         Ok(()) => Some(spare),
         Err(e) => {
             tracing::debug!(error = %e, "the spare watchdog is gone; starting another");
-            drop(spare.control);
-            let _ = wait_pid(spare.pid);
+            end(spare);
             None
         }
     }

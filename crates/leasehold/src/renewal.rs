@@ -15,7 +15,7 @@
 //! first renewal).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -158,7 +158,8 @@ struct Scheduler {
     queue: Mutex<Queue>,
     /// Rung when a loop joins the queue ahead of the scheduler's wake-up.
     wake: Notify,
-    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Set once, right after it is spawned.
+    task: OnceLock<tokio::task::JoinHandle<()>>,
 }
 
 #[derive(Debug, Default)]
@@ -238,17 +239,16 @@ impl Scheduler {
             runtime: id,
             queue: Mutex::default(),
             wake: Notify::new(),
-            task: Mutex::new(None),
+            task: OnceLock::new(),
         });
         let task = handle.spawn(scheduler.clone().run());
-        *scheduler.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+        let _ = scheduler.task.set(task);
         all.push(scheduler.clone());
         scheduler
     }
 
     fn alive(&self) -> bool {
-        let task = self.task.lock().unwrap_or_else(|e| e.into_inner());
-        task.as_ref().is_some_and(|t| !t.is_finished())
+        self.task.get().is_some_and(|t| !t.is_finished())
     }
 
     /// Starts every loop that is due, then sleeps until the next one is, or

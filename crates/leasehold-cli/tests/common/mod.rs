@@ -207,3 +207,29 @@ pub fn alive(pid: i32) -> bool {
     // SAFETY: kill with signal 0 only checks.
     unsafe { libc::kill(pid, 0) == 0 }
 }
+
+/// Eight `leasehold run` processes on one key of `env`'s store, each with
+/// `extra` options: their commands never overlap, all of them run, and
+/// their tokens grow.
+pub fn processes_take_turns_with_growing_tokens(env: &Env, extra: &[&str]) {
+    // mkdir is atomic: it fails if another command is inside at the same time.
+    let section = r#"mkdir "$D/inside" || exit 99
+echo "$LEASEHOLD_FENCING_TOKEN" >> "$D/log"
+sleep 0.05
+rmdir "$D/inside""#;
+    let mut args = vec!["run", "--wait", "60s"];
+    args.extend(extra);
+    args.extend(["shared", "--", "sh", "-c", section]);
+    let mut children: Vec<_> = (0..8).map(|_| env.spawn(&args)).collect();
+    for child in &mut children {
+        assert_eq!(
+            wait_with_timeout(child, Duration::from_secs(60)),
+            Some(0),
+            "a command overlapped another or failed"
+        );
+    }
+    let log = std::fs::read_to_string(env.path("log")).unwrap();
+    let tokens: Vec<u64> = log.lines().map(|l| l.parse().unwrap()).collect();
+    assert_eq!(tokens.len(), 8);
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+}
