@@ -37,6 +37,7 @@ pub async fn elect(store: &Store, args: ElectArgs) -> anyhow::Result<ExitCode> {
         let env = [("LEASEHOLD_FENCING_TOKEN", term.to_string())];
         let outcome = supervise(leadership.guard(), lease, &env, &mut signals).await?;
         let resigned = leadership.resign().await;
+        outcome.watchdog.reap().await;
         if !outcome.started {
             return Ok(ExitCode::from(outcome.code));
         }

@@ -155,6 +155,9 @@ fn exit_code_for(err: &anyhow::Error) -> u8 {
 fn init_tracing(verbose: u8) {
     use tracing_subscriber::EnvFilter;
     let filter = match verbose {
+        // Nothing to log: no subscriber at all, which saves a short run
+        // building one.
+        0 if std::env::var_os(EnvFilter::DEFAULT_ENV).is_none() => return,
         0 => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("off")),
         1 => EnvFilter::new("leasehold=debug,leasehold_cli=debug"),
         _ => EnvFilter::new("leasehold=trace,leasehold_cli=trace,info"),

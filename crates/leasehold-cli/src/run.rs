@@ -264,6 +264,7 @@ pub async fn finish(
         Some(run) => guard.release_with(run).await,
         None => guard.release().await,
     };
+    outcome.watchdog.reap().await;
     if !outcome.started {
         return result.ended("not_started", outcome.code);
     }

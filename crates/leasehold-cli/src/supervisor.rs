@@ -36,6 +36,25 @@ pub struct Outcome {
     /// False if the command could not be started (`code` is then 127 when
     /// it was not found, 126 otherwise, as shells, env and timeout say).
     pub started: bool,
+    /// The watchdog, which reported the tree gone and is exiting: reaped
+    /// with [`Exiting::reap`] after the lease is released, so that its
+    /// cleanup and exit are not between the command's end and the release.
+    pub watchdog: Exiting,
+}
+
+/// A watchdog that reported the command's tree gone, not yet reaped.
+#[derive(Debug)]
+pub struct Exiting(Option<Dog>);
+
+impl Exiting {
+    /// Waits for the watchdog to exit.
+    pub async fn reap(self) {
+        if let Some(mut dog) = self.0 {
+            if let Err(e) = dog.wait().await {
+                tracing::debug!(error = %e, "could not reap the watchdog");
+            }
+        }
+    }
 }
 
 /// Runs the command while `guard` holds the lease, under a watchdog that
@@ -77,6 +96,10 @@ pub async fn supervise(
                     if state.take(&line) == Some(Stop::Deadline) && !lost {
                         lost = true;
                     }
+                    // Its last word; only its own cleanup and exit follow.
+                    if state.done {
+                        break;
+                    }
                 }
                 _ => break,
             },
@@ -107,13 +130,15 @@ pub async fn supervise(
             }
         }
     }
-    let status = dog.wait().await?;
-    if !state.done && state.left.is_none() && state.spawn_failed.is_none() {
-        // The watchdog died before it could report the tree gone.
-        state.kill_backup();
-        say!("the watchdog process ended unexpectedly ({status}); killed the command's process group"
-        );
+    if !state.done {
+        let status = dog.wait().await?;
+        if state.left.is_none() && state.spawn_failed.is_none() {
+            // The watchdog died before it could report the tree gone.
+            state.kill_backup();
+            say!("the watchdog process ended unexpectedly ({status}); killed the command's process group");
+        }
     }
+    let watchdog = Exiting(state.done.then_some(dog));
     if let Some(left) = &state.left {
         say!("could not kill these processes of the command (stuck in the kernel?): {left}");
     }
@@ -124,6 +149,7 @@ pub async fn supervise(
             lost: false,
             interrupted: None,
             started: false,
+            watchdog,
         });
     }
     Ok(Outcome {
@@ -131,11 +157,13 @@ pub async fn supervise(
         lost: lost || guard.is_lost(),
         interrupted,
         started: true,
+        watchdog,
     })
 }
 
 /// The watchdog process: a spare forked at start-up, or one started
 /// with exec.
+#[derive(Debug)]
 enum Dog {
     Forked(libc::pid_t),
     Execd(tokio::process::Child),

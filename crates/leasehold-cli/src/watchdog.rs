@@ -125,12 +125,14 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         buf: Vec::new(),
     };
     let grace = Duration::from_nanos(grace);
+    let cgroup = Cgroup::create(&std::process::id().to_string());
     serve(
         orders,
         report,
         grace,
         Duration::from_nanos(deadline),
         command,
+        cgroup,
     );
     ExitCode::SUCCESS
 }
@@ -175,6 +177,16 @@ fn spare(control: OwnedFd, report: OwnedFd, command: Vec<OsString>) {
     // Before anything else: a terminal's Ctrl-C while `leasehold` waits
     // for the lock reaches this process too.
     catch_stop_signals();
+    // The command's cgroup, made now, while `leasehold` opens the store and
+    // takes the lock, rather than after `start`, when the command waits for
+    // it. Removed if the command does not run; if this process is killed
+    // first, the next watchdog removes it (see `Cgroup::create`).
+    let cgroup = Cgroup::create(&std::process::id().to_string());
+    let unused = |cgroup: Option<Cgroup>| {
+        if let Some(c) = cgroup {
+            c.remove();
+        }
+    };
     let mut orders = Orders {
         pipe: File::from(control),
         buf: Vec::new(),
@@ -182,7 +194,7 @@ fn spare(control: OwnedFd, report: OwnedFd, command: Vec<OsString>) {
     let (deadline, grace) = loop {
         // End of file: `leasehold` ends without running the command.
         let Some(line) = orders.next_line() else {
-            return;
+            return unused(cgroup);
         };
         let mut words = line.splitn(3, ' ');
         match (words.next(), words.next(), words.next()) {
@@ -193,13 +205,13 @@ fn spare(control: OwnedFd, report: OwnedFd, command: Vec<OsString>) {
             (Some("start"), Some(deadline), Some(grace)) => {
                 match (deadline.parse(), grace.parse()) {
                     (Ok(d), Ok(g)) => break (Duration::from_nanos(d), Duration::from_nanos(g)),
-                    _ => return,
+                    _ => return unused(cgroup),
                 }
             }
             _ => {}
         }
     };
-    serve(orders, File::from(report), grace, deadline, command);
+    serve(orders, File::from(report), grace, deadline, command, cgroup);
 }
 
 /// The control pipe, read a line at a time.
@@ -246,13 +258,15 @@ impl Orders {
     }
 }
 
-/// Starts the command and watches over it until its tree is gone.
+/// Starts the command (in `cgroup`, if there is one) and watches over it
+/// until its tree is gone.
 fn serve(
     orders: Orders,
     report: File,
     grace: Duration,
     deadline: Duration,
     command: Vec<OsString>,
+    cgroup: Option<Cgroup>,
 ) {
     let mut dog = Watchdog {
         orders,
@@ -261,7 +275,7 @@ fn serve(
         deadline,
         pid: 0,
         pidfd: -1,
-        cgroup: None,
+        cgroup,
         terminal: None,
         status: None,
         stopping: None,
@@ -384,7 +398,6 @@ impl Watchdog {
     /// Starts the command in its own process group (and cgroup).
     fn spawn(&mut self, command: Vec<OsString>) -> bool {
         let me = std::process::id() as libc::pid_t;
-        self.cgroup = Cgroup::create(&me.to_string());
         // SAFETY: plain queries of our own terminal state.
         let foreground = unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp() };
         // Straight into the cgroup where the kernel can (clone3 with

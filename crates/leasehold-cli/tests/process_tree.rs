@@ -491,3 +491,71 @@ fn a_run_whose_waiting_watchdog_died_starts_another() {
         "the command's background job outlived the run: no watchdog stopped it"
     );
 }
+
+/// Where the watchdog `pid` makes the command's cgroup (beside this test's
+/// own, which it inherits), if the machine has a cgroup v2 hierarchy this
+/// process may write; `None` (and a message) otherwise.
+fn watchdog_cgroup(pid: i32) -> Option<std::path::PathBuf> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let mount = mountinfo.lines().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        (right.split_whitespace().next()? == "cgroup2").then_some(())?;
+        left.split_whitespace().nth(4).map(std::path::PathBuf::from)
+    });
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok();
+    let own = own
+        .as_deref()
+        .and_then(|c| c.lines().find_map(|l| l.strip_prefix("0::")));
+    let parent = mount
+        .zip(own)
+        .map(|(m, o)| m.join(o.trim_start_matches('/')));
+    let probe = parent
+        .as_ref()
+        .map(|p| p.join(format!("leasehold-probe-{}", std::process::id())));
+    if probe
+        .as_ref()
+        .is_some_and(|p| std::fs::create_dir(p).is_ok())
+    {
+        let _ = std::fs::remove_dir(probe.unwrap());
+        parent.map(|p| p.join(format!("leasehold-{pid}")))
+    } else {
+        eprintln!("skipped: no writable cgroup v2 hierarchy here");
+        None
+    }
+}
+
+/// The watchdog forked at start makes the command's cgroup while the run
+/// waits for the lock (off the path from grant to command), and removes it
+/// when the command does not run: here the run is interrupted, and then
+/// killed with SIGKILL.
+#[test]
+fn the_command_cgroup_is_made_while_waiting_and_removed_if_unused() {
+    let env = Env::new();
+    let mut holder = hold(&env, "tree/cgroup");
+    for sig in [libc::SIGTERM, libc::SIGKILL] {
+        let mut waiter = env.spawn(&["run", "tree/cgroup", "--wait", "60s", "--", "true"]);
+        let spare = child_of(waiter.id());
+        let Some(cgroup) = watchdog_cgroup(spare) else {
+            break;
+        };
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while !cgroup.exists() {
+            assert!(
+                std::time::Instant::now() < until,
+                "no cgroup {} while the run waits",
+                cgroup.display()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        kill(waiter.id(), sig);
+        wait_with_timeout(&mut waiter, Duration::from_secs(10));
+        assert!(wait_gone(spare, Duration::from_secs(5)));
+        assert!(
+            !cgroup.exists(),
+            "the unused cgroup {} was left after signal {sig}",
+            cgroup.display()
+        );
+    }
+    kill(holder.id(), libc::SIGTERM);
+    wait_with_timeout(&mut holder, Duration::from_secs(10));
+}

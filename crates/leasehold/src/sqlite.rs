@@ -4,7 +4,14 @@
 //! One database file shared by every process on the machine that uses it
 //! (WAL journal; commits that issue a fencing token are fsynced
 //! (`synchronous=FULL`), renewals and releases are not (`NORMAL`); busy
-//! waits retried every millisecond for up to 5 s). One table:
+//! waits retried every millisecond for up to 5 s). A closing connection
+//! leaves the WAL for the next process unless it has grown past 256 KiB
+//! (then the last one out checkpoints it into the database and deletes it),
+//! so a short-lived process pays one fsync per grant rather than five. A
+//! WAL left beside a database file that was deleted is deleted by SQLite
+//! when the empty file is opened; copying a database file in while the old
+//! WAL stays is the same mistake it is for any SQLite file (remove the
+//! `-wal` and `-shm` files with it). One table:
 //!
 //! ```sql
 //! CREATE TABLE leasehold_leases (
@@ -135,6 +142,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
+use rusqlite::config::DbConfig;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
 
 use crate::backend::{
@@ -200,6 +208,38 @@ pub struct SqliteBackend {
 struct Open {
     conn: Connection,
     file: FileId,
+}
+
+/// The size of the WAL file up to which closing a connection leaves it as
+/// it is, for the next process to use. See [`Open`]'s `Drop`.
+const WAL_KEPT_AT_CLOSE: u64 = 256 * 1024;
+
+impl Drop for Open {
+    /// SQLite's last connection to a database checkpoints the WAL into the
+    /// database file and deletes it when it closes: two fsyncs, and the next
+    /// process to write creates the WAL again (two more: its header and the
+    /// directory). A short-lived process (`leasehold run`) paid four fsyncs
+    /// for its one fsynced commit. Connections are opened with that
+    /// checkpoint off, and a closing connection turns it back on only when
+    /// the WAL has grown past [`WAL_KEPT_AT_CLOSE`], so the next process's
+    /// first read, which rebuilds the WAL's index from the whole file, stays
+    /// short. Nothing is less durable: every commit is already in the WAL
+    /// (fsynced where it issues a token), and a WAL left behind is what any
+    /// killed process leaves, which SQLite recovers on the next open (and
+    /// deletes when the database file is empty, so a deleted database does
+    /// not inherit it).
+    fn drop(&mut self) {
+        let big = self
+            .conn
+            .path()
+            .and_then(|db| std::fs::metadata(format!("{db}-wal")).ok())
+            .is_some_and(|wal| wal.len() > WAL_KEPT_AT_CLOSE);
+        if big {
+            let _ = self
+                .conn
+                .set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, false);
+        }
+    }
 }
 
 /// A file's identity: device and inode.
@@ -333,15 +373,22 @@ impl SqliteBackend {
             .map_err(|e| db_error("open", e))?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(|e| db_error("open", e))?;
+        // The WAL outlives this connection unless it has grown (see `Open`).
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+            .map_err(|e| db_error("open", e))?;
         // NORMAL: renewals and releases need no fsync of their own (a
         // renewal lost in a power cut belongs to a holder that died with the
         // machine); acquisitions switch to FULL, see `try_acquire`.
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(|e| db_error("open", e))?;
-        // Idempotent: every opener runs it, whoever created the file.
-        conn.execute_batch(SCHEMA)
-            .map_err(|e| db_error("open", e))?;
-        add_run_columns(&mut conn).map_err(|e| db_error("open", e))?;
+        // Idempotent, whoever created the file; skipped when the file has
+        // it all, which one query tells (parsing the statements is a fifth
+        // of opening a store in a short-lived process).
+        if !has_schema(&conn).map_err(|e| db_error("open", e))? {
+            conn.execute_batch(SCHEMA)
+                .map_err(|e| db_error("open", e))?;
+            add_run_columns(&mut conn).map_err(|e| db_error("open", e))?;
+        }
         let row = self.settle(&mut conn, file)?;
         self.store_max_ttl_ms
             .store(row.max_ttl.as_millis() as u64, Ordering::Relaxed);
@@ -697,6 +744,18 @@ fn retry_while_busy(attempt: i32) -> bool {
 
 /// Adds the run-record columns to a table made before they existed (under
 /// the write lock, so two openers cannot both add them).
+/// Whether the file has both tables, with the run record columns.
+fn has_schema(conn: &Connection) -> rusqlite::Result<bool> {
+    conn.query_row(
+        "SELECT (SELECT COUNT(*) FROM sqlite_schema
+                 WHERE type = 'table' AND name IN ('leasehold_leases', 'leasehold_store')) = 2
+            AND EXISTS (SELECT 1 FROM pragma_table_info('leasehold_leases')
+                        WHERE name = 'last_run_token')",
+        [],
+        |r| r.get(0),
+    )
+}
+
 fn add_run_columns(conn: &mut Connection) -> rusqlite::Result<()> {
     let has = |conn: &Connection| {
         conn.query_row(
