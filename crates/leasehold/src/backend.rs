@@ -241,6 +241,17 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
         let _ = keys;
         None
     }
+
+    /// The store's epoch as this backend read it (or started it) while
+    /// opening, if it did. A [`Store`](crate::Store) over the backend starts
+    /// from it, so that its first attempt names the epoch at once instead of
+    /// first sending one that only learns it. It may be stale: an attempt
+    /// naming an epoch the store no longer has is answered
+    /// [`AcquireOutcome::OtherEpoch`] as usual, and an `age` measured at
+    /// opening only makes a quarantine longer. The default, `None`.
+    fn epoch_at_open(&self) -> Option<StoreEpoch> {
+        None
+    }
 }
 
 /// What [`Backend::watch_release`] returns.

@@ -577,7 +577,8 @@ impl Engine {
             Duration::ZERO,
         )));
         // Usually one request; one more when the epoch is news (the first
-        // attempt of a process, or after the store was re-created).
+        // attempt of a process whose backend did not read the epoch while
+        // opening, or after the store was re-created).
         for _ in 0..3 {
             let epoch = gate.cleared();
             lease.epoch = epoch.unwrap_or(0);

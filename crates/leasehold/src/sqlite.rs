@@ -201,6 +201,8 @@ pub struct SqliteBackend {
     holders: Arc<HolderLock>,
     /// Same-machine wake-ups of waiters in other processes.
     wake: Arc<wake::Wake>,
+    /// The store's epoch as [`open`](Self::open) found it.
+    opened_epoch: Option<StoreEpoch>,
 }
 
 /// A connection and what it was opened on.
@@ -208,6 +210,8 @@ pub struct SqliteBackend {
 struct Open {
     conn: Connection,
     file: FileId,
+    /// The store's epoch when the connection was opened.
+    epoch: StoreEpoch,
 }
 
 /// The size of the WAL file up to which closing a connection leaves it as
@@ -308,8 +312,13 @@ impl SqliteBackend {
             boot_id: boot_id().into(),
             max_ttl,
             store_max_ttl_ms: Arc::new(AtomicU64::new(max_ttl.as_millis() as u64)),
+            opened_epoch: None,
         };
         let open = backend.connect()?;
+        let backend = SqliteBackend {
+            opened_epoch: Some(open.epoch.clone()),
+            ..backend
+        };
         *backend.conn.lock().unwrap_or_else(|e| e.into_inner()) = Some(open);
         Ok(backend)
     }
@@ -392,7 +401,13 @@ impl SqliteBackend {
         let row = self.settle(&mut conn, file)?;
         self.store_max_ttl_ms
             .store(row.max_ttl.as_millis() as u64, Ordering::Relaxed);
-        Ok(Open { conn, file })
+        let ctx = Ctx {
+            boot_id: self.boot_id.clone(),
+            path: self.path.clone(),
+            file,
+        };
+        let epoch = store_epoch(&row, &ctx, ctx.now_ns());
+        Ok(Open { conn, file, epoch })
     }
 
     /// Reads the epoch row, starting a new epoch if the file has none, or
@@ -1214,6 +1229,10 @@ impl Backend for SqliteBackend {
 
     fn watch_release(&self, keys: &[Key]) -> Option<crate::backend::ReleaseWatch> {
         self.wake.watch(keys)
+    }
+
+    fn epoch_at_open(&self) -> Option<StoreEpoch> {
+        self.opened_epoch.clone()
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {

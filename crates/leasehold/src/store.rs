@@ -64,13 +64,19 @@ impl Store {
 
     /// A store whose guards time their deadlines on `clock`.
     pub fn with_clock(backend: Arc<dyn Backend>, clock: SharedClock) -> Self {
+        let epochs = EpochGate::new(clock.clone());
+        if let Some(epoch) = backend.epoch_at_open() {
+            // As if a first attempt had reported it; a first sight cannot be
+            // refused.
+            let _ = epochs.saw(backend.name(), &epoch);
+        }
         Store {
             inner: Arc::new(StoreInner {
                 backend,
                 clock: clock.clone(),
                 local: LocalKeys::default(),
                 groups: LocalKeys::default(),
-                epochs: EpochGate::new(clock.clone()),
+                epochs,
             }),
         }
     }
