@@ -35,6 +35,8 @@ pub struct EtcdBackend {
 }
 
 struct Inner {
+    /// The store's epoch as read while opening.
+    opened: std::sync::OnceLock<leasehold::EpochRead>,
     client: Client,
     endpoints: Vec<String>,
     prefix: String,
@@ -135,11 +137,13 @@ impl EtcdBackend {
                 request_timeout: b.request_timeout,
                 listener,
                 requests: AtomicU64::new(0),
+                opened: Default::default(),
             }),
         };
         // Checks that the cluster answers (and the credentials work), and
         // creates the store if it is new.
-        backend.epoch().await?;
+        let epoch = backend.epoch().await?;
+        let _ = backend.inner.opened.set(leasehold::EpochRead::now(epoch));
         Ok(backend)
     }
 
@@ -674,6 +678,10 @@ impl Backend for EtcdBackend {
             }
         }
         Err(Error::backend(NAME, OP, true, "the key kept changing"))
+    }
+
+    fn epoch_at_open(&self) -> Option<StoreEpoch> {
+        self.inner.opened.get().map(leasehold::EpochRead::as_of_now)
     }
 
     fn watch_release(&self, keys: &[Key]) -> Option<ReleaseWatch> {

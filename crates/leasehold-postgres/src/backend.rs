@@ -28,6 +28,8 @@ pub struct PostgresBackend {
 }
 
 struct Inner {
+    /// The store's epoch as read while opening.
+    opened: std::sync::OnceLock<leasehold::EpochRead>,
     pool: Pool,
     table: String,
     sql: Statements,
@@ -129,9 +131,14 @@ impl PostgresBackend {
                 request_timeout: b.request_timeout,
                 target,
                 listener,
+                opened: Default::default(),
             }),
         };
-        backend.settle("open").await?;
+        let row = backend.settle("open").await?;
+        let _ = backend
+            .inner
+            .opened
+            .set(leasehold::EpochRead::now(row.store_epoch()));
         Ok(backend)
     }
 
@@ -702,6 +709,10 @@ impl Backend for PostgresBackend {
             Err(f) if f.missing_table() => Ok(None),
             Err(f) => Err(f.into_error(OP)),
         }
+    }
+
+    fn epoch_at_open(&self) -> Option<StoreEpoch> {
+        self.inner.opened.get().map(leasehold::EpochRead::as_of_now)
     }
 
     fn watch_release(&self, keys: &[Key]) -> Option<leasehold::ReleaseWatch> {

@@ -26,6 +26,8 @@ pub struct RedisBackend {
 }
 
 struct Inner {
+    /// The store's epoch as read while opening.
+    opened: std::sync::OnceLock<leasehold::EpochRead>,
     client: redis::Client,
     manager_config: ConnectionManagerConfig,
     /// The connection, and how many times it was replaced.
@@ -173,10 +175,12 @@ impl RedisBackend {
                 request_timeout: b.request_timeout,
                 target: target_of(&b.info),
                 listener,
+                opened: Default::default(),
             }),
         };
         backend.refuse_eviction().await?;
-        backend.epoch().await?;
+        let epoch = backend.epoch().await?;
+        let _ = backend.inner.opened.set(leasehold::EpochRead::now(epoch));
         Ok(backend)
     }
 
@@ -487,6 +491,10 @@ impl Backend for RedisBackend {
             Some(1) => items.get(1).and_then(record::holder),
             _ => None,
         })
+    }
+
+    fn epoch_at_open(&self) -> Option<StoreEpoch> {
+        self.inner.opened.get().map(leasehold::EpochRead::as_of_now)
     }
 
     fn watch_release(&self, keys: &[Key]) -> Option<leasehold::ReleaseWatch> {

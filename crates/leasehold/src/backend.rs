@@ -247,8 +247,8 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// from it, so that its first attempt names the epoch at once instead of
     /// first sending one that only learns it. It may be stale: an attempt
     /// naming an epoch the store no longer has is answered
-    /// [`AcquireOutcome::OtherEpoch`] as usual, and an `age` measured at
-    /// opening only makes a quarantine longer. The default, `None`.
+    /// [`AcquireOutcome::OtherEpoch`] as usual. Keep it as an [`EpochRead`],
+    /// so that its age is as of the call. The default, `None`.
     fn epoch_at_open(&self) -> Option<StoreEpoch> {
         None
     }
@@ -461,6 +461,33 @@ impl StoreEpoch {
     }
 }
 
+/// A store epoch as a backend read it, kept for
+/// [`Backend::epoch_at_open`]: asked for later, its age has grown by the
+/// time since the read (on this process's monotonic clock), so a process
+/// that waited out a quarantine after opening does not wait it again.
+#[derive(Debug, Clone)]
+pub struct EpochRead {
+    epoch: StoreEpoch,
+    at: std::time::Instant,
+}
+
+impl EpochRead {
+    /// `epoch`, read just now.
+    pub fn now(epoch: StoreEpoch) -> Self {
+        EpochRead {
+            epoch,
+            at: std::time::Instant::now(),
+        }
+    }
+
+    /// The epoch, its age (where known) as of now.
+    pub fn as_of_now(&self) -> StoreEpoch {
+        let since = self.at.elapsed();
+        let age = self.epoch.age.map(|a| a.saturating_add(since));
+        self.epoch.clone().with_age(age)
+    }
+}
+
 /// The epoch of a store created at `at`: whole seconds since
 /// [`EPOCH_ORIGIN_UNIX_SECS`], at least 1.
 pub fn epoch_at(at: SystemTime) -> u64 {
@@ -644,6 +671,22 @@ fn ser_duration<S: serde::Serializer>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_epoch_read_earlier_is_older_by_the_time_since() {
+        let known = StoreEpoch::new(7, Duration::from_secs(60)).with_age(Some(Duration::ZERO));
+        let read = EpochRead::now(known);
+        let unknown = EpochRead::now(StoreEpoch::new(7, Duration::from_secs(60)));
+        let before = std::time::Instant::now();
+        std::thread::sleep(Duration::from_millis(20));
+        let waited = before.elapsed();
+        assert!(read.as_of_now().age.unwrap() >= waited);
+        assert_eq!(
+            unknown.as_of_now().age,
+            None,
+            "an unknown age stays unknown"
+        );
+    }
 
     #[test]
     fn tokens_of_a_later_epoch_are_above_every_earlier_one() {

@@ -146,8 +146,8 @@ use rusqlite::config::DbConfig;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
 
 use crate::backend::{
-    epoch_at, next_token, AcquireOutcome, AcquireRequest, Backend, Capabilities, Grant, HolderInfo,
-    KeyInfo, Lease, Owner, StoreEpoch, DEFAULT_STORE_MAX_TTL, EPOCH_ORIGIN_UNIX_SECS,
+    epoch_at, next_token, AcquireOutcome, AcquireRequest, Backend, Capabilities, EpochRead, Grant,
+    HolderInfo, KeyInfo, Lease, Owner, StoreEpoch, DEFAULT_STORE_MAX_TTL, EPOCH_ORIGIN_UNIX_SECS,
 };
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, LossReason, Result};
@@ -202,7 +202,7 @@ pub struct SqliteBackend {
     /// Same-machine wake-ups of waiters in other processes.
     wake: Arc<wake::Wake>,
     /// The store's epoch as [`open`](Self::open) found it.
-    opened_epoch: Option<StoreEpoch>,
+    opened_epoch: Option<EpochRead>,
 }
 
 /// A connection and what it was opened on.
@@ -316,7 +316,7 @@ impl SqliteBackend {
         };
         let open = backend.connect()?;
         let backend = SqliteBackend {
-            opened_epoch: Some(open.epoch.clone()),
+            opened_epoch: Some(EpochRead::now(open.epoch.clone())),
             ..backend
         };
         *backend.conn.lock().unwrap_or_else(|e| e.into_inner()) = Some(open);
@@ -1232,7 +1232,7 @@ impl Backend for SqliteBackend {
     }
 
     fn epoch_at_open(&self) -> Option<StoreEpoch> {
-        self.opened_epoch.clone()
+        self.opened_epoch.as_ref().map(EpochRead::as_of_now)
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {

@@ -465,3 +465,72 @@ pub async fn oversized_data_rejected(store: Store) {
         "nothing was stored"
     );
 }
+
+/// A new process's first grant is one attempt when its backend read the
+/// store's epoch while opening ([`Backend::epoch_at_open`]): not one that
+/// only learns the epoch and another that asks in it.
+pub async fn first_grant_is_one_attempt_after_an_epoch_read_at_open(store: Store) {
+    let backend = store.backend().clone();
+    if backend.epoch_at_open().is_none() {
+        return;
+    }
+    let counted = Arc::new(CountedAttempts {
+        inner: backend,
+        attempts: AtomicU32::new(0),
+    });
+    let process = Store::with_clock(counted.clone(), store.clock().clone());
+    let key = unique_key("first-grant");
+    let guard = process
+        .lock_with(&key, opts(&store))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+    assert_eq!(counted.attempts.load(Ordering::SeqCst), 1);
+}
+
+/// A backend, counting acquire attempts.
+#[derive(Debug)]
+struct CountedAttempts {
+    inner: Arc<dyn Backend>,
+    attempts: AtomicU32,
+}
+
+#[async_trait::async_trait]
+impl Backend for CountedAttempts {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn capabilities(&self) -> crate::backend::Capabilities {
+        self.inner.capabilities()
+    }
+    async fn try_acquire(&self, request: &AcquireRequest) -> crate::Result<AcquireOutcome> {
+        self.attempts.fetch_add(1, Ordering::SeqCst);
+        self.inner.try_acquire(request).await
+    }
+    async fn renew(&self, lease: &Lease) -> crate::Result<()> {
+        self.inner.renew(lease).await
+    }
+    async fn release(&self, lease: &Lease) -> crate::Result<()> {
+        self.inner.release(lease).await
+    }
+    async fn inspect(&self, key: &Key) -> crate::Result<crate::KeyInfo> {
+        self.inner.inspect(key).await
+    }
+    async fn break_lease(&self, key: &Key) -> crate::Result<Option<crate::HolderInfo>> {
+        self.inner.break_lease(key).await
+    }
+    async fn list(&self, prefix: &str) -> crate::Result<Vec<crate::KeyInfo>> {
+        self.inner.list(prefix).await
+    }
+    async fn record_run(&self, lease: &Lease, run: &RunRecord) -> crate::Result<()> {
+        self.inner.record_run(lease, run).await
+    }
+    fn watch_release(&self, keys: &[Key]) -> Option<crate::backend::ReleaseWatch> {
+        self.inner.watch_release(keys)
+    }
+    fn epoch_at_open(&self) -> Option<StoreEpoch> {
+        self.inner.epoch_at_open()
+    }
+}
