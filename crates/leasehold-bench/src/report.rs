@@ -351,13 +351,16 @@ scheduler task per runtime (a lease released before then costs no task); renewal
 `flock FILE.lock true` (util-linux), alternating, median of {} runs each. Target (issue 12): \
 leasehold ≤ 2× flock.\n\n\
 | leasehold run | flock | ratio | target ≤ 2× |\n|---|---|---|---|\n| {:.2} ms | {:.2} ms | **{:.1}×** | {} |\n\n\
-`flock` is one `flock(2)` on a file and a fork/exec. `leasehold run` also starts a tokio runtime, \
-opens SQLite (WAL), commits the acquisition (`synchronous=FULL`: one fsync) and the release (`NORMAL`), \
-runs the command under the watchdog that stops its whole process tree on its own (a copy of \
-leasehold forked as it starts, before the lock is taken: a second process; the command in a process \
-group and, where the machine allows, a cgroup of its own, made and removed per run), checkpoints \
-the WAL as it closes the database (two more fsyncs) and forwards signals: a few milliseconds in all, for a lease that survives a crash of its \
-holder, carries a fencing token and works the same on every store.\n",
+`flock` is one `flock(2)` on a file and a fork/exec. `leasehold run` also loads a larger binary \
+(every store's client is in it: most of its start-up is the dynamic loader relocating it), starts a \
+tokio runtime, opens SQLite (WAL; the store's epoch is read once, at opening), commits the \
+acquisition (`synchronous=FULL`: one fsync) and the release (`NORMAL`: none), and runs the command \
+under the watchdog that stops its whole process tree on its own (a copy of leasehold forked as it \
+starts: a second process, which makes the command's cgroup while the lock is taken; the command in \
+a process group and, where the machine allows, that cgroup). The WAL is left for the next run \
+while it is under 256 KiB (checkpointing it at every close cost two more fsyncs, and re-creating \
+it two more). A few milliseconds in all, for a lease that survives a crash of its holder, carries \
+a fencing token and works the same on every store.\n",
             c.runs,
             c.leasehold_ms,
             c.flock_ms,
@@ -368,7 +371,7 @@ holder, carries a fencing token and works the same on every store.\n",
             let _ = writeln!(
                 s,
                 "The `leasehold` binary measured ({} build, as `cargo install` makes it when \
-`release`: stripped, no debug info): **{:.1} MB**.\n",
+`release`: stripped, no debug info, one codegen unit with fat LTO): **{:.1} MB**.\n",
                 c.binary_profile,
                 c.binary_bytes as f64 / 1e6
             );

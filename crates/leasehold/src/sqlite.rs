@@ -103,7 +103,10 @@
 //!
 //!   Not covered: the *directory itself* deleted and re-created by
 //!   something else while a lease is held (the old holder's lock is on the
-//!   old directory). Do not delete the directory of a store in use.
+//!   old directory). Do not delete the directory of a store in use. Nor a
+//!   copy written *over* the file in place (`cp backup.db leases.db` keeps
+//!   the inode, so the file's identity does not change and its counters go
+//!   back): restore a backup by moving it into place.
 //!   Several stores in one directory share the proof: starting an epoch
 //!   while another store there has holders costs the quarantine.
 //!
