@@ -1,20 +1,16 @@
-//! What a short-lived process (`leasehold run`) pays on the SQLite store:
-//! its first acquire is one transaction (the epoch read at opening is
-//! used), and a closing connection leaves a small WAL for the next process
-//! (no checkpoint, whose two fsyncs and the WAL's re-creation were most of
-//! a short run's disk writes), checkpoints one that has grown, and a WAL
-//! left beside a deleted database never brings old tokens back.
+//! What a short-lived process (`leasehold run`) leaves on the SQLite store:
+//! a closing connection leaves a small WAL for the next process (no
+//! checkpoint, whose two fsyncs and the WAL's re-creation were most of a
+//! short run's disk writes), checkpoints one that has grown, and a WAL left
+//! beside a deleted database never brings old tokens back. (That a new
+//! process's first acquire is one transaction is the conformance test
+//! `first_grant_is_one_attempt_after_an_epoch_read_at_open`.)
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use leasehold::sqlite::SqliteBackend;
-use leasehold::{
-    AcquireOutcome, AcquireRequest, Backend, Capabilities, HolderInfo, Key, KeyInfo, Lease,
-    LockOptions, Result, Store, StoreEpoch,
-};
+use leasehold::{LockOptions, Store};
 
 fn wal(db: &Path) -> PathBuf {
     PathBuf::from(format!("{}-wal", db.display()))
@@ -88,62 +84,4 @@ async fn a_database_deleted_beside_its_kept_wal_gives_greater_tokens() {
         new > old,
         "token {new} after {old}: the old WAL was replayed or ignored unsafely"
     );
-}
-
-/// The SQLite backend, counting acquire attempts.
-#[derive(Debug)]
-struct Counted {
-    inner: SqliteBackend,
-    attempts: AtomicU32,
-}
-
-#[async_trait]
-impl Backend for Counted {
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
-        self.attempts.fetch_add(1, Ordering::SeqCst);
-        self.inner.try_acquire(req).await
-    }
-    async fn renew(&self, lease: &Lease) -> Result<()> {
-        self.inner.renew(lease).await
-    }
-    async fn release(&self, lease: &Lease) -> Result<()> {
-        self.inner.release(lease).await
-    }
-    async fn inspect(&self, key: &Key) -> Result<KeyInfo> {
-        self.inner.inspect(key).await
-    }
-    async fn break_lease(&self, key: &Key) -> Result<Option<HolderInfo>> {
-        self.inner.break_lease(key).await
-    }
-    async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {
-        self.inner.list(prefix).await
-    }
-    fn epoch_at_open(&self) -> Option<StoreEpoch> {
-        self.inner.epoch_at_open()
-    }
-}
-
-#[tokio::test]
-async fn a_new_processes_first_acquire_is_one_attempt() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("leases.db");
-    for process in 0..2 {
-        let backend = std::sync::Arc::new(Counted {
-            inner: SqliteBackend::open(&db).unwrap(),
-            attempts: AtomicU32::new(0),
-        });
-        let store = Store::from_backend(backend.clone());
-        cycle(&store, "job").await;
-        assert_eq!(
-            backend.attempts.load(Ordering::SeqCst),
-            1,
-            "process {process} sent an attempt only to learn the epoch"
-        );
-    }
 }
