@@ -14,10 +14,12 @@
 //! `leasehold run` and `elect` fork a *spare* watchdog as they start, while
 //! the process still has one thread (before the async runtime), with two
 //! pipes: the control pipe, which `leasehold` writes and the watchdog reads,
-//! and the report pipe, the other way. The spare waits for lines
+//! and the report pipe, the other way. The spare makes the command's cgroup
+//! at once (while `leasehold` takes the lock), then waits for lines
 //! `env NAME VALUE` (variables for the command, such as its fencing token)
 //! and `start DEADLINE_NS GRACE_NS`, sent once the lease is held; end of file
-//! before `start` (the lock was not obtained) ends it quietly. Forking
+//! before `start` (the lock was not obtained) ends it quietly, the cgroup
+//! removed. Forking
 //! without exec saves loading this binary a second time, a large part of a
 //! short `leasehold run`. Where there is no spare (fork failed, or an
 //! `elect`'s later terms), `leasehold` starts `/proc/self/exe __watchdog
@@ -51,7 +53,8 @@
 //! on `leasehold` being scheduled. When the command exits by itself, the rest
 //! of its tree is stopped the same way (SIGTERM, SIGKILL after the grace, and
 //! no later than `D + grace`) before the watchdog reports `done`, and
-//! `leasehold` releases the lease only after that report.
+//! `leasehold` releases the lease only after that report (it reaps the
+//! watchdog, which removes the cgroup and exits, after the release).
 //!
 //! # What can escape
 //! * If the watchdog itself is killed with SIGKILL, the command (its direct
