@@ -352,14 +352,15 @@ scheduler task per runtime (a lease released before then costs no task); renewal
 leasehold ≤ 2× flock.\n\n\
 | leasehold run | flock | ratio | target ≤ 2× |\n|---|---|---|---|\n| {:.2} ms | {:.2} ms | **{:.1}×** | {} |\n\n\
 `flock` is one `flock(2)` on a file and a fork/exec. `leasehold run` also loads a larger binary \
-(every store's client is in it: most of its start-up is the dynamic loader relocating it), starts a \
+(every store's client is in it, for the dynamic loader to relocate at every start), starts a \
 tokio runtime, opens SQLite (WAL; the store's epoch is read once, at opening), commits the \
-acquisition (`synchronous=FULL`: one fsync) and the release (`NORMAL`: none), and runs the command \
+acquisition (`synchronous=FULL`: one fsync, and SQLite syncs the directory on a connection's first \
+WAL write) and the release (`NORMAL`: none), and runs the command \
 under the watchdog that stops its whole process tree on its own (a copy of leasehold forked as it \
 starts: a second process, which makes the command's cgroup while the lock is taken; the command in \
 a process group and, where the machine allows, that cgroup). The WAL is left for the next run \
 while it is under 256 KiB (checkpointing it at every close cost two more fsyncs, and re-creating \
-it two more). A few milliseconds in all, for a lease that survives a crash of its holder, carries \
+it one more). A few milliseconds in all, for a lease that survives a crash of its holder, carries \
 a fencing token and works the same on every store.\n",
             c.runs,
             c.leasehold_ms,

@@ -7,7 +7,9 @@
 //! waits retried every millisecond for up to 5 s). A closing connection
 //! leaves the WAL for the next process unless it has grown past 256 KiB
 //! (then the last one out checkpoints it into the database and deletes it),
-//! so a short-lived process pays one fsync per grant rather than five. A
+//! so a short-lived process pays two fsyncs (its grant's, and the directory
+//! sync SQLite does on a connection's first write to the WAL) rather than
+//! five. A
 //! WAL left beside a database file that was deleted is deleted by SQLite
 //! when the empty file is opened; copying a database file in while the old
 //! WAL stays is the same mistake it is for any SQLite file (remove the
@@ -224,9 +226,10 @@ const WAL_KEPT_AT_CLOSE: u64 = 256 * 1024;
 impl Drop for Open {
     /// SQLite's last connection to a database checkpoints the WAL into the
     /// database file and deletes it when it closes: two fsyncs, and the next
-    /// process to write creates the WAL again (two more: its header and the
-    /// directory). A short-lived process (`leasehold run`) paid four fsyncs
-    /// for its one fsynced commit. Connections are opened with that
+    /// process to write creates the WAL again (one more, its header, besides
+    /// the directory sync SQLite does on any connection's first write to the
+    /// WAL). A short-lived process (`leasehold run`) paid five fsyncs where
+    /// two are needed. Connections are opened with that
     /// checkpoint off, and a closing connection turns it back on only when
     /// the WAL has grown past [`WAL_KEPT_AT_CLOSE`], so the next process's
     /// first read, which rebuilds the WAL's index from the whole file, stays
