@@ -60,7 +60,7 @@ impl Lock {
     /// One attempt to take the lock, without waiting.
     ///
     /// # Errors
-    /// [`Error::Held`] with the holder's description if someone else holds
+    /// [`Error::Held`](crate::Error::Held) with the holder's description if someone else holds
     /// the key; backend failures.
     ///
     /// # Cancel safety
@@ -87,7 +87,7 @@ impl Lock {
     /// in which every other process's waiter polls.
     ///
     /// # Errors
-    /// [`Error::TimedOut`] when the wait runs out; non-retryable backend
+    /// [`Error::TimedOut`](crate::Error::TimedOut) when the wait runs out; non-retryable backend
     /// failures (retryable ones are retried while the wait lasts).
     ///
     /// # Cancel safety
