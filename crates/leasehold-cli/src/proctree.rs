@@ -26,6 +26,17 @@ pub fn signal_group(pgid: libc::pid_t, sig: libc::c_int) -> bool {
 }
 
 /// The parent of each live process, from `/proc/*/stat`.
+/// A pidfd for `pid` (Linux 5.3+): readable once the process has exited.
+/// `None` where the kernel lacks pidfd_open.
+pub fn pidfd(pid: libc::pid_t) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open has no memory-safety preconditions; it returns a
+    // new descriptor that nothing else owns, or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as libc::c_int;
+    // SAFETY: `fd` is a valid descriptor owned by no one else.
+    (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
 fn parents() -> HashMap<libc::pid_t, libc::pid_t> {
     let mut map = HashMap::new();
     let Ok(dir) = fs::read_dir("/proc") else {

@@ -260,11 +260,16 @@ pub async fn finish(
 ) -> RunResult {
     let key = result.key.clone();
     let recording = run.is_some();
-    let released = match run {
-        Some(run) => guard.release_with(run).await,
-        None => guard.release().await,
+    let releasing = async {
+        match run {
+            Some(run) => guard.release_with(run).await,
+            None => guard.release().await,
+        }
     };
-    outcome.watchdog.reap().await;
+    // The watchdog's own exit (its cgroup removed, its process torn down)
+    // goes on while the lease is released; both are over before `run`
+    // returns.
+    let (released, ()) = tokio::join!(releasing, outcome.watchdog.reap());
     if !outcome.started {
         return result.ended("not_started", outcome.code);
     }

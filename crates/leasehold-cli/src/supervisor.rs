@@ -37,7 +37,7 @@ pub struct Outcome {
     /// it was not found, 126 otherwise, as shells, env and timeout say).
     pub started: bool,
     /// The watchdog, which reported the tree gone and is exiting: reaped
-    /// with [`Exiting::reap`] after the lease is released, so that its
+    /// with [`Exiting::reap`] while the lease is released, so that its
     /// cleanup and exit are not between the command's end and the release.
     pub watchdog: Exiting,
 }
@@ -180,11 +180,7 @@ impl Dog {
                 .context("waiting for the watchdog")?
                 .to_string()),
             Dog::Forked(pid) => {
-                let pid = *pid;
-                let status = tokio::task::spawn_blocking(move || wait_pid(pid))
-                    .await
-                    .context("waiting for the watchdog")?
-                    .context("waiting for the watchdog")?;
+                let status = wait_child(*pid).await.context("waiting for the watchdog")?;
                 Ok(std::process::ExitStatus::from_raw(status).to_string())
             }
         }
@@ -299,6 +295,25 @@ fn start_watchdog(
     let dog = cmd.spawn().context("starting the watchdog process")?;
     drop((control_rx, report_tx));
     Ok((std::fs::File::from(control_tx), report_rx, Dog::Execd(dog)))
+}
+
+/// Waits for the child `pid` to exit; its raw status. Through its pidfd,
+/// which turns readable when it exits, so that no thread waits (and the
+/// wait can run beside other work, such as the release); where the kernel
+/// has no pidfds, waitpid on the blocking pool.
+async fn wait_child(pid: libc::pid_t) -> std::io::Result<libc::c_int> {
+    use tokio::io::{unix::AsyncFd, Interest};
+    if let Some(fd) = proctree::pidfd(pid) {
+        // SAFETY: the AsyncFd owns the OwnedFd, which stays open, the same
+        // descriptor, until both are dropped together.
+        let fd = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }?;
+        // Readable: the child has exited, and waitpid returns at once.
+        let _ready = fd.readable().await?;
+        return wait_pid(pid);
+    }
+    tokio::task::spawn_blocking(move || wait_pid(pid))
+        .await
+        .map_err(std::io::Error::other)?
 }
 
 /// waitpid for one child, retried on EINTR; its raw status.

@@ -54,7 +54,7 @@
 //! of its tree is stopped the same way (SIGTERM, SIGKILL after the grace, and
 //! no later than `D + grace`) before the watchdog reports `done`, and
 //! `leasehold` releases the lease only after that report (it reaps the
-//! watchdog, which removes the cgroup and exits, after the release).
+//! watchdog, which removes the cgroup and exits, while it releases).
 //!
 //! # What can escape
 //! * If the watchdog itself is killed with SIGKILL, the command (its direct
@@ -72,7 +72,7 @@
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -462,9 +462,8 @@ impl Watchdog {
                 self.cgroup = None;
             }
         }
-        // SAFETY: pidfd_open has no memory-safety preconditions; -1 if the
-        // kernel lacks it (then the loop ticks instead).
-        self.pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, self.pid, 0) as libc::c_int };
+        // -1 if the kernel lacks pidfds (then the loop ticks instead).
+        self.pidfd = proctree::pidfd(self.pid).map_or(-1, IntoRawFd::into_raw_fd);
         let cgroup = self
             .cgroup
             .as_ref()
