@@ -12,9 +12,65 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+
+use tokio::sync::Notify;
+
+/// How many requests are finishing in the background (see [`settle`]).
+/// Counted by hand rather than with tokio-util's `TaskTracker`, whose wait
+/// needs the tracker closed first: one process-wide tracker, waited on by
+/// any number of callers while work keeps being added, does not fit that.
+static BACKGROUND: AtomicUsize = AtomicUsize::new(0);
+/// Notified whenever a background request ends.
+static BACKGROUND_ENDED: Notify = Notify::const_new();
+
+/// Runs `fut` in a task of its own on `runtime`, counted until it ends
+/// (completed, or dropped with its runtime), so that [`settle`] can wait
+/// for it.
+pub(crate) fn spawn_background(
+    runtime: &tokio::runtime::Handle,
+    fut: impl Future<Output = ()> + Send + 'static,
+) {
+    struct Counted;
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            BACKGROUND.fetch_sub(1, Ordering::AcqRel);
+            BACKGROUND_ENDED.notify_waiters();
+        }
+    }
+    BACKGROUND.fetch_add(1, Ordering::AcqRel);
+    let counted = Counted;
+    runtime.spawn(async move {
+        let _counted = counted;
+        fut.await;
+    });
+}
+
+/// Waits until every request that leasehold finishes in the background in
+/// this process has ended: the release of a guard dropped without
+/// [`release`](crate::LeaseGuard::release), the release of a grant that
+/// came after its caller gave up or was dropped, a release or acquisition
+/// whose caller went away. Requests started while it waits are waited for
+/// too.
+///
+/// A process that is about to exit calls it last (after its guards are
+/// released or dropped), so that none of these is cut short by the exit,
+/// leaving a lease held until its TTL runs out. Each request ends within the
+/// store's own timeouts; bound the wait with `tokio::time::timeout` to exit
+/// sooner when a store does not answer.
+pub async fn settle() {
+    loop {
+        let ended = BACKGROUND_ENDED.notified();
+        tokio::pin!(ended);
+        ended.as_mut().enable();
+        if BACKGROUND.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        ended.await;
+    }
+}
 
 type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
@@ -74,11 +130,9 @@ impl<T: Send + 'static> Drop for Detachable<T> {
         let Some(fut) = self.fut.take() else { return };
         self.orphaned.store(true, Ordering::Release);
         match &self.runtime {
-            Some(rt) => {
-                rt.spawn(async move {
-                    fut.await;
-                });
-            }
+            Some(rt) => spawn_background(rt, async move {
+                fut.await;
+            }),
             // Made outside a runtime (not by this crate's code): nowhere to
             // finish it.
             None => drop(fut),

@@ -57,7 +57,7 @@ use tracing::Instrument;
 
 use crate::backend::{AcquireOutcome, AcquireRequest, Backend, HolderInfo, Lease, LeaseId, Owner};
 use crate::clock::SharedClock;
-use crate::detach::Detachable;
+use crate::detach::{spawn_background, Detachable};
 use crate::epoch::Clearance;
 use crate::error::{Error, Result};
 use crate::guard::{GuardParts, LeaseGuard};
@@ -681,7 +681,7 @@ impl Drop for PendingLease {
             let backend = self.backend.clone();
             let lease = self.lease.clone();
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                rt.spawn(async move {
+                spawn_background(&rt, async move {
                     let _ = backend.release(&lease).await;
                 });
             }

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::{Backend, Lease, Owner};
 use crate::clock::SharedClock;
-use crate::detach::Detachable;
+use crate::detach::{spawn_background, Detachable};
 use crate::error::{Error, LossReason, Result};
 use crate::key::Key;
 use crate::local::LocalKey;
@@ -295,7 +295,9 @@ impl Holding {
 /// [`release`](Self::release) ends the lease and reports errors. Dropping the
 /// guard (on any thread) releases in the background on the runtime that
 /// granted it, best effort: if that runtime shuts down first or the backend
-/// cannot be reached, the lease ends when its TTL runs out.
+/// cannot be reached, the lease ends when its TTL runs out. A process about
+/// to exit awaits [`settle`](crate::settle) last, so that the exit does not
+/// cut such a release short.
 #[must_use = "the lease is released as soon as the guard is dropped"]
 pub struct LeaseGuard {
     state: Arc<GuardState>,
@@ -490,7 +492,7 @@ impl Drop for LeaseGuard {
         self.stop.cancel();
         self.scheduled.cancel();
         if let Some(holding) = self.holding.take() {
-            self.runtime.spawn(async move {
+            spawn_background(&self.runtime, async move {
                 let _ = holding.end(None).await;
             });
         }

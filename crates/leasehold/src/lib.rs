@@ -121,6 +121,7 @@ pub use backend::{
     DEFAULT_STORE_MAX_TTL, EPOCH_ORIGIN_UNIX_SECS, TOKEN_COUNTER_BITS,
 };
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
+pub use detach::settle;
 pub use election::{Election, LeaderChange, LeaderObserver, LeaderStream, Leadership};
 pub use error::{BoxError, Error, LossReason, Result};
 pub use guard::LeaseGuard;

@@ -1,0 +1,140 @@
+//! [`leasehold::settle`]: a process about to exit waits for the requests
+//! that finish in the background, so that none is cut short by the exit and
+//! leaves a lease held until its TTL runs out.
+//!
+//! A test binary of its own: what `settle` waits for is process-wide, and
+//! other tests' background work would be waited for too.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use leasehold::{
+    AcquireOutcome, AcquireRequest, Backend, Capabilities, HolderInfo, Key, KeyInfo, Lease, Result,
+    Store,
+};
+use tokio::sync::Notify;
+
+/// The memory backend, whose acquisitions and releases are answered only
+/// when the test lets each through.
+#[derive(Debug, Default)]
+struct Gated {
+    inner: leasehold::memory::MemoryBackend,
+    hold_acquires: AtomicBool,
+    acquire_sent: Notify,
+    acquire_gate: Notify,
+    hold_releases: AtomicBool,
+    release_sent: Notify,
+    release_gate: Notify,
+    releases: AtomicU32,
+}
+
+#[async_trait]
+impl Backend for Gated {
+    fn name(&self) -> &'static str {
+        "gated-memory"
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
+        if self.hold_acquires.load(Ordering::SeqCst) {
+            self.acquire_sent.notify_one();
+            self.acquire_gate.notified().await;
+        }
+        self.inner.try_acquire(req).await
+    }
+    async fn renew(&self, lease: &Lease) -> Result<()> {
+        self.inner.renew(lease).await
+    }
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        if self.hold_releases.load(Ordering::SeqCst) {
+            self.release_sent.notify_one();
+            self.release_gate.notified().await;
+        }
+        self.inner.release(lease).await?;
+        self.releases.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+    async fn inspect(&self, key: &Key) -> Result<KeyInfo> {
+        self.inner.inspect(key).await
+    }
+    async fn break_lease(&self, key: &Key) -> Result<Option<HolderInfo>> {
+        self.inner.break_lease(key).await
+    }
+    async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {
+        self.inner.list(prefix).await
+    }
+}
+
+/// Long enough for a `settle` with nothing to wait for to have returned
+/// many times over; it must not return while a release is held.
+const NOT_WHILE_HELD: Duration = Duration::from_millis(200);
+
+/// One test, two cases in turn: they would wait for each other's
+/// background requests if they ran at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settle_waits_for_background_releases_to_end() {
+    let backend = Arc::new(Gated::default());
+    let store = Store::from_backend(backend.clone());
+
+    // A grant and a release first, so that this store knows the store's
+    // epoch and its next attempt can be granted.
+    store
+        .lock("k")
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert_eq!(backend.releases.load(Ordering::SeqCst), 1);
+
+    // Nothing in the background: at once.
+    tokio::time::timeout(Duration::from_secs(10), leasehold::settle())
+        .await
+        .expect("settle with nothing in the background returns at once");
+
+    // 1. A grant whose caller gave up while it was in flight: it is
+    // released in the background.
+    backend.hold_acquires.store(true, Ordering::SeqCst);
+    backend.hold_releases.store(true, Ordering::SeqCst);
+    let lock = store.lock("k").unwrap();
+    let attempt = tokio::spawn(async move { lock.try_acquire().await });
+    backend.acquire_sent.notified().await;
+    attempt.abort();
+    assert!(attempt.await.unwrap_err().is_cancelled());
+    let mut settling = tokio::spawn(leasehold::settle());
+    // The store grants it, to nobody; its release is sent and held.
+    backend.acquire_gate.notify_one();
+    backend.release_sent.notified().await;
+    assert!(
+        tokio::time::timeout(NOT_WHILE_HELD, &mut settling)
+            .await
+            .is_err(),
+        "settle returned while the release of a late grant was in flight"
+    );
+    backend.release_gate.notify_one();
+    settling.await.unwrap();
+    assert_eq!(backend.releases.load(Ordering::SeqCst), 2);
+    assert!(store.inspect("k").await.unwrap().holder.is_none());
+
+    // 2. A guard dropped without `release()`: released in the background.
+    backend.hold_acquires.store(false, Ordering::SeqCst);
+    let guard = store.lock("k").unwrap().try_acquire().await.unwrap();
+    drop(guard);
+    let mut settling = tokio::spawn(leasehold::settle());
+    backend.release_sent.notified().await;
+    assert!(
+        tokio::time::timeout(NOT_WHILE_HELD, &mut settling)
+            .await
+            .is_err(),
+        "settle returned while the release of a dropped guard was in flight"
+    );
+    backend.release_gate.notify_one();
+    settling.await.unwrap();
+    assert_eq!(backend.releases.load(Ordering::SeqCst), 3);
+    assert!(store.inspect("k").await.unwrap().holder.is_none());
+}
