@@ -2,6 +2,7 @@
 
 mod common;
 
+use std::io::BufReader;
 use std::time::Duration;
 
 use common::*;
@@ -276,4 +277,49 @@ fn help_never_shows_the_store_url_from_the_environment() {
     assert!(help.contains("LEASEHOLD_STORE"), "{help}");
     assert!(!help.contains("s3cr3t-value"), "{help}");
     assert!(help.contains("126 "), "exit codes listed: {help}");
+}
+
+/// Threads of process `pid`.
+fn threads(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count())
+}
+
+/// A grant that lands after its wait was interrupted is released before
+/// `leasehold` exits, not left held until its TTL runs out.
+#[test]
+fn a_grant_that_lands_after_an_interrupted_wait_is_released_before_exit() {
+    let env = Env::new();
+    // The store exists (made by a first run), the key is free.
+    assert_eq!(env.output(&["run", "k", "--", "true"]).code, Some(0));
+    // SQLite's write lock, held here: the attempt cannot commit.
+    let db = rusqlite::Connection::open(env.path("leases.db")).unwrap();
+    db.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let mut waiter = env.spawn(&[
+        "run", "--wait", "30s", "--ttl", "60s", "k", "--", "echo", "ran",
+    ]);
+    // Its first attempt runs on the runtime's blocking thread, which only
+    // that attempt starts: once there, the attempt is in flight.
+    let deadline = std::time::Instant::now() + 10 * SECS;
+    while threads(waiter.id()) < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the attempt never started"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    kill(waiter.id(), libc::SIGINT);
+    let mut err = BufReader::new(waiter.stderr.take().unwrap());
+    let line = read_line(&mut err);
+    assert!(line.contains("interrupted while waiting for k"), "{line}");
+    // Now the attempt commits: the key was free, so it is granted, to a
+    // caller that is gone.
+    db.execute_batch("ROLLBACK").unwrap();
+    assert_eq!(wait_with_timeout(&mut waiter, 30 * SECS), Some(130));
+    assert_eq!(read_all(waiter.stdout.as_mut().unwrap()), "");
+    let status = env.output(&["status", "k", "--json"]);
+    let json: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
+    assert!(
+        json["holder"].is_null(),
+        "the late grant was left held: {json}"
+    );
 }
