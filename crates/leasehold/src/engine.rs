@@ -33,7 +33,9 @@
 //!   before the watch was registered is not missed): an uncontended
 //!   acquisition never starts a backend's watcher, which would then hear
 //!   every release of this process too. The wait ends at its deadline, even
-//!   inside an attempt, so SDK retries cannot stretch it.
+//!   inside an attempt, so SDK retries cannot stretch it, and nothing is
+//!   sent once it has passed: tasks queued until the same deadline are let
+//!   through one by one as each gives up, and cost the store nothing then.
 //! * **Fairness.** A local waiter about to take over from a local release
 //!   first leaves the key free for a moment if the store said, within the
 //!   last [`CONTENDED_FOR`], that another process held it (so it may be
@@ -729,12 +731,17 @@ impl WaitOutcome {
     }
 }
 
-/// Runs `fut` until `deadline` (if any); `None` if the deadline came first.
+/// Runs `fut` until `deadline` (if any); `None` if the deadline came first,
+/// without polling `fut` at all if it has already passed: tokio's timeout
+/// polls its future once even then, and a round polled once has sent its
+/// attempt, whose answer nobody would wait for (each task let through the
+/// local queue at a deadline it shares with the one before it sent one).
 async fn until<F: std::future::Future>(
     deadline: Option<tokio::time::Instant>,
     fut: F,
 ) -> Option<F::Output> {
     match deadline {
+        Some(at) if tokio::time::Instant::now() >= at => None,
         Some(at) => tokio::time::timeout_at(at, fut).await.ok(),
         None => Some(fut.await),
     }

@@ -640,6 +640,106 @@ async fn queued_waiters_on_a_held_key_time_out_as_held_not_as_store_failures() {
     }
 }
 
+/// Tasks of one process that all wait until the same deadline on a key
+/// another process holds cost the store what one such task costs. Each is
+/// let through the local queue as the one before it gives up, at the
+/// deadline they share, and must not start an attempt then, whose answer
+/// nobody would wait for. (Each did, so a process with 64 waiting tasks
+/// sent twice the requests of one with a single task: docs/benchmarks.md,
+/// figure 2, PostgreSQL.) The poll interval is longer than the wait, so one
+/// waiter sends exactly one attempt (its first), however busy the machine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_sharing_a_deadline_send_what_one_waiter_sends() {
+    /// Attempts sent by `tasks` tasks of one store waiting until the same
+    /// instant, 200 ms from now, on a key held by another store.
+    async fn attempts(tasks: usize, semaphore: bool) -> u32 {
+        let (backend, here) = faulty();
+        let elsewhere = Store::from_backend(backend.clone());
+        let poll = Duration::from_secs(10);
+        let opts = LockOptions::new().poll_interval(poll, poll);
+        let _held = if semaphore {
+            let sem = elsewhere.semaphore_with("s", 1, opts.clone()).unwrap();
+            either(None, Some(sem.try_acquire().await.unwrap()))
+        } else {
+            let lock = elsewhere.lock_with("k", opts.clone()).unwrap();
+            either(Some(lock.try_acquire().await.unwrap()), None)
+        };
+        // This store learns the store's epoch (one more request) first.
+        drop(here.lock("warm-up").unwrap().try_acquire().await.unwrap());
+        let before = backend.acquires.load(Ordering::SeqCst);
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(200);
+        let waiters: Vec<_> = (0..tasks)
+            .map(|_| {
+                let here = here.clone();
+                let opts = opts.clone();
+                tokio::spawn(async move {
+                    let wait = Wait::Timeout(deadline - tokio::time::Instant::now());
+                    if semaphore {
+                        let sem = here.semaphore_with("s", 1, opts).unwrap();
+                        sem.acquire(wait).await.map(drop)
+                    } else {
+                        let lock = here.lock_with("k", opts).unwrap();
+                        lock.acquire(wait).await.map(drop)
+                    }
+                })
+            })
+            .collect();
+        for w in waiters {
+            let err = w.await.unwrap().unwrap_err();
+            assert!(matches!(err, Error::TimedOut { .. }), "{err}");
+        }
+        backend.acquires.load(Ordering::SeqCst) - before
+    }
+    for semaphore in [false, true] {
+        let what = if semaphore { "semaphore" } else { "lock" };
+        let one = attempts(1, semaphore).await;
+        let many = attempts(64, semaphore).await;
+        assert!(
+            many <= one + 1,
+            "{what}: 64 waiting tasks sent {many} attempts, one sent {one}"
+        );
+    }
+}
+
+/// A task let through the local queue after its wait ran out (the task
+/// before it gave up as late as it, or was dropped, on a busy runtime)
+/// gives up too, without an attempt whose answer nobody would wait for.
+/// On tokio's paused clock, so that the order of events is fixed.
+#[tokio::test(start_paused = true)]
+async fn a_waiter_let_through_the_queue_after_its_deadline_sends_nothing() {
+    let (backend, here) = faulty();
+    let elsewhere = Store::from_backend(backend.clone());
+    let _held = elsewhere.lock("k").unwrap().try_acquire().await.unwrap();
+    // This store learns the store's epoch (one more request) first.
+    drop(here.lock("warm-up").unwrap().try_acquire().await.unwrap());
+    let lock = here.lock("k").unwrap();
+    let before = backend.acquires.load(Ordering::SeqCst);
+    let poller = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.acquire(Wait::Forever).await.map(drop) })
+    };
+    // The poller has the queue once it has sent its first attempt.
+    while backend.acquires.load(Ordering::SeqCst) == before {
+        tokio::task::yield_now().await;
+    }
+    let polled = backend.acquires.load(Ordering::SeqCst);
+    let queued = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.acquire(Duration::from_secs(1)).await.map(drop) })
+    };
+    tokio::task::yield_now().await;
+    // The poller goes, and the queued task's turn comes after its deadline.
+    poller.abort();
+    tokio::time::advance(Duration::from_secs(2)).await;
+    let err = queued.await.unwrap().unwrap_err();
+    assert!(matches!(err, Error::TimedOut { .. }), "{err}");
+    assert_eq!(
+        backend.acquires.load(Ordering::SeqCst),
+        polled,
+        "the task let through after its deadline sent an attempt"
+    );
+}
+
 /// A wait longer than the clock can represent is a wait for ever, not a
 /// panic.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
