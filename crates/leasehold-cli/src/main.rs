@@ -120,7 +120,14 @@ async fn dispatch(mut cli: Cli) -> anyhow::Result<ExitCode> {
                     inspect::exact(*wait)
                 );
             };
-            *wait = wait.saturating_sub(started.elapsed());
+            // What is left of it; if opening took it all, a wait that has
+            // run out (it sends nothing), not a zero wait (one whole
+            // attempt, which an unanswering store could stretch).
+            if !wait.is_zero() {
+                *wait = wait
+                    .saturating_sub(started.elapsed())
+                    .max(std::time::Duration::from_nanos(1));
+            }
             store?
         }
         _ => stores::open_with(cli.store.as_deref(), access).await?,

@@ -105,10 +105,15 @@ async fn acquire_and_run(store: &Store, args: &RunArgs) -> anyhow::Result<RunRes
             return Ok(result.ended("not_obtained", EXIT_NOT_OBTAINED));
         }
         Err(Error::TimedOut { waited, .. }) => {
-            let holder = store.inspect(&lease.key).await.ok().and_then(|i| i.holder);
-            let by = match (args.limit, holder) {
+            let now = store.inspect(&lease.key).await.ok();
+            let by = match (args.limit, now) {
                 (Some(n), _) => format!("all {n} permits held"),
-                (None, h) => format!("held by {}", describe_holder(h.as_ref())),
+                // A wait shorter than opening the store sends nothing.
+                (None, Some(info)) if info.holder.is_none() => "free now".to_string(),
+                (None, info) => format!(
+                    "held by {}",
+                    describe_holder(info.and_then(|i| i.holder).as_ref())
+                ),
             };
             let message = format!(
                 "gave up waiting for {} after {} ({by}); not running the command",

@@ -323,3 +323,20 @@ fn a_grant_that_lands_after_an_interrupted_wait_is_released_before_exit() {
         "the late grant was left held: {json}"
     );
 }
+
+#[test]
+fn a_zero_wait_takes_a_free_lock_and_gives_up_on_a_held_one() {
+    let env = Env::new();
+    let free = env.output(&["run", "--wait", "0s", "k", "--", "echo", "ran"]);
+    assert_eq!(free.code, Some(0), "{}", free.stderr);
+    assert_eq!(free.stdout, "ran\n");
+    let mut holder = env.spawn(&["run", "k", "--", "sh", "-c", "echo ready; sleep 30"]);
+    let mut out = stdout_reader(&mut holder);
+    assert_eq!(read_line(&mut out), "ready");
+    let held = env.output(&["run", "--wait", "0s", "k", "--", "echo", "ran"]);
+    assert_eq!(held.code, Some(75), "{}", held.stderr);
+    assert!(held.stderr.contains("held by"), "{}", held.stderr);
+    assert_eq!(held.stdout, "");
+    kill(holder.id(), libc::SIGTERM);
+    wait_with_timeout(&mut holder, 10 * SECS);
+}

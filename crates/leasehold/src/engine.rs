@@ -251,6 +251,9 @@ impl Engine {
         started: tokio::time::Instant,
         on_wait: &mut impl FnMut(Waiting<'_>),
     ) -> Result<Granted> {
+        if matches!(wait, Wait::Timeout(d) if d.is_zero()) {
+            return self.no_wait(started, on_wait).await;
+        }
         let give_up = wait.deadline(started);
         let timed_out = || Error::TimedOut {
             key: self.name.to_string(),
@@ -354,6 +357,35 @@ impl Engine {
                 _ = until(give_up, std::future::pending::<()>()) => {
                     return Err(self.wait_error(&mut outcome, started));
                 }
+            }
+        }
+    }
+
+    /// A wait of zero: one whole attempt, as [`try_acquire`](Self::try_acquire)
+    /// makes, and the wait has run out if it does not get the key. (With its
+    /// deadline already passed, a round of the wait loop would send
+    /// nothing.)
+    async fn no_wait(
+        &self,
+        started: tokio::time::Instant,
+        on_wait: &mut impl FnMut(Waiting<'_>),
+    ) -> Result<Granted> {
+        let mut queue = self.queue.gate.clone().try_lock_owned().ok();
+        let mut slots = self.fresh_slots();
+        match self.round(&mut slots, &mut queue).await? {
+            Round::Granted(g) => Ok(g),
+            Round::Missed(missed) if missed.held && missed.failure.is_none() => {
+                on_wait(Waiting::Held(&missed.holders));
+                Err(Error::TimedOut {
+                    key: self.name.to_string(),
+                    waited: started.elapsed(),
+                })
+            }
+            Round::Missed(missed) => {
+                if let Some((epoch, remaining)) = missed.quarantine {
+                    on_wait(Waiting::Quarantine { epoch, remaining });
+                }
+                Err(self.missed_error(missed))
             }
         }
     }

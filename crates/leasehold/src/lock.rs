@@ -84,7 +84,8 @@ impl Lock {
     /// it here for 10 longest poll intervals (1 s by default): for 10 ms
     /// where the backend wakes other processes' waiters on a release
     /// (SQLite, PostgreSQL, Redis, etcd), else for one longest poll interval,
-    /// in which every other process's waiter polls.
+    /// in which every other process's waiter polls. A zero wait is one
+    /// attempt, as [`try_acquire`](Self::try_acquire) makes.
     ///
     /// # Errors
     /// [`Error::TimedOut`](crate::Error::TimedOut) when the wait runs out; non-retryable backend

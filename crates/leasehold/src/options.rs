@@ -29,7 +29,9 @@ pub enum LossPolicy {
 pub enum Wait {
     /// Until the lock is obtained.
     Forever,
-    /// Up to this long; then [`Error::TimedOut`].
+    /// Up to this long; then [`Error::TimedOut`]. Zero is one attempt, as
+    /// `try_acquire` makes, that ends in [`Error::TimedOut`] if it does not
+    /// get the key.
     Timeout(Duration),
 }
 

@@ -908,3 +908,23 @@ fn leases_are_renewed_on_a_runtime_started_after_another_shut_down() {
         guard.release().await.unwrap();
     });
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zero_wait_is_one_whole_attempt() {
+    let (backend, store) = faulty();
+    let lock = store.lock("k").unwrap();
+    // Free: taken, as try_acquire would.
+    let guard = lock.acquire(Duration::ZERO).await.unwrap();
+    // Held: one attempt, then the wait has run out.
+    let other = store.lock("k").unwrap();
+    let before = backend.acquires.load(Ordering::SeqCst);
+    let mut told = 0;
+    let err = other
+        .acquire_with(Duration::ZERO, |_| told += 1)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::TimedOut { .. }), "{err:?}");
+    assert_eq!(backend.acquires.load(Ordering::SeqCst), before + 1);
+    assert_eq!(told, 1, "the caller hears why");
+    guard.release().await.unwrap();
+}
