@@ -36,7 +36,8 @@ pub async fn elect(store: &Store, args: ElectArgs) -> anyhow::Result<ExitCode> {
         say!("leader of {} (term {term}); running the command", lease.key);
         let env = [("LEASEHOLD_FENCING_TOKEN", term.to_string())];
         let outcome = supervise(leadership.guard(), lease, &env, &mut signals).await?;
-        let (resigned, ()) = tokio::join!(leadership.resign(), outcome.watchdog.reap());
+        let resigned = leadership.resign().await;
+        outcome.watchdog.reap().await;
         if !outcome.started {
             return Ok(ExitCode::from(outcome.code));
         }

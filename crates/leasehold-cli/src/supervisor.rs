@@ -37,7 +37,7 @@ pub struct Outcome {
     /// it was not found, 126 otherwise, as shells, env and timeout say).
     pub started: bool,
     /// The watchdog, which reported the tree gone and is exiting: reaped
-    /// with [`Exiting::reap`] while the lease is released, so that its
+    /// with [`Exiting::reap`] after the lease is released, so that its
     /// cleanup and exit are not between the command's end and the release.
     pub watchdog: Exiting,
 }
@@ -298,9 +298,8 @@ fn start_watchdog(
 }
 
 /// Waits for the child `pid` to exit; its raw status. Through its pidfd,
-/// which turns readable when it exits, so that no thread waits (and the
-/// wait can run beside other work, such as the release); where the kernel
-/// has no pidfds, waitpid on the blocking pool.
+/// which turns readable when it exits, so that no thread waits; where the
+/// kernel has no pidfds, waitpid on the blocking pool.
 async fn wait_child(pid: libc::pid_t) -> std::io::Result<libc::c_int> {
     use tokio::io::{unix::AsyncFd, Interest};
     if let Some(fd) = proctree::pidfd(pid) {

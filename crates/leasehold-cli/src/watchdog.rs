@@ -54,7 +54,7 @@
 //! of its tree is stopped the same way (SIGTERM, SIGKILL after the grace, and
 //! no later than `D + grace`) before the watchdog reports `done`, and
 //! `leasehold` releases the lease only after that report (it reaps the
-//! watchdog, which removes the cgroup and exits, while it releases).
+//! watchdog, which removes the cgroup and exits, after the release).
 //!
 //! # What can escape
 //! * If the watchdog itself is killed with SIGKILL, the command (its direct
