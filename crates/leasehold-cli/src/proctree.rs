@@ -25,7 +25,6 @@ pub fn signal_group(pgid: libc::pid_t, sig: libc::c_int) -> bool {
     pgid > 1 && signal(-pgid, sig)
 }
 
-/// The parent of each live process, from `/proc/*/stat`.
 /// A pidfd for `pid` (Linux 5.3+): readable once the process has exited.
 /// `None` where the kernel lacks pidfd_open.
 pub fn pidfd(pid: libc::pid_t) -> Option<std::os::fd::OwnedFd> {
@@ -37,6 +36,7 @@ pub fn pidfd(pid: libc::pid_t) -> Option<std::os::fd::OwnedFd> {
     (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
 }
 
+/// The parent of each live process, from `/proc/*/stat`.
 fn parents() -> HashMap<libc::pid_t, libc::pid_t> {
     let mut map = HashMap::new();
     let Ok(dir) = fs::read_dir("/proc") else {

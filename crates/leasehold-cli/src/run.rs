@@ -265,16 +265,13 @@ pub async fn finish(
 ) -> RunResult {
     let key = result.key.clone();
     let recording = run.is_some();
-    let releasing = async {
-        match run {
-            Some(run) => guard.release_with(run).await,
-            None => guard.release().await,
-        }
+    let released = match run {
+        Some(run) => guard.release_with(run).await,
+        None => guard.release().await,
     };
     // The watchdog's own exit (its cgroup removed, its process torn down)
     // goes on while the lease is released; it is reaped after. (Awaiting
     // both at once measured slower, by 0.4 ms a run.)
-    let released = releasing.await;
     outcome.watchdog.reap().await;
     if !outcome.started {
         return result.ended("not_started", outcome.code);

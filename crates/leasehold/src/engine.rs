@@ -215,14 +215,19 @@ impl Engine {
         }
     }
 
+    /// One round of attempts, not queued: the local queue is taken if it is
+    /// free so local waiters line up behind us; if another task of ours has
+    /// it, the store is asked anyway: it decides.
+    async fn round_now(&self) -> Result<Round> {
+        let mut queue = self.queue.gate.clone().try_lock_owned().ok();
+        let mut slots = self.fresh_slots();
+        self.round(&mut slots, &mut queue).await
+    }
+
     /// One round of attempts, without waiting; recorded in metrics.
     pub(crate) async fn try_acquire(&self) -> Result<Granted> {
         let started = tokio::time::Instant::now();
-        // Take the queue if it is free so local waiters line up behind us; if
-        // another task of ours has it, try the store anyway: it decides.
-        let mut queue = self.queue.gate.clone().try_lock_owned().ok();
-        let mut slots = self.fresh_slots();
-        let result = match self.round(&mut slots, &mut queue).await {
+        let result = match self.round_now().await {
             Ok(Round::Granted(g)) => Ok(g),
             Ok(Round::Missed(missed)) => Err(self.missed_error(missed)),
             Err(e) => Err(e),
@@ -370,9 +375,7 @@ impl Engine {
         started: tokio::time::Instant,
         on_wait: &mut impl FnMut(Waiting<'_>),
     ) -> Result<Granted> {
-        let mut queue = self.queue.gate.clone().try_lock_owned().ok();
-        let mut slots = self.fresh_slots();
-        match self.round(&mut slots, &mut queue).await? {
+        match self.round_now().await? {
             Round::Granted(g) => Ok(g),
             Round::Missed(missed) if missed.held && missed.failure.is_none() => {
                 on_wait(Waiting::Held(&missed.holders));

@@ -9,8 +9,7 @@
 //! (then the last one out checkpoints it into the database and deletes it),
 //! so a short-lived process pays two fsyncs (its grant's, and the directory
 //! sync SQLite does on a connection's first write to the WAL) rather than
-//! five. A
-//! WAL left beside a database file that was deleted is deleted by SQLite
+//! five. A WAL left beside a database file that was deleted is deleted by SQLite
 //! when the empty file is opened; copying a database file in while the old
 //! WAL stays is the same mistake it is for any SQLite file (remove the
 //! `-wal` and `-shm` files with it). One table:

@@ -909,6 +909,9 @@ fn leases_are_renewed_on_a_runtime_started_after_another_shut_down() {
     });
 }
 
+/// A zero wait is one attempt, as `try_acquire` makes, not a wait that has
+/// run out before it sends anything: a free key is taken; a held one costs
+/// one attempt and ends the wait, with the reason reported.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zero_wait_is_one_whole_attempt() {
     let (backend, store) = faulty();

@@ -106,35 +106,39 @@ async fn settle_waits_for_background_releases_to_end() {
     backend.acquire_sent.notified().await;
     attempt.abort();
     assert!(attempt.await.unwrap_err().is_cancelled());
-    let mut settling = tokio::spawn(leasehold::settle());
+    let settling = tokio::spawn(leasehold::settle());
     // The store grants it, to nobody; its release is sent and held.
     backend.acquire_gate.notify_one();
-    backend.release_sent.notified().await;
-    assert!(
-        tokio::time::timeout(NOT_WHILE_HELD, &mut settling)
-            .await
-            .is_err(),
-        "settle returned while the release of a late grant was in flight"
-    );
-    backend.release_gate.notify_one();
-    settling.await.unwrap();
-    assert_eq!(backend.releases.load(Ordering::SeqCst), 2);
-    assert!(store.inspect("k").await.unwrap().holder.is_none());
+    settles_only_after_the_release(&backend, &store, settling, "a late grant", 2).await;
 
     // 2. A guard dropped without `release()`: released in the background.
     backend.hold_acquires.store(false, Ordering::SeqCst);
     let guard = store.lock("k").unwrap().try_acquire().await.unwrap();
     drop(guard);
-    let mut settling = tokio::spawn(leasehold::settle());
+    let settling = tokio::spawn(leasehold::settle());
+    settles_only_after_the_release(&backend, &store, settling, "a dropped guard", 3).await;
+}
+
+/// Once the backend has been sent a background release of key `k` (and
+/// holds it), `settling` does not end until the release is let through;
+/// then the backend has answered `releases` releases in all and `k` is
+/// free.
+async fn settles_only_after_the_release(
+    backend: &Gated,
+    store: &Store,
+    mut settling: tokio::task::JoinHandle<()>,
+    what: &str,
+    releases: u32,
+) {
     backend.release_sent.notified().await;
     assert!(
         tokio::time::timeout(NOT_WHILE_HELD, &mut settling)
             .await
             .is_err(),
-        "settle returned while the release of a dropped guard was in flight"
+        "settle returned while the release of {what} was in flight"
     );
     backend.release_gate.notify_one();
     settling.await.unwrap();
-    assert_eq!(backend.releases.load(Ordering::SeqCst), 3);
+    assert_eq!(backend.releases.load(Ordering::SeqCst), releases);
     assert!(store.inspect("k").await.unwrap().holder.is_none());
 }
