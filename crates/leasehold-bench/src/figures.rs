@@ -425,7 +425,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             );
         }
         for spec in &specs {
-            // etcd's peer is etcd-client's lock, run by this binary; the
+            // etcd's peer is etcd's v3lock service, run by this binary; the
             // others are Python scripts.
             if matches!(spec, Spec::Sqlite(_))
                 || (args.venv.is_none() && !matches!(spec, Spec::Etcd(_)))
@@ -833,7 +833,7 @@ impl Run {
                 "session advisory lock, psycopg (Python)",
             ),
             Spec::Redis(_) => ("redis_py_lock.py", "redis-py Lock (Python)"),
-            Spec::Etcd(_) => ("", "etcd-client lock/unlock on a session lease (Rust)"),
+            Spec::Etcd(_) => ("", "etcd v3lock Lock/Unlock on a session lease (Rust)"),
             _ => bail!("no peer for {}", spec.label()),
         };
         let mut cmd = if matches!(spec, Spec::Etcd(_)) {
@@ -960,15 +960,12 @@ impl Run {
                         .invoke_async::<()>(&mut conn)
                         .await?;
                     }
-                    Spec::Etcd(prefix) => {
-                        use leasehold_etcd::etcd_client::DeleteOptions;
+                    Spec::Etcd(_) => {
                         let o = stores::open(spec, false).await?;
                         if let Some(e) = &o.etcd {
                             // Every key of the bench's store (its prefix is
                             // its own); holder keys' etcd leases run out.
-                            e.client()
-                                .delete(prefix.as_str(), Some(DeleteOptions::new().with_prefix()))
-                                .await?;
+                            e.delete_store().await?;
                         }
                     }
                     _ => {}

@@ -7,7 +7,7 @@
 //!
 //! The `worker` and `hold-many` subcommands are the child processes that
 //! `run` starts for the multi-process figures; each prints one JSON report.
-//! `peer-etcd` is figure 6's etcd peer (etcd-client's own lock), which has
+//! `peer-etcd` is figure 6's etcd peer (etcd's own v3lock service), which has
 //! no Python counterpart.
 
 mod chart;
@@ -70,7 +70,7 @@ enum Command {
         #[arg(long)]
         hold_ms: u64,
     },
-    /// (child) Figure 6's etcd peer, etcd-client's lock; prints a JSON report.
+    /// (child) Figure 6's etcd peer, etcd's v3lock service; prints a JSON report.
     #[command(hide = true)]
     PeerEtcd(peer_etcd::PeerArgs),
 }

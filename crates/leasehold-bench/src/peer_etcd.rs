@@ -1,5 +1,6 @@
-//! Figure 6's etcd peer: etcd-client's own lock API (etcd's v3lock
-//! service), the way `etcdctl lock` takes a lock: one long-lived etcd lease
+//! Figure 6's etcd peer: etcd's own lock service (v3lock, what
+//! etcd-client's `lock` and `etcdctl lock` call), the way `etcdctl lock`
+//! takes a lock: one long-lived etcd lease
 //! (a session, kept alive every TTL/3) and `Lock(name, lease)` /
 //! `Unlock(key)` on it. Python has no maintained etcd client, so this peer
 //! lives in the bench binary (`leasehold-bench peer-etcd`) and prints the
@@ -19,7 +20,9 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
-use leasehold_etcd::etcd_client::{Client, ConnectOptions, LockOptions};
+use leasehold_etcd::grpc::etcdserverpb::{LeaseGrantRequest, LeaseRevokeRequest};
+use leasehold_etcd::grpc::v3lockpb::{LockRequest, UnlockRequest};
+use leasehold_etcd::grpc::Connection;
 use rand::Rng;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -69,8 +72,8 @@ struct WaiterReport {
 }
 
 const NOTE: &str =
-    "etcd-client's Lock/Unlock (etcd's v3lock service, what `etcdctl lock` does with \
-its session): one long-lived etcd lease kept alive in the background, 2 requests a cycle from the \
+    "etcd's v3lock Lock/Unlock (what etcd-client's `lock` and `etcdctl lock` do with \
+their session): one long-lived etcd lease kept alive in the background, 2 requests a cycle from the \
 client (the server's lock service adds its own: a keep-alive of the session lease and the \
 create-if-absent Txn). The lock key carries no fencing token (the caller can use its revision, \
 etcd's global counter, which restarts in a re-created cluster); Unlock deletes the key by name, so \
@@ -90,15 +93,15 @@ pub async fn run(args: PeerArgs) -> anyhow::Result<()> {
     let session = Session::open().await?;
     let name = format!("leasehold-bench-peer/etcd-lock-{}", std::process::id());
 
-    let mut client = session.client.clone();
+    let client = session.client.clone();
     let warm_until = Instant::now() + Duration::from_millis(args.cycles_ms / 2);
     while Instant::now() < warm_until {
-        cycle(&mut client, &name, session.lease).await?;
+        cycle(&client, &name, session.lease).await?;
     }
     let (mut n, start) = (0, Instant::now());
     let end = start + Duration::from_millis(args.cycles_ms);
     while n < args.max_cycles && Instant::now() < end {
-        cycle(&mut client, &name, session.lease).await?;
+        cycle(&client, &name, session.lease).await?;
         n += 1;
     }
     let seconds = start.elapsed().as_secs_f64();
@@ -126,11 +129,11 @@ pub async fn run(args: PeerArgs) -> anyhow::Result<()> {
             other => bail!("the waiter process did not start: {other:?}"),
         }
         while mono_ns() < until.saturating_sub(1_000_000_000) {
-            let key = lock(&mut client, &name, session.lease).await?;
+            let key = lock(&client, &name, session.lease).await?;
             let hold = rand::rng().random_range(100..=200);
             tokio::time::sleep(Duration::from_millis(hold)).await;
             releases.push(mono_ns());
-            client.unlock(key).await.context("etcd unlock")?;
+            unlock(&client, key).await?;
             // The waiter takes it, holds it 20 ms, and lets it go.
             tokio::time::sleep(Duration::from_millis(40)).await;
         }
@@ -160,15 +163,15 @@ pub async fn run(args: PeerArgs) -> anyhow::Result<()> {
 /// second), holding it 20 ms each time.
 async fn waiter(name: &str, until: u64) -> anyhow::Result<WaiterReport> {
     let session = Session::open().await?;
-    let mut client = session.client.clone();
+    let client = session.client.clone();
     println!("ready");
     let mut acquisitions = Vec::new();
     while mono_ns() < until.saturating_sub(1_000_000_000) {
         let call = mono_ns();
-        let key = lock(&mut client, name, session.lease).await?;
+        let key = lock(&client, name, session.lease).await?;
         acquisitions.push((call, mono_ns()));
         tokio::time::sleep(Duration::from_millis(20)).await;
-        client.unlock(key).await.context("etcd unlock")?;
+        unlock(&client, key).await?;
         // Leave it to the holder before waiting again.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -178,27 +181,37 @@ async fn waiter(name: &str, until: u64) -> anyhow::Result<WaiterReport> {
 }
 
 /// One uncontended `Lock` + `Unlock`: two requests.
-async fn cycle(client: &mut Client, name: &str, lease: i64) -> anyhow::Result<()> {
+async fn cycle(client: &Connection, name: &str, lease: i64) -> anyhow::Result<()> {
     let key = lock(client, name, lease).await?;
-    client.unlock(key).await.context("etcd unlock")?;
-    Ok(())
+    unlock(client, key).await
 }
 
 /// A blocking `Lock` on the session's lease; the lock key.
-async fn lock(client: &mut Client, name: &str, lease: i64) -> anyhow::Result<Vec<u8>> {
-    let resp = tokio::time::timeout(
-        LOCK_TIMEOUT,
-        client.lock(name, Some(LockOptions::new().with_lease(lease))),
-    )
-    .await
-    .map_err(|_| anyhow!("etcd lock: not granted in {LOCK_TIMEOUT:?}"))?
-    .context("etcd lock")?;
-    Ok(resp.key().to_vec())
+async fn lock(client: &Connection, name: &str, lease: i64) -> anyhow::Result<Vec<u8>> {
+    let request = LockRequest {
+        name: name.as_bytes().to_vec(),
+        lease,
+    };
+    let resp = tokio::time::timeout(LOCK_TIMEOUT, client.lock().lock(request))
+        .await
+        .map_err(|_| anyhow!("etcd lock: not granted in {LOCK_TIMEOUT:?}"))?
+        .context("etcd lock")?;
+    Ok(resp.into_inner().key)
+}
+
+/// `Unlock` of the lock key `key` (deletes it by name).
+async fn unlock(client: &Connection, key: Vec<u8>) -> anyhow::Result<()> {
+    client
+        .lock()
+        .unlock(UnlockRequest { key })
+        .await
+        .context("etcd unlock")?;
+    Ok(())
 }
 
 /// A client and its session: one etcd lease, kept alive every TTL/3.
 struct Session {
-    client: Client,
+    client: Connection,
     lease: i64,
     keeper: tokio::task::JoinHandle<()>,
 }
@@ -210,20 +223,23 @@ impl Session {
             .into_iter()
             .map(|e| format!("http://{e}"))
             .collect();
-        let options = ConnectOptions::new()
-            .with_connect_timeout(Duration::from_secs(5))
-            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5));
-        let mut client = Client::connect(&endpoints, Some(options))
+        let client = Connection::connect(&endpoints, Duration::from_secs(5), None)
             .await
             .context("connecting to etcd")?;
-        let lease = client.lease_grant(SESSION_TTL_S, None).await?.id();
-        let (mut keeper, mut stream) = client.lease_keep_alive(lease).await?;
-        let keeper = tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_secs(SESSION_TTL_S as u64 / 3)).await;
-                if keeper.keep_alive().await.is_err() || stream.message().await.is_err() {
-                    eprintln!("peer-etcd: the session's keep-alive stopped");
-                    return;
+        let request = LeaseGrantRequest {
+            ttl: SESSION_TTL_S,
+            id: 0,
+        };
+        let lease = client.lease().lease_grant(request).await?.into_inner().id;
+        let keeper = tokio::spawn({
+            let client = client.clone();
+            async move {
+                loop {
+                    tokio::time::sleep(Duration::from_secs(SESSION_TTL_S as u64 / 3)).await;
+                    if !matches!(client.keep_alive_once(lease).await, Ok(Some(_))) {
+                        eprintln!("peer-etcd: the session's keep-alive stopped");
+                        return;
+                    }
                 }
             }
         });
@@ -238,7 +254,7 @@ impl Session {
     /// lock key still on it).
     async fn close(self) {
         self.keeper.abort();
-        let mut client = self.client;
-        let _ = client.lease_revoke(self.lease).await;
+        let request = LeaseRevokeRequest { id: self.lease };
+        let _ = self.client.lease().lease_revoke(request).await;
     }
 }

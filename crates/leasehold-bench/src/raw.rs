@@ -76,12 +76,12 @@ pub enum RawLoop {
         /// Statements sent.
         requests: Arc<AtomicU64>,
     },
-    /// etcd-client on a client (channel) of its own: leasehold's read `Txn`,
+    /// etcd's gRPC API on a connection (channel) of its own: leasehold's read `Txn`,
     /// `LeaseGrant` and compare-and-put `Txn` to acquire, read and
     /// `LeaseRevoke` to release; five round trips.
     Etcd {
-        /// The client (boxed: it is large).
-        client: Box<leasehold_etcd::etcd_client::Client>,
+        /// The connection.
+        client: leasehold_etcd::grpc::Connection,
         /// The store's key prefix.
         prefix: String,
         /// Requests sent.
@@ -205,21 +205,16 @@ impl RawLoop {
     /// `url` names (with the connect options leasehold-etcd's builder
     /// sets).
     pub async fn etcd(backend: &leasehold_etcd::EtcdBackend, url: &str) -> anyhow::Result<RawLoop> {
-        use leasehold_etcd::etcd_client::{Client, ConnectOptions};
         let endpoints: Vec<String> = etcd_endpoints(url)?
             .into_iter()
             .map(|e| format!("http://{e}"))
             .collect();
         let timeout = Duration::from_secs(5);
-        let options = ConnectOptions::new()
-            .with_connect_timeout(timeout)
-            .with_timeout(timeout)
-            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5));
-        let client = Client::connect(&endpoints, Some(options))
+        let client = leasehold_etcd::grpc::Connection::connect(&endpoints, timeout, None)
             .await
             .context("connecting the raw etcd client")?;
         Ok(RawLoop::Etcd {
-            client: Box::new(client),
+            client,
             prefix: backend.prefix().to_string(),
             requests: Arc::new(AtomicU64::new(0)),
         })
@@ -506,11 +501,11 @@ pub fn etcd_endpoints(url: &str) -> anyhow::Result<Vec<String>> {
 /// holder key (on the new etcd lease) and the record with the next token.
 /// Release: the same read, then `LeaseRevoke` of the holder key's lease.
 async fn etcd_cycle(
-    client: &mut leasehold_etcd::etcd_client::Client,
+    client: &leasehold_etcd::grpc::Connection,
     prefix: &str,
     requests: &AtomicU64,
 ) -> anyhow::Result<()> {
-    use leasehold_etcd::etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+    use leasehold_etcd::grpc::{self, etcdserverpb::*};
     let (marker, fresh) = (format!("{prefix}epoch"), format!("{prefix}epoch-fresh"));
     let (rk, hk) = (
         format!("{prefix}k/{RAW_KEY}"),
@@ -525,20 +520,22 @@ async fn etcd_cycle(
             "raw etcd acquire: no store marker, or the key is held"
         ));
     };
-    let m: serde_json::Value = serde_json::from_slice(marker_kv.value())?;
+    let m: serde_json::Value = serde_json::from_slice(&marker_kv.value)?;
     let epoch = m["epoch"].as_u64().ok_or_else(|| anyhow!("bad marker"))?;
     let (last, record_rev) = match &record {
         Some(kv) => {
-            let r: serde_json::Value = serde_json::from_slice(kv.value())?;
-            (r["token"].as_u64().unwrap_or(0), kv.mod_revision())
+            let r: serde_json::Value = serde_json::from_slice(&kv.value)?;
+            (r["token"].as_u64().unwrap_or(0), kv.mod_revision)
         }
         None => (0, 0),
     };
     let token = leasehold::next_token(last, epoch);
     let granted = client
-        .lease_grant(30, None)
+        .lease()
+        .lease_grant(LeaseGrantRequest { ttl: 30, id: 0 })
         .await
-        .context("raw etcd grant")?;
+        .context("raw etcd grant")?
+        .into_inner();
     requests.fetch_add(1, Ordering::Relaxed);
     let holder = serde_json::json!({
         "lease_id": lease_id,
@@ -550,31 +547,26 @@ async fn etcd_cycle(
         "acquired_at_ms": unix_ms(),
     });
     let new_record = serde_json::json!({ "token": token, "epoch": epoch, "last_run_token": 0 });
+    let txn = TxnRequest {
+        compare: vec![
+            grpc::created_at(marker.clone(), marker_kv.create_revision),
+            grpc::modified_at(rk.clone(), record_rev),
+            grpc::created_at(hk.clone(), 0),
+        ],
+        success: vec![
+            grpc::put(hk.clone(), serde_json::to_vec(&holder)?, granted.id),
+            grpc::put(rk.clone(), serde_json::to_vec(&new_record)?, 0),
+        ],
+        failure: Vec::new(),
+    };
     let resp = client
-        .txn(
-            Txn::new()
-                .when([
-                    Compare::create_revision(
-                        marker.clone(),
-                        CompareOp::Equal,
-                        marker_kv.create_revision(),
-                    ),
-                    Compare::mod_revision(rk.clone(), CompareOp::Equal, record_rev),
-                    Compare::create_revision(hk.clone(), CompareOp::Equal, 0),
-                ])
-                .and_then([
-                    TxnOp::put(
-                        hk.clone(),
-                        serde_json::to_vec(&holder)?,
-                        Some(PutOptions::new().with_lease(granted.id())),
-                    ),
-                    TxnOp::put(rk.clone(), serde_json::to_vec(&new_record)?, None),
-                ]),
-        )
+        .kv()
+        .txn(txn)
         .await
-        .context("raw etcd acquire")?;
+        .context("raw etcd acquire")?
+        .into_inner();
     requests.fetch_add(1, Ordering::Relaxed);
-    if !resp.succeeded() {
+    if !resp.succeeded {
         return Err(anyhow!("raw etcd acquire granted nothing"));
     }
 
@@ -583,12 +575,15 @@ async fn etcd_cycle(
     let [_, _, _, Some(holder_kv)] = snap else {
         return Err(anyhow!("raw etcd release: the key has no holder"));
     };
-    let h: serde_json::Value = serde_json::from_slice(holder_kv.value())?;
+    let h: serde_json::Value = serde_json::from_slice(&holder_kv.value)?;
     if h["lease_id"].as_str() != Some(lease_id.as_str()) {
         return Err(anyhow!("raw etcd release: another holder has the key"));
     }
     client
-        .lease_revoke(holder_kv.lease())
+        .lease()
+        .lease_revoke(LeaseRevokeRequest {
+            id: holder_kv.lease,
+        })
         .await
         .context("raw etcd release")?;
     requests.fetch_add(1, Ordering::Relaxed);
@@ -597,18 +592,24 @@ async fn etcd_cycle(
 
 /// One `Txn` of `Range` requests: the keys' values at one revision.
 async fn etcd_read(
-    client: &mut leasehold_etcd::etcd_client::Client,
+    client: &leasehold_etcd::grpc::Connection,
     keys: [&String; 4],
-) -> anyhow::Result<[Option<leasehold_etcd::etcd_client::KeyValue>; 4]> {
-    use leasehold_etcd::etcd_client::{Txn, TxnOp, TxnOpResponse};
+) -> anyhow::Result<[Option<leasehold_etcd::grpc::mvccpb::KeyValue>; 4]> {
+    use leasehold_etcd::grpc;
+    let txn = grpc::etcdserverpb::TxnRequest {
+        success: keys.map(|k| grpc::get(k.as_str())).to_vec(),
+        ..Default::default()
+    };
     let resp = client
-        .txn(Txn::new().and_then(keys.map(|k| TxnOp::get(k.as_str(), None))))
+        .kv()
+        .txn(txn)
         .await
-        .context("raw etcd read")?;
-    let mut kvs = resp.op_responses().into_iter().map(|r| match r {
-        TxnOpResponse::Get(mut g) => g.take_kvs().into_iter().next(),
-        _ => None,
-    });
+        .context("raw etcd read")?
+        .into_inner();
+    let mut kvs = resp
+        .responses
+        .into_iter()
+        .map(|r| grpc::range_kvs(r).into_iter().next());
     Ok(std::array::from_fn(|_| kvs.next().flatten()))
 }
 

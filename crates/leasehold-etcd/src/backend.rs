@@ -8,10 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, PutOptions, Txn, TxnOp,
-    TxnOpResponse,
-};
 use leasehold::{
     next_token, AcquireOutcome, AcquireRequest, Backend, Capabilities, Error, Grant, HolderInfo,
     Key, KeyInfo, Lease, LossReason, ReleaseWatch, Result, RunOutcome, RunRecord, StoreEpoch,
@@ -19,6 +15,12 @@ use leasehold::{
 
 use crate::builder::EtcdBackendBuilder;
 use crate::error::{self, NAME};
+use crate::grpc::etcdserverpb::{
+    Compare, LeaseGrantRequest, LeaseRevokeRequest, LeaseTimeToLiveRequest, RequestOp, TxnRequest,
+    TxnResponse,
+};
+use crate::grpc::mvccpb::KeyValue;
+use crate::grpc::{self, Connection};
 use crate::listen::Listener;
 use crate::record::{from_json, key_info, now_ms, to_json, EpochMarker, HolderRecord, KeyRecord};
 use crate::{MAX_TTL, MIN_TTL};
@@ -37,7 +39,7 @@ pub struct EtcdBackend {
 struct Inner {
     /// The store's epoch as read while opening.
     opened: std::sync::OnceLock<leasehold::EpochRead>,
-    client: Client,
+    conn: Connection,
     endpoints: Vec<String>,
     prefix: String,
     max_ttl: Duration,
@@ -74,12 +76,10 @@ fn lost(key: &Key, why: impl Into<String>) -> Error {
     }
 }
 
-fn is_not_found(e: &etcd_client::Error) -> bool {
-    match e {
-        etcd_client::Error::GRpcStatus(s) => s.code() == tonic::Code::NotFound,
-        etcd_client::Error::LeaseKeepAliveError(m) => m.contains("not found"),
-        _ => false,
-    }
+/// Whether a `LeaseRevoke` answered that the etcd lease no longer exists
+/// (expired or revoked).
+fn is_not_found(s: &tonic::Status) -> bool {
+    s.code() == tonic::Code::NotFound
 }
 
 /// etcd leases have whole-second TTLs: round up (a longer lease on the
@@ -110,27 +110,19 @@ impl EtcdBackend {
             .iter()
             .map(|e| format!("{scheme}://{e}"))
             .collect();
-        let mut options = ConnectOptions::new()
-            .with_connect_timeout(b.request_timeout)
-            .with_timeout(b.request_timeout)
-            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5));
-        if let Some((user, password)) = &b.user {
-            options = options.with_user(user.clone(), password.clone());
-        }
-        #[cfg(feature = "tls")]
-        if b.tls {
-            options = options.with_tls(etcd_client::TlsOptions::new().with_enabled_roots());
-        }
-        let client = tokio::time::timeout(b.request_timeout, Client::connect(&urls, Some(options)))
-            .await
-            .map_err(|_| error::timed_out("connect", b.request_timeout))?
-            .map_err(|e| error::client("connect", e))?;
+        let conn = tokio::time::timeout(
+            b.request_timeout,
+            Connection::connect(&urls, b.request_timeout, b.user.clone()),
+        )
+        .await
+        .map_err(|_| error::timed_out("connect", b.request_timeout))?
+        .map_err(error::connect)?;
         let listener = b
             .wake_ups
-            .then(|| Listener::new(client.clone(), format!("{}h/", b.prefix)));
+            .then(|| Listener::new(conn.clone(), format!("{}h/", b.prefix)));
         let backend = EtcdBackend {
             inner: Arc::new(Inner {
-                client,
+                conn,
                 endpoints: b.endpoints,
                 prefix: b.prefix,
                 max_ttl: b.max_ttl,
@@ -147,9 +139,29 @@ impl EtcdBackend {
         Ok(backend)
     }
 
-    /// The etcd client (one shared channel), for tools and tests.
-    pub fn client(&self) -> etcd_client::Client {
-        self.inner.client.clone()
+    /// The connection to the cluster (one shared channel), for tools and
+    /// tests.
+    pub fn connection(&self) -> Connection {
+        self.inner.conn.clone()
+    }
+
+    /// Deletes every key of this store's prefix, as an operator's `etcdctl
+    /// del --prefix` would: the store's data lost (holders' etcd leases live
+    /// on, their keys and the epoch marker do not). For tools and tests
+    /// that inject store loss; the next use starts a new epoch.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] when the cluster does not answer.
+    pub async fn delete_store(&self) -> Result<()> {
+        let request = grpc::etcdserverpb::DeleteRangeRequest {
+            key: self.inner.prefix.clone().into_bytes(),
+            range_end: grpc::prefix_end(self.inner.prefix.as_bytes()),
+            ..Default::default()
+        };
+        self.call("delete store", self.inner.conn.kv().delete_range(request))
+            .await?
+            .map_err(|e| error::status("delete store", e))?;
+        Ok(())
     }
 
     /// Requests this backend has sent so far (every read, `Txn`,
@@ -203,54 +215,78 @@ impl EtcdBackend {
         format!("{}h/{key}", self.inner.prefix)
     }
 
+    /// Sends one request (`f`), bounded by the request timeout. A status
+    /// saying the auth token expired gets a new token for the next request
+    /// (the engine retries: the error is retryable).
     async fn call<T>(
         &self,
         op: &'static str,
-        f: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
-    ) -> Result<std::result::Result<T, etcd_client::Error>> {
+        f: impl Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
+    ) -> Result<std::result::Result<T, tonic::Status>> {
         self.inner.requests.fetch_add(1, Ordering::Relaxed);
-        tokio::time::timeout(self.inner.request_timeout, f)
-            .await
-            .map_err(|_| error::timed_out(op, self.inner.request_timeout))
+        match tokio::time::timeout(self.inner.request_timeout, f).await {
+            Err(_) => Err(error::timed_out(op, self.inner.request_timeout)),
+            Ok(Ok(r)) => Ok(Ok(r.into_inner())),
+            Ok(Err(s)) if self.inner.conn.token_expired(&s) => {
+                let _ = tokio::time::timeout(
+                    self.inner.request_timeout,
+                    self.inner.conn.authenticate(),
+                )
+                .await;
+                Err(Error::backend(
+                    NAME,
+                    op,
+                    true,
+                    "etcd's auth token had expired; authenticated again for the next request",
+                ))
+            }
+            Ok(Err(s)) => Ok(Err(s)),
+        }
     }
 
-    async fn txn(&self, op: &'static str, txn: Txn) -> Result<etcd_client::TxnResponse> {
-        let mut kv = self.inner.client.kv_client();
-        self.call(op, kv.txn(txn))
+    async fn txn(
+        &self,
+        op: &'static str,
+        compare: Vec<Compare>,
+        success: Vec<RequestOp>,
+    ) -> Result<TxnResponse> {
+        let request = TxnRequest {
+            compare,
+            success,
+            failure: Vec::new(),
+        };
+        self.call(op, self.inner.conn.kv().txn(request))
             .await?
-            .map_err(|e| error::client(op, e))
+            .map_err(|e| error::status(op, e))
     }
 
     /// The marker, the epoch timer, and (with `key`) its record and holder,
     /// at one revision: one round trip.
     async fn read(&self, op: &'static str, key: Option<&Key>) -> Result<Snapshot> {
-        let mut ops = vec![
-            TxnOp::get(self.marker_key(), None),
-            TxnOp::get(self.fresh_key(), None),
-        ];
+        let mut ops = vec![grpc::get(self.marker_key()), grpc::get(self.fresh_key())];
         if let Some(key) = key {
-            ops.push(TxnOp::get(self.record_key(key.as_str()), None));
-            ops.push(TxnOp::get(self.holder_key(key.as_str()), None));
+            ops.push(grpc::get(self.record_key(key.as_str())));
+            ops.push(grpc::get(self.holder_key(key.as_str())));
         }
-        let resp = self.txn(op, Txn::new().and_then(ops)).await?;
-        let mut kvs = resp.op_responses().into_iter().map(|r| match r {
-            TxnOpResponse::Get(mut g) => g.take_kvs().into_iter().next(),
-            _ => None,
-        });
+        let resp = self.txn(op, Vec::new(), ops).await?;
+        let mut kvs = resp
+            .responses
+            .into_iter()
+            .map(|r| grpc::range_kvs(r).into_iter().next());
         let marker = kvs.next().flatten();
         let fresh = kvs.next().flatten();
         let record = kvs.next().flatten();
         let holder = kvs.next().flatten();
         Ok(Snapshot {
             marker: marker
-                .map(|kv| Ok::<_, Error>((from_json("epoch marker", kv.value())?, kv)))
+                .map(|kv| Ok::<_, Error>((from_json("epoch marker", &kv.value)?, kv)))
                 .transpose()?,
             fresh,
             record: record
-                .map(|kv| Ok::<_, Error>((from_json("key record", kv.value())?, kv)))
+                .map(|kv| Ok::<_, Error>((from_json("key record", &kv.value)?, kv)))
                 .transpose()?,
             holder: holder
-                .map(|kv| Ok::<_, Error>((from_json("holder record", kv.value())?, kv)))
+                .map(|kv| Ok::<_, Error>((from_json("holder record", &kv.value)?, kv)))
                 .transpose()?,
         })
     }
@@ -267,18 +303,21 @@ impl EtcdBackend {
         let age = match &snap.fresh {
             None => Some(max_ttl),
             Some(kv) => {
-                let mut lease = self.inner.client.lease_client();
+                let request = LeaseTimeToLiveRequest {
+                    id: kv.lease,
+                    keys: false,
+                };
                 match self
-                    .call("epoch", lease.time_to_live(kv.lease(), None))
+                    .call("epoch", self.inner.conn.lease().lease_time_to_live(request))
                     .await?
                 {
-                    Ok(t) if t.ttl() > 0 => {
-                        let elapsed = (t.granted_ttl() - t.ttl() - 1).max(0) as u64;
+                    Ok(t) if t.ttl > 0 => {
+                        let elapsed = (t.granted_ttl - t.ttl - 1).max(0) as u64;
                         Some(Duration::from_secs(elapsed))
                     }
                     // The timer lease ran out between the two reads.
                     Ok(_) => Some(max_ttl),
-                    Err(e) => return Err(error::client("epoch", e)),
+                    Err(e) => return Err(error::status("epoch", e)),
                 }
             }
         };
@@ -291,35 +330,21 @@ impl EtcdBackend {
             epoch: leasehold::epoch_at(std::time::SystemTime::now()),
             max_ttl_ms: self.inner.max_ttl.as_millis() as u64,
         };
-        let mut lease = self.inner.client.lease_client();
         let timer = self
-            .call(
-                "create store",
-                lease.grant(lease_secs(self.inner.max_ttl) + 1, None),
-            )
-            .await?
-            .map_err(|e| error::client("create store", e))?;
+            .grant("create store", lease_secs(self.inner.max_ttl) + 1)
+            .await?;
         let resp = self
             .txn(
                 "create store",
-                Txn::new()
-                    .when([Compare::create_revision(
-                        self.marker_key(),
-                        CompareOp::Equal,
-                        0,
-                    )])
-                    .and_then([
-                        TxnOp::put(self.marker_key(), to_json(&marker), None),
-                        TxnOp::put(
-                            self.fresh_key(),
-                            "",
-                            Some(PutOptions::new().with_lease(timer.id())),
-                        ),
-                    ]),
+                vec![grpc::created_at(self.marker_key(), 0)],
+                vec![
+                    grpc::put(self.marker_key(), to_json(&marker), 0),
+                    grpc::put(self.fresh_key(), "", timer),
+                ],
             )
             .await?;
-        if !resp.succeeded() {
-            let _ = self.revoke("create store", timer.id()).await;
+        if !resp.succeeded {
+            let _ = self.revoke("create store", timer).await;
         } else {
             tracing::info!(prefix = %self.inner.prefix, epoch = marker.epoch, "created the etcd store");
         }
@@ -330,18 +355,56 @@ impl EtcdBackend {
         &self,
         op: &'static str,
         id: i64,
-    ) -> Result<std::result::Result<(), etcd_client::Error>> {
-        let mut lease = self.inner.client.lease_client();
-        Ok(self.call(op, lease.revoke(id)).await?.map(|_| ()))
+    ) -> Result<std::result::Result<(), tonic::Status>> {
+        let request = LeaseRevokeRequest { id };
+        Ok(self
+            .call(op, self.inner.conn.lease().lease_revoke(request))
+            .await?
+            .map(|_| ()))
+    }
+
+    /// A new etcd lease of `secs` seconds: its id.
+    async fn grant(&self, op: &'static str, secs: i64) -> Result<i64> {
+        let request = LeaseGrantRequest { ttl: secs, id: 0 };
+        let granted = self
+            .call(op, self.inner.conn.lease().lease_grant(request))
+            .await?
+            .map_err(|e| error::status(op, e))?;
+        if !granted.error.is_empty() {
+            return Err(Error::backend(NAME, op, true, granted.error));
+        }
+        Ok(granted.id)
+    }
+
+    /// One keep-alive of etcd lease `id`: `Ok(false)` when it no longer
+    /// exists.
+    async fn keep_alive(&self, op: &'static str, id: i64) -> Result<bool> {
+        self.inner.requests.fetch_add(1, Ordering::Relaxed);
+        match tokio::time::timeout(
+            self.inner.request_timeout,
+            self.inner.conn.keep_alive_once(id),
+        )
+        .await
+        {
+            Err(_) => Err(error::timed_out(op, self.inner.request_timeout)),
+            Ok(Ok(ttl)) => Ok(ttl.is_some()),
+            Ok(Err(s)) => Err(error::status(op, s)),
+        }
     }
 
     async fn expires_in(&self, lease_id: i64) -> Option<Duration> {
-        let mut lease = self.inner.client.lease_client();
+        let request = LeaseTimeToLiveRequest {
+            id: lease_id,
+            keys: false,
+        };
         match self
-            .call("inspect", lease.time_to_live(lease_id, None))
+            .call(
+                "inspect",
+                self.inner.conn.lease().lease_time_to_live(request),
+            )
             .await
         {
-            Ok(Ok(t)) if t.ttl() >= 0 => Some(Duration::from_secs(t.ttl() as u64)),
+            Ok(Ok(t)) if t.ttl >= 0 => Some(Duration::from_secs(t.ttl as u64)),
             _ => None,
         }
     }
@@ -408,23 +471,17 @@ impl Backend for EtcdBackend {
                     return Ok(AcquireOutcome::Held(Some(holder.info(None))));
                 }
                 // Our own grant, retried after an ambiguous answer: extend it.
-                let mut lease = self.inner.client.lease_client();
-                match self.call(OP, lease.keep_alive(kv.lease())).await? {
-                    Ok(_) => return Ok(AcquireOutcome::Acquired(Grant::new(holder.token))),
-                    Err(e) if is_not_found(&e) => continue,
-                    Err(e) => return Err(error::client(OP, e)),
+                if self.keep_alive(OP, kv.lease).await? {
+                    return Ok(AcquireOutcome::Acquired(Grant::new(holder.token)));
                 }
+                continue;
             }
             let (record, record_rev) = match &snap.record {
-                Some((r, kv)) => (r.clone(), kv.mod_revision()),
+                Some((r, kv)) => (r.clone(), kv.mod_revision),
                 None => (KeyRecord::default(), 0),
             };
             let token = next_token(record.token, marker.epoch);
-            let mut lease = self.inner.client.lease_client();
-            let granted = self
-                .call(OP, lease.grant(lease_secs(request.ttl), None))
-                .await?
-                .map_err(|e| error::client(OP, e))?;
+            let granted = self.grant(OP, lease_secs(request.ttl)).await?;
             let holder = HolderRecord {
                 lease_id: request.lease_id.as_str().to_string(),
                 token,
@@ -446,34 +503,25 @@ impl Backend for EtcdBackend {
             let resp = self
                 .txn(
                     OP,
-                    Txn::new()
-                        .when([
-                            Compare::create_revision(
-                                self.marker_key(),
-                                CompareOp::Equal,
-                                marker_kv.create_revision(),
-                            ),
-                            Compare::mod_revision(rk.clone(), CompareOp::Equal, record_rev),
-                            Compare::create_revision(hk.clone(), CompareOp::Equal, 0),
-                        ])
-                        .and_then([
-                            TxnOp::put(
-                                hk,
-                                to_json(&holder),
-                                Some(PutOptions::new().with_lease(granted.id())),
-                            ),
-                            TxnOp::put(rk, to_json(&new_record), None),
-                        ]),
+                    vec![
+                        grpc::created_at(self.marker_key(), marker_kv.create_revision),
+                        grpc::modified_at(rk.clone(), record_rev),
+                        grpc::created_at(hk.clone(), 0),
+                    ],
+                    vec![
+                        grpc::put(hk, to_json(&holder), granted),
+                        grpc::put(rk, to_json(&new_record), 0),
+                    ],
                 )
                 .await;
             match resp {
-                Ok(r) if r.succeeded() => {
+                Ok(r) if r.succeeded => {
                     return Ok(AcquireOutcome::Acquired(Grant::new(token)));
                 }
                 Ok(_) => {
                     // Lost a race (another grant, a new epoch): our etcd
                     // lease holds nothing; end it and look again.
-                    let _ = self.revoke(OP, granted.id()).await;
+                    let _ = self.revoke(OP, granted).await;
                 }
                 // Ambiguous: the grant may have landed under our lease id,
                 // which a retry recognises. The etcd lease is left to its TTL.
@@ -494,11 +542,10 @@ impl Backend for EtcdBackend {
         let (_, kv) = self.ours(lease, &snap)?;
         // Keep-alive of *our* etcd lease (unique to this grant): it can only
         // extend our own holder key, never a newer holder's.
-        let mut client = self.inner.client.lease_client();
-        match self.call(OP, client.keep_alive(kv.lease())).await? {
-            Ok(_) => Ok(()),
-            Err(e) if is_not_found(&e) => Err(lost(&lease.key, "the etcd lease expired")),
-            Err(e) => Err(error::client(OP, e)),
+        if self.keep_alive(OP, kv.lease).await? {
+            Ok(())
+        } else {
+            Err(lost(&lease.key, "the etcd lease expired"))
         }
     }
 
@@ -510,17 +557,17 @@ impl Backend for EtcdBackend {
         // it, and nothing else: a retried release after someone else was
         // granted the key finds the lease gone (or their record) and
         // changes nothing (unlike deleting the key by name, etcd #22082).
-        match self.revoke(OP, kv.lease()).await? {
+        match self.revoke(OP, kv.lease).await? {
             Ok(()) => Ok(()),
             Err(e) if is_not_found(&e) => Err(lost(&lease.key, "the etcd lease expired")),
-            Err(e) => Err(error::client(OP, e)),
+            Err(e) => Err(error::status(OP, e)),
         }
     }
 
     async fn inspect(&self, key: &Key) -> Result<KeyInfo> {
         let snap = self.read("inspect", Some(key)).await?;
         let holder = match &snap.holder {
-            Some((h, kv)) => Some(h.info(self.expires_in(kv.lease()).await)),
+            Some((h, kv)) => Some(h.info(self.expires_in(kv.lease).await)),
             None => None,
         };
         key_info(key.clone(), snap.record.as_ref().map(|r| &r.0), holder)
@@ -533,30 +580,25 @@ impl Backend for EtcdBackend {
             let Some((holder, kv)) = &snap.holder else {
                 return Ok(None);
             };
-            if kv.lease() == 0 {
+            if kv.lease == 0 {
                 // Not written by leasehold (no lease): delete that version.
                 let hk = self.holder_key(key.as_str());
                 let r = self
                     .txn(
                         OP,
-                        Txn::new()
-                            .when([Compare::mod_revision(
-                                hk.clone(),
-                                CompareOp::Equal,
-                                kv.mod_revision(),
-                            )])
-                            .and_then([TxnOp::delete(hk, None)]),
+                        vec![grpc::modified_at(hk.clone(), kv.mod_revision)],
+                        vec![grpc::delete(hk)],
                     )
                     .await?;
-                if r.succeeded() {
+                if r.succeeded {
                     return Ok(Some(holder.info(None)));
                 }
                 continue;
             }
-            match self.revoke(OP, kv.lease()).await? {
+            match self.revoke(OP, kv.lease).await? {
                 Ok(()) => return Ok(Some(holder.info(None))),
                 Err(e) if is_not_found(&e) => continue,
-                Err(e) => return Err(error::client(OP, e)),
+                Err(e) => return Err(error::status(OP, e)),
             }
         }
         Err(Error::backend(NAME, OP, true, "the key kept changing"))
@@ -567,34 +609,26 @@ impl Backend for EtcdBackend {
         let resp = self
             .txn(
                 OP,
-                Txn::new().and_then([
-                    TxnOp::get(
-                        self.record_key(prefix),
-                        Some(GetOptions::new().with_prefix()),
-                    ),
-                    TxnOp::get(
-                        self.holder_key(prefix),
-                        Some(GetOptions::new().with_prefix()),
-                    ),
-                ]),
+                Vec::new(),
+                vec![
+                    grpc::get_prefix(self.record_key(prefix)),
+                    grpc::get_prefix(self.holder_key(prefix)),
+                ],
             )
             .await?;
-        let mut parts = resp.op_responses().into_iter().map(|r| match r {
-            TxnOpResponse::Get(mut g) => g.take_kvs(),
-            _ => Vec::new(),
-        });
+        let mut parts = resp.responses.into_iter().map(grpc::range_kvs);
         let records = parts.next().unwrap_or_default();
         let holders = parts.next().unwrap_or_default();
         let rk = self.record_key("");
         let hk = self.holder_key("");
         let mut keys: BTreeMap<String, (Option<KeyRecord>, Option<HolderInfo>)> = BTreeMap::new();
         for kv in &records {
-            let name = String::from_utf8_lossy(&kv.key()[rk.len()..]).into_owned();
-            keys.entry(name).or_default().0 = Some(from_json("key record", kv.value())?);
+            let name = String::from_utf8_lossy(&kv.key[rk.len()..]).into_owned();
+            keys.entry(name).or_default().0 = Some(from_json("key record", &kv.value)?);
         }
         for kv in &holders {
-            let name = String::from_utf8_lossy(&kv.key()[hk.len()..]).into_owned();
-            let h: HolderRecord = from_json("holder record", kv.value())?;
+            let name = String::from_utf8_lossy(&kv.key[hk.len()..]).into_owned();
+            let h: HolderRecord = from_json("holder record", &kv.value)?;
             keys.entry(name).or_default().1 = Some(h.info(None));
         }
         let mut out = Vec::with_capacity(keys.len());
@@ -613,7 +647,7 @@ impl Backend for EtcdBackend {
         for _ in 0..RACE_RETRIES {
             let snap = self.read(OP, Some(&lease.key)).await?;
             let (record, record_rev) = match &snap.record {
-                Some((r, kv)) => (Some(r.clone()), kv.mod_revision()),
+                Some((r, kv)) => (Some(r.clone()), kv.mod_revision),
                 None => (None, 0),
             };
             match self.ours(lease, &snap) {
@@ -630,19 +664,14 @@ impl Backend for EtcdBackend {
                     let resp = self
                         .txn(
                             OP,
-                            Txn::new()
-                                .when([
-                                    Compare::mod_revision(
-                                        hk.clone(),
-                                        CompareOp::Equal,
-                                        holder_kv.mod_revision(),
-                                    ),
-                                    Compare::mod_revision(rk.clone(), CompareOp::Equal, record_rev),
-                                ])
-                                .and_then([TxnOp::put(rk.clone(), to_json(&r), None)]),
+                            vec![
+                                grpc::modified_at(hk.clone(), holder_kv.mod_revision),
+                                grpc::modified_at(rk.clone(), record_rev),
+                            ],
+                            vec![grpc::put(rk.clone(), to_json(&r), 0)],
                         )
                         .await?;
-                    if resp.succeeded() {
+                    if resp.succeeded {
                         return Ok(());
                     }
                 }
@@ -662,16 +691,11 @@ impl Backend for EtcdBackend {
                     let resp = self
                         .txn(
                             OP,
-                            Txn::new()
-                                .when([Compare::mod_revision(
-                                    rk.clone(),
-                                    CompareOp::Equal,
-                                    record_rev,
-                                )])
-                                .and_then([TxnOp::put(rk.clone(), to_json(&r), None)]),
+                            vec![grpc::modified_at(rk.clone(), record_rev)],
+                            vec![grpc::put(rk.clone(), to_json(&r), 0)],
                         )
                         .await?;
-                    if resp.succeeded() {
+                    if resp.succeeded {
                         return Err(lost_err);
                     }
                 }

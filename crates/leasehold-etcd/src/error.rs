@@ -2,30 +2,40 @@
 
 use leasehold::Error;
 
+use crate::grpc::ConnectError;
+
 pub(crate) const NAME: &str = "etcd";
 
-/// A failure of the etcd client during `op`. Transport failures and the
-/// gRPC codes that may pass (unavailable, deadline, aborted, resource
-/// exhausted, and etcd's "no leader" / "leader changed", sent as
-/// `Unavailable`) are retryable; authentication and permission failures
-/// and invalid requests are not. The client's errors carry no password.
-pub(crate) fn client(op: &'static str, e: etcd_client::Error) -> Error {
-    use etcd_client::Error as E;
-    let retryable = match &e {
-        E::GRpcStatus(status) => {
-            use tonic::Code;
-            !matches!(
-                status.code(),
-                Code::InvalidArgument
-                    | Code::Unauthenticated
-                    | Code::PermissionDenied
-                    | Code::FailedPrecondition
-            )
-        }
-        E::InvalidArgs(_) | E::InvalidUri(_) | E::InvalidHeaderValue(_) => false,
-        _ => true,
+/// A gRPC status etcd (or the transport) answered `op` with. The codes
+/// that may pass (unavailable, deadline, aborted, resource exhausted, and
+/// etcd's "no leader" / "leader changed", sent as `Unavailable`) are
+/// retryable; authentication and permission failures and invalid requests
+/// are not. A status carries no password. The message is the status's own
+/// (never the `Debug` form, which holds metadata and raw bytes).
+pub(crate) fn status(op: &'static str, s: tonic::Status) -> Error {
+    use tonic::Code;
+    let retryable = !matches!(
+        s.code(),
+        Code::InvalidArgument
+            | Code::Unauthenticated
+            | Code::PermissionDenied
+            | Code::FailedPrecondition
+    );
+    let message = if s.message().is_empty() {
+        format!("{:?}", s.code())
+    } else {
+        s.message().to_string()
     };
-    Error::backend(NAME, op, retryable, e)
+    Error::backend(NAME, op, retryable, format!("etcd answered: {message}"))
+}
+
+/// Opening the connection failed: an endpoint the transport refused (not
+/// retryable) or refused credentials.
+pub(crate) fn connect(e: ConnectError) -> Error {
+    match e {
+        ConnectError::Auth(s) => status("connect", s),
+        ConnectError::Transport(e) => Error::backend(NAME, "connect", false, e),
+    }
 }
 
 /// A request that did not answer within the backend's request timeout.

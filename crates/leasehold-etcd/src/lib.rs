@@ -141,14 +141,37 @@
 //! only: waiters keep polling.
 //!
 //! # Build
-//! `etcd-client` compiles etcd's protobuf files at build time: it needs
-//! `protoc` and the well-known types (Debian: `protobuf-compiler` and
-//! `libprotobuf-dev`). `scripts/test.sh` installs both; the CLI has etcd
-//! behind its non-default feature `etcd` so that a plain build needs neither.
+//! Building this crate needs a Rust toolchain and nothing else: no
+//! `protoc`, no system library. etcd speaks gRPC, and a gRPC client needs
+//! code generated from etcd's `.proto` files; here that code is generated
+//! **once and committed** ([`grpc`], from the files in `proto/`), instead of
+//! at every build. `tests/generated_code.rs` generates it again with
+//! [protox](https://docs.rs/protox) (a protobuf compiler written in Rust)
+//! and tonic's generator, and fails when the committed code differs, so it
+//! cannot drift from `proto/`; `LEASEHOLD_REGENERATE=1` makes that test
+//! write it.
+//!
+//! The candidates, measured on a 2-core machine from an empty `target/`
+//! (release build of the `leasehold` binary, every store):
+//!
+//! | way | needs | build | binary |
+//! |---|---|---|---|
+//! | `etcd-client` 0.17 (generates at build time) | `protoc` and `libprotobuf-dev` | see `docs/benchmarks.md` | see `docs/benchmarks.md` |
+//! | generated once, committed (chosen) | nothing | see `docs/benchmarks.md` | see `docs/benchmarks.md` |
+//!
+//! Generating at build time with protox instead of protoc (a build script
+//! of our own) also needs nothing installed, but compiles the generator
+//! (protox, prost-build, tonic-build and their parsers) in every build;
+//! etcd's HTTP/JSON gateway needs no generated code at all, but its watch
+//! and keep-alive are long-polling HTTP streams, not one multiplexed
+//! connection. The client code itself ([`grpc::Connection`]: one channel
+//! balanced over the endpoints, etcd's auth token on every request) is
+//! about a hundred lines of this crate.
 
 mod backend;
 mod builder;
 mod error;
+pub mod grpc;
 mod listen;
 mod record;
 
@@ -156,9 +179,6 @@ use std::time::Duration;
 
 pub use backend::EtcdBackend;
 pub use builder::{EtcdBackendBuilder, DEFAULT_PREFIX};
-/// The etcd client this crate uses (for tools: the torture harness's
-/// store-loss fault deletes a store's keys with it).
-pub use etcd_client;
 
 /// Shortest TTL: etcd's minimum lease TTL with its default election timeout
 /// (1.5 × 1 s election timeout, rounded up to whole seconds).

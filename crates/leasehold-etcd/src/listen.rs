@@ -6,9 +6,15 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etcd_client::{Client, EventType, WatchFilterType, WatchOptions};
 use leasehold::{Key, ReleaseWatch};
 use tokio::sync::{broadcast, oneshot, watch};
+use tokio_stream::StreamExt;
+
+use crate::grpc::etcdserverpb::watch_create_request::FilterType;
+use crate::grpc::etcdserverpb::watch_request::RequestUnion;
+use crate::grpc::etcdserverpb::{WatchCreateRequest, WatchRequest};
+use crate::grpc::mvccpb::event::EventType;
+use crate::grpc::{prefix_end, Connection};
 
 /// Sent instead of a key when events may have been missed: every waiter
 /// wakes and looks.
@@ -17,7 +23,7 @@ const EVERYONE: &str = "";
 /// The watching side: started on the first wait, ended when the backend is
 /// dropped.
 pub(crate) struct Listener {
-    client: Client,
+    client: Connection,
     /// `PREFIX` + `h/`: holder keys.
     prefix: String,
     keys: broadcast::Sender<Arc<str>>,
@@ -27,7 +33,7 @@ pub(crate) struct Listener {
 }
 
 impl Listener {
-    pub fn new(client: Client, prefix: String) -> Self {
+    pub fn new(client: Connection, prefix: String) -> Self {
         Listener {
             client,
             prefix,
@@ -88,7 +94,7 @@ impl Listener {
 /// forwards each deleted holder key's name, until `stop` fires or is
 /// dropped.
 async fn listen(
-    client: Client,
+    client: Connection,
     prefix: String,
     keys: broadcast::Sender<Arc<str>>,
     listening: watch::Sender<bool>,
@@ -97,24 +103,26 @@ async fn listen(
     let mut backoff = Duration::from_millis(100);
     let mut next_rev: i64 = 0;
     loop {
-        let mut options = WatchOptions::new()
-            .with_prefix()
-            .with_filters([WatchFilterType::NoPut]);
-        if next_rev > 0 {
-            options = options.with_start_revision(next_rev);
-        }
-        let mut wc = client.watch_client();
-        let created = tokio::select! {
-            _ = &mut stop => return,
-            c = wc.watch(prefix.clone(), Some(options)) => c,
+        let create = WatchRequest {
+            request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
+                key: prefix.clone().into_bytes(),
+                range_end: prefix_end(prefix.as_bytes()),
+                start_revision: next_rev,
+                filters: vec![FilterType::Noput as i32],
+                ..Default::default()
+            })),
         };
-        match created {
-            Ok((_watcher, mut stream)) => {
-                listening.send_replace(true);
-                backoff = Duration::from_millis(100);
-                // Deletions during the gap may have been missed (or were
-                // replayed): waking everyone once is cheap.
-                let _ = keys.send(EVERYONE.into());
+        // The request stream stays open (one create, then nothing) for as
+        // long as the watch is wanted: closing it would end the watch.
+        let requests = tokio_stream::once(create).chain(tokio_stream::pending());
+        let mut wc = client.watch();
+        let opened = tokio::select! {
+            _ = &mut stop => return,
+            c = wc.watch(requests) => c,
+        };
+        match opened {
+            Ok(stream) => {
+                let mut stream = stream.into_inner();
                 loop {
                     let message = tokio::select! {
                         _ = &mut stop => return,
@@ -122,22 +130,30 @@ async fn listen(
                     };
                     match message {
                         Ok(Some(resp)) => {
-                            if resp.canceled() {
+                            if resp.canceled {
                                 // Compacted past next_rev, or the server
                                 // ended the watch: start afresh.
                                 next_rev = 0;
                                 break;
                             }
-                            if let Some(h) = resp.header() {
-                                next_rev = next_rev.max(h.revision() + 1);
+                            if resp.created {
+                                listening.send_replace(true);
+                                backoff = Duration::from_millis(100);
+                                // Deletions during the gap may have been
+                                // missed (or were replayed): waking everyone
+                                // once is cheap.
+                                let _ = keys.send(EVERYONE.into());
                             }
-                            for ev in resp.events() {
-                                if ev.event_type() != EventType::Delete {
+                            if let Some(h) = &resp.header {
+                                next_rev = next_rev.max(h.revision + 1);
+                            }
+                            for ev in &resp.events {
+                                if ev.r#type != EventType::Delete as i32 {
                                     continue;
                                 }
-                                if let Some(kv) = ev.kv() {
-                                    next_rev = next_rev.max(kv.mod_revision() + 1);
-                                    if let Some(name) = kv.key().get(prefix.len()..) {
+                                if let Some(kv) = &ev.kv {
+                                    next_rev = next_rev.max(kv.mod_revision + 1);
+                                    if let Some(name) = kv.key.get(prefix.len()..) {
                                         let _ = keys.send(String::from_utf8_lossy(name).into());
                                     }
                                 }

@@ -703,12 +703,9 @@ async fn lose_store(url: &str) -> anyhow::Result<()> {
         // Every key of the store's prefix deleted (an operator's `etcdctl
         // del --prefix`): the holders' etcd leases live on, their keys and
         // the epoch marker do not. The backend starts a new epoch on use.
-        let b = leasehold_etcd::EtcdBackend::from_url(url).await?;
-        b.client()
-            .delete(
-                b.prefix(),
-                Some(leasehold_etcd::etcd_client::DeleteOptions::new().with_prefix()),
-            )
+        leasehold_etcd::EtcdBackend::from_url(url)
+            .await?
+            .delete_store()
             .await
             .context("delete the prefix")?;
         Ok(())

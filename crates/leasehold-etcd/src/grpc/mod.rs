@@ -1,0 +1,358 @@
+//! etcd's v3 gRPC API, and the connection this crate keeps to a cluster.
+//!
+//! The message and client types are generated from etcd's `.proto` files
+//! in `proto/` by prost and tonic, **once, and committed**
+//! (`generated/`), so that building this crate runs no protobuf compiler
+//! (see the crate docs, "Build"). `tests/generated_code.rs` generates them
+//! again and fails when the committed files differ.
+//!
+//! Only clients are generated (no servers); of them this crate uses `KV`
+//! (`Range`, `Txn`), `Lease` (`LeaseGrant`, `LeaseKeepAlive`,
+//! `LeaseRevoke`, `LeaseTimeToLive`), `Watch` and `Auth`
+//! (`Authenticate`); the benchmarks also use `Lock` (etcd's v3lock
+//! service, their peer).
+//!
+//! [`Connection`] is one gRPC channel balanced over the cluster's
+//! endpoints, with etcd's auth token (when the URL names a user) sent as
+//! the `token` metadata of every request; the free functions build the
+//! requests the protocol sends.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Request, Status};
+
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod authpb {
+    //! etcd's `authpb` package (generated).
+    include!("generated/authpb.rs");
+}
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod mvccpb {
+    //! etcd's `mvccpb` package: keys, values, events (generated).
+    include!("generated/mvccpb.rs");
+}
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod etcdserverpb {
+    //! etcd's `etcdserverpb` package: the KV, Lease, Watch, Auth, Cluster and
+    //! Maintenance services (generated).
+    include!("generated/etcdserverpb.rs");
+}
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod v3lockpb {
+    //! etcd's `v3lockpb` package: the Lock service (generated).
+    include!("generated/v3lockpb.rs");
+}
+
+use etcdserverpb::auth_client::AuthClient;
+use etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
+use etcdserverpb::kv_client::KvClient;
+use etcdserverpb::lease_client::LeaseClient;
+use etcdserverpb::request_op::Request as Op;
+use etcdserverpb::response_op::Response as OpResponse;
+use etcdserverpb::watch_client::WatchClient;
+use etcdserverpb::{
+    AuthenticateRequest, Compare, DeleteRangeRequest, LeaseKeepAliveRequest, PutRequest,
+    RangeRequest, RequestOp, ResponseOp,
+};
+use mvccpb::KeyValue;
+use v3lockpb::lock_client::LockClient;
+
+/// A channel that sends the auth token with every request.
+pub type Authed = InterceptedService<Channel, AuthToken>;
+
+/// Adds etcd's auth token (if any) to every request as its `token`
+/// metadata, as etcd's own clients do.
+#[derive(Clone, Default)]
+pub struct AuthToken(Arc<RwLock<Option<MetadataValue<Ascii>>>>);
+
+impl tonic::service::Interceptor for AuthToken {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        let token = self.0.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = token.as_ref() {
+            request.metadata_mut().insert("token", t.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// How [`Connection::connect`] failed.
+#[derive(Debug)]
+pub enum ConnectError {
+    /// An endpoint that is no valid URI, or a TLS setting the transport
+    /// refused.
+    Transport(tonic::transport::Error),
+    /// `Authenticate` failed (wrong credentials, auth not enabled, or the
+    /// cluster did not answer).
+    Auth(Status),
+}
+
+impl std::fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnectError::Transport(e) => write!(f, "{e}"),
+            ConnectError::Auth(s) => write!(f, "authentication failed: {}", s.message()),
+        }
+    }
+}
+
+impl std::error::Error for ConnectError {}
+
+/// One gRPC channel to an etcd cluster (balanced over its endpoints, as
+/// etcd's Go client does), with the auth token. Cheap to clone: clones
+/// share the channel and the token.
+#[derive(Clone)]
+pub struct Connection {
+    channel: Channel,
+    token: AuthToken,
+    user: Option<Arc<(String, String)>>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("user", &self.user.as_ref().map(|u| &u.0))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Connection {
+    /// A channel to `urls` (`http://HOST:PORT` or, with this crate's
+    /// feature `tls`, `https://HOST:PORT`), each request bounded by
+    /// `timeout`, HTTP/2 keep-alive pings every 10 s (an answer within 5 s).
+    /// With `user`, authenticates once now (one round trip) and sends the
+    /// token from then on; without, contacts nothing yet.
+    ///
+    /// # Errors
+    /// [`ConnectError`] for an invalid endpoint or refused credentials.
+    pub async fn connect(
+        urls: &[String],
+        timeout: Duration,
+        user: Option<(String, String)>,
+    ) -> Result<Self, ConnectError> {
+        let mut endpoints = Vec::with_capacity(urls.len());
+        for url in urls {
+            let endpoint = Endpoint::from_shared(url.clone())
+                .map_err(ConnectError::Transport)?
+                .connect_timeout(timeout)
+                .timeout(timeout)
+                .http2_keep_alive_interval(Duration::from_secs(10))
+                .keep_alive_timeout(Duration::from_secs(5))
+                .keep_alive_while_idle(true);
+            #[cfg(feature = "tls")]
+            let endpoint = if url.starts_with("https://") {
+                endpoint
+                    .tls_config(tonic::transport::ClientTlsConfig::new().with_native_roots())
+                    .map_err(ConnectError::Transport)?
+            } else {
+                endpoint
+            };
+            endpoints.push(endpoint);
+        }
+        let channel = match endpoints.len() {
+            1 => endpoints.remove(0).connect_lazy(),
+            _ => Channel::balance_list(endpoints.into_iter()),
+        };
+        let connection = Connection {
+            channel,
+            token: AuthToken::default(),
+            user: user.map(Arc::new),
+        };
+        if connection.user.is_some() {
+            connection
+                .authenticate()
+                .await
+                .map_err(ConnectError::Auth)?;
+        }
+        Ok(connection)
+    }
+
+    /// Asks for a new auth token (one round trip) and sends it from now on:
+    /// at connect, and again when the cluster answers that a token is no
+    /// longer valid (etcd's simple tokens expire after 5 idle minutes).
+    /// Does nothing without a user.
+    ///
+    /// # Errors
+    /// The `Authenticate` call's status.
+    pub async fn authenticate(&self) -> Result<(), Status> {
+        let Some(user) = &self.user else {
+            return Ok(());
+        };
+        let response = AuthClient::new(self.channel.clone())
+            .authenticate(AuthenticateRequest {
+                name: user.0.clone(),
+                password: user.1.clone(),
+            })
+            .await?
+            .into_inner();
+        let token = MetadataValue::try_from(response.token)
+            .map_err(|_| Status::internal("etcd sent an auth token that is no header value"))?;
+        *self.token.0.write().unwrap_or_else(|e| e.into_inner()) = Some(token);
+        Ok(())
+    }
+
+    /// Whether `status` says the auth token expired or is unknown (after
+    /// which [`Connection::authenticate`] and one retry are in order).
+    pub fn token_expired(&self, status: &Status) -> bool {
+        self.user.is_some()
+            && status.code() == tonic::Code::Unauthenticated
+            && status.message().contains("invalid auth token")
+    }
+
+    fn authed(&self) -> Authed {
+        InterceptedService::new(self.channel.clone(), self.token.clone())
+    }
+
+    /// The `KV` service.
+    pub fn kv(&self) -> KvClient<Authed> {
+        KvClient::new(self.authed())
+    }
+
+    /// The `Lease` service.
+    pub fn lease(&self) -> LeaseClient<Authed> {
+        LeaseClient::new(self.authed())
+    }
+
+    /// The `Watch` service.
+    pub fn watch(&self) -> WatchClient<Authed> {
+        WatchClient::new(self.authed())
+    }
+
+    /// The `Lock` service (etcd's v3lock).
+    pub fn lock(&self) -> LockClient<Authed> {
+        LockClient::new(self.authed())
+    }
+
+    /// One `LeaseKeepAlive` of lease `id`: its TTL from now in seconds, or
+    /// `None` when the lease no longer exists (expired or revoked). The
+    /// stream is opened, sent one request, read one answer and closed.
+    ///
+    /// # Errors
+    /// The call's status.
+    pub async fn keep_alive_once(&self, id: i64) -> Result<Option<i64>, Status> {
+        let request = tokio_stream::once(LeaseKeepAliveRequest { id });
+        let mut answers = self.lease().lease_keep_alive(request).await?.into_inner();
+        match answers.message().await? {
+            Some(a) if a.ttl > 0 => Ok(Some(a.ttl)),
+            Some(_) => Ok(None),
+            None => Err(Status::unavailable(
+                "etcd closed the keep-alive stream without an answer",
+            )),
+        }
+    }
+}
+
+/// The end of the range of keys starting with `prefix` (etcd's
+/// `range_end`: the prefix with its last byte below 0xff incremented; all
+/// keys when the prefix is all 0xff or empty).
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// A `Range` of one key.
+pub fn get(key: impl Into<Vec<u8>>) -> RequestOp {
+    op(Op::RequestRange(RangeRequest {
+        key: key.into(),
+        ..Default::default()
+    }))
+}
+
+/// A `Range` of every key starting with `prefix`.
+pub fn get_prefix(prefix: impl Into<Vec<u8>>) -> RequestOp {
+    let key = prefix.into();
+    op(Op::RequestRange(RangeRequest {
+        range_end: prefix_end(&key),
+        key,
+        ..Default::default()
+    }))
+}
+
+/// A `Put` of `value` at `key`, attached to etcd lease `lease` (0: none).
+pub fn put(key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>, lease: i64) -> RequestOp {
+    op(Op::RequestPut(PutRequest {
+        key: key.into(),
+        value: value.into(),
+        lease,
+        ..Default::default()
+    }))
+}
+
+/// A `DeleteRange` of one key.
+pub fn delete(key: impl Into<Vec<u8>>) -> RequestOp {
+    op(Op::RequestDeleteRange(DeleteRangeRequest {
+        key: key.into(),
+        ..Default::default()
+    }))
+}
+
+/// A `DeleteRange` of every key starting with `prefix`.
+pub fn delete_prefix(prefix: impl Into<Vec<u8>>) -> RequestOp {
+    let key = prefix.into();
+    op(Op::RequestDeleteRange(DeleteRangeRequest {
+        range_end: prefix_end(&key),
+        key,
+        ..Default::default()
+    }))
+}
+
+fn op(request: Op) -> RequestOp {
+    RequestOp {
+        request: Some(request),
+    }
+}
+
+/// The comparison `create_revision(key) == revision` (0: the key does not
+/// exist).
+pub fn created_at(key: impl Into<Vec<u8>>, revision: i64) -> Compare {
+    Compare {
+        result: CompareResult::Equal as i32,
+        target: CompareTarget::Create as i32,
+        key: key.into(),
+        target_union: Some(TargetUnion::CreateRevision(revision)),
+        ..Default::default()
+    }
+}
+
+/// The comparison `mod_revision(key) == revision` (0: the key does not
+/// exist).
+pub fn modified_at(key: impl Into<Vec<u8>>, revision: i64) -> Compare {
+    Compare {
+        result: CompareResult::Equal as i32,
+        target: CompareTarget::Mod as i32,
+        key: key.into(),
+        target_union: Some(TargetUnion::ModRevision(revision)),
+        ..Default::default()
+    }
+}
+
+/// The keys and values a `Range` in a `Txn` answered (none for other
+/// operations).
+pub fn range_kvs(response: ResponseOp) -> Vec<KeyValue> {
+    match response.response {
+        Some(OpResponse::ResponseRange(r)) => r.kvs,
+        _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefix_end;
+
+    #[test]
+    fn prefix_end_is_the_first_key_past_the_prefix() {
+        assert_eq!(prefix_end(b"leasehold/h/"), b"leasehold/h0".to_vec());
+        assert_eq!(prefix_end(b"a\xff"), b"b".to_vec());
+        assert_eq!(prefix_end(b"\xff\xff"), vec![0]);
+        assert_eq!(prefix_end(b""), vec![0]);
+    }
+}
