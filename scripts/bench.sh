@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # Benchmarks: leasehold side by side with the raw SDKs, flock and peer
 # libraries (docs/benchmarks.md describes every figure). Builds the
-# benchmark and the CLI in release mode (installing protoc for etcd-client's
-# build first), installs and starts Azurite, DynamoDB Local, PostgreSQL,
-# Redis and etcd on 127.0.0.1 (stopping again those it started), installs
+# benchmark and the CLI in release mode, installs and starts Azurite,
+# DynamoDB Local, PostgreSQL, Redis and etcd on 127.0.0.1 (stopping again those it started), installs
 # the Python peer libraries into .cache/bench-venv, runs everything and
 # writes docs/benchmarks.md, docs/benchmarks.png (and results.json beside
 # them when --out is given).
@@ -35,8 +34,6 @@ while (($#)); do
 done
 
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
-# etcd-client (the bench's etcd store and peer) compiles etcd's protobufs.
-scripts/etcd.sh protoc
 if ((tiny)); then
     # Numbers from a tiny run mean nothing, so spare CI a release build.
     cargo build -p leasehold-bench -p leasehold-cli >&2

@@ -9,7 +9,6 @@
 #   scripts/etcd.sh wipe     # stop, delete the data, start empty (a new cluster)
 #   scripts/etcd.sh status   # say whether it is running
 #   scripts/etcd.sh url      # print the store URL the tests use
-#   scripts/etcd.sh protoc   # install protoc + libprotobuf-dev (etcd-client's build needs them)
 #
 # Ports: $LEASEHOLD_ETCD_PORT (client, default 23799) and the next one
 # (peer). Data: $LEASEHOLD_ETCD_DIR if set (kept by stop: the caller owns
@@ -38,12 +37,6 @@ install() {
     command -v etcd >/dev/null && command -v etcdctl >/dev/null && return 0
     echo "etcd: installing etcd-server and etcd-client from the package manager" >&2
     apt_install etcd-server etcd-client
-}
-
-protoc() {
-    command -v protoc >/dev/null && [[ -f /usr/include/google/protobuf/descriptor.proto ]] && return 0
-    echo "etcd: installing protobuf-compiler and libprotobuf-dev (etcd-client's build needs them)" >&2
-    apt_install protobuf-compiler libprotobuf-dev
 }
 
 running_pid() {
@@ -146,10 +139,9 @@ case "${1:-}" in
     restart) shutdown; start ;;
     restart-stopped) shutdown ;;
     wipe) wipe ;;
-    protoc) protoc ;;
     url) echo "etcd://$HOST:$PORT" ;;
     status)
         if pid="$(running_pid)"; then echo "running (pid $pid) on $HOST:$PORT"; else echo "not running"; exit 1; fi
         ;;
-    *) echo "usage: $0 start|stop|restart|wipe|status|url|protoc" >&2; exit 2 ;;
+    *) echo "usage: $0 start|stop|restart|wipe|status|url" >&2; exit 2 ;;
 esac

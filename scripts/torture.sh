@@ -23,20 +23,13 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 mode=long
 [[ "${1:-}" == "--short" ]] && mode=short
 stores=(${TORTURE_STORES:-sqlite azblob dynamodb postgres redis etcd})
-# The CLI's etcd store is a non-default feature (its build needs protoc).
-cli_features=()
-if [[ " ${stores[*]} " == *" etcd "* ]]; then
-    scripts/etcd.sh protoc
-    cli_features=(--features leasehold-cli/etcd)
-fi
-
 # The long run uses a release build unless TORTURE_PROFILE=debug.
 profile=debug
 [[ $mode == long ]] && profile="${TORTURE_PROFILE:-release}"
 if [[ $profile == release ]]; then
-    cargo build --release -p leasehold-cli -p leasehold-torture --bins "${cli_features[@]}"
+    cargo build --release -p leasehold-cli -p leasehold-torture --bins
 else
-    cargo build -p leasehold-cli -p leasehold-torture --bins "${cli_features[@]}"
+    cargo build -p leasehold-cli -p leasehold-torture --bins
 fi
 bin="${CARGO_TARGET_DIR:-target}/$profile"
 

@@ -14,7 +14,8 @@ Limits:
             reserved for semaphore slots (KEY/:slot:N). With --limit, KEY
             is at most 246 characters.
   --ttl     sqlite: 100ms to 24h; azblob: 15s to 60s (whole seconds);
-            dynamodb, postgres, redis: 1s to 24h; and never above the
+            dynamodb, postgres, redis: 1s to 24h; etcd: 2s to 24h (whole
+            seconds on the server, rounded up); and never above the
             store's max TTL (60s unless its URL says ?max_ttl=DURATION,
             e.g. sqlite:PATH?max_ttl=5m)
   --grace   at most half the TTL; default 5s, or a quarter of the TTL when
@@ -58,7 +59,8 @@ pub struct Cli {
     /// Where leases live: sqlite:PATH, sqlite:///ABS/PATH,
     /// azblob://CONTAINER[/PREFIX], dynamodb://TABLE?region=R&endpoint=URL,
     /// postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?table=NAME&sslmode=MODE],
-    /// redis://[USER:PASSWORD@]HOST[:PORT][/DB][?prefix=P] (rediss:// for TLS).
+    /// redis://[USER:PASSWORD@]HOST[:PORT][/DB][?prefix=P] (rediss:// for TLS),
+    /// etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][?prefix=P] (etcds:// for TLS).
     /// Default: the SQLite file under the user's state directory
     /// (~/.local/state/leasehold/leases.db, directory created 0700).
     /// status, list, break and leader never create a store: a SQLite path

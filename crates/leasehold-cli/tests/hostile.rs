@@ -495,6 +495,49 @@ fn help_lists_every_limit_and_environment_variable() {
     }
 }
 
+/// Every store is in the default build, and its help says so: the same
+/// binary whether built in the workspace, with `-p leasehold-cli` or by
+/// `cargo install --path crates/leasehold-cli` (etcd used to be behind a
+/// feature, since its client needed `protoc` to build).
+#[test]
+fn help_lists_every_store_and_the_default_build_has_each() {
+    let env = Env::new();
+    let out = env.output(&["--help"]);
+    for scheme in [
+        "sqlite:",
+        "azblob://",
+        "dynamodb://",
+        "postgres://",
+        "redis://",
+        "rediss://",
+        "etcd://",
+        "etcds://",
+    ] {
+        assert!(out.stdout.contains(scheme), "--help lacks {scheme}");
+    }
+    // Nothing listens on a port we bound and closed again: each store
+    // fails to open (exit 1), none says it is not in this build.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    for url in [
+        format!("etcd://127.0.0.1:{port}"),
+        format!("etcds://127.0.0.1:{port}"),
+        format!("redis://127.0.0.1:{port}"),
+        format!("postgres://u@127.0.0.1:{port}/db"),
+    ] {
+        let out = env.output(&["status", "--store", &url, "k"]);
+        assert_eq!(out.code, Some(1), "{url}: {}", out.stderr);
+        assert!(
+            !out.stderr.contains("built without"),
+            "{url}: {}",
+            out.stderr
+        );
+    }
+}
+
 /// A TCP server on loopback that accepts connections and never answers: a
 /// store behind a black hole.
 fn black_hole() -> (std::net::TcpListener, u16) {

@@ -1,7 +1,6 @@
 //! `leasehold --store postgres://...`, `redis://...` and `etcd://...`: real
-//! `leasehold` processes on real servers (scripts/test.sh starts them, and
-//! runs this file again with `--features etcd` for etcd; skipped, loudly,
-//! without a server).
+//! `leasehold` processes on real servers (scripts/test.sh starts them;
+//! skipped, loudly, without a server).
 
 mod common;
 
@@ -131,15 +130,6 @@ on_every_server!(
     status_list_break_elect_and_leader_work,
     a_wrong_password_is_never_printed,
 );
-
-#[cfg(not(feature = "etcd"))]
-#[test]
-fn etcd_tests_need_the_etcd_feature() {
-    // Not a failure even under LEASEHOLD_REQUIRE_EMULATORS: the feature is
-    // off by default (its build needs protoc); scripts/test.sh runs this
-    // file again with `--features etcd`.
-    eprintln!("SKIPPED etcd CLI tests: built without --features etcd");
-}
 
 /// A URL with a typo in a parameter is a usage error (exit 2), named.
 #[test]
