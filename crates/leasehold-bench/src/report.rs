@@ -443,9 +443,15 @@ cycles, then a handoff to a waiter in another process (held 0.1–0.2 s, then re
         }
         let _ = writeln!(s);
     }
+    // Section 7 is measured apart (a clean clone's builds and test run
+    // take half an hour): scripts/setup-times.sh writes it beside the page.
+    let setup = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/setup-times.md");
+    if let Ok(section) = std::fs::read_to_string(setup) {
+        let _ = writeln!(s, "{}\n", section.trim_end());
+    }
     let _ = writeln!(
         s,
-        "## Reproduce\n\n```sh\nscripts/bench.sh          # this page and its chart (several minutes)\nscripts/bench.sh --tiny   # a few seconds, to a temporary directory (CI)\n```"
+        "## Reproduce\n\n```sh\nscripts/bench.sh          # this page and its chart (several minutes)\nscripts/bench.sh --tiny   # a few seconds, to a temporary directory (CI)\nscripts/setup-times.sh    # section 7 (half an hour)\n```"
     );
     s
 }

@@ -196,6 +196,18 @@ impl DynamoDbBackendBuilder {
             Some(c) => c,
             None => {
                 let mut loader = aws_config::defaults(BehaviorVersion::latest());
+                // The SDK's hyper client with rustls on *ring* (see the
+                // crate docs' features), for DynamoDB and the credential
+                // chain's endpoints alike.
+                #[cfg(feature = "https")]
+                {
+                    use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
+                    loader = loader.http_client(
+                        aws_smithy_http_client::Builder::new()
+                            .tls_provider(Provider::Rustls(CryptoMode::Ring))
+                            .build_https(),
+                    );
+                }
                 if let Some(profile) = &self.profile {
                     loader = loader.profile_name(profile);
                 }

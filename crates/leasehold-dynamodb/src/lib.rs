@@ -184,9 +184,11 @@
 //! ```
 //!
 //! # Cargo features
-//! * `default-https-client` (default): the SDK's HTTPS client (hyper and
-//!   rustls). Without it, pass an [`aws_config::SdkConfig`] carrying an HTTP
-//!   client to [`DynamoDbBackendBuilder::sdk_config`].
+//! * `https` (default): the SDK's HTTPS client (hyper and rustls), with
+//!   rustls on *ring* rather than the SDK's default aws-lc (a C library
+//!   that adds about a minute to every clean build). Without it, pass an
+//!   [`aws_config::SdkConfig`] carrying an HTTP client to
+//!   [`DynamoDbBackendBuilder::sdk_config`].
 //! * `sso`, `credentials-process`: those entries of AWS profiles.
 
 #![warn(missing_docs)]

@@ -928,7 +928,9 @@ fn ms(d: Duration) -> i64 {
 /// which `settle` never leaves in place).
 fn store_epoch(row: &EpochRow, ctx: &Ctx, now_ns: i64) -> StoreEpoch {
     let age = (row.boot_id == *ctx.boot_id).then(|| {
-        let left = Duration::from_nanos((row.settled_at_ns - now_ns).max(0) as u64);
+        // Saturating: a row written by another version may hold any value
+        // (a newer one marks a proven-safe epoch with i64::MIN).
+        let left = Duration::from_nanos(row.settled_at_ns.saturating_sub(now_ns).max(0) as u64);
         row.max_ttl.saturating_sub(left)
     });
     StoreEpoch::new(row.epoch, row.max_ttl).with_age(age)
