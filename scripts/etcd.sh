@@ -12,7 +12,8 @@
 #
 # Ports: $LEASEHOLD_ETCD_PORT (client, default 23799) and the next one
 # (peer). Data: $LEASEHOLD_ETCD_DIR if set (kept by stop: the caller owns
-# it), else a fresh mktemp directory, removed by stop.
+# it), else a fresh mktemp directory, removed by stop. $LEASEHOLD_ETCD_ARGS:
+# more etcd flags (split on spaces), for tests that need a setting.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -82,7 +83,7 @@ start() {
         --listen-client-urls "http://$HOST:$PORT" --advertise-client-urls "http://$HOST:$PORT" \
         --listen-peer-urls "http://$HOST:$PEER_PORT" --initial-advertise-peer-urls "http://$HOST:$PEER_PORT" \
         --initial-cluster "leasehold-test=http://$HOST:$PEER_PORT" --initial-cluster-state "$state" \
-        --logger zap --log-level warn </dev/null >>"$base/server.log" 2>&1) &
+        --logger zap --log-level warn ${LEASEHOLD_ETCD_ARGS:-} </dev/null >>"$base/server.log" 2>&1) &
     local pid=$!
     echo "$pid" >"$STATE.pid"
     local deadline=$((SECONDS + READY_TIMEOUT))

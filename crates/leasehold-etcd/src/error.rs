@@ -22,11 +22,18 @@ pub(crate) fn status(op: &'static str, s: tonic::Status) -> Error {
             | Code::FailedPrecondition
     );
     let message = if s.message().is_empty() {
-        format!("{:?}", s.code())
+        s.code().description()
     } else {
-        s.message().to_string()
+        s.message()
     };
-    Error::backend(NAME, op, retryable, format!("etcd answered: {message}"))
+    // Unavailable is also what the transport says when it never reached
+    // etcd (a refused connection, a failed TLS handshake).
+    let said = if s.code() == Code::Unavailable {
+        "etcd unavailable"
+    } else {
+        "etcd refused the request"
+    };
+    Error::backend(NAME, op, retryable, format!("{said}: {message}"))
 }
 
 /// Opening the connection failed: an endpoint the transport refused (not

@@ -6,87 +6,10 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use common::PrivateServer;
 use leasehold::{Error, LockOptions, LossReason, Store};
-use leasehold_etcd::{EtcdBackend, EtcdBackendBuilder};
-
-/// An etcd of this test's own.
-struct PrivateServer {
-    port: u16,
-    dir: PathBuf,
-}
-
-fn free_port_pair() -> u16 {
-    // Two consecutive free ports (client, peer).
-    loop {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = l.local_addr().unwrap().port();
-        if port < 65000 && std::net::TcpListener::bind(("127.0.0.1", port + 1)).is_ok() {
-            return port;
-        }
-    }
-}
-
-impl PrivateServer {
-    /// Starts one, or `None` (skipped) when etcd is not installed.
-    async fn start() -> Option<Self> {
-        let installed = std::process::Command::new("etcd")
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !installed {
-            return leasehold::conformance::skip(
-                "etcd",
-                "etcd is not installed (scripts/etcd.sh start installs it)",
-            );
-        }
-        let dir = std::env::temp_dir().join(format!(
-            "leasehold-etcd-restart-{}",
-            &uuid::Uuid::new_v4().simple().to_string()[..8]
-        ));
-        let server = PrivateServer {
-            port: free_port_pair(),
-            dir,
-        };
-        server.script("start").await;
-        Some(server)
-    }
-
-    async fn script(&self, command: &str) {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/etcd.sh");
-        let status = tokio::process::Command::new(script)
-            .arg(command)
-            .env("LEASEHOLD_ETCD_PORT", self.port.to_string())
-            .env("LEASEHOLD_ETCD_DIR", &self.dir)
-            .status()
-            .await
-            .unwrap();
-        assert!(status.success(), "scripts/etcd.sh {command} failed");
-    }
-
-    async fn backend(&self) -> EtcdBackend {
-        EtcdBackendBuilder::from_url(&format!("etcd://127.0.0.1:{}?max_ttl=10s", self.port))
-            .unwrap()
-            .request_timeout(Duration::from_secs(1))
-            .build()
-            .await
-            .unwrap()
-    }
-}
-
-impl Drop for PrivateServer {
-    fn drop(&mut self) {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/etcd.sh");
-        let _ = std::process::Command::new(script)
-            .arg("stop")
-            .env("LEASEHOLD_ETCD_PORT", self.port.to_string())
-            .env("LEASEHOLD_ETCD_DIR", &self.dir)
-            .status();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 /// Waits until the new store's epoch is older than its max TTL by the
 /// server's timer (so no process quarantines it). A restart extends that

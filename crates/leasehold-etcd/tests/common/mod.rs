@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 use std::net::{TcpStream, ToSocketAddrs};
+use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -114,9 +115,14 @@ pub fn unique_key(test: &str) -> String {
 /// Runs `etcdctl` (v3 API) against the test server, as an administrator
 /// would; returns its stdout.
 pub async fn etcdctl(args: &[&str]) -> String {
+    etcdctl_at(&endpoint(), args).await
+}
+
+/// [`etcdctl`] against the server at `endpoint` (`HOST:PORT`).
+pub async fn etcdctl_at(endpoint: &str, args: &[&str]) -> String {
     let out = tokio::process::Command::new("etcdctl")
         .env("ETCDCTL_API", "3")
-        .arg(format!("--endpoints=http://{}", endpoint()))
+        .arg(format!("--endpoints=http://{endpoint}"))
         .args(args)
         .output()
         .await
@@ -127,4 +133,92 @@ pub async fn etcdctl(args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// An etcd of a test's own (started with `scripts/etcd.sh` on ports of its
+/// own, stopped and removed on drop), so the shared server is never
+/// disturbed.
+pub struct PrivateServer {
+    pub port: u16,
+    dir: PathBuf,
+    args: String,
+}
+
+fn free_port_pair() -> u16 {
+    // Two consecutive free ports (client, peer).
+    loop {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        if port < 65000 && std::net::TcpListener::bind(("127.0.0.1", port + 1)).is_ok() {
+            return port;
+        }
+    }
+}
+
+impl PrivateServer {
+    /// Starts one, or `None` (skipped) when etcd is not installed.
+    pub async fn start() -> Option<Self> {
+        Self::start_with("").await
+    }
+
+    /// Starts one with more etcd flags (`args`, split on spaces).
+    pub async fn start_with(args: &str) -> Option<Self> {
+        let installed = std::process::Command::new("etcd")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !installed {
+            return leasehold::conformance::skip(
+                "etcd",
+                "etcd is not installed (scripts/etcd.sh start installs it)",
+            );
+        }
+        let dir = std::env::temp_dir().join(format!(
+            "leasehold-etcd-private-{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        ));
+        let server = PrivateServer {
+            port: free_port_pair(),
+            dir,
+            args: args.to_string(),
+        };
+        server.script("start").await;
+        Some(server)
+    }
+
+    /// Runs `scripts/etcd.sh COMMAND` on this server.
+    pub async fn script(&self, command: &str) {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/etcd.sh");
+        let status = tokio::process::Command::new(script)
+            .arg(command)
+            .env("LEASEHOLD_ETCD_PORT", self.port.to_string())
+            .env("LEASEHOLD_ETCD_DIR", &self.dir)
+            .env("LEASEHOLD_ETCD_ARGS", &self.args)
+            .status()
+            .await
+            .unwrap();
+        assert!(status.success(), "scripts/etcd.sh {command} failed");
+    }
+
+    /// A backend on this server (max TTL 10 s, 1 s request timeout).
+    pub async fn backend(&self) -> EtcdBackend {
+        EtcdBackendBuilder::from_url(&format!("etcd://127.0.0.1:{}?max_ttl=10s", self.port))
+            .unwrap()
+            .request_timeout(Duration::from_secs(1))
+            .build()
+            .await
+            .unwrap()
+    }
+}
+
+impl Drop for PrivateServer {
+    fn drop(&mut self) {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/etcd.sh");
+        let _ = std::process::Command::new(script)
+            .arg("stop")
+            .env("LEASEHOLD_ETCD_PORT", self.port.to_string())
+            .env("LEASEHOLD_ETCD_DIR", &self.dir)
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
