@@ -21,7 +21,14 @@
 //! [Store epoch and quarantine](#store-epoch-and-quarantine)).
 //!
 //! * **Setup, lazily.** The container and its marker are created by the
-//!   first acquisition that finds them missing (below). A lock blob answered
+//!   first acquisition that finds them missing (below). Many processes may
+//!   do so at once: a *Create Container* answered 409
+//!   `ContainerAlreadyExists` is someone else's creation and is used; only
+//!   one marker upload wins (`If-None-Match: *`) and the others read it, so
+//!   every process learns the same epoch (test: leasehold-cli's
+//!   `tests/concurrent_open.rs`, ten processes on five new containers). A
+//!   container answered 409 `ContainerBeingDeleted` (a name deleted moments
+//!   ago) is a retryable failure. A lock blob answered
 //!   404 `BlobNotFound` is created with an empty record and `If-None-Match:
 //!   *`, so an existing blob (and its counter) is never overwritten.
 //! * **Acquire** (in the epoch the request names) writes the record first,

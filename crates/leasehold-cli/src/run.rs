@@ -94,9 +94,11 @@ async fn acquire_and_run(store: &Store, args: &RunArgs) -> anyhow::Result<RunRes
             result.error = Some(message);
             return Ok(result.ended("not_obtained", EXIT_NOT_OBTAINED));
         }
-        Err(Error::Quarantined { remaining, .. }) => {
+        Err(Error::Quarantined {
+            epoch, remaining, ..
+        }) => {
             let message = format!(
-                "{}: the store's data is new to this process (a store created or re-created); nothing is granted for another {} (quarantine), so that holders of lost data stop first; not running the command",
+                "{}: the store's data is new to this process (store epoch {epoch}: a store created or re-created); nothing is granted for another {} (quarantine), so that holders of lost data stop first; not running the command",
                 lease.key,
                 short(remaining)
             );

@@ -53,7 +53,13 @@
 //! table's *epoch marker*: attributes `epoch` and `max_ttl_ms`.
 //!
 //! A missing table is created (on-demand billing, wait until ACTIVE); an
-//! existing one is checked and never altered. A global table (replicas in
+//! existing one is checked and never altered. Processes that create it at
+//! once all succeed: the losers' `CreateTable` answers
+//! `ResourceInUseException` and they wait for ACTIVE like the winner; the
+//! epoch is the table's creation time, the same for all, and its marker is
+//! written with `attribute_not_exists`, so one write wins and the others
+//! read it (test: leasehold-cli's `tests/concurrent_open.rs`, ten processes
+//! on five new tables). A global table (replicas in
 //! other regions) is refused: DynamoDB resolves concurrent writes in two
 //! regions by "last writer wins", so two regions could each grant the same
 //! lease and a fencing counter could go back. Items never expire (no

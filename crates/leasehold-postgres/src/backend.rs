@@ -259,14 +259,11 @@ impl PostgresBackend {
                 }
             }
             Err(e) if error::is_missing_table(&e) => {
-                for attempt in 0.. {
-                    match client.batch_execute(&sql.create_table).await {
-                        Ok(()) => break,
-                        // Another process created it at the same moment.
-                        Err(e) if error::is_create_race(&e) && attempt < 5 => continue,
-                        Err(e) => return Err(db(e)),
-                    }
-                }
+                // Under the table's creation lock, which the transaction's
+                // end releases (see the crate docs, "Creating the table").
+                let tx = client.transaction().await.map_err(db)?;
+                tx.batch_execute(&sql.create_table).await.map_err(db)?;
+                tx.commit().await.map_err(db)?;
             }
             Err(e) => return Err(db(e)),
         }
@@ -347,6 +344,22 @@ fn lost(key: &Key, why: impl Into<String>) -> Error {
     }
 }
 
+/// The first key of the transaction-scoped advisory lock that serialises
+/// creating a table (`pg_advisory_xact_lock(int, int)`; the second key is
+/// the hash of the table's schema-qualified name): "lh" in ASCII. The
+/// two-key form's lock space is apart from the one-key form's.
+const CREATION_LOCK_CLASS: i32 = 0x6c68;
+
+/// An SQL expression for the table's schema-qualified name, as `CREATE
+/// TABLE` resolves it (an unqualified name goes to the current schema), so
+/// that `leases` and `public.leases` take the same creation lock.
+fn qualified_name(t: &str) -> String {
+    match t.split_once('.') {
+        Some((schema, table)) => format!("'{schema}.{table}'"),
+        None => format!("current_schema() || '.{t}'"),
+    }
+}
+
 /// The SQL of every operation, with the table's name in it.
 struct Statements {
     create_table: String,
@@ -382,7 +395,12 @@ impl Statements {
             "greatest(1, floor(extract(epoch FROM clock_timestamp()))::bigint + 1 - {origin})"
         );
         Statements {
-            create_table: record::create_table(t),
+            create_table: format!(
+                "SELECT pg_advisory_xact_lock({CREATION_LOCK_CLASS}, hashtext({qualified}));
+                 {}",
+                record::create_table(t),
+                qualified = qualified_name(t),
+            ),
             read_epoch: format!("SELECT {epoch_cols} FROM {t} WHERE key = '{EPOCH_KEY}'"),
             insert_epoch: format!(
                 "INSERT INTO {t} (key, fence, epoch, ttl_ms, acquired_at, table_oid)

@@ -60,12 +60,3 @@ pub(crate) fn timed_out(op: &'static str, after: std::time::Duration) -> Error {
 pub(crate) fn is_missing_table(e: &tokio_postgres::Error) -> bool {
     e.code() == Some(&SqlState::UNDEFINED_TABLE)
 }
-
-/// Whether `e` is a concurrent `CREATE TABLE IF NOT EXISTS` losing its race
-/// (the catalog's unique index on type or relation names).
-pub(crate) fn is_create_race(e: &tokio_postgres::Error) -> bool {
-    matches!(
-        e.code(),
-        Some(c) if *c == SqlState::UNIQUE_VIOLATION || *c == SqlState::DUPLICATE_TABLE
-    )
-}

@@ -114,7 +114,11 @@
 //! epoch begins when the marker is missing (a new store, `FLUSHALL`,
 //! `FLUSHDB`, the marker deleted) **or was written by another server
 //! process** (a restart, with or without its data; a failover to a
-//! replica; a backup loaded into a new server). The new epoch is the
+//! replica; a backup loaded into a new server). The epoch is started
+//! inside a script, like every other write, so processes that open a new
+//! store at once cannot both start one: the first script writes the
+//! marker, the others read it (test: leasehold-cli's
+//! `tests/concurrent_open.rs`). The new epoch is the
 //! server clock's next whole second since 2024-01-01, and above the old
 //! marker's epoch if that survived; it starts at that second. A lease of
 //! an earlier epoch is void: its renewal is refused (the holder is told

@@ -77,6 +77,15 @@
 //!   renewals and releases a definitive loss, and every other operation
 //!   re-opens the path, so a missing file is never an empty store without
 //!   the epoch rule below. A renewal checks the epoch in the same `UPDATE`.
+//! * **Many processes creating one file** at once all open it: the schema
+//!   is `CREATE TABLE IF NOT EXISTS` (SQLite runs each under its write lock
+//!   and re-reads the schema first, so a creator that waited finds the
+//!   other's tables), the run columns and the epoch row are written in
+//!   `BEGIN IMMEDIATE` transactions that look first, every lock is waited
+//!   on (busy handler), and opening is tried again on `SQLITE_BUSY` for up
+//!   to 5 s (creating a file and its schema takes locks a busy handler does
+//!   not always cover). Test: leasehold-cli's `tests/concurrent_open.rs`
+//!   (ten processes on five new files, one epoch).
 //! * **A new epoch begins** when a file has no epoch row (a new file), when
 //!   the row names another file (a copy: a backup restored, a file copied
 //!   in) or another boot id (a reboot, or another kernel sharing the file).
