@@ -44,6 +44,9 @@ cargo test --workspace "$@" -- --test-threads=8
 # session).
 LEASEHOLD_TEST_POSTGRES_URL="$(scripts/pgbouncer.sh url)?wake_ups=off" \
     cargo test -p leasehold-postgres --test conformance --test store_loss -- --test-threads=8
+# Ten processes creating one new table at once, through the pooler too.
+LEASEHOLD_TEST_POSTGRES_URL="$(scripts/pgbouncer.sh url)?wake_ups=off" \
+    cargo test -p leasehold-cli --test concurrent_open -- postgres
 
 # README command 1 and plain `cargo test -p leasehold`, built from scratch
 # in an environment where protoc cannot be run: a build-time dependency on

@@ -180,11 +180,3 @@ on_every_store!(
     redis: "2s" if "redis",
     etcd: "2s" if "etcd",
 );
-
-#[cfg(not(feature = "etcd"))]
-#[test]
-fn etcd() {
-    // Not a failure even under LEASEHOLD_REQUIRE_EMULATORS: the feature is
-    // off by default today (its build needs protoc).
-    eprintln!("SKIPPED etcd concurrent-open test: built without --features etcd");
-}
