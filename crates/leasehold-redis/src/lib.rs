@@ -58,7 +58,7 @@
 //! key (`Pk:KEY`: the last token issued, the lease id, its expiry on the
 //! server's clock, the owner, data and run records), the epoch marker
 //! (`P#epoch`: epoch, max TTL, start, the `run_id` of the server process
-//! that wrote it, the highest token issued), a sorted set of key names
+//! that wrote it and its `master_replid`, the highest token issued), a sorted set of key names
 //! (`P#keys`, for `list`) and a pub/sub channel (`P#released`). No key has
 //! a TTL; leasehold never deletes a record, so a key's counter never goes
 //! back.
@@ -94,8 +94,9 @@
 //!   succeeded, each with the server's `TIME` as its end
 //!   (`*_end_ms`, which is what `ended_at` reads back); otherwise never
 //!   the success, and a failure only over an earlier run's record.
-//! * Every script reads the server's `run_id` once (`INFO server`, about
-//!   7 µs of server time here) to check the epoch marker, see below.
+//! * Every script reads the server's `run_id` and `master_replid` once
+//!   (`INFO server` and `INFO replication`, a few µs of server time each)
+//!   to check the epoch marker, see below.
 //! * **Inspect**/**list**: one script each; a holder is shown only if its
 //!   lease is live (this epoch, not expired by `TIME`). `list` walks the
 //!   key index in byte order.
@@ -108,13 +109,22 @@
 //!   reads); release and break are not repeated.
 //!
 //! # Store epoch and quarantine
-//! The marker holds the store's epoch and the `run_id` of the **server
+//! The marker holds the store's epoch, the `run_id` of the **server
 //! process** that wrote it (Redis makes a new random `run_id` at every
-//! start; a promoted replica has its own). Every script checks both. A new
-//! epoch begins when the marker is missing (a new store, `FLUSHALL`,
-//! `FLUSHDB`, the marker deleted) **or was written by another server
-//! process** (a restart, with or without its data; a failover to a
-//! replica; a backup loaded into a new server). The epoch is started
+//! start; a promoted replica has its own) and that server's
+//! `master_replid`, its **replication history** (a new id whenever a
+//! server becomes a primary, and whenever it loads a primary's data as a
+//! replica). Every script checks all three. A new epoch begins when the
+//! marker is missing (a new store, `FLUSHALL`, `FLUSHDB`, the marker
+//! deleted) **or was written by another server process or in another
+//! history** (a restart, with or without its data; a failover to a
+//! replica; a backup loaded into a new server; a **failback**: a demoted
+//! primary that resynchronised from its replica, losing the grants the
+//! replica never had, and was promoted again keeps its `run_id`, but not
+//! its `master_replid`; test `tests/failback.rs`, two servers switched
+//! with `REPLICAOF`, which repeated a token before the history was
+//! checked). A store written before the history was recorded starts one
+//! new epoch (and its quarantine) on its first use by this version. The epoch is started
 //! inside a script, like every other write, so processes that open a new
 //! store at once cannot both start one: the first script writes the
 //! marker, the others read it (test: leasehold-cli's
@@ -147,7 +157,9 @@
 //! Tests: `tests/store_loss.rs` (the conformance suite's store-loss tests
 //! with `FLUSHALL` under a live holder and a waiter), `tests/restart.rs`
 //! (restarts without data, with an append-only file, and an outage longer
-//! than the TTL), `backend::failover_to_a_lagging_replica_starts_a_new_epoch`
+//! than the TTL), `tests/failback.rs` (failover, a grant on the old
+//! primary that the new one never gets, failback: the next token is above
+//! it), `backend::failover_to_a_lagging_replica_starts_a_new_epoch`
 //! (a replica that has the marker but missed the last grant is promoted:
 //! the holder of that grant is refused there, and the next token is above
 //! it), `backend::deleted_record_never_repeats_a_token`.
@@ -175,6 +187,15 @@
 //! a replica having a write (and `WAIT` would not make replication
 //! strongly consistent anyway). What this does **not** cover:
 //!
+//! * **Which deployments keep the promise.** A single server: every
+//!   restart is a new epoch, so any persistence setting is safe (`appendonly
+//!   yes` with `appendfsync always` only spares the quarantine nothing:
+//!   a restart is a new epoch either way). A primary with replicas under
+//!   Sentinel: failover and failback are new epochs (tokens never repeat,
+//!   holders of lost grants are told lost), and exclusion holds if the old
+//!   primary stops taking writes first (the split-brain item below).
+//!   Redis Cluster, and proxies that spread a client over several
+//!   servers: not supported (see the proxy item below).
 //! * **Finding the primary.** leasehold connects to the address in the
 //!   URL; it does not ask Sentinel. Point the URL at a name or address that
 //!   follows the primary (DNS, a virtual IP, a proxy that forwards to the

@@ -3,6 +3,7 @@
 -- are written with int(): Lua's tostring would print 1e+15.
 local ORIGIN_S = 1704067200
 local RUN_ID = nil
+local REPLID = nil
 
 local function int(n)
   return string.format('%.0f', n)
@@ -23,11 +24,24 @@ local function run_id()
   return RUN_ID
 end
 
+-- This server's replication history: a new id whenever it becomes a
+-- primary (promoted, or restarted) and whenever it loads a primary's data
+-- as a replica. A demoted primary that resynchronised from its replica and
+-- was promoted again (failback) keeps its run_id, but not this.
+local function replid()
+  if not REPLID then
+    REPLID = string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)')
+  end
+  return REPLID
+end
+
 -- The store's epoch if the marker was written by this very server
--- process, else nil (and what the marker holds, if anything).
+-- process in its present replication history, else nil (and what the
+-- marker holds, if anything).
 local function current_epoch()
-  local m = redis.call('HMGET', KEYS[1], 'epoch', 'max_ttl_ms', 'start_ms', 'run_id', 'high')
-  if not m[1] or m[4] ~= run_id() then
+  local m = redis.call('HMGET', KEYS[1], 'epoch', 'max_ttl_ms', 'start_ms', 'run_id', 'high',
+                       'replid')
+  if not m[1] or m[4] ~= run_id() or m[6] ~= replid() then
     return nil, m
   end
   return { epoch = tonumber(m[1]), max_ttl = tonumber(m[2]), start = tonumber(m[3]),
@@ -35,8 +49,9 @@ local function current_epoch()
 end
 
 -- The current epoch, starting a new one when the marker is missing (a new
--- or emptied store) or was written by another server process (a restart,
--- or a failover: either may have lost the last writes). A new epoch is the
+-- or emptied store) or was written by another server process or in another
+-- replication history (a restart, a failover, a failback: each may have
+-- lost the last writes). A new epoch is the
 -- server clock's next whole second since 2024-01-01, and above the old
 -- marker's; its start is that second, so grants (which wait at least the
 -- max TTL from the start) happen only once it has begun.
@@ -52,7 +67,8 @@ local function settle(now, default_max_ttl)
   m = { epoch = e, max_ttl = tonumber(old[2]) or tonumber(default_max_ttl),
         start = (e + ORIGIN_S) * 1000, high = tonumber(old[5]) or 0 }
   redis.call('HSET', KEYS[1], 'epoch', int(m.epoch), 'max_ttl_ms', int(m.max_ttl),
-             'start_ms', int(m.start), 'run_id', run_id(), 'high', int(m.high))
+             'start_ms', int(m.start), 'run_id', run_id(), 'high', int(m.high),
+             'replid', replid())
   return m
 end
 

@@ -1,0 +1,100 @@
+//! Failover and failback between two real Redis servers (switched with
+//! `REPLICAOF`, as Sentinel does): a primary that granted a token its
+//! replica never received, then was demoted, resynchronised from the
+//! replica (forgetting that grant) and promoted again, keeps its `run_id`.
+//! Its store must still start a new epoch, or that token is issued twice.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{PrivateServer, PRIVATE_PASSWORD};
+use leasehold::{LockOptions, Store};
+use leasehold_redis::redis;
+
+/// Makes `replica` a replica of `primary` and waits until it has loaded
+/// the primary's data (a full resynchronisation when their histories
+/// differ).
+async fn replicate(replica: &PrivateServer, primary: &PrivateServer) {
+    let _: () = replica
+        .admin(
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("masterauth")
+                .arg(PRIVATE_PASSWORD),
+        )
+        .await;
+    let _: () = replica
+        .admin(redis::cmd("REPLICAOF").arg("127.0.0.1").arg(primary.port))
+        .await;
+    for _ in 0..200 {
+        let info: String = replica.admin(redis::cmd("INFO").arg("replication")).await;
+        if info.contains("master_link_status:up") && info.contains("master_sync_in_progress:0") {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the replica did not synchronise within 10 s");
+}
+
+async fn promote(server: &PrivateServer) {
+    let _: () = server
+        .admin(redis::cmd("REPLICAOF").arg("NO").arg("ONE"))
+        .await;
+}
+
+async fn token(store: &Store) -> u64 {
+    let lock = store
+        .lock_with("k", LockOptions::new().ttl(Duration::from_secs(2)))
+        .unwrap();
+    // The wait covers a new epoch's quarantine (the test max TTL).
+    let guard = lock.acquire(Duration::from_secs(20)).await.expect("granted");
+    let token = guard.fencing_token();
+    guard.release().await.expect("released");
+    token
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failback_to_a_primary_that_lost_writes_never_repeats_a_token() {
+    let (Some(a), Some(b)) = (
+        PrivateServer::start(false).await,
+        PrivateServer::start(false).await,
+    ) else {
+        return;
+    };
+    replicate(&b, &a).await;
+    let on_a = Store::new(a.backend().await);
+    let first = token(&on_a).await;
+    let acked: i64 = a.admin(redis::cmd("WAIT").arg(1).arg(5000)).await;
+    assert_eq!(acked, 1, "the replica has the first grant");
+
+    // Failover: B is promoted; A, not told yet (or its last writes not yet
+    // replicated), grants once more. B never gets that grant.
+    promote(&b).await;
+    let lost = token(&on_a).await;
+    assert!(lost > first);
+
+    // A is demoted (a full resynchronisation from B: A forgets the grant),
+    // then promoted again: failback. A keeps its run_id throughout.
+    let run_id = |info: String| {
+        info.lines()
+            .find_map(|l| l.strip_prefix("run_id:").map(str::to_string))
+            .unwrap()
+    };
+    let before = run_id(a.admin(redis::cmd("INFO").arg("server")).await);
+    replicate(&a, &b).await;
+    promote(&a).await;
+    replicate(&b, &a).await;
+    assert_eq!(before, run_id(a.admin(redis::cmd("INFO").arg("server")).await));
+
+    // A process that opens the store now, and the one that was there all
+    // along, get tokens above every one granted before.
+    let fresh = Store::new(a.backend().await);
+    let next = token(&fresh).await;
+    assert!(
+        next > lost,
+        "after failback, token {next} does not exceed {lost}, granted before it"
+    );
+    let again = token(&on_a).await;
+    assert!(again > next, "{again} after {next}");
+}
