@@ -187,10 +187,9 @@
 //! a replica having a write (and `WAIT` would not make replication
 //! strongly consistent anyway). What this does **not** cover:
 //!
-//! * **Which deployments keep the promise.** A single server: every
-//!   restart is a new epoch, so any persistence setting is safe (`appendonly
-//!   yes` with `appendfsync always` only spares the quarantine nothing:
-//!   a restart is a new epoch either way). A primary with replicas under
+//! * **Which deployments keep the promise.** A single server, whatever
+//!   its persistence settings: every restart is a new epoch (persistence
+//!   keeps the run records of `--once-per`, not the leases). A primary with replicas under
 //!   Sentinel: failover and failback are new epochs (tokens never repeat,
 //!   holders of lost grants are told lost), and exclusion holds if the old
 //!   primary stops taking writes first (the split-brain item below).
