@@ -390,6 +390,9 @@ impl Statements {
         let origin = leasehold::backend::EPOCH_ORIGIN_UNIX_SECS;
         let epoch_cols = record::epoch_columns(t);
         let this_table = format!("'{t}'::regclass::oid");
+        let this_cluster = record::THIS_CLUSTER;
+        let same_table = record::same_table(t, "");
+        let same_table_m = record::same_table(t, "m.");
         // The epoch of a store begun now: the server clock's next second.
         let next_second = format!(
             "greatest(1, floor(extract(epoch FROM clock_timestamp()))::bigint + 1 - {origin})"
@@ -403,8 +406,9 @@ impl Statements {
             ),
             read_epoch: format!("SELECT {epoch_cols} FROM {t} WHERE key = '{EPOCH_KEY}'"),
             insert_epoch: format!(
-                "INSERT INTO {t} (key, fence, epoch, ttl_ms, acquired_at, table_oid)
-                 VALUES ('{EPOCH_KEY}', 0, {next_second}, $1, clock_timestamp(), {this_table})
+                "INSERT INTO {t} (key, fence, epoch, ttl_ms, acquired_at, table_oid, data)
+                 VALUES ('{EPOCH_KEY}', 0, {next_second}, $1, clock_timestamp(), {this_table},
+                         {this_cluster})
                  ON CONFLICT (key) DO NOTHING RETURNING epoch"
             ),
             lock_epoch: format!(
@@ -412,7 +416,8 @@ impl Statements {
             ),
             renew_epoch: format!(
                 "UPDATE {t} SET epoch = greatest(epoch + 1, {next_second}),
-                   acquired_at = clock_timestamp(), table_oid = {this_table}
+                   acquired_at = clock_timestamp(), table_oid = {this_table},
+                   data = {this_cluster}
                  WHERE key = '{EPOCH_KEY}'"
             ),
             void_leases: format!(
@@ -460,12 +465,12 @@ impl Statements {
                     UPDATE {t} SET expires_at = clock_timestamp() + $4::float8 * interval '1 millisecond'
                     WHERE key = $1 AND lease_id = $2 AND epoch = $3 AND expires_at > clock_timestamp()
                       AND EXISTS (SELECT 1 FROM {t} AS m WHERE m.key = '{EPOCH_KEY}'
-                                  AND m.epoch = $3 AND m.table_oid = {this_table})
+                                  AND m.epoch = $3 AND {same_table_m})
                     RETURNING 1
                  )
                  SELECT EXISTS (SELECT 1 FROM u) AS done,
                    (SELECT lease_id FROM {t} WHERE key = $1) AS lease_id,
-                   (SELECT epoch = $3 AND table_oid = {this_table} FROM {t} WHERE key = '{EPOCH_KEY}') AS same_epoch"
+                   (SELECT epoch = $3 AND {same_table} FROM {t} WHERE key = '{EPOCH_KEY}') AS same_epoch"
             ),
             // $1 key, $2 lease id.
             release: format!(

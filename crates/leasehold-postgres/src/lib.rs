@@ -59,7 +59,8 @@
 //!     lease_id    text,             -- current lease; NULL when free
 //!     expires_at  timestamptz,      -- server clock: clock_timestamp() + TTL at grant/renewal
 //!     ttl_ms      bigint,           -- the holder's TTL (the epoch row: the max TTL)
-//!     owner_host  text, owner_pid bigint, owner_label text, data text,
+//!     owner_host  text, owner_pid bigint, owner_label text,
+//!     data        text,             -- the holder's data (the epoch row: the cluster's system identifier)
 //!     acquired_at timestamptz,      -- server clock at the grant (the epoch row: the epoch's start)
 //!     table_oid   oid,              -- only the epoch row: the table's OID when it was written
 //!     last_success text, last_run text, -- run records (JSON), see below
@@ -144,8 +145,9 @@
 //! The epoch row (key `#epoch`) is written when the table is created: the
 //! epoch is the server clock's next whole second since 2024-01-01 (the
 //! creating transaction waits for that second to begin before it commits,
-//! so a table created after it gets a greater epoch), with the max TTL and
-//! the table's OID. Its age is `clock_timestamp() - acquired_at`, on the
+//! so a table created after it gets a greater epoch), with the max TTL, the
+//! table's OID and the cluster's system identifier (`pg_control_system()`,
+//! drawn at random by `initdb`). Its age is `clock_timestamp() - acquired_at`, on the
 //! server's clock, so a process opening an established table grants at
 //! once, and a new or re-created table is quarantined for its max TTL
 //! (see [store epochs](leasehold::backend#store-epochs-tokens-that-survive-the-loss-of-the-stores-data)).
@@ -158,12 +160,18 @@
 //!   epoch's base, so above every earlier token (conformance test
 //!   `store_loss_stops_holder_before_next_grant`, `tests/store_loss.rs`).
 //! * **Table restored** from a dump (`pg_dump`/`pg_restore`, or copied with
-//!   `CREATE TABLE … AS`): the restored epoch row names the OID of the table
-//!   it was written in, not this one. Acquire and renew compare it with the
-//!   table's own OID in the same statement, so nothing is granted or renewed
-//!   on restored data; the next acquirer starts a new epoch (in a short
-//!   transaction that first locks the epoch row, then voids every lease),
-//!   with the same quarantine (test `restored_table_starts_a_new_epoch`).
+//!   `CREATE TABLE … AS`): the restored epoch row names the table it was
+//!   written in (its OID and its cluster's system identifier), not this
+//!   one. Acquire and renew compare both with the table's own in the same
+//!   statement, so nothing is granted or renewed on restored data; the next
+//!   acquirer starts a new epoch (in a short transaction that first locks
+//!   the epoch row, then voids every lease), with the same quarantine
+//!   (tests `restored_table_starts_a_new_epoch`, in the same cluster, and
+//!   `tests/restore.rs`, a `pg_dump` restored into a new `initdb` cluster,
+//!   where the table got the very same OID: the OID alone let the restored
+//!   table issue again a token issued after the dump, before the system
+//!   identifier was compared too). A table written before the identifier
+//!   was recorded starts one new epoch on its first use by this version.
 //! * **The epoch row deleted** by hand: as a new table (new epoch, leases
 //!   voided). This is also the way to force a new epoch by hand.
 //! * Every acquire reads the epoch row `FOR SHARE`, and a new epoch is
@@ -177,7 +185,19 @@
 //!   replication (`synchronous_commit = on` with a synchronous standby) for
 //!   a lease table you fail over, and after a PITR or an asynchronous
 //!   failover delete the epoch row (`DELETE FROM leasehold_leases WHERE key
-//!   = '#epoch'`) before the store is used again.
+//!   = '#epoch'`) before the store is used again. (A physical standby has
+//!   its primary's system identifier, which is why it cannot be told apart
+//!   this way.)
+//! * **A standby whose clock is ahead.** Expiry is judged on the server's
+//!   clock, and failover to a standby does not start a new epoch. If the
+//!   promoted standby's clock is ahead of the old primary's by `d`, every
+//!   live lease expires `d` early there, while its holder's deadline, from
+//!   its own clock, is still to come: two holders for up to `d` minus the
+//!   holder's safety margin (`LockOptions::safety_margin`, TTL/10 by
+//!   default) when `d` exceeds that margin. Keep the servers' clocks synchronised (NTP, slewing) well
+//!   within that margin, or delete the epoch row after a failover as above
+//!   (a new epoch: every lease of the old one ends, and grants wait the
+//!   quarantine).
 //!
 //! # Why it is safe
 //! Exclusion: a grant happens only in the acquire statement, whose

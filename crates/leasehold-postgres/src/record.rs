@@ -83,12 +83,31 @@ pub(crate) fn holder(row: &Row) -> Option<HolderInfo> {
     )
 }
 
+/// The identity of the table an epoch row was written in, as SQL: the
+/// table's OID (`table_oid`) and its cluster's system identifier (the
+/// epoch row's `data`; `initdb` draws a new one for every cluster, which a
+/// dump or a restore into another cluster does not carry over, and which
+/// a physical standby shares). A restore into a new cluster can give the
+/// table the same OID (a fresh cluster numbers its first tables alike):
+/// the system identifier tells them apart.
+pub(crate) fn same_table(table: &str, row: &str) -> String {
+    format!(
+        "({row}table_oid = '{table}'::regclass::oid
+          AND {row}data IS NOT DISTINCT FROM {THIS_CLUSTER})"
+    )
+}
+
+/// The system identifier of the cluster a statement runs on, as text (the
+/// epoch row keeps it in `data`).
+pub(crate) const THIS_CLUSTER: &str = "(SELECT system_identifier::text FROM pg_control_system())";
+
 /// The epoch row's columns, as [`epoch`] reads them.
 pub(crate) fn epoch_columns(table: &str) -> String {
     format!(
         "epoch AS m_epoch, ttl_ms AS m_ttl_ms,
-         table_oid = '{table}'::regclass::oid AS m_same_table,
-         extract(epoch FROM clock_timestamp() - acquired_at)::float8 AS m_age_s"
+         {} AS m_same_table,
+         extract(epoch FROM clock_timestamp() - acquired_at)::float8 AS m_age_s",
+        same_table(table, "")
     )
 }
 
@@ -98,7 +117,7 @@ pub(crate) struct EpochRow {
     pub epoch: u64,
     pub max_ttl: Duration,
     /// Whether it was written in this very table (not restored from a dump
-    /// into a new one).
+    /// into a new one, nor into another cluster: [`same_table`]).
     pub same_table: bool,
     /// How long ago the epoch began, by the server's clock.
     pub age: Duration,

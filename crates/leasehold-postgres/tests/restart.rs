@@ -4,84 +4,10 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use common::PrivateServer;
 use leasehold::{Error, LockOptions, LossReason, Store};
-use leasehold_postgres::{PostgresBackend, PostgresBackendBuilder};
-
-const PASSWORD: &str = "restart-test-pw-91c2";
-
-/// A PostgreSQL server of this test's own.
-struct PrivateServer {
-    port: u16,
-    dir: PathBuf,
-}
-
-impl PrivateServer {
-    /// Starts one, or `None` (skipped) when PostgreSQL is not installed.
-    async fn start() -> Option<Self> {
-        if std::fs::read_dir("/usr/lib/postgresql").is_err() {
-            return leasehold::conformance::skip(
-                "postgres",
-                "PostgreSQL is not installed (scripts/postgres.sh start installs it)",
-            );
-        }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let dir = std::env::temp_dir().join(format!(
-            "leasehold-pg-restart-{}",
-            &uuid::Uuid::new_v4().simple().to_string()[..8]
-        ));
-        let server = PrivateServer { port, dir };
-        server.script("start").await;
-        Some(server)
-    }
-
-    async fn script(&self, command: &str) {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/postgres.sh");
-        let status = tokio::process::Command::new(script)
-            .arg(command)
-            .env("LEASEHOLD_PG_PORT", self.port.to_string())
-            .env("LEASEHOLD_PG_DIR", &self.dir)
-            .env("LEASEHOLD_PG_PASSWORD", PASSWORD)
-            .status()
-            .await
-            .unwrap();
-        assert!(status.success(), "scripts/postgres.sh {command} failed");
-    }
-
-    fn url(&self) -> String {
-        format!(
-            "postgres://postgres:{PASSWORD}@127.0.0.1:{}/postgres?max_ttl=4s",
-            self.port
-        )
-    }
-
-    async fn backend(&self) -> PostgresBackend {
-        PostgresBackendBuilder::from_url(&self.url())
-            .unwrap()
-            .request_timeout(Duration::from_secs(1))
-            .build()
-            .await
-            .unwrap()
-    }
-}
-
-impl Drop for PrivateServer {
-    fn drop(&mut self) {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/postgres.sh");
-        let _ = std::process::Command::new(script)
-            .arg("stop")
-            .env("LEASEHOLD_PG_PORT", self.port.to_string())
-            .env("LEASEHOLD_PG_DIR", &self.dir)
-            .status();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 fn opts(ttl: Duration) -> LockOptions {
     LockOptions::new()

@@ -48,7 +48,10 @@ async fn token(store: &Store) -> u64 {
         .lock_with("k", LockOptions::new().ttl(Duration::from_secs(2)))
         .unwrap();
     // The wait covers a new epoch's quarantine (the test max TTL).
-    let guard = lock.acquire(Duration::from_secs(20)).await.expect("granted");
+    let guard = lock
+        .acquire(Duration::from_secs(20))
+        .await
+        .expect("granted");
     let token = guard.fencing_token();
     guard.release().await.expect("released");
     token
@@ -85,7 +88,10 @@ async fn failback_to_a_primary_that_lost_writes_never_repeats_a_token() {
     replicate(&a, &b).await;
     promote(&a).await;
     replicate(&b, &a).await;
-    assert_eq!(before, run_id(a.admin(redis::cmd("INFO").arg("server")).await));
+    assert_eq!(
+        before,
+        run_id(a.admin(redis::cmd("INFO").arg("server")).await)
+    );
 
     // A process that opens the store now, and the one that was there all
     // along, get tokens above every one granted before.

@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 use std::net::{TcpStream, ToSocketAddrs};
+use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -143,4 +144,82 @@ pub async fn query_i64(sql: &str) -> i64 {
         .expect("connect");
     tokio::spawn(conn);
     client.query_one(sql, &[]).await.expect(sql).get(0)
+}
+
+const PRIVATE_PASSWORD: &str = "restart-test-pw-91c2";
+
+/// A PostgreSQL server of a test's own (a new `initdb` cluster, started
+/// with `scripts/postgres.sh` on a port of its own, stopped and removed on
+/// drop), so the shared server is never disturbed.
+pub struct PrivateServer {
+    pub port: u16,
+    dir: PathBuf,
+}
+
+impl PrivateServer {
+    /// Starts one, or `None` (skipped) when PostgreSQL is not installed.
+    pub async fn start() -> Option<Self> {
+        if std::fs::read_dir("/usr/lib/postgresql").is_err() {
+            return leasehold::conformance::skip(
+                "postgres",
+                "PostgreSQL is not installed (scripts/postgres.sh start installs it)",
+            );
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = std::env::temp_dir().join(format!(
+            "leasehold-pg-private-{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        ));
+        let server = PrivateServer { port, dir };
+        server.script("start").await;
+        Some(server)
+    }
+
+    /// Runs `scripts/postgres.sh COMMAND` on this server.
+    pub async fn script(&self, command: &str) {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/postgres.sh");
+        let status = tokio::process::Command::new(script)
+            .arg(command)
+            .env("LEASEHOLD_PG_PORT", self.port.to_string())
+            .env("LEASEHOLD_PG_DIR", &self.dir)
+            .env("LEASEHOLD_PG_PASSWORD", PRIVATE_PASSWORD)
+            .status()
+            .await
+            .unwrap();
+        assert!(status.success(), "scripts/postgres.sh {command} failed");
+    }
+
+    /// Its URL (database `postgres`, max TTL 4 s, the default table).
+    pub fn url(&self) -> String {
+        format!(
+            "postgres://postgres:{PRIVATE_PASSWORD}@127.0.0.1:{}/postgres?max_ttl=4s",
+            self.port
+        )
+    }
+
+    /// A backend on [`PrivateServer::url`].
+    pub async fn backend(&self) -> PostgresBackend {
+        PostgresBackendBuilder::from_url(&self.url())
+            .unwrap()
+            .request_timeout(Duration::from_secs(1))
+            .build()
+            .await
+            .unwrap()
+    }
+}
+
+impl Drop for PrivateServer {
+    fn drop(&mut self) {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/postgres.sh");
+        let _ = std::process::Command::new(script)
+            .arg("stop")
+            .env("LEASEHOLD_PG_PORT", self.port.to_string())
+            .env("LEASEHOLD_PG_DIR", &self.dir)
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
