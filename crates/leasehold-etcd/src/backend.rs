@@ -15,6 +15,8 @@ use leasehold::{
 
 use crate::builder::EtcdBackendBuilder;
 use crate::error::{self, NAME};
+use crate::grpc::etcdserverpb::kv_client::KvClient;
+use crate::grpc::etcdserverpb::lease_client::LeaseClient;
 use crate::grpc::etcdserverpb::{
     Compare, LeaseGrantRequest, LeaseRevokeRequest, LeaseTimeToLiveRequest, RequestOp, TxnRequest,
     TxnResponse,
@@ -134,7 +136,15 @@ impl EtcdBackend {
         };
         // Checks that the cluster answers (and the credentials work), and
         // creates the store if it is new.
-        let epoch = backend.epoch().await?;
+        // An endpoint that does not answer (its request timed out) moves
+        // the next request on to the next endpoint: each may be tried once.
+        let mut tries = backend.inner.endpoints.len();
+        let epoch = loop {
+            match backend.epoch().await {
+                Err(e) if tries > 1 && e.is_retryable() => tries -= 1,
+                other => break other?,
+            }
+        };
         let _ = backend.inner.opened.set(leasehold::EpochRead::now(epoch));
         Ok(backend)
     }
@@ -158,9 +168,12 @@ impl EtcdBackend {
             range_end: grpc::prefix_end(self.inner.prefix.as_bytes()),
             ..Default::default()
         };
-        self.call("delete store", self.inner.conn.kv().delete_range(request))
-            .await?
-            .map_err(|e| error::status("delete store", e))?;
+        self.call("delete store", |ch| {
+            let request = request.clone();
+            async move { KvClient::new(ch).delete_range(request).await }
+        })
+        .await?
+        .map_err(|e| error::status("delete store", e))?;
         Ok(())
     }
 
@@ -215,24 +228,33 @@ impl EtcdBackend {
         format!("{}h/{key}", self.inner.prefix)
     }
 
-    /// Sends one request (`f`), bounded by the request timeout. A status
-    /// saying the auth token expired gets a new token for the next request
-    /// (the engine retries: the error is retryable).
-    async fn call<T>(
+    /// Sends one request (`send`, given a channel to the current
+    /// endpoint), bounded by the request timeout: on to the next endpoint
+    /// when it could not be sent ([`Connection::call`]), and the next
+    /// request to the next endpoint when it timed out. A status saying the
+    /// auth token expired gets a new token for the next request (the
+    /// engine retries: the error is retryable).
+    async fn call<T, F, Fut>(
         &self,
         op: &'static str,
-        f: impl Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
-    ) -> Result<std::result::Result<T, tonic::Status>> {
+        send: F,
+    ) -> Result<std::result::Result<T, tonic::Status>>
+    where
+        F: Fn(grpc::Authed) -> Fut,
+        Fut: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
+    {
         self.inner.requests.fetch_add(1, Ordering::Relaxed);
-        match tokio::time::timeout(self.inner.request_timeout, f).await {
-            Err(_) => Err(error::timed_out(op, self.inner.request_timeout)),
+        let conn = &self.inner.conn;
+        let at = conn.current();
+        let sent = conn.call(send);
+        match tokio::time::timeout(self.inner.request_timeout, sent).await {
+            Err(_) => {
+                conn.endpoint_failed(at);
+                Err(error::timed_out(op, self.inner.request_timeout))
+            }
             Ok(Ok(r)) => Ok(Ok(r.into_inner())),
-            Ok(Err(s)) if self.inner.conn.token_expired(&s) => {
-                let _ = tokio::time::timeout(
-                    self.inner.request_timeout,
-                    self.inner.conn.authenticate(),
-                )
-                .await;
+            Ok(Err(s)) if conn.token_expired(&s) => {
+                let _ = tokio::time::timeout(self.inner.request_timeout, conn.authenticate()).await;
                 Err(Error::backend(
                     NAME,
                     op,
@@ -255,9 +277,12 @@ impl EtcdBackend {
             success,
             failure: Vec::new(),
         };
-        self.call(op, self.inner.conn.kv().txn(request))
-            .await?
-            .map_err(|e| error::status(op, e))
+        self.call(op, |ch| {
+            let request = request.clone();
+            async move { KvClient::new(ch).txn(request).await }
+        })
+        .await?
+        .map_err(|e| error::status(op, e))
     }
 
     /// The marker, the epoch timer, and (with `key`) its record and holder,
@@ -308,7 +333,9 @@ impl EtcdBackend {
                     keys: false,
                 };
                 match self
-                    .call("epoch", self.inner.conn.lease().lease_time_to_live(request))
+                    .call("epoch", |ch| async move {
+                        LeaseClient::new(ch).lease_time_to_live(request).await
+                    })
                     .await?
                 {
                     Ok(t) if t.ttl > 0 => {
@@ -358,7 +385,9 @@ impl EtcdBackend {
     ) -> Result<std::result::Result<(), tonic::Status>> {
         let request = LeaseRevokeRequest { id };
         Ok(self
-            .call(op, self.inner.conn.lease().lease_revoke(request))
+            .call(op, |ch| async move {
+                LeaseClient::new(ch).lease_revoke(request).await
+            })
             .await?
             .map(|_| ()))
     }
@@ -367,7 +396,9 @@ impl EtcdBackend {
     async fn grant(&self, op: &'static str, secs: i64) -> Result<i64> {
         let request = LeaseGrantRequest { ttl: secs, id: 0 };
         let granted = self
-            .call(op, self.inner.conn.lease().lease_grant(request))
+            .call(op, |ch| async move {
+                LeaseClient::new(ch).lease_grant(request).await
+            })
             .await?
             .map_err(|e| error::status(op, e))?;
         if !granted.error.is_empty() {
@@ -380,13 +411,13 @@ impl EtcdBackend {
     /// exists.
     async fn keep_alive(&self, op: &'static str, id: i64) -> Result<bool> {
         self.inner.requests.fetch_add(1, Ordering::Relaxed);
-        match tokio::time::timeout(
-            self.inner.request_timeout,
-            self.inner.conn.keep_alive_once(id),
-        )
-        .await
-        {
-            Err(_) => Err(error::timed_out(op, self.inner.request_timeout)),
+        let conn = &self.inner.conn;
+        let at = conn.current();
+        match tokio::time::timeout(self.inner.request_timeout, conn.keep_alive_once(id)).await {
+            Err(_) => {
+                conn.endpoint_failed(at);
+                Err(error::timed_out(op, self.inner.request_timeout))
+            }
             Ok(Ok(ttl)) => Ok(ttl.is_some()),
             Ok(Err(s)) => Err(error::status(op, s)),
         }
@@ -398,10 +429,9 @@ impl EtcdBackend {
             keys: false,
         };
         match self
-            .call(
-                "inspect",
-                self.inner.conn.lease().lease_time_to_live(request),
-            )
+            .call("inspect", |ch| async move {
+                LeaseClient::new(ch).lease_time_to_live(request).await
+            })
             .await
         {
             Ok(Ok(t)) if t.ttl >= 0 => Some(Duration::from_secs(t.ttl as u64)),

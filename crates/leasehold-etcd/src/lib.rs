@@ -20,8 +20,10 @@
 //! # Store URL
 //! `etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][?prefix=P&max_ttl=DURATION&wake_ups=on|off]`,
 //! or `etcds://` for TLS to every endpoint (certificates verified against
-//! the system's roots; needs this crate's feature `tls`). Several endpoints
-//! are one cluster (the client balances over them). `USER:PASSWORD`
+//! the system's roots; needs this crate's feature `tls`, on in the
+//! `leasehold` command). Several endpoints are one cluster: requests go to
+//! one of them and move on to the next when it cannot be reached or does
+//! not answer (test `tests/failover.rs`). `USER:PASSWORD`
 //! (percent-encoded where it holds `@`, `:`, `,` or `%`) authenticates with
 //! etcd's own auth. `prefix` (default [`DEFAULT_PREFIX`]) is where this
 //! store's keys live: two prefixes are two independent stores. `max_ttl`

@@ -12,11 +12,14 @@
 //! (`Authenticate`); the benchmarks also use `Lock` (etcd's v3lock
 //! service, their peer).
 //!
-//! [`Connection`] is one gRPC channel balanced over the cluster's
-//! endpoints, with etcd's auth token (when the URL names a user) sent as
-//! the `token` metadata of every request; the free functions build the
-//! requests the protocol sends.
+//! [`Connection`] keeps one gRPC channel per endpoint of the cluster and
+//! sends every request to one of them, moving on to the next when one
+//! cannot be reached, with etcd's auth token (when the URL names a user)
+//! sent as the `token` metadata of every request; the free functions build
+//! the requests the protocol sends.
 
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -101,12 +104,23 @@ impl std::fmt::Display for ConnectError {
 
 impl std::error::Error for ConnectError {}
 
-/// One gRPC channel to an etcd cluster (balanced over its endpoints, as
-/// etcd's Go client does), with the auth token. Cheap to clone: clones
-/// share the channel and the token.
+/// The connection to an etcd cluster: a gRPC channel per endpoint (each
+/// connected on first use, reconnected by tonic), of which one, the
+/// current, gets the requests; with the auth token. Cheap to clone: clones
+/// share the channels, the choice of endpoint and the token.
+///
+/// Failover: a request that could not be sent because the current
+/// endpoint refused the connection (or its address does not resolve) is
+/// sent at once to the next endpoint, round the list once; a request that
+/// timed out moves the current endpoint on for the next request (it may
+/// have been applied, so it is not sent again here: the engine's retry
+/// decides). One balanced channel over every endpoint, as tonic offers it,
+/// kept sending to a refused endpoint: with one of two endpoints down, most
+/// operations failed.
 #[derive(Clone)]
 pub struct Connection {
-    channel: Channel,
+    channels: Arc<[Channel]>,
+    current: Arc<AtomicUsize>,
     token: AuthToken,
     user: Option<Arc<(String, String)>>,
 }
@@ -152,12 +166,10 @@ impl Connection {
             };
             endpoints.push(endpoint);
         }
-        let channel = match endpoints.len() {
-            1 => endpoints.remove(0).connect_lazy(),
-            _ => Channel::balance_list(endpoints.into_iter()),
-        };
+        let channels: Arc<[Channel]> = endpoints.iter().map(Endpoint::connect_lazy).collect();
         let connection = Connection {
-            channel,
+            channels,
+            current: Arc::new(AtomicUsize::new(0)),
             token: AuthToken::default(),
             user: user.map(Arc::new),
         };
@@ -181,11 +193,20 @@ impl Connection {
         let Some(user) = &self.user else {
             return Ok(());
         };
-        let response = AuthClient::new(self.channel.clone())
-            .authenticate(AuthenticateRequest {
-                name: user.0.clone(),
-                password: user.1.clone(),
-            })
+        let request = AuthenticateRequest {
+            name: user.0.clone(),
+            password: user.1.clone(),
+        };
+        // Without the token interceptor: etcd refuses every request that
+        // carries an invalid token, `Authenticate` included.
+        let response = self
+            .each_endpoint(
+                |at| self.channels[at].clone(),
+                |channel| {
+                    let request = request.clone();
+                    async move { AuthClient::new(channel).authenticate(request).await }
+                },
+            )
             .await?
             .into_inner();
         let token = MetadataValue::try_from(response.token)
@@ -202,8 +223,64 @@ impl Connection {
             && status.message().contains("invalid auth token")
     }
 
+    /// The endpoint requests go to now (an index into the URL's list).
+    pub fn current(&self) -> usize {
+        self.current.load(Ordering::Relaxed) % self.channels.len()
+    }
+
+    /// Moves on from endpoint `failed` to the next one, unless another
+    /// request already did.
+    pub fn endpoint_failed(&self, failed: usize) {
+        let next = (failed + 1) % self.channels.len();
+        let _ = self
+            .current
+            .compare_exchange(failed, next, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// Sends one request (`send`, given a channel to the current endpoint
+    /// that adds the auth token) to the current endpoint, and to the next
+    /// ones while the request could not be sent (see
+    /// [failover](Connection)).
+    ///
+    /// # Errors
+    /// The last endpoint's status.
+    pub async fn call<T, F, Fut>(&self, send: F) -> Result<T, Status>
+    where
+        F: Fn(Authed) -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
+        self.each_endpoint(|at| self.authed_at(at), send).await
+    }
+
+    async fn each_endpoint<C, T, F, Fut>(
+        &self,
+        channel: impl Fn(usize) -> C,
+        send: F,
+    ) -> Result<T, Status>
+    where
+        F: Fn(C) -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
+        let mut tries = self.channels.len();
+        loop {
+            let at = self.current();
+            match send(channel(at)).await {
+                Err(s) if tries > 1 && never_sent(&s) => {
+                    tracing::debug!(endpoint = at, error = %s.message(), "etcd endpoint unreachable; trying the next");
+                    self.endpoint_failed(at);
+                    tries -= 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn authed_at(&self, at: usize) -> Authed {
+        InterceptedService::new(self.channels[at].clone(), self.token.clone())
+    }
+
     fn authed(&self) -> Authed {
-        InterceptedService::new(self.channel.clone(), self.token.clone())
+        self.authed_at(self.current())
     }
 
     /// The `KV` service.
@@ -233,16 +310,35 @@ impl Connection {
     /// # Errors
     /// The call's status.
     pub async fn keep_alive_once(&self, id: i64) -> Result<Option<i64>, Status> {
-        let request = tokio_stream::once(LeaseKeepAliveRequest { id });
-        let mut answers = self.lease().lease_keep_alive(request).await?.into_inner();
-        match answers.message().await? {
-            Some(a) if a.ttl > 0 => Ok(Some(a.ttl)),
-            Some(_) => Ok(None),
-            None => Err(Status::unavailable(
-                "etcd closed the keep-alive stream without an answer",
-            )),
-        }
+        self.call(|channel| async move {
+            let request = tokio_stream::once(LeaseKeepAliveRequest { id });
+            let mut answers = LeaseClient::new(channel)
+                .lease_keep_alive(request)
+                .await?
+                .into_inner();
+            match answers.message().await? {
+                Some(a) if a.ttl > 0 => Ok(Some(a.ttl)),
+                Some(_) => Ok(None),
+                None => Err(Status::unavailable(
+                    "etcd closed the keep-alive stream without an answer",
+                )),
+            }
+        })
+        .await
     }
+}
+
+/// Whether `status` says the request never left: the endpoint refused the
+/// connection or could not be resolved (tonic's transport errors while
+/// connecting), so sending it elsewhere cannot apply it twice.
+fn never_sent(status: &Status) -> bool {
+    if status.code() != tonic::Code::Unavailable {
+        return false;
+    }
+    let m = status.message();
+    m.contains("tcp connect error")
+        || m.contains("dns error")
+        || m.contains("error trying to connect")
 }
 
 /// The end of the range of keys starting with `prefix` (etcd's
