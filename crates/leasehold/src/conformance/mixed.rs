@@ -1,0 +1,99 @@
+//! Store loss under a holder whose settings differ from the re-creator's
+//! (not registered by [`conformance_tests!`](crate::conformance_tests):
+//! each backend's store-loss tests call it with two handles on one store,
+//! opened with different settings).
+
+use super::*;
+use crate::clock::{Clock, ManualClock, SystemClock};
+
+/// A holder on a store opened with a long max TTL (`holder`) holds the
+/// longest lease that store allows; the store's data is lost (`lose`);
+/// another process opens the store with the default settings
+/// (`open_default`, called after the loss, so it never sees the lost
+/// epoch), re-creates it and asks for the key. It must not be granted
+/// while the holder's guard can still believe it holds: the holder's loss
+/// deadline comes before the second grant, whatever either side's max TTL
+/// (issue #28, item 1).
+///
+/// Both "processes" time their guards and quarantines on one manual clock
+/// (one machine's), which the test moves on by each quarantine the
+/// re-creator reports instead of waiting it out, so the test takes
+/// seconds whatever the store's quarantine.
+pub async fn store_loss_quarantine_outlasts_every_holder<L, LF, O, OF>(
+    holder: Arc<dyn Backend>,
+    lose: L,
+    open_default: O,
+) where
+    L: FnOnce() -> LF,
+    LF: std::future::Future<Output = ()>,
+    O: FnOnce() -> OF,
+    OF: std::future::Future<Output = Arc<dyn Backend>>,
+{
+    let clock = Arc::new(ManualClock::new(SystemClock.now()));
+    let first = on_clock(holder, &clock);
+    let ttl = first.backend().capabilities().max_ttl;
+    let key = unique_key("store-loss-long-holder");
+    let lock = first
+        .lock_with(&key, LockOptions::new().ttl(ttl))
+        .unwrap();
+    let (holder, _) = acquire_moving_clock(&lock, &clock).await;
+
+    lose().await;
+
+    let second = on_clock(open_default().await, &clock);
+    let lock = second.lock_with(&key, LockOptions::new()).unwrap();
+    let (guard, quarantine) = acquire_moving_clock(&lock, &clock).await;
+    // Checked the moment the second grant is in hand.
+    let old_lost = holder.is_lost();
+    assert!(
+        old_lost,
+        "granted (token {}) after a quarantine of {quarantine:?} while the holder of the lost data \
+         (token {}, TTL {ttl:?}) still believed it held, for {:?} more",
+        guard.fencing_token(),
+        holder.fencing_token(),
+        holder.valid_for()
+    );
+    assert!(
+        quarantine > Duration::ZERO,
+        "granted in the re-created store without a quarantine while a holder of the lost data was live"
+    );
+    assert!(
+        guard.fencing_token() > holder.fencing_token(),
+        "token {} after the loss is not above the earlier {}",
+        guard.fencing_token(),
+        holder.fencing_token()
+    );
+    let err = holder.release().await.unwrap_err();
+    assert!(err.is_lease_lost(), "{err}");
+    guard.release().await.unwrap();
+}
+
+/// A store over `backend` whose guards and quarantines run on `clock`.
+fn on_clock(backend: Arc<dyn Backend>, clock: &Arc<ManualClock>) -> Store {
+    Store::with_clock(backend, clock.clone())
+}
+
+/// `lock.try_acquire()` until granted, moving `clock` on by each
+/// quarantine reported (and retrying failures a store may give while its
+/// data is being re-created); the guard and the quarantine moved through.
+async fn acquire_moving_clock(
+    lock: &crate::Lock,
+    clock: &ManualClock,
+) -> (crate::LeaseGuard, Duration) {
+    let mut quarantine = Duration::ZERO;
+    for _ in 0..200 {
+        match lock.try_acquire().await {
+            Ok(guard) => return (guard, quarantine),
+            Err(Error::Quarantined { remaining, .. }) => {
+                let step = remaining + Duration::from_millis(1);
+                quarantine += step;
+                clock.advance(step);
+            }
+            Err(e) if e.is_retryable() && !matches!(e, Error::Held { .. }) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("acquiring {}: {e}", lock.key()),
+        }
+    }
+    panic!("{} was not granted after 200 attempts", lock.key());
+}
