@@ -19,7 +19,10 @@ fn main() {
         .expect("src/conformance")
         .map(|e| e.expect("src/conformance entry").path())
         .filter(|p| p.extension().is_some_and(|e| e == "rs"))
-        .filter(|p| p.file_name().is_some_and(|n| n != "mod.rs" && n != "mixed.rs"))
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n != "mod.rs" && n != "mixed.rs")
+        })
         .collect();
     files.sort();
     for file in files {

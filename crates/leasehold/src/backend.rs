@@ -422,6 +422,13 @@ pub const TOKEN_COUNTER_BITS: u32 = 22;
 /// The max TTL a store is created with unless told otherwise.
 pub const DEFAULT_STORE_MAX_TTL: Duration = Duration::from_secs(60);
 
+/// The confirmation window W: the longest a live holder trusts a lease it
+/// has not confirmed, and the quarantine of a store epoch new to a
+/// process. The same for every store and every process, whatever a URL or
+/// a lock's TTL says (see
+/// [store epochs](self#store-epochs-tokens-that-survive-the-loss-of-the-stores-data)).
+pub const CONFIRMATION_WINDOW: Duration = Duration::from_secs(60);
+
 /// A store's epoch, as a backend reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -430,12 +437,14 @@ pub struct StoreEpoch {
     /// [`EPOCH_ORIGIN_UNIX_SECS`] (at least 1).
     pub epoch: u64,
     /// The store's max TTL, recorded with the epoch: no lease in this epoch
-    /// is longer, and the quarantine of a new epoch lasts this long.
+    /// is longer. It says nothing about the leases of an earlier epoch, so
+    /// the quarantine does not depend on it (it lasts
+    /// [`CONFIRMATION_WINDOW`]).
     pub max_ttl: Duration,
     /// How long ago the epoch began, at least, by a clock the store trusts;
     /// `None` when it cannot tell (then the whole quarantine applies from
     /// when this process first sees the epoch). A store that proved that no
-    /// lease of an earlier epoch can be live reports at least `max_ttl`.
+    /// lease of an earlier epoch can be live reports [`Duration::MAX`].
     pub age: Option<Duration>,
 }
 

@@ -118,7 +118,7 @@ pub mod conformance;
 pub use backend::{
     epoch_at, epoch_token_base, next_token, AcquireOutcome, AcquireRequest, Backend, Capabilities,
     EpochRead, Grant, HolderInfo, KeyInfo, Lease, LeaseId, Owner, ReleaseWatch, StoreEpoch,
-    DEFAULT_STORE_MAX_TTL, EPOCH_ORIGIN_UNIX_SECS, TOKEN_COUNTER_BITS,
+    CONFIRMATION_WINDOW, DEFAULT_STORE_MAX_TTL, EPOCH_ORIGIN_UNIX_SECS, TOKEN_COUNTER_BITS,
 };
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
 pub use detach::settle;

@@ -151,7 +151,8 @@ use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBeha
 
 use crate::backend::{
     epoch_at, next_token, AcquireOutcome, AcquireRequest, Backend, Capabilities, EpochRead, Grant,
-    HolderInfo, KeyInfo, Lease, Owner, StoreEpoch, DEFAULT_STORE_MAX_TTL, EPOCH_ORIGIN_UNIX_SECS,
+    HolderInfo, KeyInfo, Lease, Owner, StoreEpoch, CONFIRMATION_WINDOW, DEFAULT_STORE_MAX_TTL,
+    EPOCH_ORIGIN_UNIX_SECS,
 };
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, LossReason, Result};
@@ -450,18 +451,14 @@ impl SqliteBackend {
             // Written before epochs: same file, nothing lost, leases kept.
             None if has_rows => (
                 epoch_at(SystemTime::now()),
-                now,
+                PROVEN,
                 "a store from before epochs",
             ),
             None => {
                 let safe = self.holders.none_in_directory();
                 (
                     next_epoch(0),
-                    if safe {
-                        now
-                    } else {
-                        now + quarantine_ns(self.max_ttl)
-                    },
+                    if safe { PROVEN } else { now + quarantine_ns() },
                     "a new file",
                 )
             }
@@ -480,11 +477,7 @@ impl SqliteBackend {
                 };
                 (
                     next_epoch(row.epoch),
-                    if safe {
-                        now
-                    } else {
-                        now + quarantine_ns(self.max_ttl.max(row.max_ttl))
-                    },
+                    if safe { PROVEN } else { now + quarantine_ns() },
                     why,
                 )
             }
@@ -522,7 +515,7 @@ impl SqliteBackend {
         tracing::info!(
             path = %self.path.display(),
             epoch,
-            quarantine = ?Duration::from_nanos((settled - now).max(0) as u64),
+            quarantine = ?Duration::from_nanos(settled.saturating_sub(now).max(0) as u64),
             "new store epoch: {why}"
         );
         Ok(row)
@@ -593,8 +586,17 @@ fn next_epoch(old: u64) -> u64 {
     (next.as_secs().saturating_sub(EPOCH_ORIGIN_UNIX_SECS)).max(old + 1)
 }
 
-fn quarantine_ns(max_ttl: Duration) -> i64 {
-    (max_ttl + max_ttl / 1000).as_nanos() as i64
+/// `settled_at_ns` of an epoch that began when no lease of an earlier one
+/// could be live (proved by the directory lock, or by the file's rows).
+/// A version that reads it as a time has it settled long ago, as it is.
+const PROVEN: i64 = i64::MIN;
+
+/// How long after an epoch began without proof it is settled: one
+/// confirmation window (+0.1 %). The epoch's age is read back from
+/// `settled_at_ns` with the same constant, so it is the time since the
+/// epoch began whatever window a process uses.
+fn quarantine_ns() -> i64 {
+    (CONFIRMATION_WINDOW + CONFIRMATION_WINDOW / 1000).as_nanos() as i64
 }
 
 fn read_epoch(conn: &Connection) -> rusqlite::Result<Option<EpochRow>> {
@@ -928,8 +930,15 @@ fn ms(d: Duration) -> i64 {
 /// which `settle` never leaves in place).
 fn store_epoch(row: &EpochRow, ctx: &Ctx, now_ns: i64) -> StoreEpoch {
     let age = (row.boot_id == *ctx.boot_id).then(|| {
-        let left = Duration::from_nanos((row.settled_at_ns - now_ns).max(0) as u64);
-        row.max_ttl.saturating_sub(left)
+        if row.settled_at_ns == PROVEN {
+            // No lease of an earlier epoch was live when it began.
+            return Duration::MAX;
+        }
+        // Since the epoch began: settled_at_ns is its beginning plus the
+        // quarantine. (A row an older version wrote without proof records
+        // its beginning plus that version's quarantine, one max TTL.)
+        let began = row.settled_at_ns.saturating_sub(quarantine_ns());
+        Duration::from_nanos(now_ns.saturating_sub(began).max(0) as u64)
     });
     StoreEpoch::new(row.epoch, row.max_ttl).with_age(age)
 }

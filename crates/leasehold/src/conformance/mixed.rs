@@ -15,7 +15,9 @@ use crate::clock::{Clock, ManualClock, SystemClock};
 /// deadline comes before the second grant, whatever either side's max TTL
 /// (issue #28, item 1).
 ///
-/// Both "processes" time their guards and quarantines on one manual clock
+/// Both "processes" use the confirmation window every program uses
+/// ([`CONFIRMATION_WINDOW`](crate::CONFIRMATION_WINDOW)), and time their
+/// guards and quarantines on one manual clock
 /// (one machine's), which the test moves on by each quarantine the
 /// re-creator reports instead of waiting it out, so the test takes
 /// seconds whatever the store's quarantine.
@@ -33,9 +35,7 @@ pub async fn store_loss_quarantine_outlasts_every_holder<L, LF, O, OF>(
     let first = on_clock(holder, &clock);
     let ttl = first.backend().capabilities().max_ttl;
     let key = unique_key("store-loss-long-holder");
-    let lock = first
-        .lock_with(&key, LockOptions::new().ttl(ttl))
-        .unwrap();
+    let lock = first.lock_with(&key, LockOptions::new().ttl(ttl)).unwrap();
     let (holder, _) = acquire_moving_clock(&lock, &clock).await;
 
     lose().await;
@@ -68,9 +68,12 @@ pub async fn store_loss_quarantine_outlasts_every_holder<L, LF, O, OF>(
     guard.release().await.unwrap();
 }
 
-/// A store over `backend` whose guards and quarantines run on `clock`.
+/// A store over `backend` whose guards and quarantines run on `clock`,
+/// with the confirmation window every program has (a test build's store
+/// otherwise takes its backend's max TTL for it, see
+/// [`Store::confirmation_window`]).
 fn on_clock(backend: Arc<dyn Backend>, clock: &Arc<ManualClock>) -> Store {
-    Store::with_clock(backend, clock.clone())
+    Store::with_clock_and_window(backend, clock.clone(), crate::CONFIRMATION_WINDOW)
 }
 
 /// `lock.try_acquire()` until granted, moving `clock` on by each
