@@ -17,8 +17,9 @@ Limits:
             dynamodb, postgres, redis: 1s to 24h; and never above the
             store's max TTL (60s unless its URL says ?max_ttl=DURATION,
             e.g. sqlite:PATH?max_ttl=5m)
-  --grace   at most half the TTL; default 5s, or a quarter of the TTL when
-            that is shorter
+  --grace   at most half the TTL and at most 30s (half the confirmation
+            window); default 5s, or a quarter of the TTL when that is
+            shorter
   --limit   1 to 1000
   --once-per  a duration above zero (30m, 12h); not with --limit
   --owner   at most 128 bytes;  --data: at most 1024 bytes
@@ -318,7 +319,7 @@ pub async fn validate(command: &Command) -> anyhow::Result<Access> {
     }
     match command {
         Command::Run(args) => {
-            let opts = crate::run::lock_options(&args.lease)?;
+            let opts = crate::run::lock_options(&args.lease, scratch.confirmation_window())?;
             match args.limit {
                 None => drop(scratch.lock_with(&args.lease.key, opts)?),
                 Some(n) => drop(scratch.semaphore_with(&args.lease.key, n, opts)?),
@@ -326,7 +327,7 @@ pub async fn validate(command: &Command) -> anyhow::Result<Access> {
             Ok(Access::Lease)
         }
         Command::Elect(args) => {
-            let opts = crate::run::lock_options(&args.lease)?;
+            let opts = crate::run::lock_options(&args.lease, scratch.confirmation_window())?;
             drop(scratch.election_with(&args.lease.key, opts)?);
             Ok(Access::Lease)
         }
