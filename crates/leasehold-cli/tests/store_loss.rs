@@ -53,6 +53,7 @@ fn file_deleted_under_a_frozen_holder_with_a_long_ttl() {
     // Cut off: it renews nothing from now on, and only its watchdog can
     // stop its command.
     kill(first.id(), libc::SIGSTOP);
+    let frozen = Frozen(first.id());
     for suffix in ["", "-wal", "-shm"] {
         let mut p = path.as_os_str().to_owned();
         p.push(suffix);
@@ -89,9 +90,19 @@ fn file_deleted_under_a_frozen_holder_with_a_long_ttl() {
     assert_eq!(lines.next(), None, "{stdout}");
 
     // Thawed, the first run finds its lease lost.
-    kill(first.id(), libc::SIGCONT);
+    drop(frozen);
     assert_eq!(
         wait_with_timeout(&mut first, Duration::from_secs(30)),
         Some(76)
     );
+}
+
+/// A process stopped with SIGSTOP, continued when this is dropped (also
+/// when the test fails, so that it does not stay behind stopped).
+struct Frozen(u32);
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        kill(self.0, libc::SIGCONT);
+    }
 }
