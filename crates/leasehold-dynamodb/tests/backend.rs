@@ -488,3 +488,37 @@ async fn table_deleted_under_a_live_holder() {
         .epoch;
     assert!(after > before, "epoch {after} after {before}");
 }
+
+/// A holder of a 30-minute lease on a table opened with a max TTL of 30
+/// minutes; the table deleted; a process with the default max TTL
+/// re-creates it: it is not granted the key while the holder can still
+/// believe it holds (issue #28).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn store_loss_quarantine_outlasts_a_longer_holder() {
+    if !common::available() {
+        return;
+    }
+    let name = common::unique_table();
+    let holder = common::builder_for(&name)
+        .max_ttl(Duration::from_secs(30 * 60))
+        .build()
+        .await
+        .unwrap();
+    let client = holder.client().clone();
+    leasehold::conformance::store_loss_quarantine_outlasts_every_holder(
+        std::sync::Arc::new(holder),
+        || async {
+            client.delete_table().table_name(&name).send().await.unwrap();
+        },
+        || async {
+            let backend = common::builder_for(&name)
+                .max_ttl(leasehold::DEFAULT_STORE_MAX_TTL)
+                .build()
+                .await
+                .unwrap();
+            std::sync::Arc::new(backend) as std::sync::Arc<dyn leasehold::Backend>
+        },
+    )
+    .await;
+    client.delete_table().table_name(&name).send().await.unwrap();
+}

@@ -36,3 +36,31 @@ async fn store_loss_forgets_runs() {
     let store = store(&server).await;
     leasehold::conformance::store_loss_forgets_runs(store, |_| flushall(&server)).await;
 }
+
+/// A holder of a 30-minute lease on a store opened with `?max_ttl=30m`;
+/// `FLUSHALL`; a process with the default max TTL re-creates the store: it
+/// is not granted the key while the holder can still believe it holds
+/// (issue #28).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn store_loss_quarantine_outlasts_a_longer_holder() {
+    let Some(server) = PrivateServer::start(false).await else {
+        return;
+    };
+    let open = |params: &str| {
+        let url = format!("{}{params}", server.base_url());
+        async move {
+            let backend = leasehold_redis::RedisBackendBuilder::from_url(&url)
+                .unwrap()
+                .build()
+                .await
+                .unwrap();
+            std::sync::Arc::new(backend) as std::sync::Arc<dyn leasehold::Backend>
+        }
+    };
+    leasehold::conformance::store_loss_quarantine_outlasts_every_holder(
+        open("?max_ttl=30m").await,
+        || flushall(&server),
+        || open(""),
+    )
+    .await;
+}
