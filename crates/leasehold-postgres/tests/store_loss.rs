@@ -38,11 +38,12 @@ async fn store_loss_quarantine_outlasts_a_longer_holder() {
             std::sync::Arc::new(backend) as std::sync::Arc<dyn leasehold::Backend>
         }
     };
+    let drop_table = format!("DROP TABLE {table}");
     leasehold::conformance::store_loss_quarantine_outlasts_every_holder(
         open("&max_ttl=30m".into()).await,
-        || common::sql(&format!("DROP TABLE {table}")),
+        || common::sql(&drop_table),
         || open(String::new()),
     )
     .await;
-    common::sql(&format!("DROP TABLE {table}")).await;
+    common::sql(&drop_table).await;
 }

@@ -148,3 +148,16 @@ async fn store_loss_quarantine_survives_an_epoch_renewed_with_a_shorter_max_ttl(
     )
     .await;
 }
+
+/// The file deleted at once under a holder (within the second the file was
+/// created in) and created again: the new grant's token is greater.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn store_recreated_at_once_issues_greater_tokens() {
+    let (path, holder) = long_holder_store();
+    leasehold::conformance::store_recreated_at_once_issues_greater_tokens(
+        holder,
+        || async { remove_database(&path) },
+        || async { open_default(&path) },
+    )
+    .await;
+}

@@ -31,41 +31,109 @@ pub async fn store_loss_quarantine_outlasts_every_holder<L, LF, O, OF>(
     O: FnOnce() -> OF,
     OF: std::future::Future<Output = Arc<dyn Backend>>,
 {
+    let after = recreate_under_a_holder(holder, lose, open_default).await;
+    // Checked the moment the second grant was in hand.
+    assert!(
+        after.old_lost,
+        "granted (token {}) after a quarantine of {:?} while the holder of the lost data \
+         (token {}, TTL {:?}) still believed it held, for {:?} more",
+        after.guard.fencing_token(),
+        after.quarantine,
+        after.holder.fencing_token(),
+        after.holder_ttl,
+        after.old_valid_for
+    );
+    assert!(
+        after.quarantine > Duration::ZERO,
+        "granted in the re-created store without a quarantine while a holder of the lost data was live"
+    );
+    after.release().await;
+}
+
+/// As [`store_loss_quarantine_outlasts_every_holder`], the data lost at
+/// once after the first grant (within the second the store was created
+/// in): the grant in the re-created store has a greater fencing token than
+/// the holder of the lost data. A store whose epoch is its creation time in
+/// whole seconds gives the re-created store the same epoch, and the same
+/// tokens again.
+pub async fn store_recreated_at_once_issues_greater_tokens<L, LF, O, OF>(
+    holder: Arc<dyn Backend>,
+    lose: L,
+    open_default: O,
+) where
+    L: FnOnce() -> LF,
+    LF: std::future::Future<Output = ()>,
+    O: FnOnce() -> OF,
+    OF: std::future::Future<Output = Arc<dyn Backend>>,
+{
+    let after = recreate_under_a_holder(holder, lose, open_default).await;
+    assert!(
+        after.guard.fencing_token() > after.holder.fencing_token(),
+        "token {} after the loss is not above the earlier {}",
+        after.guard.fencing_token(),
+        after.holder.fencing_token()
+    );
+    after.release().await;
+}
+
+/// What [`recreate_under_a_holder`] leaves: the holder of the lost data,
+/// the re-created store's grant, and what was seen at the moment of that
+/// grant.
+struct Recreated {
+    holder: crate::LeaseGuard,
+    holder_ttl: Duration,
+    guard: crate::LeaseGuard,
+    quarantine: Duration,
+    old_lost: bool,
+    old_valid_for: Duration,
+}
+
+impl Recreated {
+    async fn release(self) {
+        let err = self.holder.release().await.unwrap_err();
+        assert!(err.is_lease_lost(), "{err}");
+        self.guard.release().await.unwrap();
+    }
+}
+
+/// A holder of the longest lease `holder`'s store allows; the data lost;
+/// the key asked for in the store `open_default` re-creates, until
+/// granted, the shared manual clock moved on by each quarantine.
+async fn recreate_under_a_holder<L, LF, O, OF>(
+    holder: Arc<dyn Backend>,
+    lose: L,
+    open_default: O,
+) -> Recreated
+where
+    L: FnOnce() -> LF,
+    LF: std::future::Future<Output = ()>,
+    O: FnOnce() -> OF,
+    OF: std::future::Future<Output = Arc<dyn Backend>>,
+{
     let clock = Arc::new(ManualClock::new(SystemClock.now()));
     let first = on_clock(holder, &clock);
-    let ttl = first.backend().capabilities().max_ttl;
+    let holder_ttl = first.backend().capabilities().max_ttl;
     let key = unique_key("store-loss-long-holder");
-    let lock = first.lock_with(&key, LockOptions::new().ttl(ttl)).unwrap();
+    let lock = first
+        .lock_with(&key, LockOptions::new().ttl(holder_ttl))
+        .unwrap();
     let (holder, _) = acquire_moving_clock(&lock, &clock).await;
 
     lose().await;
 
     let second = on_clock(open_default().await, &clock);
-    let lock = second.lock_with(&key, LockOptions::new()).unwrap();
+    // The default TTL, or the longest the second store allows if shorter.
+    let ttl = crate::DEFAULT_TTL.min(second.backend().capabilities().max_ttl);
+    let lock = second.lock_with(&key, LockOptions::new().ttl(ttl)).unwrap();
     let (guard, quarantine) = acquire_moving_clock(&lock, &clock).await;
-    // Checked the moment the second grant is in hand.
-    let old_lost = holder.is_lost();
-    assert!(
-        old_lost,
-        "granted (token {}) after a quarantine of {quarantine:?} while the holder of the lost data \
-         (token {}, TTL {ttl:?}) still believed it held, for {:?} more",
-        guard.fencing_token(),
-        holder.fencing_token(),
-        holder.valid_for()
-    );
-    assert!(
-        quarantine > Duration::ZERO,
-        "granted in the re-created store without a quarantine while a holder of the lost data was live"
-    );
-    assert!(
-        guard.fencing_token() > holder.fencing_token(),
-        "token {} after the loss is not above the earlier {}",
-        guard.fencing_token(),
-        holder.fencing_token()
-    );
-    let err = holder.release().await.unwrap_err();
-    assert!(err.is_lease_lost(), "{err}");
-    guard.release().await.unwrap();
+    Recreated {
+        old_lost: holder.is_lost(),
+        old_valid_for: holder.valid_for(),
+        holder,
+        holder_ttl,
+        guard,
+        quarantine,
+    }
 }
 
 /// A store over `backend` whose guards and quarantines run on `clock`,
