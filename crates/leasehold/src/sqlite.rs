@@ -59,7 +59,9 @@
 //! [`SqliteBackend::open_with_max_ttl`]; no lease may be longer), the
 //! identity of the file it was written in (device and inode), the boot id
 //! of the kernel using it, and the time on the boot clock from which no
-//! lease of an earlier epoch can be live (`settled_at_ns`).
+//! lease of an earlier epoch can be live (`settled_at_ns`: the epoch's
+//! beginning plus one confirmation window, or `i64::MIN` when it began
+//! with proof that none was live).
 //!
 //! ```sql
 //! CREATE TABLE leasehold_store (
@@ -89,9 +91,19 @@
 //!   shared `flock` on the database's directory. The process starting an
 //!   epoch tries an exclusive, non-blocking `flock` on the directory: if it
 //!   gets it, no process on this machine holds a lease of any epoch there,
-//!   and the new epoch is settled at once; otherwise it is settled one max
-//!   TTL (+0.1 %) later on the boot clock, which every process on the
-//!   machine shares. An acquirer checks that the path still names its file
+//!   and the new epoch is settled at once; otherwise it is settled one
+//!   [confirmation window](crate::CONFIRMATION_WINDOW) (+0.1 %) later on
+//!   the boot clock, which every process on the machine shares. The epoch's
+//!   age, which the core's quarantine counts from, is read back from
+//!   `settled_at_ns` with the same window, so it is the time since the
+//!   epoch began. The max TTL in the row is the new store's own (the
+//!   creator's setting) and plays no part: a holder of the lost file trusts
+//!   its lease for at most a window, whatever max TTL it opened the file
+//!   with (before, the quarantine was the creator's max TTL, or the larger
+//!   of it and a replaced file's, while the row kept only the creator's, so
+//!   the loss after it quarantined too short; test
+//!   `store_loss_quarantine_survives_an_epoch_renewed_with_a_shorter_max_ttl`
+//!   in `tests/conformance_sqlite.rs`). An acquirer checks that the path still names its file
 //!   inside its write transaction, after taking its shared lock, so it
 //!   cannot be granted on a file that was replaced before an epoch's
 //!   creator looked. For a boot change (same file) the proof is in the
@@ -296,8 +308,10 @@ impl SqliteBackend {
 
     /// Like [`open`](Self::open); a store this call creates (or a new epoch
     /// it starts) records `max_ttl` (100 ms to 24 h) as its max TTL: no lease
-    /// may be longer, and after the store's data is lost under a live
-    /// holder, grants wait that long. An existing store keeps its own.
+    /// may be longer. An existing store keeps its own. (After the store's
+    /// data is lost under a live holder, grants wait one
+    /// [confirmation window](crate::CONFIRMATION_WINDOW), whatever the max
+    /// TTL.)
     ///
     /// # Errors
     /// As [`open`](Self::open); [`Error::InvalidInput`] for a max TTL out of
