@@ -430,17 +430,34 @@ mod tests {
     /// half the window, and the command's deadline (the guard's safety
     /// deadline + the grace, when SIGKILL comes) is a tenth of the window
     /// before a re-created store could grant the key (issue #28).
-    #[test]
-    fn a_ttl_longer_than_the_window_is_cut_to_the_window() {
+    #[tokio::test]
+    async fn a_ttl_longer_than_the_window_is_cut_to_the_window() {
         let err = lock_options(&args(1200, 31_000), W).unwrap_err();
         assert!(err.to_string().contains("confirmation window"), "{err}");
+        let clock = std::sync::Arc::new(leasehold::SystemClock);
         let store = leasehold::Store::with_clock_and_window(
-            std::sync::Arc::new(leasehold::memory::MemoryBackend::new()),
-            std::sync::Arc::new(leasehold::SystemClock),
+            std::sync::Arc::new(leasehold::memory::MemoryBackend::with_clock_and_max_ttl(
+                clock.clone(),
+                leasehold::memory::LOCAL_MAX_TTL,
+            )),
+            clock,
             W,
         );
-        let opts = lock_options(&args(1200, 5000), W).unwrap();
-        // Accepted by a store: margin and interval fit the window.
-        store.lock_with("k", opts).unwrap();
+        let grace = Duration::from_secs(5);
+        let opts = lock_options(&args(1200, grace.as_millis() as u64), W).unwrap();
+        let guard = store
+            .lock_with("k", opts)
+            .unwrap()
+            .try_acquire()
+            .await
+            .unwrap();
+        // SIGKILL comes at the safety deadline + the grace: W/10 before a
+        // re-created store grants, not 18 minutes after.
+        assert!(
+            guard.valid_for() + grace <= W - W / 10,
+            "the command may run {:?} + {grace:?} after its last renewal",
+            guard.valid_for()
+        );
+        guard.release().await.unwrap();
     }
 }
