@@ -44,7 +44,7 @@ async fn store_loss_quarantine_outlasts_a_longer_holder() {
     leasehold::conformance::store_loss_quarantine_outlasts_every_holder(
         holder,
         || async {
-            common::etcdctl(&["del", "--prefix", &prefix]).await;
+            common::etcdctl(&["del", "--prefix", prefix.as_str()]).await;
         },
         || open(""),
     )
