@@ -2,7 +2,8 @@
 //! `pub async fn` in `src/conformance/*.rs` (but `mod.rs`) is a test, so a
 //! test is registered by declaring it; those in `loss.rs` take the
 //! store-loss function too; those in `mixed.rs` are not registered (each
-//! backend's store-loss tests call them with the handles they need). Written by hand (a few lines of scanning)
+//! backend's store-loss tests call them with the handles they need). Written by
+//! hand (a few lines of scanning)
 //! rather than with a proc-macro or `inventory`: the macro needs the names
 //! at compile time, one `#[tokio::test]` each.
 

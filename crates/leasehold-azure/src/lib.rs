@@ -171,7 +171,8 @@
 //!   in it are still Azure's and still exclusive, and the next grant of
 //!   each key takes the new epoch's tokens.
 //! * **Quarantine.** A process grants nothing in an epoch new to it until
-//!   one [confirmation window](leasehold::CONFIRMATION_WINDOW) (60 s, +0.1 %) has passed since it first saw it,
+//!   one [confirmation window](leasehold::CONFIRMATION_WINDOW) (60 s, +0.1 %)
+//!   has passed since it first saw it,
 //!   less the epoch's *age*: the larger of the marker's and the container's age
 //!   (`Date` minus `Last-Modified` of *Get Blob Properties* / *Get
 //!   Container Properties*, less one second because both are whole

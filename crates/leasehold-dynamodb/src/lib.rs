@@ -69,7 +69,8 @@
 //! `Date` of the `DescribeTable` response (DynamoDB's clock again, whole
 //! seconds, so the age is at most a second short) minus that creation time,
 //! so a process that opens a table older than one
-//! [confirmation window](leasehold::CONFIRMATION_WINDOW) (60 s) grants at once, and a new or re-created table is
+//! [confirmation window](leasehold::CONFIRMATION_WINDOW) (60 s) grants at once,
+//! and a new or re-created table is
 //! quarantined for one window, whatever max TTL the lost table or the new
 //! one records ([`max_ttl`](DynamoDbBackendBuilder::max_ttl), recorded in
 //! the marker, bounds the new table's leases only; test

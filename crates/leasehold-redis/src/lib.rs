@@ -122,7 +122,8 @@
 //! epoch's base, so above every earlier token. The epoch's age (server
 //! clock, from its start) is reported, so a process opening an
 //! established store grants at once, while after a new epoch every
-//! process waits out the quarantine of one [confirmation window](leasehold::CONFIRMATION_WINDOW) (60 s; see
+//! process waits out the quarantine of one [confirmation
+//! window](leasehold::CONFIRMATION_WINDOW) (60 s; see
 //! [store epochs](leasehold::backend#store-epochs-tokens-that-survive-the-loss-of-the-stores-data)):
 //! by then every holder of the old epoch has passed its own deadline and
 //! stopped, whatever max TTL it or the new epoch's creator opened the store

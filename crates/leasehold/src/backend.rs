@@ -51,7 +51,8 @@
 //!    W is the same for every store and every process: nothing a URL or a
 //!    lock's options say changes it (only a test build, with the
 //!    `conformance` feature, can; see
-//!    [`Store::confirmation_window`](crate::Store::confirmation_window)). The store's max TTL (a setting
+//!    [`Store::confirmation_window`](crate::Store::confirmation_window)). The
+//!    store's max TTL (a setting
 //!    recorded with the epoch, 60 s by default, [`DEFAULT_STORE_MAX_TTL`];
 //!    no lease may be longer) bounds how long a *dead* holder keeps a key
 //!    from others; it plays no part in the quarantine, because it describes
@@ -68,6 +69,12 @@
 //!    `crates/leasehold-cli/tests/store_loss.rs` (a frozen holder of a
 //!    4-minute lease: its watchdog stops the command before a re-creator
 //!    with a 3 s max TTL runs).
+//!
+//! **Upgrading.** Every process that shares a store must run a version with
+//! the confirmation window: an older one still trusts a lease for its whole
+//! TTL and quarantines for its store's max TTL, which is the failure above.
+//! A SQLite epoch an older version began without proof is read as
+//! beginning one window before it would have settled.
 //!
 //! **Why a confirmation window, and not a store-wide max TTL kept apart
 //! from the data.** The other way to bound the quarantine is to record the

@@ -103,8 +103,9 @@
 //!   of it and a replaced file's, while the row kept only the creator's, so
 //!   the loss after it quarantined too short; test
 //!   `store_loss_quarantine_survives_an_epoch_renewed_with_a_shorter_max_ttl`
-//!   in `tests/conformance_sqlite.rs`). An acquirer checks that the path still names its file
-//!   inside its write transaction, after taking its shared lock, so it
+//!   in `tests/conformance_sqlite.rs`). An acquirer checks that the path
+//!   still names its file inside its write transaction, after taking its
+//!   shared lock, so it
 //!   cannot be granted on a file that was replaced before an epoch's
 //!   creator looked. For a boot change (same file) the proof is in the
 //!   file: no row holds a lease. A file written before epochs existed keeps

@@ -46,7 +46,8 @@ struct StoreInner {
     /// Which store epoch this store may grant in (the quarantine).
     epochs: EpochGate,
     /// A confirmation window set by a test (builds with the `conformance`
-    /// feature only); otherwise [`CONFIRMATION_WINDOW`](crate::CONFIRMATION_WINDOW).
+    /// feature only); otherwise
+    /// [`CONFIRMATION_WINDOW`](crate::CONFIRMATION_WINDOW).
     window: Option<Duration>,
 }
 
@@ -85,8 +86,9 @@ impl Store {
     }
 
     /// A store whose guards and quarantines use the confirmation window
-    /// `window` instead of [`CONFIRMATION_WINDOW`](crate::CONFIRMATION_WINDOW), for tests (only in
-    /// builds with the `conformance` feature, which no program should
+    /// `window` instead of
+    /// [`CONFIRMATION_WINDOW`](crate::CONFIRMATION_WINDOW), for tests (only
+    /// in builds with the `conformance` feature, which no program should
     /// ship with). Every store of a test must use the same window, or the
     /// quarantine no longer covers every holder.
     #[cfg(feature = "conformance")]
@@ -121,7 +123,8 @@ impl Store {
     }
 
     /// The confirmation window this store's guards and quarantines use:
-    /// [`CONFIRMATION_WINDOW`](crate::CONFIRMATION_WINDOW), the same for every store and process (see
+    /// [`CONFIRMATION_WINDOW`](crate::CONFIRMATION_WINDOW), the same for
+    /// every store and process (see
     /// [store epochs](crate::backend#store-epochs-tokens-that-survive-the-loss-of-the-stores-data)).
     ///
     /// In builds with the `conformance` feature (test builds: no program
