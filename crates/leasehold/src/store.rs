@@ -129,7 +129,7 @@ impl Store {
     ///
     /// In builds with the `conformance` feature (test builds: no program
     /// should ship with it), a store made by
-    /// [`with_clock_and_window`](Self::with_clock_and_window) uses the
+    /// `with_clock_and_window` uses the
     /// window given there; any other uses the seconds in the environment
     /// variable `LEASEHOLD_TEST_CONFIRMATION_WINDOW` if it is set (for tests
     /// that run the CLI), else its backend's max TTL, as every store did
