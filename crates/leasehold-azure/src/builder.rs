@@ -166,12 +166,11 @@ impl AzureBackendBuilder {
 
     /// The store max TTL recorded in the container's epoch marker when this
     /// backend is the one that writes it (a new container, or one without
-    /// a marker): no lease in the container may be longer, and the
-    /// quarantine of a new container lasts this long (see
-    /// [Store epoch](crate#store-epoch-and-quarantine)). 15 s to 60 s;
+    /// a marker): no lease in the container may be longer. 15 s to 60 s;
     /// default 60 s, Azure's longest finite lease. A container that already
-    /// has a marker keeps the max TTL it records. Shorter is for tests and
-    /// only safe if every user of the container uses the same value.
+    /// has a marker keeps the max TTL it records. The quarantine of a new
+    /// container is one confirmation window whatever this says (see
+    /// [Store epoch](crate#store-epoch-and-quarantine)).
     pub fn max_ttl(mut self, max_ttl: Duration) -> Self {
         self.max_ttl = Some(max_ttl);
         self

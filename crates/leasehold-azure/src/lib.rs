@@ -178,17 +178,23 @@
 //!   in it are still Azure's and still exclusive, and the next grant of
 //!   each key takes the new epoch's tokens.
 //! * **Quarantine.** A process grants nothing in an epoch new to it until
-//!   the max TTL (+0.1 %) has passed since it first saw it, less the
-//!   epoch's *age*: the larger of the marker's and the container's age
+//!   one [confirmation window](leasehold::CONFIRMATION_WINDOW) (60 s, +0.1 %)
+//!   has passed since it first saw it,
+//!   less the epoch's *age*: the larger of the marker's and the container's age
 //!   (`Date` minus `Last-Modified` of *Get Blob Properties* / *Get
 //!   Container Properties*, less one second because both are whole
 //!   seconds; the container is read only when the marker is younger than
 //!   the max TTL). Why that is safe: a holder in a deleted container
 //!   renewed last before the deletion, so its guard stops its command at
-//!   most one TTL (at most the max TTL) after the deletion; the current
+//!   most one window (less its safety margin) after the deletion, whatever
+//!   max TTL either container records (every Azure lease is at most 60 s,
+//!   but a re-creator used to quarantine for its own max TTL, 15 s with
+//!   `?max_ttl=15s`, while a holder of the lost container trusted a 60 s
+//!   lease; test `store_loss_quarantine_outlasts_a_longer_holder`,
+//!   `tests/conformance.rs`); the current
 //!   container was created after the deletion, at or before its
 //!   `Last-Modified`, and the marker is in it, so the container is at least
-//!   as old as either age says. A container older than the max TTL (every
+//!   as old as either age says. A container older than a window (every
 //!   container after its first minute) costs no wait at all, for any new
 //!   process; a container re-created without leasehold (by hand, without
 //!   a marker) gets its marker from the first acquisition and is aged by
@@ -204,16 +210,15 @@
 //!   data plane; container soft delete is optional and listing deleted
 //!   containers needs account-wide rights), and Azure's refusal to reuse a
 //!   deleted container's name for 30 s is shorter than a 60 s lease (and
-//!   Azurite does not do it). So a new container waits its max TTL once,
+//!   Azurite does not do it). So a new container waits a window once,
 //!   for whoever uses it first; the status line of `leasehold run` shows
-//!   it, and `?max_ttl=15s` shortens it for tests.
+//!   it.
 //!
 //! What this trusts: that the service's `Date` and `Last-Modified` clocks
-//! agree to within a second; that ETags never repeat on a blob name; that
-//! every user of a container uses the max TTL recorded in its marker (a
-//! re-created container recording a *shorter* one than the lost container
-//! had would shorten the quarantine below the lost leases; leasehold
-//! processes that saw the longer one keep waiting the longer one).
+//! agree to within a second; that ETags never repeat on a blob name. (The
+//! max TTL recorded in the marker bounds the container's leases only; the
+//! quarantine no longer depends on it, so a re-created container recording
+//! a shorter one than the lost container had is harmless.)
 //!
 //! Not covered, and left to the operator: a single lock blob deleted by
 //! hand (its counter starts again at its epoch's base: tokens of that key

@@ -33,3 +33,40 @@ async fn store_loss_stops_holder_before_next_grant() {
     assert!(after > before, "epoch {after} after {before}");
     backend.delete_container().await.unwrap();
 }
+
+/// A holder of a 60-second lease (Azure's longest) on a container opened
+/// with a max TTL of 60 s; the container deleted; a process with the
+/// shortest max TTL (15 s) re-creates it: it is not granted the key while
+/// the holder can still believe it holds (issue #28).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn store_loss_quarantine_outlasts_a_longer_holder() {
+    if let Err(why) = common::reachable().await {
+        if leasehold::conformance::skip::<()>("azblob", &why).is_none() {
+            return;
+        }
+    }
+    let container = common::fresh_container();
+    let open = |max_ttl| {
+        leasehold_azure::AzureBackend::builder()
+            .connection_string(common::connection_string())
+            .container(container.clone())
+            .max_ttl(max_ttl)
+            .build()
+            .unwrap()
+    };
+    let holder = open(leasehold_azure::MAX_TTL);
+    let doomed = holder.clone();
+    leasehold::conformance::store_loss_quarantine_outlasts_every_holder(
+        std::sync::Arc::new(holder),
+        || async { doomed.delete_container().await.unwrap() },
+        || async {
+            std::sync::Arc::new(open(leasehold_azure::MIN_TTL))
+                as std::sync::Arc<dyn leasehold::Backend>
+        },
+    )
+    .await;
+    open(leasehold_azure::MIN_TTL)
+        .delete_container()
+        .await
+        .unwrap();
+}

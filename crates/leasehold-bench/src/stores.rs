@@ -106,10 +106,10 @@ impl Spec {
         match self {
             Spec::Memory => "memory:".into(),
             Spec::Sqlite(p) => format!("sqlite:{}", p.display()),
-            // A new container or table grants nothing for its max TTL (the
-            // store-epoch quarantine): the shortest that fits the leases
-            // the figures take (the default 30 s TTL), waited out once by
-            // `warm_up`.
+            // A new container or table grants nothing for one confirmation
+            // window (60 s, the store-epoch quarantine), waited out once by
+            // `warm_up`; the max TTL is the shortest that fits the leases
+            // the figures take (the default 30 s TTL).
             Spec::Azblob(c) => format!("azblob://{c}?max_ttl=30s"),
             Spec::Dynamodb(t) => format!(
                 "dynamodb://{t}?region=us-east-1&endpoint={}&max_ttl=30s",
@@ -196,8 +196,9 @@ pub async fn warm_up(spec: &Spec) -> anyhow::Result<()> {
         "bench/warm-up",
         leasehold::LockOptions::new().ttl(std::time::Duration::from_secs(15)),
     )?;
+    // The quarantine is one confirmation window: wait a little longer.
     let guard = lock
-        .acquire(std::time::Duration::from_secs(60))
+        .acquire(leasehold::CONFIRMATION_WINDOW + std::time::Duration::from_secs(30))
         .await
         .with_context(|| format!("warming up {}", spec.label()))?;
     guard.release().await?;

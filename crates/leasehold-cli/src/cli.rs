@@ -18,8 +18,9 @@ Limits:
             seconds on the server, rounded up); and never above the
             store's max TTL (60s unless its URL says ?max_ttl=DURATION,
             e.g. sqlite:PATH?max_ttl=5m)
-  --grace   at most half the TTL; default 5s, or a quarter of the TTL when
-            that is shorter
+  --grace   at most half the TTL and at most 30s (half the confirmation
+            window); default 5s, or a quarter of the TTL when that is
+            shorter
   --limit   1 to 1000
   --once-per  a duration above zero (30m, 12h); not with --limit
   --owner   at most 128 bytes;  --data: at most 1024 bytes
@@ -320,7 +321,7 @@ pub async fn validate(command: &Command) -> anyhow::Result<Access> {
     }
     match command {
         Command::Run(args) => {
-            let opts = crate::run::lock_options(&args.lease)?;
+            let opts = crate::run::lock_options(&args.lease, scratch.confirmation_window())?;
             match args.limit {
                 None => drop(scratch.lock_with(&args.lease.key, opts)?),
                 Some(n) => drop(scratch.semaphore_with(&args.lease.key, n, opts)?),
@@ -328,7 +329,7 @@ pub async fn validate(command: &Command) -> anyhow::Result<Access> {
             Ok(Access::Lease)
         }
         Command::Elect(args) => {
-            let opts = crate::run::lock_options(&args.lease)?;
+            let opts = crate::run::lock_options(&args.lease, scratch.confirmation_window())?;
             drop(scratch.election_with(&args.lease.key, opts)?);
             Ok(Access::Lease)
         }

@@ -16,7 +16,10 @@ const REST: Duration = Duration::from_millis(200);
 
 pub async fn elect(store: &Store, args: ElectArgs) -> anyhow::Result<ExitCode> {
     let lease = &args.lease;
-    let election = store.election_with(&lease.key, lock_options(lease)?)?;
+    let election = store.election_with(
+        &lease.key,
+        lock_options(lease, store.confirmation_window())?,
+    )?;
     let mut signals = Signals::new()?;
     loop {
         let mut status = StatusLine::new(&lease.key);

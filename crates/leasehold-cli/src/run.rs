@@ -2,7 +2,7 @@
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use leasehold::{
     Error, HolderInfo, LeaseGuard, LockOptions, RunOutcome, RunRecord, RunReport, Store, WaitReason,
@@ -31,7 +31,7 @@ async fn acquire_and_run(store: &Store, args: &RunArgs) -> anyhow::Result<RunRes
         None => drop(store.lock_with(&lease.key, plain)?),
         Some(n) => drop(store.semaphore_with(&lease.key, n, plain)?),
     }
-    let opts = lock_options(lease)?;
+    let opts = lock_options(lease, store.confirmation_window())?;
     let mut signals = Signals::new()?;
 
     let acquiring = async {
@@ -297,29 +297,34 @@ pub async fn finish(
     result.ended("completed", outcome.code)
 }
 
-/// Lock options for `run`: the safety margin includes the grace period, so
-/// that a child that ignores SIGTERM is killed before the lease could pass to
-/// anyone else.
-pub fn lock_options(args: &LeaseArgs) -> anyhow::Result<LockOptions> {
+/// Lock options for `run` on a store whose confirmation window is
+/// `window` ([`Store::confirmation_window`]): the safety margin includes the
+/// grace period, so that a child that ignores SIGTERM is killed before the
+/// lease could pass to anyone else. With a TTL longer than the window, the
+/// window takes its place: a store that lost its data grants again one
+/// window after the loss, whatever the TTL.
+pub fn lock_options(args: &LeaseArgs, window: Duration) -> anyhow::Result<LockOptions> {
     let grace = args.grace;
-    if grace > args.ttl / 2 {
+    let trusted = args.ttl.min(window);
+    if grace > trusted / 2 {
         return Err(Error::invalid(
             "grace",
             format!(
-                "--grace {} is too long for --ttl {}: the command must be stopped before the lease can pass to someone else, so the grace may be at most half the TTL",
+                "--grace {} is too long for --ttl {}: the command must be stopped before the lease can pass to someone else, so the grace may be at most half the TTL (and at most half the confirmation window, {})",
                 exact(grace),
-                exact(args.ttl)
+                exact(args.ttl),
+                exact(window)
             ),
         )
         .into());
     }
-    let margin = args.ttl / 10 + grace;
+    let margin = trusted / 10 + grace;
     // Three renewals fit between a renewal and the safety deadline, so one
     // slow or failed renewal does not stop the command.
     let mut opts = LockOptions::new()
         .ttl(args.ttl)
         .safety_margin(margin)
-        .renew_interval((args.ttl - margin) / 3);
+        .renew_interval((trusted - margin) / 3);
     if let Some(label) = &args.owner {
         opts = opts.owner_label(label.clone());
     }
@@ -414,10 +419,47 @@ mod tests {
         }
     }
 
+    const W: Duration = leasehold::CONFIRMATION_WINDOW;
+
     #[test]
     fn grace_longer_than_half_the_ttl_is_rejected() {
-        let err = lock_options(&args(1, 600)).unwrap_err();
+        let err = lock_options(&args(1, 600), W).unwrap_err();
         assert!(err.to_string().contains("at most half the TTL"), "{err}");
-        lock_options(&args(30, 5000)).unwrap();
+        lock_options(&args(30, 5000), W).unwrap();
+    }
+
+    /// A TTL longer than the confirmation window: the grace is bounded by
+    /// half the window, and the command's deadline (the guard's safety
+    /// deadline + the grace, when SIGKILL comes) is a tenth of the window
+    /// before a re-created store could grant the key (issue #28).
+    #[tokio::test]
+    async fn a_ttl_longer_than_the_window_is_cut_to_the_window() {
+        let err = lock_options(&args(1200, 31_000), W).unwrap_err();
+        assert!(err.to_string().contains("confirmation window"), "{err}");
+        let clock = std::sync::Arc::new(leasehold::SystemClock);
+        let store = leasehold::Store::with_clock_and_window(
+            std::sync::Arc::new(leasehold::memory::MemoryBackend::with_clock_and_max_ttl(
+                clock.clone(),
+                leasehold::memory::LOCAL_MAX_TTL,
+            )),
+            clock,
+            W,
+        );
+        let grace = Duration::from_secs(5);
+        let opts = lock_options(&args(1200, grace.as_millis() as u64), W).unwrap();
+        let guard = store
+            .lock_with("k", opts)
+            .unwrap()
+            .try_acquire()
+            .await
+            .unwrap();
+        // SIGKILL comes at the safety deadline + the grace: W/10 before a
+        // re-created store grants, not 18 minutes after.
+        assert!(
+            guard.valid_for() + grace <= W - W / 10,
+            "the command may run {:?} + {grace:?} after its last renewal",
+            guard.valid_for()
+        );
+        guard.release().await.unwrap();
     }
 }

@@ -43,14 +43,17 @@
 //! command's tree" is the process group, the cgroup and every descendant of
 //! the watchdog, which together catch `setsid` and double forks.
 //!
-//! With `D` the last deadline received (the lease's last confirmed renewal +
-//! TTL − safety margin, where the margin is TTL/10 + grace), the watchdog
-//! sends SIGTERM to the tree at `D` and SIGKILL at `D + grace`, unless a later
-//! deadline arrived first; on `stop` it does the same at once (SIGKILL after
-//! the grace); on end of file on the control pipe (`leasehold` died) it sends SIGKILL at
-//! once. `D + grace` is TTL/10 before the earliest moment the store could
-//! grant the lease to anyone else, and the watchdog's timer does not depend
-//! on `leasehold` being scheduled. When the command exits by itself, the rest
+//! With `D` the last deadline received (the send time of the lease's last
+//! confirmed renewal + T − safety margin, where T is the TTL capped at the
+//! [confirmation window](leasehold::CONFIRMATION_WINDOW) and the margin is
+//! T/10 + grace), the watchdog sends SIGTERM to the tree at `D` and SIGKILL
+//! at `D + grace`, unless a later deadline arrived first; on `stop` it does
+//! the same at once (SIGKILL after the grace); on end of file on the control
+//! pipe (`leasehold` died) it sends SIGKILL at once. `D + grace` is T/10
+//! before the earliest moment the store could grant the lease to anyone
+//! else: the TTL's end if the store keeps its data, one window after the
+//! loss if it loses it and is re-created (the quarantine). The watchdog's
+//! timer does not depend on `leasehold` being scheduled. When the command exits by itself, the rest
 //! of its tree is stopped the same way (SIGTERM, SIGKILL after the grace, and
 //! no later than `D + grace`) before the watchdog reports `done`, and
 //! `leasehold` releases the lease only after that report (it reaps the

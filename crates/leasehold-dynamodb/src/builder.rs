@@ -148,7 +148,8 @@ impl DynamoDbBackendBuilder {
     /// The max TTL a table created by this backend records (default 60 s,
     /// [`leasehold::DEFAULT_STORE_MAX_TTL`]; 1 s to 24 h): no lease may be
     /// longer, and after the table is deleted and re-created under a live
-    /// holder, grants wait that long (the quarantine, see the crate docs).
+    /// holder, grants wait one confirmation window whatever this says (the
+    /// quarantine, see the crate docs).
     /// An existing table keeps the max TTL it recorded.
     ///
     /// (There is no item expiry: an item deleted by DynamoDB TTL would take

@@ -488,3 +488,67 @@ async fn table_deleted_under_a_live_holder() {
         .epoch;
     assert!(after > before, "epoch {after} after {before}");
 }
+
+/// A holder of a 30-minute lease on a table opened with a max TTL of 30
+/// minutes; the table deleted; a process with the default max TTL
+/// re-creates it: it is not granted the key while the holder can still
+/// believe it holds (issue #28).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn store_loss_quarantine_outlasts_a_longer_holder() {
+    if !common::available() {
+        return;
+    }
+    let name = common::unique_table();
+    let (holder, client) = open_table(&name, Duration::from_secs(30 * 60)).await;
+    leasehold::conformance::store_loss_quarantine_outlasts_every_holder(
+        holder,
+        || delete_table(&client, &name),
+        || async { open_table(&name, leasehold::DEFAULT_STORE_MAX_TTL).await.0 },
+    )
+    .await;
+    delete_table(&client, &name).await;
+}
+
+/// The same, and the re-created table's grant has a greater token than the
+/// holder's. Fails today: the table was deleted and re-created within the
+/// second it was created in, and its epoch (the creation time in whole
+/// seconds) repeats, so the tokens do too. Not item 1 of issue #28; found
+/// by the test above, left for the epoch's owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "fails today: a table re-created within the same second gets the same epoch (tokens repeat)"]
+async fn store_recreated_at_once_issues_greater_tokens() {
+    if !common::available() {
+        return;
+    }
+    let name = common::unique_table();
+    let (holder, client) = open_table(&name, Duration::from_secs(30 * 60)).await;
+    leasehold::conformance::store_recreated_at_once_issues_greater_tokens(
+        holder,
+        || delete_table(&client, &name),
+        || async { open_table(&name, leasehold::DEFAULT_STORE_MAX_TTL).await.0 },
+    )
+    .await;
+    delete_table(&client, &name).await;
+}
+
+/// A backend on table `name` (created if missing) with `max_ttl`, and its
+/// client.
+async fn open_table(
+    name: &str,
+    max_ttl: Duration,
+) -> (
+    Arc<dyn Backend>,
+    leasehold_dynamodb::aws_sdk_dynamodb::Client,
+) {
+    let backend = common::builder_for(name)
+        .max_ttl(max_ttl)
+        .build()
+        .await
+        .unwrap();
+    let client = backend.client().clone();
+    (Arc::new(backend), client)
+}
+
+async fn delete_table(client: &leasehold_dynamodb::aws_sdk_dynamodb::Client, name: &str) {
+    client.delete_table().table_name(name).send().await.unwrap();
+}

@@ -16,3 +16,37 @@ async fn lose(_store: leasehold::Store) {
 }
 
 leasehold::conformance_tests!(@lose store, lose; store_loss_stops_holder_before_next_grant);
+
+/// A holder of a 30-minute lease on a store opened with `?max_ttl=30m`;
+/// the prefix deleted; a process with the default max TTL re-creates the
+/// store: it is not granted the key while the holder can still believe it
+/// holds (issue #28).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn store_loss_quarantine_outlasts_a_longer_holder() {
+    if !common::available() {
+        return;
+    }
+    let prefix = common::unique_prefix();
+    let url = common::url();
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let open = |params: &str| {
+        let url = format!("{url}{sep}prefix={prefix}{params}");
+        async move {
+            let backend = leasehold_etcd::EtcdBackendBuilder::from_url(&url)
+                .unwrap()
+                .build()
+                .await
+                .unwrap();
+            std::sync::Arc::new(backend) as std::sync::Arc<dyn leasehold::Backend>
+        }
+    };
+    let holder = open("&max_ttl=30m").await;
+    leasehold::conformance::store_loss_quarantine_outlasts_every_holder(
+        holder,
+        || async {
+            common::etcdctl(&["del", "--prefix", prefix.as_str()]).await;
+        },
+        || open(""),
+    )
+    .await;
+}

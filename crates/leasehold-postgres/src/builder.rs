@@ -232,9 +232,10 @@ impl PostgresBackendBuilder {
     }
 
     /// The max TTL a table created by this backend records (1 s to 24 h;
-    /// 60 s by default): no lease may be longer, and after the table is lost
-    /// under a live holder grants wait this long. An existing table keeps
-    /// its own.
+    /// 60 s by default): no lease may be longer. An existing table keeps
+    /// its own. After the table is lost under a live holder grants wait one
+    /// confirmation window ([`leasehold::CONFIRMATION_WINDOW`]), whatever
+    /// this says.
     pub fn max_ttl(mut self, max_ttl: Duration) -> Self {
         self.max_ttl = max_ttl;
         self

@@ -149,8 +149,14 @@
 //! table's OID and the cluster's system identifier (`pg_control_system()`,
 //! drawn at random by `initdb`). Its age is `clock_timestamp() - acquired_at`, on the
 //! server's clock, so a process opening an established table grants at
-//! once, and a new or re-created table is quarantined for its max TTL
-//! (see [store epochs](leasehold::backend#store-epochs-tokens-that-survive-the-loss-of-the-stores-data)).
+//! once, and a new or re-created table is quarantined for one
+//! [confirmation window](leasehold::CONFIRMATION_WINDOW) (60 s; see
+//! [store epochs](leasehold::backend#store-epochs-tokens-that-survive-the-loss-of-the-stores-data)),
+//! whatever max TTL the lost table or the new one records: the max TTL
+//! bounds the new table's leases only (test
+//! `store_loss_quarantine_outlasts_a_longer_holder`, `tests/store_loss.rs`:
+//! a holder of a 30-minute lease, the table dropped, a re-creator with the
+//! default max TTL).
 //!
 //! * **Table dropped** (and maybe re-created) under a live holder: its
 //!   renewal fails (`42P01`, or the new table has no row for it, or the

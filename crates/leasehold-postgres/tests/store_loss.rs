@@ -14,3 +14,36 @@ async fn lose(_store: leasehold::Store) {
 }
 
 leasehold::conformance_tests!(@lose store, lose; store_loss_stops_holder_before_next_grant);
+
+/// A holder of a 30-minute lease on a table opened with `?max_ttl=30m`;
+/// the table dropped; a process with the default max TTL re-creates it: it
+/// is not granted the key while the holder can still believe it holds
+/// (issue #28).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn store_loss_quarantine_outlasts_a_longer_holder() {
+    if !common::available() {
+        return;
+    }
+    let table = common::unique_table();
+    let url = common::url();
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let open = |params: String| {
+        let url = format!("{url}{sep}table={table}{params}");
+        async move {
+            let backend = leasehold_postgres::PostgresBackendBuilder::from_url(&url)
+                .unwrap()
+                .build()
+                .await
+                .unwrap();
+            std::sync::Arc::new(backend) as std::sync::Arc<dyn leasehold::Backend>
+        }
+    };
+    let drop_table = format!("DROP TABLE {table}");
+    leasehold::conformance::store_loss_quarantine_outlasts_every_holder(
+        open("&max_ttl=30m".into()).await,
+        || common::sql(&drop_table),
+        || open(String::new()),
+    )
+    .await;
+    common::sql(&drop_table).await;
+}

@@ -167,9 +167,10 @@ impl RedisBackendBuilder {
     }
 
     /// The max TTL a store started by this backend records (1 s to 24 h;
-    /// 60 s by default): no lease may be longer, and after the store's data
-    /// is lost (or the server restarts or fails over) grants wait this
-    /// long. An existing store keeps its own.
+    /// 60 s by default): no lease may be longer. An existing store keeps its
+    /// own. After the store's data is lost (or the server restarts or fails
+    /// over) grants wait one confirmation window
+    /// ([`leasehold::CONFIRMATION_WINDOW`]), whatever this says.
     pub fn max_ttl(mut self, max_ttl: Duration) -> Self {
         self.max_ttl = max_ttl;
         self

@@ -136,10 +136,17 @@
 //! epoch's base, so above every earlier token. The epoch's age (server
 //! clock, from its start) is reported, so a process opening an
 //! established store grants at once, while after a new epoch every
-//! process waits out the quarantine of one max TTL (see
+//! process waits out the quarantine of one [confirmation
+//! window](leasehold::CONFIRMATION_WINDOW) (60 s; see
 //! [store epochs](leasehold::backend#store-epochs-tokens-that-survive-the-loss-of-the-stores-data)):
 //! by then every holder of the old epoch has passed its own deadline and
-//! stopped.
+//! stopped, whatever max TTL it or the new epoch's creator opened the store
+//! with (the max TTL recorded in the marker is the new store's and bounds
+//! its leases only; test `store_loss_quarantine_outlasts_a_longer_holder`,
+//! `tests/store_loss.rs`). Not yet covered: a store lost and started again
+//! within the second its epoch began gets the same epoch, so the same
+//! tokens again (test `store_recreated_at_once_issues_greater_tokens`,
+//! ignored until that is fixed).
 //!
 //! Why a restart that kept its data starts a new epoch too: the server
 //! cannot vouch that it kept its *last* writes. With `appendfsync

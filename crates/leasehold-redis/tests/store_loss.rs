@@ -36,3 +36,50 @@ async fn store_loss_forgets_runs() {
     let store = store(&server).await;
     leasehold::conformance::store_loss_forgets_runs(store, |_| flushall(&server)).await;
 }
+
+/// A holder of a 30-minute lease on a store opened with `?max_ttl=30m`;
+/// `FLUSHALL`; a process with the default max TTL re-creates the store: it
+/// is not granted the key while the holder can still believe it holds
+/// (issue #28).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn store_loss_quarantine_outlasts_a_longer_holder() {
+    let Some(server) = PrivateServer::start(false).await else {
+        return;
+    };
+    leasehold::conformance::store_loss_quarantine_outlasts_every_holder(
+        open(&server, "?max_ttl=30m").await,
+        || flushall(&server),
+        || open(&server, ""),
+    )
+    .await;
+}
+
+/// The same, and the re-created store's grant has a greater token than
+/// the holder's. Fails today: the store was lost and re-created within the
+/// second it was created in, and its epoch (the server clock's next
+/// second) repeats, so the tokens do too. Not item 1 of issue #28; found
+/// by the test above, left for the epoch's owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "fails today: an epoch re-created within the same second repeats (tokens repeat)"]
+async fn store_recreated_at_once_issues_greater_tokens() {
+    let Some(server) = PrivateServer::start(false).await else {
+        return;
+    };
+    leasehold::conformance::store_recreated_at_once_issues_greater_tokens(
+        open(&server, "?max_ttl=30m").await,
+        || flushall(&server),
+        || open(&server, ""),
+    )
+    .await;
+}
+
+/// A backend on the private server's store, with `params`.
+async fn open(server: &PrivateServer, params: &str) -> std::sync::Arc<dyn leasehold::Backend> {
+    let url = format!("{}{params}", server.base_url());
+    let backend = leasehold_redis::RedisBackendBuilder::from_url(&url)
+        .unwrap()
+        .build()
+        .await
+        .unwrap();
+    std::sync::Arc::new(backend)
+}

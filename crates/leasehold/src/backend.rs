@@ -31,19 +31,74 @@
 //!    far beyond any backend. Tokens stay below 2^53 (exact in JSON and
 //!    JavaScript) until 2092 and below 2^63 (a signed 64-bit integer) for
 //!    millennia.
-//! 3. **Quarantine.** Every store has a maximum TTL (a setting recorded with
-//!    the epoch, 60 s by default, [`DEFAULT_STORE_MAX_TTL`]); no lease may be
-//!    longer. A process that meets an epoch it has not cleared grants nothing
-//!    in it until the store's max TTL (plus 0.1 % for clock rates) has passed
-//!    on its own monotonic clock since it first saw the epoch, less the
-//!    epoch's [`age`](StoreEpoch::age) where the store can vouch for one. A
-//!    holder of the lost data had its last successful renewal before the
-//!    data was lost, which was before the new epoch began, so its guard's
-//!    safety deadline (last renewal's send time + TTL - safety margin) has
-//!    passed by then: it was told lost, and its command stopped, before the
-//!    first grant of the new epoch. Waiting callers see
+//! 3. **Quarantine, one confirmation window.** A live holder trusts a lease
+//!    it has not confirmed for at most the *confirmation window*
+//!    W = [`CONFIRMATION_WINDOW`] (60 s), whatever its TTL: its guard's
+//!    safety deadline is the send time of its last successful renewal +
+//!    min(TTL, W) − safety margin, and it renews at least every W/3. A
+//!    process that meets an epoch it has not cleared grants nothing in it
+//!    until W (plus 0.1 % for clock rates) has passed on its own monotonic
+//!    clock since it first saw the epoch, less the epoch's
+//!    [`age`](StoreEpoch::age) where the store can vouch for one (less
+//!    0.1 % of it, for a store clock that runs fast). A holder of the lost
+//!    data had its last successful renewal before the data was lost, which
+//!    was before the new epoch began, so its safety deadline has passed by
+//!    then: it was told lost (and `leasehold run` stopped its command)
+//!    before the first grant of the new epoch. Waiting callers see
 //!    [`Error::Quarantined`](crate::Error::Quarantined) (and
 //!    [`WaitReason::Quarantine`](crate::WaitReason)) with the time left.
+//!
+//!    W is the same for every store and every process: nothing a URL or a
+//!    lock's options say changes it (only a test build, with the
+//!    `conformance` feature, can; see
+//!    [`Store::confirmation_window`](crate::Store::confirmation_window)). The
+//!    store's max TTL (a setting
+//!    recorded with the epoch, 60 s by default, [`DEFAULT_STORE_MAX_TTL`];
+//!    no lease may be longer) bounds how long a *dead* holder keeps a key
+//!    from others; it plays no part in the quarantine, because it describes
+//!    the new store, not the leases of the data that was lost (issue #28:
+//!    a re-creator with the default max TTL used to grant after 60 s while a
+//!    holder of the lost store, opened with `?max_ttl=30m`, trusted its
+//!    20-minute lease for 18 minutes more). Tests: the conformance suite's
+//!    `store_loss_quarantine_outlasts_every_holder` (a holder of the
+//!    longest lease its store allows, a re-creator with the default or
+//!    shortest max TTL), run by `tests/conformance_sqlite.rs` (file deleted,
+//!    backup restored, and an epoch renewed with a shorter max TTL before
+//!    the next loss) and by the Redis, PostgreSQL, DynamoDB and Azure
+//!    store-loss tests; with real processes,
+//!    `crates/leasehold-cli/tests/store_loss.rs` (a frozen holder of a
+//!    4-minute lease: its watchdog stops the command before a re-creator
+//!    with a 3 s max TTL runs).
+//!
+//! **Upgrading.** Every process that shares a store must run a version with
+//! the confirmation window: an older one still trusts a lease for its whole
+//! TTL and quarantines for its store's max TTL, which is the failure above.
+//! A SQLite epoch an older version began without proof is read as
+//! beginning one window before it would have settled.
+//!
+//! **Why a confirmation window, and not a store-wide max TTL kept apart
+//! from the data.** The other way to bound the quarantine is to record the
+//! longest lease the store may hand out somewhere the loss of the lease
+//! data does not reach, and quarantine a new epoch for that. But the losses
+//! this guards against take everything the store has: `FLUSHALL` on Redis,
+//! a replaced SQLite file, a deleted container, table or prefix, a restore
+//! of an older copy (which brings back an older, possibly shorter setting).
+//! There is no place that survives all of them on every store, and a
+//! process that finds the record gone is back to guessing. W needs nothing
+//! stored: it lives in the one engine above the backend trait, every
+//! process agrees on it because it is a constant, and a re-creator only
+//! needs to know it, not the lost store. What it costs: a holder with a
+//! TTL above W renews every W/3 (at most one request every 20 s per lease,
+//! where a 20-minute TTL used to renew every ~7 minutes) and gives up after
+//! a window (less its margin) without confirmation, so a store outage of a
+//! minute stops a long job that a long TTL used to ride out; the TTL still
+//! says how long a dead holder blocks others. The first use of a store is
+//! no slower: a brand-new store's quarantine is W = 60 s, as the default
+//! max TTL made it, and none where the store proves no earlier lease is
+//! live (below). A store opened with a max TTL below 60 s used to
+//! quarantine for that max TTL and now quarantines 60 s: that shorter
+//! quarantine was the very thing that let a longer holder of the lost data
+//! overlap.
 //!
 //! Enforcement is split so that the rule is written once: a backend grants
 //! only in the epoch the request names ([`AcquireRequest::epoch`]),
@@ -55,11 +110,12 @@
 //!
 //! **When the quarantine is skipped, and why that is safe.** Only where the
 //! store proves that no lease of an earlier epoch can be live: it reports an
-//! [`age`](StoreEpoch::age) of at least its max TTL. The SQLite store proves
-//! it for a file it creates (or finds replaced) when no process on the
-//! machine holds a lease in that directory (a shared `flock` every holder
-//! keeps on the directory, see [its docs](crate::sqlite)), and for an epoch
-//! whose creation time on the shared boot clock is more than a max TTL ago.
+//! [`age`](StoreEpoch::age) of at least W ([`Duration::MAX`] for a proof
+//! that does not depend on time). The SQLite store proves it for a file it
+//! creates (or finds replaced) when no process on the machine holds a lease
+//! in that directory (a shared `flock` every holder keeps on the directory,
+//! see [its docs](crate::sqlite)), and for an epoch whose creation time on
+//! the shared boot clock is more than a window ago.
 //! DynamoDB reports the table's age on the service's own clock (creation
 //! time against the `Date` of a response); Azure the container's (its
 //! epoch marker's and the container's `Last-Modified` against the `Date`
@@ -67,7 +123,7 @@
 //! by this very process" is *not* enough on its own: another process (the
 //! old holder) may still run on the lost data, which is exactly the failure
 //! this guards against. The cost: after a store is re-created under a live
-//! holder, grants wait up to one max TTL.
+//! holder, grants wait up to one confirmation window.
 //!
 //! A process that has seen an epoch refuses an older one (the store went
 //! back: a restored copy of an older store), since tokens could repeat.
@@ -422,6 +478,13 @@ pub const TOKEN_COUNTER_BITS: u32 = 22;
 /// The max TTL a store is created with unless told otherwise.
 pub const DEFAULT_STORE_MAX_TTL: Duration = Duration::from_secs(60);
 
+/// The confirmation window W: the longest a live holder trusts a lease it
+/// has not confirmed, and the quarantine of a store epoch new to a
+/// process. The same for every store and every process, whatever a URL or
+/// a lock's TTL says (see
+/// [store epochs](self#store-epochs-tokens-that-survive-the-loss-of-the-stores-data)).
+pub const CONFIRMATION_WINDOW: Duration = Duration::from_secs(60);
+
 /// A store's epoch, as a backend reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -430,12 +493,14 @@ pub struct StoreEpoch {
     /// [`EPOCH_ORIGIN_UNIX_SECS`] (at least 1).
     pub epoch: u64,
     /// The store's max TTL, recorded with the epoch: no lease in this epoch
-    /// is longer, and the quarantine of a new epoch lasts this long.
+    /// is longer. It says nothing about the leases of an earlier epoch, so
+    /// the quarantine does not depend on it (it lasts
+    /// [`CONFIRMATION_WINDOW`]).
     pub max_ttl: Duration,
     /// How long ago the epoch began, at least, by a clock the store trusts;
     /// `None` when it cannot tell (then the whole quarantine applies from
     /// when this process first sees the epoch). A store that proved that no
-    /// lease of an earlier epoch can be live reports at least `max_ttl`.
+    /// lease of an earlier epoch can be live reports [`Duration::MAX`].
     pub age: Option<Duration>,
 }
 

@@ -20,18 +20,28 @@ pub(crate) struct EpochGate {
 struct GateState {
     /// The epoch grants may be asked for in (quarantine over).
     cleared: Option<u64>,
-    /// The newest epoch seen, when it was first seen, and when its
-    /// quarantine ends (on `clock`).
+    /// The newest epoch seen, and what its quarantine runs from.
     newest: Option<Seen>,
-    /// The longest max TTL of any epoch seen: a holder of an older epoch
-    /// may hold a lease that long.
-    longest_max_ttl: Duration,
 }
 
 #[derive(Debug, Clone, Copy)]
 struct Seen {
     epoch: u64,
-    until: Duration,
+    /// When this process first saw it (on `clock`).
+    first_seen: Duration,
+    /// How much of the quarantine the store vouched for then: the epoch's
+    /// reported age, less 0.1 % for a store clock that runs fast.
+    credit: Duration,
+}
+
+impl Seen {
+    /// When the quarantine ends on `clock`: one confirmation window (plus
+    /// 0.1 % for a clock here that runs fast) from the epoch's beginning,
+    /// which was at least `credit` before it was first seen.
+    fn until(&self, window: Duration) -> Duration {
+        let full = window.saturating_add(window / 1000);
+        self.first_seen + full.saturating_sub(self.credit)
+    }
 }
 
 /// What the gate says about an epoch a backend reported.
@@ -57,16 +67,26 @@ impl EpochGate {
     }
 
     /// Takes note of the epoch a backend reported and says whether grants
-    /// may be asked for in it.
+    /// may be asked for in it, with `window` the confirmation window (see
+    /// [`CONFIRMATION_WINDOW`](crate::CONFIRMATION_WINDOW)): a new epoch
+    /// is cleared once a whole window has passed since it began, so that
+    /// every holder of an earlier epoch has passed its loss deadline (its
+    /// last confirmed renewal, which was before the epoch began, plus at
+    /// most the window). The store's max TTL plays no part: it says nothing
+    /// about the leases of the data that was lost.
     ///
     /// # Errors
     /// A non-retryable backend error when the epoch is older than one this
     /// store has seen: the store went back (a restored copy of an older
     /// store), and its tokens could repeat ones already issued.
-    pub fn saw(&self, backend: &'static str, reported: &StoreEpoch) -> Result<Clearance> {
+    pub fn saw(
+        &self,
+        backend: &'static str,
+        reported: &StoreEpoch,
+        window: Duration,
+    ) -> Result<Clearance> {
         let now = self.clock.now();
         let mut state = self.lock();
-        state.longest_max_ttl = state.longest_max_ttl.max(reported.max_ttl);
         match state.newest {
             Some(seen) if reported.epoch < seen.epoch => {
                 return Err(Error::backend(
@@ -82,11 +102,14 @@ impl EpochGate {
             Some(seen) if reported.epoch == seen.epoch => {}
             _ => {
                 // First sight: the quarantine runs from now, less what the
-                // store vouches for, over the longest lease any epoch seen
-                // allows, plus 0.1 % for clocks that run at other rates.
-                let full = state.longest_max_ttl + state.longest_max_ttl / 1000;
+                // store vouches for.
                 let age = reported.age.unwrap_or(Duration::ZERO);
-                let left = full.saturating_sub(age.saturating_add(age / 1000));
+                let seen = Seen {
+                    epoch: reported.epoch,
+                    first_seen: now,
+                    credit: age - age / 1000,
+                };
+                let left = seen.until(window).saturating_sub(now);
                 if !left.is_zero() {
                     tracing::warn!(
                         backend,
@@ -95,23 +118,19 @@ impl EpochGate {
                         "new store epoch: no lease is granted until holders of any lost data have stopped"
                     );
                 }
-                state.newest = Some(Seen {
-                    epoch: reported.epoch,
-                    until: now + left,
-                });
-                if state.cleared.is_some() {
-                    state.cleared = None;
-                }
+                state.newest = Some(seen);
+                state.cleared = None;
             }
         }
         let seen = state.newest.expect("set above");
-        if now >= seen.until {
+        let until = seen.until(window);
+        if now >= until {
             state.cleared = Some(seen.epoch);
             Ok(Clearance::Cleared(seen.epoch))
         } else {
             Ok(Clearance::Quarantined {
                 epoch: seen.epoch,
-                remaining: seen.until - now,
+                remaining: until - now,
             })
         }
     }
@@ -127,42 +146,48 @@ mod tests {
 
     use super::*;
     use crate::clock::ManualClock;
+    use crate::CONFIRMATION_WINDOW;
+
+    const W: Duration = CONFIRMATION_WINDOW;
 
     fn epoch(e: u64, age: Option<u64>) -> StoreEpoch {
         StoreEpoch::new(e, Duration::from_secs(60)).with_age(age.map(Duration::from_secs))
     }
 
     #[test]
-    fn new_epoch_waits_max_ttl_less_age() {
+    fn new_epoch_waits_the_window_less_age() {
         let clock = Arc::new(ManualClock::new(Duration::from_secs(1000)));
         let gate = EpochGate::new(clock.clone());
         assert_eq!(gate.cleared(), None);
-        let Clearance::Quarantined { remaining, .. } = gate.saw("t", &epoch(5, None)).unwrap()
+        let Clearance::Quarantined { remaining, .. } = gate.saw("t", &epoch(5, None), W).unwrap()
         else {
             panic!("an epoch of unknown age is quarantined")
         };
         assert_eq!(remaining, Duration::from_millis(60_060));
         clock.advance(Duration::from_secs(60));
         assert!(matches!(
-            gate.saw("t", &epoch(5, None)).unwrap(),
+            gate.saw("t", &epoch(5, None), W).unwrap(),
             Clearance::Quarantined { .. }
         ));
         clock.advance(Duration::from_millis(60));
         assert_eq!(
-            gate.saw("t", &epoch(5, None)).unwrap(),
+            gate.saw("t", &epoch(5, None), W).unwrap(),
             Clearance::Cleared(5)
         );
         assert_eq!(gate.cleared(), Some(5));
 
-        // A newer epoch voids the clearance; an old enough one needs no wait.
-        let Clearance::Quarantined { remaining, .. } = gate.saw("t", &epoch(9, Some(50))).unwrap()
+        // A newer epoch voids the clearance; an old enough one needs no
+        // wait. The age is credited less 0.1 % (a store clock running
+        // fast): 50 s of age leaves 10.11 s.
+        let Clearance::Quarantined { remaining, .. } =
+            gate.saw("t", &epoch(9, Some(50)), W).unwrap()
         else {
             panic!("quarantined")
         };
-        assert_eq!(remaining, Duration::from_millis(10_010));
+        assert_eq!(remaining, Duration::from_millis(10_110));
         assert_eq!(gate.cleared(), None);
         assert_eq!(
-            gate.saw("t", &epoch(12, Some(61))).unwrap(),
+            gate.saw("t", &epoch(12, Some(61)), W).unwrap(),
             Clearance::Cleared(12)
         );
     }
@@ -170,22 +195,36 @@ mod tests {
     #[test]
     fn an_epoch_going_back_is_refused() {
         let gate = EpochGate::new(Arc::new(ManualClock::new(Duration::ZERO)));
-        gate.saw("t", &epoch(7, Some(100))).unwrap();
-        let err = gate.saw("t", &epoch(6, Some(100))).unwrap_err();
+        gate.saw("t", &epoch(7, Some(100)), W).unwrap();
+        let err = gate.saw("t", &epoch(6, Some(100)), W).unwrap_err();
         assert!(!err.is_retryable(), "{err}");
         assert!(err.to_string().contains("went back"), "{err}");
     }
 
+    /// The quarantine is the window whatever max TTL any epoch records: a
+    /// store re-created with a short max TTL says nothing about the leases
+    /// of the data that was lost (issue #28).
     #[test]
-    fn longest_max_ttl_seen_sets_the_quarantine() {
+    fn the_quarantine_is_the_window_whatever_the_max_ttl() {
+        for max_ttl in [1, 5, 60, 600, 86_400] {
+            let gate = EpochGate::new(Arc::new(ManualClock::new(Duration::ZERO)));
+            let e = StoreEpoch::new(3, Duration::from_secs(max_ttl));
+            let Clearance::Quarantined { remaining, .. } = gate.saw("t", &e, W).unwrap() else {
+                panic!("quarantined")
+            };
+            assert_eq!(remaining, W + W / 1000, "max TTL {max_ttl} s");
+        }
+    }
+
+    /// A store that proved no earlier lease can be live reports the
+    /// longest age there is: cleared at once, whatever the window.
+    #[test]
+    fn a_proven_epoch_is_cleared_at_once() {
         let gate = EpochGate::new(Arc::new(ManualClock::new(Duration::ZERO)));
-        let long =
-            StoreEpoch::new(3, Duration::from_secs(600)).with_age(Some(Duration::from_secs(9999)));
-        gate.saw("t", &long).unwrap();
-        let Clearance::Quarantined { remaining, .. } = gate.saw("t", &epoch(4, None)).unwrap()
-        else {
-            panic!("quarantined")
-        };
-        assert_eq!(remaining, Duration::from_millis(600_600));
+        let e = StoreEpoch::new(3, Duration::from_secs(1)).with_age(Some(Duration::MAX));
+        assert_eq!(
+            gate.saw("t", &e, Duration::from_secs(24 * 3600)).unwrap(),
+            Clearance::Cleared(3)
+        );
     }
 }

@@ -285,8 +285,10 @@ impl Holding {
 ///
 /// While the guard lives, a background task (a tokio task, not an OS thread)
 /// renews the lease every `renew_interval`. If no renewal succeeds before the
-/// safety deadline (send time of the last successful request + TTL − safety
-/// margin, on the monotonic clock), or the backend says the lease is not ours,
+/// safety deadline (send time of the last successful request + the TTL,
+/// capped at the [confirmation window](crate::CONFIRMATION_WINDOW), −
+/// safety margin, on the monotonic clock), or the backend says the lease is
+/// not ours,
 /// the guard becomes lost: [`is_lost`](Self::is_lost) turns true and
 /// [`lost`](Self::lost) completes, before the backend could grant the key to
 /// anyone else.
@@ -339,7 +341,7 @@ pub(crate) struct GuardParts {
 impl LeaseGuard {
     /// Starts renewing a lease just granted. Called inside a tokio runtime.
     pub(crate) fn start(mut parts: GuardParts) -> Self {
-        let deadline = parts.anchor + parts.opts.ttl - parts.opts.safety_margin;
+        let deadline = parts.anchor + parts.opts.trusted - parts.opts.safety_margin;
         let state = Arc::new(GuardState::new(&mut parts, deadline));
         parts.labels.held(1.0);
         let stop = CancellationToken::new();

@@ -48,6 +48,26 @@
 //! # }
 //! ```
 //!
+//! # The guarantee, and the two times that bound it
+//! *The holder's work is stopped before anyone else can take over, and every
+//! grant's fencing token is greater than every earlier one*: on every store,
+//! under crashes, pauses, partitions, breaks and the loss of the store's
+//! data. Two times bound how long that takes:
+//! * the lease's **TTL** (up to the store's max TTL, at most 24 h) bounds
+//!   how long a *dead* holder keeps the key from others;
+//! * the **confirmation window** W ([`CONFIRMATION_WINDOW`], 60 s, the same
+//!   for every store and process) bounds how long a *live* holder trusts a
+//!   lease the store has not confirmed: its guard renews at least every W/3
+//!   and is lost (`leasehold run` stops its command) once W, less the
+//!   safety margin, has passed since the send time of its last confirmed
+//!   renewal, whatever its TTL. A store that lost its data and was
+//!   re-created grants nothing for W (the quarantine), so holders of the
+//!   lost data have stopped by then, whatever max TTL they or the
+//!   re-creator opened the store with.
+//!
+//! See [store epochs](backend#store-epochs-tokens-that-survive-the-loss-of-the-stores-data)
+//! for the argument and the tests that check it.
+//!
 //! # Pieces
 //! * [`Store`]: a [`Backend`] plus in-process state; opened from a URL
 //!   ([`Store::open`]) or built from a backend.
@@ -118,7 +138,7 @@ pub mod conformance;
 pub use backend::{
     epoch_at, epoch_token_base, next_token, AcquireOutcome, AcquireRequest, Backend, Capabilities,
     EpochRead, Grant, HolderInfo, KeyInfo, Lease, LeaseId, Owner, ReleaseWatch, StoreEpoch,
-    DEFAULT_STORE_MAX_TTL, EPOCH_ORIGIN_UNIX_SECS, TOKEN_COUNTER_BITS,
+    CONFIRMATION_WINDOW, DEFAULT_STORE_MAX_TTL, EPOCH_ORIGIN_UNIX_SECS, TOKEN_COUNTER_BITS,
 };
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
 pub use detach::settle;

@@ -88,9 +88,8 @@ impl MemoryBackend {
         Self::with_clock_and_max_ttl(clock, DEFAULT_STORE_MAX_TTL)
     }
 
-    /// An empty store on `clock` whose max TTL (longest lease, and
-    /// quarantine after [`lose_data`](Self::lose_data)) is `max_ttl`
-    /// (capped at [`LOCAL_MAX_TTL`]).
+    /// An empty store on `clock` whose max TTL (longest lease) is
+    /// `max_ttl` (capped at [`LOCAL_MAX_TTL`]).
     pub fn with_clock_and_max_ttl(clock: SharedClock, max_ttl: Duration) -> Self {
         let max_ttl = max_ttl.clamp(LOCAL_MIN_TTL, LOCAL_MAX_TTL);
         MemoryBackend {
@@ -98,7 +97,7 @@ impl MemoryBackend {
                 records: BTreeMap::new(),
                 // A store that did not exist had no holders: no quarantine.
                 epoch: StoreEpoch::new(epoch_at(SystemTime::now()), max_ttl)
-                    .with_age(Some(max_ttl)),
+                    .with_age(Some(Duration::MAX)),
             })),
             clock,
         }

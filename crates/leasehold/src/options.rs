@@ -93,21 +93,31 @@ impl Default for LockOptions {
 }
 
 impl LockOptions {
-    /// Default options: TTL 30 s, renewal every TTL/3, safety margin TTL/10,
-    /// polling every 50–100 ms (uniformly random), no label, no data,
-    /// [`LossPolicy::Notify`].
+    /// Default options: TTL 30 s, renewal every TTL/3, safety margin TTL/10
+    /// (for a TTL longer than the [confirmation window](crate::CONFIRMATION_WINDOW):
+    /// every window/3 and window/10), polling every 50–100 ms (uniformly
+    /// random), no label, no data, [`LossPolicy::Notify`].
     pub fn new() -> Self {
         Self::default()
     }
 
     /// How long a lease lasts without renewal. Must lie in the backend's
     /// range ([`Capabilities::min_ttl`]..=[`Capabilities::max_ttl`]).
+    ///
+    /// The TTL is how long a holder that died keeps the key from others. A
+    /// live holder trusts its lease for at most the
+    /// [confirmation window](crate::CONFIRMATION_WINDOW) (60 s) after its
+    /// last confirmed renewal, whatever the TTL: with a longer TTL it renews
+    /// at least every window/3 and is told lost if the store cannot confirm
+    /// the lease for a window (less the safety margin), because a store
+    /// that lost its data grants again one window after the loss.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
         self
     }
 
-    /// How often the guard renews (default TTL/3).
+    /// How often the guard renews (default TTL/3, or a third of the
+    /// confirmation window if that is shorter).
     pub fn renew_interval(mut self, every: Duration) -> Self {
         self.renew_interval = Some(every);
         self
@@ -116,9 +126,12 @@ impl LockOptions {
     /// How long before the backend could hand the lease to someone else the
     /// guard declares itself lost (default TTL/10; at least TTL/100 and at
     /// least [`MIN_SAFETY_MARGIN`], which cover clock-rate differences
-    /// between machines and timer slack). The guard is lost once no
-    /// renewal has succeeded by: send time of the last successful request +
-    /// TTL − this margin. Make it at least as long as your code needs to stop
+    /// between machines and timer slack; for a TTL longer than the
+    /// [confirmation window](crate::CONFIRMATION_WINDOW), the window takes
+    /// the TTL's place in all three). The guard is lost once no renewal has
+    /// succeeded by: send time of the last successful request + the TTL
+    /// (at most the window) − this margin, so the margin must be shorter
+    /// than the window. Make it at least as long as your code needs to stop
     /// its critical section after [`LeaseGuard::lost`](crate::LeaseGuard::lost)
     /// fires.
     pub fn safety_margin(mut self, margin: Duration) -> Self {
@@ -152,8 +165,15 @@ impl LockOptions {
         self
     }
 
-    /// Checks the options against a backend and fills in the defaults.
-    pub(crate) fn resolve(&self, caps: &Capabilities, backend: &str) -> Result<ResolvedOptions> {
+    /// Checks the options against a backend and fills in the defaults, for
+    /// a store whose confirmation window is `window` (see
+    /// [`CONFIRMATION_WINDOW`](crate::CONFIRMATION_WINDOW)).
+    pub(crate) fn resolve(
+        &self,
+        caps: &Capabilities,
+        backend: &str,
+        window: Duration,
+    ) -> Result<ResolvedOptions> {
         let ttl = self.ttl;
         if ttl < caps.min_ttl || ttl > caps.max_ttl {
             return Err(Error::invalid(
@@ -166,9 +186,18 @@ impl LockOptions {
                 ),
             ));
         }
-        let margin = self.safety_margin.unwrap_or(ttl / 10);
-        let interval = self.renew_interval.unwrap_or(ttl / 3);
-        let min_margin = (ttl / 100).max(MIN_SAFETY_MARGIN);
+        // How long a renewal is trusted: the TTL, but never longer than the
+        // confirmation window (a store re-created after losing its data
+        // grants again one window after the loss, whatever this TTL).
+        let trusted = ttl.min(window);
+        let limit = if trusted < ttl {
+            format!("the confirmation window ({})", fmt_duration(trusted))
+        } else {
+            format!("the TTL ({})", fmt_duration(ttl))
+        };
+        let margin = self.safety_margin.unwrap_or(trusted / 10);
+        let interval = self.renew_interval.unwrap_or(trusted / 3);
+        let min_margin = (trusted / 100).max(MIN_SAFETY_MARGIN);
         if margin < min_margin {
             return Err(Error::invalid(
                 "safety margin",
@@ -180,23 +209,19 @@ impl LockOptions {
                 ),
             ));
         }
-        if margin >= ttl {
+        if margin >= trusted {
             return Err(Error::invalid(
                 "safety margin",
-                format!(
-                    "{} must be shorter than the TTL ({})",
-                    fmt_duration(margin),
-                    fmt_duration(ttl)
-                ),
+                format!("{} must be shorter than {limit}", fmt_duration(margin)),
             ));
         }
-        if interval.is_zero() || interval >= ttl - margin {
+        if interval.is_zero() || interval >= trusted - margin {
             return Err(Error::invalid(
                 "renew interval",
                 format!(
-                    "{} must be above zero and below TTL − safety margin ({})",
+                    "{} must be above zero and below {limit} − safety margin ({})",
                     fmt_duration(interval),
-                    fmt_duration(ttl - margin)
+                    fmt_duration(trusted - margin)
                 ),
             ));
         }
@@ -214,6 +239,7 @@ impl LockOptions {
         check_len("data", self.data.as_deref(), MAX_DATA_LEN)?;
         Ok(ResolvedOptions {
             ttl,
+            trusted,
             renew_interval: interval,
             safety_margin: margin,
             poll_min: self.poll_min,
@@ -239,6 +265,10 @@ fn check_len(what: &'static str, value: Option<&str>, max: usize) -> Result<()> 
 #[derive(Debug, Clone)]
 pub(crate) struct ResolvedOptions {
     pub ttl: Duration,
+    /// How long after a renewal's send time the lease is trusted without
+    /// another: the TTL, capped at the confirmation window. The safety
+    /// deadline is that send time + this − the safety margin.
+    pub trusted: Duration,
     pub renew_interval: Duration,
     pub safety_margin: Duration,
     pub poll_min: Duration,
@@ -274,13 +304,15 @@ pub(crate) fn fmt_duration(d: Duration) -> String {
 mod tests {
     use super::*;
 
+    const W: Duration = crate::CONFIRMATION_WINDOW;
+
     fn caps() -> Capabilities {
         Capabilities::new(Duration::from_secs(15), Duration::from_secs(60))
     }
 
     #[test]
     fn defaults_derive_from_ttl() {
-        let r = LockOptions::new().resolve(&caps(), "x").unwrap();
+        let r = LockOptions::new().resolve(&caps(), "x", W).unwrap();
         assert_eq!(r.ttl, Duration::from_secs(30));
         assert_eq!(r.renew_interval, Duration::from_secs(10));
         assert_eq!(r.safety_margin, Duration::from_secs(3));
@@ -291,7 +323,7 @@ mod tests {
         for ttl in [10, 90] {
             let err = LockOptions::new()
                 .ttl(Duration::from_secs(ttl))
-                .resolve(&caps(), "azblob")
+                .resolve(&caps(), "azblob", W)
                 .unwrap_err();
             assert!(err.to_string().contains("15s..=60s"), "{err}");
         }
@@ -303,13 +335,13 @@ mod tests {
         for margin in [Duration::ZERO, Duration::from_millis(299)] {
             let err = LockOptions::new()
                 .safety_margin(margin)
-                .resolve(&c, "x")
+                .resolve(&c, "x", W)
                 .unwrap_err();
             assert!(err.to_string().contains("TTL/100"), "{err}");
         }
         LockOptions::new()
             .safety_margin(Duration::from_millis(300))
-            .resolve(&c, "x")
+            .resolve(&c, "x", W)
             .unwrap();
     }
 
@@ -320,22 +352,22 @@ mod tests {
         assert!(o
             .clone()
             .safety_margin(Duration::from_secs(30))
-            .resolve(&c, "x")
+            .resolve(&c, "x", W)
             .is_err());
         assert!(o
             .clone()
             .renew_interval(Duration::from_secs(28))
-            .resolve(&c, "x")
+            .resolve(&c, "x", W)
             .is_err());
         assert!(o
             .clone()
             .renew_interval(Duration::ZERO)
-            .resolve(&c, "x")
+            .resolve(&c, "x", W)
             .is_err());
         assert!(o
             .clone()
             .poll_interval(Duration::from_millis(10), Duration::from_millis(5))
-            .resolve(&c, "x")
+            .resolve(&c, "x", W)
             .is_err());
     }
 
@@ -344,16 +376,16 @@ mod tests {
         let c = caps();
         let err = LockOptions::new()
             .data("x".repeat(MAX_DATA_LEN + 1))
-            .resolve(&c, "x")
+            .resolve(&c, "x", W)
             .unwrap_err();
         assert!(matches!(err, Error::InvalidInput { what: "data", .. }));
         LockOptions::new()
             .data("x".repeat(MAX_DATA_LEN))
-            .resolve(&c, "x")
+            .resolve(&c, "x", W)
             .unwrap();
         let err = LockOptions::new()
             .owner_label("l".repeat(MAX_LABEL_LEN + 1))
-            .resolve(&c, "x")
+            .resolve(&c, "x", W)
             .unwrap_err();
         assert!(matches!(
             err,
@@ -362,5 +394,33 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    /// A TTL longer than the confirmation window is trusted for the window
+    /// only: renewals every window/3, a margin of window/10, and a safety
+    /// margin as long as the window refused (issue #28).
+    #[test]
+    fn a_ttl_longer_than_the_window_is_trusted_for_the_window() {
+        let long = Capabilities::new(Duration::from_secs(1), Duration::from_secs(86_400));
+        let r = LockOptions::new()
+            .ttl(Duration::from_secs(20 * 60))
+            .resolve(&long, "x", W)
+            .unwrap();
+        assert_eq!(r.ttl, Duration::from_secs(20 * 60));
+        assert_eq!(r.trusted, W);
+        assert_eq!(r.renew_interval, W / 3);
+        assert_eq!(r.safety_margin, W / 10);
+        let err = LockOptions::new()
+            .ttl(Duration::from_secs(20 * 60))
+            .safety_margin(Duration::from_secs(120))
+            .resolve(&long, "x", W)
+            .unwrap_err();
+        assert!(err.to_string().contains("confirmation window"), "{err}");
+        let err = LockOptions::new()
+            .ttl(Duration::from_secs(20 * 60))
+            .renew_interval(Duration::from_secs(5 * 60))
+            .resolve(&long, "x", W)
+            .unwrap_err();
+        assert!(err.to_string().contains("confirmation window"), "{err}");
     }
 }

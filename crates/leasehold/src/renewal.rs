@@ -106,7 +106,7 @@ impl RenewalLoop {
                 *failures = 0;
                 if !self
                     .state
-                    .set_deadline(sent + self.opts.ttl - self.opts.safety_margin)
+                    .set_deadline(sent + self.opts.trusted - self.opts.safety_margin)
                 {
                     // Answered after the deadline passed: the lease may have
                     // been counted as lost already, and stays so.

@@ -59,7 +59,9 @@
 //! [`SqliteBackend::open_with_max_ttl`]; no lease may be longer), the
 //! identity of the file it was written in (device and inode), the boot id
 //! of the kernel using it, and the time on the boot clock from which no
-//! lease of an earlier epoch can be live (`settled_at_ns`).
+//! lease of an earlier epoch can be live (`settled_at_ns`: the epoch's
+//! beginning plus one confirmation window, or `i64::MIN` when it began
+//! with proof that none was live).
 //!
 //! ```sql
 //! CREATE TABLE leasehold_store (
@@ -98,10 +100,21 @@
 //!   shared `flock` on the database's directory. The process starting an
 //!   epoch tries an exclusive, non-blocking `flock` on the directory: if it
 //!   gets it, no process on this machine holds a lease of any epoch there,
-//!   and the new epoch is settled at once; otherwise it is settled one max
-//!   TTL (+0.1 %) later on the boot clock, which every process on the
-//!   machine shares. An acquirer checks that the path still names its file
-//!   inside its write transaction, after taking its shared lock, so it
+//!   and the new epoch is settled at once; otherwise it is settled one
+//!   [confirmation window](crate::CONFIRMATION_WINDOW) (+0.1 %) later on
+//!   the boot clock, which every process on the machine shares. The epoch's
+//!   age, which the core's quarantine counts from, is read back from
+//!   `settled_at_ns` with the same window, so it is the time since the
+//!   epoch began. The max TTL in the row is the new store's own (the
+//!   creator's setting) and plays no part: a holder of the lost file trusts
+//!   its lease for at most a window, whatever max TTL it opened the file
+//!   with (before, the quarantine was the creator's max TTL, or the larger
+//!   of it and a replaced file's, while the row kept only the creator's, so
+//!   the loss after it quarantined too short; test
+//!   `store_loss_quarantine_survives_an_epoch_renewed_with_a_shorter_max_ttl`
+//!   in `tests/conformance_sqlite.rs`). An acquirer checks that the path
+//!   still names its file inside its write transaction, after taking its
+//!   shared lock, so it
 //!   cannot be granted on a file that was replaced before an epoch's
 //!   creator looked. For a boot change (same file) the proof is in the
 //!   file: no row holds a lease. A file written before epochs existed keeps
@@ -160,7 +173,8 @@ use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBeha
 
 use crate::backend::{
     epoch_at, next_token, AcquireOutcome, AcquireRequest, Backend, Capabilities, EpochRead, Grant,
-    HolderInfo, KeyInfo, Lease, Owner, StoreEpoch, DEFAULT_STORE_MAX_TTL, EPOCH_ORIGIN_UNIX_SECS,
+    HolderInfo, KeyInfo, Lease, Owner, StoreEpoch, CONFIRMATION_WINDOW, DEFAULT_STORE_MAX_TTL,
+    EPOCH_ORIGIN_UNIX_SECS,
 };
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, LossReason, Result};
@@ -304,8 +318,10 @@ impl SqliteBackend {
 
     /// Like [`open`](Self::open); a store this call creates (or a new epoch
     /// it starts) records `max_ttl` (100 ms to 24 h) as its max TTL: no lease
-    /// may be longer, and after the store's data is lost under a live
-    /// holder, grants wait that long. An existing store keeps its own.
+    /// may be longer. An existing store keeps its own. (After the store's
+    /// data is lost under a live holder, grants wait one
+    /// [confirmation window](crate::CONFIRMATION_WINDOW), whatever the max
+    /// TTL.)
     ///
     /// # Errors
     /// As [`open`](Self::open); [`Error::InvalidInput`] for a max TTL out of
@@ -459,18 +475,14 @@ impl SqliteBackend {
             // Written before epochs: same file, nothing lost, leases kept.
             None if has_rows => (
                 epoch_at(SystemTime::now()),
-                now,
+                PROVEN,
                 "a store from before epochs",
             ),
             None => {
                 let safe = self.holders.none_in_directory();
                 (
                     next_epoch(0),
-                    if safe {
-                        now
-                    } else {
-                        now + quarantine_ns(self.max_ttl)
-                    },
+                    if safe { PROVEN } else { now + quarantine_ns() },
                     "a new file",
                 )
             }
@@ -489,11 +501,7 @@ impl SqliteBackend {
                 };
                 (
                     next_epoch(row.epoch),
-                    if safe {
-                        now
-                    } else {
-                        now + quarantine_ns(self.max_ttl.max(row.max_ttl))
-                    },
+                    if safe { PROVEN } else { now + quarantine_ns() },
                     why,
                 )
             }
@@ -531,7 +539,7 @@ impl SqliteBackend {
         tracing::info!(
             path = %self.path.display(),
             epoch,
-            quarantine = ?Duration::from_nanos((settled - now).max(0) as u64),
+            quarantine = ?Duration::from_nanos(settled.saturating_sub(now).max(0) as u64),
             "new store epoch: {why}"
         );
         Ok(row)
@@ -602,8 +610,17 @@ fn next_epoch(old: u64) -> u64 {
     (next.as_secs().saturating_sub(EPOCH_ORIGIN_UNIX_SECS)).max(old + 1)
 }
 
-fn quarantine_ns(max_ttl: Duration) -> i64 {
-    (max_ttl + max_ttl / 1000).as_nanos() as i64
+/// `settled_at_ns` of an epoch that began when no lease of an earlier one
+/// could be live (proved by the directory lock, or by the file's rows).
+/// A version that reads it as a time has it settled long ago, as it is.
+const PROVEN: i64 = i64::MIN;
+
+/// How long after an epoch began without proof it is settled: one
+/// confirmation window (+0.1 %). The epoch's age is read back from
+/// `settled_at_ns` with the same constant, so it is the time since the
+/// epoch began whatever window a process uses.
+fn quarantine_ns() -> i64 {
+    (CONFIRMATION_WINDOW + CONFIRMATION_WINDOW / 1000).as_nanos() as i64
 }
 
 fn read_epoch(conn: &Connection) -> rusqlite::Result<Option<EpochRow>> {
@@ -937,10 +954,15 @@ fn ms(d: Duration) -> i64 {
 /// which `settle` never leaves in place).
 fn store_epoch(row: &EpochRow, ctx: &Ctx, now_ns: i64) -> StoreEpoch {
     let age = (row.boot_id == *ctx.boot_id).then(|| {
-        // Saturating: a row written by another version may hold any value
-        // (a newer one marks a proven-safe epoch with i64::MIN).
-        let left = Duration::from_nanos(row.settled_at_ns.saturating_sub(now_ns).max(0) as u64);
-        row.max_ttl.saturating_sub(left)
+        if row.settled_at_ns == PROVEN {
+            // No lease of an earlier epoch was live when it began.
+            return Duration::MAX;
+        }
+        // Since the epoch began: settled_at_ns is its beginning plus the
+        // quarantine. (A row an older version wrote without proof records
+        // its beginning plus that version's quarantine, one max TTL.)
+        let began = row.settled_at_ns.saturating_sub(quarantine_ns());
+        Duration::from_nanos(now_ns.saturating_sub(began).max(0) as u64)
     });
     StoreEpoch::new(row.epoch, row.max_ttl).with_age(age)
 }

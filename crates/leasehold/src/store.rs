@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::backend::{Backend, HolderInfo, KeyInfo};
 use crate::clock::{SharedClock, SystemClock};
@@ -44,6 +45,23 @@ struct StoreInner {
     groups: LocalKeys,
     /// Which store epoch this store may grant in (the quarantine).
     epochs: EpochGate,
+    /// A confirmation window set by a test (builds with the `conformance`
+    /// feature only); otherwise
+    /// [`CONFIRMATION_WINDOW`](crate::CONFIRMATION_WINDOW).
+    window: Option<Duration>,
+}
+
+/// The confirmation window of a test build's store (see
+/// [`Store::confirmation_window`]).
+#[cfg(feature = "conformance")]
+fn test_window(backend: &dyn Backend) -> Duration {
+    match std::env::var("LEASEHOLD_TEST_CONFIRMATION_WINDOW") {
+        Ok(secs) => Duration::from_secs_f64(
+            secs.parse()
+                .expect("LEASEHOLD_TEST_CONFIRMATION_WINDOW: a number of seconds"),
+        ),
+        Err(_) => backend.capabilities().max_ttl,
+    }
 }
 
 /// URL schemes this crate opens by itself.
@@ -64,20 +82,71 @@ impl Store {
 
     /// A store whose guards time their deadlines on `clock`.
     pub fn with_clock(backend: Arc<dyn Backend>, clock: SharedClock) -> Self {
+        Self::build(backend, clock, None)
+    }
+
+    /// A store whose guards and quarantines use the confirmation window
+    /// `window` instead of
+    /// [`CONFIRMATION_WINDOW`](crate::CONFIRMATION_WINDOW), for tests (only
+    /// in builds with the `conformance` feature, which no program should
+    /// ship with). Every store of a test must use the same window, or the
+    /// quarantine no longer covers every holder.
+    #[cfg(feature = "conformance")]
+    pub fn with_clock_and_window(
+        backend: Arc<dyn Backend>,
+        clock: SharedClock,
+        window: Duration,
+    ) -> Self {
+        Self::build(backend, clock, Some(window))
+    }
+
+    fn build(backend: Arc<dyn Backend>, clock: SharedClock, window: Option<Duration>) -> Self {
         let epochs = EpochGate::new(clock.clone());
-        if let Some(epoch) = backend.epoch_at_open() {
-            // As if a first attempt had reported it; a first sight cannot be
-            // refused.
-            let _ = epochs.saw(backend.name(), &epoch);
-        }
-        Store {
+        let store = Store {
             inner: Arc::new(StoreInner {
                 backend,
                 clock: clock.clone(),
                 local: LocalKeys::default(),
                 groups: LocalKeys::default(),
                 epochs,
+                window,
             }),
+        };
+        if let Some(epoch) = store.backend().epoch_at_open() {
+            // As if a first attempt had reported it; a first sight cannot be
+            // refused.
+            let _ = store
+                .epochs()
+                .saw(store.backend().name(), &epoch, store.confirmation_window());
+        }
+        store
+    }
+
+    /// The confirmation window this store's guards and quarantines use:
+    /// [`CONFIRMATION_WINDOW`](crate::CONFIRMATION_WINDOW), the same for
+    /// every store and process (see
+    /// [store epochs](crate::backend#store-epochs-tokens-that-survive-the-loss-of-the-stores-data)).
+    ///
+    /// In builds with the `conformance` feature (test builds: no program
+    /// should ship with it), a store made by
+    /// `with_clock_and_window` uses the
+    /// window given there; any other uses the seconds in the environment
+    /// variable `LEASEHOLD_TEST_CONFIRMATION_WINDOW` if it is set (for tests
+    /// that run the CLI), else its backend's max TTL, as every store did
+    /// before the window existed: the suites' fresh stores (max TTLs of a
+    /// few seconds) then need no minute-long quarantine, and every store in
+    /// one test of the usual kind has the same max TTL.
+    pub fn confirmation_window(&self) -> Duration {
+        if let Some(window) = self.inner.window {
+            return window;
+        }
+        #[cfg(feature = "conformance")]
+        {
+            test_window(self.backend().as_ref())
+        }
+        #[cfg(not(feature = "conformance"))]
+        {
+            crate::CONFIRMATION_WINDOW
         }
     }
 
@@ -142,7 +211,11 @@ impl Store {
         let key = Key::new(key)?;
         refuse_slot_key(&key)?;
         let backend = self.backend();
-        let resolved = options.resolve(&backend.capabilities(), backend.name())?;
+        let resolved = options.resolve(
+            &backend.capabilities(),
+            backend.name(),
+            self.confirmation_window(),
+        )?;
         Ok((key, resolved))
     }
 

@@ -75,3 +75,89 @@ async fn store_loss_by_restored_backup() {
     let store = store().await.unwrap();
     leasehold::conformance::store_loss_stops_holder_before_next_grant(store, restore_backup).await;
 }
+
+/// A store of its own opened with a long max TTL (30 min), for a holder of
+/// the longest lease it allows.
+fn long_holder_store() -> (PathBuf, Arc<dyn Backend>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("leases.db");
+    std::mem::forget(dir);
+    let backend = SqliteBackend::open_with_max_ttl(&path, Duration::from_secs(30 * 60)).unwrap();
+    (path, Arc::new(backend))
+}
+
+fn open_default(path: &Path) -> Arc<dyn Backend> {
+    Arc::new(SqliteBackend::open(path).unwrap())
+}
+
+/// A consistent copy of the file as it is now, moved over it later: a
+/// backup restored.
+fn replace_by_backup(path: &Path) {
+    let backup = path.with_extension("bak");
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.execute("VACUUM INTO ?1", [backup.to_str().unwrap()])
+        .unwrap();
+    drop(conn);
+    remove_database(path);
+    std::fs::rename(&backup, path).unwrap();
+}
+
+/// The file deleted under a holder of a 30-minute lease; a process with
+/// the default max TTL creates it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn store_loss_quarantine_outlasts_a_longer_holder_file_deleted() {
+    let (path, holder) = long_holder_store();
+    leasehold::conformance::store_loss_quarantine_outlasts_every_holder(
+        holder,
+        || async { remove_database(&path) },
+        || async { open_default(&path) },
+    )
+    .await;
+}
+
+/// A backup restored under a holder of a 30-minute lease; a process with
+/// the default max TTL starts the new epoch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn store_loss_quarantine_outlasts_a_longer_holder_backup_restored() {
+    let (path, holder) = long_holder_store();
+    leasehold::conformance::store_loss_quarantine_outlasts_every_holder(
+        holder,
+        || async { replace_by_backup(&path) },
+        || async { open_default(&path) },
+    )
+    .await;
+}
+
+/// The epoch row's max TTL: a backup restored under a holder of a
+/// 30-minute lease; a process with the default max TTL starts the new
+/// epoch (and records its own max TTL in the row); the file is replaced
+/// again before the holder's lease could have ended, and the next process
+/// with the default max TTL must still wait out every holder of the first
+/// file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn store_loss_quarantine_survives_an_epoch_renewed_with_a_shorter_max_ttl() {
+    let (path, holder) = long_holder_store();
+    leasehold::conformance::store_loss_quarantine_outlasts_every_holder(
+        holder,
+        || async {
+            replace_by_backup(&path);
+            drop(open_default(&path));
+            replace_by_backup(&path);
+        },
+        || async { open_default(&path) },
+    )
+    .await;
+}
+
+/// The file deleted at once under a holder (within the second the file was
+/// created in) and created again: the new grant's token is greater.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn store_recreated_at_once_issues_greater_tokens() {
+    let (path, holder) = long_holder_store();
+    leasehold::conformance::store_recreated_at_once_issues_greater_tokens(
+        holder,
+        || async { remove_database(&path) },
+        || async { open_default(&path) },
+    )
+    .await;
+}

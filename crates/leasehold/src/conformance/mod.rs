@@ -85,6 +85,7 @@ mod contract;
 mod election;
 mod lock;
 mod loss;
+mod mixed;
 mod runs;
 mod semaphore;
 
@@ -92,6 +93,7 @@ pub use contract::*;
 pub use election::*;
 pub use lock::*;
 pub use loss::*;
+pub use mixed::*;
 pub use runs::*;
 pub use semaphore::*;
 
