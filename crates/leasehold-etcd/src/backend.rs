@@ -84,6 +84,12 @@ fn is_not_found(s: &tonic::Status) -> bool {
     s.code() == tonic::Code::NotFound
 }
 
+/// How long an epoch's timer key lives: long enough to tell every
+/// quarantine's end, the confirmation window's as well as a max TTL's.
+fn timer_span(max_ttl: Duration) -> Duration {
+    max_ttl.max(leasehold::CONFIRMATION_WINDOW)
+}
+
 /// etcd leases have whole-second TTLs: round up (a longer lease on the
 /// server is the safe direction: the holder's own deadline comes first).
 fn lease_secs(ttl: Duration) -> i64 {
@@ -252,6 +258,10 @@ impl EtcdBackend {
                 conn.endpoint_failed(at);
                 Err(error::timed_out(op, self.inner.request_timeout))
             }
+            Ok(Err(s)) if grpc::timed_out(&s) => {
+                conn.endpoint_failed(at);
+                Err(error::timed_out(op, self.inner.request_timeout))
+            }
             Ok(Ok(r)) => Ok(Ok(r.into_inner())),
             Ok(Err(s)) if conn.token_expired(&s) => {
                 let _ = tokio::time::timeout(self.inner.request_timeout, conn.authenticate()).await;
@@ -317,8 +327,9 @@ impl EtcdBackend {
     }
 
     /// The store's epoch as `snap` shows it (`None`: no marker yet). Its
-    /// age: at least the max TTL once the epoch's timer key (attached to an
-    /// etcd lease of the max TTL granted with the marker) is gone; while it
+    /// age: at least the timer's span (the longer of the max TTL and the
+    /// confirmation window) once the epoch's timer key (attached to an etcd
+    /// lease of that span, granted with the marker) is gone; while it
     /// lives, the lease's elapsed time by the server's clock.
     async fn store_epoch(&self, snap: &Snapshot) -> Result<Option<StoreEpoch>> {
         let Some((marker, _)) = &snap.marker else {
@@ -326,7 +337,7 @@ impl EtcdBackend {
         };
         let max_ttl = Duration::from_millis(marker.max_ttl_ms);
         let age = match &snap.fresh {
-            None => Some(max_ttl),
+            None => Some(timer_span(max_ttl)),
             Some(kv) => {
                 let request = LeaseTimeToLiveRequest {
                     id: kv.lease,
@@ -358,7 +369,10 @@ impl EtcdBackend {
             max_ttl_ms: self.inner.max_ttl.as_millis() as u64,
         };
         let timer = self
-            .grant("create store", lease_secs(self.inner.max_ttl) + 1)
+            .grant(
+                "create store",
+                lease_secs(timer_span(self.inner.max_ttl)) + 1,
+            )
             .await?;
         let resp = self
             .txn(
@@ -415,6 +429,10 @@ impl EtcdBackend {
         let at = conn.current();
         match tokio::time::timeout(self.inner.request_timeout, conn.keep_alive_once(id)).await {
             Err(_) => {
+                conn.endpoint_failed(at);
+                Err(error::timed_out(op, self.inner.request_timeout))
+            }
+            Ok(Err(s)) if grpc::timed_out(&s) => {
                 conn.endpoint_failed(at);
                 Err(error::timed_out(op, self.inner.request_timeout))
             }

@@ -38,7 +38,7 @@
 //! | etcd key | value (JSON) | attached to |
 //! |---|---|---|
 //! | `P epoch` | the store's epoch and max TTL | nothing |
-//! | `P epoch-fresh` | empty: the epoch's age timer | an etcd lease of the max TTL (+1 s) |
+//! | `P epoch-fresh` | empty: the epoch's age timer | an etcd lease of the longer of the max TTL and the confirmation window (+1 s) |
 //! | `P k/KEY` | the key's last fencing token, its epoch, run records | nothing (never deleted by leasehold) |
 //! | `P h/KEY` | the holder: lease id, token, epoch, owner, data, TTL | the holder's own etcd lease |
 //!
@@ -113,16 +113,13 @@
 //! next renewal, its holder key being gone, or at the latest one window
 //! after its last confirmed renewal) and stopped. The epoch's
 //! age is measured by the server: `P epoch-fresh` hangs on an etcd lease
-//! of the max TTL granted with the marker; while it lives the age is its
-//! elapsed TTL (whole seconds, rounded down), once it is gone the age is at
-//! least the max TTL, and is reported as the max TTL. So a process meeting
-//! an old store with the default max TTL (60 s) grants at once (after
-//! 0.12 s: the core credits a reported age less 0.1 % for a fast server
-//! clock), and only a genuinely new store waits. **Known cost, to fix in
-//! the backend:** a store whose max TTL is below the window reports at
-//! most that max TTL, so every new process waits the rest of the window
-//! (55 s with `?max_ttl=5s`); the timer should live for the longer of the
-//! max TTL and the window, and its absence report that. (etcd renews every lease by its full
+//! of the longer of the max TTL and the window, granted with the marker;
+//! while it lives the age is its elapsed TTL (whole seconds, rounded down),
+//! once it is gone the age is at least that span, and is reported as it.
+//! So a process meeting an old store grants at once (after 0.12 s with the
+//! default settings: the core credits a reported age less 0.1 % for a fast
+//! server clock), whatever its max TTL, and only a genuinely new store
+//! waits. (etcd renews every lease by its full
 //! TTL when it restarts or elects a new leader, the timer's too: a store
 //! restarted within its first max TTL reports a younger age than it has,
 //! which only lengthens a quarantine.) A clock that is wrong by `d` when a

@@ -328,6 +328,13 @@ impl Connection {
     }
 }
 
+/// Whether `status` is the transport's own request timeout (the
+/// endpoint's `timeout`, which may fire just before the caller's).
+pub fn timed_out(status: &Status) -> bool {
+    status.code() == tonic::Code::DeadlineExceeded
+        || (status.code() == tonic::Code::Cancelled && status.message().contains("Timeout expired"))
+}
+
 /// Whether `status` says the request never left: the endpoint refused the
 /// connection or could not be resolved (tonic's transport errors while
 /// connecting), so sending it elsewhere cannot apply it twice.
