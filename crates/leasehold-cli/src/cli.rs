@@ -224,7 +224,7 @@ pub struct LeaseArgs {
     pub data: Option<String>,
 
     /// Time between SIGTERM and SIGKILL when the lease is lost: at most
-    /// half the TTL. Default: 5s, or a quarter of the TTL when that is
+    /// half the TTL and at most 30s. Default: 5s, or a quarter of the TTL when that is
     /// shorter.
     #[arg(long = "grace", value_name = "GRACE", value_parser = parse_duration)]
     pub grace_arg: Option<Duration>,
