@@ -160,12 +160,17 @@
 //! write it.
 //!
 //! The candidates, measured on a 2-core machine from an empty `target/`
-//! (release build of the `leasehold` binary, every store):
+//! (release builds; the machine was shared with other builds, so CPU time
+//! is the steadier figure):
 //!
-//! | way | needs | build | binary |
+//! | way | needs | this crate: wall / CPU | the `leasehold` binary: wall / CPU, size |
 //! |---|---|---|---|
-//! | `etcd-client` 0.17 (generates at build time) | `protoc` and `libprotobuf-dev` | see `docs/benchmarks.md` | see `docs/benchmarks.md` |
-//! | generated once, committed (chosen) | nothing | see `docs/benchmarks.md` | see `docs/benchmarks.md` |
+//! | `etcd-client` 0.17 (generates at build time) | `protoc` and `libprotobuf-dev` | 206 s / 192 s | 613 s / 747 s, 19.7 MB |
+//! | generated once, committed (chosen) | nothing | 209 s / 173 s | 410 s / 653 s, 17.0 MB |
+//!
+//! (The binary's figures also include the DynamoDB store's switch from
+//! aws-lc to ring, made at the same time; `docs/benchmarks.md`, section 7,
+//! has README command 1 from a clean clone.)
 //!
 //! Generating at build time with protox instead of protoc (a build script
 //! of our own) also needs nothing installed, but compiles the generator
