@@ -337,7 +337,8 @@ impl EtcdBackend {
         };
         let max_ttl = Duration::from_millis(marker.max_ttl_ms);
         let age = match &snap.fresh {
-            None => Some(timer_span(max_ttl)),
+            // The timer lease had the span and one second more.
+            None => Some(timer_span(max_ttl) + Duration::from_secs(1)),
             Some(kv) => {
                 let request = LeaseTimeToLiveRequest {
                     id: kv.lease,

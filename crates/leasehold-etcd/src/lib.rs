@@ -115,7 +115,10 @@
 //! age is measured by the server: `P epoch-fresh` hangs on an etcd lease
 //! of the longer of the max TTL and the window, granted with the marker;
 //! while it lives the age is its elapsed TTL (whole seconds, rounded down),
-//! once it is gone the age is at least that span, and is reported as it.
+//! once it is gone the age is at least that span and the timer's extra
+//! second, and is reported as such (reported as the bare span, a window of
+//! 60 s, less the 0.1 % the core takes off for a fast server clock, left
+//! every new process 0.12 s of quarantine on an old store).
 //! So a process meeting an old store grants at once (after 0.12 s with the
 //! default settings: the core credits a reported age less 0.1 % for a fast
 //! server clock), whatever its max TTL, and only a genuinely new store
