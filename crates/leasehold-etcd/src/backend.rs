@@ -425,20 +425,9 @@ impl EtcdBackend {
     /// One keep-alive of etcd lease `id`: `Ok(false)` when it no longer
     /// exists.
     async fn keep_alive(&self, op: &'static str, id: i64) -> Result<bool> {
-        self.inner.requests.fetch_add(1, Ordering::Relaxed);
-        let conn = &self.inner.conn;
-        let at = conn.current();
-        match tokio::time::timeout(self.inner.request_timeout, conn.keep_alive_once(id)).await {
-            Err(_) => {
-                conn.endpoint_failed(at);
-                Err(error::timed_out(op, self.inner.request_timeout))
-            }
-            Ok(Err(s)) if grpc::timed_out(&s) => {
-                conn.endpoint_failed(at);
-                Err(error::timed_out(op, self.inner.request_timeout))
-            }
-            Ok(Ok(ttl)) => Ok(ttl.is_some()),
-            Ok(Err(s)) => Err(error::status(op, s)),
+        match self.call(op, |ch| grpc::keep_alive_on(ch, id)).await? {
+            Ok(ttl) => Ok(ttl.is_some()),
+            Err(s) => Err(error::status(op, s)),
         }
     }
 

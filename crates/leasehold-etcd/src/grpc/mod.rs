@@ -310,21 +310,31 @@ impl Connection {
     /// # Errors
     /// The call's status.
     pub async fn keep_alive_once(&self, id: i64) -> Result<Option<i64>, Status> {
-        self.call(|channel| async move {
-            let request = tokio_stream::once(LeaseKeepAliveRequest { id });
-            let mut answers = LeaseClient::new(channel)
-                .lease_keep_alive(request)
-                .await?
-                .into_inner();
-            match answers.message().await? {
-                Some(a) if a.ttl > 0 => Ok(Some(a.ttl)),
-                Some(_) => Ok(None),
-                None => Err(Status::unavailable(
-                    "etcd closed the keep-alive stream without an answer",
-                )),
-            }
-        })
-        .await
+        self.call(|channel| keep_alive_on(channel, id))
+            .await
+            .map(tonic::Response::into_inner)
+    }
+}
+
+/// [`Connection::keep_alive_once`] on one endpoint's channel.
+///
+/// # Errors
+/// The call's status.
+pub async fn keep_alive_on(
+    channel: Authed,
+    id: i64,
+) -> Result<tonic::Response<Option<i64>>, Status> {
+    let request = tokio_stream::once(LeaseKeepAliveRequest { id });
+    let mut answers = LeaseClient::new(channel)
+        .lease_keep_alive(request)
+        .await?
+        .into_inner();
+    match answers.message().await? {
+        Some(a) if a.ttl > 0 => Ok(tonic::Response::new(Some(a.ttl))),
+        Some(_) => Ok(tonic::Response::new(None)),
+        None => Err(Status::unavailable(
+            "etcd closed the keep-alive stream without an answer",
+        )),
     }
 }
 
