@@ -3,15 +3,30 @@
 # emulators on 127.0.0.1 (Azurite for Azure Blob Storage, DynamoDB Local, a
 # throw-away PostgreSQL server, PgBouncer in transaction mode in front of it,
 # a throw-away Redis server, a throw-away etcd), checks formatting and lints,
-# runs every test with the emulators required (a missing emulator fails the
-# run instead of skipping), proves that README command 1 and the library's
-# tests build where any use of protoc fails (scripts/bare-build.sh), and
-# stops the emulators again.
+# proves that README command 1 and the library's tests build where any use
+# of protoc fails (scripts/bare-build.sh, first, while the target directory
+# of a clean clone is still empty), runs every test with the emulators
+# required (a missing emulator fails the run instead of skipping; test
+# binaries three at a time, scripts/run-tests.sh), and stops the emulators
+# again. Each step's time is printed at the end.
 #
 #   scripts/test.sh            # everything
 #   scripts/test.sh -p leasehold   # extra arguments go to `cargo test`
+#                                  # (of the main test step)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+steps=()
+step_start=$SECONDS
+step() { # NAME: the step that ends now
+    steps+=("$(printf '%5d s  %s' $((SECONDS - step_start)) "$1")")
+    step_start=$SECONDS
+}
+print_steps() {
+    echo "== test.sh: the steps' times"
+    printf '%s\n' "${steps[@]}"
+    echo "$(printf '%5d s' "$SECONDS")  in all"
+}
 
 emulators=(azurite dynamodb-local postgres pgbouncer redis etcd)
 started=()
@@ -20,12 +35,20 @@ stop_all() {
         "scripts/$e.sh" stop || true
     done
 }
-trap stop_all EXIT
+trap 'stop_all; print_steps' EXIT
 
 for e in "${emulators[@]}"; do
     "scripts/$e.sh" start
     started+=("$e")
 done
+step "start the servers"
+
+# README command 1 and plain `cargo test -p leasehold`, built in an
+# environment where protoc cannot be run: a build-time dependency on a
+# system tool cannot come back unseen. First, so that on a clean clone
+# every build script runs in that environment.
+scripts/bare-build.sh
+step "bare build: README command 1 and cargo test -p leasehold"
 
 export LEASEHOLD_REQUIRE_EMULATORS=1
 export LEASEHOLD_TEST_AZBLOB_CONNECTION_STRING="${LEASEHOLD_TEST_AZBLOB_CONNECTION_STRING:-UseDevelopmentStorage=true}"
@@ -36,25 +59,29 @@ export LEASEHOLD_TEST_ETCD_URL="${LEASEHOLD_TEST_ETCD_URL:-$(scripts/etcd.sh url
 
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
+step "fmt and clippy"
 # Tests mostly wait on leases and emulators, not on the CPU: run more of
 # them at once than there are cores.
-cargo test --workspace "$@" -- --test-threads=8
+args=("$@")
+[[ ${#args[@]} -eq 0 ]] && args=(--workspace)
+scripts/run-tests.sh "${args[@]}" -- --test-threads=8
+step "the tests"
 # The PostgreSQL store again, through PgBouncer in transaction mode: one
 # statement per operation, no session state (wake-ups off: LISTEN needs a
-# session).
+# session). The binaries built above, run again.
 LEASEHOLD_TEST_POSTGRES_URL="$(scripts/pgbouncer.sh url)?wake_ups=off" \
-    cargo test -p leasehold-postgres --test conformance --test store_loss -- --test-threads=8
+    RUN_TESTS_ONLY='leasehold-postgres/(conformance|store_loss)' \
+    scripts/run-tests.sh --workspace -- --test-threads=8
 # Ten processes creating one new table at once, through the pooler too.
 LEASEHOLD_TEST_POSTGRES_URL="$(scripts/pgbouncer.sh url)?wake_ups=off" \
-    cargo test -p leasehold-cli --test concurrent_open -- postgres
-
-# README command 1 and plain `cargo test -p leasehold`, built from scratch
-# in an environment where protoc cannot be run: a build-time dependency on
-# a system tool cannot come back unseen.
-scripts/bare-build.sh
+    RUN_TESTS_ONLY='leasehold-cli/concurrent_open' \
+    scripts/run-tests.sh --workspace -- postgres
+step "PostgreSQL through PgBouncer"
 
 # A tiny benchmark run: only checks that the harness runs and writes its
 # report (numbers from it mean nothing).
 scripts/bench.sh --tiny
+step "bench --tiny"
 # The bounded fault-injection run on every store; fails on any violation.
 scripts/torture.sh --short
+step "torture --short"
