@@ -157,13 +157,13 @@ pub struct RunArgs {
 
     /// How long to wait for the lock: a duration (e.g. 90s, 5m) or
     /// "forever". Default: do not wait.
-    #[arg(long, value_parser = parse_wait, value_name = "DURATION|forever")]
+    #[arg(long, value_parser = parse_wait, value_name = "DURATION|forever", allow_hyphen_values = true)]
     pub wait: Option<leasehold::Wait>,
 
     /// Hold one of N permits (a semaphore on KEY) instead of the lock: at
     /// most N commands run at once, N from 1 to 1000. CMD also gets
     /// LEASEHOLD_SLOT (0..N-1); the fencing token is per slot.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_hyphen_values = true)]
     pub limit: Option<u32>,
 
     /// Run CMD at most once per DURATION (e.g. 12h), across every machine
@@ -178,7 +178,13 @@ pub struct RunArgs {
     /// and longer than the spread of the machines' start times plus the
     /// run time, and give --wait longer than the run time (without it, a
     /// machine that finds the lock held exits 75). Not with --limit.
-    #[arg(long, value_name = "DURATION", value_parser = parse_period, conflicts_with = "limit")]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        value_parser = parse_period,
+        conflicts_with = "limit",
+        allow_hyphen_values = true
+    )]
     pub once_per: Option<Duration>,
 
     /// When done, write one JSON object on a line of its own to stderr,
@@ -210,7 +216,7 @@ pub struct LeaseArgs {
     pub key: String,
 
     /// Lease time to live: how long the lock outlives a dead holder.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub ttl: Duration,
 
     /// A label stored with the lease to say who holds it (at most 128
@@ -226,7 +232,7 @@ pub struct LeaseArgs {
     /// Time between SIGTERM and SIGKILL when the lease is lost: at most
     /// half the TTL and at most 30s. Default: 5s, or a quarter of the TTL when that is
     /// shorter.
-    #[arg(long = "grace", value_name = "GRACE", value_parser = parse_duration)]
+    #[arg(long = "grace", value_name = "GRACE", value_parser = parse_duration, allow_hyphen_values = true)]
     pub grace_arg: Option<Duration>,
 
     /// The grace period in effect: `--grace`, else the default for the TTL
@@ -274,8 +280,10 @@ fn parse_wait(s: &str) -> Result<leasehold::Wait, String> {
 }
 
 impl Cli {
-    pub fn parse_args() -> Self {
-        Cli::parse().resolved()
+    /// The command line, or clap's error for it (see
+    /// [`usage_error`](crate::usage_error) for how that is shown).
+    pub fn parse_args() -> Result<Self, clap::Error> {
+        Cli::try_parse().map(Cli::resolved)
     }
 
     /// Fills in the defaults that depend on other arguments.

@@ -35,7 +35,10 @@ fn main() -> ExitCode {
     if args.nth(1).is_some_and(|a| a == watchdog::ARG) {
         return watchdog::main(args.collect());
     }
-    let cli = Cli::parse_args();
+    let cli = match Cli::parse_args() {
+        Ok(cli) => cli,
+        Err(err) => return usage_error(&err),
+    };
     // While this process has one thread: before tracing, metrics and the
     // runtime.
     match &cli.command {
@@ -140,6 +143,106 @@ async fn dispatch(mut cli: Cli) -> anyhow::Result<ExitCode> {
         Command::List { prefix, json } => inspect::list(&store, &prefix, json).await,
         Command::Break { key } => inspect::break_lease(&store, &key).await,
     }
+}
+
+/// Shows clap's answer to a command line it did not take: help and the
+/// version on stdout (a failed write is an error, as for every output),
+/// anything else on stderr with exit 2. clap quotes the arguments it did
+/// not understand, and a stray space (`--store= redis://u:PASSWORD@h`)
+/// turns a store URL into one: every argument and `LEASEHOLD_STORE` are
+/// scrubbed from the text as store URLs are everywhere else.
+fn usage_error(err: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    use std::io::Write;
+    let text = scrub_args(&err.render().to_string());
+    match err.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let mut out = std::io::stdout().lock();
+            match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => output::die_of_sigpipe(),
+                Err(e) => {
+                    say!("cannot write the help: {e}");
+                    ExitCode::from(EXIT_BACKEND)
+                }
+            }
+        }
+        _ => {
+            let mut stderr = std::io::stderr().lock();
+            let _ = stderr.write_all(text.as_bytes());
+            drop(stderr);
+            if let Some(key) = failed_json_run() {
+                let message = text.lines().next().unwrap_or_default();
+                let message = message.strip_prefix("error: ").unwrap_or(message);
+                let key = scrub_args(&key);
+                run::report_json(&run::RunResult::failed(&key, EXIT_USAGE, message.into()));
+            }
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}
+
+/// `text` with every command-line argument and `LEASEHOLD_STORE` scrubbed
+/// as a store URL would be (see [`usage_error`]).
+fn scrub_args(text: &str) -> String {
+    let candidates = std::env::args_os()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .flat_map(|a| {
+            // `--store=URL` as well as `URL`
+            let value = a
+                .strip_prefix("--")
+                .and_then(|a| a.split_once('='))
+                .map(|(_, v)| v.to_string());
+            [Some(a), value]
+        })
+        .flatten()
+        .chain(std::env::var("LEASEHOLD_STORE").ok());
+    let mut text = text.to_string();
+    for arg in candidates {
+        if !arg.is_empty() {
+            text = stores::scrub(&text, Some(&arg));
+        }
+    }
+    text
+}
+
+/// For a `run --json` command line that clap did not take: the key it
+/// names, as far as can be told (empty if none), so that the JSON line
+/// `--json` promises is written for a usage error too.
+fn failed_json_run() -> Option<String> {
+    use clap::CommandFactory;
+    let args: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .take_while(|a| a != "--")
+        .collect();
+    let cli = Cli::command();
+    let run = cli.find_subcommand("run")?;
+    let at = args.iter().position(|a| a == "run")?;
+    let options = || run.get_arguments().chain(cli.get_arguments());
+    let takes_value = |arg: &str| {
+        options().any(|o| {
+            o.get_action().takes_values()
+                && (o.get_long().is_some_and(|l| arg == format!("--{l}"))
+                    || o.get_short().is_some_and(|c| arg == format!("-{c}")))
+        })
+    };
+    let mut json = false;
+    let mut key = None;
+    let mut rest = args[at + 1..].iter();
+    while let Some(arg) = rest.next() {
+        if arg == "--json" {
+            json = true;
+        } else if arg.starts_with('-') {
+            if takes_value(arg) {
+                rest.next();
+            }
+        } else if key.is_none() {
+            key = Some(arg.clone());
+        }
+    }
+    json.then(|| key.unwrap_or_default())
 }
 
 /// The error and its causes, each said once: a cause whose text its parent
