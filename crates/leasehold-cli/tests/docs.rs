@@ -5,10 +5,11 @@
 //! * every command and every long option the command's `--help` shows is in
 //!   `docs/cli.md` (a `### \`leasehold CMD\`` section with an options table;
 //!   the global options in their own table), and every command and option
-//!   `docs/cli.md` and the README name exists;
+//!   `docs/cli.md`, the README and the guides name exists;
 //! * every exit code `src/main.rs` defines (`EXIT_*`), and every one the
 //!   help lists, is in `docs/cli.md`'s exit-code table, and that table
 //!   holds no code that neither defines;
+//! * every environment variable the help lists is in `docs/cli.md`;
 //! * every store URL scheme (from `--help`, and from the store opener's
 //!   source) has a section in `docs/cli.md`, and every scheme `--help`
 //!   shows a `leasehold run` example in the README;
@@ -42,6 +43,20 @@ const CARGO_OPTIONS: &[&str] = &[
     "no-default-features",
     "release",
     "bin",
+];
+
+/// The documents whose every `--option` and `leasehold COMMAND` must exist.
+const WRITTEN_FOR_USERS: &[&str] = &[
+    "README.md",
+    "docs/cli.md",
+    "docs/guarantees.md",
+    "docs/sqlite.md",
+    "crates/leasehold/README.md",
+    "crates/leasehold-azure/README.md",
+    "crates/leasehold-dynamodb/README.md",
+    "crates/leasehold-postgres/README.md",
+    "crates/leasehold-redis/README.md",
+    "crates/leasehold-etcd/README.md",
 ];
 
 /// Options every command shows, documented once in "Global options".
@@ -210,21 +225,26 @@ fn named_options(text: &str) -> BTreeSet<String> {
     names
 }
 
-/// The text in code: fenced blocks' lines and inline code spans.
+/// The text in code: fenced blocks' lines and inline code spans (which may
+/// run over a line break).
 fn code_pieces(md: &str) -> Vec<String> {
     let mut pieces = Vec::new();
+    let mut prose = String::new();
     let mut fenced = false;
     for line in md.lines() {
         if line.starts_with("```") {
             fenced = !fenced;
+            pieces.extend(backquoted(&std::mem::take(&mut prose)));
             continue;
         }
         if fenced {
             pieces.push(line.to_string());
         } else {
-            pieces.extend(backquoted(line));
+            prose.push_str(line);
+            prose.push('\n');
         }
     }
+    pieces.extend(backquoted(&prose));
     pieces
 }
 
@@ -349,7 +369,8 @@ fn every_command_and_option_is_documented_and_exists() {
     }
 
     let known = cli.all_options();
-    for (file, text) in [("docs/cli.md", &doc), ("README.md", &read("README.md"))] {
+    for file in WRITTEN_FOR_USERS {
+        let text = &read(file);
         for name in named_options(text) {
             assert!(
                 known.contains(&name) || CARGO_OPTIONS.contains(&name.as_str()),
@@ -362,6 +383,30 @@ fn every_command_and_option_is_documented_and_exists() {
                 "{file} names the command `leasehold {name}`, which does not exist"
             );
         }
+    }
+}
+
+#[test]
+fn every_environment_variable_of_the_help_is_documented() {
+    let help = leasehold(&["--help"]);
+    let block: Vec<&str> = help
+        .lines()
+        .skip_while(|l| *l != "Environment:")
+        .skip(1)
+        .take_while(|l| l.starts_with(' '))
+        .collect();
+    let names: BTreeSet<&str> = block
+        .iter()
+        .flat_map(|l| l.split(|c: char| !(c.is_ascii_uppercase() || c == '_')))
+        .filter(|w| w.len() > 3 && w.contains('_'))
+        .collect();
+    assert!(names.contains("LEASEHOLD_STORE"), "{block:?}");
+    let section = section(&read("docs/cli.md"), "## Environment");
+    for name in names {
+        assert!(
+            section.contains(&format!("`{name}`")),
+            "{name} (leasehold --help) is not in docs/cli.md's Environment section"
+        );
     }
 }
 
@@ -841,6 +886,10 @@ fn the_parsers_of_this_test_read_what_they_should() {
             "`leasehold [--store URL] [-v] run KEY`, `leasehold help [COMMAND]`\n```\n0 2 * * * leasehold --store s:// status k\n```\n`leasehold COMMAND --help`, leasehold list"
         ),
         ["help", "run", "status"].map(String::from).into()
+    );
+    assert_eq!(
+        named_commands("a `span over\na line` and leasehold uses `leasehold break`"),
+        ["break"].map(String::from).into()
     );
     assert_eq!(
         schemes_in(
