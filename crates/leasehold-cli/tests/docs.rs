@@ -21,7 +21,8 @@
 //! * the README stays short.
 //!
 //! The clap definition lives in the binary crate, so the command's own
-//! `--help` output is parsed (the binary cargo builds for this test).
+//! `--help` output is parsed (the binary cargo builds for this test), and
+//! checked against the options `src/cli.rs` declares.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -384,6 +385,63 @@ fn every_command_and_option_is_documented_and_exists() {
             );
         }
     }
+}
+
+/// The long options the clap definition (`src/cli.rs`) declares: each
+/// `#[arg(...)]` attribute with `long`, named by `long = "..."` or by its
+/// field (`once_per` is `--once-per`).
+fn declared_options() -> BTreeSet<String> {
+    let source = read("crates/leasehold-cli/src/cli.rs");
+    let lines: Vec<&str> = source.lines().map(str::trim).collect();
+    let mut names = BTreeSet::new();
+    let mut i = 0;
+    while i < lines.len() {
+        if !lines[i].starts_with("#[arg(") {
+            i += 1;
+            continue;
+        }
+        let mut attribute = String::new();
+        while !attribute.trim_end().ends_with(")]") {
+            attribute.push_str(lines[i]);
+            attribute.push(' ');
+            i += 1;
+        }
+        let is_long = attribute
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .any(|w| w == "long");
+        if !is_long {
+            continue;
+        }
+        let name = match attribute.split_once("long = \"") {
+            Some((_, rest)) => rest[..rest.find('"').unwrap()].to_string(),
+            None => {
+                let field = lines[i..]
+                    .iter()
+                    .find(|l| !l.starts_with("#[") && !l.starts_with("//"))
+                    .unwrap();
+                let field = field.trim_start_matches("pub ");
+                field[..field.find(':').unwrap()].replace('_', "-")
+            }
+        };
+        names.insert(name);
+    }
+    names
+}
+
+#[test]
+fn the_help_shows_every_option_cli_rs_declares() {
+    let cli = Cli::read();
+    let declared = declared_options();
+    assert!(declared.contains("once-per"), "{declared:?}");
+    let shown: BTreeSet<String> = cli
+        .all_options()
+        .into_iter()
+        .filter(|o| o != "help" && o != "version")
+        .collect();
+    assert_eq!(
+        declared, shown,
+        "the long options of src/cli.rs against those --help shows (a hidden option?)"
+    );
 }
 
 #[test]
