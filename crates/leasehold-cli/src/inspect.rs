@@ -2,7 +2,7 @@
 //!
 //! Human output goes through [`clean`], so a holder's label or data cannot
 //! put control characters on the terminal; JSON escapes them itself. The
-//! JSON shapes are documented in the README and kept stable.
+//! JSON shapes are documented in `docs/cli.md` and kept stable.
 
 use std::fmt::Write as _;
 use std::process::ExitCode;

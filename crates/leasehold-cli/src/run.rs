@@ -201,8 +201,8 @@ pub fn describe_run(run: &RunRecord) -> String {
 /// How `run` ended, for `run --json`: whose exit code leasehold exits with.
 #[derive(Debug, serde::Serialize)]
 pub struct RunResult {
-    /// "completed", "not_obtained", "lost", "not_started", "interrupted"
-    /// or "error".
+    /// "completed", "skipped", "not_obtained", "lost", "not_started",
+    /// "interrupted" or "error".
     pub result: &'static str,
     /// The code leasehold exits with.
     pub exit_code: u8,

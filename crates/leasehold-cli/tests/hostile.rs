@@ -597,7 +597,7 @@ fn keys_of(v: &serde_json::Value) -> Vec<&str> {
     keys
 }
 
-/// The JSON shapes the README documents, field for field.
+/// The JSON shapes `docs/cli.md` documents, field for field.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_output_has_the_documented_shapes() {
     let env = Env::new();

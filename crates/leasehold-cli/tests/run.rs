@@ -16,7 +16,7 @@ fn runs_the_command_with_key_and_token_in_its_environment() {
     let script = r#"echo "$LEASEHOLD_KEY $LEASEHOLD_FENCING_TOKEN""#;
     let first = env.output(&["run", "jobs/import-A", "--", "sh", "-c", script]);
     assert_eq!(first.code, Some(0), "{first:?}");
-    // Tokens start at the store epoch's base (see the README's store epochs).
+    // Tokens start at the store epoch's base (docs/guarantees.md).
     let token = |out: &str| -> u64 {
         let t = out.strip_prefix("jobs/import-A ").expect(out);
         t.trim_end().parse().expect(out)

@@ -25,8 +25,6 @@
 //! `max_clock_skew` (such as `2s`) to opt into [`TakeoverMode::TrustClocks`],
 //! `max_ttl` (such as `5m`) for the max TTL a table created now records
 //! (see [Store epoch and quarantine](#store-epoch-and-quarantine)),
-//! `max_ttl` (such as `5m`) for the max TTL a table created now records
-//! (see [Store epoch and quarantine](#store-epoch-and-quarantine)),
 //! `create_table=false` to refuse creating a missing table. Credentials come
 //! from aws-config's standard chain: environment, profile files, web
 //! identity, ECS and EC2 instance metadata. See [`DynamoDbBackend::builder`]

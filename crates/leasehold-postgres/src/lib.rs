@@ -31,7 +31,8 @@
 //! `wake_ups=on|off` (see [Wake-ups](#wake-ups-across-machines)). The
 //! client's own parameters `connect_timeout`, `application_name`, `options`,
 //! `keepalives`, `keepalives_idle`, `target_session_attrs`,
-//! `channel_binding`, `load_balance_hosts` and `hostaddr` pass through.
+//! `channel_binding`, `load_balance_hosts`, `hostaddr`, `host`, `port`,
+//! `user`, `dbname` and `password` pass through.
 //! The password is never printed: not by `Debug` (of the builder, the
 //! backend or the client's configuration), not in errors (URL errors name
 //! the part that is wrong, connection errors come from the client, which

@@ -158,8 +158,8 @@
 //! Telling the restarted server's data apart from lost data would take
 //! something Redis does not record, so any new server process counts as
 //! data loss. The cost: every restart or failover ends every lease (the
-//! holders are told lost at their next renewal) and grants wait one max
-//! TTL.
+//! holders are told lost at their next renewal) and grants wait one
+//! confirmation window.
 //!
 //! Tests: `tests/store_loss.rs` (the conformance suite's store-loss tests
 //! with `FLUSHALL` under a live holder and a waiter), `tests/restart.rs`

@@ -3,11 +3,12 @@
 //! Many instances of a program on many machines; for a given resource only
 //! one may work at a time. leasehold gives them a named [`Lock`] kept in
 //! storage they already run (the embedded SQLite store on one machine; Azure
-//! Blob Storage and DynamoDB through their own crates). A holder's lease
-//! times out if it dies; a live holder's [`LeaseGuard`] renews it in the
-//! background; a holder that can no longer renew is told so *before* anyone
-//! else can take over; and every grant carries a fencing token that only ever
-//! grows, so stale holders can be rejected downstream.
+//! Blob Storage, DynamoDB, PostgreSQL, Redis and etcd through their own
+//! crates). A holder's lease times out if it dies; a live holder's
+//! [`LeaseGuard`] renews it in the background; a holder that can no longer
+//! renew is told so *before* anyone else can take over; and every grant
+//! carries a fencing token that only ever grows, so stale holders can be
+//! rejected downstream.
 //!
 //! ```
 //! use std::time::Duration;
