@@ -88,10 +88,12 @@ fn main() -> ExitCode {
                     output::die_of_sigpipe();
                 }
             }
-            let message = stores::scrub(&error_chain(&err), store_url.as_deref());
+            // The store's URL, and any argument (a URL given as the key).
+            let message = scrub_args(&stores::scrub(&error_chain(&err), store_url.as_deref()));
             say!("{message}");
             let code = exit_code_for(&err);
             if let Some(key) = json_result {
+                let key = scrub_args(&key);
                 run::report_json(&run::RunResult::failed(&key, code, message));
             }
             ExitCode::from(code)

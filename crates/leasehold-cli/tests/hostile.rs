@@ -299,6 +299,104 @@ fn secrets_in_store_urls_are_never_printed() {
     }
 }
 
+/// Every way a hostile or careless command line can carry a store URL
+/// (a stray space, a duplicate, a typo in the command, a URL given where
+/// a key or a duration belongs, a bad escape, a trailing newline in the
+/// environment), on every scheme, for every command: no secret in any
+/// output. The stores are unreachable (port 1) or refuse, so each case
+/// also goes through the paths that report a failing store.
+#[test]
+fn a_sweep_of_hostile_command_lines_never_prints_a_secret() {
+    let env = Env::new();
+    let urls = [
+        "redis://user:S3CRETPW@127.0.0.1:1/0",
+        "rediss://:S3CRETPW@127.0.0.1:1",
+        "etcd://root:S3CRETPW@127.0.0.1:1?prefix=p",
+        "etcds://root:S3CR%zzETPW@127.0.0.1:1",
+        "postgres://postgres:S3CRETPW@127.0.0.1:1/db",
+        "postgresql://u:S3CRETPW@127.0.0.1:1/db?password=S3CRETQ",
+        "azblob://c?sv=2024&sig=S3CRETSIG%2Bx",
+        "azblob://acct:S3CRETPW@c",
+        "dynamodb://t?endpoint=http%3A%2F%2F127.0.0.1%3A1&token=S3CRETTOK",
+        "sqlite:/proc/none/x.db?key=S3CRETQ",
+    ];
+    let mut cases: Vec<(Vec<String>, Option<String>)> = Vec::new();
+    for url in urls {
+        let u = url.to_string();
+        let argv = |a: &[&str]| -> Vec<String> {
+            a.iter()
+                .map(|s| {
+                    if *s == "URL" {
+                        u.clone()
+                    } else {
+                        s.to_string()
+                    }
+                })
+                .collect()
+        };
+        for args in [
+            &["--store", "URL", "list"][..],
+            &["--store=", "URL", "list"],
+            &["--store", "URL", "--store", "URL", "status", "k"],
+            &["list", "--store", "URL"],
+            &["--store=URL", "lsit"],
+            &["run", "--json", "URL", "--", "true"],
+            &["run", "--json", "--store=", "URL", "k", "--", "true"],
+            &["run", "k", "--ttl", "URL", "--", "true"],
+            &["run", "--json", "k", "--store", "URL", "--", "true"],
+            &["leader", "--store", "URL", "URL"],
+            &["break", "k", "--store", "URL"],
+        ] {
+            cases.push((argv(args), None));
+        }
+        cases.push((
+            argv(&["run", "--json", "k", "--", "true"]),
+            Some(format!("{url}\n")),
+        ));
+        cases.push((argv(&["status", "k"]), Some(format!(" {url}"))));
+    }
+    assert!(cases.len() >= 100, "{} cases", cases.len());
+    // Unreachable stores answer at once, but some retry: run the cases
+    // side by side.
+    let env = &env;
+    let failures: Vec<String> = std::thread::scope(|scope| {
+        let handles: Vec<_> = cases
+            .chunks(cases.len().div_ceil(8))
+            .map(|chunk| {
+                scope.spawn(move || {
+                    let mut failures = Vec::new();
+                    for (args, store) in chunk {
+                        let mut cmd = env.leasehold();
+                        cmd.env_remove("LEASEHOLD_STORE").args(args);
+                        if let Some(store) = store {
+                            cmd.env("LEASEHOLD_STORE", store);
+                        }
+                        let out = cmd.output().unwrap();
+                        let text = format!(
+                            "{}{}",
+                            String::from_utf8_lossy(&out.stdout),
+                            String::from_utf8_lossy(&out.stderr)
+                        );
+                        if out.status.success()
+                            || text.contains("S3CR")
+                            || text.contains("panicked")
+                        {
+                            failures
+                                .push(format!("{args:?} {store:?} -> {:?}: {text}", out.status));
+                        }
+                    }
+                    failures
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn control_characters_from_the_store_never_reach_the_terminal() {
     let env = Env::new();
