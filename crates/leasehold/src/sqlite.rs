@@ -12,7 +12,13 @@
 //! five. A WAL left beside a database file that was deleted is deleted by SQLite
 //! when the empty file is opened; copying a database file in while the old
 //! WAL stays is the same mistake it is for any SQLite file (remove the
-//! `-wal` and `-shm` files with it). One table:
+//! `-wal` and `-shm` files with it): SQLite reads the WAL's pages over the
+//! new file. leasehold refuses to open such a file, writing nothing, when
+//! the epoch row (read through the WAL) names another file and the WAL
+//! holds pages not yet copied into a file (from the `-shm` file's
+//! WAL-index header), inside the write transaction that would start the
+//! new epoch, so a process that named the new file first is never taken
+//! for a leftover (test: `tests/sqlite_restore.rs`). One table:
 //!
 //! ```sql
 //! CREATE TABLE leasehold_leases (
@@ -457,6 +463,23 @@ impl SqliteBackend {
             if row.file == file && row.boot_id == *self.boot_id {
                 return Ok(row.clone());
             }
+            // Inside the write transaction: a process that opened the
+            // replaced file first would have named it in the row before
+            // writing anything else, so pages in the WAL now were written
+            // for another file. Nothing is written (the transaction is
+            // rolled back).
+            let pages = wal_pages_not_in_file(&self.path);
+            if row.file != file && pages > 0 {
+                let path = self.path.display();
+                return Err(Error::backend(
+                    NAME,
+                    "open",
+                    false,
+                    format!(
+                        "{path} was replaced (a copy or a restored backup) while {path}-wal still holds {pages} pages written for the file it replaced, which SQLite reads over this one; stop every process using the store, remove {path}-wal and {path}-shm, and open it again (a new store epoch begins; nothing in that WAL is needed)"
+                    ),
+                ));
+            }
         }
         let now = SystemClock.now().as_nanos() as i64;
         let has_rows = tx
@@ -621,6 +644,28 @@ const PROVEN: i64 = i64::MIN;
 /// epoch began whatever window a process uses.
 fn quarantine_ns() -> i64 {
     (CONFIRMATION_WINDOW + CONFIRMATION_WINDOW / 1000).as_nanos() as i64
+}
+
+/// How many pages the WAL beside `path` holds that are not yet copied into
+/// the database file: `mxFrame - nBackfill` from the WAL-index in the
+/// `-shm` file (SQLite's documented format, <https://sqlite.org/walformat.html>:
+/// `isInit` at byte 12, `mxFrame` at 16, `nBackfill` at 96, native byte
+/// order), current once a connection has read the file. SQLite has no call
+/// that tells this without checkpointing, which would copy the pages in.
+/// 0 when there is no such file or it is not initialised.
+fn wal_pages_not_in_file(path: &Path) -> u32 {
+    use std::io::Read;
+    let mut shm = path.as_os_str().to_owned();
+    shm.push("-shm");
+    let mut header = [0u8; 100];
+    let read = std::fs::File::open(shm).and_then(|mut f| f.read_exact(&mut header));
+    if read.is_err() || header[12] == 0 {
+        return 0;
+    }
+    let word = |at: usize| {
+        u32::from_ne_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
+    };
+    word(16).saturating_sub(word(96))
 }
 
 fn read_epoch(conn: &Connection) -> rusqlite::Result<Option<EpochRow>> {
