@@ -88,6 +88,16 @@ const CLOCK_ID: libc::clockid_t = libc::CLOCK_BOOTTIME;
 #[cfg(not(target_os = "linux"))]
 const CLOCK_ID: libc::clockid_t = libc::CLOCK_MONOTONIC;
 
+impl SystemClock {
+    /// One handle for the whole process: the stores made on the system
+    /// clock share it, and so share one queue (and one wait) in the
+    /// renewal scheduler, which groups leases by their clock handle.
+    pub(crate) fn shared() -> SharedClock {
+        static SHARED: std::sync::OnceLock<SharedClock> = std::sync::OnceLock::new();
+        SHARED.get_or_init(|| Arc::new(SystemClock)).clone()
+    }
+}
+
 impl Clock for SystemClock {
     fn now(&self) -> Duration {
         let mut ts = libc::timespec {
