@@ -28,7 +28,7 @@
 //! task or the scheduler wakes then (within a timer's slack), so
 //! [`LeaseGuard::lost`](crate::LeaseGuard::lost) completes then, not a
 //! suspend later. Tested by `tests/guard_and_waiting.rs`
-//! (`a_suspend_*_is_noticed_on_resume`, with a
+//! (the `a_suspend_*` tests, with a
 //! [`ManualClock`](crate::ManualClock) moved as a suspend moves the boot
 //! clock) and `src/boot_timer.rs`'s tests.
 

@@ -1031,3 +1031,28 @@ async fn a_suspend_during_a_renewal_is_noticed_on_resume() {
     backend.renewal_gate.notify_one();
     assert!(guard.release().await.unwrap_err().is_lease_lost());
 }
+
+/// The scheduler waits on each clock its queued leases are timed on: a
+/// lease on the system clock queued first (due much later) does not keep
+/// the scheduler from noticing that one on another clock fell due.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspend_is_noticed_with_leases_on_other_clocks_queued() {
+    let (_, system) = faulty();
+    let (_, clock, store) = faulty_on_a_manual_clock();
+    let opts = LockOptions::new().ttl(Duration::from_secs(60));
+    let steady = system.lock_with("k", opts.clone()).unwrap();
+    let steady = steady.try_acquire().await.unwrap();
+    let guard = store
+        .lock_with("k", opts)
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    clock.advance(Duration::from_secs(120));
+    tokio::time::timeout(PROMPTLY, guard.lost())
+        .await
+        .expect("the loss was not signalled on resume");
+    assert!(!steady.is_lost());
+    steady.release().await.unwrap();
+    assert!(guard.release().await.unwrap_err().is_lease_lost());
+}
