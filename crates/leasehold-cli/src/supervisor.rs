@@ -15,7 +15,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::sync::Mutex;
 
 use anyhow::Context;
-use leasehold::LeaseGuard;
+use leasehold::{Clock, LeaseGuard, SystemClock};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
@@ -89,7 +89,6 @@ pub async fn supervise(
     let mut deadlines_open = true;
     let mut backup_done = false;
     loop {
-        let backup_in = (deadline + lease.grace).saturating_sub(watchdog::now());
         tokio::select! {
             line = lines.next_line() => match line {
                 Ok(Some(line)) => {
@@ -122,8 +121,9 @@ pub async fn supervise(
             }
             // Only if the watchdog is not doing its job (frozen): the
             // deadline and the grace have passed and the tree is not
-            // reported gone.
-            _ = tokio::time::sleep(backup_in), if !backup_done && !state.done => {
+            // reported gone. On the boot clock, like the deadline, so that
+            // a suspend does not put it off.
+            _ = SystemClock.sleep_until(deadline + lease.grace), if !backup_done && !state.done => {
                 backup_done = true;
                 tracing::warn!("the watchdog did not stop the command by the deadline; killing its process group");
                 state.kill_backup();

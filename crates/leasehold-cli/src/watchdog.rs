@@ -59,15 +59,57 @@
 //! `leasehold` releases the lease only after that report (it reaps the
 //! watchdog, which removes the cgroup and exits, after the release).
 //!
+//! # Timers, and a suspended machine
+//! Every time above is on `CLOCK_BOOTTIME` ([`now`]), which counts the time
+//! the machine spends suspended, and so does every wait of the watchdog: it
+//! waits in `ppoll` on the control pipe, the command's pidfd and an *alarm*,
+//! a timerfd on `CLOCK_BOOTTIME` set (`TFD_TIMER_ABSTIME`) to the next time
+//! due (`D`, or the SIGKILL time once stopping). `ppoll`'s own timeout
+//! counts on `CLOCK_MONOTONIC`, which stands still during a suspend: on its
+//! own it would end late by the whole suspend, and the command would run
+//! that long past its deadline after resume. With the alarm, the watchdog
+//! wakes on resume if the deadline passed while the machine slept, and
+//! stops the tree then, as for any deadline. The timeout stays: as the
+//! TICK while a tree is being stopped (orphans' exits give no event), and
+//! as a fallback where there is no timerfd. `leasehold`'s own waits on the
+//! deadline (its renewal task, and its backup SIGKILL of the group if the
+//! watchdog fails) are on the same clock (see
+//! [`Clock::sleep_until`](leasehold::Clock::sleep_until)).
+//!
+//! The command resumes together with the watchdog, so it may run for a
+//! moment after resume before the signals reach it; its lease had run out
+//! while everything slept, and the fencing token is what protects the
+//! resource then (as for a frozen machine, below).
+//!
+//! Tested: `tests::the_alarm_fires_at_its_time_on_the_boot_clock` (the
+//! alarm is on the boot clock) and `tests::wait_ends_at_the_deadline_on_the_boot_clock`
+//! (`wait` ends at the deadline when `ppoll`'s timeout would run an hour
+//! longer, the gap a suspend opens). A test cannot suspend the machine;
+//! the check by hand, on a machine that can sleep:
+//! ```text
+//! leasehold --store sqlite:/tmp/l.db run --ttl 20s k -- sleep 600
+//! sudo rtcwake -m freeze -s 60    # or -m mem; or close the laptop's lid
+//! ```
+//! On resume (60 s later, past the 20 s lease) `leasehold` says the
+//! deadline passed and stops the command at once; before this alarm it did
+//! so only after the deadline's remainder counted again on the monotonic
+//! clock. `kill -STOP -PGID` of `leasehold`'s whole process group for
+//! longer than the TTL, then `kill -CONT -PGID`, is the stand-in without a
+//! machine that sleeps: it shows the behaviour on resume (the tree stopped
+//! at once, `leasehold` exits 76) but not the clock difference, since
+//! `CLOCK_MONOTONIC` keeps counting while processes are stopped.
+//!
 //! # What can escape
 //! * If the watchdog itself is killed with SIGKILL, the command (its direct
 //!   child) dies with it (`PR_SET_PDEATHSIG`) and `leasehold` kills the
 //!   process group and the cgroup; descendants that left both (possible only
 //!   without a cgroup) survive.
 //! * If both `leasehold` and the watchdog are frozen (SIGSTOP to
-//!   `leasehold`'s whole process group, or the whole machine frozen), nobody
-//!   acts until they resume; a frozen machine freezes the command too, and
-//!   the fencing token is what protects the resource then.
+//!   `leasehold`'s whole process group, or the whole machine frozen or
+//!   suspended), nobody acts until they resume; on resume the watchdog acts
+//!   at once on a deadline that passed meanwhile (see above). A frozen
+//!   machine freezes the command too, and the fencing token is what
+//!   protects the resource then.
 //! * A process stuck in uninterruptible sleep ignores SIGKILL until the
 //!   kernel lets it go; the watchdog then reports it as left, and `leasehold`
 //!   says so.
@@ -289,6 +331,7 @@ fn serve(
         killed_at: None,
         parent_gone: false,
         childless: false,
+        alarm: Alarm::new(),
     };
     dog.run(command);
 }
@@ -345,6 +388,10 @@ struct Watchdog {
     /// then has no living descendant (an orphan of the tree becomes its
     /// child).
     childless: bool,
+    /// Wakes `wait` at the next due time on the boot clock; `None` if the
+    /// kernel gave no timerfd (then only ppoll's timeout, which does not
+    /// count a suspend).
+    alarm: Option<Alarm>,
 }
 
 impl Watchdog {
@@ -476,7 +523,9 @@ impl Watchdog {
         true
     }
 
-    /// Waits for an order, the command's exit, or the next thing due.
+    /// Waits for an order, the command's exit, or the next thing due: at
+    /// `due` on the boot clock (the alarm), whatever `CLOCK_MONOTONIC`, on
+    /// which ppoll's timeout counts, did meanwhile.
     fn wait(&mut self, now: Duration) {
         let mut due = if self.stopping.is_none() {
             self.deadline
@@ -503,6 +552,18 @@ impl Watchdog {
         if self.pidfd >= 0 && self.status.is_none() {
             fds.push(libc::pollfd {
                 fd: self.pidfd,
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        // The timeout below counts on CLOCK_MONOTONIC, which stands still
+        // while the machine is suspended; the alarm, on CLOCK_BOOTTIME,
+        // does not, and ends the wait at `due` (on resume, if the machine
+        // slept past it). Re-arming clears its last expiry.
+        if let Some(alarm) = &self.alarm {
+            alarm.set(due);
+            fds.push(libc::pollfd {
+                fd: alarm.fd.as_raw_fd(),
                 events: libc::POLLIN,
                 revents: 0,
             });
@@ -693,6 +754,49 @@ impl Watchdog {
     /// Writes a report line; `leasehold` may be gone, which is fine.
     fn say(&mut self, line: &str) {
         let _ = self.report.write_all(format!("{line}\n").as_bytes());
+    }
+}
+
+/// A timerfd on `CLOCK_BOOTTIME`, the clock of every deadline here, set to
+/// an absolute time: readable from that time on, however long the machine
+/// was suspended before it (ppoll's own timeout counts on
+/// `CLOCK_MONOTONIC`, which does not count a suspend). Made with rustix's
+/// safe wrappers.
+struct Alarm {
+    fd: OwnedFd,
+}
+
+impl Alarm {
+    /// `None` if the kernel gives no timerfd on `CLOCK_BOOTTIME` (Linux
+    /// before 3.15).
+    fn new() -> Option<Alarm> {
+        use rustix::time::{timerfd_create, TimerfdClockId, TimerfdFlags};
+        let flags = TimerfdFlags::CLOEXEC | TimerfdFlags::NONBLOCK;
+        timerfd_create(TimerfdClockId::Boottime, flags)
+            .ok()
+            .map(|fd| Alarm { fd })
+    }
+
+    /// Readable from `at` on the boot clock ([`now`]) on, at once if that
+    /// has passed; not readable before (setting it clears an expiry not yet
+    /// read).
+    fn set(&self, at: Duration) {
+        use rustix::time::{timerfd_settime, Itimerspec, TimerfdTimerFlags, Timespec};
+        // A zero time would disarm it; the boot clock is never at zero.
+        let at = at.max(Duration::from_nanos(1));
+        let spec = Itimerspec {
+            it_interval: Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: Timespec {
+                tv_sec: at.as_secs().min(i64::MAX as u64) as _,
+                tv_nsec: at.subsec_nanos() as _,
+            },
+        };
+        // Cannot fail with our own fd and a valid time; if it did, ppoll's
+        // timeout would still end the wait (late by a suspend, as before).
+        let _ = timerfd_settime(&self.fd, TimerfdTimerFlags::ABSTIME, &spec);
     }
 }
 
@@ -942,5 +1046,87 @@ fn is_pipe(fd: libc::c_int) -> bool {
     unsafe {
         let mut st: libc::stat = std::mem::zeroed();
         libc::fstat(fd, &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFIFO
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn readable(fd: libc::c_int, timeout_ms: libc::c_int) -> bool {
+        let mut fds = [libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        // SAFETY: a valid array of one pollfd.
+        unsafe { libc::poll(fds.as_mut_ptr(), 1, timeout_ms) == 1 }
+    }
+
+    /// The alarm is on the boot clock ([`now`]): set to now + 100 ms it is
+    /// not readable before that time and is by it; set again, it forgets
+    /// the expiry.
+    #[test]
+    fn the_alarm_fires_at_its_time_on_the_boot_clock() {
+        let alarm = Alarm::new().expect("a timerfd on CLOCK_BOOTTIME");
+        let fd = alarm.fd.as_raw_fd();
+        let at = now() + Duration::from_millis(100);
+        alarm.set(at);
+        assert!(readable(fd, 5000), "the alarm did not fire within 5 s");
+        assert!(now() >= at, "fired before its time on the boot clock");
+        alarm.set(now() + Duration::from_secs(3600));
+        assert!(!readable(fd, 0), "setting it again keeps an old expiry");
+        alarm.set(now());
+        assert!(readable(fd, 5000), "a time already passed does not fire");
+    }
+
+    /// `wait` ends at the deadline on the boot clock even when ppoll's own
+    /// timeout, on `CLOCK_MONOTONIC`, would run far longer. It is handed a
+    /// `now` an hour old: the gap a suspend opens between the boot clock
+    /// and the monotonic one. Without the alarm it would wait the hour.
+    #[test]
+    fn wait_ends_at_the_deadline_on_the_boot_clock() {
+        let (control_rx, control_tx) = crate::supervisor::pipe().unwrap();
+        // Stands for the command's pidfd: open, never readable.
+        let (command_rx, command_tx) = crate::supervisor::pipe().unwrap();
+        let deadline = now() + Duration::from_millis(200);
+        let stale = now().saturating_sub(Duration::from_secs(3600));
+        assert!(
+            deadline - stale > Duration::from_secs(60),
+            "booted a minute ago?"
+        );
+        let mut dog = Watchdog {
+            orders: Orders {
+                pipe: File::from(control_rx),
+                buf: Vec::new(),
+            },
+            report: std::fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/null")
+                .unwrap(),
+            grace: Duration::from_secs(1),
+            deadline,
+            pid: 0,
+            pidfd: command_rx.as_raw_fd(),
+            cgroup: None,
+            terminal: None,
+            status: None,
+            stopping: None,
+            kill_at: None,
+            killed_at: None,
+            parent_gone: false,
+            childless: false,
+            alarm: Alarm::new(),
+        };
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            dog.wait(stale);
+            let _ = done_tx.send(now());
+        });
+        let woke = done_rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("wait did not end at the deadline on the boot clock");
+        assert!(woke >= deadline, "woke before the deadline");
+        drop((control_tx, command_rx, command_tx));
     }
 }

@@ -287,11 +287,18 @@ impl Holding {
 /// renews the lease every `renew_interval`. If no renewal succeeds before the
 /// safety deadline (send time of the last successful request + the TTL,
 /// capped at the [confirmation window](crate::CONFIRMATION_WINDOW), −
-/// safety margin, on the monotonic clock), or the backend says the lease is
-/// not ours,
-/// the guard becomes lost: [`is_lost`](Self::is_lost) turns true and
-/// [`lost`](Self::lost) completes, before the backend could grant the key to
-/// anyone else.
+/// safety margin, on the store's [`Clock`](crate::Clock)), or the backend
+/// says the lease is not ours, the guard becomes lost:
+/// [`is_lost`](Self::is_lost) turns true and [`lost`](Self::lost)
+/// completes, before the backend could grant the key to anyone else.
+///
+/// # Suspend
+/// The default clock, [`SystemClock`](crate::SystemClock), counts the time
+/// the machine spends suspended (`CLOCK_BOOTTIME` on Linux), and the
+/// renewal task waits on it, not on tokio's timers (which do not count a
+/// suspend): if the machine sleeps past the deadline, the guard is lost on
+/// resume, and [`lost`](Self::lost) completes then (see the renewal
+/// task's [waits](crate::Clock::sleep_until)).
 ///
 /// # Release
 /// [`release`](Self::release) ends the lease and reports errors. Dropping the
@@ -415,7 +422,9 @@ impl LeaseGuard {
         self.state.deadline_tx.subscribe()
     }
 
-    /// Completes when the lease is lost, with the reason.
+    /// Completes when the lease is lost, with the reason: at the safety
+    /// deadline on the store's clock at the latest (on resume, if the
+    /// machine was suspended past it).
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future changes nothing.

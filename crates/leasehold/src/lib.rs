@@ -113,6 +113,8 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+#[cfg(target_os = "linux")]
+mod boot_timer;
 mod clock;
 mod detach;
 mod election;
@@ -141,7 +143,7 @@ pub use backend::{
     EpochRead, Grant, HolderInfo, KeyInfo, Lease, LeaseId, Owner, ReleaseWatch, StoreEpoch,
     CONFIRMATION_WINDOW, DEFAULT_STORE_MAX_TTL, EPOCH_ORIGIN_UNIX_SECS, TOKEN_COUNTER_BITS,
 };
-pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
+pub use clock::{Clock, ClockSleep, ManualClock, SharedClock, SystemClock, CLOCK_CHECK_STEP};
 pub use detach::settle;
 pub use election::{Election, LeaderChange, LeaderObserver, LeaderStream, Leadership};
 pub use error::{BoxError, Error, LossReason, Result};

@@ -13,16 +13,35 @@
 //! [`LeaseGuard::is_lost`](crate::LeaseGuard::is_lost) reads the clock, and
 //! the task starts before the safety deadline (which is later than the
 //! first renewal).
+//!
+//! # Waits on the lease's clock
+//! Every wait here that acts on a lease's deadline ends by that deadline on
+//! the lease's [`Clock`](crate::Clock), through
+//! [`Clock::sleep_until`](crate::Clock::sleep_until), never on tokio's
+//! timers alone: the task's sleep until its next renewal (or the deadline),
+//! the limit on a renewal in flight, and the scheduler's sleep until the
+//! earliest first renewal it holds (one wait per clock, re-made when an
+//! earlier one joins: not one per queued lease). tokio's timers run on
+//! `CLOCK_MONOTONIC`, which stands still while the machine is suspended,
+//! and [`SystemClock`](crate::SystemClock) (`CLOCK_BOOTTIME`) does not: a
+//! lease whose deadline passed during a suspend is lost on resume, and the
+//! task or the scheduler wakes then (within a timer's slack), so
+//! [`LeaseGuard::lost`](crate::LeaseGuard::lost) completes then, not a
+//! suspend later. Tested by `tests/guard_and_waiting.rs`
+//! (the `a_suspend_*` tests, with a
+//! [`ManualClock`](crate::ManualClock) moved as a suspend moves the boot
+//! clock) and `src/boot_timer.rs`'s tests.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::sync::Notify;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::{Backend, Lease};
+use crate::clock::SharedClock;
 use crate::error::{Error, LossReason};
 use crate::guard::GuardState;
 use crate::options::ResolvedOptions;
@@ -80,7 +99,8 @@ impl RenewalLoop {
         tokio::select! {
             biased;
             _ = self.stop.cancelled() => return Step::Stop,
-            _ = tokio::time::sleep(wake.saturating_sub(now)) => {}
+            // On the lease's clock: ends on resume if a suspend passed it.
+            _ = clock.sleep_until(wake) => {}
         }
         let sent = clock.now();
         if sent >= deadline {
@@ -93,12 +113,14 @@ impl RenewalLoop {
         let outcome = tokio::select! {
             biased;
             _ = self.stop.cancelled() => return Step::Stop,
-            // Whatever the network does, the guard is lost at the deadline.
-            r = tokio::time::timeout(deadline - sent, self.backend.renew(&self.lease)) => r,
+            r = self.backend.renew(&self.lease) => Ok(r),
+            // Whatever the network does, the guard is lost at the deadline
+            // (on the lease's clock).
+            _ = clock.sleep_until(deadline) => Err(()),
         };
         self.state.labels.renewal(match &outcome {
             Ok(Ok(())) => "ok",
-            Ok(Err(Error::LeaseLost { .. })) | Err(_) => "lost",
+            Ok(Err(Error::LeaseLost { .. })) | Err(()) => "lost",
             Ok(Err(_)) => "error",
         });
         match outcome {
@@ -128,7 +150,7 @@ impl RenewalLoop {
                 self.next_renewal = clock.now() + pause;
                 Step::Renewed
             }
-            Err(_elapsed) => {
+            Err(()) => {
                 self.lose(LossReason::Expired);
                 Step::Lost
             }
@@ -164,11 +186,46 @@ struct Scheduler {
 
 #[derive(Debug, Default)]
 struct Queue {
-    /// By due time (and arrival, to keep entries apart).
-    due: BTreeMap<(Instant, u64), RenewalLoop>,
+    /// The loops, by the clock their leases are timed on: one entry for
+    /// all the stores on the shared [`SystemClock`](crate::SystemClock)
+    /// (unless some were given clocks of their own).
+    clocks: Vec<ClockQueue>,
     arrivals: u64,
-    /// When the scheduler wakes next by itself, if it sleeps on a timer.
-    wakes_at: Option<Instant>,
+}
+
+/// The loops whose leases are timed on one clock.
+#[derive(Debug)]
+struct ClockQueue {
+    clock: SharedClock,
+    /// By due time on `clock` (and arrival, to keep entries apart).
+    due: BTreeMap<(Duration, u64), RenewalLoop>,
+    /// When the scheduler wakes next for this clock by itself, if it
+    /// sleeps on its timer.
+    wakes_at: Option<Duration>,
+}
+
+impl Queue {
+    /// The loops on `clock`, made if need be.
+    fn on(&mut self, clock: &SharedClock) -> &mut ClockQueue {
+        let id = clock_id(clock);
+        match self.clocks.iter().position(|q| clock_id(&q.clock) == id) {
+            Some(i) => &mut self.clocks[i],
+            None => {
+                self.clocks.push(ClockQueue {
+                    clock: clock.clone(),
+                    due: BTreeMap::new(),
+                    wakes_at: None,
+                });
+                self.clocks.last_mut().expect("just pushed")
+            }
+        }
+    }
+}
+
+/// Which clock a lease is timed on: the address of its shared clock (the
+/// queue keeps a clone, so the address is not reused while it is there).
+fn clock_id(clock: &SharedClock) -> usize {
+    Arc::as_ptr(clock).cast::<()>() as usize
 }
 
 impl std::fmt::Debug for RenewalLoop {
@@ -189,25 +246,31 @@ static SCHEDULERS: Mutex<Vec<Arc<Scheduler>>> = Mutex::new(Vec::new());
 #[derive(Debug)]
 pub(crate) struct Scheduled {
     scheduler: Arc<Scheduler>,
-    at: (Instant, u64),
+    clock: usize,
+    at: (Duration, u64),
 }
 
 impl RenewalLoop {
     /// Starts this loop when its first renewal is due. Called inside a
     /// tokio runtime.
     pub fn schedule(self) -> Scheduled {
-        let first = self.next_renewal + self.opts.renew_interval;
-        let due = Instant::now() + first.saturating_sub(self.state.clock.now());
+        let due = self.next_renewal + self.opts.renew_interval;
+        let clock = self.state.clock.clone();
         let scheduler = Scheduler::current();
         let mut queue = scheduler.queue.lock().unwrap_or_else(|e| e.into_inner());
         queue.arrivals += 1;
         let at = (due, queue.arrivals);
-        queue.due.insert(at, self);
-        if queue.wakes_at.is_none_or(|t| due < t) {
+        let on_clock = queue.on(&clock);
+        on_clock.due.insert(at, self);
+        if on_clock.wakes_at.is_none_or(|t| due < t) {
             scheduler.wake.notify_one();
         }
         drop(queue);
-        Scheduled { scheduler, at }
+        Scheduled {
+            scheduler,
+            clock: clock_id(&clock),
+            at,
+        }
     }
 }
 
@@ -220,7 +283,15 @@ impl Scheduled {
             .queue
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        queue.due.remove(&self.at);
+        // A clock's queue left empty stays until the scheduler next looks,
+        // with its wake-up time: a guard that joins behind it wakes nobody.
+        if let Some(on_clock) = queue
+            .clocks
+            .iter_mut()
+            .find(|q| clock_id(&q.clock) == self.clock)
+        {
+            on_clock.due.remove(&self.at);
+        }
     }
 }
 
@@ -251,39 +322,57 @@ impl Scheduler {
         self.task.get().is_some_and(|t| !t.is_finished())
     }
 
-    /// Starts every loop that is due, then sleeps until the next one is, or
-    /// until one joins ahead of it. Ends with its runtime.
+    /// Starts every loop that is due, then sleeps until the next one is (on
+    /// its lease's clock), or until one joins ahead of it. Ends with its
+    /// runtime.
     async fn run(self: Arc<Self>) {
         loop {
             let wake = self.wake.notified();
             tokio::pin!(wake);
             wake.as_mut().enable();
             let mut due = Vec::new();
-            let next = {
+            let next: Vec<(SharedClock, Duration)> = {
                 let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-                let now = Instant::now();
-                while let Some(entry) = queue.due.first_entry() {
-                    if entry.key().0 > now {
-                        break;
+                queue.clocks.retain_mut(|on_clock| {
+                    let now = on_clock.clock.now();
+                    while let Some(entry) = on_clock.due.first_entry() {
+                        if entry.key().0 > now {
+                            break;
+                        }
+                        due.push(entry.remove());
                     }
-                    due.push(entry.remove());
-                }
-                let next = queue.due.keys().next().map(|(t, _)| *t);
-                queue.wakes_at = next;
-                next
+                    on_clock.wakes_at = on_clock.due.keys().next().map(|(t, _)| *t);
+                    // An empty one goes; a guard that comes later makes it
+                    // again and wakes the scheduler.
+                    on_clock.wakes_at.is_some()
+                });
+                queue
+                    .clocks
+                    .iter()
+                    .filter_map(|q| Some((q.clock.clone(), q.wakes_at?)))
+                    .collect()
             };
             // Outside the lock: thousands may fall due at once.
             for renewal in due {
                 tokio::spawn(renewal.run());
             }
-            match next {
-                Some(t) => {
-                    tokio::select! {
-                        _ = tokio::time::sleep_until(t) => {}
-                        _ = wake => {}
-                    }
+            if next.is_empty() {
+                wake.await;
+                continue;
+            }
+            // One wait per clock (most often one in all), for its earliest
+            // loop.
+            let mut sleeps: Vec<_> = next.iter().map(|(c, t)| c.sleep_until(*t)).collect();
+            let any_due = std::future::poll_fn(|cx| {
+                if sleeps.iter_mut().any(|s| s.as_mut().poll(cx).is_ready()) {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
                 }
-                None => wake.await,
+            });
+            tokio::select! {
+                _ = any_due => {}
+                _ = wake => {}
             }
         }
     }

@@ -77,7 +77,7 @@ impl Store {
     /// the same leases but do not share in-process wake-ups (they behave like
     /// two processes), which the conformance suite uses to race "processes".
     pub fn from_backend(backend: Arc<dyn Backend>) -> Self {
-        Self::with_clock(backend, Arc::new(SystemClock))
+        Self::with_clock(backend, SystemClock::shared())
     }
 
     /// A store whose guards time their deadlines on `clock`.

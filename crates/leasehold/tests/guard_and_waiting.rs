@@ -931,3 +931,128 @@ async fn a_zero_wait_is_one_whole_attempt() {
     assert_eq!(told, 1, "the caller hears why");
     guard.release().await.unwrap();
 }
+
+/// A store whose guards time their deadlines on a clock moved by hand, as
+/// `CLOCK_BOOTTIME` moves across a suspend: it jumps while tokio's clock
+/// (monotonic, which stands still in a suspend) does not. The store's own
+/// TTL runs in real time and does not run out during these tests.
+fn faulty_on_a_manual_clock() -> (Arc<Faulty>, Arc<leasehold::ManualClock>, Store) {
+    let backend = Arc::new(Faulty::default());
+    let clock = Arc::new(leasehold::ManualClock::new(Duration::from_secs(100)));
+    let store = Store::with_clock(backend.clone(), clock.clone());
+    (backend, clock, store)
+}
+
+/// How long a loss may take to be noticed once the clock is past the
+/// deadline: far less than the renew interval (20 s at a 60 s TTL), which
+/// is how late a timer on tokio's clock would act.
+const PROMPTLY: Duration = Duration::from_secs(3);
+
+/// A suspend longer than the lease, before its first renewal (its renewal
+/// task still waits in the scheduler's queue): on resume the loss is
+/// signalled at once, not a renew interval of tokio's clock later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspend_before_the_first_renewal_is_noticed_on_resume() {
+    let (backend, clock, store) = faulty_on_a_manual_clock();
+    let opts = LockOptions::new().ttl(Duration::from_secs(60));
+    let guard = store
+        .lock_with("k", opts)
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    assert!(!guard.is_lost());
+    // Deadline: 100 s + 60 s − 6 s; the first renewal is due at 120 s.
+    clock.advance(Duration::from_secs(120));
+    let reason = tokio::time::timeout(PROMPTLY, guard.lost())
+        .await
+        .expect("the loss was not signalled on resume");
+    assert_eq!(reason, LossReason::Expired);
+    assert_eq!(backend.renewals.load(Ordering::SeqCst), 0);
+    assert!(guard.release().await.unwrap_err().is_lease_lost());
+}
+
+/// The same with the renewal task started and asleep until its next
+/// renewal: the first renewal falls due on the lease's clock (and is made
+/// at once), then a suspend longer than the lease is noticed on resume.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspend_between_renewals_is_noticed_on_resume() {
+    let (backend, clock, store) = faulty_on_a_manual_clock();
+    let opts = LockOptions::new().ttl(Duration::from_secs(60));
+    let guard = store
+        .lock_with("k", opts)
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    let mut deadlines = guard.deadline_watch();
+    // Past the first renewal (due at 120 s), well before the deadline.
+    clock.advance(Duration::from_secs(21));
+    tokio::time::timeout(PROMPTLY, deadlines.changed())
+        .await
+        .expect("the renewal due on the lease's clock was not made")
+        .unwrap();
+    assert_eq!(backend.renewals.load(Ordering::SeqCst), 1);
+    assert_eq!(*deadlines.borrow(), Duration::from_secs(121 + 54));
+    // Asleep until the next renewal (141 s); the machine sleeps past the
+    // new deadline (175 s).
+    clock.advance(Duration::from_secs(120));
+    let reason = tokio::time::timeout(PROMPTLY, guard.lost())
+        .await
+        .expect("the loss was not signalled on resume");
+    assert_eq!(reason, LossReason::Expired);
+    assert!(guard.release().await.unwrap_err().is_lease_lost());
+}
+
+/// A renewal in flight when the machine sleeps, whose answer never comes:
+/// the guard is lost at the deadline on the lease's clock, not when a
+/// timeout on tokio's clock runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspend_during_a_renewal_is_noticed_on_resume() {
+    let (backend, clock, store) = faulty_on_a_manual_clock();
+    let opts = LockOptions::new().ttl(Duration::from_secs(60));
+    let guard = store
+        .lock_with("k", opts)
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    backend.hold_renewals.store(true, Ordering::SeqCst);
+    let sent = backend.renewal_sent.notified();
+    clock.advance(Duration::from_secs(21));
+    tokio::time::timeout(PROMPTLY, sent)
+        .await
+        .expect("the renewal due on the lease's clock was not sent");
+    clock.advance(Duration::from_secs(120));
+    let reason = tokio::time::timeout(PROMPTLY, guard.lost())
+        .await
+        .expect("the loss was not signalled on resume");
+    assert_eq!(reason, LossReason::Expired);
+    backend.renewal_gate.notify_one();
+    assert!(guard.release().await.unwrap_err().is_lease_lost());
+}
+
+/// The scheduler waits on each clock its queued leases are timed on: a
+/// lease on the system clock queued first (due much later) does not keep
+/// the scheduler from noticing that one on another clock fell due.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspend_is_noticed_with_leases_on_other_clocks_queued() {
+    let (_, system) = faulty();
+    let (_, clock, store) = faulty_on_a_manual_clock();
+    let opts = LockOptions::new().ttl(Duration::from_secs(60));
+    let steady = system.lock_with("k", opts.clone()).unwrap();
+    let steady = steady.try_acquire().await.unwrap();
+    let guard = store
+        .lock_with("k", opts)
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    clock.advance(Duration::from_secs(120));
+    tokio::time::timeout(PROMPTLY, guard.lost())
+        .await
+        .expect("the loss was not signalled on resume");
+    assert!(!steady.is_lost());
+    steady.release().await.unwrap();
+    assert!(guard.release().await.unwrap_err().is_lease_lost());
+}
