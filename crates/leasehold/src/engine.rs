@@ -22,7 +22,15 @@
 //! * **Ambiguous failures.** A retryable failure may have been granted
 //!   without our hearing: the slot keeps its lease id, so the next attempt
 //!   finds it (the store renews its own lease to the same id), and if the
-//!   wait ends first, the id is released in the background.
+//!   wait ends first, the id is released in the background, and released
+//!   again at doubling gaps for a minute ([`LATE_LANDING`]): the request
+//!   may reach the store after that first release (held in the network; a
+//!   statement PostgreSQL still runs after its client went away), and would
+//!   otherwise hold the key for nobody until its TTL ran out. An answer of
+//!   "held" does not end this (the earlier request may land later). Test:
+//!   the conformance suite's
+//!   `a_request_that_lands_after_its_caller_gave_up_is_released` (a
+//!   request delayed past its caller's first release, on every store).
 //! * **Waiting.** Tasks of one process waiting on the same lock or
 //!   semaphore queue in FIFO order on a local gate; only the first polls the
 //!   store, after a random pause between the poll bounds (a backoff after
@@ -488,8 +496,10 @@ impl Engine {
                         // No guard of this store holds it: someone else.
                         self.queue.note_held_elsewhere();
                     }
+                    // Not disarmed: an earlier attempt with this id whose
+                    // answer never came may still land (it would be
+                    // answered `Acquired` here, the same id, if it had).
                     state.anchor = None;
-                    state.pending.disarm();
                     missed.held = true;
                     missed.holders.extend(holder);
                 }
@@ -676,8 +686,12 @@ impl Engine {
                 match &outcome {
                     Ok(AcquireOutcome::Held(_) | AcquireOutcome::OtherEpoch(_)) => {}
                     Err(e) if !e.is_retryable() => {}
-                    _granted_or_unknown => {
+                    Ok(AcquireOutcome::Acquired(_)) => {
                         let _ = backend.release(&lease).await;
+                    }
+                    Err(_unknown) => {
+                        let _ = backend.release(&lease).await;
+                        chase_late_landing(backend, lease);
                     }
                 }
             }
@@ -725,10 +739,42 @@ impl Drop for PendingLease {
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
                 spawn_background(&rt, async move {
                     let _ = backend.release(&lease).await;
+                    chase_late_landing(backend, lease);
                 });
             }
         }
     }
+}
+
+/// How long after its caller gave up on it an attempt's request is chased
+/// (see [`chase_late_landing`]).
+pub(crate) const LATE_LANDING: Duration = Duration::from_secs(60);
+
+/// Releases `lease` again and again, 0.1 s after the first release, then at
+/// doubling gaps, for [`LATE_LANDING`]: an attempt whose answer never came
+/// (a timeout, a dropped connection) may still reach the store after its
+/// caller released the id once (a request held in the network, a statement
+/// the server still runs after its client went away), and would then hold
+/// the key, for nobody, until its TTL ran out. A release names the lease
+/// id, so it ends only that lease: harmless when there is none. Ten
+/// requests at most, only after an ambiguous failure. The chase is not
+/// waited for by [`settle`](crate::settle) (a process that exits ends it);
+/// a request that lands later than this, or after the process exited,
+/// holds the key until its TTL runs out.
+fn chase_late_landing(backend: Arc<dyn Backend>, lease: Lease) {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    rt.spawn(async move {
+        let mut since = Duration::ZERO;
+        let mut gap = Duration::from_millis(100);
+        while since + gap <= LATE_LANDING {
+            tokio::time::sleep(gap).await;
+            since += gap;
+            gap *= 2;
+            let _ = backend.release(&lease).await;
+        }
+    });
 }
 
 /// How a wait that ran out ends: with the last store failure if the store

@@ -140,3 +140,105 @@ pub async fn dropped_acquire_leaves_no_lease(store: Store) {
     let g = last.acquire(Duration::from_secs(15)).await.unwrap();
     g.release().await.unwrap();
 }
+
+/// A backend whose first attempt naming an epoch lands late: the caller
+/// hears a retryable failure at once (a timeout, a dropped connection),
+/// while the request itself reaches the store only `delay` later (held in
+/// the network, or a statement the server still runs after its client
+/// went away), after the caller's first release of it. The real store
+/// behind it answers everything else at once.
+#[derive(Debug)]
+struct LandsLate {
+    inner: Arc<dyn Backend>,
+    delay: Duration,
+    sent: AtomicBool,
+    landed: Arc<tokio::sync::Notify>,
+}
+
+#[async_trait::async_trait]
+impl Backend for LandsLate {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn capabilities(&self) -> crate::backend::Capabilities {
+        self.inner.capabilities()
+    }
+    async fn try_acquire(&self, request: &AcquireRequest) -> crate::Result<AcquireOutcome> {
+        if request.epoch.is_none() || self.sent.swap(true, Ordering::SeqCst) {
+            return self.inner.try_acquire(request).await;
+        }
+        let (inner, request, delay, landed) = (
+            self.inner.clone(),
+            request.clone(),
+            self.delay,
+            self.landed.clone(),
+        );
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let outcome = inner.try_acquire(&request).await;
+            assert!(
+                matches!(outcome, Ok(AcquireOutcome::Acquired(_))),
+                "the late request is granted: {outcome:?}"
+            );
+            landed.notify_one();
+        });
+        Err(Error::backend(
+            self.inner.name(),
+            "acquire",
+            true,
+            "no answer in time (the request may still land)",
+        ))
+    }
+    async fn renew(&self, lease: &Lease) -> crate::Result<()> {
+        self.inner.renew(lease).await
+    }
+    async fn release(&self, lease: &Lease) -> crate::Result<()> {
+        self.inner.release(lease).await
+    }
+    async fn inspect(&self, key: &Key) -> crate::Result<crate::backend::KeyInfo> {
+        self.inner.inspect(key).await
+    }
+    async fn break_lease(&self, key: &Key) -> crate::Result<Option<crate::backend::HolderInfo>> {
+        self.inner.break_lease(key).await
+    }
+    async fn list(&self, prefix: &str) -> crate::Result<Vec<crate::backend::KeyInfo>> {
+        self.inner.list(prefix).await
+    }
+}
+
+/// An attempt whose answer never came (the caller gave up on it) but whose
+/// request reached the store after the caller had already let it go (issue
+/// 28, item 6) does not hold the key for its TTL: the lease id it named is
+/// released again as long as such a request may still land.
+pub async fn a_request_that_lands_after_its_caller_gave_up_is_released(store: Store) {
+    let key = unique_key("late");
+    let ttl = test_ttl(&store).max(Duration::from_secs(8));
+    let landed = Arc::new(tokio::sync::Notify::new());
+    let late = Store::with_clock(
+        Arc::new(LandsLate {
+            inner: store.backend().clone(),
+            delay: Duration::from_millis(1500),
+            sent: AtomicBool::new(false),
+            landed: landed.clone(),
+        }),
+        store.clock().clone(),
+    );
+    let err = late
+        .lock_with(&key, opts(&store).ttl(ttl))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+    // The caller has given up (and released the id once, before it landed).
+    tokio::time::timeout(Duration::from_secs(30), landed.notified())
+        .await
+        .expect("the late request lands");
+    // Left alone, that lease would hold the key for its whole TTL.
+    let other = other_process(&store).lock_with(&key, opts(&store)).unwrap();
+    let guard = other
+        .acquire(ttl / 2)
+        .await
+        .unwrap_or_else(|e| panic!("the late request's lease was not released: {e}"));
+    guard.release().await.unwrap();
+}
