@@ -76,6 +76,20 @@ pub struct Cli {
     )]
     pub store: Option<String>,
 
+    /// How long opening the store may take (connecting, creating or
+    /// checking its tables), retrying failures that may pass, before
+    /// leasehold gives up with exit 1 and the last cause. Not part of
+    /// `run --wait`, which is the wait for the lock alone.
+    #[arg(
+        long,
+        global = true,
+        value_name = "DURATION",
+        default_value = "10s",
+        value_parser = parse_positive,
+        allow_hyphen_values = true
+    )]
+    pub connect_timeout: Duration,
+
     /// Show what happens (-v: acquire, renew, loss, release; -vv: more).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
@@ -261,6 +275,15 @@ impl LeaseArgs {
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (expected e.g. 30s, 500ms, 5m)"))
+}
+
+/// A duration above zero (`--connect-timeout`).
+fn parse_positive(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err("it must be longer than zero (expected e.g. 10s, 1m)".into());
+    }
+    Ok(d)
 }
 
 /// A `--once-per` period: a duration above zero.

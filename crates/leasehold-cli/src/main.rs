@@ -94,7 +94,11 @@ fn main() -> ExitCode {
             let code = exit_code_for(&err);
             if let Some(key) = json_result {
                 let key = scrub_args(&key);
-                run::report_json(&run::RunResult::failed(&key, code, message));
+                let mut result = run::RunResult::failed(&key, code, message);
+                if err.downcast_ref::<Interrupted>().is_some() {
+                    result.result = "interrupted";
+                }
+                run::report_json(&result);
             }
             ExitCode::from(code)
         }
@@ -105,38 +109,20 @@ fn main() -> ExitCode {
     code
 }
 
-async fn dispatch(mut cli: Cli) -> anyhow::Result<ExitCode> {
+async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     // Usage errors first, before any store is opened or contacted.
     let access = cli::validate(&cli.command).await?;
-    let store = match &mut cli.command {
-        // `run --wait D`: opening the store (which may contact it, as
-        // DynamoDB's table check does) is part of the wait, so an
-        // unreachable store cannot stretch it.
-        Command::Run(cli::RunArgs {
-            wait: Some(leasehold::Wait::Timeout(wait)),
-            ..
-        }) => {
-            let started = tokio::time::Instant::now();
-            let opening = stores::open_with(cli.store.as_deref(), access);
-            let Ok(store) = tokio::time::timeout(*wait, opening).await else {
-                anyhow::bail!(
-                    "cannot open store {}: no answer within the wait ({})",
-                    stores::redact(cli.store.as_deref().unwrap_or("sqlite:")),
-                    inspect::exact(*wait)
-                );
-            };
-            // What is left of it; if opening took it all, a wait that has
-            // run out (it sends nothing), not a zero wait (one whole
-            // attempt, which an unanswering store could stretch).
-            if !wait.is_zero() {
-                *wait = wait
-                    .saturating_sub(started.elapsed())
-                    .max(std::time::Duration::from_nanos(1));
-            }
-            store?
-        }
-        _ => stores::open_with(cli.store.as_deref(), access).await?,
+    // Opening has a bound of its own (`--connect-timeout`), not taken out
+    // of `run --wait`: a zero wait is one try for the lock on every store,
+    // however long connecting took. Interruptible: Ctrl-C while a store
+    // does not answer ends leasehold at once.
+    let mut signals = supervisor::Signals::new()?;
+    let store = tokio::select! {
+        // Boxed: the opener's future is deep (every store's).
+        store = Box::pin(open_within(cli.store.as_deref(), access, cli.connect_timeout)) => store?,
+        sig = signals.next() => return Err(Interrupted(sig).into()),
     };
+    drop(signals);
     match cli.command {
         Command::Run(args) => run::run(&store, args).await,
         Command::Elect(args) => elect::elect(&store, args).await,
@@ -247,6 +233,61 @@ fn failed_json_run() -> Option<String> {
     json.then(|| key.unwrap_or_default())
 }
 
+/// Opens the store, trying again after a failure that may pass (a server
+/// restarting, refusing connections for a moment) until `limit` has
+/// passed; a failure that will not pass (a bad URL, credentials refused)
+/// ends it at once.
+async fn open_within(
+    url: Option<&str>,
+    access: stores::Access,
+    limit: std::time::Duration,
+) -> anyhow::Result<leasehold::Store> {
+    let started = tokio::time::Instant::now();
+    let deadline = started + limit;
+    let mut pause = std::time::Duration::from_millis(50);
+    let mut last: Option<anyhow::Error> = None;
+    loop {
+        let attempt = tokio::time::timeout_at(deadline, stores::open_with(url, access)).await;
+        let err = match attempt {
+            Ok(Ok(store)) => return Ok(store),
+            Ok(Err(err)) => err,
+            Err(_) => {
+                let cause = last
+                    .map(|e| format!(": {}", error_chain(&e)))
+                    .unwrap_or_default();
+                anyhow::bail!(
+                    "cannot open store {}: no answer within --connect-timeout ({}){cause}",
+                    stores::redact(url.unwrap_or("sqlite:")),
+                    inspect::exact(limit)
+                );
+            }
+        };
+        let retryable = err
+            .downcast_ref::<leasehold::Error>()
+            .is_some_and(leasehold::Error::is_retryable);
+        if !retryable || tokio::time::Instant::now() + pause >= deadline {
+            return Err(err);
+        }
+        tracing::debug!(error = %error_chain(&err), retry_in = ?pause, "opening the store failed; trying again");
+        last = Some(err);
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(std::time::Duration::from_secs(1));
+    }
+}
+
+/// Ended by a signal (SIGINT, SIGTERM, SIGHUP) before the command ran:
+/// exit 128 + the signal's number.
+#[derive(Debug)]
+struct Interrupted(libc::c_int);
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "interrupted (signal {}) while opening the store", self.0)
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
 /// The error and its causes, each said once: a cause whose text its parent
 /// already contains (as `Error::Backend` repeats its source) is skipped, so
 /// messages never read "X: X".
@@ -267,6 +308,9 @@ fn error_chain(err: &anyhow::Error) -> String {
 
 /// Maps a failure to the documented exit code.
 fn exit_code_for(err: &anyhow::Error) -> u8 {
+    if let Some(Interrupted(sig)) = err.downcast_ref::<Interrupted>() {
+        return 128u8.saturating_add(*sig as u8);
+    }
     match err.downcast_ref::<leasehold::Error>() {
         Some(leasehold::Error::InvalidInput { .. } | leasehold::Error::NotSupported(_)) => {
             EXIT_USAGE

@@ -60,9 +60,6 @@ const WRITTEN_FOR_USERS: &[&str] = &[
     "crates/leasehold-etcd/README.md",
 ];
 
-/// Options every command shows, documented once in "Global options".
-const GLOBAL_OPTIONS: &[&str] = &["store", "verbose", "help", "version"];
-
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -310,7 +307,7 @@ impl Cli {
                 }
                 let own = options(&leasehold(&[c, "--help"]))
                     .into_iter()
-                    .filter(|o| !GLOBAL_OPTIONS.contains(&o.as_str()))
+                    .filter(|o| !global.contains(o))
                     .collect();
                 (c.clone(), own)
             })

@@ -813,9 +813,10 @@ async fn json_output_has_the_documented_shapes() {
 }
 
 /// DynamoDB checks its table when the store is opened: behind a black hole
-/// that check must not stretch `run --wait` either.
+/// that check ends at `--connect-timeout` (opening is not part of the
+/// wait), with exit 1 and what it waited for.
 #[test]
-fn waiting_on_an_unreachable_dynamodb_exits_1_on_time() {
+fn opening_an_unreachable_dynamodb_exits_1_at_the_connect_timeout() {
     let env = Env::new();
     let (_hole, port) = black_hole();
     let started = std::time::Instant::now();
@@ -827,7 +828,17 @@ fn waiting_on_an_unreachable_dynamodb_exits_1_on_time() {
         )
         .env("AWS_ACCESS_KEY_ID", "test")
         .env("AWS_SECRET_ACCESS_KEY", "test")
-        .args(["run", "--wait", "2s", "k", "--", "echo", "ran"])
+        .args([
+            "run",
+            "--connect-timeout",
+            "2s",
+            "--wait",
+            "2s",
+            "k",
+            "--",
+            "echo",
+            "ran",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -836,7 +847,10 @@ fn waiting_on_an_unreachable_dynamodb_exits_1_on_time() {
     let took = started.elapsed();
     let stderr = read_all(child.stderr.as_mut().unwrap());
     assert_eq!(code, Some(1), "{stderr}");
-    assert!(stderr.contains("no answer within the wait"), "{stderr}");
+    assert!(
+        stderr.contains("no answer within --connect-timeout (2s)"),
+        "{stderr}"
+    );
     assert!(took < 2 * SECS + 3 * SECS, "took {took:?}");
 }
 

@@ -233,3 +233,133 @@ rmdir "$D/inside""#;
     assert_eq!(tokens.len(), 8);
     assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
 }
+
+/// A TCP proxy in front of a test server that can stop answering as a
+/// server or network does: [`cut`](Proxy::cut) shuts every connection
+/// through it and refuses new ones (accepted and closed at once) until
+/// [`restore`](Proxy::restore).
+pub struct Proxy {
+    pub addr: std::net::SocketAddr,
+    state: std::sync::Arc<ProxyState>,
+}
+
+struct ProxyState {
+    target: std::net::SocketAddr,
+    refusing: std::sync::atomic::AtomicBool,
+    live: std::sync::Mutex<Vec<std::net::TcpStream>>,
+    /// Chunks forwarded from clients to the server.
+    writes: std::sync::atomic::AtomicUsize,
+}
+
+impl Proxy {
+    pub fn start(target: std::net::SocketAddr) -> Proxy {
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let state = std::sync::Arc::new(ProxyState {
+            target,
+            refusing: Default::default(),
+            live: Default::default(),
+            writes: Default::default(),
+        });
+        let s = state.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                if s.refusing.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
+                let Ok(server) = std::net::TcpStream::connect(s.target) else {
+                    continue;
+                };
+                let mut live = s.live.lock().unwrap();
+                live.push(client.try_clone().unwrap());
+                live.push(server.try_clone().unwrap());
+                drop(live);
+                let pump = |mut from: std::net::TcpStream,
+                            mut to: std::net::TcpStream,
+                            count: Option<std::sync::Arc<ProxyState>>| {
+                    std::thread::spawn(move || {
+                        use std::io::Write;
+                        let mut buf = [0u8; 16384];
+                        loop {
+                            match from.read(&mut buf) {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => {
+                                    if to.write_all(&buf[..n]).is_err() {
+                                        break;
+                                    }
+                                    if let Some(s) = &count {
+                                        s.writes.fetch_add(1, Ordering::SeqCst);
+                                    }
+                                }
+                            }
+                        }
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                        let _ = from.shutdown(std::net::Shutdown::Both);
+                    });
+                };
+                pump(
+                    client.try_clone().unwrap(),
+                    server.try_clone().unwrap(),
+                    Some(s.clone()),
+                );
+                pump(server, client, None);
+            }
+        });
+        Proxy { addr, state }
+    }
+
+    /// Every connection through the proxy shut, new ones refused.
+    pub fn cut(&self) {
+        use std::sync::atomic::Ordering;
+        self.state.refusing.store(true, Ordering::SeqCst);
+        for s in self.state.live.lock().unwrap().drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    /// New connections forwarded again.
+    pub fn restore(&self) {
+        self.state
+            .refusing
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// How many chunks clients have sent through the proxy.
+    pub fn writes(&self) -> usize {
+        self.state.writes.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Env {
+    /// Sends this environment's server store through a new [`Proxy`]
+    /// (its URL, or Azure's connection string, rewritten); `None` for
+    /// SQLite.
+    pub fn through_proxy(&mut self) -> Option<Proxy> {
+        const AZURITE: &str = "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1;";
+        let (url, vars) = self.store.as_mut()?;
+        for (_, v) in vars.iter_mut() {
+            if v == "UseDevelopmentStorage=true" {
+                *v = AZURITE.to_string();
+            }
+        }
+        let find = |text: &str| {
+            let at = text.find("127.0.0.1:")? + "127.0.0.1:".len();
+            let port: String = text[at..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            Some(format!("127.0.0.1:{port}"))
+        };
+        let target = find(url).or_else(|| vars.iter().find_map(|(_, v)| find(v)))?;
+        let proxy = Proxy::start(target.parse().unwrap());
+        let to = proxy.addr.to_string();
+        *url = url.replace(&target, &to);
+        for (_, v) in vars.iter_mut() {
+            *v = v.replace(&target, &to);
+        }
+        Some(proxy)
+    }
+}

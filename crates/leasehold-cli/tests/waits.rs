@@ -1,0 +1,207 @@
+//! `--wait` and `--connect-timeout` on every store (issue 29): opening the
+//! store has its own bound and is not taken out of `--wait`; `--wait 0s`
+//! is one try for the lock; a store that stops answering for a while
+//! during a wait is tried again until the wait ends. The servers are
+//! reached through a proxy that the tests cut and restore.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const SERVER_STORES: [&str; 5] = ["azblob", "dynamodb", "postgres", "redis", "etcd"];
+
+/// A TTL the test store accepts (its max TTL: Azure containers 15 s, the
+/// other stores 2 s, see `Env::on`).
+fn ttl(env: &Env) -> &'static str {
+    if env.url().starts_with("azblob:") {
+        "15s"
+    } else {
+        "2s"
+    }
+}
+
+/// Waits out a new store's quarantine, until a new process is granted at
+/// once (the age a store vouches for is taken short: by a thousandth, for
+/// a clock that runs fast, and on etcd to whole seconds, so a process just
+/// after the first grant may still find a moment of it left).
+fn warm_up(env: &Env) {
+    let started = Instant::now();
+    loop {
+        let out = env.output(&["run", "warm-up", "--ttl", ttl(env), "--", "true"]);
+        match out.code {
+            Some(0) => {
+                // etcd vouches for the age in whole seconds: one more, so
+                // that no later process meets the quarantine's last moment.
+                std::thread::sleep(Duration::from_millis(1100));
+                return;
+            }
+            Some(75) if started.elapsed() < Duration::from_secs(60) => {
+                std::thread::sleep(Duration::from_millis(100))
+            }
+            _ => panic!("{}", out.stderr),
+        }
+    }
+}
+
+/// `run KEY -- sh -c 'echo held; exec sleep 300'`, once it holds KEY.
+fn holder(env: &Env, key: &str) -> std::process::Child {
+    let mut child = env.spawn(&[
+        "run",
+        key,
+        "--ttl",
+        ttl(env),
+        "--",
+        "sh",
+        "-c",
+        "echo held; exec sleep 300",
+    ]);
+    let mut out = stdout_reader(&mut child);
+    if read_line(&mut out) != "held" {
+        child.wait().unwrap();
+        panic!("{}", read_all(child.stderr.as_mut().unwrap()));
+    }
+    child
+}
+
+/// Ends a [`holder`]: its command is stopped and the lease released.
+fn end(mut holder: std::process::Child) {
+    kill(holder.id(), libc::SIGTERM);
+    holder.wait().unwrap();
+}
+
+#[test]
+fn a_zero_wait_is_one_try_on_every_store() {
+    for store in ["sqlite"].into_iter().chain(SERVER_STORES) {
+        let Some(env) = Env::on(store) else { continue };
+        warm_up(&env);
+        let out = env.output(&["run", "k", "--ttl", ttl(&env), "--wait", "0s", "--", "true"]);
+        assert_eq!(out.code, Some(0), "{store}: {}", out.stderr);
+        let held = holder(&env, "k");
+        let out = env.output(&[
+            "run",
+            "k",
+            "--ttl",
+            ttl(&env),
+            "--wait",
+            "0s",
+            "--json",
+            "--",
+            "true",
+        ]);
+        assert_eq!(out.code, Some(75), "{store}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("\"not_obtained\""),
+            "{store}: {}",
+            out.stderr
+        );
+        end(held);
+    }
+}
+
+#[test]
+fn a_wait_rides_out_a_store_that_stops_answering_for_a_while() {
+    for store in SERVER_STORES {
+        let Some(mut env) = Env::on(store) else {
+            continue;
+        };
+        warm_up(&env);
+        let held = holder(&env, "k");
+        let proxy = env.through_proxy().unwrap();
+        let mut waiter = env.spawn(&[
+            "run",
+            "k",
+            "--ttl",
+            ttl(&env),
+            "--wait",
+            "60s",
+            "--",
+            "true",
+        ]);
+        // The waiter has opened the store and asked for the key a few
+        // times (every request goes through the proxy).
+        let started = Instant::now();
+        while proxy.writes() < 8 {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{store}: no requests"
+            );
+            assert!(waiter.try_wait().unwrap().is_none(), "{store}: ended early");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // The store is unreachable for 3 s, and the key is freed meanwhile.
+        proxy.cut();
+        end(held);
+        std::thread::sleep(Duration::from_secs(3));
+        proxy.restore();
+        let code = wait_with_timeout(&mut waiter, Duration::from_secs(60));
+        let stderr = read_all(waiter.stderr.as_mut().unwrap());
+        assert_eq!(code, Some(0), "{store}: {stderr}");
+    }
+}
+
+/// An unreachable store: exit 1 with the cause (never 75, which says the
+/// key is held), once opening (`--connect-timeout`) or, for a store that
+/// connects on first use, the wait has run out.
+#[test]
+fn an_unreachable_store_is_exit_1_with_the_cause() {
+    for store in SERVER_STORES {
+        let Some(mut env) = Env::on(store) else {
+            continue;
+        };
+        let proxy = env.through_proxy().unwrap();
+        proxy.cut();
+        let started = Instant::now();
+        let out = env.output(&[
+            "run",
+            "k",
+            "--ttl",
+            ttl(&env),
+            "--connect-timeout",
+            "2s",
+            "--wait",
+            "3s",
+            "--",
+            "true",
+        ]);
+        let took = started.elapsed();
+        assert_eq!(out.code, Some(1), "{store}: {}", out.stderr);
+        assert!(took < Duration::from_secs(20), "{store}: {took:?}");
+        assert!(!out.stderr.contains("held by"), "{store}: {}", out.stderr);
+    }
+}
+
+/// A `run --wait` started while the store is unreachable (its server
+/// restarting, a network blip) runs once the store is back, within the
+/// wait: opening and the wait both try again.
+#[test]
+fn a_wait_started_while_the_store_is_unreachable_runs_once_it_is_back() {
+    for store in SERVER_STORES {
+        let Some(mut env) = Env::on(store) else {
+            continue;
+        };
+        warm_up(&env);
+        let proxy = env.through_proxy().unwrap();
+        proxy.cut();
+        let mut waiter = env.spawn(&[
+            "run",
+            "k",
+            "--ttl",
+            ttl(&env),
+            "--wait",
+            "60s",
+            "--",
+            "true",
+        ]);
+        std::thread::sleep(Duration::from_secs(3));
+        assert!(
+            waiter.try_wait().unwrap().is_none(),
+            "{store}: gave up while the store was away"
+        );
+        proxy.restore();
+        let code = wait_with_timeout(&mut waiter, Duration::from_secs(60));
+        let stderr = read_all(waiter.stderr.as_mut().unwrap());
+        assert_eq!(code, Some(0), "{store}: {stderr}");
+    }
+}
