@@ -13,6 +13,16 @@ use crate::supervisor::{supervise, Signals};
 /// Pause before campaigning again after the command exited, so that other
 /// candidates (polling every 50-100 ms) get their turn.
 const REST: Duration = Duration::from_millis(200);
+/// The longest pause after a command that keeps failing: the pause doubles
+/// with each failure in a row (0.2 s, 0.4 s, ... 30 s) and is back to
+/// [`REST`] after a success, so that a command that fails at once is not
+/// restarted five times a second.
+const MAX_REST: Duration = Duration::from_secs(30);
+
+/// The pause after `failures` failed runs in a row (0: the last succeeded).
+fn rest_after(failures: u32) -> Duration {
+    REST.saturating_mul(1 << failures.min(8)).min(MAX_REST)
+}
 
 pub async fn elect(store: &Store, args: ElectArgs) -> anyhow::Result<ExitCode> {
     let lease = &args.lease;
@@ -21,6 +31,7 @@ pub async fn elect(store: &Store, args: ElectArgs) -> anyhow::Result<ExitCode> {
         lock_options(lease, store.confirmation_window())?,
     )?;
     let mut signals = Signals::new()?;
+    let mut failures = 0u32;
     loop {
         let mut status = StatusLine::new(&lease.key);
         let campaign = election.campaign_with(Wait::Forever, |h| {
@@ -53,12 +64,15 @@ pub async fn elect(store: &Store, args: ElectArgs) -> anyhow::Result<ExitCode> {
                 lease.key
             );
         } else {
+            failures = if outcome.code == 0 { 0 } else { failures + 1 };
+            let rest = rest_after(failures);
             say!(
-                "the command exited with {} (term {term}); campaigning again",
-                outcome.code
+                "the command exited with {} (term {term}); campaigning again in {}",
+                outcome.code,
+                crate::inspect::exact(rest)
             );
             tokio::select! {
-                _ = tokio::time::sleep(REST) => {}
+                _ = tokio::time::sleep(rest) => {}
                 sig = signals.next() => return Ok(ExitCode::from(128 + sig as u8)),
             }
         }

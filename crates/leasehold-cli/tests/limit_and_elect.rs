@@ -132,6 +132,31 @@ fn elect_campaigns_again_after_the_command_exits_until_interrupted() {
     assert_eq!(leader.stdout.trim(), "null", "resigned on the way out");
 }
 
+/// A command that keeps failing is restarted after pauses that double
+/// (not five times a second), and a success brings the pause back down.
+#[test]
+fn elect_backs_off_while_the_command_keeps_failing() {
+    let env = Env::new();
+    // Fails three times, then succeeds (a counter in a file), then fails.
+    let script = "n=$(cat \"$D/n\" 2>/dev/null || echo 0); echo $((n + 1)) > \"$D/n\"; \
+                  [ $n -eq 3 ]";
+    let mut e = env.spawn(&[
+        "elect", "--ttl", "1s", "--grace", "100ms", "flaky", "--", "sh", "-c", script,
+    ]);
+    let mut err = BufReader::new(e.stderr.take().unwrap());
+    let mut pauses = Vec::new();
+    while pauses.len() < 5 {
+        let line = read_line(&mut err);
+        assert!(!line.is_empty(), "elect ended: {pauses:?}");
+        if let Some((_, pause)) = line.rsplit_once("campaigning again in ") {
+            pauses.push(pause.to_string());
+        }
+    }
+    assert_eq!(pauses, ["400ms", "800ms", "1s 600ms", "200ms", "400ms"]);
+    kill(e.id(), libc::SIGTERM);
+    wait_with_timeout(&mut e, 10 * SECS);
+}
+
 #[test]
 fn a_lost_leadership_stops_the_command_and_campaigns_again() {
     let env = Env::new();
