@@ -4,6 +4,7 @@
 //! put control characters on the terminal; JSON escapes them itself. The
 //! JSON shapes are documented in `docs/cli.md` and kept stable.
 
+use crate::output::say;
 use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
@@ -77,6 +78,14 @@ pub async fn list(store: &Store, prefix: &str, json: bool) -> anyhow::Result<Exi
             "{}\ttoken {}\t{state}{runs}\n",
             info.key, info.fencing_token
         ))?;
+    }
+    if infos.is_empty() {
+        // Said on stderr: stdout stays empty for a script that counts lines.
+        if prefix.is_empty() {
+            say!("no keys in the store");
+        } else {
+            say!("no keys under {prefix:?}");
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -265,6 +265,42 @@ fn usage_errors_come_before_the_store_is_contacted() {
     assert_eq!(out.code, Some(1), "{out:?}");
 }
 
+/// `list` on a store with no keys says so (on stderr: stdout stays empty
+/// for scripts), instead of printing nothing at all.
+#[test]
+fn list_of_an_empty_store_says_so() {
+    let env = Env::new();
+    env.output(&["run", "jobs/a", "--", "true"]);
+    let out = env.output(&["list", "--prefix", "other/"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert_eq!(out.stdout, "");
+    assert!(out.stderr.contains("no keys under \"other/\""), "{out:?}");
+    let out = env.output(&["list", "--json", "--prefix", "other/"]);
+    assert_eq!(out.stdout.trim(), "[]");
+    assert_eq!(out.stderr, "");
+}
+
+/// `LEASEHOLD_STORE=$(cat file)` keeps no trailing newline, but a config
+/// file or a YAML block can: whitespace around the URL is not part of it.
+#[test]
+fn whitespace_around_a_store_url_is_not_part_of_it() {
+    let env = Env::new();
+    let path = env.path("ws.db");
+    let out = env
+        .leasehold()
+        .env("LEASEHOLD_STORE", format!(" sqlite:{}\n", path.display()))
+        .args(["run", "k", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(path.exists(), "the file is {path:?}, without the newline");
+    let names: Vec<_> = std::fs::read_dir(env.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(names.iter().all(|n| !n.contains('\n')), "{names:?}");
+}
+
 #[test]
 fn secrets_in_store_urls_are_never_printed() {
     let env = Env::new();

@@ -111,7 +111,13 @@ pub async fn open_backend(url: &str) -> leasehold::Result<Opened> {
 /// other process sees; with [`Access::Look`], an explicit SQLite path that
 /// does not exist. Messages never carry the URL's secrets.
 pub async fn open_with(url: Option<&str>, access: Access) -> anyhow::Result<Store> {
-    let url = url.unwrap_or("sqlite:");
+    // Whitespace around a URL is never part of it: a trailing newline from
+    // `LEASEHOLD_STORE=$(cat file)` or a config file would otherwise end up
+    // in a SQLite path, or a table or prefix name.
+    let url = url.map_or(
+        "sqlite:",
+        |u| if u.trim().is_empty() { u } else { u.trim() },
+    );
     let opened = open_url(url, access).await;
     opened.with_context(|| format!("cannot open store {}", redact(url)))
 }
