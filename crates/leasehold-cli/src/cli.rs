@@ -162,6 +162,50 @@ pub enum Command {
         /// The lock key.
         key: String,
     },
+
+    /// Print the completion script for SHELL on stdout.
+    ///
+    /// For example `leasehold completions bash >
+    /// ~/.local/share/bash-completion/completions/leasehold`, or `leasehold
+    /// completions zsh > ~/.zfunc/_leasehold`. Needs no store.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+}
+
+impl Cli {
+    /// What `completions` prints: it needs no store.
+    pub fn generated(&self) -> Option<Vec<u8>> {
+        use clap::CommandFactory;
+        let Command::Completions { shell } = &self.command else {
+            return None;
+        };
+        let mut out = Vec::new();
+        clap_complete::generate(*shell, &mut Cli::command(), "leasehold", &mut out);
+        Some(out)
+    }
+}
+
+/// The argument that prints a man page instead of the normal CLI (hidden
+/// from completions and help: scripts/man.sh uses it).
+pub const MAN_ARG: &str = "__man";
+
+/// `leasehold __man [COMMAND]`: leasehold(1), or leasehold-COMMAND(1), in
+/// roff; `None` for a command that does not exist.
+pub fn man_page(command: Option<&str>) -> Option<Vec<u8>> {
+    use clap::CommandFactory;
+    let top = Cli::command();
+    let cmd = match command {
+        None => top,
+        Some(name) => {
+            let sub = top.find_subcommand(name)?.clone();
+            sub.name(format!("leasehold-{name}"))
+        }
+    };
+    let mut out = Vec::new();
+    clap_mangen::Man::new(cmd).render(&mut out).ok()?;
+    Some(out)
 }
 
 #[derive(Debug, Args)]
@@ -371,6 +415,9 @@ pub async fn validate(command: &Command) -> anyhow::Result<Access> {
         Command::List { prefix, .. } => {
             scratch.list(prefix).await?;
             Ok(Access::Look)
+        }
+        Command::Completions { .. } => {
+            unreachable!("answered before any store is opened")
         }
     }
 }

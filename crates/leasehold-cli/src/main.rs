@@ -32,13 +32,28 @@ const SETTLE_AT_EXIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 fn main() -> ExitCode {
     let mut args = std::env::args_os();
-    if args.nth(1).is_some_and(|a| a == watchdog::ARG) {
-        return watchdog::main(args.collect());
+    match args.nth(1) {
+        Some(a) if a == watchdog::ARG => return watchdog::main(args.collect()),
+        Some(a) if a == cli::MAN_ARG => {
+            let command = args.next().map(|c| c.to_string_lossy().into_owned());
+            return match cli::man_page(command.as_deref()) {
+                Some(page) => print_generated(&page),
+                None => {
+                    say!("no such command (see leasehold --help)");
+                    ExitCode::from(EXIT_USAGE)
+                }
+            };
+        }
+        _ => {}
     }
     let cli = match Cli::parse_args() {
         Ok(cli) => cli,
         Err(err) => return usage_error(&err),
     };
+    // Generated from the command line's definition: no store, no runtime.
+    if let Some(text) = cli.generated() {
+        return print_generated(&text);
+    }
     // While this process has one thread: before tracing, metrics and the
     // runtime.
     match &cli.command {
@@ -130,6 +145,21 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status { key, json } => inspect::status(&store, &key, json).await,
         Command::List { prefix, json } => inspect::list(&store, &prefix, json).await,
         Command::Break { key } => inspect::break_lease(&store, &key).await,
+        Command::Completions { .. } => {
+            unreachable!("answered in main, before any store is opened")
+        }
+    }
+}
+
+/// Writes a completion script or man page to stdout.
+fn print_generated(text: &[u8]) -> ExitCode {
+    match output::print_bytes(text) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.is_broken_pipe() => output::die_of_sigpipe(),
+        Err(e) => {
+            say!("{e}");
+            ExitCode::from(EXIT_BACKEND)
+        }
     }
 }
 

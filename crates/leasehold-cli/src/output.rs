@@ -46,8 +46,16 @@ impl OutputError {
 /// # Errors
 /// [`OutputError`] if stdout cannot be written.
 pub fn print(text: &str) -> Result<(), OutputError> {
+    print_bytes(text.as_bytes())
+}
+
+/// As [`print`], for bytes.
+///
+/// # Errors
+/// [`OutputError`] if stdout cannot be written.
+pub fn print_bytes(bytes: &[u8]) -> Result<(), OutputError> {
     let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())
+    out.write_all(bytes)
         .and_then(|()| out.flush())
         .map_err(OutputError)
 }
