@@ -37,11 +37,20 @@ fn completions_name_every_command_and_option_and_nothing_hidden() {
         for c in commands() {
             assert!(script.contains(&c), "{shell}: no {c}");
         }
-        for option in ["--store", "--connect-timeout", "--wait", "--once-per", "--limit"] {
+        for option in [
+            "--store",
+            "--connect-timeout",
+            "--wait",
+            "--once-per",
+            "--limit",
+        ] {
             let bare = option.trim_start_matches('-');
             assert!(script.contains(bare), "{shell}: no {option}");
         }
-        assert!(!script.contains("__man") && !script.contains("__watchdog"), "{shell}");
+        assert!(
+            !script.contains("__man") && !script.contains("__watchdog"),
+            "{shell}"
+        );
     }
     // The bash script is valid bash.
     let script = leasehold(&["completions", "bash"]);
@@ -64,7 +73,10 @@ fn the_man_script_writes_a_page_for_leasehold_and_each_command() {
     assert!(out.status.success(), "{out:?}");
     let page = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
     let top = page("leasehold.1");
-    assert!(top.starts_with(".ie") && top.contains(".TH leasehold 1"), "{top}");
+    assert!(
+        top.starts_with(".ie") && top.contains(".TH leasehold 1"),
+        "{top}"
+    );
     for c in commands() {
         let own = page(&format!("leasehold-{c}.1"));
         assert!(own.contains(&format!(".TH leasehold-{c} 1")), "{c}: {own}");

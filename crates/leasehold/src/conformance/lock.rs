@@ -141,7 +141,7 @@ pub async fn dropped_acquire_leaves_no_lease(store: Store) {
     g.release().await.unwrap();
 }
 
-/// A backend whose first attempt naming an epoch lands late: the caller
+/// A backend whose first attempt once armed lands late: the caller
 /// hears a retryable failure at once (a timeout, a dropped connection),
 /// while the request itself reaches the store only `delay` later (held in
 /// the network, or a statement the server still runs after its client
@@ -151,7 +151,8 @@ pub async fn dropped_acquire_leaves_no_lease(store: Store) {
 struct LandsLate {
     inner: Arc<dyn Backend>,
     delay: Duration,
-    sent: AtomicBool,
+    /// Set by the test; taken by the attempt that lands late.
+    armed: AtomicBool,
     landed: Arc<tokio::sync::Notify>,
 }
 
@@ -164,7 +165,7 @@ impl Backend for LandsLate {
         self.inner.capabilities()
     }
     async fn try_acquire(&self, request: &AcquireRequest) -> crate::Result<AcquireOutcome> {
-        if request.epoch.is_none() || self.sent.swap(true, Ordering::SeqCst) {
+        if request.epoch.is_none() || !self.armed.swap(false, Ordering::SeqCst) {
             return self.inner.try_acquire(request).await;
         }
         let (inner, request, delay, landed) = (
@@ -212,17 +213,29 @@ impl Backend for LandsLate {
 /// released again as long as such a request may still land.
 pub async fn a_request_that_lands_after_its_caller_gave_up_is_released(store: Store) {
     let key = unique_key("late");
-    let ttl = test_ttl(&store).max(Duration::from_secs(8));
+    // Long enough to tell "released" from "expired" (the other process
+    // waits half of it), within the store's max TTL.
+    let ttl = test_ttl(&store)
+        .max(Duration::from_secs(8))
+        .min(store.backend().capabilities().max_ttl);
     let landed = Arc::new(tokio::sync::Notify::new());
-    let late = Store::with_clock(
-        Arc::new(LandsLate {
-            inner: store.backend().clone(),
-            delay: Duration::from_millis(1500),
-            sent: AtomicBool::new(false),
-            landed: landed.clone(),
-        }),
-        store.clock().clone(),
-    );
+    let backend = Arc::new(LandsLate {
+        inner: store.backend().clone(),
+        delay: Duration::from_secs(1),
+        armed: AtomicBool::new(false),
+        landed: landed.clone(),
+    });
+    let late = Store::with_clock(backend.clone(), store.clock().clone());
+    // Past the store's quarantine, if it is new to this "process".
+    late.lock_with(&unique_key("late-warm-up"), opts(&store))
+        .unwrap()
+        .acquire(expiry_wait(&store))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    backend.armed.store(true, Ordering::SeqCst);
     let err = late
         .lock_with(&key, opts(&store).ttl(ttl))
         .unwrap()
