@@ -276,6 +276,7 @@ pub async fn finish(
     // both at once measured slower, by 0.4 ms a run.)
     outcome.watchdog.reap().await;
     if !outcome.started {
+        result.error = outcome.spawn_error;
         return result.ended("not_started", outcome.code);
     }
     result.command_exit_code = Some(outcome.code);

@@ -36,6 +36,8 @@ pub struct Outcome {
     /// False if the command could not be started (`code` is then 127 when
     /// it was not found, 126 otherwise, as shells, env and timeout say).
     pub started: bool,
+    /// Why it could not be started, if it could not.
+    pub spawn_error: Option<String>,
     /// The watchdog, which reported the tree gone and is exiting: reaped
     /// with [`Exiting::reap`] after the lease is released, so that its
     /// cleanup and exit are not between the command's end and the release.
@@ -149,6 +151,7 @@ pub async fn supervise(
             lost: false,
             interrupted: None,
             started: false,
+            spawn_error: Some(message),
             watchdog,
         });
     }
@@ -157,6 +160,7 @@ pub async fn supervise(
         lost: lost || guard.is_lost(),
         interrupted,
         started: true,
+        spawn_error: None,
         watchdog,
     })
 }

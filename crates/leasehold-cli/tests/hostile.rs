@@ -577,7 +577,11 @@ async fn run_json_tells_the_commands_exit_codes_from_leaseholds() {
 
     let out = env.output(&["run", "--json", "k", "--", "/nonexistent/cmd"]);
     assert_eq!(out.code, Some(127));
-    assert_eq!(result_line(&out.stderr)["result"], "not_started");
+    let r = result_line(&out.stderr);
+    assert_eq!(r["result"], "not_started");
+    // Why it could not be started, as said on stderr.
+    let error = r["error"].as_str().unwrap_or_else(|| panic!("{r}"));
+    assert!(error.contains("/nonexistent/cmd"), "{r}");
 
     let out = env.output(&[
         "--store",
