@@ -265,6 +265,22 @@ fn usage_errors_come_before_the_store_is_contacted() {
     assert_eq!(out.code, Some(1), "{out:?}");
 }
 
+/// `-v` shows what the docs say it shows: the acquisition, each renewal,
+/// and the release.
+#[test]
+fn verbose_output_shows_acquire_renewals_and_release() {
+    let env = Env::new();
+    let out = env.output(&["-v", "run", "k", "--ttl", "300ms", "--", "sleep", "0.5"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    for event in ["acquired", "renewed", "released"] {
+        assert!(
+            out.stderr.contains(event),
+            "no {event:?} in: {}",
+            out.stderr
+        );
+    }
+}
+
 /// `list` on a store with no keys says so (on stderr: stdout stays empty
 /// for scripts), instead of printing nothing at all.
 #[test]

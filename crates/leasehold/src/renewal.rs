@@ -136,7 +136,7 @@ impl RenewalLoop {
                     return Step::Lost;
                 }
                 self.next_renewal = sent + self.opts.renew_interval;
-                tracing::trace!(key = %self.lease.key, token = self.lease.fencing_token, "renewed");
+                tracing::debug!(key = %self.lease.key, token = self.lease.fencing_token, "renewed");
                 Step::Renewed
             }
             Ok(Err(Error::LeaseLost { reason, .. })) => {
