@@ -96,7 +96,29 @@ pub async fn break_lease(store: &Store, key: &str) -> anyhow::Result<ExitCode> {
             "broke the lease of {} on {key}\n",
             clean(&holder.owner)
         ))?,
-        None => print(&format!("{key} was not held\n"))?,
+        None => {
+            // A semaphore's key has no lease of its own: its permits are
+            // slot keys, each broken on its own.
+            let slots = match store.semaphore(key, 1) {
+                Ok(sem) => sem.inspect().await.unwrap_or_default(),
+                Err(_) => Vec::new(),
+            };
+            let held: Vec<String> = slots
+                .iter()
+                .filter_map(|s| {
+                    let h = s.info.holder.as_ref()?;
+                    Some(format!("{} (held by {})", s.info.key, clean(&h.owner)))
+                })
+                .collect();
+            if !held.is_empty() {
+                say!(
+                    "{key} is a semaphore (`run --limit`): nothing was broken; its permits are its slot keys, broken one at a time with `leasehold break {key}/:slot:N`: {}",
+                    held.join(", ")
+                );
+                return Ok(ExitCode::from(crate::EXIT_USAGE));
+            }
+            print(&format!("{key} was not held\n"))?
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -265,6 +265,40 @@ fn usage_errors_come_before_the_store_is_contacted() {
     assert_eq!(out.code, Some(1), "{out:?}");
 }
 
+/// `break` on a semaphore's key does not say "not held" while its permits
+/// are held: it names the slot keys to break (exit 2, nothing broken).
+#[test]
+fn break_on_a_semaphore_key_names_its_held_slots() {
+    let env = Env::new();
+    let mut permit = env.spawn(&[
+        "run",
+        "pool",
+        "--limit",
+        "2",
+        "--",
+        "sh",
+        "-c",
+        "echo in; exec sleep 300",
+    ]);
+    let mut out = stdout_reader(&mut permit);
+    assert_eq!(read_line(&mut out), "in");
+    let broke = env.output(&["break", "pool"]);
+    assert_eq!(broke.code, Some(2), "{broke:?}");
+    assert!(broke.stderr.contains("pool/:slot:"), "{broke:?}");
+    assert!(broke.stderr.contains("nothing was broken"), "{broke:?}");
+    let status = env.output(&["status", "pool"]);
+    assert!(
+        status.stdout.contains("1 of the"),
+        "still held: {}",
+        status.stdout
+    );
+    kill(permit.id(), libc::SIGTERM);
+    permit.wait().unwrap();
+    let broke = env.output(&["break", "pool"]);
+    assert_eq!(broke.code, Some(0), "{broke:?}");
+    assert!(broke.stdout.contains("pool was not held"), "{broke:?}");
+}
+
 /// `-v` shows what the docs say it shows: the acquisition, each renewal,
 /// and the release.
 #[test]
