@@ -265,6 +265,42 @@ fn usage_errors_come_before_the_store_is_contacted() {
     assert_eq!(out.code, Some(1), "{out:?}");
 }
 
+/// SQLite paths that cannot be a store file say why, instead of "unable
+/// to open database file" (or, with a trailing '/', creating a file where
+/// a directory was meant), and create nothing.
+#[test]
+fn sqlite_paths_that_cannot_be_a_store_file_say_why() {
+    let env = Env::new();
+    let dir = env.path("a-dir");
+    std::fs::create_dir(&dir).unwrap();
+    let file = env.path("a-file");
+    std::fs::write(&file, "").unwrap();
+    for (url, says) in [
+        (format!("sqlite:{}", dir.display()), "names a directory"),
+        (
+            format!("sqlite:{}/new/", env.dir.path().display()),
+            "names a directory",
+        ),
+        (
+            format!("sqlite:{}/x.db", file.display()),
+            "is a file, not a directory",
+        ),
+    ] {
+        let out = env.output(&["--store", &url, "run", "k", "--", "true"]);
+        assert_ne!(out.code, Some(0), "{url}: {out:?}");
+        assert!(out.stderr.contains(says), "{url}: {}", out.stderr);
+        assert!(
+            !out.stderr.contains("unable to open"),
+            "{url}: {}",
+            out.stderr
+        );
+    }
+    assert!(
+        !env.path("new").exists(),
+        "nothing created for a trailing '/'"
+    );
+}
+
 /// `break` on a semaphore's key does not say "not held" while its permits
 /// are held: it names the slot keys to break (exit 2, nothing broken).
 #[test]

@@ -340,6 +340,19 @@ impl SqliteBackend {
             ));
         }
         let path = path.as_ref().to_path_buf();
+        // A store is a file: a path that names a directory would otherwise
+        // fail later as "unable to open database file", or, with a
+        // trailing '/', create a file where the directory was meant.
+        if path.as_os_str().as_encoded_bytes().ends_with(b"/") || path.is_dir() {
+            return Err(Error::invalid(
+                "store URL",
+                format!(
+                    "{} names a directory: a SQLite store is a file (e.g. {})",
+                    path.display(),
+                    path.join("leases.db").display()
+                ),
+            ));
+        }
         let backend = SqliteBackend {
             conn: Arc::new(Mutex::new(None)),
             holders: Arc::new(HolderLock::new(path.clone())),
@@ -389,16 +402,34 @@ impl SqliteBackend {
     fn try_connect(&self) -> Result<Open> {
         let fail = |what: String| Error::backend(NAME, "open", false, what);
         let dir = dir_of(&self.path);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| fail(format!("cannot create {}: {e}", dir.display())))?;
+        std::fs::create_dir_all(&dir).map_err(|e| {
+            // One of the path's parents is a file.
+            let not_a_dir = dir.ancestors().find(|a| a.is_file());
+            match not_a_dir {
+                Some(file) => fail(format!(
+                    "cannot create the directory {}: {} is a file, not a directory",
+                    dir.display(),
+                    file.display()
+                )),
+                None => fail(format!(
+                    "cannot create the directory {}: {e}",
+                    dir.display()
+                )),
+            }
+        })?;
         let mut attempts = 0;
         let (mut conn, file) = loop {
             attempts += 1;
             // The file's identity before and after opening: equal, the
             // connection is on that file (a swap in between shows).
             let before = FileId::of(&self.path).ok();
-            let conn = Connection::open(&self.path)
-                .map_err(|e| fail(format!("cannot open {}: {e}", self.path.display())))?;
+            let conn = Connection::open(&self.path).map_err(|e| {
+                fail(format!(
+                    "cannot open {}: {e}{}",
+                    self.path.display(),
+                    why_not_writable(&self.path, &dir)
+                ))
+            })?;
             let after = FileId::of(&self.path).ok();
             match (before, after) {
                 (Some(b), Some(a)) if a == b => break (conn, a),
@@ -644,6 +675,33 @@ const PROVEN: i64 = i64::MIN;
 /// epoch began whatever window a process uses.
 fn quarantine_ns() -> i64 {
     (CONFIRMATION_WINDOW + CONFIRMATION_WINDOW / 1000).as_nanos() as i64
+}
+
+/// What keeps this process from writing the store's file or its
+/// directory, if anything can be told (SQLite says "unable to open
+/// database file" for every cause): "" if nothing is found.
+fn why_not_writable(path: &Path, dir: &Path) -> String {
+    let writable = |p: &Path| {
+        use std::os::unix::ffi::OsStrExt;
+        let Ok(c) = std::ffi::CString::new(p.as_os_str().as_bytes()) else {
+            return true;
+        };
+        // SAFETY: a valid NUL-terminated path; access() only reads it.
+        unsafe { libc::access(c.as_ptr(), libc::R_OK | libc::W_OK) == 0 }
+    };
+    if path.exists() && !writable(path) {
+        format!(
+            " ({} cannot be read and written by this user)",
+            path.display()
+        )
+    } else if !writable(dir) {
+        format!(
+            " (this user cannot write in {}, where SQLite keeps the file and its -wal and -shm files)",
+            dir.display()
+        )
+    } else {
+        String::new()
+    }
 }
 
 /// How many pages the WAL beside `path` holds that are not yet copied into
