@@ -265,6 +265,34 @@ fn usage_errors_come_before_the_store_is_contacted() {
     assert_eq!(out.code, Some(1), "{out:?}");
 }
 
+/// Help written to a full disk is an error (it exited 0), and a negative
+/// number is the option's own error, not clap's "to pass '-1' as a value,
+/// use '-- -1'" tip.
+#[test]
+fn help_to_a_full_disk_fails_and_negative_numbers_get_their_own_error() {
+    let env = Env::new();
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = env.leasehold().arg("--help").stdout(full).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    for args in [
+        &["run", "k", "--ttl", "-1", "--", "true"][..],
+        &["run", "k", "--limit", "-1", "--", "true"],
+        &["run", "k", "--wait", "-5s", "--", "true"],
+    ] {
+        let out = env.output(args);
+        assert_eq!(out.code, Some(2), "{args:?}: {out:?}");
+        assert!(
+            out.stderr.contains("invalid value '-"),
+            "{args:?}: {}",
+            out.stderr
+        );
+        assert!(!out.stderr.contains("tip:"), "{args:?}: {}", out.stderr);
+    }
+}
+
 /// SQLite paths that cannot be a store file say why, instead of "unable
 /// to open database file" (or, with a trailing '/', creating a file where
 /// a directory was meant), and create nothing.

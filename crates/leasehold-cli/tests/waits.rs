@@ -205,3 +205,39 @@ fn a_wait_started_while_the_store_is_unreachable_runs_once_it_is_back() {
         assert_eq!(code, Some(0), "{store}: {stderr}");
     }
 }
+
+/// Ctrl-C while the store does not answer ends leasehold at once, with
+/// 128 + SIGINT, whether it is still opening the store or already waiting.
+#[test]
+fn ctrl_c_while_the_store_does_not_answer_ends_leasehold() {
+    for store in SERVER_STORES {
+        let Some(mut env) = Env::on(store) else {
+            continue;
+        };
+        let proxy = env.through_proxy().unwrap();
+        proxy.cut();
+        let mut waiter = env.spawn(&[
+            "run",
+            "k",
+            "--ttl",
+            ttl(&env),
+            "--wait",
+            "60s",
+            "--",
+            "true",
+        ]);
+        // Until it has tried to reach the store at least once.
+        let started = Instant::now();
+        while proxy.refused() == 0 {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{store}: never connected"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        kill(waiter.id(), libc::SIGINT);
+        let code = wait_with_timeout(&mut waiter, Duration::from_secs(10));
+        let stderr = read_all(waiter.stderr.as_mut().unwrap());
+        assert_eq!(code, Some(130), "{store}: {stderr}");
+    }
+}

@@ -249,6 +249,8 @@ struct ProxyState {
     live: std::sync::Mutex<Vec<std::net::TcpStream>>,
     /// Chunks forwarded from clients to the server.
     writes: std::sync::atomic::AtomicUsize,
+    /// Connections refused while cut.
+    refused: std::sync::atomic::AtomicUsize,
 }
 
 impl Proxy {
@@ -261,6 +263,7 @@ impl Proxy {
             refusing: Default::default(),
             live: Default::default(),
             writes: Default::default(),
+            refused: Default::default(),
         });
         let s = state.clone();
         std::thread::spawn(move || {
@@ -268,6 +271,7 @@ impl Proxy {
                 let Ok(client) = client else { continue };
                 if s.refusing.load(Ordering::SeqCst) {
                     drop(client);
+                    s.refused.fetch_add(1, Ordering::SeqCst);
                     continue;
                 }
                 let Ok(server) = std::net::TcpStream::connect(s.target) else {
@@ -325,6 +329,11 @@ impl Proxy {
         self.state
             .refusing
             .store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// How many connections were refused while cut.
+    pub fn refused(&self) -> usize {
+        self.state.refused.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// How many chunks clients have sent through the proxy.
