@@ -76,7 +76,8 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_BACKEND);
         }
     };
-    let store_url = cli.store.clone();
+    // As the opener takes it: whitespace around it is not part of it.
+    let store_url = cli.store.as_deref().map(|u| u.trim().to_string());
     let json_result = match &cli.command {
         Command::Run(args) => args.json.then(|| args.lease.key.clone()),
         _ => None,
@@ -138,6 +139,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         sig = signals.next() => return Err(Interrupted(sig).into()),
     };
     drop(signals);
+    warn_if_max_ttl_ignored(cli.store.as_deref(), &store);
     match cli.command {
         Command::Run(args) => run::run(&store, args).await,
         Command::Elect(args) => elect::elect(&store, args).await,
@@ -215,7 +217,9 @@ fn scrub_args(text: &str) -> String {
             [Some(a), value]
         })
         .flatten()
-        .chain(std::env::var("LEASEHOLD_STORE").ok());
+        .chain(std::env::var("LEASEHOLD_STORE").ok())
+        // And as the opener takes them: without whitespace around.
+        .flat_map(|a| [a.trim().to_string(), a]);
     let mut text = text.to_string();
     for arg in candidates {
         if !arg.is_empty() {
@@ -302,6 +306,31 @@ async fn open_within(
         last = Some(err);
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(std::time::Duration::from_secs(1));
+    }
+}
+
+/// Says so when the URL asks for a max TTL the store does not have: a
+/// store keeps the max TTL it was created with, and `?max_ttl=` on an
+/// existing store was ignored without a word.
+fn warn_if_max_ttl_ignored(url: Option<&str>, store: &leasehold::Store) {
+    let Some(query) = url.and_then(|u| u.split_once('?')).map(|(_, q)| q) else {
+        return;
+    };
+    let Some(asked) = query
+        .split('&')
+        .find_map(|p| p.strip_prefix("max_ttl="))
+        .and_then(|v| humantime::parse_duration(v).ok())
+    else {
+        return;
+    };
+    let has = store.backend().capabilities().max_ttl;
+    if asked != has {
+        say!(
+            "?max_ttl={} is not this store's: it keeps the max TTL it was created with ({}); leases of up to {} are allowed",
+            inspect::exact(asked),
+            inspect::exact(has),
+            inspect::exact(has)
+        );
     }
 }
 

@@ -293,6 +293,30 @@ fn help_to_a_full_disk_fails_and_negative_numbers_get_their_own_error() {
     }
 }
 
+/// A store keeps the max TTL it was created with: `?max_ttl=` on an
+/// existing store is said to be ignored, and a TTL above the store's max
+/// says where that max comes from.
+#[test]
+fn a_max_ttl_an_existing_store_does_not_have_is_said_to_be_ignored() {
+    let env = Env::new();
+    let url = format!("sqlite:{}", env.path("m.db").display());
+    let out = env.output(&["--store", &url, "run", "k", "--", "true"]);
+    assert_eq!((out.code, out.stderr.as_str()), (Some(0), ""));
+    let with = format!("{url}?max_ttl=10m");
+    let out = env.output(&["--store", &with, "run", "k", "--", "true"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(
+        out.stderr.contains("?max_ttl=10m is not this store's"),
+        "{out:?}"
+    );
+    let out = env.output(&["--store", &with, "run", "k", "--ttl", "5m", "--", "true"]);
+    assert_eq!(out.code, Some(2), "{out:?}");
+    assert!(
+        out.stderr.contains("set when the store is created"),
+        "{out:?}"
+    );
+}
+
 /// SQLite paths that cannot be a store file say why, instead of "unable
 /// to open database file" (or, with a trailing '/', creating a file where
 /// a directory was meant), and create nothing.
@@ -615,7 +639,9 @@ fn errors_say_each_thing_once() {
     ]);
     assert_eq!(out.code, Some(1));
     assert_eq!(
-        out.stderr.matches("cannot create /proc/none").count(),
+        out.stderr
+            .matches("cannot create the directory /proc/none")
+            .count(),
         1,
         "{}",
         out.stderr

@@ -33,26 +33,8 @@ const SHORT_PERIOD: u64 = 6;
 /// of a new store (so that waiting below means "held", nothing else).
 fn warm(store: &str) -> Option<Env> {
     let env = Env::on(store)?;
-    // A fresh process may see a new store's quarantine for a moment longer
-    // than the process that created it (DynamoDB dates and etcd's lease
-    // TTLs are whole seconds, and a wait of milliseconds prints nothing):
-    // go on until a process with no `--wait` (one try) is granted. (Not
-    // `--wait 0s`: opening a server store is taken out of the wait today.)
-    let run = |wait: &[&str]| {
-        let tail = ["--ttl", ttl(store), "warm-up", "--", "true"];
-        let args: Vec<&str> = ["run"].iter().chain(wait).chain(&tail).copied().collect();
-        env.output(&args)
-    };
-    for _ in 0..100 {
-        let out = run(&["--wait", "60s"]);
-        assert_eq!(out.code, Some(0), "{out:?}");
-        let out = run(&[]);
-        if out.code == Some(0) && out.stderr.is_empty() {
-            return Some(env);
-        }
-        assert_eq!(out.code, Some(75), "{out:?}");
-    }
-    panic!("every process waited for the warm-up key");
+    env.warm_up(ttl(store));
+    Some(env)
 }
 
 fn lines(env: &Env, name: &str) -> usize {

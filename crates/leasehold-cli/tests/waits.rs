@@ -22,27 +22,9 @@ fn ttl(env: &Env) -> &'static str {
     }
 }
 
-/// Waits out a new store's quarantine, until a new process is granted at
-/// once (the age a store vouches for is taken short: by a thousandth, for
-/// a clock that runs fast, and on etcd to whole seconds, so a process just
-/// after the first grant may still find a moment of it left).
+/// Waits out a new store's quarantine (see [`Env::warm_up`]).
 fn warm_up(env: &Env) {
-    let started = Instant::now();
-    loop {
-        let out = env.output(&["run", "warm-up", "--ttl", ttl(env), "--", "true"]);
-        match out.code {
-            Some(0) => {
-                // etcd vouches for the age in whole seconds: one more, so
-                // that no later process meets the quarantine's last moment.
-                std::thread::sleep(Duration::from_millis(1100));
-                return;
-            }
-            Some(75) if started.elapsed() < Duration::from_secs(60) => {
-                std::thread::sleep(Duration::from_millis(100))
-            }
-            _ => panic!("{}", out.stderr),
-        }
-    }
+    env.warm_up(ttl(env));
 }
 
 /// `run KEY -- sh -c 'echo held; exec sleep 300'`, once it holds KEY.

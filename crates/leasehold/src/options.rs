@@ -175,6 +175,18 @@ impl LockOptions {
         window: Duration,
     ) -> Result<ResolvedOptions> {
         let ttl = self.ttl;
+        if ttl > caps.max_ttl {
+            return Err(Error::invalid(
+                "ttl",
+                format!(
+                    "{} is outside the {backend} backend's range {}..={}: {} is this store's max TTL, set when the store is created (`?max_ttl=` in its URL, within what the store allows); an existing store keeps its own",
+                    fmt_duration(ttl),
+                    fmt_duration(caps.min_ttl),
+                    fmt_duration(caps.max_ttl),
+                    fmt_duration(caps.max_ttl),
+                ),
+            ));
+        }
         if ttl < caps.min_ttl || ttl > caps.max_ttl {
             return Err(Error::invalid(
                 "ttl",

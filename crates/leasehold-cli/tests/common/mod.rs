@@ -372,3 +372,27 @@ impl Env {
         Some(proxy)
     }
 }
+
+impl Env {
+    /// Waits out a new store's quarantine until any new process is granted
+    /// at once: a `run` of a key of its own with no wait (one try), again
+    /// until it is granted, and then a little more, since the age a store
+    /// vouches for is taken short (by a thousandth, for a clock that runs
+    /// fast; on etcd, to whole seconds; DynamoDB's dates are whole seconds
+    /// too), so a process just after the first grant may still meet the
+    /// quarantine's last moment.
+    pub fn warm_up(&self, ttl: &str) {
+        let started = std::time::Instant::now();
+        loop {
+            let out = self.output(&["run", "warm-up", "--ttl", ttl, "--", "true"]);
+            match out.code {
+                Some(0) => break,
+                Some(75) if started.elapsed() < Duration::from_secs(120) => {
+                    std::thread::sleep(Duration::from_millis(100))
+                }
+                _ => panic!("{out:?}"),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1100));
+    }
+}
