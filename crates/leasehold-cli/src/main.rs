@@ -2,6 +2,7 @@
 
 mod cli;
 mod elect;
+mod init;
 mod inspect;
 mod output;
 mod proctree;
@@ -24,6 +25,8 @@ pub const EXIT_LOST: u8 = 76;
 pub const EXIT_USAGE: u8 = 2;
 /// Exit code for store failures.
 pub const EXIT_BACKEND: u8 = 1;
+/// Exit code when there is no store at the URL (looking never creates one).
+pub const EXIT_NO_STORE: u8 = 3;
 /// The longest wait at exit for requests finishing in the background: a
 /// late grant's acquisition and release take well under it on a store that
 /// answers, and an unreachable store delays the exit by no more (a `run
@@ -89,7 +92,13 @@ fn main() -> ExitCode {
                 }
             }
             // The store's URL, and any argument (a URL given as the key).
-            let message = scrub_args(&stores::scrub(&error_chain(&err), store_url.as_deref()));
+            let message = match err.downcast_ref::<leasehold::Error>() {
+                Some(leasehold::Error::NoStore { what }) => {
+                    no_store_message(store_url.as_deref(), what)
+                }
+                _ => error_chain(&err),
+            };
+            let message = scrub_args(&stores::scrub(&message, store_url.as_deref()));
             say!("{message}");
             let code = exit_code_for(&err);
             if let Some(key) = json_result {
@@ -108,6 +117,9 @@ fn main() -> ExitCode {
 async fn dispatch(mut cli: Cli) -> anyhow::Result<ExitCode> {
     // Usage errors first, before any store is opened or contacted.
     let access = cli::validate(&cli.command).await?;
+    if let Command::Init { new } = cli.command {
+        return init::init(cli.store.as_deref(), new).await;
+    }
     let store = match &mut cli.command {
         // `run --wait D`: opening the store (which may contact it, as
         // DynamoDB's table check does) is part of the wait, so an
@@ -144,7 +156,14 @@ async fn dispatch(mut cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status { key, json } => inspect::status(&store, &key, json).await,
         Command::List { prefix, json } => inspect::list(&store, &prefix, json).await,
         Command::Break { key } => inspect::break_lease(&store, &key).await,
+        Command::Init { .. } => unreachable!("init opens the store itself"),
     }
+}
+
+/// What a command that only looks says when there is no store at the URL.
+fn no_store_message(url: Option<&str>, what: &str) -> String {
+    let url = stores::redact(url.unwrap_or("sqlite:"));
+    format!("no leasehold store at {url} ({what}); `leasehold init --store {url}` creates one")
 }
 
 /// Shows clap's answer to a command line it did not take: help and the
@@ -277,6 +296,7 @@ fn exit_code_for(err: &anyhow::Error) -> u8 {
             | leasehold::Error::Quarantined { .. },
         ) => EXIT_NOT_OBTAINED,
         Some(leasehold::Error::LeaseLost { .. }) => EXIT_LOST,
+        Some(leasehold::Error::NoStore { .. }) => EXIT_NO_STORE,
         _ => EXIT_BACKEND,
     }
 }
