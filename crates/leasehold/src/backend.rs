@@ -119,7 +119,15 @@
 //! DynamoDB reports the table's age on the service's own clock (creation
 //! time against the `Date` of a response); Azure the container's (its
 //! epoch marker's and the container's `Last-Modified` against the `Date`
-//! of a response; see its crate docs). "The store was created
+//! of a response; see its crate docs). And where the store's creator
+//! *states* it: a store created with [`Creation::NewProven`] (`leasehold
+//! init --new`: the operator says no store existed at that place before,
+//! so no holder of lost data can be live) records in its epoch marker that
+//! its epoch is proven, and every backend reports such an epoch as
+//! [`StoreEpoch::proven`] (an age of [`Duration::MAX`], as SQLite's
+//! directory-lock proof); a later epoch of the same store (its data lost
+//! again) is quarantined as usual. Tests: leasehold-cli's
+//! `tests/init_and_look.rs`, on every store. "The store was created
 //! by this very process" is *not* enough on its own: another process (the
 //! old holder) may still run on the lost data, which is exactly the failure
 //! this guards against. The cost: after a store is re-created under a live

@@ -126,6 +126,14 @@
 //!   file: no row holds a lease. A file written before epochs existed keeps
 //!   its leases and counters (nothing was lost) and gets an epoch at once.
 //!
+//!   A new file opened with [`Creation::NewProven`] (`leasehold init
+//!   --new`: its creator states that no earlier store existed there) is
+//!   settled at once too, recorded the same way (`settled_at_ns` = PROVEN).
+//!   Opened with [`Creation::Never`] (`leasehold list`, `status`,
+//!   `leader`), nothing is created or written: no file, or a file without
+//!   the lease table, is [`Error::NoStore`], and an epoch row of another
+//!   file or boot is reported as it is, not renewed.
+//!
 //!   The directory is the one the file really is in (symbolic links
 //!   resolved), so processes that reach one file by different paths share
 //!   the proof.
