@@ -262,7 +262,13 @@ impl PostgresBackend {
                     // Looking writes nothing: the row as it is (restored
                     // from another table, which the next acquirer renews),
                     // or an epoch of no age where there is none.
-                    Some(row) if look => return Ok(row),
+                    // (Not proven: the next acquirer starts a new epoch.)
+                    Some(row) if look => {
+                        return Ok(EpochRow {
+                            proven: false,
+                            ..row
+                        })
+                    }
                     None if look => return Ok(EpochRow::unknown(self.inner.max_ttl)),
                     _ => {}
                 }

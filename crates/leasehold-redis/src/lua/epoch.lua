@@ -14,10 +14,10 @@ if ARGV[2] == 'look' then
       -- Keys without a marker (deleted by hand): an epoch of no age.
       return { int(math.floor(now / 1000) - ORIGIN_S), ARGV[1], '0' }
     end
-    -- Written by another server process or history: as it is (the next
-    -- acquirer starts a new epoch).
+    -- Written by another server process or history: as it is, but not
+    -- proven (the next acquirer starts a new epoch, quarantined).
     m = { epoch = tonumber(old[1]), max_ttl = tonumber(old[2]) or tonumber(ARGV[1]),
-          start = tonumber(old[3]) or now, proven = old[7] == '1' }
+          start = tonumber(old[3]) or now, proven = false }
   end
   return { int(m.epoch), int(m.max_ttl), int(age_of(m, now)) }
 end
