@@ -177,7 +177,7 @@ impl AzureBackend {
     /// Cancel safe: a container or marker created meanwhile is found by
     /// the next call.
     pub async fn open_store(&self) -> Result<leasehold::StoreEpoch> {
-        self.learn_epoch().await
+        self.learn_epoch_as(self.inner.creation).await
     }
 
     /// The SDK's client for the container, for anything leasehold does not

@@ -113,6 +113,16 @@ impl AzureBackend {
     /// name can be live once the container has existed for a max TTL. The
     /// container is only asked when the marker alone is too young.
     pub(crate) async fn learn_epoch(&self) -> leasehold::Result<StoreEpoch> {
+        self.learn_epoch_as(self.inner.creation.after_open()).await
+    }
+
+    /// [`learn_epoch`](Self::learn_epoch) as `creation` allows (the
+    /// backend's own while opening, see
+    /// [`open_store`](AzureBackend::open_store)).
+    pub(crate) async fn learn_epoch_as(
+        &self,
+        creation: leasehold::Creation,
+    ) -> leasehold::Result<StoreEpoch> {
         const OP: &str = "acquire";
         // Only a container created here may get a proven marker (see
         // `Creation::NewProven`).
@@ -136,13 +146,13 @@ impl AzureBackend {
                     });
                     return Ok(epoch);
                 }
-                MarkerRead::NoContainer if self.inner.creation == leasehold::Creation::Never => {
+                MarkerRead::NoContainer if creation == leasehold::Creation::Never => {
                     return Err(Error::no_store(format!(
                         "container {} does not exist",
                         self.inner.container_name
                     )));
                 }
-                MarkerRead::NoMarker(_) if self.inner.creation == leasehold::Creation::Never => {
+                MarkerRead::NoMarker(_) if creation == leasehold::Creation::Never => {
                     // Looking writes nothing: a container without a marker
                     // has an epoch of no age (the next acquirer writes one).
                     return Ok(StoreEpoch::new(
@@ -152,7 +162,7 @@ impl AzureBackend {
                     .with_age(Some(Duration::ZERO)));
                 }
                 MarkerRead::NoMarker(date) => {
-                    let proven = created && self.inner.creation == leasehold::Creation::NewProven;
+                    let proven = created && creation == leasehold::Creation::NewProven;
                     self.create_marker(date, proven)
                         .await
                         .map_err(|e| e.into_error(OP))?;

@@ -275,7 +275,7 @@ impl DynamoDbBackendBuilder {
             ));
         };
         validate_region(&region)?;
-        let backend = DynamoDbBackend {
+        let mut backend = DynamoDbBackend {
             client: aws_sdk_dynamodb::Client::from_conf(config),
             table: self.table,
             region,
@@ -296,6 +296,8 @@ impl DynamoDbBackendBuilder {
             requests,
         };
         backend.refresh_epoch().await?;
+        // A table created again later is not the operator's new store.
+        backend.creation = backend.creation.after_open();
         Ok(backend)
     }
 }

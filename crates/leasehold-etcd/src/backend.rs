@@ -149,7 +149,7 @@ impl EtcdBackend {
         // the next request on to the next endpoint: each may be tried once.
         let mut tries = backend.inner.endpoints.len();
         let epoch = loop {
-            match backend.epoch().await {
+            match backend.epoch_as(b.creation).await {
                 Err(e) if tries > 1 && e.is_retryable() => tries -= 1,
                 other => break other?,
             }
@@ -204,15 +204,22 @@ impl EtcdBackend {
     /// # Errors
     /// [`Error::Backend`] when the cluster cannot be reached.
     pub async fn epoch(&self) -> Result<StoreEpoch> {
+        self.epoch_as(self.inner.creation.after_open()).await
+    }
+
+    /// The store's epoch, read now, created as `creation` allows (the
+    /// backend's own while opening).
+    async fn epoch_as(&self, creation: leasehold::Creation) -> Result<StoreEpoch> {
         loop {
             let snap = self.read("epoch", None).await?;
             if let Some(e) = self.store_epoch(&snap).await? {
                 return Ok(e);
             }
-            if self.inner.creation == leasehold::Creation::Never {
+            if creation == leasehold::Creation::Never {
                 return self.look_without_marker().await;
             }
-            self.create_marker().await?;
+            self.create_marker(creation == leasehold::Creation::NewProven)
+                .await?;
         }
     }
 
@@ -399,11 +406,10 @@ impl EtcdBackend {
     }
 
     /// Creates the store: the epoch marker (if still missing) and its timer.
-    async fn create_marker(&self) -> Result<()> {
-        // Proven only on the creator's statement, for a prefix with no
-        // keys at all (nothing of an earlier store is there).
-        let proven = self.inner.creation == leasehold::Creation::NewProven
-            && !self.has_keys("create store").await?;
+    async fn create_marker(&self, stated: bool) -> Result<()> {
+        // Proven only on the creator's statement while opening, for a
+        // prefix with no keys at all (nothing of an earlier store is there).
+        let proven = stated && !self.has_keys("create store").await?;
         let marker = EpochMarker {
             epoch: leasehold::epoch_at(std::time::SystemTime::now()),
             max_ttl_ms: self.inner.max_ttl.as_millis() as u64,
@@ -528,7 +534,7 @@ impl Backend for EtcdBackend {
         for _ in 0..RACE_RETRIES {
             let snap = self.read(OP, Some(&request.key)).await?;
             let Some((marker, marker_kv)) = &snap.marker else {
-                self.create_marker().await?;
+                self.create_marker(false).await?;
                 continue;
             };
             let max_ttl = Duration::from_millis(marker.max_ttl_ms);

@@ -289,7 +289,9 @@ impl PostgresBackend {
             Err(e) => return Err(db(e)),
         }
         let max_ttl_ms = self.inner.max_ttl.as_millis() as i64;
-        let proven = self.inner.creation == leasehold::Creation::NewProven;
+        // Only the table created while opening is the operator's new store:
+        // one created again later (dropped under us) is quarantined.
+        let proven = op == "open" && self.inner.creation == leasehold::Creation::NewProven;
         let tx = client.transaction().await.map_err(db)?;
         let inserted = tx
             .query_typed(

@@ -533,6 +533,18 @@ impl Creation {
     pub fn creates(self) -> bool {
         !matches!(self, Creation::Never)
     }
+
+    /// What a backend opened with `self` does after opening: the statement
+    /// of [`NewProven`](Self::NewProven) is about the store as it was when
+    /// opened, so a store created again later (its data lost under this
+    /// backend) is created as with [`IfMissing`](Self::IfMissing), and
+    /// quarantined.
+    pub fn after_open(self) -> Creation {
+        match self {
+            Creation::NewProven => Creation::IfMissing,
+            other => other,
+        }
+    }
 }
 
 /// A store's epoch, as a backend reports it.

@@ -384,6 +384,8 @@ impl SqliteBackend {
         let open = backend.connect()?;
         let backend = SqliteBackend {
             opened_epoch: Some(EpochRead::now(open.epoch.clone())),
+            // A file created again later is not the operator's new store.
+            creation: creation.after_open(),
             ..backend
         };
         *backend.conn.lock().unwrap_or_else(|e| e.into_inner()) = Some(open);
