@@ -105,3 +105,26 @@ async fn a_new_file_created_proven_is_settled_at_once() {
     assert!(granted.is_ok(), "{:?}", granted.err());
     drop(guard);
 }
+
+/// The statement is about the store as opened: a file created again
+/// later under the same backend (the first one deleted) is quarantined.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_file_created_again_later_is_quarantined() {
+    let dir = tempfile::tempdir().unwrap();
+    let holder = Store::new(open(&dir.path().join("other.db"), Creation::IfMissing).unwrap());
+    let guard = holder.lock("h").unwrap().try_acquire().await.unwrap();
+    let path = dir.path().join("stated.db");
+    let stated = Store::new(open(&path, Creation::NewProven).unwrap());
+    let first = stated.lock("k").unwrap().try_acquire().await.unwrap();
+    first.release().await.unwrap();
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+    let again = stated.lock("k").unwrap().try_acquire().await;
+    assert!(
+        matches!(again, Err(Error::Quarantined { .. })),
+        "{:?}",
+        again.map(|g| g.fencing_token())
+    );
+    drop(guard);
+}
