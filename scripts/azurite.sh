@@ -6,13 +6,13 @@
 #   scripts/azurite.sh stop
 #
 # Azurite 3.35.0 is pinned: later releases need Node 21+. It listens on
-# 127.0.0.1:10000 with in-memory storage; its log is .cache/azurite.log and
+# 127.0.0.1:$LEASEHOLD_AZURITE_PORT (default 10000) with in-memory storage; its log is .cache/azurite.log and
 # the PID of the node process itself is in .cache/azurite.pid.
 set -euo pipefail
 
 VERSION=3.35.0
 HOST=127.0.0.1
-PORT=10000
+PORT="${LEASEHOLD_AZURITE_PORT:-10000}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="$ROOT/.cache"
 PREFIX="$CACHE/azurite"

@@ -78,6 +78,8 @@ pub(crate) struct Inner {
     pub(crate) max_ttl: std::time::Duration,
     /// The container's epoch as last learnt.
     pub(crate) epoch: Mutex<Option<epoch::Known>>,
+    /// What using the backend may do to the container.
+    pub(crate) creation: leasehold::Creation,
 }
 
 impl fmt::Debug for AzureBackend {
@@ -137,6 +139,7 @@ impl AzureBackend {
         prefix: String,
         secrets: Secrets,
         max_ttl: std::time::Duration,
+        creation: leasehold::Creation,
     ) -> Self {
         AzureBackend {
             inner: Arc::new(Inner {
@@ -147,6 +150,7 @@ impl AzureBackend {
                 records: Mutex::new(HashMap::new()),
                 max_ttl,
                 epoch: Mutex::new(None),
+                creation,
             }),
         }
     }
@@ -157,6 +161,23 @@ impl AzureBackend {
     /// before the first acquisition.
     pub fn epoch(&self) -> Option<leasehold::StoreEpoch> {
         self.known_epoch()
+    }
+
+    /// Looks for the container and its epoch marker now, creating them as
+    /// the backend's [`creation`](crate::AzureBackendBuilder::creation)
+    /// allows (building sends nothing), and returns the container's epoch
+    /// (also what [`epoch`](Self::epoch) says from now on).
+    ///
+    /// # Errors
+    /// [`Error::NoStore`](leasehold::Error::NoStore) with
+    /// [`Creation::Never`](leasehold::Creation::Never) when the container
+    /// does not exist; backend failures.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a container or marker created meanwhile is found by
+    /// the next call.
+    pub async fn open_store(&self) -> Result<leasehold::StoreEpoch> {
+        self.learn_epoch_as(self.inner.creation).await
     }
 
     /// The SDK's client for the container, for anything leasehold does not
@@ -390,6 +411,12 @@ impl Backend for AzureBackend {
         Capabilities::new(MIN_TTL, max_ttl)
             .shared_across_processes(true)
             .shared_across_machines(true)
+    }
+
+    /// The epoch [`open_store`](AzureBackend::open_store) learnt, if it
+    /// was called (building sends nothing).
+    fn epoch_at_open(&self) -> Option<leasehold::StoreEpoch> {
+        self.known_epoch()
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {

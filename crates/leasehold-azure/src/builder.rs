@@ -56,6 +56,7 @@ pub struct AzureBackendBuilder {
     policies: Vec<Arc<dyn Policy>>,
     request_timeout: Option<Duration>,
     max_ttl: Option<Duration>,
+    creation: leasehold::Creation,
 }
 
 impl fmt::Debug for AzureBackendBuilder {
@@ -82,6 +83,20 @@ impl AzureBackendBuilder {
     /// An empty builder.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// What using the backend may do to the container (default
+    /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
+    /// `Never`, nothing is created or written but what `break_lease` does
+    /// (a missing container is [`Error::NoStore`](leasehold::Error::NoStore)
+    /// from [`AzureBackend::open_store`]); with `NewProven`, a container
+    /// this backend creates gets an epoch marker that says its epoch is
+    /// proven (see [`Creation::NewProven`](leasehold::Creation::NewProven)).
+    /// Building sends nothing either way: call
+    /// [`AzureBackend::open_store`] to look or create at once.
+    pub fn creation(mut self, creation: leasehold::Creation) -> Self {
+        self.creation = creation;
+        self
     }
 
     /// The container holding the lock blobs (created if missing).
@@ -311,7 +326,12 @@ impl AzureBackendBuilder {
             Error::invalid("endpoint", crate::error::redact(&e.to_string(), &secrets))
         })?;
         Ok(AzureBackend::new(
-            client, container, prefix, secrets, max_ttl,
+            client,
+            container,
+            prefix,
+            secrets,
+            max_ttl,
+            self.creation,
         ))
     }
 

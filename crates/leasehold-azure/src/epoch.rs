@@ -23,6 +23,10 @@ use crate::AzureBackend;
 pub(crate) const MARKER: &str = "~leasehold-epoch";
 /// The marker's metadata: the store max TTL in milliseconds.
 const MAX_TTL_MS: &str = "leaseholdmaxttlms";
+/// The marker's metadata on a container created with
+/// [`Creation::NewProven`](leasehold::Creation::NewProven): `1`, the epoch
+/// is proven (settled at once in every process).
+const PROVEN: &str = "leaseholdproven";
 
 /// How long to wait, after Azure said there is no marker, before writing
 /// one: a whole second on the service's clock, so that the new marker's
@@ -40,7 +44,10 @@ pub(crate) struct Known {
 impl Known {
     /// The epoch with its age as of now.
     pub(crate) fn now(&self) -> StoreEpoch {
-        let age = self.epoch.age.map(|a| a + self.read_at.elapsed());
+        let age = self
+            .epoch
+            .age
+            .map(|a| a.saturating_add(self.read_at.elapsed()));
         self.epoch.clone().with_age(age)
     }
 }
@@ -106,7 +113,20 @@ impl AzureBackend {
     /// name can be live once the container has existed for a max TTL. The
     /// container is only asked when the marker alone is too young.
     pub(crate) async fn learn_epoch(&self) -> leasehold::Result<StoreEpoch> {
+        self.learn_epoch_as(self.inner.creation.after_open()).await
+    }
+
+    /// [`learn_epoch`](Self::learn_epoch) as `creation` allows (the
+    /// backend's own while opening, see
+    /// [`open_store`](AzureBackend::open_store)).
+    pub(crate) async fn learn_epoch_as(
+        &self,
+        creation: leasehold::Creation,
+    ) -> leasehold::Result<StoreEpoch> {
         const OP: &str = "acquire";
+        // Only a container created here may get a proven marker (see
+        // `Creation::NewProven`).
+        let mut created = false;
         for _ in 0..6 {
             match self.read_marker().await.map_err(|e| e.into_error(OP))? {
                 MarkerRead::Found {
@@ -126,13 +146,30 @@ impl AzureBackend {
                     });
                     return Ok(epoch);
                 }
+                MarkerRead::NoContainer if creation == leasehold::Creation::Never => {
+                    return Err(Error::no_store(format!(
+                        "container {} does not exist",
+                        self.inner.container_name
+                    )));
+                }
+                MarkerRead::NoMarker(_) if creation == leasehold::Creation::Never => {
+                    // Looking writes nothing: a container without a marker
+                    // has an epoch of no age (the next acquirer writes one).
+                    return Ok(StoreEpoch::new(
+                        leasehold::epoch_at(std::time::SystemTime::now()),
+                        self.inner.max_ttl,
+                    )
+                    .with_age(Some(Duration::ZERO)));
+                }
                 MarkerRead::NoMarker(date) => {
-                    self.create_marker(date)
+                    let proven = created && creation == leasehold::Creation::NewProven;
+                    self.create_marker(date, proven)
                         .await
                         .map_err(|e| e.into_error(OP))?;
                 }
                 MarkerRead::NoContainer => {
-                    self.create_container()
+                    created = self
+                        .create_container()
                         .await
                         .map_err(|e| e.into_error(OP))?;
                 }
@@ -164,10 +201,18 @@ impl AzureBackend {
                     RequestError::other("the epoch marker's answer has no Last-Modified")
                 })?;
                 let meta = resp.metadata().unwrap_or_default();
+                let proven = meta
+                    .iter()
+                    .any(|(k, v)| k.eq_ignore_ascii_case(PROVEN) && v == "1");
                 Ok(MarkerRead::Found {
                     epoch: epoch_of(modified),
                     max_ttl: max_ttl_of(&meta).unwrap_or(crate::MAX_TTL),
-                    age: age_between(modified, service_date(resp.headers())),
+                    // A proven epoch reports the longest age there is.
+                    age: if proven {
+                        Duration::MAX
+                    } else {
+                        age_between(modified, service_date(resp.headers()))
+                    },
                 })
             }
             Err(e) => {
@@ -215,6 +260,7 @@ impl AzureBackend {
     async fn create_marker(
         &self,
         no_marker_at: Option<OffsetDateTime>,
+        proven: bool,
     ) -> std::result::Result<(), RequestError> {
         tokio::time::sleep(MARKER_CREATION_DELAY).await;
         let mut meta = HashMap::new();
@@ -222,6 +268,9 @@ impl AzureBackend {
             MAX_TTL_MS.to_string(),
             self.inner.max_ttl.as_millis().to_string(),
         );
+        if proven {
+            meta.insert(PROVEN.to_string(), "1".to_string());
+        }
         let options = BlockBlobClientUploadOptions {
             if_none_match: Some(Etag::from("*")),
             metadata: Some(meta),
@@ -283,17 +332,18 @@ impl AzureBackend {
         }
     }
 
-    /// Creates the container (an existing one is fine).
-    async fn create_container(&self) -> std::result::Result<(), RequestError> {
+    /// Creates the container (an existing one is fine); whether this call
+    /// created it.
+    async fn create_container(&self) -> std::result::Result<bool, RequestError> {
         match self.inner.container.create(None).await {
             Ok(_) => {
                 tracing::info!(container = %self.inner.container_name, "created container");
-                Ok(())
+                Ok(true)
             }
             Err(e) => {
                 let e = self.err(e);
                 if e.code_is("ContainerAlreadyExists") {
-                    Ok(())
+                    Ok(false)
                 } else if e.code_is("ContainerBeingDeleted") {
                     // Azure keeps a deleted container's name for a while
                     // (at least 30 s): a retry later may create it.

@@ -230,6 +230,18 @@
 //! processes that saw the newer epoch refuse the older one ("went back"),
 //! new processes accept it and may repeat its tokens.
 //!
+//! **Proven epochs, and looking without writing.** An epoch is settled at
+//! once, in every process, when its creator states that no store existed
+//! there before (`leasehold init --new`): the marker blob of a container
+//! created by a backend built with `Creation::NewProven` carries the
+//! metadata `leaseholdproven=1` (only when that very call created the
+//! container); it is reported as
+//! [`StoreEpoch::proven`](leasehold::StoreEpoch::proven). A backend built
+//! with `Creation::Never` (`leasehold list`, `status`, `leader`) writes
+//! nothing: a missing container is `Error::NoStore` from
+//! `AzureBackend::open_store`, and nothing is written. Test:
+//! leasehold-cli's `tests/init_and_look.rs`.
+//!
 //! # Blob names
 //! The blob of key `K` is `PREFIX/` + `K` with every `.` that ends a
 //! `/`-separated segment written `~2E` (Azure mishandles names and segments

@@ -45,7 +45,10 @@ Exit codes:
   0     run --once-per: skipped (the command succeeded within the period)
   0     other commands: success
   1     the store failed (unreachable, permissions, corrupt, ...)
-  2     usage or configuration error (bad key, TTL, store URL, ...)
+  2     usage or configuration error (bad key, TTL, store URL, ...;
+        init --new on a store that exists)
+  3     status, list, leader, break: there is no store at the URL
+        (`leasehold init` creates one)
   75    run: the lock was not obtained (held elsewhere, or --wait ran out)
   76    run: the lease was lost while the command ran (it was stopped)
   126   run: the command could not be started (127: it was not found)
@@ -64,8 +67,10 @@ pub struct Cli {
     /// etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][?prefix=P] (etcds:// for TLS).
     /// Default: the SQLite file under the user's state directory
     /// (~/.local/state/leasehold/leases.db, directory created 0700).
-    /// status, list, break and leader never create a store: a SQLite path
-    /// that does not exist is an error.
+    /// status, list, leader and break never create a store, and the first
+    /// three never change one: a store that does not exist exits 3 (the
+    /// default SQLite file not existing yet reads as an empty store);
+    /// `init` creates one.
     // The value may carry credentials (a query string): never shown in help.
     #[arg(
         long,
@@ -152,6 +157,23 @@ pub enum Command {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+    },
+
+    /// Create the store and say what was made and when it grants.
+    ///
+    /// Makes the store's file and tables, table, container or epoch marker
+    /// under the prefix, as `run` would on first use. A new store grants
+    /// nothing for one confirmation window (60s): nothing of an earlier
+    /// store at this place is known, and a holder of its lost data may
+    /// still run. With --new, you state that no store ever existed here,
+    /// so no such holder can be live: the new store's epoch is settled at
+    /// once, for every process. On a store that exists, init says so and
+    /// changes nothing; --new is then refused (exit 2).
+    Init {
+        /// State that no earlier store existed at this place: the new
+        /// store grants at once (no quarantine). Refused if a store exists.
+        #[arg(long)]
+        new: bool,
     },
 
     /// End the lease on KEY, whoever holds it (the holder notices at its next
@@ -419,6 +441,7 @@ pub async fn validate(command: &Command) -> anyhow::Result<Access> {
         Command::Completions { .. } => {
             unreachable!("answered before any store is opened")
         }
+        Command::Init { new } => Ok(Access::Create { proven: *new }),
     }
 }
 

@@ -2,6 +2,7 @@
 
 mod cli;
 mod elect;
+mod init;
 mod inspect;
 mod output;
 mod proctree;
@@ -24,6 +25,8 @@ pub const EXIT_LOST: u8 = 76;
 pub const EXIT_USAGE: u8 = 2;
 /// Exit code for store failures.
 pub const EXIT_BACKEND: u8 = 1;
+/// Exit code when there is no store at the URL (looking never creates one).
+pub const EXIT_NO_STORE: u8 = 3;
 /// The longest wait at exit for requests finishing in the background: a
 /// late grant's acquisition and release take well under it on a store that
 /// answers, and an unreachable store delays the exit by no more (a `run
@@ -105,7 +108,13 @@ fn main() -> ExitCode {
                 }
             }
             // The store's URL, and any argument (a URL given as the key).
-            let message = scrub_args(&stores::scrub(&error_chain(&err), store_url.as_deref()));
+            let message = match err.downcast_ref::<leasehold::Error>() {
+                Some(leasehold::Error::NoStore { what }) => {
+                    no_store_message(store_url.as_deref(), what)
+                }
+                _ => error_chain(&err),
+            };
+            let message = scrub_args(&stores::scrub(&message, store_url.as_deref()));
             say!("{message}");
             let code = exit_code_for(&err);
             if let Some(key) = json_result {
@@ -128,6 +137,9 @@ fn main() -> ExitCode {
 async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     // Usage errors first, before any store is opened or contacted.
     let access = cli::validate(&cli.command).await?;
+    if let Command::Init { new } = cli.command {
+        return init::init(cli.store.as_deref(), new).await;
+    }
     // Opening has a bound of its own (`--connect-timeout`), not taken out
     // of `run --wait`: a zero wait is one try for the lock on every store,
     // however long connecting took. Interruptible: Ctrl-C while a store
@@ -150,6 +162,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Completions { .. } => {
             unreachable!("answered in main, before any store is opened")
         }
+        Command::Init { .. } => unreachable!("init opens the store itself"),
     }
 }
 
@@ -163,6 +176,12 @@ fn print_generated(text: &[u8]) -> ExitCode {
             ExitCode::from(EXIT_BACKEND)
         }
     }
+}
+
+/// What a command that only looks says when there is no store at the URL.
+fn no_store_message(url: Option<&str>, what: &str) -> String {
+    let url = stores::redact(url.unwrap_or("sqlite:"));
+    format!("no leasehold store at {url} ({what}); `leasehold init --store {url}` creates one")
 }
 
 /// Shows clap's answer to a command line it did not take: help and the
@@ -380,6 +399,7 @@ fn exit_code_for(err: &anyhow::Error) -> u8 {
             | leasehold::Error::Quarantined { .. },
         ) => EXIT_NOT_OBTAINED,
         Some(leasehold::Error::LeaseLost { .. }) => EXIT_LOST,
+        Some(leasehold::Error::NoStore { .. }) => EXIT_NO_STORE,
         _ => EXIT_BACKEND,
     }
 }

@@ -97,11 +97,8 @@ async fn acquire_and_run(store: &Store, args: &RunArgs) -> anyhow::Result<RunRes
         Err(Error::Quarantined {
             epoch, remaining, ..
         }) => {
-            let message = format!(
-                "{}: the store's data is new to this process (store epoch {epoch}: a store created or re-created); nothing is granted for another {} (quarantine), so that holders of lost data stop first; not running the command",
-                lease.key,
-                short(remaining)
-            );
+            let message =
+                quarantine_message(&lease.key, epoch, remaining, store.confirmation_window());
             say!("{message}");
             result.error = Some(message);
             return Ok(result.ended("not_obtained", EXIT_NOT_OBTAINED));
@@ -379,6 +376,17 @@ impl StatusLine {
 fn describe_holders(holders: &[HolderInfo]) -> String {
     let names: Vec<String> = holders.iter().map(|h| describe_holder(Some(h))).collect();
     names.join("; ")
+}
+
+/// Why `run` did not run the command in a quarantined epoch: what
+/// happened, how long is left, and the way to skip the wait for a
+/// brand-new store.
+fn quarantine_message(key: &str, epoch: u64, remaining: Duration, window: Duration) -> String {
+    format!(
+        "{key}: the store's data is new to this process (store epoch {epoch}: the store was just created, by this or another process, or re-created after its data was lost) and nothing of an earlier store is known, so nothing is granted for another {} (quarantine: one confirmation window, {}, from the epoch's beginning as far as the store can tell), so that any holder of lost data has stopped first; not running the command. If no store ever existed here, create it with `leasehold init --new` beforehand: it then grants at once",
+        short(remaining),
+        short(window)
+    )
 }
 
 /// Why a wait goes on, for the status line.

@@ -559,10 +559,12 @@ fn schemes_in(text: &str) -> BTreeSet<String> {
 }
 
 /// The schemes the store opener dispatches on (`Some("postgres" |
-/// "postgresql") => …` in `open_backend`).
+/// "postgresql") => …` in `open_backend_with`).
 fn opener_schemes() -> BTreeSet<String> {
     let source = read("crates/leasehold-stores/src/lib.rs");
-    let body = &source[source.find("fn open_backend").expect("fn open_backend")..];
+    let body = &source[source
+        .find("fn open_backend_with(")
+        .expect("fn open_backend_with")..];
     let body = &body[..body.find("\n}\n").unwrap()];
     body.lines()
         .filter_map(|l| l.trim().strip_prefix("Some(\""))

@@ -95,8 +95,13 @@ fn looking_at_a_mistyped_sqlite_path_is_an_error_and_creates_nothing() {
         &["leader", "k"],
     ] {
         let out = env.output(&[&["--store", &url][..], args].concat());
-        assert_eq!(out.code, Some(2), "{args:?}: {out:?}");
-        assert!(out.stderr.contains("no SQLite store at"), "{}", out.stderr);
+        // Exit 3, naming the store and `leasehold init` (issue 29).
+        assert_eq!(out.code, Some(3), "{args:?}: {out:?}");
+        assert!(
+            out.stderr.contains("no leasehold store at") && out.stderr.contains("leasehold init"),
+            "{}",
+            out.stderr
+        );
         assert_eq!(out.stdout, "");
         assert!(!env.path("typo").exists(), "{args:?} created the directory");
     }

@@ -41,6 +41,8 @@ pub struct DynamoDbBackend {
     /// The max TTL a table created (or marked) by this backend records.
     pub(crate) max_ttl: Duration,
     pub(crate) create_table: bool,
+    /// What opening (and any later look at the epoch) may do to the table.
+    pub(crate) creation: leasehold::Creation,
     /// The table's epoch as last read, and when (on `clock`).
     pub(crate) epoch: Mutex<(StoreEpoch, Duration)>,
     pub(crate) dates: ServiceDate,
@@ -88,7 +90,16 @@ impl DynamoDbBackend {
     /// # Cancel safety
     /// As [`DynamoDbBackendBuilder::build`].
     pub async fn from_url(url: &str) -> Result<DynamoDbBackend> {
-        crate::url::parse(url)?.build().await
+        Self::builder_from_url(url)?.build().await
+    }
+
+    /// The builder [`from_url`](Self::from_url) builds, for setting more
+    /// before building (such as [`creation`](DynamoDbBackendBuilder::creation)).
+    ///
+    /// # Errors
+    /// As [`from_url`](Self::from_url), for the URL's form.
+    pub fn builder_from_url(url: &str) -> Result<DynamoDbBackendBuilder> {
+        crate::url::parse(url)
     }
 
     /// The table name.
@@ -151,7 +162,7 @@ impl DynamoDbBackend {
     pub fn epoch(&self) -> StoreEpoch {
         let (epoch, read_at) = self.epoch.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let since = self.clock.now().saturating_sub(read_at);
-        let age = epoch.age.map(|a| a + since);
+        let age = epoch.age.map(|a| a.saturating_add(since));
         epoch.with_age(age)
     }
 
@@ -496,6 +507,12 @@ impl Backend for DynamoDbBackend {
             .shared_across_processes(true)
             .shared_across_machines(true)
             .takeover_needs_observation(self.takeover == TakeoverMode::Observe)
+    }
+
+    /// The epoch read while building (its age as of now): the store's
+    /// first attempt names it, and a proven epoch is cleared at once.
+    fn epoch_at_open(&self) -> Option<StoreEpoch> {
+        Some(self.epoch())
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {

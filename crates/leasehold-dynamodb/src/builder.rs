@@ -44,6 +44,7 @@ pub struct DynamoDbBackendBuilder {
     pub(crate) margin: Duration,
     pub(crate) max_ttl: Duration,
     pub(crate) create_table: bool,
+    pub(crate) creation: leasehold::Creation,
     pub(crate) attempt_timeout: Duration,
 }
 
@@ -76,6 +77,7 @@ impl DynamoDbBackendBuilder {
             margin: DEFAULT_MARGIN,
             max_ttl: leasehold::DEFAULT_STORE_MAX_TTL,
             create_table: true,
+            creation: leasehold::Creation::IfMissing,
             attempt_timeout: Duration::from_secs(5),
         }
     }
@@ -163,6 +165,18 @@ impl DynamoDbBackendBuilder {
     /// Whether to create the table when it does not exist (default: yes).
     pub fn create_table(mut self, create: bool) -> Self {
         self.create_table = create;
+        self
+    }
+
+    /// What opening may do to the table (default
+    /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
+    /// `Never`, nothing is created or written (a missing table is
+    /// [`Error::NoStore`](leasehold::Error::NoStore), a missing epoch marker
+    /// item is not written); with `NewProven`, a table this backend
+    /// creates gets a marker item that says its epoch is proven (settled at
+    /// once, see [`Creation::NewProven`](leasehold::Creation::NewProven)).
+    pub fn creation(mut self, creation: leasehold::Creation) -> Self {
+        self.creation = creation;
         self
     }
 
@@ -261,7 +275,7 @@ impl DynamoDbBackendBuilder {
             ));
         };
         validate_region(&region)?;
-        let backend = DynamoDbBackend {
+        let mut backend = DynamoDbBackend {
             client: aws_sdk_dynamodb::Client::from_conf(config),
             table: self.table,
             region,
@@ -271,7 +285,8 @@ impl DynamoDbBackendBuilder {
             takeover: self.takeover,
             margin: self.margin,
             max_ttl: self.max_ttl,
-            create_table: self.create_table,
+            create_table: self.create_table && self.creation.creates(),
+            creation: self.creation,
             epoch: std::sync::Mutex::new((
                 leasehold::StoreEpoch::new(0, self.max_ttl),
                 Duration::ZERO,
@@ -281,6 +296,8 @@ impl DynamoDbBackendBuilder {
             requests,
         };
         backend.refresh_epoch().await?;
+        // A table created again later is not the operator's new store.
+        backend.creation = backend.creation.after_open();
         Ok(backend)
     }
 }

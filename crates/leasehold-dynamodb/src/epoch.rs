@@ -23,6 +23,10 @@ pub(crate) const MARKER_KEY: &str = "#leasehold-epoch";
 /// The marker's attributes: the epoch and the store's max TTL.
 pub(crate) const EPOCH: &str = "epoch";
 pub(crate) const MAX_TTL_MS: &str = "max_ttl_ms";
+/// Set (to true) on the marker of a table created with
+/// [`Creation::NewProven`](leasehold::Creation::NewProven): its epoch is
+/// proven, settled at once in every process.
+pub(crate) const PROVEN: &str = "proven";
 
 /// Records the `Date` header of every response: the service's clock.
 #[derive(Debug, Clone, Default)]
@@ -80,18 +84,23 @@ pub(crate) fn of_table(
     Ok(StoreEpoch::new(epoch_at(created), max_ttl).with_age(age))
 }
 
-/// Reads the marker item, writing it (with `epoch` and `max_ttl`) if the
-/// table has none; returns the max TTL it records.
+/// Reads the marker item, writing it (with `epoch` and `max_ttl`, and
+/// proven when the backend creates with
+/// [`Creation::NewProven`](leasehold::Creation::NewProven)) if the table
+/// has none, unless the backend may not write
+/// ([`Creation::Never`](leasehold::Creation::Never)); returns the max TTL
+/// it records and whether the epoch is proven.
 pub(crate) async fn marker(
     backend: &DynamoDbBackend,
     epoch: u64,
     max_ttl: Duration,
-) -> Result<Duration> {
+) -> Result<(Duration, bool)> {
     for _ in 0..3 {
         if let Some(item) = read_marker(backend).await? {
             let recorded = get_u64(&item, MAX_TTL_MS).map(Duration::from_millis);
             if get_u64(&item, EPOCH) == Some(epoch) {
-                return Ok(recorded.unwrap_or(max_ttl));
+                let proven = item.get(PROVEN).and_then(|v| v.as_bool().ok()) == Some(&true);
+                return Ok((recorded.unwrap_or(max_ttl), proven));
             }
             // A marker of another epoch cannot be in this table (it was
             // created with the table): refuse rather than guess.
@@ -105,19 +114,28 @@ pub(crate) async fn marker(
                 )),
             ));
         }
-        let put = backend
+        if backend.creation == leasehold::Creation::Never {
+            // Looking writes nothing: the table's own epoch, as it is.
+            return Ok((max_ttl, false));
+        }
+        let proven = backend.creation == leasehold::Creation::NewProven;
+        let mut put = backend
             .client
             .put_item()
             .table_name(&backend.table)
             .item(record::KEY, s(MARKER_KEY))
             .item(EPOCH, n(epoch))
-            .item(MAX_TTL_MS, n(max_ttl.as_millis()))
+            .item(MAX_TTL_MS, n(max_ttl.as_millis()));
+        if proven {
+            put = put.item(PROVEN, aws_sdk_dynamodb::types::AttributeValue::Bool(true));
+        }
+        let put = put
             .condition_expression("attribute_not_exists(#k)")
             .expression_attribute_names("#k", record::KEY)
             .send()
             .await;
         match put {
-            Ok(_) => return Ok(max_ttl),
+            Ok(_) => return Ok((max_ttl, proven)),
             Err(e)
                 if matches!(
                     e.as_service_error(),

@@ -98,6 +98,16 @@
 //! * Two incarnations of a table created within the same second would share
 //!   an epoch; DynamoDB takes longer than that to delete and create a table.
 //!
+//! **Proven epochs, and looking without writing.** An epoch is settled at
+//! once, in every process, when its creator states that no store existed
+//! there before (`leasehold init --new`): the marker item written by a
+//! backend built with `Creation::NewProven` carries `proven = true`; it is
+//! reported as [`StoreEpoch::proven`](leasehold::StoreEpoch::proven). A
+//! backend built with `Creation::Never` (`leasehold list`, `status`,
+//! `leader`) writes nothing: a missing table is `Error::NoStore`, and a
+//! missing marker item is not written. Test: leasehold-cli's
+//! `tests/init_and_look.rs`.
+//!
 //! # Protocol
 //! Every write is one `UpdateItem` whose condition is what the writer last
 //! saw or expects; nothing is ever put or deleted blindly, and items are

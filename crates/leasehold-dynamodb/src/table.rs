@@ -37,8 +37,9 @@ pub(crate) async fn ensure(backend: &DynamoDbBackend, create: bool) -> Result<St
     let date = backend.dates.take();
     check_not_global(&backend.table, &table)?;
     let epoch = crate::epoch::of_table(&table, date, backend.max_ttl)?;
-    let max_ttl = crate::epoch::marker(backend, epoch.epoch, backend.max_ttl).await?;
-    Ok(leasehold::StoreEpoch::new(epoch.epoch, max_ttl).with_age(epoch.age))
+    let (max_ttl, proven) = crate::epoch::marker(backend, epoch.epoch, backend.max_ttl).await?;
+    let epoch = leasehold::StoreEpoch::new(epoch.epoch, max_ttl).with_age(epoch.age);
+    Ok(if proven { epoch.proven() } else { epoch })
 }
 
 /// Global tables (replicas in several regions) resolve concurrent writes in
@@ -66,6 +67,10 @@ async fn exists(backend: &DynamoDbBackend, create: bool) -> Result<()> {
             Ok(())
         }
         None if create => create_table(backend).await,
+        None if backend.creation == leasehold::Creation::Never => Err(Error::no_store(format!(
+            "table {:?} does not exist in {}",
+            backend.table, backend.region
+        ))),
         None => Err(Error::backend(
             BACKEND,
             "open",

@@ -50,6 +50,8 @@ struct Inner {
     /// Requests sent through [`EtcdBackend::call`] (every unary request;
     /// not the release watch).
     requests: AtomicU64,
+    /// What opening (and reading the epoch) may do to the store.
+    creation: leasehold::Creation,
 }
 
 impl fmt::Debug for EtcdBackend {
@@ -138,6 +140,7 @@ impl EtcdBackend {
                 listener,
                 requests: AtomicU64::new(0),
                 opened: Default::default(),
+                creation: b.creation,
             }),
         };
         // Checks that the cluster answers (and the credentials work), and
@@ -146,7 +149,7 @@ impl EtcdBackend {
         // the next request on to the next endpoint: each may be tried once.
         let mut tries = backend.inner.endpoints.len();
         let epoch = loop {
-            match backend.epoch().await {
+            match backend.epoch_as(b.creation).await {
                 Err(e) if tries > 1 && e.is_retryable() => tries -= 1,
                 other => break other?,
             }
@@ -201,13 +204,51 @@ impl EtcdBackend {
     /// # Errors
     /// [`Error::Backend`] when the cluster cannot be reached.
     pub async fn epoch(&self) -> Result<StoreEpoch> {
+        self.epoch_as(self.inner.creation.after_open()).await
+    }
+
+    /// The store's epoch, read now, created as `creation` allows (the
+    /// backend's own while opening).
+    async fn epoch_as(&self, creation: leasehold::Creation) -> Result<StoreEpoch> {
         loop {
             let snap = self.read("epoch", None).await?;
             if let Some(e) = self.store_epoch(&snap).await? {
                 return Ok(e);
             }
-            self.create_marker().await?;
+            if creation == leasehold::Creation::Never {
+                return self.look_without_marker().await;
+            }
+            self.create_marker(creation == leasehold::Creation::NewProven)
+                .await?;
         }
+    }
+
+    /// Whether any key lives under the prefix (one counting request).
+    async fn has_keys(&self, op: &'static str) -> Result<bool> {
+        let resp = self
+            .txn(
+                op,
+                Vec::new(),
+                vec![grpc::count_prefix(self.inner.prefix.clone())],
+            )
+            .await?;
+        Ok(resp.responses.first().map_or(0, grpc::range_count) > 0)
+    }
+
+    /// A look at a prefix without a marker, which writes nothing: no
+    /// store if there is no key at all, else (the marker deleted by hand)
+    /// an epoch of no age.
+    async fn look_without_marker(&self) -> Result<StoreEpoch> {
+        if !self.has_keys("epoch").await? {
+            return Err(Error::no_store(format!(
+                "no keys under the prefix {:?}",
+                self.inner.prefix
+            )));
+        }
+        Ok(StoreEpoch::new(
+            leasehold::epoch_at(std::time::SystemTime::now()),
+            self.inner.max_ttl,
+        ))
     }
 
     /// Waits until this backend watches for releases (started on the first
@@ -360,14 +401,19 @@ impl EtcdBackend {
                 }
             }
         };
-        Ok(Some(StoreEpoch::new(marker.epoch, max_ttl).with_age(age)))
+        let epoch = StoreEpoch::new(marker.epoch, max_ttl).with_age(age);
+        Ok(Some(if marker.proven { epoch.proven() } else { epoch }))
     }
 
     /// Creates the store: the epoch marker (if still missing) and its timer.
-    async fn create_marker(&self) -> Result<()> {
+    async fn create_marker(&self, stated: bool) -> Result<()> {
+        // Proven only on the creator's statement while opening, for a
+        // prefix with no keys at all (nothing of an earlier store is there).
+        let proven = stated && !self.has_keys("create store").await?;
         let marker = EpochMarker {
             epoch: leasehold::epoch_at(std::time::SystemTime::now()),
             max_ttl_ms: self.inner.max_ttl.as_millis() as u64,
+            proven,
         };
         let timer = self
             .grant(
@@ -488,7 +534,7 @@ impl Backend for EtcdBackend {
         for _ in 0..RACE_RETRIES {
             let snap = self.read(OP, Some(&request.key)).await?;
             let Some((marker, marker_kv)) = &snap.marker else {
-                self.create_marker().await?;
+                self.create_marker(false).await?;
                 continue;
             };
             let max_ttl = Duration::from_millis(marker.max_ttl_ms);

@@ -24,6 +24,7 @@ pub struct EtcdBackendBuilder {
     pub(crate) max_ttl: Duration,
     pub(crate) request_timeout: Duration,
     pub(crate) wake_ups: bool,
+    pub(crate) creation: leasehold::Creation,
 }
 
 impl fmt::Debug for EtcdBackendBuilder {
@@ -53,6 +54,7 @@ impl EtcdBackendBuilder {
             max_ttl: DEFAULT_STORE_MAX_TTL,
             request_timeout: Duration::from_secs(5),
             wake_ups: true,
+            creation: leasehold::Creation::IfMissing,
         }
     }
 
@@ -218,6 +220,18 @@ impl EtcdBackendBuilder {
             ));
         }
         Ok(())
+    }
+
+    /// What opening may do to the store (default
+    /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
+    /// `Never`, nothing is written (a prefix without keys is
+    /// [`Error::NoStore`](leasehold::Error::NoStore)); with `NewProven`,
+    /// the marker of a new store (a prefix without keys) records that its
+    /// epoch is proven (see
+    /// [`Creation::NewProven`](leasehold::Creation::NewProven)).
+    pub fn creation(mut self, creation: leasehold::Creation) -> Self {
+        self.creation = creation;
+        self
     }
 
     /// Connects (checking that the cluster answers, and authenticating),

@@ -135,6 +135,16 @@
 //! assumes, never shorter, which is the safe direction (the holder's
 //! deadline, from its own send time, comes first).
 //!
+//! **Proven epochs, and looking without writing.** An epoch is settled at
+//! once, in every process, when its creator states that no store existed
+//! there before (`leasehold init --new`): the marker written by a backend
+//! built with `Creation::NewProven` on a prefix without any key carries
+//! `"proven": true`; it is reported as
+//! [`StoreEpoch::proven`](leasehold::StoreEpoch::proven). A backend built
+//! with `Creation::Never` (`leasehold list`, `status`, `leader`) writes
+//! nothing: a prefix without any key is `Error::NoStore`, and no marker is
+//! written. Test: leasehold-cli's `tests/init_and_look.rs`.
+//!
 //! # What etcd guarantees here
 //! Every request is linearizable (etcd's default reads, Raft-committed
 //! writes). A single-member cluster that loses its data directory is a new,

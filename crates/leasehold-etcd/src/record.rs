@@ -20,6 +20,11 @@ use crate::error::corrupt;
 pub(crate) struct EpochMarker {
     pub epoch: u64,
     pub max_ttl_ms: u64,
+    /// The epoch is proven: written by a creator that stated no earlier
+    /// store existed ([`Creation::NewProven`](leasehold::Creation::NewProven))
+    /// on a prefix without keys; settled at once in every process.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub proven: bool,
 }
 
 /// A key's fencing counter and run records.

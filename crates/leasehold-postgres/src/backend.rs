@@ -42,6 +42,8 @@ struct Inner {
     target: String,
     /// LISTENs for releases, when wake-ups are on.
     listener: Option<Listener>,
+    /// What opening (and any later settling) may do to the table.
+    creation: leasehold::Creation,
 }
 
 impl fmt::Debug for PostgresBackend {
@@ -131,6 +133,7 @@ impl PostgresBackend {
                 request_timeout: b.request_timeout,
                 target,
                 listener,
+                creation: b.creation,
                 opened: Default::default(),
             }),
         };
@@ -249,14 +252,32 @@ impl PostgresBackend {
     async fn settle_on(&self, client: &mut Object, op: &'static str) -> Result<EpochRow> {
         let sql = &self.inner.sql;
         let db = |e| error::db(op, e);
+        let look = self.inner.creation == leasehold::Creation::Never;
         // Fast path: the epoch row is there and was written in this table.
         match client.query_typed(&sql.read_epoch, &[]).await {
             Ok(rows) => {
-                if let Some(row) = rows.first().and_then(record::epoch) {
-                    if row.same_table {
-                        return Ok(row);
+                let found = rows.first().and_then(record::epoch);
+                match found {
+                    Some(row) if row.same_table => return Ok(row),
+                    // Looking writes nothing: the row as it is (restored
+                    // from another table, which the next acquirer renews),
+                    // or an epoch of no age where there is none.
+                    // (Not proven: the next acquirer starts a new epoch.)
+                    Some(row) if look => {
+                        return Ok(EpochRow {
+                            proven: false,
+                            ..row
+                        })
                     }
+                    None if look => return Ok(EpochRow::unknown(self.inner.max_ttl)),
+                    _ => {}
                 }
+            }
+            Err(e) if error::is_missing_table(&e) && look => {
+                return Err(Error::no_store(format!(
+                    "table {} does not exist",
+                    self.inner.table
+                )))
             }
             Err(e) if error::is_missing_table(&e) => {
                 // Under the table's creation lock, which the transaction's
@@ -268,9 +289,15 @@ impl PostgresBackend {
             Err(e) => return Err(db(e)),
         }
         let max_ttl_ms = self.inner.max_ttl.as_millis() as i64;
+        // Only the table created while opening is the operator's new store:
+        // one created again later (dropped under us) is quarantined.
+        let proven = op == "open" && self.inner.creation == leasehold::Creation::NewProven;
         let tx = client.transaction().await.map_err(db)?;
         let inserted = tx
-            .query_typed(&sql.insert_epoch, &[(&max_ttl_ms, Type::INT8)])
+            .query_typed(
+                &sql.insert_epoch,
+                &[(&max_ttl_ms, Type::INT8), (&proven, Type::BOOL)],
+            )
             .await
             .map_err(db)?;
         let row = tx
@@ -405,11 +432,17 @@ impl Statements {
                 qualified = qualified_name(t),
             ),
             read_epoch: format!("SELECT {epoch_cols} FROM {t} WHERE key = '{EPOCH_KEY}'"),
+            // $1 max TTL ms, $2 whether the creator states that no earlier
+            // store existed: then a table with no lease rows gets a proven
+            // epoch ([`PROVEN`](record::PROVEN) in the row's lease_id).
             insert_epoch: format!(
-                "INSERT INTO {t} (key, fence, epoch, ttl_ms, acquired_at, table_oid, data)
+                "INSERT INTO {t} (key, fence, epoch, ttl_ms, acquired_at, table_oid, data, lease_id)
                  VALUES ('{EPOCH_KEY}', 0, {next_second}, $1, clock_timestamp(), {this_table},
-                         {this_cluster})
-                 ON CONFLICT (key) DO NOTHING RETURNING epoch"
+                         {this_cluster},
+                         CASE WHEN $2 AND NOT EXISTS (SELECT 1 FROM {t} WHERE key <> '{EPOCH_KEY}')
+                              THEN '{proven}' END)
+                 ON CONFLICT (key) DO NOTHING RETURNING epoch",
+                proven = record::PROVEN,
             ),
             lock_epoch: format!(
                 "SELECT {epoch_cols} FROM {t} WHERE key = '{EPOCH_KEY}' FOR UPDATE"
@@ -417,7 +450,7 @@ impl Statements {
             renew_epoch: format!(
                 "UPDATE {t} SET epoch = greatest(epoch + 1, {next_second}),
                    acquired_at = clock_timestamp(), table_oid = {this_table},
-                   data = {this_cluster}
+                   data = {this_cluster}, lease_id = NULL
                  WHERE key = '{EPOCH_KEY}'"
             ),
             void_leases: format!(

@@ -66,6 +66,7 @@ pub struct PostgresBackendBuilder {
     pub(crate) pool_size: usize,
     pub(crate) request_timeout: Duration,
     pub(crate) wake_ups: bool,
+    pub(crate) creation: leasehold::Creation,
 }
 
 impl fmt::Debug for PostgresBackendBuilder {
@@ -99,6 +100,7 @@ impl PostgresBackendBuilder {
             pool_size: 4,
             request_timeout: Duration::from_secs(5),
             wake_ups: true,
+            creation: leasehold::Creation::IfMissing,
         }
     }
 
@@ -302,6 +304,18 @@ impl PostgresBackendBuilder {
             ));
         }
         Ok(())
+    }
+
+    /// What opening may do to the table (default
+    /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
+    /// `Never`, nothing is created or written, ever (a missing table is
+    /// [`Error::NoStore`](leasehold::Error::NoStore); a missing or restored
+    /// epoch row is reported, not renewed); with `NewProven`, the epoch row
+    /// of a new, empty table records that its epoch is proven (see
+    /// [`Creation::NewProven`](leasehold::Creation::NewProven)).
+    pub fn creation(mut self, creation: leasehold::Creation) -> Self {
+        self.creation = creation;
+        self
     }
 
     /// Connects (checking that the server answers), creates the table if

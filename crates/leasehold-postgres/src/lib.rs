@@ -206,6 +206,18 @@
 //!   (a new epoch: every lease of the old one ends, and grants wait the
 //!   quarantine).
 //!
+//! **Proven epochs, and looking without writing.** An epoch is settled at
+//! once, in every process, when its creator states that no store existed
+//! there before (`leasehold init --new`): the epoch row inserted by a
+//! backend built with `Creation::NewProven` into a table without lease rows
+//! has `lease_id = '#proven'`; a new epoch started in the row (a restored
+//! table) clears it; it is reported as
+//! [`StoreEpoch::proven`](leasehold::StoreEpoch::proven). A backend built
+//! with `Creation::Never` (`leasehold list`, `status`, `leader`) writes
+//! nothing: a missing table is `Error::NoStore`, and a missing or restored
+//! epoch row is reported as it is, not renewed. Test: leasehold-cli's
+//! `tests/init_and_look.rs`.
+//!
 //! # Why it is safe
 //! Exclusion: a grant happens only in the acquire statement, whose
 //! condition (free, expired by the server's clock, or ours) is checked on

@@ -9,6 +9,11 @@ use tokio_postgres::Row;
 /// key character), so it never meets a lease.
 pub(crate) const EPOCH_KEY: &str = "#epoch";
 
+/// The epoch row's `lease_id` when its epoch is proven (created with
+/// [`Creation::NewProven`](leasehold::Creation::NewProven)): settled at
+/// once in every process. A new epoch started in the row clears it.
+pub(crate) const PROVEN: &str = "#proven";
+
 /// The table, created if missing. See the crate docs for what each column
 /// holds (in lease rows and in the epoch row).
 pub(crate) fn create_table(table: &str) -> String {
@@ -106,7 +111,8 @@ pub(crate) fn epoch_columns(table: &str) -> String {
     format!(
         "epoch AS m_epoch, ttl_ms AS m_ttl_ms,
          {} AS m_same_table,
-         extract(epoch FROM clock_timestamp() - acquired_at)::float8 AS m_age_s",
+         extract(epoch FROM clock_timestamp() - acquired_at)::float8 AS m_age_s,
+         (lease_id IS NOT DISTINCT FROM '{PROVEN}') AS m_proven",
         same_table(table, "")
     )
 }
@@ -121,11 +127,30 @@ pub(crate) struct EpochRow {
     pub same_table: bool,
     /// How long ago the epoch began, by the server's clock.
     pub age: Duration,
+    /// Whether the epoch is proven (see [`PROVEN`]).
+    pub proven: bool,
 }
 
 impl EpochRow {
     pub fn store_epoch(&self) -> StoreEpoch {
-        StoreEpoch::new(self.epoch, self.max_ttl).with_age(Some(self.age))
+        let epoch = StoreEpoch::new(self.epoch, self.max_ttl).with_age(Some(self.age));
+        if self.proven {
+            epoch.proven()
+        } else {
+            epoch
+        }
+    }
+
+    /// What a look reports for a table without an epoch row: an epoch
+    /// beginning now (the next acquirer starts one).
+    pub fn unknown(max_ttl: Duration) -> Self {
+        EpochRow {
+            epoch: leasehold::epoch_at(std::time::SystemTime::now()),
+            max_ttl,
+            same_table: false,
+            age: Duration::ZERO,
+            proven: false,
+        }
     }
 }
 
@@ -146,5 +171,6 @@ pub(crate) fn epoch(row: &Row) -> Option<EpochRow> {
                 .unwrap_or_default()
                 .max(0.0),
         ),
+        proven: row.get::<_, Option<bool>>("m_proven").unwrap_or(false),
     })
 }

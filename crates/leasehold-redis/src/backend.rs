@@ -179,7 +179,7 @@ impl RedisBackend {
             }),
         };
         backend.refuse_eviction().await?;
-        let epoch = backend.epoch().await?;
+        let epoch = backend.settle_epoch(b.creation).await?;
         let _ = backend.inner.opened.set(leasehold::EpochRead::now(epoch));
         Ok(backend)
     }
@@ -195,12 +195,33 @@ impl RedisBackend {
     /// # Errors
     /// [`Error::Backend`] when the server cannot be reached.
     pub async fn epoch(&self) -> Result<StoreEpoch> {
+        self.settle_epoch(leasehold::Creation::IfMissing).await
+    }
+
+    /// The store's epoch, as `creation` allows: started if missing, with
+    /// `NewProven` proven, with `Never` only read ([`Error::NoStore`] when
+    /// the prefix has no store).
+    async fn settle_epoch(&self, creation: leasehold::Creation) -> Result<StoreEpoch> {
         const OP: &str = "epoch";
+        let mode = match creation {
+            leasehold::Creation::Never => "look",
+            leasehold::Creation::NewProven => "proven",
+            _ => "",
+        };
         let mut inv = self.inner.scripts.epoch.prepare_invoke();
         inv.key(&self.inner.names.marker)
-            .arg(self.inner.max_ttl.as_millis() as u64);
+            .key(&self.inner.names.index)
+            .arg(self.inner.max_ttl.as_millis() as u64)
+            .arg(mode);
         let reply = self.call(OP, Retry::Once, &inv).await?;
-        let epoch = record::store_epoch(OP, array(OP, &reply)?)?;
+        let fields = array(OP, &reply)?;
+        if fields.is_empty() {
+            return Err(Error::no_store(format!(
+                "no epoch marker and no keys under the prefix {:?}",
+                self.inner.names.prefix
+            )));
+        }
+        let epoch = record::store_epoch(OP, fields)?;
         self.note_max_ttl(&epoch);
         Ok(epoch)
     }

@@ -25,6 +25,7 @@ pub struct RedisBackendBuilder {
     pub(crate) max_ttl: Duration,
     pub(crate) request_timeout: Duration,
     pub(crate) wake_ups: bool,
+    pub(crate) creation: leasehold::Creation,
 }
 
 impl fmt::Debug for RedisBackendBuilder {
@@ -62,6 +63,7 @@ impl RedisBackendBuilder {
             max_ttl: DEFAULT_STORE_MAX_TTL,
             request_timeout: Duration::from_secs(5),
             wake_ups: true,
+            creation: leasehold::Creation::IfMissing,
         }
     }
 
@@ -227,6 +229,18 @@ impl RedisBackendBuilder {
             ));
         }
         Ok(())
+    }
+
+    /// What opening may do to the store (default
+    /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
+    /// `Never`, nothing is written (a prefix with neither epoch marker nor
+    /// key index is [`Error::NoStore`](leasehold::Error::NoStore); a marker
+    /// of another server process is reported, not renewed); with
+    /// `NewProven`, the marker of a new store records that its epoch is
+    /// proven (see [`Creation::NewProven`](leasehold::Creation::NewProven)).
+    pub fn creation(mut self, creation: leasehold::Creation) -> Self {
+        self.creation = creation;
+        self
     }
 
     /// Connects (checking that the server answers and the password is

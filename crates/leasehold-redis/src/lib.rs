@@ -171,6 +171,18 @@
 //! the holder of that grant is refused there, and the next token is above
 //! it), `backend::deleted_record_never_repeats_a_token`.
 //!
+//! **Proven epochs, and looking without writing.** An epoch is settled at
+//! once, in every process, when its creator states that no store existed
+//! there before (`leasehold init --new`): the marker written by a backend
+//! built with `Creation::NewProven` on a prefix with neither marker nor key
+//! index carries `proven 1`; a new epoch started over an old marker (a
+//! restart, a failover) clears it; it is reported as
+//! [`StoreEpoch::proven`](leasehold::StoreEpoch::proven). A backend built
+//! with `Creation::Never` (`leasehold list`, `status`, `leader`) writes
+//! nothing: a prefix with neither marker nor key index is `Error::NoStore`,
+//! and a marker of another server process is reported as it is, not
+//! renewed. Test: leasehold-cli's `tests/init_and_look.rs`.
+//!
 //! # Why it is safe, and where it is not
 //! **One primary.** Exclusion: a grant happens only inside the acquire
 //! script, which Redis runs alone, with the holder's expiry compared on

@@ -22,22 +22,43 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use leasehold::{Backend, Error, Store};
+use leasehold::{Backend, Creation, Error, Store};
 
 /// The store URLs leasehold opens, for messages.
 pub const FORMS: &str =
     "expected sqlite:PATH, sqlite:///ABS/PATH, azblob://CONTAINER[/PREFIX], dynamodb://TABLE, postgres://USER@HOST/DB, redis://[:PASSWORD@]HOST[:PORT][/DB] or etcd://HOST:PORT";
 
-/// What a command does with the store.
+/// What a command does with the store, which says what opening it may do
+/// ([`Access::creation`], passed to every backend the same way).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
-    /// Takes leases (`run`, `elect`): a missing SQLite file is created.
+    /// Takes leases (`run`, `elect`): a missing store is created
+    /// ([`Creation::IfMissing`]).
     Lease,
-    /// Only looks or breaks (`status`, `list`, `break`, `leader`): a missing
-    /// SQLite file is never created. An explicit path that does not exist
-    /// is an error (it is most likely mistyped); the default file not
-    /// existing yet means no lease was ever taken in it.
+    /// Only looks or breaks (`status`, `list`, `break`, `leader`): nothing
+    /// is ever created, and looking writes nothing ([`Creation::Never`]).
+    /// A store that does not exist is [`Error::NoStore`], except the
+    /// default SQLite file, whose absence means no lease was ever taken in
+    /// it (an empty store answers).
     Look,
+    /// Creates the store (`init`): as [`Lease`](Self::Lease), or with
+    /// `proven` ([`Creation::NewProven`]) marking its new epoch settled at
+    /// once, on the caller's statement that no store existed there before.
+    Create {
+        /// The caller states that no earlier store existed.
+        proven: bool,
+    },
+}
+
+impl Access {
+    /// What opening the store may do for this access.
+    pub fn creation(self) -> Creation {
+        match self {
+            Access::Lease | Access::Create { proven: false } => Creation::IfMissing,
+            Access::Look => Creation::Never,
+            Access::Create { proven: true } => Creation::NewProven,
+        }
+    }
 }
 
 /// Opens `url`, or the default SQLite file when none is given, for any
@@ -78,12 +99,25 @@ pub type RequestCounter = Arc<dyn Fn() -> u64 + Send + Sync>;
 /// # Errors
 /// As [`Store::open`], and the cloud backends' URL and credential errors.
 pub async fn open_backend(url: &str) -> leasehold::Result<Opened> {
+    open_backend_with(url, Creation::IfMissing).await
+}
+
+/// [`open_backend`], with what opening may do to the store: every backend
+/// takes the same [`Creation`] (its builder's `creation` option). With
+/// [`Creation::Never`] a store that does not exist is [`Error::NoStore`]
+/// here, on every store; with [`Creation::NewProven`] (and for Azure, whose
+/// builder sends nothing, with any mode but the default) the store is
+/// created (or found) while opening.
+///
+/// # Errors
+/// As [`open_backend`]; [`Error::NoStore`] as above.
+pub async fn open_backend_with(url: &str, creation: Creation) -> leasehold::Result<Opened> {
     match url.split_once("://").map(|(scheme, _)| scheme) {
-        Some("azblob") => open_azblob(url).await,
-        Some("dynamodb") => open_dynamodb(url).await,
-        Some("postgres" | "postgresql") => open_postgres(url).await,
-        Some("redis" | "rediss") => open_redis(url).await,
-        Some("etcd" | "etcds") => open_etcd(url).await,
+        Some("azblob") => open_azblob(url, creation).await,
+        Some("dynamodb") => open_dynamodb(url, creation).await,
+        Some("postgres" | "postgresql") => open_postgres(url, creation).await,
+        Some("redis" | "rediss") => open_redis(url, creation).await,
+        Some("etcd" | "etcds") => open_etcd(url, creation).await,
         Some(scheme) if scheme != "sqlite" => Err(Error::invalid(
             "store URL",
             format!("{scheme}:// is not a store leasehold knows: {FORMS}"),
@@ -91,7 +125,7 @@ pub async fn open_backend(url: &str) -> leasehold::Result<Opened> {
         // sqlite:PATH, sqlite:///ABS/PATH, memory: and anything malformed,
         // which the library names.
         _ => {
-            let backend = Store::open(url)?.backend().clone();
+            let backend = Store::open_with(url, creation)?.backend().clone();
             Ok(Opened {
                 concrete: Arc::new(backend.clone()),
                 backend,
@@ -108,8 +142,9 @@ pub async fn open_backend(url: &str) -> leasehold::Result<Opened> {
 /// # Errors
 /// As [`Store::open`], and the cloud backends' URL and credential errors;
 /// `memory:` and in-memory SQLite URLs, which would give a lock that no
-/// other process sees; with [`Access::Look`], an explicit SQLite path that
-/// does not exist. Messages never carry the URL's secrets.
+/// other process sees; with [`Access::Look`], [`Error::NoStore`] for a
+/// store that does not exist (but the default SQLite file). Messages never
+/// carry the URL's secrets.
 pub async fn open_with(url: Option<&str>, access: Access) -> anyhow::Result<Store> {
     // Whitespace around a URL is never part of it: a trailing newline from
     // `LEASEHOLD_STORE=$(cat file)` or a config file would otherwise end up
@@ -137,26 +172,19 @@ async fn open_url(url: &str, access: Access) -> leasehold::Result<Store> {
             return Err(private_store(url));
         }
         let path = path?;
-        if access == Access::Look && !path.exists() {
-            if rest.is_empty() {
-                // The default file: no lease was ever taken in it. An empty
-                // store answers the same, without creating anything.
-                return Store::open("memory:");
-            }
-            return Err(Error::invalid(
-                "store URL",
-                format!(
-                    "there is no SQLite store at {} (is the path mistyped? `leasehold run` creates it on first use)",
-                    path.display()
-                ),
-            ));
+        if access == Access::Look && rest.is_empty() && !path.exists() {
+            // The default file: no lease was ever taken in it. An empty
+            // store answers the same, without creating anything.
+            return Store::open("memory:");
         }
-        return Store::open(url);
+        return Store::open_with(url, access.creation());
     }
     if url == "memory:" {
         return Err(private_store(url));
     }
-    Ok(Store::from_backend(open_backend(url).await?.backend))
+    Ok(Store::from_backend(
+        open_backend_with(url, access.creation()).await?.backend,
+    ))
 }
 
 /// `:memory:`, or a `file:` URI naming an in-memory database: SQLite opens
@@ -178,12 +206,18 @@ fn private_store(url: &str) -> Error {
 }
 
 #[cfg(feature = "azblob")]
-async fn open_azblob(url: &str) -> leasehold::Result<Opened> {
+async fn open_azblob(url: &str, creation: Creation) -> leasehold::Result<Opened> {
     use std::sync::atomic::{AtomicU64, Ordering};
     let count = Arc::new(AtomicU64::new(0));
     let backend = leasehold_azure::AzureBackend::builder_from_url(url)?
         .per_try_policy(Arc::new(CountTries(count.clone())))
+        .creation(creation)
         .build()?;
+    if creation != Creation::IfMissing {
+        // The builder sends nothing: look for (or create) the container
+        // now, as the other stores do while opening.
+        backend.open_store().await?;
+    }
     let backend = Arc::new(backend);
     Ok(Opened {
         concrete: backend.clone(),
@@ -214,13 +248,18 @@ impl azure_core::http::policies::Policy for CountTries {
 }
 
 #[cfg(not(feature = "azblob"))]
-async fn open_azblob(_url: &str) -> leasehold::Result<Opened> {
+async fn open_azblob(_url: &str, _creation: Creation) -> leasehold::Result<Opened> {
     Err(not_in_build("azblob"))
 }
 
 #[cfg(feature = "dynamodb")]
-async fn open_dynamodb(url: &str) -> leasehold::Result<Opened> {
-    let backend = Arc::new(leasehold_dynamodb::DynamoDbBackend::from_url(url).await?);
+async fn open_dynamodb(url: &str, creation: Creation) -> leasehold::Result<Opened> {
+    let backend = Arc::new(
+        leasehold_dynamodb::DynamoDbBackend::builder_from_url(url)?
+            .creation(creation)
+            .build()
+            .await?,
+    );
     let counted = backend.clone();
     Ok(Opened {
         concrete: backend.clone(),
@@ -230,14 +269,19 @@ async fn open_dynamodb(url: &str) -> leasehold::Result<Opened> {
 }
 
 #[cfg(not(feature = "dynamodb"))]
-async fn open_dynamodb(_url: &str) -> leasehold::Result<Opened> {
+async fn open_dynamodb(_url: &str, _creation: Creation) -> leasehold::Result<Opened> {
     Err(not_in_build("dynamodb"))
 }
 
 #[cfg(feature = "postgres")]
-async fn open_postgres(url: &str) -> leasehold::Result<Opened> {
+async fn open_postgres(url: &str, creation: Creation) -> leasehold::Result<Opened> {
     // One backend call is one statement, one round trip: no counter.
-    let backend = Arc::new(leasehold_postgres::PostgresBackend::from_url(url).await?);
+    let backend = Arc::new(
+        leasehold_postgres::PostgresBackendBuilder::from_url(url)?
+            .creation(creation)
+            .build()
+            .await?,
+    );
     Ok(Opened {
         concrete: backend.clone(),
         backend,
@@ -246,14 +290,19 @@ async fn open_postgres(url: &str) -> leasehold::Result<Opened> {
 }
 
 #[cfg(not(feature = "postgres"))]
-async fn open_postgres(_url: &str) -> leasehold::Result<Opened> {
+async fn open_postgres(_url: &str, _creation: Creation) -> leasehold::Result<Opened> {
     Err(not_in_build("postgres"))
 }
 
 #[cfg(feature = "redis")]
-async fn open_redis(url: &str) -> leasehold::Result<Opened> {
+async fn open_redis(url: &str, creation: Creation) -> leasehold::Result<Opened> {
     // One backend call is one script, one round trip: no counter.
-    let backend = Arc::new(leasehold_redis::RedisBackend::from_url(url).await?);
+    let backend = Arc::new(
+        leasehold_redis::RedisBackendBuilder::from_url(url)?
+            .creation(creation)
+            .build()
+            .await?,
+    );
     Ok(Opened {
         concrete: backend.clone(),
         backend,
@@ -262,15 +311,20 @@ async fn open_redis(url: &str) -> leasehold::Result<Opened> {
 }
 
 #[cfg(not(feature = "redis"))]
-async fn open_redis(_url: &str) -> leasehold::Result<Opened> {
+async fn open_redis(_url: &str, _creation: Creation) -> leasehold::Result<Opened> {
     Err(not_in_build("redis"))
 }
 
 #[cfg(feature = "etcd")]
-async fn open_etcd(url: &str) -> leasehold::Result<Opened> {
+async fn open_etcd(url: &str, creation: Creation) -> leasehold::Result<Opened> {
     // Backend calls take one to three requests (see leasehold-etcd): the
     // backend counts them.
-    let backend = Arc::new(leasehold_etcd::EtcdBackend::from_url(url).await?);
+    let backend = Arc::new(
+        leasehold_etcd::EtcdBackendBuilder::from_url(url)?
+            .creation(creation)
+            .build()
+            .await?,
+    );
     let counted = backend.clone();
     Ok(Opened {
         concrete: backend.clone(),
@@ -280,7 +334,7 @@ async fn open_etcd(url: &str) -> leasehold::Result<Opened> {
 }
 
 #[cfg(not(feature = "etcd"))]
-async fn open_etcd(_url: &str) -> leasehold::Result<Opened> {
+async fn open_etcd(_url: &str, _creation: Creation) -> leasehold::Result<Opened> {
     Err(not_in_build("etcd"))
 }
 

@@ -119,7 +119,15 @@
 //! DynamoDB reports the table's age on the service's own clock (creation
 //! time against the `Date` of a response); Azure the container's (its
 //! epoch marker's and the container's `Last-Modified` against the `Date`
-//! of a response; see its crate docs). "The store was created
+//! of a response; see its crate docs). And where the store's creator
+//! *states* it: a store created with [`Creation::NewProven`] (`leasehold
+//! init --new`: the operator says no store existed at that place before,
+//! so no holder of lost data can be live) records in its epoch marker that
+//! its epoch is proven, and every backend reports such an epoch as
+//! [`StoreEpoch::proven`] (an age of [`Duration::MAX`], as SQLite's
+//! directory-lock proof); a later epoch of the same store (its data lost
+//! again) is quarantined as usual. Tests: leasehold-cli's
+//! `tests/init_and_look.rs`, on every store. "The store was created
 //! by this very process" is *not* enough on its own: another process (the
 //! old holder) may still run on the lost data, which is exactly the failure
 //! this guards against. The cost: after a store is re-created under a live
@@ -485,6 +493,60 @@ pub const DEFAULT_STORE_MAX_TTL: Duration = Duration::from_secs(60);
 /// [store epochs](self#store-epochs-tokens-that-survive-the-loss-of-the-stores-data)).
 pub const CONFIRMATION_WINDOW: Duration = Duration::from_secs(60);
 
+/// What opening a backend may do to its store: the one access mode every
+/// backend's builder takes (`creation(...)`), and the store opener
+/// (`leasehold-stores`) passes through.
+///
+/// The store is what a backend creates on first use: the SQLite file and
+/// its tables, the PostgreSQL or DynamoDB table, the Azure container, and
+/// in each the epoch marker (for Redis and etcd, the marker under the
+/// prefix is all there is to create).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Creation {
+    /// Create the store when it is missing (and start a new epoch where
+    /// its epoch marker is missing or lost), as taking a lease needs. A new
+    /// epoch is quarantined for one [`CONFIRMATION_WINDOW`] unless the
+    /// store proves that no earlier lease can be live. The default.
+    #[default]
+    IfMissing,
+    /// Never create or change anything, on opening or after: a store that
+    /// does not exist is [`Error::NoStore`](crate::Error::NoStore), and an
+    /// epoch marker that is missing or stale is reported, not renewed.
+    /// For looking (`leasehold list`, `status`, `leader`) and breaking
+    /// only: `inspect`, `list` and `break_lease` then write nothing but the
+    /// break itself; taking leases needs [`IfMissing`](Self::IfMissing).
+    Never,
+    /// Create the store if it is missing, as [`IfMissing`](Self::IfMissing),
+    /// and record its new epoch as **proven**: settled at once, in every
+    /// process, with no quarantine ([`StoreEpoch::is_proven`]). This is the
+    /// caller's statement that no store existed at this place before, so
+    /// no holder of lost data can be live (`leasehold init --new`). Only an
+    /// epoch this open creates is marked; a store that exists keeps its
+    /// epoch as it is (check first, as `leasehold init --new` does, to
+    /// refuse that case).
+    NewProven,
+}
+
+impl Creation {
+    /// Whether opening may create the store.
+    pub fn creates(self) -> bool {
+        !matches!(self, Creation::Never)
+    }
+
+    /// What a backend opened with `self` does after opening: the statement
+    /// of [`NewProven`](Self::NewProven) is about the store as it was when
+    /// opened, so a store created again later (its data lost under this
+    /// backend) is created as with [`IfMissing`](Self::IfMissing), and
+    /// quarantined.
+    pub fn after_open(self) -> Creation {
+        match self {
+            Creation::NewProven => Creation::IfMissing,
+            other => other,
+        }
+    }
+}
+
 /// A store's epoch, as a backend reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -518,6 +580,19 @@ impl StoreEpoch {
     pub fn with_age(mut self, age: Option<Duration>) -> Self {
         self.age = age;
         self
+    }
+
+    /// The epoch marked proven: the store proved (or its creator stated,
+    /// [`Creation::NewProven`]) that no lease of an earlier epoch can be
+    /// live, so it is settled at once: an [`age`](Self::age) of
+    /// [`Duration::MAX`], the one way every backend reports it.
+    pub fn proven(self) -> Self {
+        self.with_age(Some(Duration::MAX))
+    }
+
+    /// Whether the epoch is proven (see [`proven`](Self::proven)).
+    pub fn is_proven(&self) -> bool {
+        self.age == Some(Duration::MAX)
     }
 
     /// The first token of this epoch, less one: `epoch << 22`.

@@ -75,6 +75,17 @@ pub enum Error {
     #[error("{0}")]
     NotSupported(String),
 
+    /// There is no store where the URL points (no file, table or
+    /// container, no epoch marker under the prefix), and the backend was
+    /// opened not to create one ([`Creation::Never`](crate::Creation::Never):
+    /// looking never creates or changes anything). `what` says what is
+    /// missing.
+    #[error("no leasehold store there: {what}")]
+    NoStore {
+        /// What is missing ("table leasehold_leases does not exist", ...).
+        what: String,
+    },
+
     /// The storage backend failed. `retryable` says whether trying again
     /// later can help (timeouts, throttling, 5xx) or not (bad credentials,
     /// missing permissions, corrupt data).
@@ -134,6 +145,11 @@ impl Error {
             Error::Held { .. } | Error::TimedOut { .. } | Error::Quarantined { .. } => true,
             _ => false,
         }
+    }
+
+    /// Builds an [`Error::NoStore`].
+    pub fn no_store(what: impl Into<String>) -> Self {
+        Error::NoStore { what: what.into() }
     }
 
     /// Whether this error says the lease is definitively not ours.

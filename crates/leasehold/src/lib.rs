@@ -140,8 +140,9 @@ pub mod conformance;
 
 pub use backend::{
     epoch_at, epoch_token_base, next_token, AcquireOutcome, AcquireRequest, Backend, Capabilities,
-    EpochRead, Grant, HolderInfo, KeyInfo, Lease, LeaseId, Owner, ReleaseWatch, StoreEpoch,
-    CONFIRMATION_WINDOW, DEFAULT_STORE_MAX_TTL, EPOCH_ORIGIN_UNIX_SECS, TOKEN_COUNTER_BITS,
+    Creation, EpochRead, Grant, HolderInfo, KeyInfo, Lease, LeaseId, Owner, ReleaseWatch,
+    StoreEpoch, CONFIRMATION_WINDOW, DEFAULT_STORE_MAX_TTL, EPOCH_ORIGIN_UNIX_SECS,
+    TOKEN_COUNTER_BITS,
 };
 pub use clock::{Clock, ClockSleep, ManualClock, SharedClock, SystemClock, CLOCK_CHECK_STEP};
 pub use detach::settle;

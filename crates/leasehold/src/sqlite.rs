@@ -126,6 +126,14 @@
 //!   file: no row holds a lease. A file written before epochs existed keeps
 //!   its leases and counters (nothing was lost) and gets an epoch at once.
 //!
+//!   A new file opened with [`Creation::NewProven`] (`leasehold init
+//!   --new`: its creator states that no earlier store existed there) is
+//!   settled at once too, recorded the same way (`settled_at_ns` = PROVEN).
+//!   Opened with [`Creation::Never`] (`leasehold list`, `status`,
+//!   `leader`), nothing is created or written: no file, or a file without
+//!   the lease table, is [`Error::NoStore`], and an epoch row of another
+//!   file or boot is reported as it is, not renewed.
+//!
 //!   The directory is the one the file really is in (symbolic links
 //!   resolved), so processes that reach one file by different paths share
 //!   the proof.
@@ -175,12 +183,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use rusqlite::config::DbConfig;
-use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
+use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
 
 use crate::backend::{
-    epoch_at, next_token, AcquireOutcome, AcquireRequest, Backend, Capabilities, EpochRead, Grant,
-    HolderInfo, KeyInfo, Lease, Owner, StoreEpoch, CONFIRMATION_WINDOW, DEFAULT_STORE_MAX_TTL,
-    EPOCH_ORIGIN_UNIX_SECS,
+    epoch_at, next_token, AcquireOutcome, AcquireRequest, Backend, Capabilities, Creation,
+    EpochRead, Grant, HolderInfo, KeyInfo, Lease, Owner, StoreEpoch, CONFIRMATION_WINDOW,
+    DEFAULT_STORE_MAX_TTL, EPOCH_ORIGIN_UNIX_SECS,
 };
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, LossReason, Result};
@@ -236,6 +244,8 @@ pub struct SqliteBackend {
     wake: Arc<wake::Wake>,
     /// The store's epoch as [`open`](Self::open) found it.
     opened_epoch: Option<EpochRead>,
+    /// What opening may do to the file (see [`Creation`]).
+    creation: Creation,
 }
 
 /// A connection and what it was opened on.
@@ -333,6 +343,26 @@ impl SqliteBackend {
     /// As [`open`](Self::open); [`Error::InvalidInput`] for a max TTL out of
     /// range.
     pub fn open_with_max_ttl(path: impl AsRef<Path>, max_ttl: Duration) -> Result<Self> {
+        Self::open_with(path, max_ttl, Creation::IfMissing)
+    }
+
+    /// Like [`open_with_max_ttl`](Self::open_with_max_ttl), with what
+    /// opening may do to the file: with [`Creation::Never`] nothing is
+    /// created or written, ever (a file without leasehold's tables, or no
+    /// file, is [`Error::NoStore`]; an epoch row of another file or boot is
+    /// reported as it is, not renewed); with [`Creation::NewProven`] a new
+    /// file's epoch is settled at once (the caller states that no earlier
+    /// store existed here), as it is when no process on the machine holds
+    /// a lease in its directory.
+    ///
+    /// # Errors
+    /// As [`open_with_max_ttl`](Self::open_with_max_ttl);
+    /// [`Error::NoStore`] as above.
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        max_ttl: Duration,
+        creation: Creation,
+    ) -> Result<Self> {
         if !(LOCAL_MIN_TTL..=LOCAL_MAX_TTL).contains(&max_ttl) {
             return Err(Error::invalid(
                 "max ttl",
@@ -362,10 +392,13 @@ impl SqliteBackend {
             max_ttl,
             store_max_ttl_ms: Arc::new(AtomicU64::new(max_ttl.as_millis() as u64)),
             opened_epoch: None,
+            creation,
         };
         let open = backend.connect()?;
         let backend = SqliteBackend {
             opened_epoch: Some(EpochRead::now(open.epoch.clone())),
+            // A file created again later is not the operator's new store.
+            creation: creation.after_open(),
             ..backend
         };
         *backend.conn.lock().unwrap_or_else(|e| e.into_inner()) = Some(open);
@@ -401,29 +434,45 @@ impl SqliteBackend {
 
     fn try_connect(&self) -> Result<Open> {
         let fail = |what: String| Error::backend(NAME, "open", false, what);
+        let look = self.creation == Creation::Never;
         let dir = dir_of(&self.path);
-        std::fs::create_dir_all(&dir).map_err(|e| {
-            // One of the path's parents is a file.
-            let not_a_dir = dir.ancestors().find(|a| a.is_file());
-            match not_a_dir {
-                Some(file) => fail(format!(
-                    "cannot create the directory {}: {} is a file, not a directory",
-                    dir.display(),
-                    file.display()
-                )),
-                None => fail(format!(
-                    "cannot create the directory {}: {e}",
-                    dir.display()
-                )),
+        if look {
+            if !self.path.exists() {
+                return Err(Error::no_store(format!(
+                    "{} does not exist",
+                    self.path.display()
+                )));
             }
-        })?;
+        } else {
+            std::fs::create_dir_all(&dir).map_err(|e| {
+                // One of the path's parents is a file.
+                let not_a_dir = dir.ancestors().find(|a| a.is_file());
+                match not_a_dir {
+                    Some(file) => fail(format!(
+                        "cannot create the directory {}: {} is a file, not a directory",
+                        dir.display(),
+                        file.display()
+                    )),
+                    None => fail(format!(
+                        "cannot create the directory {}: {e}",
+                        dir.display()
+                    )),
+                }
+            })?;
+        }
         let mut attempts = 0;
         let (mut conn, file) = loop {
             attempts += 1;
             // The file's identity before and after opening: equal, the
             // connection is on that file (a swap in between shows).
             let before = FileId::of(&self.path).ok();
-            let conn = Connection::open(&self.path).map_err(|e| {
+            // Looking never creates the file (it may vanish meanwhile).
+            let flags = if look {
+                OpenFlags::default() - OpenFlags::SQLITE_OPEN_CREATE
+            } else {
+                OpenFlags::default()
+            };
+            let conn = Connection::open_with_flags(&self.path, flags).map_err(|e| {
                 fail(format!(
                     "cannot open {}: {e}{}",
                     self.path.display(),
@@ -447,6 +496,12 @@ impl SqliteBackend {
         // The busy handler before anything that takes a lock.
         conn.busy_handler(Some(retry_while_busy))
             .map_err(|e| db_error("open", e))?;
+        if look && !has_lease_table(&conn).map_err(|e| db_error("open", e))? {
+            return Err(Error::no_store(format!(
+                "{} has no leasehold tables",
+                self.path.display()
+            )));
+        }
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(|e| db_error("open", e))?;
         // The WAL outlives this connection unless it has grown (see `Open`).
@@ -460,7 +515,7 @@ impl SqliteBackend {
         // Idempotent, whoever created the file; skipped when the file has
         // it all, which one query tells (parsing the statements is a fifth
         // of opening a store in a short-lived process).
-        if !has_schema(&conn).map_err(|e| db_error("open", e))? {
+        if !look && !has_schema(&conn).map_err(|e| db_error("open", e))? {
             conn.execute_batch(SCHEMA)
                 .map_err(|e| db_error("open", e))?;
             add_run_columns(&mut conn).map_err(|e| db_error("open", e))?;
@@ -481,10 +536,23 @@ impl SqliteBackend {
     /// one written in another file or boot (see the module docs).
     fn settle(&self, conn: &mut Connection, file: FileId) -> Result<EpochRow> {
         let op = |e| db_error("open", e);
-        if let Some(row) = read_epoch(conn).map_err(op)? {
+        let found = read_epoch(conn).map_err(op)?;
+        if let Some(row) = &found {
             if row.file == file && row.boot_id == *self.boot_id {
-                return Ok(row);
+                return Ok(row.clone());
             }
+        }
+        if self.creation == Creation::Never {
+            // Looking writes nothing: the row as it is (another file's or
+            // boot's epoch, which the next acquirer renews), or, in a file
+            // with no epoch row yet, an epoch of unknown age.
+            return Ok(found.unwrap_or(EpochRow {
+                epoch: epoch_at(SystemTime::now()),
+                max_ttl: self.max_ttl,
+                file,
+                boot_id: String::new(),
+                settled_at_ns: 0,
+            }));
         }
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -533,11 +601,18 @@ impl SqliteBackend {
                 "a store from before epochs",
             ),
             None => {
-                let safe = self.holders.none_in_directory();
+                // The creator's statement that no earlier store existed
+                // (`leasehold init --new`), or the directory lock's proof.
+                let stated = self.creation == Creation::NewProven;
+                let safe = stated || self.holders.none_in_directory();
                 (
                     next_epoch(0),
                     if safe { PROVEN } else { now + quarantine_ns() },
-                    "a new file",
+                    if stated {
+                        "a new file, stated to have no earlier store"
+                    } else {
+                        "a new file"
+                    },
                 )
             }
             Some(row) => {
@@ -894,6 +969,15 @@ fn retry_while_busy(attempt: i32) -> bool {
 /// Adds the run-record columns to a table made before they existed (under
 /// the write lock, so two openers cannot both add them).
 /// Whether the file has both tables, with the run record columns.
+/// Whether the file has leasehold's lease table (looking needs no more).
+fn has_lease_table(conn: &Connection) -> rusqlite::Result<bool> {
+    conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'leasehold_leases')",
+        [],
+        |r| r.get(0),
+    )
+}
+
 fn has_schema(conn: &Connection) -> rusqlite::Result<bool> {
     conn.query_row(
         "SELECT (SELECT COUNT(*) FROM sqlite_schema

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::{Backend, HolderInfo, KeyInfo};
+use crate::backend::{Backend, Creation, HolderInfo, KeyInfo};
 use crate::clock::{SharedClock, SystemClock};
 use crate::election::Election;
 use crate::epoch::EpochGate;
@@ -169,11 +169,21 @@ impl Store {
     /// [`Error::NotSupported`] for a scheme this build cannot open, backend
     /// errors opening the store.
     pub fn open(url: &str) -> Result<Store> {
+        Self::open_with(url, Creation::IfMissing)
+    }
+
+    /// Like [`open`](Self::open), with what opening may do to the store
+    /// (see [`Creation`]; `memory:` is always a new store).
+    ///
+    /// # Errors
+    /// As [`open`](Self::open); [`Error::NoStore`] with
+    /// [`Creation::Never`] when there is no store at the URL.
+    pub fn open_with(url: &str, creation: Creation) -> Result<Store> {
         if url == "memory:" {
             return Ok(Store::new(MemoryBackend::new()));
         }
         if let Some(rest) = url.strip_prefix("sqlite:") {
-            return open_sqlite(rest);
+            return open_sqlite(rest, creation);
         }
         // Every other store lives in a crate of its own; the store opener
         // (crate leasehold-stores) knows them all, this crate only its own.
@@ -372,15 +382,15 @@ pub fn sqlite_url_path(url: &str) -> Option<Result<PathBuf>> {
 }
 
 #[cfg(feature = "sqlite")]
-fn open_sqlite(rest: &str) -> Result<Store> {
+fn open_sqlite(rest: &str, creation: Creation) -> Result<Store> {
     let (rest, max_ttl) = split_max_ttl(rest)?;
     let path = sqlite_path(rest)?;
-    if rest.is_empty() {
+    if rest.is_empty() && creation.creates() {
         create_private_dir(&path)?;
     }
     let max_ttl = max_ttl.unwrap_or(crate::backend::DEFAULT_STORE_MAX_TTL);
-    Ok(Store::new(crate::sqlite::SqliteBackend::open_with_max_ttl(
-        path, max_ttl,
+    Ok(Store::new(crate::sqlite::SqliteBackend::open_with(
+        path, max_ttl, creation,
     )?))
 }
 
@@ -414,7 +424,7 @@ fn split_max_ttl(rest: &str) -> Result<(&str, Option<std::time::Duration>)> {
 }
 
 #[cfg(not(feature = "sqlite"))]
-fn open_sqlite(_rest: &str) -> Result<Store> {
+fn open_sqlite(_rest: &str, _creation: Creation) -> Result<Store> {
     Err(Error::NotSupported(
         "the sqlite: store is not in this build (cargo feature \"sqlite\")".into(),
     ))

@@ -390,6 +390,17 @@ pub fn get_prefix(prefix: impl Into<Vec<u8>>) -> RequestOp {
     }))
 }
 
+/// A `Range` that only counts the keys starting with `prefix`.
+pub fn count_prefix(prefix: impl Into<Vec<u8>>) -> RequestOp {
+    let key = prefix.into();
+    op(Op::RequestRange(RangeRequest {
+        range_end: prefix_end(&key),
+        key,
+        count_only: true,
+        ..Default::default()
+    }))
+}
+
 /// A `Put` of `value` at `key`, attached to etcd lease `lease` (0: none).
 pub fn put(key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>, lease: i64) -> RequestOp {
     op(Op::RequestPut(PutRequest {
@@ -450,6 +461,14 @@ pub fn modified_at(key: impl Into<Vec<u8>>, revision: i64) -> Compare {
 
 /// The keys and values a `Range` in a `Txn` answered (none for other
 /// operations).
+/// The count of a `Range` response (0 for any other).
+pub fn range_count(response: &ResponseOp) -> i64 {
+    match &response.response {
+        Some(OpResponse::ResponseRange(r)) => r.count,
+        _ => 0,
+    }
+}
+
 pub fn range_kvs(response: ResponseOp) -> Vec<KeyValue> {
     match response.response {
         Some(OpResponse::ResponseRange(r)) => r.kvs,

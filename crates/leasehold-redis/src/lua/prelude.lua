@@ -40,12 +40,12 @@ end
 -- marker holds, if anything).
 local function current_epoch()
   local m = redis.call('HMGET', KEYS[1], 'epoch', 'max_ttl_ms', 'start_ms', 'run_id', 'high',
-                       'replid')
+                       'replid', 'proven')
   if not m[1] or m[4] ~= run_id() or m[6] ~= replid() then
     return nil, m
   end
   return { epoch = tonumber(m[1]), max_ttl = tonumber(m[2]), start = tonumber(m[3]),
-           high = tonumber(m[5]) or 0 }, m
+           high = tonumber(m[5]) or 0, proven = m[7] == '1' }, m
 end
 
 -- The current epoch, starting a new one when the marker is missing (a new
@@ -55,11 +55,16 @@ end
 -- server clock's next whole second since 2024-01-01, and above the old
 -- marker's; its start is that second, so grants (which wait at least the
 -- max TTL from the start) happen only once it has begun.
-local function settle(now, default_max_ttl)
+-- With `proven` (the creator states that no earlier store existed:
+-- `leasehold init --new`), a store with no marker and no key index at all
+-- gets a proven epoch: `proven` in the marker, reported as the longest age
+-- there is (settled at once). Any later epoch clears it.
+local function settle(now, default_max_ttl, proven, index)
   local m, old = current_epoch()
   if m then
     return m
   end
+  proven = proven and not old[1] and index ~= nil and redis.call('EXISTS', index) == 0
   local e = math.floor(now / 1000) + 1 - ORIGIN_S
   if e < 1 then e = 1 end
   local prev = tonumber(old[1])
@@ -69,10 +74,20 @@ local function settle(now, default_max_ttl)
   redis.call('HSET', KEYS[1], 'epoch', int(m.epoch), 'max_ttl_ms', int(m.max_ttl),
              'start_ms', int(m.start), 'run_id', run_id(), 'high', int(m.high),
              'replid', replid())
+  if proven then
+    redis.call('HSET', KEYS[1], 'proven', '1')
+    m.proven = true
+  else
+    redis.call('HDEL', KEYS[1], 'proven')
+  end
   return m
 end
 
+-- The epoch's age in ms by the server's clock; -1 for a proven epoch.
 local function age_of(m, now)
+  if m.proven then
+    return -1
+  end
   local age = now - m.start
   if age < 0 then age = 0 end
   return age

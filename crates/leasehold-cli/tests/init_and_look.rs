@@ -1,0 +1,413 @@
+//! Issue 29, on every store, with real processes: the commands that look
+//! (`list`, `status`, `leader`) never create or change a store, and
+//! `leasehold init [--new]` creates one explicitly.
+//!
+//! Each store's content is dumped with its own client (rusqlite, `psql`,
+//! `redis-cli`, `etcdctl`, the DynamoDB and Azure SDK clients behind the
+//! backends), so "unchanged" means the rows, keys and values, items, and
+//! blobs with their properties (ETag, lease state) are byte-for-byte the
+//! same; "does not exist" means no file, table, container or key under the
+//! prefix.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::{kill, read_line, stdout_reader, wait_with_timeout, Env};
+
+/// The confirmation window the command's processes use (a test build
+/// reads it from the environment): the real one, so that a quarantine is
+/// long enough to tell apart from none.
+const WINDOW: &str = "60";
+
+fn env_on(store: &str, max_ttl: Option<&str>) -> Option<Env> {
+    let mut env = Env::on(store)?;
+    if let (Some((url, _)), Some(max)) = (env.store.as_mut(), max_ttl) {
+        let from = url.find("max_ttl=").expect("the test URL sets max_ttl");
+        let end = url[from..].find('&').map_or(url.len(), |e| from + e);
+        url.replace_range(from..end, &format!("max_ttl={max}"));
+    }
+    Some(env)
+}
+
+fn run(env: &Env, args: &[&str]) -> common::Output {
+    let out = env
+        .leasehold()
+        .env("LEASEHOLD_TEST_CONFIRMATION_WINDOW", WINDOW)
+        .args(args)
+        .output()
+        .unwrap();
+    common::Output {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// The URL's query parameter `name`.
+fn param(url: &str, name: &str) -> String {
+    let query = url.split_once('?').map_or("", |(_, q)| q);
+    query
+        .split('&')
+        .find_map(|p| p.strip_prefix(&format!("{name}=")))
+        .unwrap_or_else(|| panic!("{url} has no {name}"))
+        .to_string()
+}
+
+fn base(url: &str) -> &str {
+    url.split_once('?').map_or(url, |(b, _)| b)
+}
+
+fn tool(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{cmd:?}: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+/// Everything the store holds, or `None` when it does not exist.
+fn dump(store: &str, env: &Env) -> Option<String> {
+    let url = env.url();
+    match store {
+        "sqlite" => {
+            let path = env.path("leases.db");
+            if !path.exists() {
+                return None;
+            }
+            let conn = rusqlite::Connection::open_with_flags(
+                &path,
+                rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+            )
+            .unwrap();
+            let mut out = String::new();
+            for table in ["leasehold_leases", "leasehold_store"] {
+                let mut stmt = conn
+                    .prepare(&format!("SELECT * FROM {table} ORDER BY 1"))
+                    .unwrap();
+                let n = stmt.column_count();
+                let mut rows = stmt.query([]).unwrap();
+                while let Some(row) = rows.next().unwrap() {
+                    for i in 0..n {
+                        let v: rusqlite::types::Value = row.get(i).unwrap();
+                        out.push_str(&format!("{v:?}|"));
+                    }
+                    out.push('\n');
+                }
+            }
+            Some(out)
+        }
+        "postgres" => {
+            let table = param(&url, "table");
+            let psql = |sql: String| tool(Command::new("psql").args([base(&url), "-Atc", &sql]));
+            if psql(format!("SELECT to_regclass('{table}') IS NOT NULL")).trim() != "t" {
+                return None;
+            }
+            Some(psql(format!(
+                "SELECT row_to_json(t)::text FROM {table} t ORDER BY key"
+            )))
+        }
+        "redis" => {
+            let prefix = param(&url, "prefix");
+            let cli = |args: &[&str]| {
+                tool(
+                    Command::new("redis-cli")
+                        .args([
+                            "--no-auth-warning",
+                            "-u",
+                            &base(&url).replace("redis://:", "redis://default:"),
+                        ])
+                        .args(args),
+                )
+            };
+            let mut keys: Vec<String> = cli(&["--scan", "--pattern", &format!("{prefix}*")])
+                .lines()
+                .map(str::to_string)
+                .collect();
+            if keys.is_empty() {
+                return None;
+            }
+            keys.sort();
+            let mut out = String::new();
+            for key in keys {
+                let value = match cli(&["TYPE", &key]).trim() {
+                    "hash" => {
+                        let mut fields: Vec<String> = cli(&["HGETALL", &key])
+                            .lines()
+                            .map(str::to_string)
+                            .collect();
+                        let mut pairs: Vec<String> =
+                            fields.chunks_mut(2).map(|p| p.join("=")).collect();
+                        pairs.sort();
+                        pairs.join(",")
+                    }
+                    "zset" => cli(&["ZRANGE", &key, "0", "-1", "WITHSCORES"]),
+                    other => panic!("{key} is a {other}"),
+                };
+                out.push_str(&format!("{key} {value}\n"));
+            }
+            Some(out)
+        }
+        "etcd" => {
+            let prefix = param(&url, "prefix");
+            let endpoint = base(&url).trim_start_matches("etcd://");
+            let out = tool(Command::new("etcdctl").args([
+                &format!("--endpoints=http://{endpoint}"),
+                "get",
+                "--prefix",
+                &prefix,
+            ]));
+            (!out.is_empty()).then_some(out)
+        }
+        "dynamodb" => {
+            for (k, v) in &env.store.as_ref().unwrap().1 {
+                std::env::set_var(k, v);
+            }
+            block_on(async {
+                let backend = leasehold_dynamodb::DynamoDbBackend::builder_from_url(&url)
+                    .unwrap()
+                    .creation(leasehold::Creation::Never)
+                    .build()
+                    .await;
+                let backend = match backend {
+                    Err(leasehold::Error::NoStore { .. }) => return None,
+                    other => other.unwrap(),
+                };
+                let scan = backend
+                    .client()
+                    .scan()
+                    .table_name(backend.table())
+                    .consistent_read(true)
+                    .send()
+                    .await
+                    .unwrap();
+                let mut items: Vec<String> = scan
+                    .items()
+                    .iter()
+                    .map(|item| {
+                        let sorted: std::collections::BTreeMap<_, _> = item.iter().collect();
+                        format!("{sorted:?}")
+                    })
+                    .collect();
+                items.sort();
+                Some(items.join("\n"))
+            })
+        }
+        "azblob" => {
+            for (k, v) in &env.store.as_ref().unwrap().1 {
+                std::env::set_var(k, v);
+            }
+            block_on(async {
+                use futures::TryStreamExt;
+                let backend = leasehold_azure::AzureBackend::builder_from_url(&url)
+                    .unwrap()
+                    .creation(leasehold::Creation::Never)
+                    .build()
+                    .unwrap();
+                match backend.open_store().await {
+                    Err(leasehold::Error::NoStore { .. }) => return None,
+                    other => drop(other.unwrap()),
+                }
+                let mut out = String::new();
+                let mut pages = backend.container_client().list_blobs(None).unwrap();
+                while let Some(item) = pages.try_next().await.unwrap() {
+                    out.push_str(&format!("{item:?}\n"));
+                }
+                Some(out)
+            })
+        }
+        other => panic!("unknown store {other}"),
+    }
+}
+
+/// The TTL a lease of the test's store may have (its max TTL as set by
+/// `env_on(store, Some("60s"))`).
+const TTL: &str = "60s";
+
+const LOOKS: &[&[&str]] = &[
+    &["list"],
+    &["list", "--json"],
+    &["status", "k"],
+    &["status", "k", "--json"],
+    &["leader", "k"],
+    &["leader", "k", "--json"],
+];
+
+/// (a) On a store that does not exist, every look exits 3 naming the store
+/// and `leasehold init`, and the store still does not exist.
+fn looking_at_a_missing_store_creates_nothing(store: &str) {
+    let Some(env) = env_on(store, None) else {
+        return;
+    };
+    assert_eq!(dump(store, &env), None, "a new name has no store");
+    for look in LOOKS {
+        let out = run(&env, look);
+        assert_eq!(out.code, Some(3), "{look:?}: {out:?}");
+        assert!(
+            out.stderr.contains("no leasehold store at")
+                && out.stderr.contains("`leasehold init --store"),
+            "{look:?}: {}",
+            out.stderr
+        );
+        assert_eq!(dump(store, &env), None, "{look:?} created the store");
+    }
+    // break creates nothing either.
+    let out = run(&env, &["break", "k"]);
+    assert_eq!(out.code, Some(3), "{out:?}");
+    assert_eq!(dump(store, &env), None, "break created the store");
+}
+
+/// (b) On a store with a held lease, the looks see the holder and leave
+/// every byte of the store as it was.
+fn looking_at_a_store_changes_nothing(store: &str) {
+    let Some(env) = env_on(store, Some("60s")) else {
+        return;
+    };
+    assert_eq!(run(&env, &["init", "--new"]).code, Some(0));
+    let mut holder = env
+        .leasehold()
+        .env("LEASEHOLD_TEST_CONFIRMATION_WINDOW", WINDOW)
+        .args([
+            "run",
+            "--ttl",
+            TTL,
+            "k",
+            "--",
+            "sh",
+            "-c",
+            "echo go; exec sleep 120",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert_eq!(read_line(&mut stdout_reader(&mut holder)), "go");
+    // No renewal while the store is compared (a frozen holder keeps its
+    // lease until its TTL, far beyond this test).
+    kill(holder.id(), libc::SIGSTOP);
+    let before = dump(store, &env).expect("the store exists");
+    for look in LOOKS {
+        let out = run(&env, look);
+        assert_eq!(out.code, Some(0), "{look:?}: {out:?}");
+    }
+    let status = run(&env, &["status", "k"]);
+    assert!(status.stdout.contains("held"), "{status:?}");
+    let after = dump(store, &env).expect("the store exists");
+    kill(holder.id(), libc::SIGCONT);
+    kill(holder.id(), libc::SIGTERM);
+    wait_with_timeout(&mut holder, Duration::from_secs(30));
+    assert_eq!(before, after, "looking changed the store");
+}
+
+/// `init --new` settles a new store at once: the first `run` runs (not
+/// 75). `init --new` on a store that exists is refused and changes
+/// nothing; `init` on it says so and changes nothing.
+fn init_new_settles_a_new_store_at_once(store: &str) {
+    let Some(env) = env_on(store, Some("60s")) else {
+        return;
+    };
+    let out = run(&env, &["init", "--new"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(
+        out.stdout.contains("created the leasehold store")
+            && out.stdout.contains("settled at once")
+            && out.stdout.contains("--new"),
+        "{out:?}"
+    );
+    let ran = run(&env, &["run", "--ttl", TTL, "k", "--", "true"]);
+    assert_eq!(ran.code, Some(0), "the first run after init --new: {ran:?}");
+    let before = dump(store, &env).expect("the store exists");
+    let again = run(&env, &["init", "--new"]);
+    assert_eq!(again.code, Some(2), "{again:?}");
+    assert!(
+        again.stderr.contains("already exists") && again.stderr.contains("nothing changed"),
+        "{again:?}"
+    );
+    assert_eq!(
+        dump(store, &env).as_ref(),
+        Some(&before),
+        "init --new changed it"
+    );
+    let plain = run(&env, &["init"]);
+    assert_eq!(plain.code, Some(0), "{plain:?}");
+    assert!(
+        plain.stdout.contains("already exists") && plain.stdout.contains("nothing changed"),
+        "{plain:?}"
+    );
+    assert_eq!(dump(store, &env).as_ref(), Some(&before), "init changed it");
+}
+
+/// `init` without `--new` reports the quarantine, and the first `run`
+/// exits 75 saying what happened and naming `leasehold init --new`.
+fn init_reports_the_quarantine(store: &str) {
+    let Some(env) = env_on(store, Some("60s")) else {
+        return;
+    };
+    // SQLite proves a new file safe when no process on the machine holds a
+    // lease in its directory: hold one there, in another file.
+    let mut neighbour = (store == "sqlite").then(|| {
+        let other = format!("sqlite:{}", env.path("other.db").display());
+        let mut child = env
+            .leasehold()
+            .env("LEASEHOLD_STORE", &other)
+            .args([
+                "run",
+                "--ttl",
+                TTL,
+                "n",
+                "--",
+                "sh",
+                "-c",
+                "echo go; exec sleep 120",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        assert_eq!(read_line(&mut stdout_reader(&mut child)), "go");
+        child
+    });
+    let out = run(&env, &["init"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(
+        out.stdout.contains("created the leasehold store")
+            && out.stdout.contains("grants wait one confirmation window")
+            && out.stdout.contains("leasehold init --new"),
+        "{out:?}"
+    );
+    let ran = run(&env, &["run", "--ttl", TTL, "k", "--", "true"]);
+    assert_eq!(ran.code, Some(75), "{ran:?}");
+    assert!(
+        ran.stderr.contains("quarantine") && ran.stderr.contains("`leasehold init --new`"),
+        "{ran:?}"
+    );
+    if let Some(child) = neighbour.as_mut() {
+        kill(child.id(), libc::SIGTERM);
+        wait_with_timeout(child, Duration::from_secs(30));
+    }
+}
+
+macro_rules! on_every_store {
+    ($($test:ident),+ $(,)?) => {
+        mod sqlite { $( #[test] fn $test() { super::$test("sqlite") } )+ }
+        mod azblob { $( #[test] fn $test() { super::$test("azblob") } )+ }
+        mod dynamodb { $( #[test] fn $test() { super::$test("dynamodb") } )+ }
+        mod postgres { $( #[test] fn $test() { super::$test("postgres") } )+ }
+        mod redis { $( #[test] fn $test() { super::$test("redis") } )+ }
+        mod etcd { $( #[test] fn $test() { super::$test("etcd") } )+ }
+    };
+}
+
+on_every_store!(
+    looking_at_a_missing_store_creates_nothing,
+    looking_at_a_store_changes_nothing,
+    init_new_settles_a_new_store_at_once,
+    init_reports_the_quarantine,
+);

@@ -1,0 +1,130 @@
+//! What opening a SQLite store may do to it (issue 29): with
+//! `Creation::Never` nothing is created or written, not even the epoch row
+//! of a file that was replaced; with `Creation::NewProven` a new file's
+//! epoch is settled at once even where the directory lock cannot prove it.
+
+use std::path::Path;
+use std::time::Duration;
+
+use leasehold::sqlite::SqliteBackend;
+use leasehold::{Backend, Creation, Error, Store, DEFAULT_STORE_MAX_TTL};
+
+/// Every row of both tables, as text.
+fn dump(path: &Path) -> String {
+    let conn =
+        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    let mut out = String::new();
+    for table in ["leasehold_leases", "leasehold_store"] {
+        let mut stmt = conn
+            .prepare(&format!("SELECT * FROM {table} ORDER BY 1"))
+            .unwrap();
+        let n = stmt.column_count();
+        let mut rows = stmt.query([]).unwrap();
+        while let Some(row) = rows.next().unwrap() {
+            for i in 0..n {
+                let v: rusqlite::types::Value = row.get(i).unwrap();
+                out.push_str(&format!("{v:?}|"));
+            }
+            out.push('\n');
+        }
+    }
+    out
+}
+
+fn open(path: &Path, creation: Creation) -> leasehold::Result<SqliteBackend> {
+    SqliteBackend::open_with(path, DEFAULT_STORE_MAX_TTL, creation)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn looking_creates_nothing_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("sub").join("leases.db");
+    let err = open(&missing, Creation::Never).unwrap_err();
+    assert!(matches!(err, Error::NoStore { .. }), "{err}");
+    assert!(
+        !dir.path().join("sub").exists(),
+        "the directory was created"
+    );
+
+    // A file that is no store (no leasehold tables) stays as it is.
+    let empty = dir.path().join("empty.db");
+    std::fs::write(&empty, b"").unwrap();
+    let err = open(&empty, Creation::Never).unwrap_err();
+    assert!(matches!(err, Error::NoStore { .. }), "{err}");
+    assert_eq!(std::fs::metadata(&empty).unwrap().len(), 0);
+
+    // A store with a held lease, then replaced by a copy of itself (a
+    // restored backup): the epoch row names the old file. A look reads
+    // it and leaves it; taking a lease would start a new epoch.
+    let path = dir.path().join("leases.db");
+    let store = Store::new(open(&path, Creation::IfMissing).unwrap());
+    let guard = store.lock("k").unwrap().try_acquire().await.unwrap();
+    // Everything into the file first, so that the copy has it all (and the
+    // WAL left beside it holds nothing for the old file).
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        .unwrap();
+    let copy = dir.path().join("copy.db");
+    std::fs::copy(&path, &copy).unwrap();
+    std::fs::rename(&copy, &path).unwrap();
+    let before = dump(&path);
+    let look = Store::new(open(&path, Creation::Never).unwrap());
+    let info = look.inspect("k").await.unwrap();
+    assert!(info.fencing_token > 0, "{info:?}");
+    assert_eq!(look.list("").await.unwrap().len(), 1);
+    assert_eq!(dump(&path), before, "looking wrote to the store");
+    drop(guard);
+    drop(store);
+    let lease = Store::new(open(&path, Creation::IfMissing).unwrap());
+    assert_ne!(dump(&path), before, "opening to lease renews the epoch");
+    drop(lease);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_file_created_proven_is_settled_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    // A holder in the directory: the directory lock cannot prove a new
+    // file safe.
+    let holder = Store::new(open(&dir.path().join("other.db"), Creation::IfMissing).unwrap());
+    let guard = holder.lock("h").unwrap().try_acquire().await.unwrap();
+
+    let plain = open(&dir.path().join("plain.db"), Creation::IfMissing).unwrap();
+    let epoch = plain.epoch_at_open().unwrap();
+    assert!(!epoch.is_proven(), "{epoch:?}");
+    assert!(epoch.age.unwrap() < Duration::from_secs(10), "{epoch:?}");
+
+    let stated = open(&dir.path().join("stated.db"), Creation::NewProven).unwrap();
+    let epoch = stated.epoch_at_open().unwrap();
+    assert!(epoch.is_proven(), "{epoch:?}");
+    // Every later process sees it proven, and grants at once.
+    let again = Store::new(open(&dir.path().join("stated.db"), Creation::IfMissing).unwrap());
+    assert!(again.backend().epoch_at_open().unwrap().is_proven());
+    let granted = again.lock("k").unwrap().try_acquire().await;
+    assert!(granted.is_ok(), "{:?}", granted.err());
+    drop(guard);
+}
+
+/// The statement is about the store as opened: a file created again
+/// later under the same backend (the first one deleted) is quarantined.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_file_created_again_later_is_quarantined() {
+    let dir = tempfile::tempdir().unwrap();
+    let holder = Store::new(open(&dir.path().join("other.db"), Creation::IfMissing).unwrap());
+    let guard = holder.lock("h").unwrap().try_acquire().await.unwrap();
+    let path = dir.path().join("stated.db");
+    let stated = Store::new(open(&path, Creation::NewProven).unwrap());
+    let first = stated.lock("k").unwrap().try_acquire().await.unwrap();
+    first.release().await.unwrap();
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+    let again = stated.lock("k").unwrap().try_acquire().await;
+    assert!(
+        matches!(again, Err(Error::Quarantined { .. })),
+        "{:?}",
+        again.map(|g| g.fencing_token())
+    );
+    drop(guard);
+}
