@@ -208,6 +208,13 @@ pub async fn run(mut args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
     };
     std::fs::create_dir_all(&witness_dir)?;
     let witness = Witness::new(&witness_dir);
+    if let Some(long) = args.long_max_ttl {
+        anyhow::ensure!(long > args.ttl, "--long-max-ttl must be above --ttl");
+        // The first epoch is a long one, so that long leases exist when it
+        // is lost: begun before anything opens the store with the short
+        // max TTL (opening a Redis store begins its epoch).
+        recreate(&with_max_ttl(&args.store, long), args.ttl).await;
+    }
     // Fails early on a bad URL; breaks leases for the break fault.
     let admin = open_store(&args.store).await?;
 
@@ -224,11 +231,6 @@ pub async fn run(mut args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
         false if args.faults.iter().any(|f| f == "loss-partition") => upstream(&args.store).ok(),
         false => None,
     };
-    if let Some(long) = args.long_max_ttl {
-        anyhow::ensure!(long > args.ttl, "--long-max-ttl must be above --ttl");
-        // The first epoch is a long one: long leases exist when it is lost.
-        recreate(&with_max_ttl(&args.store, long), args.ttl).await;
-    }
     let old_window = args
         .inject_bug
         .as_deref()
@@ -495,10 +497,16 @@ async fn inject_faults(
     // Which max TTL the loss-partition fault re-creates the store with next
     // (mixed max TTLs): the first epoch was the long one.
     let mut recreate_long = false;
+    // A loss-partition fault is due but no long holder holds yet.
+    let mut waiting_for_long = false;
     // Let the holders get going first.
     tokio::time::sleep(args.ttl).await;
     while now_ns() + args.ttl.as_nanos() as u64 * 2 < until_ns && !args.faults.is_empty() {
-        let pause = args.fault_every.mul_f64(rand::rng().random_range(0.5..1.5));
+        let pause = match waiting_for_long {
+            true => Duration::from_millis(100),
+            false => args.fault_every.mul_f64(rand::rng().random_range(0.5..1.5)),
+        };
+        waiting_for_long = false;
         tokio::time::sleep(pause).await;
         tracker.update(witness);
         let Some((key, holder)) = tracker
@@ -536,6 +544,8 @@ async fn inject_faults(
             if args.long_max_ttl.is_some()
                 && !tracker.holders.values().any(|h| is_long(args, &h.worker))
             {
+                // Looked at again soon.
+                waiting_for_long = true;
                 continue;
             }
             let recreate_with = match args.long_max_ttl {

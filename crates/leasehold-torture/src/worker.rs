@@ -119,8 +119,14 @@ pub async fn library_worker(a: WorkerArgs) -> anyhow::Result<()> {
             }
             let _ = guard.release().await;
         }
-        let think = rand::rng().random_range(0..30);
-        tokio::time::sleep(Duration::from_millis(think)).await;
+        let think = match a.ttl_max {
+            // A long holder leaves the key to the short ones for a while
+            // (half to all of the short TTL's 10-fold), or they would
+            // rarely get it.
+            Some(_) => rand::rng().random_range(a.ttl.as_millis() * 5..=a.ttl.as_millis() * 10),
+            None => rand::rng().random_range(0..30),
+        };
+        tokio::time::sleep(Duration::from_millis(think as u64)).await;
     }
     Ok(())
 }
