@@ -131,6 +131,8 @@ struct Holder {
     worker: String,
     token: u64,
     pid: u32,
+    /// When its section began.
+    since: u64,
 }
 
 #[derive(Default)]
@@ -154,6 +156,7 @@ impl Tracker {
                             worker: r.worker,
                             token: r.token,
                             pid: r.pid,
+                            since: r.t_ns,
                         },
                     );
                 }
@@ -539,10 +542,16 @@ async fn inject_faults(
             continue;
         };
         if kind == "loss-partition" {
-            // With mixed max TTLs, only while a long holder holds: a loss
-            // with only short leases about tests nothing new.
+            // With mixed max TTLs, only while a long holder holds, and
+            // began its section less than a second ago (so that more than
+            // a window of it is left): a loss with only short leases tests
+            // nothing new.
+            let recent = now_ns().saturating_sub(1_000_000_000);
             if args.long_max_ttl.is_some()
-                && !tracker.holders.values().any(|h| is_long(args, &h.worker))
+                && !tracker
+                    .holders
+                    .values()
+                    .any(|h| is_long(args, &h.worker) && h.since >= recent)
             {
                 // Looked at again soon.
                 waiting_for_long = true;
