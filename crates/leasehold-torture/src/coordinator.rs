@@ -357,7 +357,9 @@ pub async fn run(mut args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
                 // a kill of its `leasehold run` leaves work that must be
                 // stopped.
                 let ticks = if lease_ttl > ttl {
-                    crate::worker::long_ticks(lease_ttl) as u128
+                    // Not past the run's end.
+                    let left = left.as_millis() / crate::worker::TICK.as_millis();
+                    (crate::worker::long_ticks(lease_ttl) as u128).min(left.max(3))
                 } else if rand::rng().random_ratio(1, 5) {
                     (ttl * 2).as_millis() / crate::worker::TICK.as_millis()
                 } else {

@@ -86,7 +86,8 @@ pub async fn library_worker(a: WorkerArgs) -> anyhow::Result<()> {
             .witness
             .write_if(Kind::Begin, &a.key, token, &a.id, || !guard.is_lost())?;
         for _ in 0..ticks {
-            if !held {
+            // A long section ends with the run, not seconds after it.
+            if !held || now_ns() >= a.until_ns {
                 break;
             }
             tokio::time::sleep(TICK).await;
