@@ -6,18 +6,20 @@
 #   scripts/azurite.sh stop
 #
 # Azurite 3.35.0 is pinned: later releases need Node 21+. It listens on
-# 127.0.0.1:$LEASEHOLD_AZURITE_PORT (default 10000) with in-memory storage; its log is .cache/azurite.log and
-# the PID of the node process itself is in .cache/azurite.pid.
+# 127.0.0.1:10000 (or $LEASEHOLD_AZURITE_PORT, or $AZURITE_PORT) with in-memory storage; its log is
+# .cache/azurite.log and the PID of the node process itself is in
+# .cache/azurite.pid (azurite-PORT.log and .pid on another port).
 set -euo pipefail
 
 VERSION=3.35.0
 HOST=127.0.0.1
-PORT="${LEASEHOLD_AZURITE_PORT:-10000}"
+PORT="${LEASEHOLD_AZURITE_PORT:-${AZURITE_PORT:-10000}}"
+if [[ "$PORT" == 10000 ]]; then SUFFIX=""; else SUFFIX="-$PORT"; fi
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="$ROOT/.cache"
 PREFIX="$CACHE/azurite"
-LOG="$CACHE/azurite.log"
-PIDFILE="$CACHE/azurite.pid"
+LOG="$CACHE/azurite$SUFFIX.log"
+PIDFILE="$CACHE/azurite$SUFFIX.pid"
 READY_TIMEOUT_S=${AZURITE_READY_TIMEOUT_S:-30}
 
 answers() {

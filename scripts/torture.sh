@@ -8,15 +8,20 @@
 #
 #   scripts/torture.sh            # the long run (release build); writes the
 #                                 # page $TORTURE_PAGE (docs/reliability.md)
-#   scripts/torture.sh --short    # the bounded CI run (about a minute a
-#                                 # store, debug build); fails on a violation,
-#                                 # and also fails unless a run with a bug
-#                                 # injected on purpose is caught
+#   scripts/torture.sh --short    # the bounded CI run (about a minute and
+#                                 # a half a store, debug build); fails on a
+#                                 # violation, and also fails unless runs
+#                                 # with bugs injected on purpose are caught
 #   TORTURE_STORES="sqlite dynamodb" scripts/torture.sh --short
 #
 # Long-run knobs: TORTURE_DURATION (per store, e.g. 20m), TORTURE_REPORTS (a
 # directory to keep each store's report and witness log in, for
-# `leasehold-torture check --witness DIR`), TORTURE_PAGE (the page to write).
+# `leasehold-torture check --witness DIR`), TORTURE_PAGE (the page to write),
+# TORTURE_VARIANTS (which runs of each store: "main loss mixed" by default,
+# see below), TORTURE_HOLDERS (the holder flags, e.g. "--workers 16 --keys 8").
+# Servers: the run starts its own on ports of its own where it can
+# (TORTURE_REDIS_PORT, TORTURE_ETCD_PORT, TORTURE_DYNAMODB_PORT; PostgreSQL
+# on LEASEHOLD_PG_PORT; Azurite on AZURITE_PORT, default the shared 10000).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -69,10 +74,20 @@ settings() {
     esac
 }
 
+# duration (CI run) and fault interval of the mixed variant per store
+mixed_settings() {
+    case $1 in
+        sqlite) echo "20s 6s" ;;
+        azblob) echo "45s 20s" ;;
+        *) echo "30s 10s" ;;
+    esac
+}
+
 # Holders: the CI run keeps the defaults; the long run contends on more keys
 # so that it reaches 10,000 acquisitions a store in reasonable time.
 holders=()
 [[ $mode == long ]] && holders=(--workers 12 --cli-workers 4 --forking 2 --misbehaving 4 --keys 6)
+[[ -n "${TORTURE_HOLDERS:-}" ]] && holders=(${TORTURE_HOLDERS})
 
 # `leasehold run` holders whose command forks background workers, and the
 # pause fault on `leasehold run` processes (issue 10: the watchdog must stop
@@ -85,11 +100,29 @@ fi
 # table, the PostgreSQL table deleted; DynamoDB Local also restarted empty)
 # forgets every lease and fencing counter; store epochs and the quarantine
 # must keep every promise through it. The long run tortures each store
-# twice: first with every other fault, then a store-loss run of its own
-# (TORTURE_LOSS_DURATION, default 3m). Either failing fails the run. The CI
-# run leaves store loss out (a new store's quarantine makes it slow).
-variants=(main)
-[[ $mode == long ]] && variants+=(loss)
+# three times: first with every other fault, then a store-loss run of its
+# own (TORTURE_LOSS_DURATION, default 3m), then the mixed variant below.
+# Any failing fails the run. The CI run has store loss only in the mixed
+# variant, briefly (a new store's quarantine makes it slow), and on Redis,
+# whose main run has loss and restart.
+#
+# The mixed variant (issue 28, item 8) is store loss with mixed max TTLs:
+# every second holder opens the store with a max TTL four confirmation
+# windows long (--long-max-ttl) and takes leases of two to four windows,
+# the others the URL's short one; the store is first created with the long
+# max TTL, and every loss-partition fault cuts the current holders off from
+# the store (a partition through their proxies; SIGSTOP on SQLite) at the
+# moment it deletes the store's data and re-creates it, alternately with
+# the short and the long max TTL. A holder of a long lease of the lost data
+# that trusted it past one window would work beside the re-created store's
+# first holder, and the checker flags every overlap across store epochs.
+# Both modes run it (the long run for TORTURE_MIXED_DURATION, default 5m,
+# with a loss every TORTURE_MIXED_EVERY, default 20s: each one stops
+# every grant for a window, so the CI run's pace would leave few
+# acquisitions).
+variants=(main mixed)
+[[ $mode == long ]] && variants=(main loss mixed)
+[[ -n "${TORTURE_VARIANTS:-}" ]] && variants=(${TORTURE_VARIANTS})
 
 reports=()
 failed=0
@@ -97,17 +130,31 @@ for store in "${stores[@]}"; do
   for variant in "${variants[@]}"; do
     read -r duration ttl every <<<"$(settings "$store")"
     [[ $variant == loss ]] && duration="${TORTURE_LOSS_DURATION:-3m}"
+    if [[ $variant == mixed ]]; then
+        # Short: the store's W (below), a fault every three windows or so.
+        read -r duration every <<<"$(mixed_settings "$store")"
+        if [[ $mode == long ]]; then
+            duration="${TORTURE_MIXED_DURATION:-5m}"
+            every="${TORTURE_MIXED_EVERY:-20s}"
+        fi
+    fi
     extra=()
     case $store in
         sqlite)
             url="sqlite:$work/torture-$variant.db"
+            # The mixed variant needs the store's max TTL in the URL (W).
+            [[ $variant == mixed ]] && url+="?max_ttl=2s"
             faults=kill,pause,break
             loss=loss
             ;;
         azblob)
             # Azurite listens on a fixed port other checkouts share: it is
             # never restarted here; its store loss deletes the container.
-            scripts/azurite.sh start; started+=(azurite.sh)
+            scripts/azurite.sh start
+            [[ " ${started[*]} " == *" azurite.sh "* ]] || started+=(azurite.sh)
+            if [[ -n "${AZURITE_PORT:-}" ]]; then
+                export AZURE_STORAGE_CONNECTION_STRING="DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;BlobEndpoint=http://127.0.0.1:$AZURITE_PORT/devstoreaccount1;"
+            fi
             export AZURE_STORAGE_CONNECTION_STRING="${AZURE_STORAGE_CONNECTION_STRING:-UseDevelopmentStorage=true}"
             # A new container grants nothing for its store max TTL (the
             # epoch quarantine): Azure's shortest lease, 15 s, not 60.
@@ -118,10 +165,10 @@ for store in "${stores[@]}"; do
         dynamodb)
             # The long run restarts DynamoDB Local empty: an instance of its
             # own, on a port no one else uses.
-            port=8000
+            port="${TORTURE_DYNAMODB_PORT:-8000}"
             [[ $mode == long ]] && port="${TORTURE_DYNAMODB_PORT:-8124}"
             DYNAMODB_LOCAL_PORT=$port scripts/dynamodb-local.sh start
-            started+=("dynamodb-local.sh")
+            [[ " ${started[*]} " == *" dynamodb-local.sh "* ]] || started+=("dynamodb-local.sh")
             export DYNAMODB_LOCAL_PORT=$port
             # A new table grants nothing for its max TTL (the store-epoch
             # quarantine): keep it short so that the run exercises the store.
@@ -181,13 +228,31 @@ for store in "${stores[@]}"; do
     window=5
     case $store in sqlite) window=2 ;; azblob) window=15 ;; esac
     export LEASEHOLD_TEST_CONFIRMATION_WINDOW=$window
+    run_holders=("${holders[@]}")
+    if [[ $variant == mixed ]]; then
+        faults=loss-partition
+        extra+=(--long-max-ttl "$((window * 4))s" --cut-for "$((window * 2))s")
+        # No workers that write on after their guard said lost: the witness
+        # fences within a store epoch, and such late writes of the old
+        # store's holder, carried over into the next loss's epochs (losses
+        # come every few seconds here), would be accepted there, counted as
+        # fenced overlaps that a resource fencing by token would reject
+        # (tokens of a later store epoch are greater).
+        run_holders=()
+        for h in "${holders[@]}"; do
+            [[ "${skip:-}" == 1 ]] && { skip=0; continue; }
+            [[ "$h" == --misbehaving ]] && { skip=1; continue; }
+            run_holders+=("$h")
+        done
+        run_holders+=(--misbehaving 0)
+    fi
     echo "== torture: $store ($variant) for $duration (TTL $ttl, a fault every ~$every: $faults)" >&2
     name=$store
-    [[ $variant == loss ]] && name=$store-loss
+    [[ $variant != main ]] && name=$store-$variant
     report="$reports_dir/$name.md"
     if ! "$bin/leasehold-torture" run --store "$url" --duration "$duration" --ttl "$ttl" \
         --fault-every "$every" --faults "$faults" --report "$report" \
-        --witness "$reports_dir/$name-witness" "${holders[@]}" "${extra[@]}"; then
+        --witness "$reports_dir/$name-witness" "${run_holders[@]}" "${extra[@]}"; then
         failed=1
     fi
     reports+=("$report")
@@ -205,6 +270,28 @@ if [[ $mode == short ]]; then
         failed=1
     else
         echo "torture: the injected bug was caught" >&2
+    fi
+    # The mixed variant must catch holders that trust a lease for their
+    # whole TTL and quarantine a new store for their own max TTL (the
+    # behaviour before issue 28's fix, injected as old-window). On Redis: a
+    # holder cut off by a partition writes on while it trusts its lease (a
+    # SQLite holder, only paused, learns of the loss at its first renewal
+    # once woken, so it rarely shows).
+    echo "== torture: store loss with mixed max TTLs, the fix undone (old-window), must fail the run" >&2
+    rport="${TORTURE_REDIS_PORT:-63797}"
+    LEASEHOLD_REDIS_PORT=$rport scripts/redis.sh start
+    [[ " ${started[*]} " == *" redis.sh "* ]] || started+=(redis.sh)
+    export LEASEHOLD_REDIS_PORT=$rport
+    if LEASEHOLD_TEST_CONFIRMATION_WINDOW=5 "$bin/leasehold-torture" run \
+        --store "$(scripts/redis.sh url)?prefix=old-window$RANDOM:&max_ttl=5s" \
+        --duration 30s --ttl 2s --misbehaving 0 --faults loss-partition --fault-every 4s \
+        --long-max-ttl 20s --cut-for 10s --inject-bug old-window \
+        --witness "$work/old-window-witness" >"$work/old-window.md"; then
+        echo "torture: the undone fix was NOT caught:" >&2
+        cat "$work/old-window.md" >&2
+        failed=1
+    else
+        echo "torture: the undone fix was caught" >&2
     fi
 fi
 

@@ -7,6 +7,17 @@
 //! holder keeps working, so the two critical sections overlap; fencing
 //! rejects the older holder's writes, and the checker must flag the overlap.
 //!
+//! `old-window` undoes the fix of issue 28 (item 8) in the holders'
+//! environment: their confirmation window becomes their own store's max TTL
+//! (what a test build falls back to without
+//! `LEASEHOLD_TEST_CONFIRMATION_WINDOW`), which is how every process
+//! behaved before the window existed: a holder trusts an unconfirmed lease
+//! for its whole TTL, and a process that meets a new store epoch
+//! quarantines it for that epoch's max TTL, the re-creator's. With mixed
+//! max TTLs and the `loss-partition` fault, a holder of a long lease of the
+//! lost data, cut off from the store, works on while a holder of the
+//! re-created store (short max TTL) already has the key.
+//!
 //! Never used outside `leasehold-torture run --inject-bug`.
 
 use std::collections::HashSet;
@@ -21,7 +32,19 @@ use leasehold::{Result, Store};
 use rand::Rng;
 
 /// The bugs `--inject-bug` knows.
-pub const BUGS: &[&str] = &["grant-held"];
+pub const BUGS: &[&str] = &["grant-held", "old-window"];
+
+/// Whether `bug` wraps the library workers' backend (the others are made by
+/// the coordinator, in the holders' environment).
+pub fn wraps_backend(bug: &str) -> bool {
+    bug == "grant-held"
+}
+
+/// Whether `bug` takes the holders' confirmation window away (see the
+/// module docs).
+pub fn removes_window(bug: &str) -> bool {
+    bug == "old-window"
+}
 
 /// Wraps `store`'s backend in the named bug.
 pub fn inject(store: Store, bug: &str) -> anyhow::Result<Store> {

@@ -51,6 +51,10 @@ use crate::witness::{Kind, Record};
 pub const LOSS_BEGINS: &str = "store loss begins";
 /// The detail of the epoch record written once the store's data is deleted.
 pub const STORE_LOST: &str = "store lost";
+/// The detail of the epoch record written once the store's data is deleted
+/// and re-created while its holders were cut off from it (the
+/// loss-partition fault).
+pub const STORE_LOST_CUT_OFF: &str = "store lost, its holders cut off";
 /// The detail of the epoch record written once the store restarted empty.
 pub const STORE_RESTARTED: &str = "store restarted";
 
@@ -207,7 +211,7 @@ pub fn check(records: &[Record], limits: Limits) -> Findings {
             // A store loss is one fault for the whole store, counted by its
             // epoch record; its fault records (one per holder) only anchor
             // recovery.
-            Kind::Fault if matches!(fault_kind(r), "loss" | "restart") => {
+            Kind::Fault if matches!(fault_kind(r), "loss" | "restart" | "loss-partition") => {
                 faults.push(r);
                 continue;
             }
@@ -218,6 +222,9 @@ pub fn check(records: &[Record], limits: Limits) -> Findings {
                     }
                     STORE_LOST => *f.faults.entry("loss".into()).or_default() += 1,
                     STORE_RESTARTED => *f.faults.entry("restart".into()).or_default() += 1,
+                    STORE_LOST_CUT_OFF => {
+                        *f.faults.entry("loss-partition".into()).or_default() += 1
+                    }
                     _ => {}
                 }
                 continue;

@@ -29,6 +29,7 @@ pub const FAULTS: &[&str] = &[
     "partition",
     "delay",
     "reset",
+    "loss-partition",
 ];
 
 /// Faults that need the fault proxy (network stores only).
@@ -63,6 +64,13 @@ pub struct RunArgs {
     /// store restarts with its state lost), and for network stores, through
     /// a fault proxy per holder: partition (blackhole for 1.5 TTL), delay
     /// (TTL/10 per chunk for 2 TTL), reset (RST every open connection).
+    /// loss-partition: the store loses its data at the moment every holder
+    /// is cut off from it (partitioned through its proxy for --cut-for on a
+    /// network store; on SQLite, SIGSTOPped until another holder began after
+    /// the loss, at most --cut-for), so
+    /// that no holder of the lost data learns of the loss by renewing; the
+    /// coordinator re-creates the store at once (with mixed max TTLs,
+    /// alternately with the short and the long max TTL).
     #[arg(long, default_value = "kill,pause,break", value_delimiter = ',')]
     pub faults: Vec<String>,
     /// Library workers (of --workers) that keep writing for a random while
@@ -86,6 +94,18 @@ pub struct RunArgs {
     /// restart fault), e.g. "scripts/azurite.sh stop && scripts/azurite.sh start".
     #[arg(long)]
     pub restart_cmd: Option<String>,
+    /// Mixed max TTLs (issue 28): every second holder (lib-1, lib-3, ...,
+    /// cli-1, ...) opens the store with this `max_ttl` in its URL instead of
+    /// the store URL's, takes TTLs between half this and this, and holds a
+    /// lease for three quarters to one and a half of its TTL. The store is first created
+    /// with this max TTL, so that long leases exist when it is lost.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub long_max_ttl: Option<Duration>,
+    /// How long the loss-partition fault cuts the holders off: two
+    /// confirmation windows is enough for a new store's quarantine to end
+    /// while a holder that trusted its lease for longer is still cut off.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub cut_for: Duration,
     /// Mean time between faults.
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     pub fault_every: Duration,
@@ -111,6 +131,8 @@ struct Holder {
     worker: String,
     token: u64,
     pid: u32,
+    /// When its section began.
+    since: u64,
 }
 
 #[derive(Default)]
@@ -134,6 +156,7 @@ impl Tracker {
                             worker: r.worker,
                             token: r.token,
                             pid: r.pid,
+                            since: r.t_ns,
                         },
                     );
                 }
@@ -188,6 +211,13 @@ pub async fn run(mut args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
     };
     std::fs::create_dir_all(&witness_dir)?;
     let witness = Witness::new(&witness_dir);
+    if let Some(long) = args.long_max_ttl {
+        anyhow::ensure!(long > args.ttl, "--long-max-ttl must be above --ttl");
+        // The first epoch is a long one, so that long leases exist when it
+        // is lost: begun before anything opens the store with the short
+        // max TTL (opening a Redis store begins its epoch).
+        recreate(&with_max_ttl(&args.store, long), args.ttl).await;
+    }
     // Fails early on a bad URL; breaks leases for the break fault.
     let admin = open_store(&args.store).await?;
 
@@ -199,17 +229,27 @@ pub async fn run(mut args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
             upstream(&args.store)
                 .context("network faults need a store reached over TCP on loopback")?,
         ),
+        // The loss-partition fault partitions where it can (a network
+        // store), and pauses the holders where it cannot (SQLite).
+        false if args.faults.iter().any(|f| f == "loss-partition") => upstream(&args.store).ok(),
         false => None,
     };
+    let old_window = args
+        .inject_bug
+        .as_deref()
+        .is_some_and(crate::bug::removes_window);
     let mut routes = HashMap::new();
     for id in (0..args.workers)
         .map(|i| format!("lib-{i}"))
         .chain((0..args.cli_workers).map(|i| format!("cli-{i}")))
     {
-        let route = match upstream {
+        let mut route = match upstream {
             Some(up) => Route::through(&args.store, up, FaultProxy::start(up).await?)?,
             None => Route::direct(&args.store),
         };
+        if let Some(long) = args.long_max_ttl.filter(|_| is_long(&args, &id)) {
+            route.url = with_max_ttl(&route.url, long);
+        }
         routes.insert(id, route);
     }
     let routes = Arc::new(routes);
@@ -229,8 +269,18 @@ pub async fn run(mut args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
         if i < args.misbehaving {
             flags.push("--misbehave".to_string());
         }
-        if let Some(bug) = &args.inject_bug {
+        if let Some(bug) = args
+            .inject_bug
+            .as_ref()
+            .filter(|b| crate::bug::wraps_backend(b))
+        {
             flags.extend(["--inject-bug".to_string(), bug.clone()]);
+        }
+        if let Some(long) = args
+            .long_max_ttl
+            .filter(|_| is_long(&args, &format!("lib-{i}")))
+        {
+            flags.extend(["--ttl-max".to_string(), format!("{}ms", long.as_millis())]);
         }
         let (me, witness_dir, store, key, ttl) = (
             me.clone(),
@@ -242,7 +292,11 @@ pub async fn run(mut args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
         tasks.push(tokio::spawn(async move {
             // Restarted whenever it dies before the end (killed by a fault).
             while now_ns() < until_ns {
-                let status = Command::new(&me)
+                let mut worker = Command::new(&me);
+                if old_window {
+                    worker.env_remove(WINDOW_VAR);
+                }
+                let status = worker
                     .args([
                         "worker",
                         "--store",
@@ -287,25 +341,41 @@ pub async fn run(mut args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
         );
         let forking = i < args.forking;
         let id = format!("cli-{i}");
+        let long = args.long_max_ttl.filter(|_| is_long(&args, &id));
         tasks.push(tokio::spawn(async move {
             while now_ns() < until_ns {
                 let left = Duration::from_nanos(until_ns.saturating_sub(now_ns()));
+                // A long holder asks for a long TTL one time in two (a
+                // store begun with the short max TTL refuses it).
+                let lease_ttl = match long {
+                    Some(max) if rand::rng().random_ratio(1, 2) => {
+                        crate::worker::long_ttl(ttl, max)
+                    }
+                    _ => ttl,
+                };
                 // One section in five outlives two TTLs, so that a pause or
                 // a kill of its `leasehold run` leaves work that must be
                 // stopped.
-                let ticks = if rand::rng().random_ratio(1, 5) {
+                let ticks = if lease_ttl > ttl {
+                    // Not past the run's end.
+                    let left = left.as_millis() / crate::worker::TICK.as_millis();
+                    (crate::worker::long_ticks(lease_ttl) as u128).min(left.max(3))
+                } else if rand::rng().random_ratio(1, 5) {
                     (ttl * 2).as_millis() / crate::worker::TICK.as_millis()
                 } else {
                     rand::rng().random_range(3..12)
                 };
                 let mut child = Command::new(&leasehold);
+                if old_window {
+                    child.env_remove(WINDOW_VAR);
+                }
                 child
                     .args([
                         "--store",
                         &store,
                         "run",
                         "--ttl",
-                        &format!("{}ms", ttl.as_millis()),
+                        &format!("{}ms", lease_ttl.as_millis()),
                     ])
                     .args(["--grace", &format!("{}ms", (ttl / 4).as_millis())])
                     .args([
@@ -378,6 +448,7 @@ pub async fn run(mut args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
         forking: args.forking.min(args.cli_workers),
         pause_run: args.pause_run,
         injected_bug: args.inject_bug.clone(),
+        long_max_ttl: args.long_max_ttl,
     };
     std::fs::write(witness_dir.join("meta"), meta.to_lines())?;
     finish(&meta, &findings, args.report.as_deref())
@@ -428,10 +499,19 @@ async fn inject_faults(
     let mut orphans = Vec::new();
     let mut kills = 0usize;
     let mut pauses = Vec::new();
+    // Which max TTL the loss-partition fault re-creates the store with next
+    // (mixed max TTLs): the first epoch was the long one.
+    let mut recreate_long = false;
+    // A loss-partition fault is due but no long holder holds yet.
+    let mut waiting_for_long = false;
     // Let the holders get going first.
     tokio::time::sleep(args.ttl).await;
     while now_ns() + args.ttl.as_nanos() as u64 * 2 < until_ns && !args.faults.is_empty() {
-        let pause = args.fault_every.mul_f64(rand::rng().random_range(0.5..1.5));
+        let pause = match waiting_for_long {
+            true => Duration::from_millis(100),
+            false => args.fault_every.mul_f64(rand::rng().random_range(0.5..1.5)),
+        };
+        waiting_for_long = false;
         tokio::time::sleep(pause).await;
         tracker.update(witness);
         let Some((key, holder)) = tracker
@@ -463,6 +543,93 @@ async fn inject_faults(
         let Some(kind) = kinds.choose(&mut rand::rng()).map(|s| s.as_str()) else {
             continue;
         };
+        if kind == "loss-partition" {
+            // With mixed max TTLs, only while a long holder holds, and
+            // began its section less than a second ago (so that more than
+            // a window of it is left): a loss with only short leases tests
+            // nothing new.
+            let recent = now_ns().saturating_sub(1_000_000_000);
+            if args.long_max_ttl.is_some()
+                && !tracker
+                    .holders
+                    .values()
+                    .any(|h| is_long(args, &h.worker) && h.since >= recent)
+            {
+                // Looked at again soon.
+                waiting_for_long = true;
+                continue;
+            }
+            let recreate_with = match args.long_max_ttl {
+                Some(long) if recreate_long => with_max_ttl(&args.store, long),
+                _ => args.store.clone(),
+            };
+            recreate_long = !recreate_long;
+            let for_ = args.cut_for;
+            let cut_at = now_ns();
+            let mut stopped = Vec::new();
+            for (k, h) in &tracker.holders {
+                let pid = match h.worker.starts_with("cli-") {
+                    true => cli_pids
+                        .lock()
+                        .unwrap()
+                        .get(&h.worker)
+                        .copied()
+                        .unwrap_or(0),
+                    false => h.pid,
+                };
+                let _ = witness.fault(k, &h.worker, pid, h.token, kind);
+                match routes.get(&h.worker).and_then(|r| r.proxy.clone()) {
+                    Some(proxy) => {
+                        proxy.blackhole();
+                        pauses.push(tokio::spawn(async move {
+                            tokio::time::sleep(for_).await;
+                            proxy.heal();
+                        }));
+                    }
+                    None => {
+                        signal(pid, libc::SIGSTOP);
+                        stopped.push((pid, h.worker.clone()));
+                    }
+                }
+            }
+            if !stopped.is_empty() {
+                // Woken as soon as another holder began on the store after
+                // the loss (its quarantine over), or after for_: a holder
+                // still trusting its lease of the lost data then writes
+                // beside the new store's holder. (A partitioned holder
+                // needs no such help: it writes on while cut off.)
+                let (w, from) = (witness.clone(), tracker.offset);
+                pauses.push(tokio::spawn(async move {
+                    let mut offset = from;
+                    while now_ns() < cut_at + for_.as_nanos() as u64 {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        let Ok((records, next)) = w.read_from(offset) else {
+                            continue;
+                        };
+                        offset = next;
+                        if records.iter().any(|r| {
+                            r.kind == Kind::Begin
+                                && r.t_ns > cut_at
+                                && !stopped.iter().any(|(_, s)| *s == r.worker)
+                        }) {
+                            // Let its section get going.
+                            tokio::time::sleep(Duration::from_millis(30)).await;
+                            break;
+                        }
+                    }
+                    for (pid, _) in stopped {
+                        signal(pid, libc::SIGCONT);
+                    }
+                }));
+            }
+            let _ = witness.bump_epoch(check::LOSS_BEGINS);
+            if let Err(e) = lose_store(&args.store, &recreate_with).await {
+                eprintln!("leasehold-torture: {kind}: {e:#}");
+            }
+            recreate(&recreate_with, args.ttl).await;
+            let _ = witness.bump_epoch(check::STORE_LOST_CUT_OFF);
+            continue;
+        }
         if kind == "restart" || kind == "loss" {
             // Every key loses its holder; tokens start again (new epoch).
             for (k, h) in &tracker.holders {
@@ -476,7 +643,7 @@ async fn inject_faults(
             // their tokens), and the fresh store's, once the loss is done.
             let _ = witness.bump_epoch(check::LOSS_BEGINS);
             let lost = match kind {
-                "loss" => lose_store(&args.store).await,
+                "loss" => lose_store(&args.store, &args.store).await,
                 _ => {
                     let cmd = args.restart_cmd.as_deref().unwrap_or("true");
                     match Command::new("sh")
@@ -624,9 +791,10 @@ exec "$0" section --witness "$W" --id "$ID" --ticks 0 --no-begin"#;
 /// deleted, the Azure container deleted (the backend creates it again on
 /// use), the DynamoDB table deleted and created again, the PostgreSQL
 /// table dropped, the Redis server flushed (FLUSHALL), the etcd prefix
-/// deleted.
-async fn lose_store(url: &str) -> anyhow::Result<()> {
+/// deleted. A new DynamoDB table is created from `recreate_with`.
+async fn lose_store(url: &str, recreate_with: &str) -> anyhow::Result<()> {
     if let Some(rest) = url.strip_prefix("sqlite:") {
+        let rest = rest.split('?').next().unwrap_or(rest);
         let path = rest.strip_prefix("//").unwrap_or(rest);
         for suffix in ["", "-wal", "-shm", "-journal"] {
             match std::fs::remove_file(format!("{path}{suffix}")) {
@@ -669,7 +837,7 @@ async fn lose_store(url: &str) -> anyhow::Result<()> {
             }
         }
         // Opening it again creates the table (create_table is on by default).
-        leasehold_dynamodb::DynamoDbBackend::from_url(url).await?;
+        leasehold_dynamodb::DynamoDbBackend::from_url(recreate_with).await?;
         Ok(())
     } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         // The table dropped (the backend creates it again on use).
@@ -711,6 +879,56 @@ async fn lose_store(url: &str) -> anyhow::Result<()> {
         Ok(())
     } else {
         anyhow::bail!("no store-loss fault for {}", redact(url))
+    }
+}
+
+/// The environment variable that sets a test build's confirmation window.
+const WINDOW_VAR: &str = "LEASEHOLD_TEST_CONFIRMATION_WINDOW";
+
+/// Whether a holder is a long one under mixed max TTLs: on every key, the
+/// library workers of every second round (lib-i works on key i mod keys),
+/// and every second `leasehold run` loop.
+fn is_long(args: &RunArgs, worker: &str) -> bool {
+    let Some((kind, n)) = worker.split_once('-') else {
+        return false;
+    };
+    let Ok(n) = n.parse::<usize>() else {
+        return false;
+    };
+    args.long_max_ttl.is_some()
+        && match kind {
+            "lib" => (n / args.keys.max(1)) % 2 == 1,
+            _ => n % 2 == 1,
+        }
+}
+
+/// `url` with `max_ttl=` (the store's max TTL if it begins a new epoch)
+/// set to `max`.
+fn with_max_ttl(url: &str, max: Duration) -> String {
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let mut params: Vec<String> = query
+        .split('&')
+        .filter(|p| !p.is_empty() && !p.starts_with("max_ttl="))
+        .map(String::from)
+        .collect();
+    params.push(format!("max_ttl={}ms", max.as_millis()));
+    format!("{base}?{}", params.join("&"))
+}
+
+/// Uses the store as the first process after a loss does, so that its new
+/// epoch records `url`'s max TTL: one attempt on a key of its own (in
+/// quarantine it grants nothing; a grant is released at once).
+async fn recreate(url: &str, ttl: Duration) {
+    let attempt = async {
+        let store = open_store(url).await?;
+        let lock = store.lock_with("torture/recreate", leasehold::LockOptions::new().ttl(ttl))?;
+        if let Ok(guard) = lock.acquire(leasehold::Wait::Timeout(Duration::ZERO)).await {
+            let _ = guard.release().await;
+        }
+        anyhow::Ok(())
+    };
+    if let Err(e) = attempt.await {
+        eprintln!("leasehold-torture: re-creating the store: {e:#}");
     }
 }
 

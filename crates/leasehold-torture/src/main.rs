@@ -57,6 +57,9 @@ enum Command {
         id: String,
         #[arg(long, value_parser = humantime::parse_duration)]
         ttl: Duration,
+        /// A long holder: TTLs up to this (see `run --long-max-ttl`).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        ttl_max: Option<Duration>,
         /// Stop taking the lock after this boot-clock time (ns).
         #[arg(long)]
         until_ns: u64,
@@ -107,13 +110,14 @@ fn main() -> ExitCode {
             witness,
             id,
             ttl,
+            ttl_max,
             until_ns,
             misbehave,
             inject_bug,
         } => runtime().and_then(|rt| {
             rt.block_on(async {
                 let mut store = coordinator::open_store(&store).await?;
-                if let Some(bug) = inject_bug {
+                if let Some(bug) = inject_bug.filter(|b| bug::wraps_backend(b)) {
                     store = bug::inject(store, &bug)?;
                 }
                 worker::library_worker(worker::WorkerArgs {
@@ -122,6 +126,7 @@ fn main() -> ExitCode {
                     witness: witness::Witness::new(witness),
                     id,
                     ttl,
+                    ttl_max,
                     until_ns,
                     misbehave,
                 })

@@ -27,6 +27,8 @@ pub struct RunMeta {
     pub pause_run: bool,
     /// The bug injected on purpose, if any (such a run must fail).
     pub injected_bug: Option<String>,
+    /// Mixed max TTLs: the long holders' max TTL, if any.
+    pub long_max_ttl: Option<Duration>,
 }
 
 impl RunMeta {
@@ -38,7 +40,7 @@ impl RunMeta {
             .map(|(c, n)| format!("{c}:{n}"))
             .collect();
         format!(
-            "store {}\nduration_ms {}\nttl_ms {}\nlibrary_workers {}\ncli_workers {}\nkeys {}\norphaned_commands {}\ncli_exits {}\nmisbehaving {}\nforking {}\npause_run {}\ninjected_bug {}\n{}",
+            "store {}\nduration_ms {}\nttl_ms {}\nlibrary_workers {}\ncli_workers {}\nkeys {}\norphaned_commands {}\ncli_exits {}\nmisbehaving {}\nforking {}\npause_run {}\ninjected_bug {}\nlong_max_ttl_ms {}\n{}",
             self.store,
             self.duration.as_millis(),
             self.ttl.as_millis(),
@@ -51,6 +53,8 @@ impl RunMeta {
             self.forking,
             u8::from(self.pause_run),
             self.injected_bug.as_deref().unwrap_or("-"),
+            self.long_max_ttl
+                .map_or("-".to_string(), |d| d.as_millis().to_string()),
             self.orphans
                 .iter()
                 .map(|o| format!("orphan {}\n", o.replace('\n', " ")))
@@ -98,6 +102,7 @@ impl RunMeta {
                 .map(str::trim)
                 .filter(|b| *b != "-")
                 .map(String::from),
+            long_max_ttl: num("long_max_ttl_ms").ok().map(Duration::from_millis),
         })
     }
 }
@@ -151,6 +156,16 @@ pub fn render(meta: &RunMeta, f: &Findings) -> String {
             meta.keys
         ),
     );
+    if let Some(long) = meta.long_max_ttl {
+        row(
+            "mixed max TTLs",
+            format!(
+                "every second holder opened the store with max TTL {long:?} and took TTLs of {:?} to {long:?}; the others the store URL's, TTL {:?}",
+                (long / 2).max(meta.ttl),
+                meta.ttl
+            ),
+        );
+    }
     row(
         "operations (writes to the witness)",
         f.operations.to_string(),
@@ -307,6 +322,7 @@ mod tests {
             forking: 1,
             pause_run: true,
             injected_bug: Some("grant-held".into()),
+            long_max_ttl: Some(Duration::from_secs(60)),
         };
         let back = RunMeta::from_lines(&meta.to_lines()).unwrap();
         assert_eq!(back.to_lines(), meta.to_lines());
@@ -328,6 +344,7 @@ mod tests {
             forking: 0,
             pause_run: false,
             injected_bug: None,
+            long_max_ttl: None,
         };
         let mut findings = Findings::default();
         assert!(!passed(&meta, &findings), "no acquisition, no pass");

@@ -177,6 +177,59 @@ fn a_holder_that_stopped_before_the_store_came_back_passes() {
     assert_eq!(f.recovery["loss"], vec![Duration::from_nanos(5)]);
 }
 
+// ---- store loss while the holders are cut off (mixed max TTLs) ----
+
+impl History {
+    /// The loss-partition fault as the coordinator records it: the cut-off
+    /// holder's fault record, the transition epoch, then the re-created
+    /// store's.
+    fn lost_while_cut_off(&mut self, holder: &str, token: u64, t: u64) -> &mut Self {
+        self.fault("loss-partition", holder, token, t);
+        self.epoch += 1;
+        self.raw(Kind::Epoch, "-", 0, "coordinator", t, true);
+        self.records.last_mut().unwrap().detail = crate::check::LOSS_BEGINS.into();
+        self.epoch += 1;
+        self.raw(Kind::Epoch, "-", 0, "coordinator", t, true);
+        self.records.last_mut().unwrap().detail = crate::check::STORE_LOST_CUT_OFF.into();
+        self
+    }
+}
+
+#[test]
+fn a_cut_off_holder_of_the_lost_data_working_beside_the_new_stores_holder_is_flagged() {
+    // "long" held a long lease of the lost store; cut off, it trusted it
+    // past the new store's quarantine, while "short" (who re-created the
+    // store with a short max TTL) took the key and finished.
+    let f = History::default()
+        .begin(9_000, "long", 10)
+        .tick(9_000, "long", 20)
+        .lost_while_cut_off("long", 9_000, 25)
+        .begin(12_000, "short", 60)
+        .end(12_000, "short", 70)
+        .tick(9_000, "long", 80)
+        .check();
+    assert_eq!(f.overlaps.len(), 1, "{f:#?}");
+    assert_eq!(f.across_store_loss, 1, "{f:#?}");
+    assert_eq!(f.faults["loss-partition"], 1);
+    assert!(!f.faults.contains_key("loss"), "{:?}", f.faults);
+}
+
+#[test]
+fn a_cut_off_holder_that_stopped_within_the_window_passes() {
+    let f = History::default()
+        .begin(9_000, "long", 10)
+        .tick(9_000, "long", 20)
+        .lost_while_cut_off("long", 9_000, 25)
+        .tick(9_000, "long", 30)
+        .w(Kind::Lost, 9_000, "long", 40)
+        .begin(12_000, "short", 60)
+        .end(12_000, "short", 70)
+        .check();
+    clean(&f);
+    assert_eq!(f.faults["loss-partition"], 1);
+    assert_eq!(f.recovery["loss-partition"], vec![Duration::from_nanos(35)]);
+}
+
 // ---- overlap excused by the wrong break ----
 
 #[test]

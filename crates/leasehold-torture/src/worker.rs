@@ -18,6 +18,10 @@ pub struct WorkerArgs {
     pub witness: Witness,
     pub id: String,
     pub ttl: Duration,
+    /// A long holder (mixed max TTLs): each lease's TTL is drawn between
+    /// half this and this (within the store's max TTL), and it is held for
+    /// three quarters to one and a half of it, so that it spans a store loss.
+    pub ttl_max: Option<Duration>,
     pub until_ns: u64,
     /// Keep writing (as `late`) for a random while, up to a TTL, after the
     /// guard said lost, as a buggy user would; fencing must reject those
@@ -32,15 +36,32 @@ pub struct WorkerArgs {
 /// write (a misbehaving worker: late writes every tick for a random while
 /// up to a TTL), which fencing must reject if a newer holder has written.
 pub async fn library_worker(a: WorkerArgs) -> anyhow::Result<()> {
-    let lock = a.store.lock_with(
-        &a.key,
-        LockOptions::new().ttl(a.ttl).owner_label(a.id.clone()),
-    )?;
+    let options = |ttl| LockOptions::new().ttl(ttl).owner_label(a.id.clone());
+    let short = a.store.lock_with(&a.key, options(a.ttl))?;
+    // After a refused long TTL (the store's epoch was begun with a shorter
+    // max TTL than this holder's URL says), one attempt with the short one.
+    let mut refused = false;
     while now_ns() < a.until_ns {
         let left = Duration::from_nanos(a.until_ns.saturating_sub(now_ns()));
+        let (lock, ttl) = match a.ttl_max {
+            Some(max) if !refused => {
+                let max = max.min(a.store.backend().capabilities().max_ttl);
+                let ttl = long_ttl(a.ttl, max);
+                match a.store.lock_with(&a.key, options(ttl)) {
+                    Ok(lock) => (lock, ttl),
+                    Err(_) => (short.clone(), a.ttl),
+                }
+            }
+            _ => (short.clone(), a.ttl),
+        };
+        refused = false;
         let guard = match lock.acquire(Wait::Timeout(left.min(a.ttl * 5))).await {
             Ok(g) => g,
             Err(Error::TimedOut { .. }) => continue,
+            Err(_) if ttl > a.ttl => {
+                refused = true;
+                continue;
+            }
             Err(e) => {
                 eprintln!("{}: acquire failed: {e}", a.id);
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -57,12 +78,16 @@ pub async fn library_worker(a: WorkerArgs) -> anyhow::Result<()> {
                 let _ = w.write(Kind::Lost, &key, token, &id);
             })
         };
-        let ticks = rand::rng().random_range(3..12);
+        let ticks = match a.ttl_max {
+            Some(_) => long_ticks(ttl),
+            None => rand::rng().random_range(3..12),
+        };
         let mut held = a
             .witness
             .write_if(Kind::Begin, &a.key, token, &a.id, || !guard.is_lost())?;
         for _ in 0..ticks {
-            if !held {
+            // A long section ends with the run, not seconds after it.
+            if !held || now_ns() >= a.until_ns {
                 break;
             }
             tokio::time::sleep(TICK).await;
@@ -95,10 +120,37 @@ pub async fn library_worker(a: WorkerArgs) -> anyhow::Result<()> {
             }
             let _ = guard.release().await;
         }
-        let think = rand::rng().random_range(0..30);
-        tokio::time::sleep(Duration::from_millis(think)).await;
+        let think = match a.ttl_max {
+            // A long holder leaves the key to the short ones for a while
+            // (half to all of the short TTL's 10-fold), or they would
+            // rarely get it.
+            Some(_) => rand::rng().random_range(a.ttl.as_millis() * 5..=a.ttl.as_millis() * 10),
+            None => rand::rng().random_range(0..30),
+        };
+        tokio::time::sleep(Duration::from_millis(think as u64)).await;
     }
     Ok(())
+}
+
+/// A long holder's TTL: between half of `max` and `max`, at least `ttl`,
+/// in whole seconds (Azure leases are).
+pub fn long_ttl(ttl: Duration, max: Duration) -> Duration {
+    let low = (max / 2).max(ttl).as_secs().max(1);
+    let high = max.as_secs().max(low);
+    let pick = Duration::from_secs(rand::rng().random_range(low..=high));
+    if pick <= ttl || pick > max {
+        return ttl;
+    }
+    pick
+}
+
+/// Ticks of a long holder's section: three quarters of its TTL to one and
+/// a half (renewed meanwhile), so that a store loss is likely to come in
+/// the middle of one with more than a confirmation window of work left.
+pub fn long_ticks(ttl: Duration) -> u32 {
+    let (ms, tick) = (ttl.as_millis() as u64, TICK.as_millis() as u64);
+    let low = (ms * 3 / 4 / tick).max(3);
+    rand::rng().random_range(low..=(ms * 3 / 2 / tick).max(low)) as u32
 }
 
 /// The command run by `leasehold run`: begin, a few ticks, end. It knows
