@@ -53,6 +53,17 @@ fn end(mut holder: std::process::Child) {
     holder.wait().unwrap();
 }
 
+/// `run k --wait 60s -- true`, started.
+fn waiter(env: &Env) -> std::process::Child {
+    env.spawn(&["run", "k", "--ttl", ttl(env), "--wait", "60s", "--", "true"])
+}
+
+/// A [`waiter`]'s exit code and stderr, once it has ended (within `timeout`).
+fn ended(mut waiter: std::process::Child, timeout: Duration) -> (Option<i32>, String) {
+    let code = wait_with_timeout(&mut waiter, timeout);
+    (code, read_all(waiter.stderr.as_mut().unwrap()))
+}
+
 #[test]
 fn a_zero_wait_is_one_try_on_every_store() {
     for store in ["sqlite"].into_iter().chain(SERVER_STORES) {
@@ -91,16 +102,7 @@ fn a_wait_rides_out_a_store_that_stops_answering_for_a_while() {
         warm_up(&env);
         let held = holder(&env, "k");
         let proxy = env.through_proxy().unwrap();
-        let mut waiter = env.spawn(&[
-            "run",
-            "k",
-            "--ttl",
-            ttl(&env),
-            "--wait",
-            "60s",
-            "--",
-            "true",
-        ]);
+        let mut waiter = waiter(&env);
         // The waiter has opened the store and asked for the key a few
         // times (every request goes through the proxy).
         let started = Instant::now();
@@ -117,8 +119,7 @@ fn a_wait_rides_out_a_store_that_stops_answering_for_a_while() {
         end(held);
         std::thread::sleep(Duration::from_secs(3));
         proxy.restore();
-        let code = wait_with_timeout(&mut waiter, Duration::from_secs(60));
-        let stderr = read_all(waiter.stderr.as_mut().unwrap());
+        let (code, stderr) = ended(waiter, Duration::from_secs(60));
         assert_eq!(code, Some(0), "{store}: {stderr}");
     }
 }
@@ -166,24 +167,14 @@ fn a_wait_started_while_the_store_is_unreachable_runs_once_it_is_back() {
         warm_up(&env);
         let proxy = env.through_proxy().unwrap();
         proxy.cut();
-        let mut waiter = env.spawn(&[
-            "run",
-            "k",
-            "--ttl",
-            ttl(&env),
-            "--wait",
-            "60s",
-            "--",
-            "true",
-        ]);
+        let mut waiter = waiter(&env);
         std::thread::sleep(Duration::from_secs(3));
         assert!(
             waiter.try_wait().unwrap().is_none(),
             "{store}: gave up while the store was away"
         );
         proxy.restore();
-        let code = wait_with_timeout(&mut waiter, Duration::from_secs(60));
-        let stderr = read_all(waiter.stderr.as_mut().unwrap());
+        let (code, stderr) = ended(waiter, Duration::from_secs(60));
         assert_eq!(code, Some(0), "{store}: {stderr}");
     }
 }
@@ -198,16 +189,7 @@ fn ctrl_c_while_the_store_does_not_answer_ends_leasehold() {
         };
         let proxy = env.through_proxy().unwrap();
         proxy.cut();
-        let mut waiter = env.spawn(&[
-            "run",
-            "k",
-            "--ttl",
-            ttl(&env),
-            "--wait",
-            "60s",
-            "--",
-            "true",
-        ]);
+        let waiter = waiter(&env);
         // Until it has tried to reach the store at least once.
         let started = Instant::now();
         while proxy.refused() == 0 {
@@ -218,8 +200,7 @@ fn ctrl_c_while_the_store_does_not_answer_ends_leasehold() {
             std::thread::sleep(Duration::from_millis(20));
         }
         kill(waiter.id(), libc::SIGINT);
-        let code = wait_with_timeout(&mut waiter, Duration::from_secs(10));
-        let stderr = read_all(waiter.stderr.as_mut().unwrap());
+        let (code, stderr) = ended(waiter, Duration::from_secs(10));
         assert_eq!(code, Some(130), "{store}: {stderr}");
     }
 }
