@@ -379,8 +379,9 @@ impl Env {
     /// until it is granted, and then a little more, since the age a store
     /// vouches for is taken short (by a thousandth, for a clock that runs
     /// fast; on etcd, to whole seconds; DynamoDB's dates are whole seconds
-    /// too), so a process just after the first grant may still meet the
-    /// quarantine's last moment.
+    /// too; Azure's, from two whole-second dates, up to 2 s short), so a
+    /// process just after the first grant may still meet the quarantine's
+    /// last moment.
     pub fn warm_up(&self, ttl: &str) {
         let started = std::time::Instant::now();
         loop {
@@ -393,6 +394,6 @@ impl Env {
                 _ => panic!("{out:?}"),
             }
         }
-        std::thread::sleep(Duration::from_millis(1100));
+        std::thread::sleep(Duration::from_millis(2100));
     }
 }
