@@ -3,7 +3,7 @@
 //! to tell the epoch's age.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::config::interceptors::BeforeDeserializationInterceptorContextRef;
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
@@ -82,6 +82,37 @@ pub(crate) fn of_table(
     // most a second short, never long.
     let age = date.map(|d| d.duration_since(created).unwrap_or_default());
     Ok(StoreEpoch::new(epoch_at(created), max_ttl).with_age(age))
+}
+
+/// How long until the table's creation second is over on the service's
+/// clock, if a response dated `date` (whole seconds, truncated) does not
+/// show it over already: at most a second.
+///
+/// No lease is granted in a table before then. The epoch is the creation
+/// time in whole seconds, so a table deleted and created again within
+/// that second would get the same epoch, and repeat its tokens; a table
+/// created after a grant made once the second is over has a later epoch.
+/// (Only a proven epoch is granted in that soon: any other is quarantined
+/// for a confirmation window.) Test: `store_recreated_at_once_issues_greater_tokens`,
+/// `tests/backend.rs`.
+pub(crate) fn first_second_left(
+    table: &TableDescription,
+    date: Option<SystemTime>,
+) -> Option<Duration> {
+    let created = table
+        .creation_date_time()
+        .and_then(|d| SystemTime::try_from(*d).ok())?;
+    let since_unix = created.duration_since(UNIX_EPOCH).ok()?;
+    let over = UNIX_EPOCH + Duration::from_secs(since_unix.as_secs() + 1);
+    if date.is_some_and(|d| d >= over) {
+        return None;
+    }
+    // The service's clock was at `created` at least when it answered: this
+    // long after the answer, it is past the second (a margin for clock
+    // rates).
+    over.duration_since(created)
+        .ok()
+        .map(|left| left + Duration::from_millis(10))
 }
 
 /// Reads the marker item, writing it (with `epoch` and `max_ttl`, and

@@ -79,10 +79,13 @@
 //! one records ([`max_ttl`](DynamoDbBackendBuilder::max_ttl), recorded in
 //! the marker, bounds the new table's leases only; test
 //! `store_loss_quarantine_outlasts_a_longer_holder`, `tests/backend.rs`).
-//! Not yet covered: a table deleted and re-created within the second it
-//! was created in gets the same epoch, so the same tokens again (test
-//! `store_recreated_at_once_issues_greater_tokens`, ignored until that is
-//! fixed).
+//! Nothing is granted in a table until its creation second is over on
+//! DynamoDB's clock (a response `Date` after it, or as long after a
+//! response as the second had left): a table deleted and created again
+//! after a grant has a later epoch, so greater tokens (test
+//! `store_recreated_at_once_issues_greater_tokens`; a wait of up to a
+//! second, only ever seen for a proven epoch, as any other is quarantined
+//! far longer).
 //!
 //! * Every grant on an existing item is conditional on `epoch` being the
 //!   epoch the request names (or absent: an item from before epochs, in the
@@ -96,7 +99,7 @@
 //!   the backend re-create it (unless `create_table=false`) and read its new
 //!   epoch; a renewal or release that finds it gone is a definitive loss.
 //! * Two incarnations of a table created within the same second would share
-//!   an epoch; DynamoDB takes longer than that to delete and create a table.
+//!   an epoch: hence no grant until that second is over (above).
 //!
 //! **Proven epochs, and looking without writing.** An epoch is settled at
 //! once, in every process, when its creator states that no store existed

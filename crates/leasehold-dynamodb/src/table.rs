@@ -37,6 +37,9 @@ pub(crate) async fn ensure(backend: &DynamoDbBackend, create: bool) -> Result<St
     let date = backend.dates.take();
     check_not_global(&backend.table, &table)?;
     let epoch = crate::epoch::of_table(&table, date, backend.max_ttl)?;
+    if let Some(left) = crate::epoch::first_second_left(&table, date) {
+        tokio::time::sleep(left).await;
+    }
     let (max_ttl, proven) = crate::epoch::marker(backend, epoch.epoch, backend.max_ttl).await?;
     let epoch = leasehold::StoreEpoch::new(epoch.epoch, max_ttl).with_age(epoch.age);
     Ok(if proven { epoch.proven() } else { epoch })

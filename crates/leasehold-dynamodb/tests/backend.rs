@@ -510,12 +510,10 @@ async fn store_loss_quarantine_outlasts_a_longer_holder() {
 }
 
 /// The same, and the re-created table's grant has a greater token than the
-/// holder's. Fails today: the table was deleted and re-created within the
-/// second it was created in, and its epoch (the creation time in whole
-/// seconds) repeats, so the tokens do too. Not item 1 of issue #28; found
-/// by the test above, left for the epoch's owner.
+/// holder's: the table is deleted and created again within the second it
+/// was created in, and its epoch (the creation time in whole seconds)
+/// would repeat if the first grant had not waited for that second to end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "fails today: a table re-created within the same second gets the same epoch (tokens repeat)"]
 async fn store_recreated_at_once_issues_greater_tokens() {
     if !common::available() {
         return;

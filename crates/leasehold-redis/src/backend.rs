@@ -361,6 +361,11 @@ impl RedisBackend {
     }
 }
 
+/// How many times an acquire waits for the store's epoch to begin (each
+/// wait at most a second: one is enough unless the server's clock stands
+/// still).
+const EPOCH_START_TRIES: usize = 3;
+
 /// Whether a script may be sent again after a dead connection.
 #[derive(Debug, Clone, Copy)]
 enum Retry {
@@ -428,7 +433,19 @@ impl Backend for RedisBackend {
             .arg(req.owner.pid)
             .arg(optional(&req.owner.label))
             .arg(optional(&req.data));
-        let reply = self.call(OP, Retry::Once, &inv).await?;
+        // The store's epoch may not have begun yet (reply 5: see
+        // `acquire.lua`): that is at most a second, after the epoch was
+        // started; asked again then, a few times.
+        let mut reply = self.call(OP, Retry::Once, &inv).await?;
+        for _ in 0..EPOCH_START_TRIES {
+            let items = array(OP, &reply)?;
+            if items.first().and_then(num) != Some(5) {
+                break;
+            }
+            let ms = items.get(1).and_then(num).unwrap_or(0).clamp(1, 1_000) as u64;
+            tokio::time::sleep(Duration::from_millis(ms + 1)).await;
+            reply = self.call(OP, Retry::Once, &inv).await?;
+        }
         let items = array(OP, &reply)?;
         match items.first().and_then(num) {
             Some(1) => match items.get(1).and_then(num) {
@@ -446,6 +463,12 @@ impl Backend for RedisBackend {
                 self.inner.store_max_ttl_ms.store(max, Ordering::Relaxed);
                 Err(ttl_error(req.ttl, Duration::from_millis(max)))
             }
+            Some(5) => Err(Error::backend(
+                NAME,
+                OP,
+                true,
+                "the store's epoch has not begun on the server's clock yet".to_string(),
+            )),
             _ => Err(bad_reply(OP, format!("{items:?}"))),
         }
     }

@@ -143,10 +143,12 @@
 //! stopped, whatever max TTL it or the new epoch's creator opened the store
 //! with (the max TTL recorded in the marker is the new store's and bounds
 //! its leases only; test `store_loss_quarantine_outlasts_a_longer_holder`,
-//! `tests/store_loss.rs`). Not yet covered: a store lost and started again
-//! within the second its epoch began gets the same epoch, so the same
-//! tokens again (test `store_recreated_at_once_issues_greater_tokens`,
-//! ignored until that is fixed).
+//! `tests/store_loss.rs`). The acquire script grants nothing before the
+//! epoch's second begins on the server's clock (the backend asks again
+//! then: up to a second, only ever for a proven epoch, as any other is
+//! quarantined far longer), so a store lost and started again after a
+//! grant gets a later epoch, and greater tokens (test
+//! `store_recreated_at_once_issues_greater_tokens`).
 //!
 //! Why a restart that kept its data starts a new epoch too: the server
 //! cannot vouch that it kept its *last* writes. With `appendfsync

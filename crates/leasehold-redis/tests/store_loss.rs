@@ -55,12 +55,10 @@ async fn store_loss_quarantine_outlasts_a_longer_holder() {
 }
 
 /// The same, and the re-created store's grant has a greater token than
-/// the holder's. Fails today: the store was lost and re-created within the
-/// second it was created in, and its epoch (the server clock's next
-/// second) repeats, so the tokens do too. Not item 1 of issue #28; found
-/// by the test above, left for the epoch's owner.
+/// the holder's: the store is lost and started again within the second it
+/// was started in, and its epoch (the server clock's next second) would
+/// repeat if the first grant had not waited for that second to begin.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "fails today: an epoch re-created within the same second repeats (tokens repeat)"]
 async fn store_recreated_at_once_issues_greater_tokens() {
     let Some(server) = PrivateServer::start(false).await else {
         return;

@@ -2,7 +2,8 @@
 -- 4 epoch asked for (0: none), 5 max ttl ms for a new store, 6 host,
 -- 7 pid, 8 label ('' none, else '+' .. label), 9 data (same).
 -- Reply: {1, token} granted; {2, holder} held; {3, epoch, max ttl, age}
--- other epoch; {4, max ttl} TTL above the store's max TTL.
+-- other epoch; {4, max ttl} TTL above the store's max TTL; {5, ms} the
+-- epoch begins in ms (nothing granted: ask again then).
 local now = now_ms()
 local m = settle(now, ARGV[5])
 if tonumber(ARGV[4]) ~= m.epoch then
@@ -11,6 +12,14 @@ end
 local ttl = tonumber(ARGV[3])
 if ttl > m.max_ttl then
   return { 4, int(m.max_ttl) }
+end
+if now < m.start then
+  -- No grant in an epoch before its first second begins on this clock: a
+  -- store lost and started again before then would get the same epoch
+  -- (the next second), and repeat this grant's token. After it, a new
+  -- epoch is a later second. (A proven epoch is granted in at once, so
+  -- this is the only wait it has; any other is quarantined far longer.)
+  return { 5, int(m.start - now) }
 end
 local r = redis.call('HMGET', KEYS[2], 'fence', 'epoch', 'lease_id', 'expires_ms')
 if r[3] and tonumber(r[2]) == m.epoch then
