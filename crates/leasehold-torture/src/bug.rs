@@ -18,9 +18,16 @@
 //! lost data, cut off from the store, works on while a holder of the
 //! re-created store (short max TTL) already has the key.
 //!
+//! `epochless-tokens` wraps a real backend and drops the store epoch from
+//! every token it grants (the low 22 bits only: the count within the
+//! epoch), as a store without epochs would: after a loss of the store's
+//! data, tokens start again below the lost store's. Renewals and releases
+//! still name the real token. The checker must flag the token order
+//! across the loss.
+//!
 //! Never used outside `leasehold-torture run --inject-bug`.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -32,12 +39,12 @@ use leasehold::{Result, Store};
 use rand::Rng;
 
 /// The bugs `--inject-bug` knows.
-pub const BUGS: &[&str] = &["grant-held", "old-window"];
+pub const BUGS: &[&str] = &["grant-held", "old-window", "epochless-tokens"];
 
 /// Whether `bug` wraps the library workers' backend (the others are made by
 /// the coordinator, in the holders' environment).
 pub fn wraps_backend(bug: &str) -> bool {
-    bug == "grant-held"
+    matches!(bug, "grant-held" | "epochless-tokens")
 }
 
 /// Whether `bug` takes the holders' confirmation window away (see the
@@ -53,6 +60,10 @@ pub fn inject(store: Store, bug: &str) -> anyhow::Result<Store> {
             inner: store.backend().clone(),
             one_in: 4,
             bogus: Arc::default(),
+        })),
+        "epochless-tokens" => Ok(Store::new(EpochlessTokens {
+            inner: store.backend().clone(),
+            real: Arc::default(),
         })),
         _ => anyhow::bail!("unknown bug {bug:?}; known: {}", BUGS.join(", ")),
     }
@@ -122,5 +133,81 @@ impl Backend for GrantHeld {
 
     async fn record_run(&self, lease: &Lease, run: &leasehold::RunRecord) -> Result<()> {
         self.inner.record_run(lease, run).await
+    }
+}
+
+/// A backend whose grants' tokens lack the store epoch (see the module
+/// docs).
+#[derive(Debug)]
+pub struct EpochlessTokens {
+    inner: Arc<dyn Backend>,
+    /// The real token of each lease handed out with a cut one.
+    real: Arc<Mutex<HashMap<LeaseId, u64>>>,
+}
+
+impl EpochlessTokens {
+    /// `lease` as the store knows it: with its real token.
+    fn real(&self, lease: &Lease) -> Lease {
+        let mut lease = lease.clone();
+        if let Some(token) = self.real.lock().unwrap().get(&lease.lease_id) {
+            lease.fencing_token = *token;
+        }
+        lease
+    }
+}
+
+#[async_trait]
+impl Backend for EpochlessTokens {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    fn epoch_at_open(&self) -> Option<leasehold::StoreEpoch> {
+        self.inner.epoch_at_open()
+    }
+
+    async fn try_acquire(&self, request: &AcquireRequest) -> Result<AcquireOutcome> {
+        match self.inner.try_acquire(request).await? {
+            AcquireOutcome::Acquired(grant) => {
+                let token = grant.fencing_token;
+                self.real
+                    .lock()
+                    .unwrap()
+                    .insert(request.lease_id.clone(), token);
+                let cut = token & ((1 << leasehold::backend::TOKEN_COUNTER_BITS) - 1);
+                Ok(AcquireOutcome::Acquired(Grant::new(cut)))
+            }
+            other => Ok(other),
+        }
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<()> {
+        self.inner.renew(&self.real(lease)).await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        let real = self.real(lease);
+        self.real.lock().unwrap().remove(&lease.lease_id);
+        self.inner.release(&real).await
+    }
+
+    async fn inspect(&self, key: &leasehold::Key) -> Result<KeyInfo> {
+        self.inner.inspect(key).await
+    }
+
+    async fn break_lease(&self, key: &leasehold::Key) -> Result<Option<HolderInfo>> {
+        self.inner.break_lease(key).await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {
+        self.inner.list(prefix).await
+    }
+
+    async fn record_run(&self, lease: &Lease, run: &leasehold::RunRecord) -> Result<()> {
+        self.inner.record_run(&self.real(lease), run).await
     }
 }

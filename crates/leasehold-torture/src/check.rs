@@ -21,16 +21,19 @@
 //!   and must be fenced.
 //! * **fenced overlap**: two sections' *accepted* writes (late ones
 //!   included) interleave: the fenced resource saw two holders at once. The
-//!   witness rejects older tokens within a store epoch, so this fires on a
-//!   token granted twice, or on holders of different store epochs.
-//! * **token order**: within a store epoch, sections of a key in the order
-//!   they began do not have strictly increasing tokens (not checked in the
-//!   transition epoch while a store loss is under way, see [`LOSS_BEGINS`]).
+//!   witness rejects older tokens across store epochs too, so this fires on
+//!   a token granted twice, or on tokens that did not grow across a loss.
+//! * **token order**: sections of a key in the order they began do not
+//!   have strictly increasing tokens, across store epochs too (each
+//!   section's token above every earlier one's; a section that began in the
+//!   transition epoch while a store loss was under way, see
+//!   [`LOSS_BEGINS`], is not checked itself, as the old store and the fresh
+//!   one may both grant then, but later ones are checked against it).
 //! * **work after lost**: an ordinary write after the holder's own guard
 //!   said the lease was lost (a holder that checks its guard must not).
 //! * **fencing error**: the witness accepted or rejected a write against its
 //!   own rule, recomputed here from the log (accept iff the token is not
-//!   below the greatest accepted in the key's epoch so far).
+//!   below the greatest accepted for the key so far).
 //! * **orphan write**: a `leasehold run` command (or anything it started)
 //!   wrote more than [`Limits::kill_grace`] after its `leasehold run` was
 //!   SIGKILLed.
@@ -150,10 +153,6 @@ pub struct Findings {
     pub orphan_writes: Vec<String>,
     pub late: LateWrites,
     pub stale_writes_rejected: usize,
-    /// Sections whose token is not above an earlier one's because the store
-    /// lost its state in between (tokens start again; expected until store
-    /// epochs land, reported, not a violation: the witness fences per epoch).
-    pub token_resets: usize,
     /// Sections granted while a store loss was under way (a transition
     /// epoch): their tokens are not ordered, their overlaps are checked.
     pub granted_during_loss: usize,
@@ -202,9 +201,9 @@ pub fn check(records: &[Record], limits: Limits) -> Findings {
     let mut sections: Vec<Section> = Vec::new();
     let mut current: HashMap<(String, u64, String), usize> = HashMap::new();
     let mut faults = Vec::new();
-    // The witness's own rule, recomputed: greatest accepted token per
-    // (key, epoch), in log order (the witness appends under the key's lock).
-    let mut fence: HashMap<(String, u64), u64> = HashMap::new();
+    // The witness's own rule, recomputed: greatest accepted token per key,
+    // in log order (the witness appends under the key's lock).
+    let mut fence: HashMap<String, u64> = HashMap::new();
     let mut transitions: HashSet<u64> = HashSet::new();
     for r in records {
         match r.kind {
@@ -240,7 +239,7 @@ pub fn check(records: &[Record], limits: Limits) -> Findings {
             _ => {}
         }
         if r.kind != Kind::Lost {
-            let max = fence.entry((r.key.clone(), r.epoch)).or_default();
+            let max = fence.entry(r.key.clone()).or_default();
             let expected = r.token >= *max;
             if expected != r.accepted {
                 f.fencing_errors.push(format!(
@@ -416,28 +415,23 @@ pub fn check(records: &[Record], limits: Limits) -> Findings {
     f
 }
 
-/// Tokens must grow in the order sections began, within a store epoch;
-/// across a store loss they start again (counted, not a violation).
+/// Tokens must grow in the order sections began, across store epochs too:
+/// each section's token above the greatest that began before it (not
+/// checked for a section that began while a store loss was under way).
 fn token_order(f: &mut Findings, key: &str, secs: &[Section], transitions: &HashSet<u64>) {
-    let mut last_in_epoch: HashMap<u64, &Section> = HashMap::new();
-    let mut previous: Option<&Section> = None;
+    let mut greatest: Option<&Section> = None;
     for b in secs {
-        if let Some(a) = last_in_epoch
-            .get(&b.epoch)
-            .filter(|_| !transitions.contains(&b.epoch))
-        {
+        if let Some(a) = greatest.filter(|_| !transitions.contains(&b.epoch)) {
             if b.token <= a.token {
                 f.token_order.push(format!(
-                    "{key} epoch {}: token {} ({}) began after token {} ({})",
-                    b.epoch, b.token, b.worker, a.token, a.worker
+                    "{key}: token {} ({}, epoch {}) began after token {} ({}, epoch {})",
+                    b.token, b.worker, b.epoch, a.token, a.worker, a.epoch
                 ));
             }
         }
-        if previous.is_some_and(|a| a.epoch != b.epoch && b.token <= a.token) {
-            f.token_resets += 1;
+        if greatest.is_none_or(|a| b.token > a.token) {
+            greatest = Some(b);
         }
-        last_in_epoch.insert(b.epoch, b);
-        previous = Some(b);
     }
 }
 

@@ -229,12 +229,6 @@ pub fn render(meta: &RunMeta, f: &Findings) -> String {
             f.granted_during_loss.to_string(),
         );
     }
-    if f.token_resets > 0 {
-        row(
-            "tokens that started again after a store loss",
-            f.token_resets.to_string(),
-        );
-    }
     let margins = &f.lost_handover_margins;
     row(
         "stop-before-takeover margin: min, p50 (handovers from lost holders)",

@@ -3,9 +3,12 @@
 //!
 //! It trusts nothing of leasehold's: it is a directory of plain files. Each
 //! write takes an exclusive `flock` on the key's state file, compares the
-//! writer's fencing token with the greatest one the key has accepted (in the
-//! current store epoch), accepts the write if it is not smaller (and raises
-//! the maximum), and appends one line to `witness.log` saying what happened.
+//! writer's fencing token with the greatest one the key has ever accepted
+//! (across store epochs: every store's tokens grow across the loss of its
+//! data, so a resource fencing by token alone needs no more), accepts the
+//! write if it is not smaller (and raises the maximum), and appends one
+//! line to `witness.log` saying what happened. The log line's epoch only
+//! records which store epoch (by the coordinator's count) a write fell in.
 //! Time is the machine's boot clock, shared by every process here.
 //!
 //! Log line: `KIND KEY EPOCH TOKEN WORKER PID PPID T_NS ACCEPTED [DETAIL]`.
@@ -130,7 +133,7 @@ impl Witness {
     }
 
     /// A fenced write of `kind` by `worker` holding `token` on `key`: accepted
-    /// unless a greater token has written to the key in this epoch.
+    /// unless a greater token has written to the key (in any epoch).
     pub fn write(&self, kind: Kind, key: &str, token: u64, worker: &str) -> std::io::Result<bool> {
         Ok(self
             .write_inner(kind, key, token, worker, || true)?
@@ -175,11 +178,12 @@ impl Witness {
         let epoch = self.epoch();
         let mut text = String::new();
         (&state).read_to_string(&mut text)?;
-        let (state_epoch, max) = text
+        // "EPOCH MAX": the epoch of the greatest accepted write, kept for
+        // reading; the maximum holds across epochs.
+        let max = text
             .split_once(' ')
-            .and_then(|(e, m)| Some((e.trim().parse::<u64>().ok()?, m.trim().parse::<u64>().ok()?)))
-            .unwrap_or((0, 0));
-        let max = if state_epoch == epoch { max } else { 0 };
+            .and_then(|(_, m)| m.trim().parse::<u64>().ok())
+            .unwrap_or(0);
         let accepted = match kind {
             Kind::Lost => true,
             _ => token >= max,
@@ -341,7 +345,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn fencing_rejects_older_tokens_until_a_new_epoch() {
+    fn fencing_rejects_older_tokens_across_epochs() {
         let dir = tempfile_dir();
         let w = Witness::new(&dir);
         assert!(w.write(Kind::Begin, "k", 5, "a").unwrap());
@@ -354,13 +358,15 @@ mod tests {
         );
         w.bump_epoch("restart").unwrap();
         assert!(
-            w.write(Kind::Begin, "k", 1, "d").unwrap(),
-            "a new epoch starts over"
+            !w.write(Kind::Late, "k", 5, "a").unwrap(),
+            "a new epoch does not start over"
         );
+        assert!(w.write(Kind::Begin, "k", 7, "d").unwrap());
         let records = w.read().unwrap();
-        assert_eq!(records.len(), 7);
+        assert_eq!(records.len(), 8);
         assert!(!records[3].accepted && records[3].kind == Kind::Late);
-        assert_eq!(records[6].epoch, 1);
+        assert!(!records[6].accepted && records[6].epoch == 1);
+        assert!(records[7].accepted);
         std::fs::remove_dir_all(dir).unwrap();
     }
 
