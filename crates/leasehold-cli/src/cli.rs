@@ -242,7 +242,8 @@ pub struct RunArgs {
 
     /// Hold one of N permits (a semaphore on KEY) instead of the lock: at
     /// most N commands run at once, N from 1 to 1000. CMD also gets
-    /// LEASEHOLD_SLOT (0..N-1); the fencing token is per slot.
+    /// LEASEHOLD_SLOT (0..N-1); the fencing token is per slot. --limit 1
+    /// is the lock itself (slot 0).
     #[arg(long, value_name = "N", allow_hyphen_values = true)]
     pub limit: Option<u32>,
 

@@ -27,7 +27,11 @@ async fn acquire_and_run(store: &Store, args: &RunArgs) -> anyhow::Result<RunRes
     let mut result = RunResult::new(&lease.key);
     // Key and TTL first, so their errors come before any about --grace.
     let plain = LockOptions::new().ttl(lease.ttl);
-    match args.limit {
+    // `--limit 1` is the lock on KEY itself, not a one-slot semaphore
+    // (whose slot key is another key): `run KEY` and `run KEY --limit 1`
+    // exclude each other. It still says slot 0.
+    let limit = args.limit.filter(|n| *n > 1);
+    match limit {
         None => drop(store.lock_with(&lease.key, plain)?),
         Some(n) => drop(store.semaphore_with(&lease.key, n, plain)?),
     }
@@ -35,7 +39,7 @@ async fn acquire_and_run(store: &Store, args: &RunArgs) -> anyhow::Result<RunRes
     let mut signals = Signals::new()?;
 
     let acquiring = async {
-        match args.limit {
+        match limit {
             None => {
                 let lock = store.lock_with(&lease.key, opts)?;
                 let guard = match args.wait {
@@ -49,7 +53,7 @@ async fn acquire_and_run(store: &Store, args: &RunArgs) -> anyhow::Result<RunRes
                         r
                     }
                 };
-                guard.map(|g| (g, None))
+                guard.map(|g| (g, args.limit.map(|_| 0)))
             }
             Some(n) => {
                 let sem = store.semaphore_with(&lease.key, n, opts)?;

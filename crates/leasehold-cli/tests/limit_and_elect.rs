@@ -69,6 +69,37 @@ fn run_with_a_full_semaphore_exits_75() {
     wait_with_timeout(&mut holder, 10 * SECS);
 }
 
+/// `--limit 1` is the lock on KEY: a plain `run KEY` and `run KEY --limit
+/// 1` never run at once, whichever came first; the command still gets
+/// slot 0.
+#[test]
+fn run_with_limit_1_and_run_without_a_limit_exclude_each_other() {
+    let env = Env::new();
+    for (first, second) in [
+        (&["run", "--limit", "1"][..], &["run"][..]),
+        (&["run"][..], &["run", "--limit", "1"][..]),
+    ] {
+        let mut args = first.to_vec();
+        args.extend([
+            "job",
+            "--",
+            "sh",
+            "-c",
+            "echo in $LEASEHOLD_SLOT; exec sleep 1000",
+        ]);
+        let mut holder = env.spawn(&args);
+        let mut out = stdout_reader(&mut holder);
+        let slot = if first.len() > 1 { "in 0" } else { "in" };
+        assert_eq!(read_line(&mut out).trim_end(), slot);
+        let mut args = second.to_vec();
+        args.extend(["job", "--", "true"]);
+        let other = env.output(&args);
+        assert_eq!(other.code, Some(75), "{first:?} then {second:?}: {other:?}");
+        kill(holder.id(), libc::SIGTERM);
+        wait_with_timeout(&mut holder, 10 * SECS);
+    }
+}
+
 #[test]
 fn elect_moves_leadership_within_a_ttl_and_a_poll_after_kill_9() {
     let env = Env::new();
