@@ -13,13 +13,18 @@ use crate::output::print;
 /// Creates the store at `url` (the default SQLite file when `None`), or
 /// says it exists and changes nothing. With `new` (the operator's
 /// statement that no store existed here before), the new epoch is proven:
-/// settled at once; refused when a store exists.
-pub async fn init(url: Option<&str>, new: bool) -> anyhow::Result<ExitCode> {
+/// settled at once; refused when a store exists. Each opening is bounded
+/// by `connect_timeout` (`--connect-timeout`), as every command's is.
+pub async fn init(
+    url: Option<&str>,
+    new: bool,
+    connect_timeout: Duration,
+) -> anyhow::Result<ExitCode> {
     let shown = stores::redact(url.unwrap_or("sqlite:"));
     // First a look, which creates nothing: a store that exists is left as
     // it is. (The look at a missing default SQLite file answers with an
     // empty in-memory store.)
-    match stores::open_with(url, Access::Look).await {
+    match crate::open_within(url, Access::Look, connect_timeout).await {
         Ok(store) if store.backend().name() != "memory" => {
             let epoch = describe_epoch(&store);
             if new {
@@ -40,7 +45,7 @@ pub async fn init(url: Option<&str>, new: bool) -> anyhow::Result<ExitCode> {
         Err(e) if matches!(e.downcast_ref::<Error>(), Some(Error::NoStore { .. })) => {}
         Err(e) => return Err(e),
     }
-    let store = stores::open_with(url, Access::Create { proven: new }).await?;
+    let store = crate::open_within(url, Access::Create { proven: new }, connect_timeout).await?;
     let window = store.confirmation_window();
     let epoch = store.backend().epoch_at_open();
     let made = made(store.backend().name());

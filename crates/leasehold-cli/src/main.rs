@@ -137,14 +137,18 @@ fn main() -> ExitCode {
 async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     // Usage errors first, before any store is opened or contacted.
     let access = cli::validate(&cli.command).await?;
-    if let Command::Init { new } = cli.command {
-        return init::init(cli.store.as_deref(), new).await;
-    }
     // Opening has a bound of its own (`--connect-timeout`), not taken out
     // of `run --wait`: a zero wait is one try for the lock on every store,
     // however long connecting took. Interruptible: Ctrl-C while a store
-    // does not answer ends leasehold at once.
+    // does not answer ends leasehold at once. (`init` too: it opens the
+    // store itself, twice, each within the bound.)
     let mut signals = supervisor::Signals::new()?;
+    if let Command::Init { new } = cli.command {
+        return tokio::select! {
+            r = Box::pin(init::init(cli.store.as_deref(), new, cli.connect_timeout)) => r,
+            sig = signals.next() => Err(Interrupted(sig).into()),
+        };
+    }
     let store = tokio::select! {
         // Boxed: the opener's future is deep (every store's).
         store = Box::pin(open_within(cli.store.as_deref(), access, cli.connect_timeout)) => store?,
@@ -290,7 +294,7 @@ fn failed_json_run() -> Option<String> {
 /// restarting, refusing connections for a moment) until `limit` has
 /// passed; a failure that will not pass (a bad URL, credentials refused)
 /// ends it at once.
-async fn open_within(
+pub(crate) async fn open_within(
     url: Option<&str>,
     access: stores::Access,
     limit: std::time::Duration,

@@ -1039,6 +1039,37 @@ fn opening_an_unreachable_dynamodb_exits_1_at_the_connect_timeout() {
     assert!(took < 2 * SECS + 3 * SECS, "took {took:?}");
 }
 
+/// `init` opens the store too (a look, then the creation): behind a black
+/// hole it ends at `--connect-timeout` like every command, exit 1.
+#[test]
+fn init_on_an_unreachable_dynamodb_exits_1_at_the_connect_timeout() {
+    let env = Env::new();
+    let (_hole, port) = black_hole();
+    let started = std::time::Instant::now();
+    let mut child = env
+        .leasehold()
+        .env(
+            "LEASEHOLD_STORE",
+            format!("dynamodb://locks?region=us-east-1&endpoint=http%3A%2F%2F127.0.0.1%3A{port}"),
+        )
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .args(["--connect-timeout", "2s", "init"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let code = wait_with_timeout(&mut child, 60 * SECS);
+    let took = started.elapsed();
+    let stderr = read_all(child.stderr.as_mut().unwrap());
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("no answer within --connect-timeout (2s)"),
+        "{stderr}"
+    );
+    assert!(took < 2 * SECS + 3 * SECS, "took {took:?}");
+}
+
 /// `leasehold -v run ... 2>&1 | head -1`: stderr's reader is gone before
 /// leasehold says anything; its messages are dropped, the command still
 /// runs and its exit code is still leasehold's.
