@@ -397,8 +397,11 @@ fn quarantine_message(key: &str, epoch: u64, remaining: Duration, window: Durati
 fn describe_wait(reason: WaitReason<'_>) -> String {
     match reason {
         WaitReason::Held(h) => format!("held by {}", describe_holder(h)),
+        // The end as a time of day, not a countdown: the line is shown
+        // once (once per change of reason on a terminal) and would go stale.
         WaitReason::Quarantine { remaining, .. } => format!(
-            "the store's data is new (quarantine, {} left)",
+            "the store's data is new (quarantine until {}, {} from now; `leasehold init --new` before the first use of a brand-new store skips it)",
+            humantime::format_rfc3339_seconds(std::time::SystemTime::now() + remaining),
             short(remaining)
         ),
         _ => "not granted yet".into(),

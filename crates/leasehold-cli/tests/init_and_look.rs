@@ -388,6 +388,19 @@ fn init_reports_the_quarantine(store: &str) {
         ran.stderr.contains("quarantine") && ran.stderr.contains("`leasehold init --new`"),
         "{ran:?}"
     );
+    // Waiting, the line says until when (a time, which does not go stale
+    // as a countdown would) and names `init --new` too.
+    let waited = run(
+        &env,
+        &["run", "--ttl", TTL, "--wait", "1s", "k", "--", "true"],
+    );
+    assert_eq!(waited.code, Some(75), "{waited:?}");
+    assert!(
+        waited.stderr.contains("quarantine until 20")
+            && waited.stderr.contains("Z, ")
+            && waited.stderr.contains("`leasehold init --new`"),
+        "{waited:?}"
+    );
     if let Some(child) = neighbour.as_mut() {
         kill(child.id(), libc::SIGTERM);
         wait_with_timeout(child, Duration::from_secs(30));
