@@ -23,9 +23,10 @@ use crate::grpc::etcdserverpb::{
 };
 use crate::grpc::mvccpb::KeyValue;
 use crate::grpc::{self, Connection};
-use crate::listen::Listener;
+use crate::listen::Deletions;
 use crate::record::{from_json, key_info, now_ms, to_json, EpochMarker, HolderRecord, KeyRecord};
 use crate::{MAX_TTL, MIN_TTL};
+use leasehold::backend::Listener;
 
 /// How often one call retries a transaction that lost a race before it
 /// answers `Held` (or a retryable error).
@@ -129,7 +130,7 @@ impl EtcdBackend {
         .map_err(error::connect)?;
         let listener = b
             .wake_ups
-            .then(|| Listener::new(conn.clone(), format!("{}h/", b.prefix)));
+            .then(|| Listener::new(Deletions::new(conn.clone(), format!("{}h/", b.prefix))));
         let backend = EtcdBackend {
             inner: Arc::new(Inner {
                 conn,

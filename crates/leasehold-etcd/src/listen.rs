@@ -1,113 +1,52 @@
-//! Wake-ups across machines: one etcd watch per backend on the holder keys'
-//! prefix, for deletions (a release, a break, an expiry, all delete the
-//! holder key).
+//! Wake-ups across machines: the core's [`Listener`](leasehold::backend::Listener)
+//! over one etcd watch per backend on the holder keys' prefix, for
+//! deletions (a release, a break, an expiry, all delete the holder key).
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 
-use leasehold::{Key, ReleaseWatch};
-use tokio::sync::{broadcast, oneshot, watch};
+use async_trait::async_trait;
+use leasehold::backend::{Released, Subscribe};
+use leasehold::BoxError;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::StreamExt;
 
 use crate::grpc::etcdserverpb::watch_create_request::FilterType;
 use crate::grpc::etcdserverpb::watch_request::RequestUnion;
-use crate::grpc::etcdserverpb::{WatchCreateRequest, WatchRequest};
+use crate::grpc::etcdserverpb::{WatchCreateRequest, WatchRequest, WatchResponse};
 use crate::grpc::mvccpb::event::EventType;
 use crate::grpc::{prefix_end, Connection};
 
-/// Sent instead of a key when events may have been missed: every waiter
-/// wakes and looks.
-const EVERYONE: &str = "";
-
-/// The watching side: started on the first wait, ended when the backend is
-/// dropped.
-pub(crate) struct Listener {
+/// The deletions of holder keys: a watch re-created (by the listener, after
+/// a loss) from the revision after the last one seen, so deletions while
+/// it was down are replayed.
+pub(crate) struct Deletions {
     client: Connection,
     /// `PREFIX` + `h/`: holder keys.
     prefix: String,
-    keys: broadcast::Sender<Arc<str>>,
-    stop: Mutex<Option<oneshot::Sender<()>>>,
-    /// Whether the watch is in place now.
-    listening: watch::Sender<bool>,
+    /// The revision the next watch starts from (0: from now).
+    next_rev: Arc<AtomicI64>,
 }
 
-impl Listener {
+impl Deletions {
     pub fn new(client: Connection, prefix: String) -> Self {
-        Listener {
+        Deletions {
             client,
             prefix,
-            keys: broadcast::channel(1024).0,
-            stop: Mutex::new(None),
-            listening: watch::channel(false).0,
+            next_rev: Arc::default(),
         }
-    }
-
-    /// Starts watching if not yet, and waits until the watch is in place.
-    pub async fn listening(&self) {
-        if self.start().is_none() {
-            return;
-        }
-        let mut rx = self.listening.subscribe();
-        let _ = rx.wait_for(|on| *on).await;
-    }
-
-    /// A future that completes when a holder key of one of `keys` is
-    /// deleted (subscribed now); `None` outside a tokio runtime.
-    pub fn watch(&self, keys: &[Key]) -> Option<ReleaseWatch> {
-        self.start()?;
-        let mut rx = self.keys.subscribe();
-        let keys: HashSet<Arc<str>> = keys.iter().map(|k| k.as_str().into()).collect();
-        Some(Box::pin(async move {
-            loop {
-                match rx.recv().await {
-                    Ok(k) if &*k == EVERYONE || keys.contains(&k) => return,
-                    Ok(_) => {}
-                    Err(broadcast::error::RecvError::Lagged(_)) => return,
-                    Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
-                }
-            }
-        }))
-    }
-
-    fn start(&self) -> Option<()> {
-        let mut stop = self.stop.lock().unwrap_or_else(|e| e.into_inner());
-        if stop.is_some() {
-            return Some(());
-        }
-        let runtime = tokio::runtime::Handle::try_current().ok()?;
-        let (tx, rx) = oneshot::channel();
-        *stop = Some(tx);
-        runtime.spawn(listen(
-            self.client.clone(),
-            self.prefix.clone(),
-            self.keys.clone(),
-            self.listening.clone(),
-            rx,
-        ));
-        Some(())
     }
 }
 
-/// Keeps one watch up (re-created with back-off, from the revision after
-/// the last one seen, so deletions while it was down are replayed), and
-/// forwards each deleted holder key's name, until `stop` fires or is
-/// dropped.
-async fn listen(
-    client: Connection,
-    prefix: String,
-    keys: broadcast::Sender<Arc<str>>,
-    listening: watch::Sender<bool>,
-    mut stop: oneshot::Receiver<()>,
-) {
-    let mut backoff = Duration::from_millis(100);
-    let mut next_rev: i64 = 0;
-    loop {
+#[async_trait]
+impl Subscribe for Deletions {
+    async fn subscribe(&self) -> Result<Released, BoxError> {
         let create = WatchRequest {
             request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
-                key: prefix.clone().into_bytes(),
-                range_end: prefix_end(prefix.as_bytes()),
-                start_revision: next_rev,
+                key: self.prefix.clone().into_bytes(),
+                range_end: prefix_end(self.prefix.as_bytes()),
+                start_revision: self.next_rev.load(Ordering::Relaxed),
                 filters: vec![FilterType::Noput as i32],
                 ..Default::default()
             })),
@@ -115,67 +54,75 @@ async fn listen(
         // The request stream stays open (one create, then nothing) for as
         // long as the watch is wanted: closing it would end the watch.
         let requests = tokio_stream::once(create).chain(tokio_stream::pending());
-        let mut wc = client.watch();
-        let opened = tokio::select! {
-            _ = &mut stop => return,
-            c = wc.watch(requests) => c,
+        let mut wc = self.client.watch();
+        let mut stream = wc.watch(requests).await?.into_inner();
+        let (tx, rx) = mpsc::unbounded_channel();
+        // In place once etcd says the watch is created.
+        loop {
+            let Some(resp) = stream.message().await? else {
+                return Err("the watch ended before etcd created it".into());
+            };
+            let created = resp.created;
+            if !self.forward(&resp, &tx) {
+                return Err("etcd cancelled the watch".into());
+            }
+            if created {
+                break;
+            }
+        }
+        // Then a task forwards what follows, until the watch is lost or the
+        // stream is dropped (the receiver closed).
+        let this = Deletions {
+            client: self.client.clone(),
+            prefix: self.prefix.clone(),
+            next_rev: self.next_rev.clone(),
         };
-        match opened {
-            Ok(stream) => {
-                let mut stream = stream.into_inner();
-                loop {
-                    let message = tokio::select! {
-                        _ = &mut stop => return,
-                        m = stream.message() => m,
-                    };
-                    match message {
-                        Ok(Some(resp)) => {
-                            if resp.canceled {
-                                // Compacted past next_rev, or the server
-                                // ended the watch: start afresh.
-                                next_rev = 0;
-                                break;
-                            }
-                            if resp.created {
-                                listening.send_replace(true);
-                                backoff = Duration::from_millis(100);
-                                // Deletions during the gap may have been
-                                // missed (or were replayed): waking everyone
-                                // once is cheap.
-                                let _ = keys.send(EVERYONE.into());
-                            }
-                            if let Some(h) = &resp.header {
-                                next_rev = next_rev.max(h.revision + 1);
-                            }
-                            for ev in &resp.events {
-                                if ev.r#type != EventType::Delete as i32 {
-                                    continue;
-                                }
-                                if let Some(kv) = &ev.kv {
-                                    next_rev = next_rev.max(kv.mod_revision + 1);
-                                    if let Some(name) = kv.key.get(prefix.len()..) {
-                                        let _ = keys.send(String::from_utf8_lossy(name).into());
-                                    }
-                                }
-                            }
-                        }
-                        Ok(None) => break,
-                        Err(e) => {
-                            tracing::debug!(error = %e, "etcd watch lost; re-creating it");
-                            break;
-                        }
+        tokio::spawn(async move {
+            let _wc = wc;
+            loop {
+                let message = tokio::select! {
+                    _ = tx.closed() => return,
+                    m = stream.message() => m,
+                };
+                match message {
+                    Ok(Some(resp)) if this.forward(&resp, &tx) => {}
+                    Ok(_) => return,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "etcd watch lost");
+                        return;
                     }
                 }
             }
-            Err(e) => {
-                tracing::debug!(error = %e, "etcd watch failed; waiters poll meanwhile");
+        });
+        Ok(Box::pin(UnboundedReceiverStream::new(rx)))
+    }
+}
+
+impl Deletions {
+    /// Sends the name of each holder key `resp` deletes, and notes the
+    /// revisions seen; false when the watch was cancelled (compacted past
+    /// the revision asked for, or ended by the server: the next starts
+    /// afresh).
+    fn forward(&self, resp: &WatchResponse, tx: &mpsc::UnboundedSender<Arc<str>>) -> bool {
+        if resp.canceled {
+            self.next_rev.store(0, Ordering::Relaxed);
+            return false;
+        }
+        if let Some(h) = &resp.header {
+            self.next_rev.fetch_max(h.revision + 1, Ordering::Relaxed);
+        }
+        for ev in &resp.events {
+            if ev.r#type != EventType::Delete as i32 {
+                continue;
+            }
+            if let Some(kv) = &ev.kv {
+                self.next_rev
+                    .fetch_max(kv.mod_revision + 1, Ordering::Relaxed);
+                if let Some(name) = kv.key.get(self.prefix.len()..) {
+                    let _ = tx.send(String::from_utf8_lossy(name).into());
+                }
             }
         }
-        listening.send_replace(false);
-        tokio::select! {
-            _ = &mut stop => return,
-            _ = tokio::time::sleep(backoff) => {}
-        }
-        backoff = (backoff * 2).min(Duration::from_secs(5));
+        true
     }
 }

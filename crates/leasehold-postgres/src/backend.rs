@@ -16,9 +16,10 @@ use tokio_postgres::Row;
 
 use crate::builder::{PostgresBackendBuilder, SslMode};
 use crate::error::{self, NAME};
-use crate::listen::{self, Listener};
+use crate::listen::{self, Announcements};
 use crate::record::{self, EpochRow, EPOCH_KEY, HOLDER_COLUMNS};
 use crate::MIN_TTL;
+use leasehold::backend::Listener;
 
 /// The PostgreSQL [`Backend`]. See the [crate docs](crate) for the protocol.
 /// Cheap to clone (the pool is shared).
@@ -105,9 +106,13 @@ impl PostgresBackend {
         let tls = crate::tls::connector(b.ssl_mode, b.root_cert.as_deref())?;
         let target = target_of(&config);
         let channel = b.wake_ups.then(|| listen::channel(&b.table));
-        let listener = channel
-            .clone()
-            .map(|ch| Listener::new(config.clone(), tls.clone(), ch));
+        let listener = channel.clone().map(|channel| {
+            Listener::new(Announcements {
+                config: config.clone(),
+                tls: tls.clone(),
+                channel,
+            })
+        });
         let manager = Manager::from_config(
             config,
             tls,

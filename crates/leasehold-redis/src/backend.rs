@@ -14,9 +14,10 @@ use redis::{Script, ScriptInvocation, Value};
 
 use crate::builder::{target_of, RedisBackendBuilder};
 use crate::error::{self, bad_reply, NAME};
-use crate::listen::Listener;
+use crate::listen::Announcements;
 use crate::record::{self, array, num, text, Names};
 use crate::MIN_TTL;
+use leasehold::backend::Listener;
 
 /// The Redis [`Backend`]. See the [crate docs](crate) for the protocol.
 /// Cheap to clone (the connection is shared).
@@ -160,9 +161,12 @@ impl RedisBackend {
             Err(_) => return Err(error::timed_out(OP, b.request_timeout * 2)),
         };
         let names = Names::new(&b.prefix);
-        let listener = b
-            .wake_ups
-            .then(|| Listener::new(client.clone(), names.channel.clone()));
+        let listener = b.wake_ups.then(|| {
+            Listener::new(Announcements {
+                client: client.clone(),
+                channel: names.channel.clone(),
+            })
+        });
         let backend = RedisBackend {
             inner: Arc::new(Inner {
                 client,

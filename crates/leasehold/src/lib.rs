@@ -123,6 +123,7 @@ mod epoch;
 mod error;
 mod guard;
 mod key;
+mod listener;
 mod local;
 mod lock;
 pub mod memory;
