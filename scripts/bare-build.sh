@@ -51,11 +51,11 @@ start=$SECONDS
 # The command as the README has it; its default store under the target
 # directory instead of the user's state directory.
 out="$(bare env XDG_STATE_HOME="$PWD/$target/state" \
-    cargo run --locked --release --bin leasehold -- run demo -- echo "I hold demo")"
+    cargo run --locked --bin leasehold -- run demo -- echo "I hold demo")"
 echo "bare-build: README command 1 printed '$out' after $((SECONDS - start)) s"
 [[ "$out" == "I hold demo" ]] || { echo "bare-build: expected 'I hold demo'" >&2; exit 1; }
 
-help="$(bare "$target/release/leasehold" --help)"
+help="$(bare "$target/debug/leasehold" --help)"
 for scheme in sqlite: azblob:// dynamodb:// postgres:// redis:// etcd://; do
     grep -qF "$scheme" <<<"$help" || { echo "bare-build: --help lacks $scheme" >&2; exit 1; }
 done

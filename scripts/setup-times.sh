@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Measures the README's two set-up commands as a newcomer meets them: a
 # clean clone of this repository (its HEAD) with an empty target/, then
-#   1. README command 1 (`cargo run --release --bin leasehold -- run demo --
-#      echo "I hold demo"`), and
+#   1. README command 1 (`cargo run --bin leasehold -- run demo -- echo
+#      "I hold demo"`, a debug build), and
 #   2. the README's test command (`scripts/test.sh`),
 # each timed, and writes the results as docs/setup-times.md, the section of
 # docs/benchmarks.md that the benchmark harness copies into the page (and
@@ -29,11 +29,11 @@ cd "$work/leasehold"
 commit="$(git rev-parse --short HEAD)"
 
 start=$SECONDS
-out="$(XDG_STATE_HOME="$work/state" cargo run --release --bin leasehold -- \
+out="$(XDG_STATE_HOME="$work/state" cargo run --bin leasehold -- \
     run demo -- echo "I hold demo")"
 build_s=$((SECONDS - start))
 [[ "$out" == "I hold demo" ]] || { echo "setup-times: README command 1 printed '$out'" >&2; exit 1; }
-size_mb="$(awk -v b="$(stat -c %s target/release/leasehold)" 'BEGIN { printf "%.1f", b / 1e6 }')"
+size_mb="$(awk -v b="$(stat -c %s target/debug/leasehold)" 'BEGIN { printf "%.1f", b / 1e6 }')"
 echo "setup-times: README command 1: ${build_s} s, binary ${size_mb} MB" >&2
 
 test_line="not measured in this run (\`scripts/setup-times.sh --build\`)"
@@ -63,7 +63,7 @@ any \`protoc\` fails works (\`scripts/bare-build.sh\`).
 
 | command | time |
 |---|---|
-| README command 1: \`cargo run --release --bin leasehold -- run demo -- echo "I hold demo"\` (every store; binary $size_mb MB) | **$((build_s / 60)) min $((build_s % 60)) s** |
+| README command 1: \`cargo run --bin leasehold -- run demo -- echo "I hold demo"\` (a debug build, every store; binary $size_mb MB) | **$((build_s / 60)) min $((build_s % 60)) s** |
 | the test command: \`scripts/test.sh\` | $test_line |
 EOF
 
