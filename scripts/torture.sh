@@ -8,8 +8,8 @@
 #
 #   scripts/torture.sh            # the long run (release build); writes the
 #                                 # page $TORTURE_PAGE (docs/reliability.md)
-#   scripts/torture.sh --short    # the bounded CI run (about a minute and
-#                                 # a half a store, debug build); fails on a
+#   scripts/torture.sh --short    # the bounded CI run (about a minute a
+#                                 # store, debug build); fails on a
 #                                 # violation, and also fails unless runs
 #                                 # with bugs injected on purpose are caught
 #   TORTURE_STORES="sqlite dynamodb" scripts/torture.sh --short
@@ -59,12 +59,12 @@ trap stop_all EXIT
 settings() {
     local d="${TORTURE_DURATION:-}"
     case "$mode:$1" in
-        short:sqlite) echo "40s 1s 1s" ;;
-        short:dynamodb) echo "60s 2s 2s" ;;
-        short:azblob) echo "90s 15s 8s" ;;
-        short:postgres) echo "40s 2s 2s" ;;
-        short:redis) echo "40s 2s 2s" ;;
-        short:etcd) echo "40s 2s 2s" ;;
+        short:sqlite) echo "30s 1s 1s" ;;
+        short:dynamodb) echo "40s 2s 2s" ;;
+        short:azblob) echo "60s 15s 8s" ;;
+        short:postgres) echo "30s 2s 2s" ;;
+        short:redis) echo "30s 2s 2s" ;;
+        short:etcd) echo "30s 2s 2s" ;;
         long:sqlite) echo "${d:-15m} 1s 1s" ;;
         long:dynamodb) echo "${d:-20m} 2s 2s" ;;
         long:azblob) echo "${d:-25m} 15s 5s" ;;
@@ -78,8 +78,8 @@ settings() {
 mixed_settings() {
     case $1 in
         sqlite) echo "20s 6s" ;;
-        azblob) echo "45s 20s" ;;
-        *) echo "30s 10s" ;;
+        azblob) echo "40s 20s" ;;
+        *) echo "25s 10s" ;;
     esac
 }
 
