@@ -7,11 +7,10 @@
 
 #![allow(dead_code)]
 
-use std::net::{TcpStream, ToSocketAddrs};
-use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use leasehold::conformance::servers::{self, ScriptServer};
 use leasehold_etcd::{EtcdBackend, EtcdBackendBuilder};
 
 /// What `scripts/etcd.sh url` prints.
@@ -22,40 +21,27 @@ pub const DEFAULT_URL: &str = "etcd://127.0.0.1:23799";
 pub const MAX_TTL: Duration = Duration::from_secs(5);
 
 pub fn url() -> String {
-    std::env::var("LEASEHOLD_TEST_ETCD_URL").unwrap_or_else(|_| DEFAULT_URL.to_string())
+    servers::server_url("LEASEHOLD_TEST_ETCD_URL", DEFAULT_URL)
 }
 
 /// `url` with `prefix` and `max_ttl` parameters added.
 pub fn url_for(prefix: &str) -> String {
-    let url = url();
-    let sep = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{sep}prefix={prefix}&max_ttl={}s", MAX_TTL.as_secs())
+    servers::with_params(
+        &url(),
+        &format!("prefix={prefix}&max_ttl={}s", MAX_TTL.as_secs()),
+    )
 }
 
 /// The first endpoint, `HOST:PORT`.
 pub fn endpoint() -> String {
-    let url = url();
-    let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(&url);
-    let hosts = rest.split(['/', '?']).next().unwrap_or_default();
-    let hosts = hosts.rsplit_once('@').map(|(_, h)| h).unwrap_or(hosts);
-    hosts.split(',').next().unwrap_or_default().to_string()
+    servers::host_port(&url(), 2379)
 }
 
-/// Whether something accepts TCP connections at the URL's first endpoint.
+/// Whether something accepts TCP connections at the URL's first endpoint
+/// (a URL the store refuses is said first).
 pub fn reachable() -> Result<(), String> {
     EtcdBackendBuilder::from_url(&url()).map_err(|e| e.to_string())?;
-    let hostport = endpoint();
-    let addrs = hostport
-        .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve {hostport}: {e}"))?;
-    for addr in addrs {
-        if TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok() {
-            return Ok(());
-        }
-    }
-    Err(format!(
-        "no etcd server at {hostport} (run scripts/etcd.sh start, or set LEASEHOLD_TEST_ETCD_URL)"
-    ))
+    servers::reachable(&url(), 2379, "etcd", "etcd", "LEASEHOLD_TEST_ETCD_URL")
 }
 
 /// Whether the server is there; if not, says so (or fails the test under
@@ -74,10 +60,7 @@ pub fn prefix() -> &'static str {
 }
 
 pub fn unique_prefix() -> String {
-    format!(
-        "leasehold-test-{}/",
-        &uuid::Uuid::new_v4().simple().to_string()[..12]
-    )
+    format!("{}/", servers::unique_name("leasehold-test-"))
 }
 
 /// A builder on `prefix`, or `None` (skipped) when there is no server.
@@ -106,10 +89,7 @@ pub async fn settled(backend: &EtcdBackend) {
 }
 
 pub fn unique_key(test: &str) -> String {
-    format!(
-        "{test}/{}",
-        &uuid::Uuid::new_v4().simple().to_string()[..12]
-    )
+    servers::unique_name(&format!("{test}/"))
 }
 
 /// Runs `etcdctl` (v3 API) against the test server, as an administrator
@@ -140,15 +120,13 @@ pub async fn etcdctl_at(endpoint: &str, args: &[&str]) -> String {
 /// disturbed.
 pub struct PrivateServer {
     pub port: u16,
-    dir: PathBuf,
-    args: String,
+    server: ScriptServer,
 }
 
+/// Two consecutive free ports (client, peer): the first.
 fn free_port_pair() -> u16 {
-    // Two consecutive free ports (client, peer).
     loop {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = l.local_addr().unwrap().port();
+        let port = servers::free_port();
         if port < 65000 && std::net::TcpListener::bind(("127.0.0.1", port + 1)).is_ok() {
             return port;
         }
@@ -163,41 +141,29 @@ impl PrivateServer {
 
     /// Starts one with more etcd flags (`args`, split on spaces).
     pub async fn start_with(args: &str) -> Option<Self> {
-        let installed = std::process::Command::new("etcd")
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !installed {
+        if !servers::installed("etcd") {
             return leasehold::conformance::skip(
                 "etcd",
                 "etcd is not installed (scripts/etcd.sh start installs it)",
             );
         }
-        let dir = std::env::temp_dir().join(format!(
-            "leasehold-etcd-private-{}",
-            &uuid::Uuid::new_v4().simple().to_string()[..8]
-        ));
-        let server = PrivateServer {
-            port: free_port_pair(),
-            dir,
-            args: args.to_string(),
-        };
-        server.script("start").await;
-        Some(server)
+        let server = ScriptServer::new(REPO, "etcd", free_port_pair(), |port, dir| {
+            vec![
+                ("LEASEHOLD_ETCD_PORT", port.to_string()),
+                ("LEASEHOLD_ETCD_DIR", dir.display().to_string()),
+                ("LEASEHOLD_ETCD_ARGS", args.to_string()),
+            ]
+        });
+        server.run("start").await;
+        Some(PrivateServer {
+            port: server.port,
+            server,
+        })
     }
 
     /// Runs `scripts/etcd.sh COMMAND` on this server.
     pub async fn script(&self, command: &str) {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/etcd.sh");
-        let status = tokio::process::Command::new(script)
-            .arg(command)
-            .env("LEASEHOLD_ETCD_PORT", self.port.to_string())
-            .env("LEASEHOLD_ETCD_DIR", &self.dir)
-            .env("LEASEHOLD_ETCD_ARGS", &self.args)
-            .status()
-            .await
-            .unwrap();
-        assert!(status.success(), "scripts/etcd.sh {command} failed");
+        self.server.run(command).await
     }
 
     /// A backend on this server (max TTL 10 s, 1 s request timeout).
@@ -211,14 +177,5 @@ impl PrivateServer {
     }
 }
 
-impl Drop for PrivateServer {
-    fn drop(&mut self) {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/etcd.sh");
-        let _ = std::process::Command::new(script)
-            .arg("stop")
-            .env("LEASEHOLD_ETCD_PORT", self.port.to_string())
-            .env("LEASEHOLD_ETCD_DIR", &self.dir)
-            .status();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+/// The repository's root, whose `scripts/` run the servers.
+const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");

@@ -7,11 +7,10 @@
 
 #![allow(dead_code)]
 
-use std::net::{TcpStream, ToSocketAddrs};
-use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use leasehold::conformance::servers::{self, ScriptServer};
 use leasehold_postgres::{PostgresBackend, PostgresBackendBuilder};
 
 /// What `scripts/postgres.sh url` prints.
@@ -22,43 +21,28 @@ pub const DEFAULT_URL: &str = "postgres://postgres:leasehold-test-pw-7e3a@127.0.
 pub const MAX_TTL: Duration = Duration::from_secs(5);
 
 pub fn url() -> String {
-    std::env::var("LEASEHOLD_TEST_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_URL.to_string())
+    servers::server_url("LEASEHOLD_TEST_POSTGRES_URL", DEFAULT_URL)
 }
 
 /// `url` with `table` and `max_ttl` parameters added.
 pub fn url_for(table: &str) -> String {
-    let url = url();
-    let sep = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{sep}table={table}&max_ttl={}s", MAX_TTL.as_secs())
+    servers::with_params(
+        &url(),
+        &format!("table={table}&max_ttl={}s", MAX_TTL.as_secs()),
+    )
 }
 
-/// Whether something accepts TCP connections at the URL's host and port.
+/// Whether something accepts TCP connections at the URL's host and port
+/// (a URL the store refuses is said first).
 pub fn reachable() -> Result<(), String> {
-    let b = PostgresBackendBuilder::from_url(&url()).map_err(|e| e.to_string())?;
-    let _ = b;
-    let url = url();
-    let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(&url);
-    let authority = rest.split(['/', '?']).next().unwrap_or_default();
-    let hostport = authority
-        .rsplit_once('@')
-        .map(|(_, h)| h)
-        .unwrap_or(authority);
-    let hostport = if hostport.contains(':') {
-        hostport.to_string()
-    } else {
-        format!("{hostport}:5432")
-    };
-    let addrs = hostport
-        .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve {hostport}: {e}"))?;
-    for addr in addrs {
-        if TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok() {
-            return Ok(());
-        }
-    }
-    Err(format!(
-        "no PostgreSQL server at {hostport} (run scripts/postgres.sh start, or set LEASEHOLD_TEST_POSTGRES_URL)"
-    ))
+    PostgresBackendBuilder::from_url(&url()).map_err(|e| e.to_string())?;
+    servers::reachable(
+        &url(),
+        5432,
+        "PostgreSQL",
+        "postgres",
+        "LEASEHOLD_TEST_POSTGRES_URL",
+    )
 }
 
 /// Whether the server is there; if not, says so (or fails the test under
@@ -77,10 +61,7 @@ pub fn table() -> &'static str {
 }
 
 pub fn unique_table() -> String {
-    format!(
-        "leasehold_test_{}",
-        &uuid::Uuid::new_v4().simple().to_string()[..12]
-    )
+    servers::unique_name("leasehold_test_")
 }
 
 /// A builder on `table`, or `None` (skipped) when there is no server.
@@ -112,10 +93,7 @@ pub async fn settled(backend: &PostgresBackend) {
 }
 
 pub fn unique_key(test: &str) -> String {
-    format!(
-        "{test}/{}",
-        &uuid::Uuid::new_v4().simple().to_string()[..12]
-    )
+    servers::unique_name(&format!("{test}/"))
 }
 
 /// Runs `sql` on a connection of its own (as an administrator would).
@@ -153,7 +131,7 @@ const PRIVATE_PASSWORD: &str = "restart-test-pw-91c2";
 /// drop), so the shared server is never disturbed.
 pub struct PrivateServer {
     pub port: u16,
-    dir: PathBuf,
+    server: ScriptServer,
 }
 
 impl PrivateServer {
@@ -165,32 +143,23 @@ impl PrivateServer {
                 "PostgreSQL is not installed (scripts/postgres.sh start installs it)",
             );
         }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let dir = std::env::temp_dir().join(format!(
-            "leasehold-pg-private-{}",
-            &uuid::Uuid::new_v4().simple().to_string()[..8]
-        ));
-        let server = PrivateServer { port, dir };
-        server.script("start").await;
-        Some(server)
+        let server = ScriptServer::new(REPO, "postgres", servers::free_port(), |port, dir| {
+            vec![
+                ("LEASEHOLD_PG_PORT", port.to_string()),
+                ("LEASEHOLD_PG_DIR", dir.display().to_string()),
+                ("LEASEHOLD_PG_PASSWORD", PRIVATE_PASSWORD.to_string()),
+            ]
+        });
+        server.run("start").await;
+        Some(PrivateServer {
+            port: server.port,
+            server,
+        })
     }
 
     /// Runs `scripts/postgres.sh COMMAND` on this server.
     pub async fn script(&self, command: &str) {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/postgres.sh");
-        let status = tokio::process::Command::new(script)
-            .arg(command)
-            .env("LEASEHOLD_PG_PORT", self.port.to_string())
-            .env("LEASEHOLD_PG_DIR", &self.dir)
-            .env("LEASEHOLD_PG_PASSWORD", PRIVATE_PASSWORD)
-            .status()
-            .await
-            .unwrap();
-        assert!(status.success(), "scripts/postgres.sh {command} failed");
+        self.server.run(command).await
     }
 
     /// Its URL (database `postgres`, max TTL 4 s, the default table).
@@ -212,14 +181,5 @@ impl PrivateServer {
     }
 }
 
-impl Drop for PrivateServer {
-    fn drop(&mut self) {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/postgres.sh");
-        let _ = std::process::Command::new(script)
-            .arg("stop")
-            .env("LEASEHOLD_PG_PORT", self.port.to_string())
-            .env("LEASEHOLD_PG_DIR", &self.dir)
-            .status();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+/// The repository's root, whose `scripts/` run the servers.
+const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");

@@ -10,11 +10,10 @@
 
 #![allow(dead_code)]
 
-use std::net::{TcpStream, ToSocketAddrs};
-use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use leasehold::conformance::servers::{self, ScriptServer};
 use leasehold_redis::{redis, RedisBackend, RedisBackendBuilder};
 
 /// What `scripts/redis.sh url` prints.
@@ -25,7 +24,7 @@ pub const DEFAULT_URL: &str = "redis://:leasehold-test-pw-5c1d@127.0.0.1:63799/0
 pub const MAX_TTL: Duration = Duration::from_secs(5);
 
 pub fn url() -> String {
-    std::env::var("LEASEHOLD_TEST_REDIS_URL").unwrap_or_else(|_| DEFAULT_URL.to_string())
+    servers::server_url("LEASEHOLD_TEST_REDIS_URL", DEFAULT_URL)
 }
 
 /// `url` with `prefix` and `max_ttl` parameters added.
@@ -34,35 +33,15 @@ pub fn url_for(prefix: &str) -> String {
 }
 
 pub fn with_params(url: &str, prefix: &str) -> String {
-    let sep = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{sep}prefix={prefix}&max_ttl={}s", MAX_TTL.as_secs())
+    servers::with_params(
+        url,
+        &format!("prefix={prefix}&max_ttl={}s", MAX_TTL.as_secs()),
+    )
 }
 
 /// Whether something accepts TCP connections at the URL's host and port.
 pub fn reachable() -> Result<(), String> {
-    let url = url();
-    let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(&url);
-    let authority = rest.split(['/', '?']).next().unwrap_or_default();
-    let hostport = authority
-        .rsplit_once('@')
-        .map(|(_, h)| h)
-        .unwrap_or(authority);
-    let hostport = if hostport.contains(':') {
-        hostport.to_string()
-    } else {
-        format!("{hostport}:6379")
-    };
-    let addrs = hostport
-        .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve {hostport}: {e}"))?;
-    for addr in addrs {
-        if TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok() {
-            return Ok(());
-        }
-    }
-    Err(format!(
-        "no Redis server at {hostport} (run scripts/redis.sh start, or set LEASEHOLD_TEST_REDIS_URL)"
-    ))
+    servers::reachable(&url(), 6379, "Redis", "redis", "LEASEHOLD_TEST_REDIS_URL")
 }
 
 /// Whether the server is there; if not, says so (or fails the test under
@@ -82,10 +61,7 @@ pub fn prefix() -> &'static str {
 }
 
 pub fn unique_prefix() -> String {
-    format!(
-        "lh-test-{}:",
-        &uuid::Uuid::new_v4().simple().to_string()[..12]
-    )
+    format!("{}:", servers::unique_name("lh-test-"))
 }
 
 /// A builder on `prefix`, or `None` (skipped) when there is no server.
@@ -120,10 +96,7 @@ pub async fn settled(backend: &RedisBackend) {
 }
 
 pub fn unique_key(test: &str) -> String {
-    format!(
-        "{test}/{}",
-        &uuid::Uuid::new_v4().simple().to_string()[..12]
-    )
+    servers::unique_name(&format!("{test}/"))
 }
 
 /// Runs one command on a connection of its own (as an administrator
@@ -142,8 +115,7 @@ pub async fn admin<T: redis::FromRedisValue>(url: &str, cmd: &redis::Cmd) -> T {
 /// port of its own), for restarts, FLUSHALL and killed connections.
 pub struct PrivateServer {
     pub port: u16,
-    dir: PathBuf,
-    persist: bool,
+    server: ScriptServer,
 }
 
 pub const PRIVATE_PASSWORD: &str = "private-test-pw-40e1";
@@ -152,50 +124,33 @@ impl PrivateServer {
     /// Starts one (with an append-only file if `persist`), or `None`
     /// (skipped) when Redis is not installed.
     pub async fn start(persist: bool) -> Option<Self> {
-        let installed = std::process::Command::new("redis-server")
-            .arg("--version")
-            .output()
-            .is_ok();
-        if !installed {
+        if !servers::installed("redis-server") {
             return leasehold::conformance::skip(
                 "redis",
                 "redis-server is not installed (scripts/redis.sh start installs it)",
             );
         }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let dir = std::env::temp_dir().join(format!(
-            "leasehold-redis-private-{}",
-            &uuid::Uuid::new_v4().simple().to_string()[..8]
-        ));
-        let server = PrivateServer { port, dir, persist };
-        server.script("start").await;
-        Some(server)
+        let server = ScriptServer::new(REPO, "redis", servers::free_port(), |port, dir| {
+            vec![
+                ("LEASEHOLD_REDIS_PORT", port.to_string()),
+                ("LEASEHOLD_REDIS_DIR", dir.display().to_string()),
+                ("LEASEHOLD_REDIS_PASSWORD", PRIVATE_PASSWORD.to_string()),
+                (
+                    "LEASEHOLD_REDIS_PERSIST",
+                    if persist { "1" } else { "0" }.to_string(),
+                ),
+            ]
+        });
+        server.run("start").await;
+        Some(PrivateServer {
+            port: server.port,
+            server,
+        })
     }
 
+    /// Runs `scripts/redis.sh COMMAND` on this server.
     pub async fn script(&self, command: &str) {
-        let status = tokio::process::Command::new(script_path())
-            .arg(command)
-            .envs(self.env())
-            .status()
-            .await
-            .unwrap();
-        assert!(status.success(), "scripts/redis.sh {command} failed");
-    }
-
-    fn env(&self) -> Vec<(&'static str, String)> {
-        vec![
-            ("LEASEHOLD_REDIS_PORT", self.port.to_string()),
-            ("LEASEHOLD_REDIS_DIR", self.dir.display().to_string()),
-            ("LEASEHOLD_REDIS_PASSWORD", PRIVATE_PASSWORD.to_string()),
-            (
-                "LEASEHOLD_REDIS_PERSIST",
-                if self.persist { "1" } else { "0" }.to_string(),
-            ),
-        ]
+        self.server.run(command).await
     }
 
     /// The server's URL (no prefix or max TTL).
@@ -222,16 +177,5 @@ impl PrivateServer {
     }
 }
 
-impl Drop for PrivateServer {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new(script_path())
-            .arg("stop")
-            .envs(self.env())
-            .status();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn script_path() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/redis.sh")
-}
+/// The repository's root, whose `scripts/` run the servers.
+const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");

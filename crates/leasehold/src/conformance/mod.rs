@@ -88,6 +88,7 @@ mod loss;
 mod mixed;
 mod runs;
 mod semaphore;
+pub mod servers;
 
 pub use contract::*;
 pub use election::*;

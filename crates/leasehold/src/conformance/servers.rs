@@ -1,0 +1,220 @@
+//! What every server store's tests share, written once: the shared test
+//! server's URL from the environment, whether it is there (skip or fail,
+//! see [`skip`](super::skip)), unique names, and private servers run by the
+//! repository's `scripts/*.sh` for tests that restart, empty or stop one.
+//! A store's own test helpers keep only what is its own (its URL's shape,
+//! its builder).
+
+use std::net::{TcpStream, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The shared test server's URL: `$var` if set, else `default` (what the
+/// store's `scripts/*.sh url` prints).
+pub fn server_url(var: &str, default: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| default.to_string())
+}
+
+/// `url` with `params` (`a=1&b=2`) added to its query.
+pub fn with_params(url: &str, params: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}{params}")
+}
+
+/// The first `HOST:PORT` of `url`'s authority (after any `user:pass@`;
+/// of several, comma-separated, the first), with `default_port` when it
+/// names none.
+pub fn host_port(url: &str, default_port: u16) -> String {
+    let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(url);
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    let hosts = authority
+        .rsplit_once('@')
+        .map(|(_, h)| h)
+        .unwrap_or(authority);
+    let first = hosts.split(',').next().unwrap_or_default();
+    // A port after the last ':' (not inside an IPv6 literal's brackets).
+    match first.rsplit_once(':') {
+        Some((_, port)) if !port.contains(']') && port.parse::<u16>().is_ok() => first.to_string(),
+        _ => format!("{first}:{default_port}"),
+    }
+}
+
+/// Whether something accepts TCP connections at `url`'s first host and
+/// port; if not, why, saying how to start the `store`'s server
+/// (`scripts/{script}.sh start`) or point the tests elsewhere (`$var`).
+pub fn reachable(
+    url: &str,
+    default_port: u16,
+    store: &str,
+    script: &str,
+    var: &str,
+) -> Result<(), String> {
+    let hostport = host_port(url, default_port);
+    let addrs = hostport
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {hostport}: {e}"))?;
+    for addr in addrs {
+        if TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok() {
+            return Ok(());
+        }
+    }
+    Err(format!(
+        "no {store} server at {hostport} (run scripts/{script}.sh start, or set {var})"
+    ))
+}
+
+/// `prefix` followed by 12 random hex digits: a name no other test run
+/// uses.
+pub fn unique_name(prefix: &str) -> String {
+    format!(
+        "{prefix}{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    )
+}
+
+/// A free TCP port on 127.0.0.1 (free when asked: another process may
+/// take it before the server does, which the server's start then reports).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free port on 127.0.0.1")
+}
+
+/// Whether `program --version` runs: the server is installed.
+pub fn installed(program: &str) -> bool {
+    std::process::Command::new(program)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// A server of a test's own, run by one of the repository's scripts
+/// (`scripts/NAME.sh start|stop|...`) on a port of its own, with its data
+/// in a fresh temporary directory, both passed to the script through the
+/// environment the store's script reads. Stopped, and its directory
+/// removed, when dropped.
+#[derive(Debug)]
+pub struct ScriptServer {
+    script: PathBuf,
+    env: Vec<(String, String)>,
+    /// The port it listens on.
+    pub port: u16,
+    dir: PathBuf,
+}
+
+impl ScriptServer {
+    /// A server `scripts/{name}.sh` will run on `port` (see [`free_port`]),
+    /// in a new temporary directory; `env(port, dir)` gives the variables
+    /// the script takes them (and anything else) from. Not started: call
+    /// [`run`](Self::run)`("start")`. `repo` is the repository's root
+    /// (from a store crate: `concat!(env!("CARGO_MANIFEST_DIR"), "/../..")`).
+    pub fn new(
+        repo: impl AsRef<Path>,
+        name: &str,
+        port: u16,
+        env: impl FnOnce(u16, &Path) -> Vec<(&'static str, String)>,
+    ) -> Self {
+        let dir = std::env::temp_dir().join(unique_name(&format!("leasehold-{name}-private-")));
+        let env = env(port, &dir)
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        ScriptServer {
+            script: repo.as_ref().join("scripts").join(format!("{name}.sh")),
+            env,
+            port,
+            dir,
+        }
+    }
+
+    /// Its data directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Runs `scripts/NAME.sh COMMAND` on this server (`start`, `stop`,
+    /// `restart`, ...); panics if the script fails.
+    pub async fn run(&self, command: &str) {
+        let mut cmd = self.command(command);
+        let status = tokio::task::spawn_blocking(move || cmd.status())
+            .await
+            .expect("the script's task")
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.script.display()));
+        assert!(
+            status.success(),
+            "{} {command} failed: {status}",
+            self.script.display()
+        );
+    }
+
+    fn command(&self, command: &str) -> std::process::Command {
+        let mut cmd = std::process::Command::new(&self.script);
+        cmd.arg(command).envs(self.env.iter().cloned());
+        cmd
+    }
+}
+
+impl Drop for ScriptServer {
+    fn drop(&mut self) {
+        let _ = self.command("stop").status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_port_takes_the_first_host_after_credentials_with_a_default_port() {
+        assert_eq!(
+            host_port("redis://:pw@127.0.0.1:63799/0", 6379),
+            "127.0.0.1:63799"
+        );
+        assert_eq!(host_port("redis://localhost/0", 6379), "localhost:6379");
+        assert_eq!(host_port("etcd://a:1,b:2?prefix=x/", 2379), "a:1");
+        assert_eq!(host_port("postgres://u:p@h?x=1", 5432), "h:5432");
+        assert_eq!(host_port("etcd://[::1]:23", 2379), "[::1]:23");
+    }
+
+    #[test]
+    fn with_params_appends_to_a_query_or_starts_one() {
+        assert_eq!(with_params("x://h", "a=1"), "x://h?a=1");
+        assert_eq!(with_params("x://h?b=2", "a=1"), "x://h?b=2&a=1");
+    }
+
+    #[test]
+    fn unique_names_differ() {
+        let a = unique_name("p-");
+        assert!(a.starts_with("p-") && a.len() == 14, "{a}");
+        assert_ne!(a, unique_name("p-"));
+    }
+
+    #[test]
+    fn a_closed_port_is_not_reachable_and_says_how_to_start_the_server() {
+        let port = free_port();
+        let why = reachable(
+            &format!("x://127.0.0.1:{port}"),
+            1,
+            "demo",
+            "demo",
+            "DEMO_URL",
+        )
+        .unwrap_err();
+        assert!(
+            why.contains("scripts/demo.sh start") && why.contains("DEMO_URL"),
+            "{why}"
+        );
+        let open = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = open.local_addr().unwrap().port();
+        reachable(
+            &format!("x://127.0.0.1:{port}"),
+            1,
+            "demo",
+            "demo",
+            "DEMO_URL",
+        )
+        .unwrap();
+    }
+}
