@@ -96,7 +96,7 @@ pub async fn backend() -> Option<AzureBackend> {
 
 /// A prefix no other test uses.
 pub fn unique_prefix() -> String {
-    format!("t-{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
+    leasehold::conformance::servers::unique_name("t-")
 }
 
 /// A builder on the shared container, once it is out of quarantine, under

@@ -7,10 +7,10 @@
 
 #![allow(dead_code)]
 
-use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use leasehold::conformance::servers;
 use leasehold_dynamodb::aws_sdk_dynamodb::config::Credentials;
 use leasehold_dynamodb::{DynamoDbBackend, DynamoDbBackendBuilder};
 
@@ -20,32 +20,18 @@ pub const ACCESS_KEY: &str = "leaseholdtests";
 pub const SECRET_KEY: &str = "leasehold-test-secret-0f1e2d3c";
 
 pub fn endpoint() -> String {
-    std::env::var("LEASEHOLD_TEST_DYNAMODB_ENDPOINT")
-        .unwrap_or_else(|_| "http://127.0.0.1:8000".to_string())
+    servers::server_url("LEASEHOLD_TEST_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000")
 }
 
 /// Whether something accepts TCP connections at the endpoint.
 pub fn reachable() -> Result<(), String> {
-    let endpoint = endpoint();
-    let authority = endpoint
-        .split_once("://")
-        .map(|(_, rest)| rest)
-        .unwrap_or(&endpoint)
-        .split('/')
-        .next()
-        .unwrap_or_default()
-        .to_string();
-    let addrs = authority
-        .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve {authority}: {e}"))?;
-    for addr in addrs {
-        if TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok() {
-            return Ok(());
-        }
-    }
-    Err(format!(
-        "DynamoDB Local is not reachable at {endpoint} (run scripts/dynamodb-local.sh start, or set LEASEHOLD_TEST_DYNAMODB_ENDPOINT)"
-    ))
+    servers::reachable(
+        &endpoint(),
+        80,
+        "DynamoDB Local",
+        "dynamodb-local",
+        "LEASEHOLD_TEST_DYNAMODB_ENDPOINT",
+    )
 }
 
 /// Whether the emulator is there; if not, says so (or fails the test under
@@ -68,10 +54,7 @@ pub fn table() -> &'static str {
 }
 
 pub fn unique_table() -> String {
-    format!(
-        "leasehold-test-{}",
-        &uuid::Uuid::new_v4().simple().to_string()[..12]
-    )
+    servers::unique_name("leasehold-test-")
 }
 
 /// A builder for the emulator on `table`, with test credentials.
@@ -116,8 +99,5 @@ pub async fn settled(backend: &DynamoDbBackend) {
 }
 
 pub fn unique_key(test: &str) -> String {
-    format!(
-        "{test}/{}",
-        &uuid::Uuid::new_v4().simple().to_string()[..12]
-    )
+    servers::unique_name(&format!("{test}/"))
 }
