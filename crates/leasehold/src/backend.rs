@@ -250,6 +250,8 @@ use crate::error::Result;
 use crate::key::Key;
 use crate::runs::RunRecord;
 
+pub mod params;
+
 pub use crate::listener::{Listener, Released, Subscribe};
 
 /// The primitives a lease store offers. See the [module docs](self) for the
