@@ -197,7 +197,12 @@ fn first_cells(text: &str) -> Vec<String> {
 
 /// The names written in backquotes in `cell`.
 fn backquoted(cell: &str) -> Vec<String> {
-    cell.split('`')
+    between(cell, '`')
+}
+
+/// The pieces of `text` that stand between a pair of `mark`s.
+fn between(text: &str, mark: char) -> Vec<String> {
+    text.split(mark)
         .skip(1)
         .step_by(2)
         .map(str::to_string)
@@ -640,11 +645,7 @@ fn spec_parameters(file: &str) -> BTreeSet<String> {
     let spec = &source[start..];
     let list = &spec[spec.find("&[").expect("a parameter list") + 2..];
     let list = &list[..list.find(']').expect("the end of the parameter list")];
-    list.split('"')
-        .skip(1)
-        .step_by(2)
-        .map(String::from)
-        .collect()
+    between(list, '"').into_iter().collect()
 }
 
 /// The parameters a guide documents: the backquoted names in the first
