@@ -333,6 +333,8 @@ fn shown(name: &str) -> String {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
     if plain {
         format!("{name:?}")
+    } else if name.is_empty() {
+        "with an empty name".to_string()
     } else {
         "(its name is not shown: it may be a secret)".to_string()
     }
@@ -503,6 +505,11 @@ mod tests {
         let text = message(parse("S3CRET+KEY%2F%2Bxyz").unwrap_err());
         assert!(
             !text.contains("S3CRET") && text.contains("not shown"),
+            "{text}"
+        );
+        let text = message(parse("=S3CRET").unwrap_err());
+        assert!(
+            text.contains("unknown parameter with an empty name") && !text.contains("S3CRET"),
             "{text}"
         );
         let long = "a".repeat(33);
