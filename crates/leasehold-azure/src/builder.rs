@@ -9,6 +9,7 @@ use azure_core::credentials::{Secret, TokenCredential};
 use azure_core::http::policies::Policy;
 use azure_core::http::{ClientOptions, ExponentialRetryOptions, RetryOptions, Transport, Url};
 use azure_storage_blob::{BlobContainerClient, BlobContainerClientOptions};
+use leasehold::backend::params::{split_query, QuerySpec};
 use leasehold::{Error, Result};
 
 use crate::credential::{Credential, SharedKeyPolicy};
@@ -28,6 +29,10 @@ pub const DEV_ENDPOINT: &str = "http://127.0.0.1:10000/devstoreaccount1";
 pub const API_VERSION: &str = "2025-11-05";
 
 const CONNECTION_STRING: &str = "Azure connection string";
+
+/// The query parameters of an `azblob://` URL (credentials come from the
+/// environment, never from the URL).
+const PARAMS: QuerySpec = QuerySpec::new("azblob", &["max_ttl"]);
 
 /// Builds an [`AzureBackend`].
 ///
@@ -565,7 +570,7 @@ pub(crate) struct ParsedUrl {
 
 /// Splits `azblob://CONTAINER[/PREFIX][?max_ttl=DURATION]`. Error messages
 /// name query parameters but never repeat their values (a SAS token pasted
-/// there by mistake must not be printed).
+/// there by mistake must not be printed: see `leasehold::backend::params`).
 pub(crate) fn parse_url(url: &str) -> Result<ParsedUrl> {
     let bad = || {
         Error::invalid(
@@ -574,10 +579,7 @@ pub(crate) fn parse_url(url: &str) -> Result<ParsedUrl> {
         )
     };
     let rest = url.strip_prefix("azblob://").ok_or_else(bad)?;
-    let (path, query) = match rest.split_once('?') {
-        Some((p, q)) => (p, Some(q)),
-        None => (rest, None),
-    };
+    let (path, query) = split_query(rest);
     if path.contains(['#', '@']) {
         return Err(bad());
     }
@@ -587,38 +589,7 @@ pub(crate) fn parse_url(url: &str) -> Result<ParsedUrl> {
     }
     validate_container(container)?;
     normalize_prefix(prefix)?;
-    let mut max_ttl = None;
-    for pair in query.into_iter().flat_map(|q| q.split('&')) {
-        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-        match name {
-            "max_ttl" if max_ttl.is_none() => {
-                let d = humantime::parse_duration(value).map_err(|_| {
-                    Error::invalid(
-                        "store URL",
-                        format!("max_ttl must be a duration such as 15s or 1m, not {value:?}"),
-                    )
-                })?;
-                max_ttl = Some(d);
-            }
-            "max_ttl" => {
-                return Err(Error::invalid(
-                    "store URL",
-                    "the parameter \"max_ttl\" is given more than once",
-                ))
-            }
-            _ => {
-                // Only the start of the name: a SAS token pasted here by
-                // mistake must not be printed.
-                let shown: String = name.chars().take(20).collect();
-                return Err(Error::invalid(
-                    "store URL",
-                    format!(
-                        "unknown parameter {shown:?}: azblob:// URLs take only ?max_ttl=DURATION (credentials come from the environment)"
-                    ),
-                ));
-            }
-        }
-    }
+    let max_ttl = PARAMS.parse(query)?.duration("max_ttl")?;
     Ok(ParsedUrl {
         container: container.to_string(),
         prefix: prefix.trim_matches('/').to_string(),
@@ -671,6 +642,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(!err.contains("S3CRET") && err.contains("\"sv\""), "{err}");
+        assert!(
+            err.contains("the azblob store's only parameter is max_ttl"),
+            "{err}"
+        );
     }
 
     #[test]

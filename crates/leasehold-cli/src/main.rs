@@ -336,14 +336,13 @@ pub(crate) async fn open_within(
 /// store keeps the max TTL it was created with, and `?max_ttl=` on an
 /// existing store was ignored without a word.
 fn warn_if_max_ttl_ignored(url: Option<&str>, store: &leasehold::Store) {
-    let Some(query) = url.and_then(|u| u.split_once('?')).map(|(_, q)| q) else {
+    use leasehold::backend::params::{split_query, QueryParams};
+    // The store has accepted its URL: its query decodes, and a max_ttl in
+    // it is a duration.
+    let Some(query) = url.and_then(|u| split_query(u).1) else {
         return;
     };
-    let Some(asked) = query
-        .split('&')
-        .find_map(|p| p.strip_prefix("max_ttl="))
-        .and_then(|v| humantime::parse_duration(v).ok())
-    else {
+    let Ok(Some(asked)) = QueryParams::parse_any(query).and_then(|q| q.duration("max_ttl")) else {
         return;
     };
     let has = store.backend().capabilities().max_ttl;

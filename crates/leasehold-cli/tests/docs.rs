@@ -13,8 +13,9 @@
 //! * every store URL scheme (from `--help`, and from the store opener's
 //!   source) has a section in `docs/cli.md`, and every scheme `--help`
 //!   shows a `leasehold run` example in the README;
-//! * every URL parameter each store's parser accepts (read from its source)
-//!   is in that store's guide, and the guide names no other;
+//! * every URL parameter each store's parser accepts (read from the
+//!   `QuerySpec` in its source) is in that store's guide, and the guide
+//!   names no other;
 //! * every field of the JSON the command prints is named in `docs/cli.md`;
 //! * every relative link in the documentation points to a file that exists
 //!   (and to a heading that exists, for links into Markdown files);
@@ -196,7 +197,12 @@ fn first_cells(text: &str) -> Vec<String> {
 
 /// The names written in backquotes in `cell`.
 fn backquoted(cell: &str) -> Vec<String> {
-    cell.split('`')
+    between(cell, '`')
+}
+
+/// The pieces of `text` that stand between a pair of `mark`s.
+fn between(text: &str, mark: char) -> Vec<String> {
+    text.split(mark)
         .skip(1)
         .step_by(2)
         .map(str::to_string)
@@ -628,76 +634,18 @@ fn every_store_scheme_has_a_section_and_an_example() {
     }
 }
 
-/// The query parameters a store's URL parser accepts: the string patterns
-/// of the arms of the first `match name {` in `file` (nested matches, arm
-/// bodies, comments and the insides of other strings left out).
-fn match_arms(file: &str) -> BTreeSet<String> {
+/// The query parameters a store's URL parser accepts: the strings of the
+/// list in the first `QuerySpec::new("STORE", &[...])` in `file` (every
+/// store declares its parameters so, for `leasehold::backend::params`).
+fn spec_parameters(file: &str) -> BTreeSet<String> {
     let source = read(file);
     let start = source
-        .find("match name {")
-        .unwrap_or_else(|| panic!("no `match name {{` in {file}"))
-        + "match name {".len();
-    let code: Vec<char> = source[start..].chars().collect();
-    let mut names = BTreeSet::new();
-    let mut depth = 1;
-    // Whether the current arm's pattern is being read (up to its `=>`).
-    let mut in_pattern = true;
-    let mut i = 0;
-    while i < code.len() {
-        match code[i] {
-            '/' if code.get(i + 1) == Some(&'/') => {
-                while i < code.len() && code[i] != '\n' {
-                    i += 1;
-                }
-            }
-            '"' => {
-                let mut text = String::new();
-                i += 1;
-                while code[i] != '"' {
-                    if code[i] == '\\' {
-                        i += 1;
-                    }
-                    text.push(code[i]);
-                    i += 1;
-                }
-                if depth == 1 && in_pattern {
-                    names.insert(text);
-                }
-            }
-            '{' | '(' | '[' => depth += 1,
-            ')' | ']' => depth -= 1,
-            '}' => {
-                depth -= 1;
-                if depth == 0 {
-                    break;
-                }
-                // A block body ends its arm.
-                if depth == 1 {
-                    in_pattern = true;
-                }
-            }
-            '=' if depth == 1 && code.get(i + 1) == Some(&'>') => in_pattern = false,
-            ',' if depth == 1 => in_pattern = true,
-            _ => {}
-        }
-        i += 1;
-    }
-    names
-}
-
-/// `sqlite:PATH?max_ttl=D`: the parameters `split_max_ttl` strips.
-fn sqlite_parameters() -> BTreeSet<String> {
-    let source = read("crates/leasehold/src/store.rs");
-    let body = &source[source.find("fn split_max_ttl").expect("fn split_max_ttl")..];
-    let body = &body[..body.find("\n}\n").unwrap()];
-    body.match_indices("strip_prefix(\"")
-        .map(|(at, m)| {
-            let rest = &body[at + m.len()..];
-            rest[..rest.find('"').unwrap()]
-                .trim_end_matches('=')
-                .to_string()
-        })
-        .collect()
+        .find("QuerySpec::new(")
+        .unwrap_or_else(|| panic!("no `QuerySpec::new(` in {file}"));
+    let spec = &source[start..];
+    let list = &spec[spec.find("&[").expect("a parameter list") + 2..];
+    let list = &list[..list.find(']').expect("the end of the parameter list")];
+    between(list, '"').into_iter().collect()
 }
 
 /// The parameters a guide documents: the backquoted names in the first
@@ -712,26 +660,29 @@ fn guide_parameters(guide: &str) -> BTreeSet<String> {
 #[test]
 fn every_url_parameter_is_in_its_stores_guide() {
     let stores = [
-        ("docs/sqlite.md", sqlite_parameters()),
+        (
+            "docs/sqlite.md",
+            spec_parameters("crates/leasehold/src/store.rs"),
+        ),
         (
             "crates/leasehold-azure/README.md",
-            match_arms("crates/leasehold-azure/src/builder.rs"),
+            spec_parameters("crates/leasehold-azure/src/builder.rs"),
         ),
         (
             "crates/leasehold-dynamodb/README.md",
-            match_arms("crates/leasehold-dynamodb/src/url.rs"),
+            spec_parameters("crates/leasehold-dynamodb/src/url.rs"),
         ),
         (
             "crates/leasehold-postgres/README.md",
-            match_arms("crates/leasehold-postgres/src/builder.rs"),
+            spec_parameters("crates/leasehold-postgres/src/builder.rs"),
         ),
         (
             "crates/leasehold-redis/README.md",
-            match_arms("crates/leasehold-redis/src/builder.rs"),
+            spec_parameters("crates/leasehold-redis/src/builder.rs"),
         ),
         (
             "crates/leasehold-etcd/README.md",
-            match_arms("crates/leasehold-etcd/src/builder.rs"),
+            spec_parameters("crates/leasehold-etcd/src/builder.rs"),
         ),
     ];
     for (guide, accepted) in stores {

@@ -1,7 +1,6 @@
 //! Parsing `dynamodb://TABLE?region=…&endpoint=…` store URLs.
 
-use std::time::Duration;
-
+use leasehold::backend::params::QuerySpec;
 use leasehold::{Error, Result};
 
 use crate::builder::DynamoDbBackendBuilder;
@@ -9,6 +8,18 @@ use crate::TakeoverMode;
 
 const WHAT: &str = "store URL";
 const FORM: &str = "the form is dynamodb://TABLE?region=REGION&endpoint=URL&profile=NAME&max_clock_skew=DURATION&max_ttl=DURATION&create_table=true|false, every parameter optional";
+/// The query parameters of a `dynamodb://` URL.
+const PARAMS: QuerySpec = QuerySpec::new(
+    "dynamodb",
+    &[
+        "region",
+        "endpoint",
+        "profile",
+        "max_clock_skew",
+        "max_ttl",
+        "create_table",
+    ],
+);
 
 /// Turns a store URL into a builder (nothing is contacted yet).
 ///
@@ -22,115 +33,34 @@ pub(crate) fn parse(url: &str) -> Result<DynamoDbBackendBuilder> {
             format!("a DynamoDB store URL starts with dynamodb://; {FORM}"),
         )
     })?;
-    let (table, query) = match rest.split_once('?') {
-        Some((t, q)) => (t, Some(q)),
-        None => (rest, None),
-    };
+    let (table, query) = PARAMS.parse_url(rest)?;
     let table = table.strip_suffix('/').unwrap_or(table);
     let mut builder = DynamoDbBackendBuilder::new(table);
-    let mut seen: Vec<&str> = Vec::new();
-    for pair in query
-        .into_iter()
-        .flat_map(|q| q.split('&'))
-        .filter(|p| !p.is_empty())
-    {
-        let (name, raw) = pair.split_once('=').unwrap_or((pair, ""));
-        // A second value would silently override the first.
-        if seen.contains(&name) {
-            return Err(Error::invalid(
-                WHAT,
-                format!("the parameter {name:?} is given more than once"),
-            ));
-        }
-        seen.push(name);
-        let value = percent_decode(raw).ok_or_else(|| {
-            Error::invalid(
-                WHAT,
-                format!("the value of {name:?} is not valid percent-encoded UTF-8"),
-            )
-        })?;
-        builder = match name {
-            "region" => builder.region(value),
-            "endpoint" => builder.endpoint(value),
-            "profile" => builder.profile(value),
-            "max_clock_skew" => builder.takeover(TakeoverMode::TrustClocks {
-                max_skew: parse_duration(&value).ok_or_else(|| {
-                    Error::invalid(
-                        WHAT,
-                        format!("max_clock_skew must be a duration such as 500ms, 2s or 1m, not {value:?}"),
-                    )
-                })?,
-            }),
-            "max_ttl" => builder.max_ttl(parse_duration(&value).ok_or_else(|| {
-                Error::invalid(
-                    WHAT,
-                    format!("max_ttl must be a duration such as 60s, 5m or 1h, not {value:?}"),
-                )
-            })?),
-            "create_table" => builder.create_table(match value.as_str() {
-                "true" | "1" | "yes" => true,
-                "false" | "0" | "no" => false,
-                _ => {
-                    return Err(Error::invalid(
-                        WHAT,
-                        "create_table must be true or false",
-                    ))
-                }
-            }),
-            other => {
-                // Only the name: the value might be something secret put
-                // there by mistake.
-                return Err(Error::invalid(
-                    WHAT,
-                    format!("unknown parameter {other:?}; {FORM}"),
-                ));
-            }
-        };
+    if let Some(region) = query.string("region") {
+        builder = builder.region(region);
+    }
+    if let Some(endpoint) = query.string("endpoint") {
+        builder = builder.endpoint(endpoint);
+    }
+    if let Some(profile) = query.string("profile") {
+        builder = builder.profile(profile);
+    }
+    if let Some(max_skew) = query.duration("max_clock_skew")? {
+        builder = builder.takeover(TakeoverMode::TrustClocks { max_skew });
+    }
+    if let Some(max_ttl) = query.duration("max_ttl")? {
+        builder = builder.max_ttl(max_ttl);
+    }
+    if let Some(create) = query.boolean("create_table")? {
+        builder = builder.create_table(create);
     }
     Ok(builder)
 }
 
-fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' => {
-                let hex = s.get(i + 1..i + 3)?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            b => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
-/// `250ms`, `2s`, `1m`, `1h`; a bare number is seconds.
-pub(crate) fn parse_duration(s: &str) -> Option<Duration> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let num: u64 = num.parse().ok()?;
-    Some(match unit {
-        "ms" => Duration::from_millis(num),
-        "" | "s" => Duration::from_secs(num),
-        "m" => Duration::from_secs(num.checked_mul(60)?),
-        "h" => Duration::from_secs(num.checked_mul(3600)?),
-        _ => return None,
-    })
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
@@ -138,10 +68,14 @@ mod tests {
         let Err(err) = parse("dynamodb://locks?region=eu-west-1&region=us-east-1") else {
             panic!("a repeated region was accepted");
         };
+        let text = err.to_string();
         assert!(
-            err.to_string()
-                .contains("\"region\" is given more than once"),
-            "{err}"
+            text.contains("\"region\" is given more than once"),
+            "{text}"
+        );
+        assert!(
+            text.contains("the dynamodb store's parameters are region, endpoint, profile, max_clock_skew, max_ttl and create_table"),
+            "{text}"
         );
     }
 
@@ -191,10 +125,24 @@ mod tests {
     }
 
     #[test]
-    fn durations() {
-        assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
-        assert_eq!(parse_duration("3"), Some(Duration::from_secs(3)));
-        assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
-        assert_eq!(parse_duration("x"), None);
+    fn durations_need_a_unit() {
+        let b = parse("dynamodb://locks?max_clock_skew=1m30s&max_ttl=250ms").unwrap();
+        assert_eq!(
+            b.takeover,
+            TakeoverMode::TrustClocks {
+                max_skew: Duration::from_secs(90)
+            }
+        );
+        assert_eq!(b.max_ttl, Duration::from_millis(250));
+        // A bare number was seconds before the grammar became humantime's.
+        assert!(parse("dynamodb://locks?max_ttl=3").is_err());
+    }
+
+    #[test]
+    fn create_table_takes_the_common_booleans() {
+        for (text, want) in [("yes", true), ("off", false), ("0", false)] {
+            let b = parse(&format!("dynamodb://locks?create_table={text}")).unwrap();
+            assert_eq!(b.create_table, want, "{text}");
+        }
     }
 }

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use leasehold::backend::params::{decode_percent, split_query, QuerySpec};
 use leasehold::{Error, Result, DEFAULT_STORE_MAX_TTL};
 
 use crate::backend::EtcdBackend;
@@ -10,6 +11,8 @@ use crate::{MAX_TTL, MIN_TTL};
 
 const WHAT: &str = "store URL";
 const FORM: &str = "the form is etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][?prefix=P&max_ttl=DURATION&wake_ups=on|off] (etcds:// for TLS)";
+/// The query parameters of an `etcd://` URL.
+const PARAMS: QuerySpec = QuerySpec::new("etcd", &["prefix", "max_ttl", "wake_ups"]);
 
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "leasehold/";
@@ -73,10 +76,7 @@ impl EtcdBackendBuilder {
             "etcds" => true,
             _ => return Err(Error::invalid(WHAT, FORM)),
         };
-        let (base, query) = match rest.split_once('?') {
-            Some((b, q)) => (b, Some(q)),
-            None => (rest, None),
-        };
+        let (base, query) = split_query(rest);
         let base = base.strip_suffix('/').unwrap_or(base);
         if base.contains('/') {
             return Err(Error::invalid(
@@ -113,43 +113,15 @@ impl EtcdBackendBuilder {
         let mut b = EtcdBackendBuilder::new(endpoints);
         b.tls = tls;
         b.user = user;
-        for pair in query
-            .unwrap_or_default()
-            .split('&')
-            .filter(|p| !p.is_empty())
-        {
-            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            match name {
-                "prefix" => b.prefix = decode(value)?,
-                "max_ttl" => {
-                    b.max_ttl = humantime::parse_duration(value).map_err(|_| {
-                        Error::invalid(
-                            WHAT,
-                            format!(
-                                "max_ttl must be a duration such as 60s, 5m or 1h, not {value:?}"
-                            ),
-                        )
-                    })?
-                }
-                "wake_ups" => {
-                    b.wake_ups = match value {
-                        "on" | "true" => true,
-                        "off" | "false" => false,
-                        _ => {
-                            return Err(Error::invalid(
-                                WHAT,
-                                format!("wake_ups must be on or off, not {value:?}"),
-                            ))
-                        }
-                    }
-                }
-                other => {
-                    return Err(Error::invalid(
-                        WHAT,
-                        format!("unknown parameter {other:?}; {FORM}"),
-                    ))
-                }
-            }
+        let query = PARAMS.parse(query)?;
+        if let Some(prefix) = query.string("prefix") {
+            b.prefix = prefix.to_string();
+        }
+        if let Some(max_ttl) = query.duration("max_ttl")? {
+            b.max_ttl = max_ttl;
+        }
+        if let Some(on) = query.boolean("wake_ups")? {
+            b.wake_ups = on;
         }
         b.check()?;
         Ok(b)
@@ -246,26 +218,15 @@ impl EtcdBackendBuilder {
     }
 }
 
-/// `%XX` decoding of a URL part (a password may hold `@`, `:` or `,`).
+/// `%XX` decoding of a user name or password (which may hold `@`, `:` or
+/// `,`); the message never shows the part.
 fn decode(s: &str) -> Result<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes
-                .get(i + 1..i + 3)
-                .and_then(|h| std::str::from_utf8(h).ok())
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| Error::invalid(WHAT, "a % not followed by two hex digits"))?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| Error::invalid(WHAT, "percent-decoding gave invalid UTF-8"))
+    decode_percent(s).ok_or_else(|| {
+        Error::invalid(
+            WHAT,
+            "the user name or password is not valid percent-encoded UTF-8 (a % must be followed by two hex digits)",
+        )
+    })
 }
 
 #[cfg(test)]
@@ -283,6 +244,12 @@ mod tests {
         assert_eq!(b.prefix, "jobs/");
         assert_eq!(b.max_ttl, Duration::from_secs(300));
         assert!(!b.wake_ups && !b.tls);
+        // Query values are form-decoded; a password's `+` stays a `+`.
+        let b =
+            EtcdBackendBuilder::from_url("etcd://me:a+b@h:1?prefix=a%2Fb+c/&wake_ups=no").unwrap();
+        assert_eq!(b.user, Some(("me".into(), "a+b".into())));
+        assert_eq!(b.prefix, "a/b c/");
+        assert!(!b.wake_ups);
         let b = EtcdBackendBuilder::from_url("etcd://127.0.0.1:2379/").unwrap();
         assert_eq!(b.prefix, DEFAULT_PREFIX);
         assert!(b.user.is_none() && b.wake_ups);
@@ -296,6 +263,9 @@ mod tests {
             "etcd://u:hunter22@h:2379?bogus=1",
             "etcd://u:hunter22@h:2379?max_ttl=forever",
             "etcd://u:hunter22@h:2379?max_ttl=1s",
+            "etcd://u:hunter22@h:2379?max_ttl=5m&max_ttl=1m",
+            "etcd://u:hunter22@h:2379?wake_ups=maybe",
+            "etcd://u:hunter22%zz@h:2379",
             "etcd://u:hunter22@h:2379?prefix=",
             "etcd://u:hunter22@h:2379/some/path",
             "etcd://u:hunter22@h:2379,",

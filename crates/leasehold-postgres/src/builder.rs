@@ -6,12 +6,43 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
+use leasehold::backend::params::{split_query, QuerySpec};
 use leasehold::{Error, Result, DEFAULT_STORE_MAX_TTL};
+use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 
 use crate::backend::PostgresBackend;
 use crate::{MAX_TTL, MIN_TTL};
 
 const WHAT: &str = "store URL";
+/// The query parameters of a `postgres://` URL: leasehold's own
+/// ([`OWN_PARAMS`]), then those passed on to the client.
+const PARAMS: QuerySpec = QuerySpec::new(
+    "postgres",
+    &[
+        "table",
+        "sslmode",
+        "sslrootcert",
+        "max_ttl",
+        "wake_ups",
+        "connect_timeout",
+        "application_name",
+        "options",
+        "keepalives",
+        "keepalives_idle",
+        "target_session_attrs",
+        "channel_binding",
+        "load_balance_hosts",
+        "hostaddr",
+        "host",
+        "port",
+        "user",
+        "dbname",
+        "password",
+    ],
+);
+/// The parameters of [`PARAMS`] that leasehold reads; `tokio_postgres`
+/// reads the others.
+const OWN_PARAMS: &[&str] = &["table", "sslmode", "sslrootcert", "max_ttl", "wake_ups"];
 const FORM: &str = "the form is postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?table=NAME&sslmode=disable|prefer|require|verify-ca|verify-full&sslrootcert=PATH&max_ttl=DURATION&wake_ups=on|off] (or postgresql://); the PG* environment variables fill in what it omits";
 
 /// The default table name.
@@ -127,71 +158,15 @@ impl PostgresBackendBuilder {
         if scheme != "postgres" && scheme != "postgresql" {
             return Err(Error::invalid(WHAT, FORM));
         }
-        let (base, query) = match rest.split_once('?') {
-            Some((b, q)) => (b, Some(q)),
-            None => (rest, None),
-        };
-        let mut table = None;
-        let mut max_ttl = None;
-        let mut ssl_mode = None;
-        let mut root_cert = None;
-        let mut wake_ups = None;
-        let mut passed = Vec::new();
-        for pair in query
-            .unwrap_or_default()
-            .split('&')
-            .filter(|p| !p.is_empty())
-        {
-            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            match name {
-                "table" => table = Some(value.to_string()),
-                "max_ttl" => {
-                    max_ttl = Some(humantime::parse_duration(value).map_err(|_| {
-                        Error::invalid(
-                            WHAT,
-                            format!(
-                                "max_ttl must be a duration such as 60s, 5m or 1h, not {value:?}"
-                            ),
-                        )
-                    })?)
-                }
-                "sslmode" => ssl_mode = Some(value.parse()?),
-                "sslrootcert" => root_cert = Some(PathBuf::from(value)),
-                "wake_ups" => {
-                    wake_ups = Some(match value {
-                        "on" | "true" => true,
-                        "off" | "false" => false,
-                        _ => {
-                            return Err(Error::invalid(
-                                WHAT,
-                                format!("wake_ups must be on or off, not {value:?}"),
-                            ))
-                        }
-                    })
-                }
-                // Passed on to the client, which knows these.
-                "connect_timeout"
-                | "application_name"
-                | "options"
-                | "keepalives"
-                | "keepalives_idle"
-                | "target_session_attrs"
-                | "channel_binding"
-                | "load_balance_hosts"
-                | "hostaddr"
-                | "host"
-                | "port"
-                | "user"
-                | "dbname"
-                | "password" => passed.push(pair),
-                other => {
-                    return Err(Error::invalid(
-                        WHAT,
-                        format!("unknown parameter {other:?}; {FORM}"),
-                    ))
-                }
-            }
-        }
+        let (base, query) = split_query(rest);
+        let query = PARAMS.parse(query)?;
+        // Passed on to the client, which knows these, encoded as it decodes
+        // them (`%XX` only).
+        let passed: Vec<String> = query
+            .iter()
+            .filter(|(name, _)| !OWN_PARAMS.contains(name))
+            .map(|(name, value)| format!("{name}={}", utf8_percent_encode(value, NON_ALPHANUMERIC)))
+            .collect();
         let client_url = if passed.is_empty() {
             format!("postgresql://{base}")
         } else {
@@ -202,6 +177,8 @@ impl PostgresBackendBuilder {
         let mut config = tokio_postgres::Config::from_str(&client_url)
             .map_err(|e| Error::invalid(WHAT, format!("{e}; {FORM}")))?;
         fill_from_env(&mut config, &env)?;
+        let mut ssl_mode = query.string("sslmode").map(str::parse).transpose()?;
+        let mut root_cert = query.string("sslrootcert").map(PathBuf::from);
         if ssl_mode.is_none() {
             if let Some(mode) = env("PGSSLMODE") {
                 ssl_mode = Some(mode.parse()?);
@@ -211,15 +188,15 @@ impl PostgresBackendBuilder {
             root_cert = env("PGSSLROOTCERT").map(PathBuf::from);
         }
         let mut builder = PostgresBackendBuilder::new(config);
-        if let Some(table) = table {
+        if let Some(table) = query.string("table") {
             builder = builder.table(table);
         }
-        if let Some(max_ttl) = max_ttl {
+        if let Some(max_ttl) = query.duration("max_ttl")? {
             builder = builder.max_ttl(max_ttl);
         }
         builder.ssl_mode = ssl_mode.unwrap_or_default();
         builder.root_cert = root_cert;
-        if let Some(on) = wake_ups {
+        if let Some(on) = query.boolean("wake_ups")? {
             builder.wake_ups = on;
         }
         builder.check()?;
@@ -429,6 +406,18 @@ mod tests {
     }
 
     #[test]
+    fn client_parameters_reach_the_client_decoded_once() {
+        let b = parse(
+            "postgres://u@h/d?application_name=night+job%2B1%25&password=p%26w%3Dx+y&wake_ups=no",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(b.config.get_application_name(), Some("night job+1%"));
+        assert_eq!(b.config.get_password(), Some(&b"p&w=x y"[..]));
+        assert!(!b.wake_ups);
+    }
+
+    #[test]
     fn environment_fills_what_the_url_omits() {
         let env = [
             ("PGHOST", "pg.internal"),
@@ -461,6 +450,9 @@ mod tests {
             "postgres://u:hunter22@h/d?max_ttl=forever",
             "postgres://u:hunter22@h/d?max_ttl=100ms",
             "postgres://u:hunter22@h/d?bogus=1",
+            "postgres://u:hunter22@h/d?table=a&table=b",
+            "postgres://u@h/d?password=hunter22&password=x",
+            "postgres://u@h/d?password=hunter22%zz",
             "postgres://u:hunter22@h:notaport/d",
             "mysql://u:hunter22@h/d",
             "postgres:u:hunter22@h/d",

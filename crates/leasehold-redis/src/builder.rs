@@ -4,6 +4,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use leasehold::backend::params::QuerySpec;
 use leasehold::{Error, Result, DEFAULT_STORE_MAX_TTL};
 use redis::{ConnectionAddr, IntoConnectionInfo};
 
@@ -12,6 +13,8 @@ use crate::{MAX_TTL, MIN_TTL};
 
 const WHAT: &str = "store URL";
 const FORM: &str = "the form is redis://[USER:PASSWORD@]HOST[:PORT][/DB][?prefix=P&max_ttl=DURATION&wake_ups=on|off&tls_ca=PATH] (rediss:// for TLS)";
+/// The query parameters of a `redis://` URL.
+const PARAMS: QuerySpec = QuerySpec::new("redis", &["prefix", "max_ttl", "wake_ups", "tls_ca"]);
 
 /// The default prefix of every Redis key the store writes.
 pub const DEFAULT_PREFIX: &str = "leasehold:";
@@ -87,53 +90,8 @@ impl RedisBackendBuilder {
                 format!("a fragment (#...) is not accepted: certificates are always verified (tls_ca=PATH names a private CA); {FORM}"),
             ));
         }
-        let (base, query) = match url.split_once('?') {
-            Some((b, q)) => (b, Some(q)),
-            None => (url, None),
-        };
-        let mut builder_prefix = None;
-        let mut max_ttl = None;
-        let mut wake_ups = None;
-        let mut tls_ca = None;
-        for pair in query
-            .unwrap_or_default()
-            .split('&')
-            .filter(|p| !p.is_empty())
-        {
-            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            match name {
-                "prefix" => builder_prefix = Some(value.to_string()),
-                "max_ttl" => {
-                    max_ttl = Some(humantime::parse_duration(value).map_err(|_| {
-                        Error::invalid(
-                            WHAT,
-                            format!(
-                                "max_ttl must be a duration such as 60s, 5m or 1h, not {value:?}"
-                            ),
-                        )
-                    })?)
-                }
-                "wake_ups" => {
-                    wake_ups = Some(match value {
-                        "on" | "true" => true,
-                        "off" | "false" => false,
-                        _ => {
-                            return Err(Error::invalid(
-                                WHAT,
-                                format!("wake_ups must be on or off, not {value:?}"),
-                            ))
-                        }
-                    })
-                }
-                "tls_ca" => tls_ca = Some(PathBuf::from(value)),
-                other => {
-                    return Err(Error::invalid(
-                        WHAT,
-                        format!("unknown parameter {other:?}; {FORM}"),
-                    ))
-                }
-            }
-        }
+        let (base, query) = PARAMS.parse_url(url)?;
+        let tls_ca = query.string("tls_ca").map(PathBuf::from);
         // redis-rs's parse errors name the part that is wrong, never the
         // password's value (checked by bad_urls_are_refused_without_the_password).
         let info = base
@@ -146,13 +104,13 @@ impl RedisBackendBuilder {
             ));
         }
         let mut builder = RedisBackendBuilder::new(info);
-        if let Some(prefix) = builder_prefix {
+        if let Some(prefix) = query.string("prefix") {
             builder = builder.prefix(prefix);
         }
-        if let Some(max_ttl) = max_ttl {
+        if let Some(max_ttl) = query.duration("max_ttl")? {
             builder = builder.max_ttl(max_ttl);
         }
-        if let Some(on) = wake_ups {
+        if let Some(on) = query.boolean("wake_ups")? {
             builder = builder.wake_ups(on);
         }
         builder.tls_ca = tls_ca;
@@ -276,6 +234,9 @@ mod tests {
         assert_eq!(b.prefix, "jobs:");
         assert_eq!(b.max_ttl, Duration::from_secs(300));
         assert!(!b.wake_ups);
+        let b = RedisBackendBuilder::from_url("redis://h?prefix=a%3Ab:&wake_ups=0").unwrap();
+        assert_eq!(b.prefix, "a:b:");
+        assert!(!b.wake_ups);
         let b = RedisBackendBuilder::from_url("redis://h").unwrap();
         assert_eq!(target_of(&b.info), "h:6379/0");
         assert_eq!(b.prefix, DEFAULT_PREFIX);
@@ -294,6 +255,8 @@ mod tests {
             "redis://u:hunter22@h/0?max_ttl=100ms",
             "redis://u:hunter22@h/0?wake_ups=maybe",
             "redis://u:hunter22@h/0?bogus=1",
+            "redis://u:hunter22@h/0?prefix=a:&prefix=b:",
+            "redis://u:hunter22@h/0?prefix=%zz",
             "redis://u:hunter22@h/0?tls_ca=/x.pem",
             "redis://u:hunter22@h:notaport/0",
             "redis://u:hunter22@h/notadb",

@@ -450,11 +450,7 @@ fn percent_decode(s: &str) -> Option<String> {
     if !s.contains(['%', '+']) {
         return None;
     }
-    let spaced = s.replace('+', " ");
-    let decoded = percent_encoding::percent_decode_str(&spaced)
-        .decode_utf8()
-        .ok()?;
-    (decoded != s).then(|| decoded.into_owned())
+    leasehold::backend::params::decode_query_component(s).filter(|decoded| decoded != s)
 }
 
 #[cfg(test)]

@@ -4,7 +4,9 @@
 //! cancel safety, semaphores, elections, and the store-epoch quarantine) is
 //! written once above this trait, in the rest of the crate. A new store
 //! implements [`Backend`] and passes the conformance suite
-//! (`leasehold::conformance`, feature `conformance`) unchanged.
+//! (`leasehold::conformance`, feature `conformance`) unchanged. Its
+//! builder reads its store URL's query parameters through [`params`], the
+//! same rules for every store.
 //!
 //! # Store epochs: tokens that survive the loss of the store's data
 //!
@@ -249,6 +251,8 @@ use serde::Serialize;
 use crate::error::Result;
 use crate::key::Key;
 use crate::runs::RunRecord;
+
+pub mod params;
 
 pub use crate::listener::{Listener, Released, Subscribe};
 

@@ -394,33 +394,19 @@ fn open_sqlite(rest: &str, creation: Creation) -> Result<Store> {
     )?))
 }
 
-/// Splits `PATH?max_ttl=DURATION` (the only parameter of a `sqlite:` URL;
-/// durations like `90s`, `5m`, `500ms`, `1h`).
+/// The query parameters of a `sqlite:` URL.
+const SQLITE_PARAMS: crate::backend::params::QuerySpec =
+    crate::backend::params::QuerySpec::new("sqlite", &["max_ttl"]);
+
+/// Splits `PATH?max_ttl=DURATION` (the only parameter of a `sqlite:` URL)
+/// at its last `?`.
 #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 fn split_max_ttl(rest: &str) -> Result<(&str, Option<std::time::Duration>)> {
     let Some((path, query)) = rest.rsplit_once('?') else {
         return Ok((rest, None));
     };
-    let bad = || {
-        Error::invalid(
-            "store URL",
-            format!("sqlite:{path}?{query}: the only parameter is max_ttl=DURATION (such as 90s, 5m or 1h)"),
-        )
-    };
-    let value = query.strip_prefix("max_ttl=").ok_or_else(bad)?;
-    let split = value
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(value.len());
-    let (num, unit) = value.split_at(split);
-    let num: u64 = num.parse().map_err(|_| bad())?;
-    let d = match unit {
-        "ms" => std::time::Duration::from_millis(num),
-        "s" => std::time::Duration::from_secs(num),
-        "m" => std::time::Duration::from_secs(num.saturating_mul(60)),
-        "h" => std::time::Duration::from_secs(num.saturating_mul(3600)),
-        _ => return Err(bad()),
-    };
-    Ok((path, Some(d)))
+    let max_ttl = SQLITE_PARAMS.parse(Some(query))?.duration("max_ttl")?;
+    Ok((path, max_ttl))
 }
 
 #[cfg(not(feature = "sqlite"))]
@@ -537,6 +523,16 @@ mod tests {
         );
         assert!(split_max_ttl("/tmp/a.db?max_ttl=soon").is_err());
         assert!(split_max_ttl("/tmp/a.db?other=1").is_err());
+        assert_eq!(
+            split_max_ttl("/tmp/a.db?max_ttl=1m30s").unwrap().1,
+            Some(std::time::Duration::from_secs(90))
+        );
+        let err = split_max_ttl("/tmp/a.db?max_ttl=5m&max_ttl=1m").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("the sqlite store's only parameter is max_ttl"),
+            "{err}"
+        );
     }
 
     #[test]
