@@ -38,12 +38,14 @@ profile=debug
 # process of a run has the same W, which is all the protocol asks of it,
 # so faults come and go in seconds instead of minutes.
 features=(--features leasehold/conformance)
+build_start=$SECONDS
 if [[ $profile == release ]]; then
     cargo build --release -p leasehold-cli -p leasehold-torture --bins "${features[@]}"
 else
     cargo build -p leasehold-cli -p leasehold-torture --bins "${features[@]}"
 fi
 bin="${CARGO_TARGET_DIR:-target}/$profile"
+echo "torture: the build took $((SECONDS - build_start)) s" >&2
 
 work="$(mktemp -d)"
 reports_dir="${TORTURE_REPORTS:-$work}"
@@ -236,11 +238,13 @@ for store in "${stores[@]}"; do
     name=$store
     [[ $variant != main ]] && name=$store-$variant
     report="$reports_dir/$name.md"
+    run_start=$SECONDS
     if ! "$bin/leasehold-torture" run --store "$url" --duration "$duration" --ttl "$ttl" \
         --fault-every "$every" --faults "$faults" --report "$report" \
         --witness "$reports_dir/$name-witness" "${holders[@]}" "${extra[@]}"; then
         failed=1
     fi
+    echo "torture: $name took $((SECONDS - run_start)) s (asked for $duration)" >&2
     reports+=("$report")
   done
 done
