@@ -6,7 +6,8 @@ mod common;
 
 use leasehold::Store;
 
-/// A holder, and a waiter over a backend of its own, listening.
+/// A holder, and a waiter over a backend of its own, listening, both past
+/// the store's quarantine.
 async fn stores(wake_ups: bool) -> Option<(Store, Store)> {
     let holder = common::backend().await?;
     let waiter = common::builder_for(common::prefix())?
@@ -15,6 +16,10 @@ async fn stores(wake_ups: bool) -> Option<(Store, Store)> {
         .await
         .unwrap();
     waiter.listening().await;
+    // The waiter reads the epoch's age in whole seconds, rounded down: just
+    // after the holder's quarantine it may see a few milliseconds of it
+    // left, and wait them out plus a whole (10 s) poll, not for a wake-up.
+    common::settled(&waiter).await;
     Some((Store::new(holder), Store::new(waiter)))
 }
 
