@@ -127,7 +127,10 @@ pub async fn library_worker(a: WorkerArgs) -> anyhow::Result<()> {
             Some(_) => rand::rng().random_range(a.ttl.as_millis() * 5..=a.ttl.as_millis() * 10),
             None => rand::rng().random_range(0..30),
         };
-        tokio::time::sleep(Duration::from_millis(think as u64)).await;
+        // Never past the run's end: a long holder's pause (75 to 150 s with
+        // Azure's 15 s TTL) held every run of the mixed variant that long.
+        let left = Duration::from_nanos(a.until_ns.saturating_sub(now_ns()));
+        tokio::time::sleep(Duration::from_millis(think as u64).min(left)).await;
     }
     Ok(())
 }
