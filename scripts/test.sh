@@ -83,5 +83,5 @@ step "PostgreSQL through PgBouncer"
 scripts/bench.sh --tiny
 step "bench --tiny"
 # The bounded fault-injection run on every store; fails on any violation.
-scripts/torture.sh --short
+TORTURE_BUILD=tests scripts/torture.sh --short
 step "torture --short"

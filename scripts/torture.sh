@@ -13,6 +13,8 @@
 #                                 # violation, and also fails unless runs
 #                                 # with bugs injected on purpose are caught
 #   TORTURE_STORES="sqlite dynamodb" scripts/torture.sh --short
+#   TORTURE_BUILD=tests scripts/torture.sh --short   # use the binaries the
+#                                 # workspace's test build made (test.sh)
 #
 # Long-run knobs: TORTURE_DURATION (per store, e.g. 20m), TORTURE_REPORTS (a
 # directory to keep each store's report and witness log in, for
@@ -41,6 +43,13 @@ features=(--features leasehold/conformance)
 build_start=$SECONDS
 if [[ $profile == release ]]; then
     cargo build --release -p leasehold-cli -p leasehold-torture --bins "${features[@]}"
+elif [[ "${TORTURE_BUILD:-}" == tests ]]; then
+    # scripts/test.sh: the workspace's test build has just built both
+    # binaries (with the test feature, through the tests' dev-dependencies);
+    # asking for them the same way finds them built, where a build of the
+    # two packages alone would rebuild every store crate with other
+    # features (about 50 s on these machines).
+    cargo test --quiet --workspace --no-run "${features[@]}"
 else
     cargo build -p leasehold-cli -p leasehold-torture --bins "${features[@]}"
 fi

@@ -302,7 +302,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         ));
     }
 
-    // Every cloud store at once: each waits out its quarantine.
+    // Every server store at once, each created proven-new (its name is
+    // this run's own).
     let warmed = futures::future::join_all(specs.iter().map(|spec| async move {
         match spec {
             Spec::Azblob(_)
@@ -310,10 +311,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             | Spec::Postgres(_)
             | Spec::Redis(_)
             | Spec::Etcd(_) => {
-                eprintln!(
-                    "[0] creating {} and waiting out its quarantine",
-                    spec.label()
-                );
+                eprintln!("[0] creating {} (new, proven: no quarantine)", spec.label());
                 stores::warm_up(spec).await
             }
             _ => Ok(()),

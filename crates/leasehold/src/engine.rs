@@ -346,12 +346,14 @@ impl Engine {
             let pause = if missed.late {
                 Duration::ZERO
             } else if let Some((epoch, remaining)) = missed.quarantine {
-                // Nothing was granted: wait the quarantine out. If the wait
-                // runs out first, that is why.
+                // Nothing was granted: wait the quarantine out, to its end
+                // and no further (the gate knows it on this process's
+                // clock; a poll past it would only delay the grant). If the
+                // wait runs out first, that is why.
                 failures = 0;
                 on_wait(Waiting::Quarantine { epoch, remaining });
                 outcome.failed(self.missed_error(missed));
-                remaining + self.opts.poll_pause()
+                remaining
             } else if missed.held {
                 failures = 0;
                 outcome.held();

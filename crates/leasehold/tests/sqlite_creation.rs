@@ -128,3 +128,52 @@ async fn a_file_created_again_later_is_quarantined() {
     );
     drop(guard);
 }
+
+/// A waiter told of a quarantine is granted when it ends, not one poll
+/// interval later: the quarantine's end is known to the millisecond, so
+/// nothing is gained by polling past it (a process that opens a store
+/// seconds before the end of its quarantine, with a long poll interval,
+/// would otherwise wait a whole extra interval).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_waiter_is_granted_when_the_quarantine_ends_not_a_poll_later() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("leases.db");
+    // In test builds the confirmation window is the max TTL: 2 s.
+    let store = Store::new(
+        SqliteBackend::open_with(&path, Duration::from_secs(2), Creation::IfMissing).unwrap(),
+    );
+    let opts = leasehold::LockOptions::new().ttl(Duration::from_secs(1));
+    store
+        .lock_with("k", opts.clone())
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+    let poll = Duration::from_secs(30);
+    let lock = store
+        .lock_with("k", opts.poll_interval(poll, poll))
+        .unwrap();
+    let mut quarantine = None;
+    let started = std::time::Instant::now();
+    let guard = lock
+        .acquire_reporting(Duration::from_secs(120), |reason| {
+            if let leasehold::WaitReason::Quarantine { remaining, .. } = reason {
+                quarantine.get_or_insert(remaining);
+            }
+        })
+        .await
+        .unwrap();
+    let waited = started.elapsed();
+    let quarantine = quarantine.expect("the store re-created at once is quarantined");
+    assert!(
+        waited < quarantine + Duration::from_secs(5),
+        "granted {waited:?} into the wait for a quarantine of {quarantine:?}: the waiter polled past its end (poll interval {poll:?})"
+    );
+    guard.release().await.unwrap();
+}
