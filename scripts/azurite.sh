@@ -4,6 +4,7 @@
 #
 #   scripts/azurite.sh start   # idempotent: does nothing if it already answers
 #   scripts/azurite.sh stop
+#   scripts/azurite.sh connection-string   # the development account on its port
 #
 # Azurite 3.35.0 is pinned: later releases need Node 21+. It listens on
 # 127.0.0.1:10000 (or $LEASEHOLD_AZURITE_PORT, or $AZURITE_PORT) with in-memory storage; its log is
@@ -107,8 +108,15 @@ stop() {
     rm -f "$PIDFILE"
 }
 
+# Azurite's well-known development account (public, documented by
+# Microsoft; the Rust code's copy is leasehold_azure::DEV_KEY).
+DEV_KEY="Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
 case "${1:-}" in
     start) start ;;
     stop) stop ;;
-    *) echo "usage: $0 start|stop" >&2; exit 2 ;;
+    connection-string)
+        echo "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=$DEV_KEY;BlobEndpoint=http://$HOST:$PORT/devstoreaccount1;"
+        ;;
+    *) echo "usage: $0 start|stop|connection-string" >&2; exit 2 ;;
 esac

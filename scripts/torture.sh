@@ -164,7 +164,8 @@ for store in "${stores[@]}"; do
             scripts/azurite.sh start
             [[ " ${started[*]} " == *" azurite.sh "* ]] || started+=(azurite.sh)
             if [[ -n "${AZURITE_PORT:-}" ]]; then
-                export AZURE_STORAGE_CONNECTION_STRING="DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;BlobEndpoint=http://127.0.0.1:$AZURITE_PORT/devstoreaccount1;"
+                AZURE_STORAGE_CONNECTION_STRING="$(scripts/azurite.sh connection-string)"
+                export AZURE_STORAGE_CONNECTION_STRING
             fi
             export AZURE_STORAGE_CONNECTION_STRING="${AZURE_STORAGE_CONNECTION_STRING:-UseDevelopmentStorage=true}"
             # A new container grants nothing for its store max TTL (the

@@ -19,10 +19,20 @@ use crate::AzureBackend;
 /// Azurite's well-known development account.
 pub const DEV_ACCOUNT: &str = "devstoreaccount1";
 /// Azurite's well-known development key (public, documented by Microsoft).
-const DEV_KEY: &str =
+pub const DEV_KEY: &str =
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
 /// Azurite's blob endpoint for the development account.
 pub const DEV_ENDPOINT: &str = "http://127.0.0.1:10000/devstoreaccount1";
+
+/// A connection string for Azurite's development account on
+/// `127.0.0.1:port` (10000 is Azurite's default; tools and tests point it
+/// at proxies and dead ports). The one place the development key is
+/// written out.
+pub fn dev_connection_string(port: u16) -> String {
+    format!(
+        "DefaultEndpointsProtocol=http;AccountName={DEV_ACCOUNT};AccountKey={DEV_KEY};BlobEndpoint=http://127.0.0.1:{port}/{DEV_ACCOUNT};"
+    )
+}
 
 /// Blob service API version sent with every request (Azurite 3.35 knows it;
 /// the SDK's own default is newer than Azurite's).

@@ -293,7 +293,9 @@ mod record;
 mod runs;
 
 pub use backend::AzureBackend;
-pub use builder::{AzureBackendBuilder, API_VERSION, DEV_ACCOUNT, DEV_ENDPOINT};
+pub use builder::{
+    dev_connection_string, AzureBackendBuilder, API_VERSION, DEV_ACCOUNT, DEV_ENDPOINT, DEV_KEY,
+};
 
 /// Shortest lease Azure grants.
 pub const MIN_TTL: std::time::Duration = std::time::Duration::from_secs(15);

@@ -159,10 +159,7 @@ async fn bare_404_server() -> u16 {
 async fn a_404_without_an_azure_error_code_is_an_error_not_no_blob() {
     let port = bare_404_server().await;
     let backend = AzureBackend::builder()
-        .connection_string(format!(
-            "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={};BlobEndpoint=http://127.0.0.1:{port}/devstoreaccount1;",
-            "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
-        ))
+        .connection_string(leasehold_azure::dev_connection_string(port))
         .container("locks")
         .build()
         .unwrap();

@@ -527,9 +527,9 @@ impl Run {
             Spec::Etcd(_) => {
                 let e = opened.etcd.as_ref().ok_or_else(|| anyhow!("no client"))?;
                 let url = stores::etcd_url().ok_or_else(|| anyhow!("no server"))?;
-                // Acquire 3 round trips (read, LeaseGrant, Txn), release 2
-                // (read, LeaseRevoke).
-                (RawLoop::etcd(e, &url).await?, 5)
+                // Acquire one Txn on the session's etcd lease, release one
+                // Txn (and a new session's LeaseGrant now and then).
+                (RawLoop::etcd(e, &url).await?, 2)
             }
             Spec::Memory => bail!("no raw loop for memory"),
         };

@@ -76,14 +76,16 @@ pub enum RawLoop {
         /// Statements sent.
         requests: Arc<AtomicU64>,
     },
-    /// etcd's gRPC API on a connection (channel) of its own: leasehold's read `Txn`,
-    /// `LeaseGrant` and compare-and-put `Txn` to acquire, read and
-    /// `LeaseRevoke` to release; five round trips.
+    /// etcd's gRPC API on a connection (channel) of its own: leasehold's
+    /// compare-and-put `Txn` on a session lease to acquire, compare-and-delete
+    /// `Txn` to release; two round trips.
     Etcd {
         /// The connection.
         client: leasehold_etcd::grpc::Connection,
         /// The store's key prefix.
         prefix: String,
+        /// The session, and the stored bytes the next grant compares.
+        state: EtcdRaw,
         /// Requests sent.
         requests: Arc<AtomicU64>,
     },
@@ -213,9 +215,12 @@ impl RawLoop {
         let client = leasehold_etcd::grpc::Connection::connect(&endpoints, timeout, None)
             .await
             .context("connecting the raw etcd client")?;
+        let prefix = backend.prefix().to_string();
+        let state = EtcdRaw::start(&client, &prefix).await?;
         Ok(RawLoop::Etcd {
             client,
-            prefix: backend.prefix().to_string(),
+            prefix,
+            state,
             requests: Arc::new(AtomicU64::new(0)),
         })
     }
@@ -314,10 +319,11 @@ impl RawLoop {
             RawLoop::Etcd {
                 client,
                 prefix,
+                state,
                 requests,
             } => {
                 while n < max && start.elapsed() < time {
-                    etcd_cycle(client, prefix, requests).await?;
+                    etcd_cycle(client, prefix, state, requests).await?;
                     n += 1;
                 }
             }
@@ -493,71 +499,121 @@ pub fn etcd_endpoints(url: &str) -> anyhow::Result<Vec<String>> {
     Ok(hosts.split(',').map(str::to_string).collect())
 }
 
-/// leasehold's etcd requests for a free key (see `crates/leasehold-etcd`:
-/// the crate docs' key table and `backend.rs`), with values of the same
-/// shape: one read `Txn` of marker, epoch timer, record and holder;
-/// `LeaseGrant`; the `Txn` that compares the marker's `create_revision`,
-/// the record's `mod_revision` and the holder key's absence and puts the
-/// holder key (on the new etcd lease) and the record with the next token.
-/// Release: the same read, then `LeaseRevoke` of the holder key's lease.
+/// The raw etcd loop's session and what it last wrote.
+pub struct EtcdRaw {
+    /// Its etcd lease of 30 s, and when it was granted.
+    session: i64,
+    fresh: std::time::Instant,
+    marker: Vec<u8>,
+    /// The key's record as last written (`None`: none yet).
+    record: Option<Vec<u8>>,
+    epoch: u64,
+    last: u64,
+}
+
+impl EtcdRaw {
+    /// Reads the marker and the raw key's record, and grants the session.
+    async fn start(
+        client: &leasehold_etcd::grpc::Connection,
+        prefix: &str,
+    ) -> anyhow::Result<Self> {
+        use leasehold_etcd::grpc::etcdserverpb::LeaseGrantRequest;
+        let (marker, fresh) = (format!("{prefix}epoch"), format!("{prefix}epoch-fresh"));
+        let (rk, hk) = (
+            format!("{prefix}k/{RAW_KEY}"),
+            format!("{prefix}h/{RAW_KEY}"),
+        );
+        let snap = etcd_read(client, [&marker, &fresh, &rk, &hk]).await?;
+        let [Some(marker_kv), _, record, None] = snap else {
+            return Err(anyhow!("raw etcd: no store marker, or the key is held"));
+        };
+        let m: serde_json::Value = serde_json::from_slice(&marker_kv.value)?;
+        let epoch = m["epoch"].as_u64().ok_or_else(|| anyhow!("bad marker"))?;
+        let last = match &record {
+            Some(kv) => serde_json::from_slice::<serde_json::Value>(&kv.value)?["token"]
+                .as_u64()
+                .unwrap_or(0),
+            None => 0,
+        };
+        let fresh = std::time::Instant::now();
+        let session = client
+            .lease()
+            .lease_grant(LeaseGrantRequest { ttl: 30, id: 0 })
+            .await
+            .context("raw etcd grant")?
+            .into_inner()
+            .id;
+        Ok(EtcdRaw {
+            session,
+            fresh,
+            marker: marker_kv.value,
+            record: record.map(|kv| kv.value),
+            epoch,
+            last,
+        })
+    }
+}
+
+/// leasehold's etcd requests for a free key this process used last (see
+/// `crates/leasehold-etcd`: the crate docs' protocol and `backend.rs`),
+/// with values of the same shape: the `Txn` that compares the marker's and
+/// the record's values with those last seen and the holder key's absence,
+/// and puts the holder key (on the session's etcd lease) and the record
+/// with the next token; the `Txn` that deletes the holder key if it still
+/// has our value. A new session is granted as leasehold grants one, when
+/// less than 95 % of its 30 s would be left.
 async fn etcd_cycle(
     client: &leasehold_etcd::grpc::Connection,
     prefix: &str,
+    state: &mut EtcdRaw,
     requests: &AtomicU64,
 ) -> anyhow::Result<()> {
     use leasehold_etcd::grpc::{self, etcdserverpb::*};
-    let (marker, fresh) = (format!("{prefix}epoch"), format!("{prefix}epoch-fresh"));
-    let (rk, hk) = (
+    let (marker, rk, hk) = (
+        format!("{prefix}epoch"),
         format!("{prefix}k/{RAW_KEY}"),
         format!("{prefix}h/{RAW_KEY}"),
     );
+    if state.fresh.elapsed() > Duration::from_millis(1500) {
+        let sent = std::time::Instant::now();
+        state.session = client
+            .lease()
+            .lease_grant(LeaseGrantRequest { ttl: 30, id: 0 })
+            .await
+            .context("raw etcd grant")?
+            .into_inner()
+            .id;
+        requests.fetch_add(1, Ordering::Relaxed);
+        state.fresh = sent;
+    }
     let lease_id = uuid::Uuid::new_v4().to_string();
-
-    let snap = etcd_read(client, [&marker, &fresh, &rk, &hk]).await?;
-    requests.fetch_add(1, Ordering::Relaxed);
-    let [Some(marker_kv), _, record, None] = snap else {
-        return Err(anyhow!(
-            "raw etcd acquire: no store marker, or the key is held"
-        ));
-    };
-    let m: serde_json::Value = serde_json::from_slice(&marker_kv.value)?;
-    let epoch = m["epoch"].as_u64().ok_or_else(|| anyhow!("bad marker"))?;
-    let (last, record_rev) = match &record {
-        Some(kv) => {
-            let r: serde_json::Value = serde_json::from_slice(&kv.value)?;
-            (r["token"].as_u64().unwrap_or(0), kv.mod_revision)
-        }
-        None => (0, 0),
-    };
-    let token = leasehold::next_token(last, epoch);
-    let granted = client
-        .lease()
-        .lease_grant(LeaseGrantRequest { ttl: 30, id: 0 })
-        .await
-        .context("raw etcd grant")?
-        .into_inner();
-    requests.fetch_add(1, Ordering::Relaxed);
-    let holder = serde_json::json!({
+    let token = leasehold::next_token(state.last, state.epoch);
+    let holder = serde_json::to_vec(&serde_json::json!({
         "lease_id": lease_id,
         "token": token,
-        "epoch": epoch,
+        "epoch": state.epoch,
         "ttl_ms": 30_000,
         "host": "host",
         "pid": std::process::id(),
         "acquired_at_ms": unix_ms(),
-    });
-    let new_record = serde_json::json!({ "token": token, "epoch": epoch, "last_run_token": 0 });
+    }))?;
+    let record = serde_json::to_vec(
+        &serde_json::json!({ "token": token, "epoch": state.epoch, "last_run_token": 0 }),
+    )?;
     let txn = TxnRequest {
         compare: vec![
-            grpc::created_at(marker.clone(), marker_kv.create_revision),
-            grpc::modified_at(rk.clone(), record_rev),
+            grpc::value_is(marker, state.marker.clone()),
+            match &state.record {
+                Some(bytes) => grpc::value_is(rk.clone(), bytes.clone()),
+                None => grpc::created_at(rk.clone(), 0),
+            },
             grpc::created_at(hk.clone(), 0),
         ],
         success: vec![
-            grpc::put(hk.clone(), serde_json::to_vec(&holder)?, granted.id),
-            grpc::put(rk.clone(), serde_json::to_vec(&new_record)?, 0),
+            grpc::put(hk.clone(), holder.clone(), state.session),
+            grpc::put(rk.clone(), record.clone(), 0),
         ],
-        failure: Vec::new(),
+        failure: vec![grpc::get(rk.clone()), grpc::get(hk.clone())],
     };
     let resp = client
         .kv()
@@ -569,24 +625,24 @@ async fn etcd_cycle(
     if !resp.succeeded {
         return Err(anyhow!("raw etcd acquire granted nothing"));
     }
+    state.record = Some(record);
+    state.last = token;
 
-    let snap = etcd_read(client, [&marker, &fresh, &rk, &hk]).await?;
-    requests.fetch_add(1, Ordering::Relaxed);
-    let [_, _, _, Some(holder_kv)] = snap else {
-        return Err(anyhow!("raw etcd release: the key has no holder"));
+    let txn = TxnRequest {
+        compare: vec![grpc::value_is(hk.clone(), holder)],
+        success: vec![grpc::delete(hk)],
+        failure: Vec::new(),
     };
-    let h: serde_json::Value = serde_json::from_slice(&holder_kv.value)?;
-    if h["lease_id"].as_str() != Some(lease_id.as_str()) {
-        return Err(anyhow!("raw etcd release: another holder has the key"));
-    }
-    client
-        .lease()
-        .lease_revoke(LeaseRevokeRequest {
-            id: holder_kv.lease,
-        })
+    let resp = client
+        .kv()
+        .txn(txn)
         .await
-        .context("raw etcd release")?;
+        .context("raw etcd release")?
+        .into_inner();
     requests.fetch_add(1, Ordering::Relaxed);
+    if !resp.succeeded {
+        return Err(anyhow!("raw etcd release: the key is not ours"));
+    }
     Ok(())
 }
 
@@ -766,8 +822,7 @@ fn container_client(
 }
 
 /// Azurite's published development account key.
-const AZURITE_KEY: &str =
-    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+const AZURITE_KEY: &str = leasehold_azure::DEV_KEY;
 
 /// Shared-key signing (the SDK has none), as leasehold-azure does it.
 #[derive(Debug)]

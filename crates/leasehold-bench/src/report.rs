@@ -82,8 +82,8 @@ pragmas and statements (run synchronously on one blocking thread: no async hop a
 transport, shared-key signing), `aws-sdk-dynamodb` on leasehold's own client with the \
 same update and condition expressions, `tokio-postgres` and redis-rs on connections of their own \
 with leasehold's statements and scripts, and `etcd-client` on a client of its own with leasehold's \
-etcd requests (a read `Txn`, `LeaseGrant` and the compare-and-put `Txn` to acquire; a read and \
-`LeaseRevoke` to release). Many short rounds (a quarter of a second of each loop) \
+etcd requests (a compare-and-put `Txn` on a session's etcd lease to acquire, a compare-and-delete \
+`Txn` to release, a new session's `LeaseGrant` now and then). Many short rounds (a quarter of a second of each loop) \
 alternate which loop goes first, so that both loops see the same machine (disk and scheduling \
 latency drift over seconds); the ratio is the median of the rounds' ratios, and the rounds' \
 column gives their number and the range of the middle half of them. Requests are counted on the wire (an Azure pipeline policy, \
@@ -126,7 +126,7 @@ synchronous raw loop has no target), and requests per cycle = the protocol's min
                 "Azurite" => "The raw loop and leasehold send the same three requests; the difference is leasehold's per-call work (the guard, record encoding, the snapshot cache) and the noise of a node.js emulator sharing two cores.",
                 "PostgreSQL" => "Both send the same two statements, one round trip each; leasehold takes a connection from its pool for each statement (the raw loop keeps one), and adds its per-call work (the guard, metrics). The server shares the two cores with both.",
                 "Redis" => "Both send the same two scripts (EVALSHA), one round trip each, each on one multiplexed connection; the difference is leasehold's per-call work (the guard, metrics, the epoch check of each answer). The server shares the two cores with both.",
-                "etcd" => "Both send the same five requests on one gRPC channel each, the minimum of the protocol: acquire 3 round trips (a read `Txn` of marker, record and holder at one revision; `LeaseGrant`; the `Txn` that compares revisions and puts the holder key on the new etcd lease and the record with the next fencing token), release 2 (the read; `LeaseRevoke` of that etcd lease, which deletes the holder key). The difference is leasehold's per-call work (the guard, JSON encoding and decoding of the records). etcd commits every write with an fsync and shares the two cores with both.",
+                "etcd" => "Both send the same two requests on one gRPC channel each, the minimum of the protocol: acquire one `Txn` (comparing the marker's and the record's values with those last seen and the holder key's absence, putting the holder key on the process's session lease and the record with the next fencing token), release one `Txn` (deleting the holder key if it still has our value), and a new session (`LeaseGrant`) every 1.5 s. The difference is leasehold's per-call work (the guard, JSON encoding of the records). etcd commits every write with an fsync and shares the two cores with both.",
                 _ => "Both send the same two requests on the same client; the difference is leasehold's per-call work (the guard, decoding the returned item) and the noise of a JVM emulator sharing two cores.",
             };
             let _ = writeln!(
@@ -227,7 +227,7 @@ process, so the request rate does not grow with the number of tasks.\n"
     for h in &r.handoff {
         if let Some(l) = h.same_process.filter(|l| l.p50_ms >= 1.0) {
             let why = match h.store.as_str() {
-                "etcd" => "The waiter is woken at once, but the holder's release is two round trips (a read, then `LeaseRevoke`, a Raft write) and the waiter's acquisition three (a read, `LeaseGrant` and the `Txn`, two more writes), each write committed with an fsync by a server sharing the two cores. The target is below the release and acquisition's round trips on this machine, so it cannot be met by the library alone on this store.",
+                "etcd" => "The waiter is woken at once, but the holder's release is one `Txn` and the waiter's acquisition another (two when the key was granted elsewhere since the waiter last saw it), each a Raft write committed with an fsync by a server sharing the two cores. The target is below those round trips on this machine, so it cannot be met by the library alone on this store.",
                 "SQLite" => "The waiter is woken at once, but the holder's release is a transaction and the waiter's attempt another, committed with an fsync (a grant is durable before it is answered), each a hop onto tokio's blocking pool and back: the two transactions are most of the time.",
                 "PostgreSQL" => "The waiter is woken at once, but the holder's release is one statement and the waiter's attempt another, whose commit the server flushes to its WAL before answering (a grant is durable before it is answered), with a server sharing the two cores.",
                 _ => "The waiter is woken at once, but its attempt is a full round trip to the store (Azurite: a read, a conditional write and a lease request; DynamoDB Local: one conditional update), after the holder's own release request. The target is below one emulator round trip on this machine, so it cannot be met by the library alone on these stores.",

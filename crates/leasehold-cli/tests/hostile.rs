@@ -840,9 +840,7 @@ fn waiting_on_an_unreachable_store_exits_1_with_the_error_on_time() {
     };
     let (_hole, silent) = black_hole();
     for (port, what) in [(refused, "refused"), (silent, "silent")] {
-        let cs = format!(
-            "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;BlobEndpoint=http://127.0.0.1:{port}/devstoreaccount1;"
-        );
+        let cs = leasehold_azure::dev_connection_string(port);
         let started = std::time::Instant::now();
         let mut child = env
             .leasehold()

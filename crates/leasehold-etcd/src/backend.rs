@@ -1,6 +1,6 @@
 //! The [`Backend`] implementation: the protocol in the crate docs.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,8 +18,8 @@ use crate::error::{self, NAME};
 use crate::grpc::etcdserverpb::kv_client::KvClient;
 use crate::grpc::etcdserverpb::lease_client::LeaseClient;
 use crate::grpc::etcdserverpb::{
-    Compare, LeaseGrantRequest, LeaseRevokeRequest, LeaseTimeToLiveRequest, RequestOp, TxnRequest,
-    TxnResponse,
+    Compare, LeaseGrantRequest, LeaseRevokeRequest, LeaseTimeToLiveRequest, RequestOp, ResponseOp,
+    TxnRequest, TxnResponse,
 };
 use crate::grpc::mvccpb::KeyValue;
 use crate::grpc::{self, Connection};
@@ -53,6 +53,67 @@ struct Inner {
     requests: AtomicU64,
     /// What opening (and reading the epoch) may do to the store.
     creation: leasehold::Creation,
+    /// The etcd leases this backend's holder keys hang on: one per TTL in
+    /// whole seconds, shared by every key held with that TTL (see the
+    /// crate docs' protocol).
+    sessions: tokio::sync::Mutex<HashMap<i64, Session>>,
+    /// The marker and keys' records as this backend last read or wrote
+    /// them: an acquire compares them, byte for byte, in its one `Txn`.
+    seen: std::sync::Mutex<Seen>,
+    /// The holder values of the grants this backend holds, by lease id: a
+    /// release deletes the holder key only while it still has that value.
+    held: std::sync::Mutex<HashMap<String, Vec<u8>>>,
+}
+
+/// An etcd lease holder keys of one TTL hang on.
+#[derive(Debug, Clone, Copy)]
+struct Session {
+    id: i64,
+    secs: i64,
+    /// When its `LeaseGrant` was sent: it lives at least `secs` from then
+    /// (and never longer than that, give or take etcd's expiry checks: it
+    /// is never kept alive).
+    fresh: tokio::time::Instant,
+}
+
+/// Stored bytes last seen (see [`Inner::seen`]).
+#[derive(Debug, Default)]
+struct Seen {
+    marker: Option<Vec<u8>>,
+    /// `None`: the key had no record.
+    records: HashMap<String, Option<Vec<u8>>>,
+}
+
+impl Seen {
+    fn remember(&mut self, key: &str, record: Option<Vec<u8>>) {
+        if self.records.len() >= SEEN_KEYS && !self.records.contains_key(key) {
+            self.records.clear();
+        }
+        self.records.insert(key.to_string(), record);
+    }
+}
+
+/// At most this many keys' records are remembered (the set starts again
+/// empty beyond it: forgetting costs a failed comparison, one round trip).
+const SEEN_KEYS: usize = 4096;
+
+/// A free key as last seen: what the grant's `Txn` compares and builds on.
+struct Free {
+    marker: EpochMarker,
+    marker_bytes: Vec<u8>,
+    record: KeyRecord,
+    /// `None`: no record (compared as "does not exist").
+    record_bytes: Option<Vec<u8>>,
+}
+
+/// What a look at a key decided for an acquire.
+enum Judged {
+    /// The answer to give.
+    Answer(AcquireOutcome),
+    /// The store changed (its marker was just created): read again.
+    Again,
+    /// Free: try the grant.
+    Free(Free),
 }
 
 impl fmt::Debug for EtcdBackend {
@@ -81,8 +142,8 @@ fn lost(key: &Key, why: impl Into<String>) -> Error {
     }
 }
 
-/// Whether a `LeaseRevoke` answered that the etcd lease no longer exists
-/// (expired or revoked).
+/// Whether etcd answered that an etcd lease no longer exists (expired or
+/// revoked): a `LeaseRevoke` of it, or a `Txn` putting a key on it.
 fn is_not_found(s: &tonic::Status) -> bool {
     s.code() == tonic::Code::NotFound
 }
@@ -98,6 +159,13 @@ fn timer_span(max_ttl: Duration) -> Duration {
 fn lease_secs(ttl: Duration) -> i64 {
     let s = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
     s.max(MIN_TTL.as_secs()) as i64
+}
+
+/// The part of `ttl` that has run out for a key put on `session` now: its
+/// lease lives its whole seconds from `fresh`, which may be less than
+/// `ttl` from now.
+fn ran(session: &Session, ttl: Duration) -> Duration {
+    (session.fresh.elapsed() + ttl).saturating_sub(Duration::from_secs(session.secs as u64))
 }
 
 impl EtcdBackend {
@@ -142,6 +210,9 @@ impl EtcdBackend {
                 requests: AtomicU64::new(0),
                 opened: Default::default(),
                 creation: b.creation,
+                sessions: Default::default(),
+                seen: Default::default(),
+                held: Default::default(),
             }),
         };
         // Checks that the cluster answers (and the credentials work), and
@@ -190,7 +261,8 @@ impl EtcdBackend {
     /// Requests this backend has sent so far (every read, `Txn`,
     /// `LeaseGrant`, `LeaseKeepAlive`, `LeaseRevoke` and `LeaseTimeToLive`;
     /// not the release watch), for benchmarks: an uncontended acquire +
-    /// release is 5 (see the crate docs' round trips).
+    /// release of a key this process used last is 2 (see the crate docs'
+    /// round trips).
     pub fn requests_sent(&self) -> u64 {
         self.inner.requests.load(Ordering::Relaxed)
     }
@@ -324,36 +396,66 @@ impl EtcdBackend {
         compare: Vec<Compare>,
         success: Vec<RequestOp>,
     ) -> Result<TxnResponse> {
+        self.txn_else(op, compare, success, Vec::new())
+            .await?
+            .map_err(|e| error::status(op, e))
+    }
+
+    /// A `Txn` with a failure branch, its status as etcd answered it.
+    async fn txn_else(
+        &self,
+        op: &'static str,
+        compare: Vec<Compare>,
+        success: Vec<RequestOp>,
+        failure: Vec<RequestOp>,
+    ) -> Result<std::result::Result<TxnResponse, tonic::Status>> {
         let request = TxnRequest {
             compare,
             success,
-            failure: Vec::new(),
+            failure,
         };
         self.call(op, |ch| {
             let request = request.clone();
             async move { KvClient::new(ch).txn(request).await }
         })
-        .await?
-        .map_err(|e| error::status(op, e))
+        .await
     }
 
-    /// The marker, the epoch timer, and (with `key`) its record and holder,
-    /// at one revision: one round trip.
-    async fn read(&self, op: &'static str, key: Option<&Key>) -> Result<Snapshot> {
+    /// The reads of a [`Snapshot`]: the marker, the epoch timer, and (with
+    /// `key`) its record and holder.
+    fn snapshot_ops(&self, key: Option<&Key>) -> Vec<RequestOp> {
         let mut ops = vec![grpc::get(self.marker_key()), grpc::get(self.fresh_key())];
         if let Some(key) = key {
             ops.push(grpc::get(self.record_key(key.as_str())));
             ops.push(grpc::get(self.holder_key(key.as_str())));
         }
-        let resp = self.txn(op, Vec::new(), ops).await?;
-        let mut kvs = resp
-            .responses
+        ops
+    }
+
+    /// The marker, the epoch timer, and (with `key`) its record and holder,
+    /// at one revision: one round trip.
+    async fn read(&self, op: &'static str, key: Option<&Key>) -> Result<Snapshot> {
+        let resp = self.txn(op, Vec::new(), self.snapshot_ops(key)).await?;
+        self.snapshot(key, resp.responses)
+    }
+
+    /// The [`Snapshot`] the responses to [`snapshot_ops`](Self::snapshot_ops)
+    /// show, remembered as the store's latest (see [`Inner::seen`]).
+    fn snapshot(&self, key: Option<&Key>, responses: Vec<ResponseOp>) -> Result<Snapshot> {
+        let mut kvs = responses
             .into_iter()
             .map(|r| grpc::range_kvs(r).into_iter().next());
         let marker = kvs.next().flatten();
         let fresh = kvs.next().flatten();
         let record = kvs.next().flatten();
         let holder = kvs.next().flatten();
+        {
+            let mut seen = self.seen();
+            seen.marker = marker.as_ref().map(|kv| kv.value.clone());
+            if let Some(key) = key {
+                seen.remember(key.as_str(), record.as_ref().map(|kv| kv.value.clone()));
+            }
+        }
         Ok(Snapshot {
             marker: marker
                 .map(|kv| Ok::<_, Error>((from_json("epoch marker", &kv.value)?, kv)))
@@ -469,15 +571,6 @@ impl EtcdBackend {
         Ok(granted.id)
     }
 
-    /// One keep-alive of etcd lease `id`: `Ok(false)` when it no longer
-    /// exists.
-    async fn keep_alive(&self, op: &'static str, id: i64) -> Result<bool> {
-        match self.call(op, |ch| grpc::keep_alive_on(ch, id)).await? {
-            Ok(ttl) => Ok(ttl.is_some()),
-            Err(s) => Err(error::status(op, s)),
-        }
-    }
-
     async fn expires_in(&self, lease_id: i64) -> Option<Duration> {
         let request = LeaseTimeToLiveRequest {
             id: lease_id,
@@ -492,6 +585,180 @@ impl EtcdBackend {
             Ok(Ok(t)) if t.ttl >= 0 => Some(Duration::from_secs(t.ttl as u64)),
             _ => None,
         }
+    }
+
+    fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
+        self.inner.seen.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<u8>>> {
+        self.inner.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The session to hang a key of `ttl` on: an etcd lease of `ttl`
+    /// rounded up to whole seconds, never kept alive (it lives exactly its
+    /// seconds from its grant), granted anew when the current one is too
+    /// old. For a grant (`since` `None`), too old is when a key put on it
+    /// now would live less than 95 % of `ttl` (the grant then reports the
+    /// part that ran, [`Grant::ran`], at most 5 %); for a renewal sent at
+    /// `since`, when it would not live a whole `ttl` from `since`.
+    async fn session(
+        &self,
+        op: &'static str,
+        ttl: Duration,
+        since: Option<tokio::time::Instant>,
+    ) -> Result<Session> {
+        let secs = lease_secs(ttl);
+        let slack = Duration::from_secs(secs as u64).saturating_sub(ttl);
+        let mut sessions = self.inner.sessions.lock().await;
+        if let Some(s) = sessions.get(&secs) {
+            let fresh_enough = match since {
+                None => s.fresh.elapsed() <= slack + ttl / 20,
+                Some(sent) => s.fresh + slack >= sent,
+            };
+            if fresh_enough {
+                return Ok(*s);
+            }
+        }
+        let sent = tokio::time::Instant::now();
+        let id = self.grant(op, secs).await?;
+        let session = Session {
+            id,
+            secs,
+            fresh: sent,
+        };
+        sessions.insert(secs, session);
+        Ok(session)
+    }
+
+    /// The session's etcd lease no longer exists (the cluster is another,
+    /// or it was revoked): the next grant starts a new one.
+    async fn session_gone(&self, session: &Session) {
+        let mut sessions = self.inner.sessions.lock().await;
+        if sessions
+            .get(&session.secs)
+            .is_some_and(|s| s.id == session.id)
+        {
+            sessions.remove(&session.secs);
+        }
+    }
+
+    /// Hangs our holder key (`value`, as our grant wrote it) on a session
+    /// fresh enough for `since` (see [`session`](Self::session)): `Ok(None)`
+    /// when the key no longer has that value (released, expired, broken,
+    /// or another holder's), else the part of `ttl` that had run out by
+    /// the send. One `Txn` (and a `LeaseGrant` when the session is too old).
+    async fn hang(
+        &self,
+        op: &'static str,
+        key: &Key,
+        value: &[u8],
+        ttl: Duration,
+        since: Option<tokio::time::Instant>,
+    ) -> Result<Option<Duration>> {
+        let hk = self.holder_key(key.as_str());
+        for _ in 0..2 {
+            let session = self.session(op, ttl, since).await?;
+            let ran = ran(&session, ttl);
+            match self
+                .txn_else(
+                    op,
+                    vec![grpc::value_is(hk.clone(), value.to_vec())],
+                    vec![grpc::put(hk.clone(), value.to_vec(), session.id)],
+                    Vec::new(),
+                )
+                .await?
+            {
+                Ok(r) => return Ok(r.succeeded.then_some(ran)),
+                Err(e) if is_not_found(&e) => self.session_gone(&session).await,
+                Err(e) => return Err(error::status(op, e)),
+            }
+        }
+        Err(Error::backend(
+            NAME,
+            op,
+            true,
+            "the etcd lease granted for the key was gone at once",
+        ))
+    }
+
+    /// The key as last seen, if free then and in the epoch `request` names
+    /// with a TTL the store allows; `None`: look first. A key whose record
+    /// was not seen is taken to have none (if it has one, the grant's
+    /// comparison fails and answers with it: the same one round trip a
+    /// read would have cost).
+    fn remembered(&self, request: &AcquireRequest) -> Option<Free> {
+        let seen = self.seen();
+        let marker_bytes = seen.marker.clone()?;
+        let marker: EpochMarker = from_json("epoch marker", &marker_bytes).ok()?;
+        if request.epoch != Some(marker.epoch)
+            || request.ttl > Duration::from_millis(marker.max_ttl_ms).min(MAX_TTL)
+        {
+            return None;
+        }
+        let record_bytes = seen.records.get(request.key.as_str()).cloned().flatten();
+        let record = match &record_bytes {
+            Some(b) => from_json("key record", b).ok()?,
+            None => KeyRecord::default(),
+        };
+        Some(Free {
+            marker,
+            marker_bytes,
+            record,
+            record_bytes,
+        })
+    }
+
+    /// What `snap` (of `request.key`) means for the acquire.
+    async fn judge(&self, request: &AcquireRequest, snap: Snapshot) -> Result<Judged> {
+        const OP: &str = "acquire";
+        let Some((marker, marker_kv)) = &snap.marker else {
+            self.create_marker(false).await?;
+            return Ok(Judged::Again);
+        };
+        let max_ttl = Duration::from_millis(marker.max_ttl_ms);
+        if request.ttl > max_ttl.min(MAX_TTL) {
+            return Err(Error::invalid(
+                "ttl",
+                format!("{:?} is above the store's max TTL {max_ttl:?}", request.ttl),
+            ));
+        }
+        if request.epoch != Some(marker.epoch) {
+            let epoch = self.store_epoch(&snap).await?.expect("marker present");
+            return Ok(Judged::Answer(AcquireOutcome::OtherEpoch(epoch)));
+        }
+        if let Some((holder, kv)) = &snap.holder {
+            if holder.lease_id != request.lease_id.as_str() {
+                // Without the remaining TTL: a second round trip per
+                // poll of every waiter (see the module docs).
+                return Ok(Judged::Answer(AcquireOutcome::Held(Some(
+                    holder.info(None),
+                ))));
+            }
+            // Our own grant, retried after an ambiguous answer: hang it on
+            // a fresh session, as a grant now would be.
+            if let Some(ran) = self
+                .hang(OP, &request.key, &kv.value, request.ttl, None)
+                .await?
+            {
+                self.held()
+                    .insert(holder.lease_id.clone(), kv.value.clone());
+                return Ok(Judged::Answer(AcquireOutcome::Acquired(
+                    Grant::new(holder.token).ran(ran),
+                )));
+            }
+            return Ok(Judged::Again);
+        }
+        let (record, record_bytes) = match &snap.record {
+            Some((r, kv)) => (r.clone(), Some(kv.value.clone())),
+            None => (KeyRecord::default(), None),
+        };
+        Ok(Judged::Free(Free {
+            marker: marker.clone(),
+            marker_bytes: marker_kv.value.clone(),
+            record,
+            record_bytes,
+        }))
     }
 
     /// Our holder record, or the loss it shows.
@@ -532,85 +799,83 @@ impl Backend for EtcdBackend {
                 format!("{:?} is below etcd's minimum of {MIN_TTL:?}", request.ttl),
             ));
         }
+        let hk = self.holder_key(request.key.as_str());
+        let rk = self.record_key(request.key.as_str());
+        // The key as last seen: no read when it was seen free.
+        let mut known = self.remembered(request);
         for _ in 0..RACE_RETRIES {
-            let snap = self.read(OP, Some(&request.key)).await?;
-            let Some((marker, marker_kv)) = &snap.marker else {
-                self.create_marker(false).await?;
-                continue;
-            };
-            let max_ttl = Duration::from_millis(marker.max_ttl_ms);
-            if request.ttl > max_ttl.min(MAX_TTL) {
-                return Err(Error::invalid(
-                    "ttl",
-                    format!("{:?} is above the store's max TTL {max_ttl:?}", request.ttl),
-                ));
-            }
-            if request.epoch != Some(marker.epoch) {
-                let epoch = self.store_epoch(&snap).await?.expect("marker present");
-                return Ok(AcquireOutcome::OtherEpoch(epoch));
-            }
-            if let Some((holder, kv)) = &snap.holder {
-                if holder.lease_id != request.lease_id.as_str() {
-                    // Without the remaining TTL: a second round trip per
-                    // poll of every waiter (see the module docs).
-                    return Ok(AcquireOutcome::Held(Some(holder.info(None))));
+            let free = match known.take() {
+                Some(free) => free,
+                None => {
+                    let snap = self.read(OP, Some(&request.key)).await?;
+                    match self.judge(request, snap).await? {
+                        Judged::Answer(outcome) => return Ok(outcome),
+                        Judged::Again => continue,
+                        Judged::Free(free) => free,
+                    }
                 }
-                // Our own grant, retried after an ambiguous answer: extend it.
-                if self.keep_alive(OP, kv.lease).await? {
-                    return Ok(AcquireOutcome::Acquired(Grant::new(holder.token)));
-                }
-                continue;
-            }
-            let (record, record_rev) = match &snap.record {
-                Some((r, kv)) => (r.clone(), kv.mod_revision),
-                None => (KeyRecord::default(), 0),
             };
-            let token = next_token(record.token, marker.epoch);
-            let granted = self.grant(OP, lease_secs(request.ttl)).await?;
-            let holder = HolderRecord {
+            let epoch = free.marker.epoch;
+            let token = next_token(free.record.token, epoch);
+            let session = self.session(OP, request.ttl, None).await?;
+            let holder = to_json(&HolderRecord {
                 lease_id: request.lease_id.as_str().to_string(),
                 token,
-                epoch: marker.epoch,
+                epoch,
                 ttl_ms: request.ttl.as_millis() as u64,
                 host: request.owner.host.clone(),
                 pid: request.owner.pid,
                 label: request.owner.label.clone(),
                 data: request.data.clone(),
                 acquired_at_ms: now_ms(),
-            };
-            let new_record = KeyRecord {
+            });
+            let record = to_json(&KeyRecord {
                 token,
-                epoch: marker.epoch,
-                ..record
-            };
-            let hk = self.holder_key(request.key.as_str());
-            let rk = self.record_key(request.key.as_str());
-            let resp = self
-                .txn(
-                    OP,
-                    vec![
-                        grpc::created_at(self.marker_key(), marker_kv.create_revision),
-                        grpc::modified_at(rk.clone(), record_rev),
-                        grpc::created_at(hk.clone(), 0),
-                    ],
-                    vec![
-                        grpc::put(hk, to_json(&holder), granted),
-                        grpc::put(rk, to_json(&new_record), 0),
-                    ],
-                )
-                .await;
-            match resp {
+                epoch,
+                ..free.record.clone()
+            });
+            // Granted only if the marker and the record are still the bytes
+            // the token was computed from (the same store, nobody granted
+            // since) and nobody holds the key; otherwise the failure branch
+            // reads the key, at the same revision.
+            let compare = vec![
+                grpc::value_is(self.marker_key(), free.marker_bytes.clone()),
+                match &free.record_bytes {
+                    Some(bytes) => grpc::value_is(rk.clone(), bytes.clone()),
+                    None => grpc::created_at(rk.clone(), 0),
+                },
+                grpc::created_at(hk.clone(), 0),
+            ];
+            let success = vec![
+                grpc::put(hk.clone(), holder.clone(), session.id),
+                grpc::put(rk.clone(), record.clone(), 0),
+            ];
+            let ran = ran(&session, request.ttl);
+            let failure = self.snapshot_ops(Some(&request.key));
+            match self.txn_else(OP, compare, success, failure).await? {
                 Ok(r) if r.succeeded => {
-                    return Ok(AcquireOutcome::Acquired(Grant::new(token)));
+                    self.seen().remember(request.key.as_str(), Some(record));
+                    self.held()
+                        .insert(request.lease_id.as_str().to_string(), holder);
+                    return Ok(AcquireOutcome::Acquired(Grant::new(token).ran(ran)));
                 }
-                Ok(_) => {
-                    // Lost a race (another grant, a new epoch): our etcd
-                    // lease holds nothing; end it and look again.
-                    let _ = self.revoke(OP, granted).await;
+                Ok(r) => {
+                    // Held, granted since, or another store: as the key is.
+                    let snap = self.snapshot(Some(&request.key), r.responses)?;
+                    match self.judge(request, snap).await? {
+                        Judged::Answer(outcome) => return Ok(outcome),
+                        Judged::Again => {}
+                        Judged::Free(free) => known = Some(free),
+                    }
+                }
+                Err(e) if is_not_found(&e) => {
+                    // The session's etcd lease is gone: a new one, and again.
+                    self.session_gone(&session).await;
+                    known = Some(free);
                 }
                 // Ambiguous: the grant may have landed under our lease id,
-                // which a retry recognises. The etcd lease is left to its TTL.
-                Err(e) => return Err(e),
+                // which a retry recognises.
+                Err(e) => return Err(error::status(OP, e)),
             }
         }
         Err(Error::backend(
@@ -623,29 +888,64 @@ impl Backend for EtcdBackend {
 
     async fn renew(&self, lease: &Lease) -> Result<()> {
         const OP: &str = "renew";
-        let snap = self.read(OP, Some(&lease.key)).await?;
-        let (_, kv) = self.ours(lease, &snap)?;
-        // Keep-alive of *our* etcd lease (unique to this grant): it can only
-        // extend our own holder key, never a newer holder's.
-        if self.keep_alive(OP, kv.lease).await? {
-            Ok(())
-        } else {
-            Err(lost(&lease.key, "the etcd lease expired"))
+        let sent = tokio::time::Instant::now();
+        let value = self.held().get(lease.lease_id.as_str()).cloned();
+        let value = match value {
+            Some(v) => v,
+            None => {
+                let snap = self.read(OP, Some(&lease.key)).await?;
+                self.ours(lease, &snap)?.1.value.clone()
+            }
+        };
+        // Our holder key, value for value (our lease id is in it), moved
+        // onto a session that lives a whole TTL from this renewal's send:
+        // it can only extend our own grant, never another holder's.
+        match self
+            .hang(OP, &lease.key, &value, lease.ttl, Some(sent))
+            .await?
+        {
+            Some(_) => Ok(()),
+            None => {
+                self.held().remove(lease.lease_id.as_str());
+                Err(lost(
+                    &lease.key,
+                    "the key has no holder in etcd, or another one (expired, broken, or the store's data lost)",
+                ))
+            }
         }
     }
 
     async fn release(&self, lease: &Lease) -> Result<()> {
         const OP: &str = "release";
-        let snap = self.read(OP, Some(&lease.key)).await?;
-        let (_, kv) = self.ours(lease, &snap)?;
-        // Revoking our own etcd lease deletes the holder key attached to
-        // it, and nothing else: a retried release after someone else was
-        // granted the key finds the lease gone (or their record) and
-        // changes nothing (unlike deleting the key by name, etcd #22082).
-        match self.revoke(OP, kv.lease).await? {
-            Ok(()) => Ok(()),
-            Err(e) if is_not_found(&e) => Err(lost(&lease.key, "the etcd lease expired")),
-            Err(e) => Err(error::status(OP, e)),
+        let hk = self.holder_key(lease.key.as_str());
+        let value = self.held().get(lease.lease_id.as_str()).cloned();
+        let value = match value {
+            Some(v) => v,
+            None => {
+                let snap = self.read(OP, Some(&lease.key)).await?;
+                self.ours(lease, &snap)?.1.value.clone()
+            }
+        };
+        // Deletes the holder key only while it is our grant's, value for
+        // value (our lease id is in it): a retried release after someone
+        // else was granted the key changes nothing (unlike deleting the
+        // key by name, etcd #22082). The session's etcd lease lives on for
+        // this process's other keys.
+        let resp = self
+            .txn(
+                OP,
+                vec![grpc::value_is(hk.clone(), value)],
+                vec![grpc::delete(hk)],
+            )
+            .await?;
+        self.held().remove(lease.lease_id.as_str());
+        if resp.succeeded {
+            Ok(())
+        } else {
+            Err(lost(
+                &lease.key,
+                "the key has no holder in etcd, or another one (expired, broken, or the store's data lost)",
+            ))
         }
     }
 
@@ -660,30 +960,24 @@ impl Backend for EtcdBackend {
 
     async fn break_lease(&self, key: &Key) -> Result<Option<HolderInfo>> {
         const OP: &str = "break";
+        let hk = self.holder_key(key.as_str());
         for _ in 0..RACE_RETRIES {
             let snap = self.read(OP, Some(key)).await?;
             let Some((holder, kv)) = &snap.holder else {
                 return Ok(None);
             };
-            if kv.lease == 0 {
-                // Not written by leasehold (no lease): delete that version.
-                let hk = self.holder_key(key.as_str());
-                let r = self
-                    .txn(
-                        OP,
-                        vec![grpc::modified_at(hk.clone(), kv.mod_revision)],
-                        vec![grpc::delete(hk)],
-                    )
-                    .await?;
-                if r.succeeded {
-                    return Ok(Some(holder.info(None)));
-                }
-                continue;
-            }
-            match self.revoke(OP, kv.lease).await? {
-                Ok(()) => return Ok(Some(holder.info(None))),
-                Err(e) if is_not_found(&e) => continue,
-                Err(e) => return Err(error::status(OP, e)),
+            // Deletes that holder key (the version read), never its etcd
+            // lease: the lease may be a session other keys of the holder's
+            // process hang on.
+            let r = self
+                .txn(
+                    OP,
+                    vec![grpc::modified_at(hk.clone(), kv.mod_revision)],
+                    vec![grpc::delete(hk.clone())],
+                )
+                .await?;
+            if r.succeeded {
+                return Ok(Some(holder.info(None)));
             }
         }
         Err(Error::backend(NAME, OP, true, "the key kept changing"))
@@ -746,6 +1040,7 @@ impl Backend for EtcdBackend {
                     r.last_run_token = run.fencing_token;
                     // Written only while our holder key is the very
                     // version we read (same lease, not broken, not expired).
+                    let written = to_json(&r);
                     let resp = self
                         .txn(
                             OP,
@@ -753,10 +1048,11 @@ impl Backend for EtcdBackend {
                                 grpc::modified_at(hk.clone(), holder_kv.mod_revision),
                                 grpc::modified_at(rk.clone(), record_rev),
                             ],
-                            vec![grpc::put(rk.clone(), to_json(&r), 0)],
+                            vec![grpc::put(rk.clone(), written.clone(), 0)],
                         )
                         .await?;
                     if resp.succeeded {
+                        self.seen().remember(lease.key.as_str(), Some(written));
                         return Ok(());
                     }
                 }
@@ -781,6 +1077,7 @@ impl Backend for EtcdBackend {
                         )
                         .await?;
                     if resp.succeeded {
+                        self.seen().remember(lease.key.as_str(), Some(to_json(&r)));
                         return Err(lost_err);
                     }
                 }

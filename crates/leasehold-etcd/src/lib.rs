@@ -1,5 +1,5 @@
 //! etcd backend for [leasehold]: native etcd leases (server-timed TTLs,
-//! keep-alive), transactions that compare revisions, and fencing tokens
+//! shared by a process's keys), transactions that compare values, and fencing tokens
 //! that only grow, even across a wiped or re-created cluster.
 //!
 //! ```no_run
@@ -40,52 +40,83 @@
 //! | `P epoch` | the store's epoch and max TTL | nothing |
 //! | `P epoch-fresh` | empty: the epoch's age timer | an etcd lease of the longer of the max TTL and the confirmation window (+1 s) |
 //! | `P k/KEY` | the key's last fencing token, its epoch, run records | nothing (never deleted by leasehold) |
-//! | `P h/KEY` | the holder: lease id, token, epoch, owner, data, TTL | the holder's own etcd lease |
+//! | `P h/KEY` | the holder: lease id, token, epoch, owner, data, TTL | the holder's session (below) |
 //!
 //! # Protocol
 //! Every read is one transaction of `Range` requests (one round trip, one
 //! revision: a consistent snapshot of marker, record and holder).
 //!
-//! * **Acquire** (3 round trips when free: read, `LeaseGrant` with the TTL
-//!   rounded *up* to whole seconds, at least 2 s, then a `Txn`):
-//!   the `Txn` compares the marker's `create_revision` (same store), the
-//!   record's `mod_revision` (nobody issued a token since the read) and the
-//!   holder key's `create_revision = 0` (nobody holds it), and then puts the
-//!   holder key *with the new etcd lease* and the record with the new token
-//!   `next_token(last, epoch)`. A lost race revokes the new etcd lease and
-//!   reads again. A held key answers `Held` after the read alone (one
-//!   round trip: the holder as stored, without its remaining TTL, which
-//!   takes a `LeaseTimeToLive` and is left to `inspect`; a waiting process
-//!   polls with one request, not two). A request whose lease id is already the
-//!   holder's (a retry after an ambiguous answer) keeps that etcd lease
-//!   alive and answers the same token.
-//! * **Renew**: read; the holder key must carry our lease id and epoch; then
-//!   one `LeaseKeepAlive` of the etcd lease the holder key is attached to.
-//!   "Not found" (the etcd lease expired or was revoked) or a missing or
-//!   foreign holder key is a definitive loss.
-//! * **Release**: read; the same check; then `LeaseRevoke` of that etcd
-//!   lease, which deletes the holder key with it. **Break**: `LeaseRevoke`
-//!   of whatever etcd lease the holder key has.
+//! * **Sessions.** A backend hangs the holder keys it writes on
+//!   *sessions*: etcd leases of a TTL in whole seconds (rounded *up*, at
+//!   least 2 s), shared by every key the backend puts on one while it is
+//!   current, as etcd's own concurrency sessions are. A session is **never
+//!   kept alive**: it lives exactly its seconds from its `LeaseGrant`, and
+//!   a key stays only by being moved onto a newer one (a renewal, below).
+//!   So a key whose holder stops renewing it is freed within its TTL of its
+//!   last renewal, whatever the same process does with its other keys (a
+//!   session kept alive by one key's renewals would keep every key on it).
+//!   A grant uses the current session while a key put on it lives at least
+//!   95 % of its TTL, and tells the core how much of the TTL had already
+//!   run out ([`Grant::ran`](leasehold::Grant::ran), at most 5 %), so the
+//!   holder's safety deadline counts from then and never outlasts the key;
+//!   an older session is replaced by a new `LeaseGrant` (one more request,
+//!   once every 5 % of a TTL at most: every 1.5 s for 30 s leases). A
+//!   session whose etcd lease is gone (revoked, or the cluster is another)
+//!   is replaced at once.
+//! * **Acquire** (one `Txn`): it compares the marker's and the key record's
+//!   *values* with the bytes this backend last read or wrote (or that the
+//!   key has no record), and the holder key's `create_revision = 0`
+//!   (nobody holds it); then puts the holder key on the session and the
+//!   record with the new token `next_token(last, epoch)`. Its failure branch
+//!   reads marker, timer, record and holder at the same revision, which is
+//!   what a read would have told: the backend answers `Held` or
+//!   `OtherEpoch` from it, or tries once more with what it now knows. So a
+//!   free key this process saw last (the common cycle: the same job taking
+//!   the same lock) costs one round trip, a key granted elsewhere since two,
+//!   a held key one. Values, not revisions, are compared: equal bytes mean
+//!   the token is computed from the record as it is stored, whatever
+//!   happened in between (a re-created cluster numbers its revisions from 1
+//!   again, so a remembered revision can name another record). A request
+//!   whose lease id is already the holder's (a retry after an ambiguous
+//!   answer) keeps its etcd lease alive and answers the same token.
+//! * **Renew** (one `Txn`): puts the holder key again, with the value our
+//!   grant wrote (our lease id is in it), on a session granted no earlier
+//!   than the renewal's send (less the whole-second rounding to spare), if
+//!   the key still has that value; otherwise the lease is lost (released,
+//!   expired, broken, another holder's, or the store's data lost).
+//! * **Release** (one `Txn`): deletes the holder key if its value is still
+//!   the one our grant wrote (our lease id is in it), and nothing else; the
+//!   session lives on for the process's other keys. **Break**: a `Txn`
+//!   deleting the holder key as read (never its etcd lease, which may be
+//!   another process's session).
 //! * **Record run**: a `Txn` writing the record, comparing the holder key's
 //!   `mod_revision` as read (still our grant: not released, broken,
 //!   expired or re-granted) and the record's `mod_revision`.
-//! * **Expiry** is etcd's: the server deletes the holder key when its lease
-//!   runs out (checked by the leader every 500 ms), so no client clock is
-//!   involved.
+//! * **Expiry** is etcd's: the server deletes the holder key when its
+//!   session's lease runs out (checked by the leader every 500 ms), so no
+//!   client clock is involved in freeing a key.
 //!
-//! Round trips: acquire of a free key 3, of a held key 1, renew 2 (read, keep-alive), release
-//! 2 (read, revoke), inspect 2 when held. The read before a renewal or
-//! release is what lets them act on the etcd lease of *our* grant only.
+//! Round trips: acquire of a free key 1 (2 when it was granted elsewhere
+//! since this process last saw it), of a held key 1, renew 1, release 1,
+//! inspect 2 when held, plus a `LeaseGrant` per new session: an
+//! uncontended acquire and release is **2 requests**, as etcd's own lock
+//! on a session is.
 //!
 //! # Why a stale holder can never touch a newer holder's key
-//! Each grant has its own etcd lease id (allocated by the server, never
-//! reused), and a renewal or release acts on that id only: a keep-alive or
-//! revoke of an expired lease answers "not found" and changes nothing. A
-//! newer holder's key is attached to *its* etcd lease, so a late, retried
-//! release of ours cannot delete it. This is the failure of `etcdctl lock`
-//! (etcd issue 22082), whose unlock deletes the lock key by name: a retry
-//! that lands after the lock passed to someone else deletes their key. The
-//! test `stale_release_cannot_delete_a_newer_holders_key` replays it.
+//! Every grant writes a holder value with its own lease id (random, never
+//! reused); a release deletes the holder key, and a renewal puts it again,
+//! only while it has exactly that value, so neither can act on a newer
+//! holder's grant: a late, retried release of ours finds another value and changes
+//! nothing. This is the failure of `etcdctl lock` (etcd issue 22082), whose
+//! unlock deletes the lock key by name: a retry that lands after the lock
+//! passed to someone else deletes their key. The test
+//! `stale_release_cannot_delete_a_newer_holders_key` replays it.
+//!
+//! **Upgrading from per-grant etcd leases** (leasehold before sessions):
+//! an older process's break revokes the holder key's etcd lease, which for
+//! a newer holder is its session: every key that process holds with that
+//! TTL is freed at once, and each holder learns it at its next renewal, as
+//! after any break. Upgrade every process that shares a prefix.
 //!
 //! # Fencing tokens
 //! The etcd revision is global to the cluster and 64 bits wide: it does not

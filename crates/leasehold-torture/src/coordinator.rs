@@ -991,9 +991,8 @@ struct Route {
     proxy: Option<FaultProxy>,
 }
 
-/// Azurite's well-known development account (public, not a secret).
-const AZURITE_DEV: &str = "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1;";
-
+/// The environment's Azure connection string, or Azurite's development
+/// account on its default port.
 fn azure_connection_string() -> String {
     match std::env::var("AZURE_STORAGE_CONNECTION_STRING") {
         Ok(cs)
@@ -1001,7 +1000,7 @@ fn azure_connection_string() -> String {
         {
             cs
         }
-        _ => AZURITE_DEV.to_string(),
+        _ => leasehold_azure::dev_connection_string(10000),
     }
 }
 

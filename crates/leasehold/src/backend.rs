@@ -655,18 +655,44 @@ pub fn next_token(last: u64, epoch: u64) -> u64 {
     last.max(epoch_token_base(epoch)).saturating_add(1)
 }
 
-/// What a successful acquisition returns.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What a successful acquisition returns. Two grants are equal when their
+/// tokens are: the same grant answered twice (a retry with the same lease
+/// id) may have had different parts of its TTL run out at each answer.
+#[derive(Debug, Clone, Eq)]
 #[non_exhaustive]
 pub struct Grant {
     /// The fencing token of this acquisition.
     pub fencing_token: u64,
+    /// How much of the lease's TTL had already run out when the request was
+    /// sent: zero where the store starts the TTL with the grant (every
+    /// store but one). A store that attaches the key to a lease already
+    /// running, which lives at least TTL − `ran` after the send (etcd's
+    /// lease shared by a process's keys), says so here, and the holder's
+    /// safety deadline counts from that much earlier, so that it never
+    /// trusts the key longer than the store keeps it.
+    pub ran: Duration,
+}
+
+impl PartialEq for Grant {
+    fn eq(&self, other: &Self) -> bool {
+        self.fencing_token == other.fencing_token
+    }
 }
 
 impl Grant {
-    /// A grant with the given fencing token.
+    /// A grant with the given fencing token, its TTL counted from the send.
     pub fn new(fencing_token: u64) -> Self {
-        Grant { fencing_token }
+        Grant {
+            fencing_token,
+            ran: Duration::ZERO,
+        }
+    }
+
+    /// The grant with `ran` of its TTL already run out at the send (see
+    /// [`ran`](Self::ran)).
+    pub fn ran(mut self, ran: Duration) -> Self {
+        self.ran = ran;
+        self
     }
 }
 

@@ -464,6 +464,9 @@ impl Engine {
             }
             match outcome {
                 Ok(AcquireOutcome::Acquired(grant)) => {
+                    // The TTL counts from the first send, or from earlier
+                    // where the store says it was already running.
+                    let anchor = anchor.saturating_sub(grant.ran);
                     if self.too_late(anchor) {
                         // Granted so late (a slow answer, or ambiguous
                         // retries) that it is past its safety deadline: let

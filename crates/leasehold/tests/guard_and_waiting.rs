@@ -52,6 +52,9 @@ struct Faulty {
     /// The key is freed (broken) right after the next "held" answer, as
     /// if its holder released it at once.
     free_after_held: AtomicBool,
+    /// Grants say this much of their TTL had run out at the send (a lease
+    /// shared with keys granted earlier, as etcd's sessions are).
+    ran: std::sync::Mutex<Duration>,
 }
 
 #[async_trait]
@@ -83,11 +86,13 @@ impl Backend for Faulty {
         }
         let delay = *self.acquire_delay.lock().unwrap();
         tokio::time::sleep(delay).await;
-        if let AcquireOutcome::Acquired(_) = outcome {
+        if let AcquireOutcome::Acquired(grant) = outcome {
             let since = self.last_release.lock().unwrap().map(|t| t.elapsed());
             if since.is_some_and(|d| d >= *self.long_gap.lock().unwrap()) {
                 self.long_gaps.fetch_add(1, Ordering::SeqCst);
             }
+            let ran = *self.ran.lock().unwrap();
+            return Ok(AcquireOutcome::Acquired(grant.ran(ran)));
         }
         Ok(outcome)
     }
@@ -1055,4 +1060,39 @@ async fn a_suspend_is_noticed_with_leases_on_other_clocks_queued() {
     assert!(!steady.is_lost());
     steady.release().await.unwrap();
     assert!(guard.release().await.unwrap_err().is_lease_lost());
+}
+
+/// A grant that says part of its TTL had already run out at the send (the
+/// key hangs on a lease granted earlier: etcd's sessions) leaves its holder
+/// that much less: the safety deadline counts from then, so the holder
+/// never trusts the key longer than the store keeps it.
+#[tokio::test(start_paused = true)]
+async fn a_grant_whose_ttl_had_partly_run_shortens_the_holders_deadline() {
+    let (backend, store) = faulty_on_tokio_time();
+    // The store's clock starts at zero: past the part that ran first.
+    tokio::time::advance(Duration::from_secs(60)).await;
+    let ttl = Duration::from_secs(10);
+    let opts = LockOptions::new().ttl(ttl);
+    let fresh = store
+        .lock_with("fresh", opts.clone())
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    *backend.ran.lock().unwrap() = Duration::from_secs(3);
+    let shared = store
+        .lock_with("shared", opts)
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    // Paused time: both were granted at the same instant.
+    assert_eq!(
+        fresh.valid_for() - shared.valid_for(),
+        Duration::from_secs(3),
+        "the grant's TTL that had run out was not taken off its deadline"
+    );
+    assert!(shared.valid_for() <= ttl - Duration::from_secs(3));
+    fresh.release().await.unwrap();
+    shared.release().await.unwrap();
 }

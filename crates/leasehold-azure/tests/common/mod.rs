@@ -12,7 +12,9 @@ use leasehold_azure::{AzureBackend, AzureBackendBuilder};
 pub const MAX_TTL: Duration = Duration::from_secs(15);
 
 /// Azurite's development account, as a connection string.
-pub const DEV_CONNECTION_STRING: &str = "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1;";
+pub fn dev_connection_string() -> String {
+    leasehold_azure::dev_connection_string(10000)
+}
 
 /// The connection string under test: `LEASEHOLD_TEST_AZBLOB_CONNECTION_STRING`
 /// or Azurite's development account.
@@ -20,7 +22,7 @@ pub fn connection_string() -> String {
     std::env::var("LEASEHOLD_TEST_AZBLOB_CONNECTION_STRING")
         .ok()
         .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| DEV_CONNECTION_STRING.to_string())
+        .unwrap_or_else(dev_connection_string)
 }
 
 /// host:port of the blob endpoint in `cs`.

@@ -347,11 +347,10 @@ impl Env {
     /// (its URL, or Azure's connection string, rewritten); `None` for
     /// SQLite.
     pub fn through_proxy(&mut self) -> Option<Proxy> {
-        const AZURITE: &str = "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1;";
         let (url, vars) = self.store.as_mut()?;
         for (_, v) in vars.iter_mut() {
             if v == "UseDevelopmentStorage=true" {
-                *v = AZURITE.to_string();
+                *v = leasehold_azure::dev_connection_string(10000);
             }
         }
         let find = |text: &str| {

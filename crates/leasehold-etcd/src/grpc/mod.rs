@@ -459,8 +459,18 @@ pub fn modified_at(key: impl Into<Vec<u8>>, revision: i64) -> Compare {
     }
 }
 
-/// The keys and values a `Range` in a `Txn` answered (none for other
-/// operations).
+/// The comparison `value(key) == value` (false when the key does not
+/// exist: etcd fails a value comparison on a missing key).
+pub fn value_is(key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Compare {
+    Compare {
+        result: CompareResult::Equal as i32,
+        target: CompareTarget::Value as i32,
+        key: key.into(),
+        target_union: Some(TargetUnion::Value(value.into())),
+        ..Default::default()
+    }
+}
+
 /// The count of a `Range` response (0 for any other).
 pub fn range_count(response: &ResponseOp) -> i64 {
     match &response.response {
@@ -469,6 +479,8 @@ pub fn range_count(response: &ResponseOp) -> i64 {
     }
 }
 
+/// The keys and values a `Range` in a `Txn` answered (none for other
+/// operations).
 pub fn range_kvs(response: ResponseOp) -> Vec<KeyValue> {
     match response.response {
         Some(OpResponse::ResponseRange(r)) => r.kvs,

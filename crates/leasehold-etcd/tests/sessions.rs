@@ -1,0 +1,209 @@
+//! Sessions (issue 31): a backend hangs its holder keys on shared etcd
+//! leases, so an uncontended acquire and release is two requests, as
+//! etcd's own lock on a session is; yet a key nobody renews is freed within
+//! its TTL while its process renews another key of the same session; a
+//! grant on a session granted earlier says how much of its TTL had run
+//! out; a session whose etcd lease is gone is replaced at the next grant.
+
+mod common;
+
+use std::time::Duration;
+
+use leasehold::conformance::current_epoch;
+use leasehold::{AcquireOutcome, AcquireRequest, Backend, Grant, Key, Lease, LeaseId, Owner};
+use leasehold_etcd::grpc::etcdserverpb::{LeaseRevokeRequest, RangeRequest};
+use leasehold_etcd::EtcdBackend;
+
+async fn try_grant(backend: &EtcdBackend, key: &Key, ttl: Duration) -> (Lease, Grant) {
+    let epoch = current_epoch(backend).await.epoch;
+    let request = AcquireRequest {
+        key: key.clone(),
+        lease_id: LeaseId::random(),
+        ttl,
+        owner: Owner::current(),
+        data: None,
+        epoch: Some(epoch),
+    };
+    match backend.try_acquire(&request).await.unwrap() {
+        AcquireOutcome::Acquired(g) => (
+            Lease {
+                key: key.clone(),
+                lease_id: request.lease_id,
+                ttl,
+                fencing_token: g.fencing_token,
+                epoch,
+            },
+            g,
+        ),
+        other => panic!("not granted: {other:?}"),
+    }
+}
+
+/// The etcd lease the key's holder key hangs on (0: none, or no holder).
+async fn holder_lease(backend: &EtcdBackend, key: &Key) -> i64 {
+    let request = RangeRequest {
+        key: format!("{}h/{}", backend.prefix(), key.as_str()).into_bytes(),
+        ..Default::default()
+    };
+    let resp = backend
+        .connection()
+        .kv()
+        .range(request)
+        .await
+        .unwrap()
+        .into_inner();
+    resp.kvs.first().map_or(0, |kv| kv.lease)
+}
+
+fn key(name: &str) -> Key {
+    Key::new(common::unique_key(name)).unwrap()
+}
+
+/// The cycle the benchmarks measure: a key this process held last is
+/// acquired and released in one request each; keys of one TTL share one
+/// etcd lease, keys of another TTL have their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncontended_cycle_is_two_requests() {
+    let Some(backend) = common::backend().await else {
+        return;
+    };
+    // 4.5 s: a 5 s etcd lease, whose half second to spare keeps the
+    // session from needing a keep-alive during the cycles.
+    let ttl = Duration::from_millis(4500);
+    let k = key("cycle");
+    let (first, _) = try_grant(&backend, &k, ttl).await;
+    backend.release(&first).await.unwrap();
+    let epoch = current_epoch(&backend).await.epoch;
+    for _ in 0..3 {
+        let before = backend.requests_sent();
+        let request = AcquireRequest {
+            key: k.clone(),
+            lease_id: LeaseId::random(),
+            ttl,
+            owner: Owner::current(),
+            data: None,
+            epoch: Some(epoch),
+        };
+        let AcquireOutcome::Acquired(g) = backend.try_acquire(&request).await.unwrap() else {
+            panic!("not granted")
+        };
+        let lease = Lease {
+            key: k.clone(),
+            lease_id: request.lease_id,
+            ttl,
+            fencing_token: g.fencing_token,
+            epoch,
+        };
+        backend.release(&lease).await.unwrap();
+        assert_eq!(
+            backend.requests_sent() - before,
+            2,
+            "an acquire and a release of a key this process saw last"
+        );
+    }
+
+    let (a, _) = try_grant(&backend, &key("shared-a"), ttl).await;
+    let (b, _) = try_grant(&backend, &key("shared-b"), ttl).await;
+    let (c, _) = try_grant(&backend, &key("own"), Duration::from_secs(3)).await;
+    let (la, lb, lc) = (
+        holder_lease(&backend, &a.key).await,
+        holder_lease(&backend, &b.key).await,
+        holder_lease(&backend, &c.key).await,
+    );
+    assert!(la != 0 && la == lb, "keys of one TTL: {la} and {lb}");
+    assert_ne!(la, lc, "keys of another TTL share the lease");
+    for l in [a, b, c] {
+        backend.release(&l).await.unwrap();
+    }
+}
+
+/// A grant on a session granted earlier reports the part of its TTL that
+/// had run out by the send, so the holder's deadline counts from the
+/// session's grant and never outlasts the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_on_an_older_session_says_how_much_of_its_ttl_ran() {
+    let Some(backend) = common::backend().await else {
+        return;
+    };
+    // 2 s: a 2 s etcd lease, no second to spare.
+    let ttl = Duration::from_secs(2);
+    let started = tokio::time::Instant::now();
+    let (first, g1) = try_grant(&backend, &key("older-1"), ttl).await;
+    assert!(g1.ran < Duration::from_millis(100), "{:?}", g1.ran);
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let (second, g2) = try_grant(&backend, &key("older-2"), ttl).await;
+    assert_eq!(
+        holder_lease(&backend, &first.key).await,
+        holder_lease(&backend, &second.key).await
+    );
+    assert!(
+        g2.ran >= Duration::from_millis(60) && g2.ran <= started.elapsed(),
+        "the second grant on the session said {:?} of its TTL had run",
+        g2.ran
+    );
+    backend.release(&first).await.unwrap();
+    backend.release(&second).await.unwrap();
+}
+
+/// A session's etcd lease revoked behind the backend's back (an operator,
+/// or a break by an older leasehold): its keys are freed, and the next
+/// grant starts a new session instead of failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_session_is_replaced_at_the_next_grant() {
+    let Some(backend) = common::backend().await else {
+        return;
+    };
+    let ttl = Duration::from_secs(5);
+    let (a, _) = try_grant(&backend, &key("revoked-a"), ttl).await;
+    let session = holder_lease(&backend, &a.key).await;
+    backend
+        .connection()
+        .lease()
+        .lease_revoke(LeaseRevokeRequest { id: session })
+        .await
+        .unwrap();
+    assert_eq!(
+        holder_lease(&backend, &a.key).await,
+        0,
+        "the key outlived its lease"
+    );
+    assert!(backend.renew(&a).await.unwrap_err().is_lease_lost());
+    let (b, _) = try_grant(&backend, &key("revoked-b"), ttl).await;
+    let new = holder_lease(&backend, &b.key).await;
+    assert!(new != 0 && new != session, "{session} then {new}");
+    backend.release(&b).await.unwrap();
+}
+
+/// Two keys on one session; the process renews one and not the other (its
+/// holder stopped, or it leaked the guard): the other is freed within its
+/// TTL all the same, and the renewed one stays. A session kept alive by
+/// one key's renewals would keep every key on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_nobody_renews_is_freed_while_its_sibling_is_renewed() {
+    let Some(backend) = common::backend().await else {
+        return;
+    };
+    let ttl = Duration::from_secs(2);
+    let (renewed, _) = try_grant(&backend, &key("sibling-renewed"), ttl).await;
+    let (left, _) = try_grant(&backend, &key("sibling-left"), ttl).await;
+    assert_eq!(
+        holder_lease(&backend, &renewed.key).await,
+        holder_lease(&backend, &left.key).await,
+        "the two keys were meant to share a session"
+    );
+    let started = tokio::time::Instant::now();
+    // Renewed every half second, for two TTLs and a half (etcd checks
+    // expiries every 500 ms).
+    while started.elapsed() < ttl * 5 / 2 {
+        backend.renew(&renewed).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(
+        holder_lease(&backend, &left.key).await,
+        0,
+        "the key nobody renewed outlived its TTL"
+    );
+    assert!(backend.renew(&left).await.unwrap_err().is_lease_lost());
+    assert_ne!(holder_lease(&backend, &renewed.key).await, 0);
+    backend.release(&renewed).await.unwrap();
+}
