@@ -67,10 +67,10 @@ pub enum RawLoop {
     Postgres {
         /// The connection.
         client: tokio_postgres::Client,
-        /// leasehold's acquire statement.
-        acquire: String,
-        /// leasehold's release statement.
-        release: String,
+        /// leasehold's acquire statement, prepared once.
+        acquire: tokio_postgres::Statement,
+        /// leasehold's release statement, prepared once.
+        release: tokio_postgres::Statement,
         /// The table's store epoch.
         epoch: i64,
         /// Statements sent.
@@ -173,10 +173,31 @@ impl RawLoop {
         let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
         tokio::spawn(connection);
         let (acquire, release) = backend.acquire_release_sql();
+        // Prepared once, as leasehold prepares its statements on a direct
+        // connection (and types as leasehold gives them).
+        use tokio_postgres::types::Type;
+        let acquire = client
+            .prepare_typed(
+                acquire,
+                &[
+                    Type::TEXT,
+                    Type::TEXT,
+                    Type::INT8,
+                    Type::INT8,
+                    Type::TEXT,
+                    Type::INT8,
+                    Type::TEXT,
+                    Type::TEXT,
+                ],
+            )
+            .await?;
+        let release = client
+            .prepare_typed(release, &[Type::TEXT, Type::TEXT])
+            .await?;
         Ok(RawLoop::Postgres {
             client,
-            acquire: acquire.to_string(),
-            release: release.to_string(),
+            acquire,
+            release,
             epoch: backend.epoch().await?.epoch as i64,
             requests: Arc::new(AtomicU64::new(0)),
         })
@@ -445,26 +466,25 @@ async fn redis_cycle(
 
 async fn postgres_cycle(
     client: &tokio_postgres::Client,
-    acquire: &str,
-    release: &str,
+    acquire: &tokio_postgres::Statement,
+    release: &tokio_postgres::Statement,
     epoch: i64,
 ) -> anyhow::Result<()> {
-    use tokio_postgres::types::Type;
     let lease_id = uuid::Uuid::new_v4().to_string();
     let (ttl_ms, pid) = (30_000i64, std::process::id() as i64);
     let (label, data) = (Option::<String>::None, Option::<String>::None);
     let rows = client
-        .query_typed(
+        .query(
             acquire,
             &[
-                (&RAW_KEY, Type::TEXT),
-                (&lease_id.as_str(), Type::TEXT),
-                (&ttl_ms, Type::INT8),
-                (&epoch, Type::INT8),
-                (&"host", Type::TEXT),
-                (&pid, Type::INT8),
-                (&label, Type::TEXT),
-                (&data, Type::TEXT),
+                &RAW_KEY,
+                &lease_id.as_str(),
+                &ttl_ms,
+                &epoch,
+                &"host",
+                &pid,
+                &label,
+                &data,
             ],
         )
         .await
@@ -476,10 +496,7 @@ async fn postgres_cycle(
         return Err(anyhow!("raw PostgreSQL acquire granted nothing"));
     }
     let rows = client
-        .query_typed(
-            release,
-            &[(&RAW_KEY, Type::TEXT), (&lease_id.as_str(), Type::TEXT)],
-        )
+        .query(release, &[&RAW_KEY, &lease_id.as_str()])
         .await
         .context("raw PostgreSQL release")?;
     if !rows.first().is_some_and(|r| r.get::<_, bool>("done")) {

@@ -39,6 +39,9 @@ struct Inner {
     /// The table's recorded max TTL, in ms (for `capabilities`).
     store_max_ttl_ms: AtomicU64,
     request_timeout: Duration,
+    /// Statements are named and prepared once per connection (see
+    /// [`PostgresBackendBuilder::prepared`]).
+    prepared: bool,
     /// `host:port/db`, for Debug (never the user or password).
     target: String,
     /// LISTENs for releases, when wake-ups are on.
@@ -136,6 +139,7 @@ impl PostgresBackend {
                 max_ttl: b.max_ttl,
                 store_max_ttl_ms: AtomicU64::new(b.max_ttl.as_millis() as u64),
                 request_timeout: b.request_timeout,
+                prepared: b.prepared.unwrap_or(b.wake_ups),
                 target,
                 listener,
                 creation: b.creation,
@@ -191,8 +195,10 @@ impl PostgresBackend {
         }
     }
 
-    /// Runs one statement (one round trip: parse, bind and execute of an
-    /// unnamed statement, so it works through a transaction-mode pooler).
+    /// Runs one statement, in one round trip: prepared once per connection
+    /// and then bound and executed (`prepared`), or parsed, bound and
+    /// executed as an unnamed statement, which works through a
+    /// transaction-mode pooler.
     async fn rows(
         &self,
         op: &'static str,
@@ -201,7 +207,17 @@ impl PostgresBackend {
     ) -> std::result::Result<Vec<Row>, Fail> {
         let deadline = Instant::now() + self.inner.request_timeout;
         let client = self.client(op, deadline).await.map_err(Fail::Other)?;
-        match timeout_at(deadline, client.query_typed(sql, params)).await {
+        let run = async {
+            if self.inner.prepared {
+                let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
+                let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
+                let statement = client.prepare_typed_cached(sql, &types).await?;
+                client.query(&statement, &values).await
+            } else {
+                client.query_typed(sql, params).await
+            }
+        };
+        match timeout_at(deadline, run).await {
             Ok(Ok(rows)) => Ok(rows),
             Ok(Err(e)) => Err(Fail::Db(e)),
             Err(_) => {

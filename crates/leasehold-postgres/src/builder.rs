@@ -24,6 +24,7 @@ const PARAMS: QuerySpec = QuerySpec::new(
         "sslrootcert",
         "max_ttl",
         "wake_ups",
+        "prepared",
         "connect_timeout",
         "application_name",
         "options",
@@ -42,8 +43,15 @@ const PARAMS: QuerySpec = QuerySpec::new(
 );
 /// The parameters of [`PARAMS`] that leasehold reads; `tokio_postgres`
 /// reads the others.
-const OWN_PARAMS: &[&str] = &["table", "sslmode", "sslrootcert", "max_ttl", "wake_ups"];
-const FORM: &str = "the form is postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?table=NAME&sslmode=disable|prefer|require|verify-ca|verify-full&sslrootcert=PATH&max_ttl=DURATION&wake_ups=on|off] (or postgresql://); the PG* environment variables fill in what it omits";
+const OWN_PARAMS: &[&str] = &[
+    "table",
+    "sslmode",
+    "sslrootcert",
+    "max_ttl",
+    "wake_ups",
+    "prepared",
+];
+const FORM: &str = "the form is postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?table=NAME&sslmode=disable|prefer|require|verify-ca|verify-full&sslrootcert=PATH&max_ttl=DURATION&wake_ups=on|off&prepared=on|off] (or postgresql://); the PG* environment variables fill in what it omits";
 
 /// The default table name.
 pub const DEFAULT_TABLE: &str = "leasehold_leases";
@@ -97,6 +105,8 @@ pub struct PostgresBackendBuilder {
     pub(crate) pool_size: usize,
     pub(crate) request_timeout: Duration,
     pub(crate) wake_ups: bool,
+    /// `None`: as `wake_ups`.
+    pub(crate) prepared: Option<bool>,
     pub(crate) creation: leasehold::Creation,
 }
 
@@ -112,6 +122,7 @@ impl fmt::Debug for PostgresBackendBuilder {
             .field("pool_size", &self.pool_size)
             .field("request_timeout", &self.request_timeout)
             .field("wake_ups", &self.wake_ups)
+            .field("prepared", &self.prepared)
             .finish()
     }
 }
@@ -131,6 +142,7 @@ impl PostgresBackendBuilder {
             pool_size: 4,
             request_timeout: Duration::from_secs(5),
             wake_ups: true,
+            prepared: None,
             creation: leasehold::Creation::IfMissing,
         }
     }
@@ -199,6 +211,9 @@ impl PostgresBackendBuilder {
         if let Some(on) = query.boolean("wake_ups")? {
             builder.wake_ups = on;
         }
+        if let Some(on) = query.boolean("prepared")? {
+            builder.prepared = Some(on);
+        }
         builder.check()?;
         Ok(builder)
     }
@@ -251,6 +266,21 @@ impl PostgresBackendBuilder {
     /// poll.
     pub fn wake_ups(mut self, on: bool) -> Self {
         self.wake_ups = on;
+        self
+    }
+
+    /// Whether statements are prepared once per connection (named prepared
+    /// statements, cached) instead of parsed and planned at every request:
+    /// about twice the operations a second (see the crate docs). Named
+    /// prepared statements are session state, so this needs a direct or
+    /// session-pooled connection, as wake-ups do: by default it follows
+    /// [`wake_ups`](Self::wake_ups) (so `wake_ups=off`, the setting for a
+    /// transaction-mode pooler, also turns it off). Behind a
+    /// transaction-mode pooler it must stay off: a named statement could be
+    /// bound on a server connection where another client prepared another
+    /// statement under the same name.
+    pub fn prepared(mut self, on: bool) -> Self {
+        self.prepared = Some(on);
         self
     }
 
@@ -402,6 +432,15 @@ mod tests {
         assert!(b.wake_ups);
         assert!(!parse("postgres://h/d?wake_ups=off", &[]).unwrap().wake_ups);
         assert!(parse("postgres://h/d?wake_ups=maybe", &[]).is_err());
+        // Prepared statements follow wake-ups unless told.
+        assert_eq!(parse("postgres://h/d", &[]).unwrap().prepared, None);
+        assert_eq!(
+            parse("postgres://h/d?wake_ups=off&prepared=on", &[])
+                .unwrap()
+                .prepared,
+            Some(true)
+        );
+        assert!(parse("postgres://h/d?prepared=maybe", &[]).is_err());
         assert!(parse("postgresql://h/db", &[]).is_ok());
     }
 

@@ -247,18 +247,37 @@
 //! `tests/wake_ups.rs`. LISTEN is session state: **behind a
 //! transaction-mode pooler, turn wake-ups off** (`wake_ups=off` in the
 //! URL, or [`PostgresBackendBuilder::wake_ups`]`(false)`, which also drops
-//! the NOTIFY). With LISTEN through PgBouncer 1.18 in transaction mode the
+//! the NOTIFY and, unless `prepared=` says otherwise, prepared statements). With LISTEN through PgBouncer 1.18 in transaction mode the
 //! conformance suite's elections saw renewals fail and leases expire (safe:
 //! the holders were told lost; not diagnosed further); with `wake_ups=off`
 //! the whole suite passes through it (`scripts/test.sh` runs it so). NOTIFY serialises committing transactions that notify
 //! on a server-wide lock: cheap at lease rates, but it is there.
+//!
+//! # Prepared statements
+//! Each statement is prepared once per pooled connection (named, cached by
+//! deadpool-postgres) and then only bound and executed: the server parses
+//! and plans it once, not at every request. Measured with `pgbench` on
+//! these 2-core machines (acquire + release of one key, one client, the
+//! test server): 885 cycles/s parsed every time, 1890 prepared (2.1×);
+//! PostgreSQL's own `pg_advisory_lock` + `pg_advisory_unlock`, for scale,
+//! 3030 and 3360. (The rest of a cycle, measured the same way: the
+//! `NOTIFY` in a release costs about 5 %, the epoch row's `FOR SHARE` in an
+//! acquire about 7 %.) Named prepared statements are session state: behind
+//! a transaction-mode pooler they must be off, or a statement could be
+//! bound on a server connection where another client prepared another one
+//! under the same name. They follow `wake_ups` by default (the setting a
+//! transaction-mode pooler needs already), and `prepared=on|off` in the URL
+//! ([`PostgresBackendBuilder::prepared`]) says it outright; off, each
+//! statement is sent as an unnamed statement with typed parameters
+//! (`query_typed`), still one round trip.
 //!
 //! # Why tokio-postgres and deadpool-postgres
 //! tokio-postgres is the maintained async PostgreSQL client that the others
 //! (deadpool, bb8, sqlx's peers) build on; its `query_typed` sends an
 //! unnamed statement with typed parameters in one round trip, which is what
 //! a transaction-mode pooler needs (named prepared statements are session
-//! state) and what keeps each operation at one round trip. It speaks
+//! state), and it prepares and caches named ones where the connection is
+//! a session of its own. It speaks
 //! LISTEN/NOTIFY on the same connection type. deadpool-postgres is a small
 //! pool around it: a connection per concurrent operation (so a statement
 //! waiting on a row lock never delays another key's renewal), dead
