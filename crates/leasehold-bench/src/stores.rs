@@ -345,6 +345,17 @@ impl Backend for Counting {
         out
     }
 
+    // What the engine renews through (etcd's renewals share sessions
+    // through it).
+    async fn renew_ran(&self, lease: &Lease) -> leasehold::Result<std::time::Duration> {
+        self.renews.fetch_add(1, Ordering::Relaxed);
+        let out = self.inner.renew_ran(lease).await;
+        if out.is_ok() {
+            self.mark(&lease.key, true);
+        }
+        out
+    }
+
     async fn release(&self, lease: &Lease) -> leasehold::Result<()> {
         self.releases.fetch_add(1, Ordering::Relaxed);
         self.inner.release(lease).await

@@ -53,9 +53,9 @@ struct Inner {
     requests: AtomicU64,
     /// What opening (and reading the epoch) may do to the store.
     creation: leasehold::Creation,
-    /// The etcd leases this backend's holder keys hang on: one per TTL in
-    /// whole seconds, shared by every key held with that TTL (see the
-    /// crate docs' protocol).
+    /// The current session for each TTL in whole seconds: the etcd lease
+    /// new grants and renewals of that TTL hang their keys on while it is
+    /// fresh enough (see the crate docs' protocol).
     sessions: tokio::sync::Mutex<HashMap<i64, Session>>,
     /// The marker and keys' records as this backend last read or wrote
     /// them: an acquire compares them, byte for byte, in its one `Txn`.
@@ -70,9 +70,10 @@ struct Inner {
 struct Session {
     id: i64,
     secs: i64,
-    /// When its `LeaseGrant` was sent: it lives at least `secs` from then
-    /// (and never longer than that, give or take etcd's expiry checks: it
-    /// is never kept alive).
+    /// When its `LeaseGrant` was sent: it lives at least `secs` from then.
+    /// It is never kept alive, so it ends about then (etcd checks expiries
+    /// every 500 ms, and extends every lease when it restarts or elects a
+    /// new leader: only ever later).
     fresh: tokio::time::Instant,
 }
 
@@ -761,6 +762,39 @@ impl EtcdBackend {
         }))
     }
 
+    /// A renewal: our holder key, value for value (our lease id is in it),
+    /// moved onto a session fresh enough for `since` (see
+    /// [`session`](Self::session): `renew` asks for a whole TTL from its
+    /// send, `renew_ran` takes the current session as a grant would, and
+    /// says how much of the TTL had run out, so that renewals share
+    /// sessions instead of granting one each). It can only extend our own
+    /// grant, never another holder's.
+    async fn move_on(
+        &self,
+        lease: &Lease,
+        since: Option<tokio::time::Instant>,
+    ) -> Result<Duration> {
+        const OP: &str = "renew";
+        let value = self.held().get(lease.lease_id.as_str()).cloned();
+        let value = match value {
+            Some(v) => v,
+            None => {
+                let snap = self.read(OP, Some(&lease.key)).await?;
+                self.ours(lease, &snap)?.1.value.clone()
+            }
+        };
+        match self.hang(OP, &lease.key, &value, lease.ttl, since).await? {
+            Some(ran) => Ok(ran),
+            None => {
+                self.held().remove(lease.lease_id.as_str());
+                Err(lost(
+                    &lease.key,
+                    "the key has no holder in etcd, or another one (expired, broken, or the store's data lost)",
+                ))
+            }
+        }
+    }
+
     /// Our holder record, or the loss it shows.
     fn ours<'a>(&self, lease: &Lease, snap: &'a Snapshot) -> Result<&'a (HolderRecord, KeyValue)> {
         match &snap.holder {
@@ -887,32 +921,12 @@ impl Backend for EtcdBackend {
     }
 
     async fn renew(&self, lease: &Lease) -> Result<()> {
-        const OP: &str = "renew";
         let sent = tokio::time::Instant::now();
-        let value = self.held().get(lease.lease_id.as_str()).cloned();
-        let value = match value {
-            Some(v) => v,
-            None => {
-                let snap = self.read(OP, Some(&lease.key)).await?;
-                self.ours(lease, &snap)?.1.value.clone()
-            }
-        };
-        // Our holder key, value for value (our lease id is in it), moved
-        // onto a session that lives a whole TTL from this renewal's send:
-        // it can only extend our own grant, never another holder's.
-        match self
-            .hang(OP, &lease.key, &value, lease.ttl, Some(sent))
-            .await?
-        {
-            Some(_) => Ok(()),
-            None => {
-                self.held().remove(lease.lease_id.as_str());
-                Err(lost(
-                    &lease.key,
-                    "the key has no holder in etcd, or another one (expired, broken, or the store's data lost)",
-                ))
-            }
-        }
+        self.move_on(lease, Some(sent)).await.map(|_| ())
+    }
+
+    async fn renew_ran(&self, lease: &Lease) -> Result<Duration> {
+        self.move_on(lease, None).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<()> {

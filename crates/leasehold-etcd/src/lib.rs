@@ -80,10 +80,14 @@
 //!   whose lease id is already the holder's (a retry after an ambiguous
 //!   answer) keeps its etcd lease alive and answers the same token.
 //! * **Renew** (one `Txn`): puts the holder key again, with the value our
-//!   grant wrote (our lease id is in it), on a session granted no earlier
-//!   than the renewal's send (less the whole-second rounding to spare), if
-//!   the key still has that value; otherwise the lease is lost (released,
-//!   expired, broken, another holder's, or the store's data lost).
+//!   grant wrote (our lease id is in it), on the current session, if the
+//!   key still has that value; otherwise the lease is lost (released,
+//!   expired, broken, another holder's, or the store's data lost). The
+//!   engine renews through `Backend::renew_ran`, which takes the current
+//!   session as a grant does and reports the part of the TTL that had run
+//!   out (at most 5 %), so that the renewals of many keys share a session
+//!   instead of granting one each; plain `Backend::renew` (a wrapper that
+//!   forwards only it) asks for a session granted no earlier than its send.
 //! * **Release** (one `Txn`): deletes the holder key if its value is still
 //!   the one our grant wrote (our lease id is in it), and nothing else; the
 //!   session lives on for the process's other keys. **Break**: a `Txn`

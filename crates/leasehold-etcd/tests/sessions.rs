@@ -207,3 +207,41 @@ async fn a_key_nobody_renews_is_freed_while_its_sibling_is_renewed() {
     assert_ne!(holder_lease(&backend, &renewed.key).await, 0);
     backend.release(&renewed).await.unwrap();
 }
+
+/// Renewals through `renew_ran` (the engine's) move many keys onto one
+/// session, as grants do: ten renewals are ten `Txn`s and at most one
+/// `LeaseGrant`, not a lease granted for each (which, with thousands of
+/// keys renewing, would queue every renewal behind a grant).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_share_sessions() {
+    let Some(backend) = common::backend().await else {
+        return;
+    };
+    let ttl = Duration::from_millis(4500);
+    let mut leases = Vec::new();
+    for i in 0..10 {
+        leases.push(
+            try_grant(&backend, &key(&format!("renewals-{i}")), ttl)
+                .await
+                .0,
+        );
+    }
+    let before = backend.requests_sent();
+    for l in &leases {
+        let ran = backend.renew_ran(l).await.unwrap();
+        assert!(ran <= ttl / 20, "{ran:?}");
+    }
+    let sent = backend.requests_sent() - before;
+    assert!(sent <= 11, "ten renewals sent {sent} requests");
+    let sessions: std::collections::HashSet<i64> = {
+        let mut s = std::collections::HashSet::new();
+        for l in &leases {
+            s.insert(holder_lease(&backend, &l.key).await);
+        }
+        s
+    };
+    assert!(sessions.len() <= 2, "{sessions:?}");
+    for l in leases {
+        backend.release(&l).await.unwrap();
+    }
+}

@@ -112,6 +112,13 @@ impl Backend for GrantHeld {
         self.inner.renew(lease).await
     }
 
+    async fn renew_ran(&self, lease: &Lease) -> Result<std::time::Duration> {
+        if self.is_bogus(lease) {
+            return Ok(std::time::Duration::ZERO);
+        }
+        self.inner.renew_ran(lease).await
+    }
+
     async fn release(&self, lease: &Lease) -> Result<()> {
         if self.bogus.lock().unwrap().remove(&lease.lease_id) {
             return Ok(());
@@ -187,6 +194,10 @@ impl Backend for EpochlessTokens {
 
     async fn renew(&self, lease: &Lease) -> Result<()> {
         self.inner.renew(&self.real(lease)).await
+    }
+
+    async fn renew_ran(&self, lease: &Lease) -> Result<std::time::Duration> {
+        self.inner.renew_ran(&self.real(lease)).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<()> {

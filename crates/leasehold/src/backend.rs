@@ -269,8 +269,21 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// One attempt to take the lease described by `request`.
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<AcquireOutcome>;
 
-    /// Extends `lease` by its TTL.
+    /// Extends `lease` by its TTL, counted from the send.
     async fn renew(&self, lease: &Lease) -> Result<()>;
+
+    /// [`renew`](Self::renew), where the store may extend the lease by a
+    /// little less: the answer is how much of the TTL had already run out
+    /// at the send, as [`Grant::ran`] is for a grant, and the holder's
+    /// safety deadline counts from that much earlier. The engine renews
+    /// through this. The default is `renew`, with nothing run out; a store
+    /// whose renewals can share work this way (etcd: keys moved onto a
+    /// lease granted shortly before, instead of one granted for each
+    /// renewal) overrides it. A wrapper that forwards only `renew` gets
+    /// `renew`'s stricter answer, which is always safe.
+    async fn renew_ran(&self, lease: &Lease) -> Result<Duration> {
+        self.renew(lease).await.map(|()| Duration::ZERO)
+    }
 
     /// Ends `lease`.
     async fn release(&self, lease: &Lease) -> Result<()>;

@@ -113,29 +113,32 @@ impl RenewalLoop {
         let outcome = tokio::select! {
             biased;
             _ = self.stop.cancelled() => return Step::Stop,
-            r = self.backend.renew(&self.lease) => Ok(r),
+            r = self.backend.renew_ran(&self.lease) => Ok(r),
             // Whatever the network does, the guard is lost at the deadline
             // (on the lease's clock).
             _ = clock.sleep_until(deadline) => Err(()),
         };
         self.state.labels.renewal(match &outcome {
-            Ok(Ok(())) => "ok",
+            Ok(Ok(_)) => "ok",
             Ok(Err(Error::LeaseLost { .. })) | Err(()) => "lost",
             Ok(Err(_)) => "error",
         });
         match outcome {
-            Ok(Ok(())) => {
+            Ok(Ok(ran)) => {
                 *failures = 0;
+                // Counted from the send, or from earlier where the store
+                // says part of the TTL had already run out.
+                let from = sent.saturating_sub(ran);
                 if !self
                     .state
-                    .set_deadline(sent + self.opts.trusted - self.opts.safety_margin)
+                    .set_deadline(from + self.opts.trusted - self.opts.safety_margin)
                 {
                     // Answered after the deadline passed: the lease may have
                     // been counted as lost already, and stays so.
                     self.lose(LossReason::Expired);
                     return Step::Lost;
                 }
-                self.next_renewal = sent + self.opts.renew_interval;
+                self.next_renewal = from + self.opts.renew_interval;
                 tracing::debug!(key = %self.lease.key, token = self.lease.fencing_token, "renewed");
                 Step::Renewed
             }

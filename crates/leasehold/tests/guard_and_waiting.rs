@@ -55,6 +55,8 @@ struct Faulty {
     /// Grants say this much of their TTL had run out at the send (a lease
     /// shared with keys granted earlier, as etcd's sessions are).
     ran: std::sync::Mutex<Duration>,
+    /// Renewals (through `renew_ran`) say the same.
+    renewal_ran: std::sync::Mutex<Duration>,
 }
 
 #[async_trait]
@@ -116,6 +118,10 @@ impl Backend for Faulty {
             ));
         }
         self.inner.renew(lease).await
+    }
+    async fn renew_ran(&self, lease: &Lease) -> Result<Duration> {
+        self.renew(lease).await?;
+        Ok(*self.renewal_ran.lock().unwrap())
     }
     async fn release(&self, lease: &Lease) -> Result<()> {
         self.releases.fetch_add(1, Ordering::SeqCst);
@@ -1095,4 +1101,35 @@ async fn a_grant_whose_ttl_had_partly_run_shortens_the_holders_deadline() {
     assert!(shared.valid_for() <= ttl - Duration::from_secs(3));
     fresh.release().await.unwrap();
     shared.release().await.unwrap();
+}
+
+/// The same for a renewal: one that says part of the TTL had already run
+/// out (`Backend::renew_ran`: etcd moves the key onto a lease granted
+/// shortly before) moves the holder's deadline that much less far.
+#[tokio::test(start_paused = true)]
+async fn a_renewal_whose_ttl_had_partly_run_moves_the_deadline_less_far() {
+    let (backend, store) = faulty_on_tokio_time();
+    tokio::time::advance(Duration::from_secs(60)).await;
+    let ttl = Duration::from_secs(9);
+    let guard = store
+        .lock_with("k", LockOptions::new().ttl(ttl))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    let fresh = guard.valid_for();
+    *backend.renewal_ran.lock().unwrap() = Duration::from_secs(2);
+    let mut deadline = guard.deadline_watch();
+    let before = backend.renewals.load(Ordering::SeqCst);
+    // Paused time: the first renewal (a third of the TTL in) is answered
+    // at once, at its send.
+    while backend.renewals.load(Ordering::SeqCst) == before {
+        deadline.changed().await.unwrap();
+    }
+    assert_eq!(
+        guard.valid_for(),
+        fresh - Duration::from_secs(2),
+        "the renewal's TTL that had run out was not taken off the deadline"
+    );
+    guard.release().await.unwrap();
 }
