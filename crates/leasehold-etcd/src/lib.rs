@@ -78,7 +78,8 @@
 //!   happened in between (a re-created cluster numbers its revisions from 1
 //!   again, so a remembered revision can name another record). A request
 //!   whose lease id is already the holder's (a retry after an ambiguous
-//!   answer) keeps its etcd lease alive and answers the same token.
+//!   answer) moves the holder key onto the current session, as a renewal
+//!   does, and answers the same token.
 //! * **Renew** (one `Txn`): puts the holder key again, with the value our
 //!   grant wrote (our lease id is in it), on the current session, if the
 //!   key still has that value; otherwise the lease is lost (released,
@@ -118,17 +119,17 @@
 //!
 //! **Upgrading from per-grant etcd leases** (leasehold before sessions):
 //! an older process's break revokes the holder key's etcd lease, which for
-//! a newer holder is its session: every key that process holds with that
-//! TTL is freed at once, and each holder learns it at its next renewal, as
+//! a newer holder is a session: every key hung on it is freed at once, and each holder learns it at its next renewal, as
 //! after any break. Upgrade every process that shares a prefix.
 //!
 //! # Fencing tokens
 //! The etcd revision is global to the cluster and 64 bits wide: it does not
 //! fit the 22 counter bits of leasehold's token layout (`epoch << 22 +
 //! counter`), and it restarts at 1 in a re-created cluster. So each key has
-//! its own counter in `P k/KEY`, read and written in the grant's `Txn`,
-//! whose `mod_revision` comparison makes the read-increment-write atomic:
-//! two grants cannot both succeed from the same record. The record is never
+//! its own counter in `P k/KEY`, written in the grant's `Txn`, whose
+//! comparison of the record's value with the one the token was computed
+//! from makes the read-increment-write atomic: two grants cannot both
+//! succeed from the same record. The record is never
 //! attached to a lease and leasehold never deletes it, so the counter only
 //! grows (release, expiry and break leave it). When it does vanish (the
 //! prefix deleted, the cluster re-created or restored from an older
