@@ -534,7 +534,6 @@ impl EtcdRaw {
         client: &leasehold_etcd::grpc::Connection,
         prefix: &str,
     ) -> anyhow::Result<Self> {
-        use leasehold_etcd::grpc::etcdserverpb::LeaseGrantRequest;
         let (marker, fresh) = (format!("{prefix}epoch"), format!("{prefix}epoch-fresh"));
         let (rk, hk) = (
             format!("{prefix}k/{RAW_KEY}"),
@@ -552,14 +551,7 @@ impl EtcdRaw {
                 .unwrap_or(0),
             None => 0,
         };
-        let fresh = std::time::Instant::now();
-        let session = client
-            .lease()
-            .lease_grant(LeaseGrantRequest { ttl: 30, id: 0 })
-            .await
-            .context("raw etcd grant")?
-            .into_inner()
-            .id;
+        let (session, fresh) = etcd_session(client).await?;
         Ok(EtcdRaw {
             session,
             fresh,
@@ -569,6 +561,23 @@ impl EtcdRaw {
             last,
         })
     }
+}
+
+/// A new session for the raw loop: an etcd lease of 30 s, and when its
+/// grant was sent.
+async fn etcd_session(
+    client: &leasehold_etcd::grpc::Connection,
+) -> anyhow::Result<(i64, std::time::Instant)> {
+    use leasehold_etcd::grpc::etcdserverpb::LeaseGrantRequest;
+    let sent = std::time::Instant::now();
+    let id = client
+        .lease()
+        .lease_grant(LeaseGrantRequest { ttl: 30, id: 0 })
+        .await
+        .context("raw etcd grant")?
+        .into_inner()
+        .id;
+    Ok((id, sent))
 }
 
 /// leasehold's etcd requests for a free key this process used last (see
@@ -592,16 +601,8 @@ async fn etcd_cycle(
         format!("{prefix}h/{RAW_KEY}"),
     );
     if state.fresh.elapsed() > Duration::from_millis(1500) {
-        let sent = std::time::Instant::now();
-        state.session = client
-            .lease()
-            .lease_grant(LeaseGrantRequest { ttl: 30, id: 0 })
-            .await
-            .context("raw etcd grant")?
-            .into_inner()
-            .id;
+        (state.session, state.fresh) = etcd_session(client).await?;
         requests.fetch_add(1, Ordering::Relaxed);
-        state.fresh = sent;
     }
     let lease_id = uuid::Uuid::new_v4().to_string();
     let token = leasehold::next_token(state.last, state.epoch);

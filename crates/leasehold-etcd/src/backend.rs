@@ -143,6 +143,15 @@ fn lost(key: &Key, why: impl Into<String>) -> Error {
     }
 }
 
+/// The loss a release or renewal finds when the holder key no longer has
+/// our grant's value.
+fn not_ours(key: &Key) -> Error {
+    lost(
+        key,
+        "the key has no holder in etcd, or another one (expired, broken, or the store's data lost)",
+    )
+}
+
 /// Whether etcd answered that an etcd lease no longer exists (expired or
 /// revoked): a `LeaseRevoke` of it, or a `Txn` putting a key on it.
 fn is_not_found(s: &tonic::Status) -> bool {
@@ -775,22 +784,26 @@ impl EtcdBackend {
         since: Option<tokio::time::Instant>,
     ) -> Result<Duration> {
         const OP: &str = "renew";
-        let value = self.held().get(lease.lease_id.as_str()).cloned();
-        let value = match value {
-            Some(v) => v,
-            None => {
-                let snap = self.read(OP, Some(&lease.key)).await?;
-                self.ours(lease, &snap)?.1.value.clone()
-            }
-        };
+        let value = self.our_value(OP, lease).await?;
         match self.hang(OP, &lease.key, &value, lease.ttl, since).await? {
             Some(ran) => Ok(ran),
             None => {
                 self.held().remove(lease.lease_id.as_str());
-                Err(lost(
-                    &lease.key,
-                    "the key has no holder in etcd, or another one (expired, broken, or the store's data lost)",
-                ))
+                Err(not_ours(&lease.key))
+            }
+        }
+    }
+
+    /// The holder value our grant of `lease` wrote: remembered since the
+    /// grant, or (in a backend that did not make the grant) read, and
+    /// checked to be ours.
+    async fn our_value(&self, op: &'static str, lease: &Lease) -> Result<Vec<u8>> {
+        let value = self.held().get(lease.lease_id.as_str()).cloned();
+        match value {
+            Some(v) => Ok(v),
+            None => {
+                let snap = self.read(op, Some(&lease.key)).await?;
+                Ok(self.ours(lease, &snap)?.1.value.clone())
             }
         }
     }
@@ -932,14 +945,7 @@ impl Backend for EtcdBackend {
     async fn release(&self, lease: &Lease) -> Result<()> {
         const OP: &str = "release";
         let hk = self.holder_key(lease.key.as_str());
-        let value = self.held().get(lease.lease_id.as_str()).cloned();
-        let value = match value {
-            Some(v) => v,
-            None => {
-                let snap = self.read(OP, Some(&lease.key)).await?;
-                self.ours(lease, &snap)?.1.value.clone()
-            }
-        };
+        let value = self.our_value(OP, lease).await?;
         // Deletes the holder key only while it is our grant's, value for
         // value (our lease id is in it): a retried release after someone
         // else was granted the key changes nothing (unlike deleting the
@@ -956,10 +962,7 @@ impl Backend for EtcdBackend {
         if resp.succeeded {
             Ok(())
         } else {
-            Err(lost(
-                &lease.key,
-                "the key has no holder in etcd, or another one (expired, broken, or the store's data lost)",
-            ))
+            Err(not_ours(&lease.key))
         }
     }
 

@@ -13,25 +13,7 @@ use leasehold::{AcquireOutcome, AcquireRequest, Backend, Error, Key, Lease, Leas
 use leasehold_etcd::{EtcdBackend, EtcdBackendBuilder};
 
 async fn grant(backend: &EtcdBackend, key: &Key, ttl: Duration) -> Lease {
-    let epoch = current_epoch(backend).await.epoch;
-    let request = AcquireRequest {
-        key: key.clone(),
-        lease_id: LeaseId::random(),
-        ttl,
-        owner: Owner::current(),
-        data: None,
-        epoch: Some(epoch),
-    };
-    match backend.try_acquire(&request).await.unwrap() {
-        AcquireOutcome::Acquired(g) => Lease {
-            key: key.clone(),
-            lease_id: request.lease_id,
-            ttl,
-            fencing_token: g.fencing_token,
-            epoch,
-        },
-        other => panic!("not granted: {other:?}"),
-    }
+    common::grant(backend, key, ttl).await.0
 }
 
 /// etcd issue 22082's scenario: holder A's lease runs out (its process was

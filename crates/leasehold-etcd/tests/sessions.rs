@@ -10,34 +10,9 @@ mod common;
 use std::time::Duration;
 
 use leasehold::conformance::current_epoch;
-use leasehold::{AcquireOutcome, AcquireRequest, Backend, Grant, Key, Lease, LeaseId, Owner};
+use leasehold::{Backend, Key};
 use leasehold_etcd::grpc::etcdserverpb::{LeaseRevokeRequest, RangeRequest};
 use leasehold_etcd::EtcdBackend;
-
-async fn try_grant(backend: &EtcdBackend, key: &Key, ttl: Duration) -> (Lease, Grant) {
-    let epoch = current_epoch(backend).await.epoch;
-    let request = AcquireRequest {
-        key: key.clone(),
-        lease_id: LeaseId::random(),
-        ttl,
-        owner: Owner::current(),
-        data: None,
-        epoch: Some(epoch),
-    };
-    match backend.try_acquire(&request).await.unwrap() {
-        AcquireOutcome::Acquired(g) => (
-            Lease {
-                key: key.clone(),
-                lease_id: request.lease_id,
-                ttl,
-                fencing_token: g.fencing_token,
-                epoch,
-            },
-            g,
-        ),
-        other => panic!("not granted: {other:?}"),
-    }
-}
 
 /// The etcd lease the key's holder key hangs on (0: none, or no holder).
 async fn holder_lease(backend: &EtcdBackend, key: &Key) -> i64 {
@@ -71,29 +46,12 @@ async fn an_uncontended_cycle_is_two_requests() {
     // session from needing a keep-alive during the cycles.
     let ttl = Duration::from_millis(4500);
     let k = key("cycle");
-    let (first, _) = try_grant(&backend, &k, ttl).await;
+    let (first, _) = common::grant(&backend, &k, ttl).await;
     backend.release(&first).await.unwrap();
     let epoch = current_epoch(&backend).await.epoch;
     for _ in 0..3 {
         let before = backend.requests_sent();
-        let request = AcquireRequest {
-            key: k.clone(),
-            lease_id: LeaseId::random(),
-            ttl,
-            owner: Owner::current(),
-            data: None,
-            epoch: Some(epoch),
-        };
-        let AcquireOutcome::Acquired(g) = backend.try_acquire(&request).await.unwrap() else {
-            panic!("not granted")
-        };
-        let lease = Lease {
-            key: k.clone(),
-            lease_id: request.lease_id,
-            ttl,
-            fencing_token: g.fencing_token,
-            epoch,
-        };
+        let (lease, _) = common::grant_in(&backend, &k, ttl, epoch).await;
         backend.release(&lease).await.unwrap();
         assert_eq!(
             backend.requests_sent() - before,
@@ -102,9 +60,9 @@ async fn an_uncontended_cycle_is_two_requests() {
         );
     }
 
-    let (a, _) = try_grant(&backend, &key("shared-a"), ttl).await;
-    let (b, _) = try_grant(&backend, &key("shared-b"), ttl).await;
-    let (c, _) = try_grant(&backend, &key("own"), Duration::from_secs(3)).await;
+    let (a, _) = common::grant(&backend, &key("shared-a"), ttl).await;
+    let (b, _) = common::grant(&backend, &key("shared-b"), ttl).await;
+    let (c, _) = common::grant(&backend, &key("own"), Duration::from_secs(3)).await;
     let (la, lb, lc) = (
         holder_lease(&backend, &a.key).await,
         holder_lease(&backend, &b.key).await,
@@ -128,10 +86,10 @@ async fn a_grant_on_an_older_session_says_how_much_of_its_ttl_ran() {
     // 2 s: a 2 s etcd lease, no second to spare.
     let ttl = Duration::from_secs(2);
     let started = tokio::time::Instant::now();
-    let (first, g1) = try_grant(&backend, &key("older-1"), ttl).await;
+    let (first, g1) = common::grant(&backend, &key("older-1"), ttl).await;
     assert!(g1.ran < Duration::from_millis(100), "{:?}", g1.ran);
     tokio::time::sleep(Duration::from_millis(60)).await;
-    let (second, g2) = try_grant(&backend, &key("older-2"), ttl).await;
+    let (second, g2) = common::grant(&backend, &key("older-2"), ttl).await;
     assert_eq!(
         holder_lease(&backend, &first.key).await,
         holder_lease(&backend, &second.key).await
@@ -154,7 +112,7 @@ async fn a_revoked_session_is_replaced_at_the_next_grant() {
         return;
     };
     let ttl = Duration::from_secs(5);
-    let (a, _) = try_grant(&backend, &key("revoked-a"), ttl).await;
+    let (a, _) = common::grant(&backend, &key("revoked-a"), ttl).await;
     let session = holder_lease(&backend, &a.key).await;
     backend
         .connection()
@@ -168,7 +126,7 @@ async fn a_revoked_session_is_replaced_at_the_next_grant() {
         "the key outlived its lease"
     );
     assert!(backend.renew(&a).await.unwrap_err().is_lease_lost());
-    let (b, _) = try_grant(&backend, &key("revoked-b"), ttl).await;
+    let (b, _) = common::grant(&backend, &key("revoked-b"), ttl).await;
     let new = holder_lease(&backend, &b.key).await;
     assert!(new != 0 && new != session, "{session} then {new}");
     backend.release(&b).await.unwrap();
@@ -184,8 +142,8 @@ async fn a_key_nobody_renews_is_freed_while_its_sibling_is_renewed() {
         return;
     };
     let ttl = Duration::from_secs(2);
-    let (renewed, _) = try_grant(&backend, &key("sibling-renewed"), ttl).await;
-    let (left, _) = try_grant(&backend, &key("sibling-left"), ttl).await;
+    let (renewed, _) = common::grant(&backend, &key("sibling-renewed"), ttl).await;
+    let (left, _) = common::grant(&backend, &key("sibling-left"), ttl).await;
     assert_eq!(
         holder_lease(&backend, &renewed.key).await,
         holder_lease(&backend, &left.key).await,
@@ -221,7 +179,7 @@ async fn renewals_share_sessions() {
     let mut leases = Vec::new();
     for i in 0..10 {
         leases.push(
-            try_grant(&backend, &key(&format!("renewals-{i}")), ttl)
+            common::grant(&backend, &key(&format!("renewals-{i}")), ttl)
                 .await
                 .0,
         );

@@ -179,3 +179,45 @@ impl PrivateServer {
 
 /// The repository's root, whose `scripts/` run the servers.
 const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+/// A lease taken straight from `backend` in `epoch` (nobody renews it),
+/// and the backend's grant; panics if it is not granted.
+pub async fn grant_in(
+    backend: &EtcdBackend,
+    key: &leasehold::Key,
+    ttl: Duration,
+    epoch: u64,
+) -> (leasehold::Lease, leasehold::Grant) {
+    use leasehold::{AcquireOutcome, AcquireRequest, Backend, LeaseId, Owner};
+    let request = AcquireRequest {
+        key: key.clone(),
+        lease_id: LeaseId::random(),
+        ttl,
+        owner: Owner::current(),
+        data: None,
+        epoch: Some(epoch),
+    };
+    match backend.try_acquire(&request).await.unwrap() {
+        AcquireOutcome::Acquired(g) => (
+            leasehold::Lease {
+                key: key.clone(),
+                lease_id: request.lease_id,
+                ttl,
+                fencing_token: g.fencing_token,
+                epoch,
+            },
+            g,
+        ),
+        other => panic!("not granted: {other:?}"),
+    }
+}
+
+/// [`grant_in`] the store's current epoch (one more request, to learn it).
+pub async fn grant(
+    backend: &EtcdBackend,
+    key: &leasehold::Key,
+    ttl: Duration,
+) -> (leasehold::Lease, leasehold::Grant) {
+    let epoch = leasehold::conformance::current_epoch(backend).await.epoch;
+    grant_in(backend, key, ttl, epoch).await
+}
