@@ -22,7 +22,9 @@ use leasehold::{
 use crate::builder::{self, AzureBackendBuilder};
 use crate::error::{RequestError, Secrets, NAME};
 use crate::record::Record;
-use crate::{epoch, names, record, MAX_TTL, MIN_TTL};
+use leasehold::backend::names;
+
+use crate::{epoch, record, MAX_TTL, MIN_TTL};
 
 /// A lock blob as last seen by this process.
 #[derive(Debug, Clone)]
@@ -214,7 +216,7 @@ impl AzureBackend {
     }
 
     pub(crate) fn blob(&self, key: &Key) -> (String, BlobClient) {
-        let name = names::blob_name(&self.inner.prefix, key);
+        let name = names::object_name(&self.inner.prefix, key);
         let client = self.inner.container.blob_client(&name);
         (name, client)
     }

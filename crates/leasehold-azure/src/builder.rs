@@ -567,7 +567,10 @@ fn normalize_prefix(prefix: &str) -> Result<String> {
     if key.as_str().len() > 256 {
         return Err(Error::invalid("prefix", "at most 256 characters"));
     }
-    Ok(format!("{}/", crate::names::escape(key.as_str())))
+    Ok(format!(
+        "{}/",
+        leasehold::backend::names::escape(key.as_str())
+    ))
 }
 
 /// What an `azblob://CONTAINER[/PREFIX][?max_ttl=DURATION]` URL says.

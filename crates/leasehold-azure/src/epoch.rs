@@ -378,7 +378,7 @@ mod tests {
 
     #[test]
     fn the_marker_is_no_key() {
-        assert_eq!(crate::names::key_of("", MARKER), None);
+        assert_eq!(leasehold::backend::names::key_of("", MARKER), None);
     }
 
     #[test]

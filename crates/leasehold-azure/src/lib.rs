@@ -288,7 +288,6 @@ mod builder;
 mod credential;
 mod epoch;
 mod error;
-mod names;
 mod record;
 mod runs;
 

@@ -1,8 +1,7 @@
 //! [`DynamoDbBackend`]: the protocol of the crate docs, request by request.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -18,11 +17,11 @@ use leasehold::{
 };
 
 use crate::builder::DynamoDbBackendBuilder;
-use crate::epoch::{ServiceDate, EPOCH, MARKER_KEY};
+use crate::epoch::{EPOCH, MARKER_KEY};
 use crate::error::{map_sdk, Message, BACKEND};
-use crate::observe::Observations;
 use crate::record::{self, n, s, unix_ms, Expr, Item, Stored};
 use crate::{TakeoverMode, WallClock, MAX_TTL, MIN_TTL};
+use leasehold::backend::Observations;
 
 /// A [`Backend`] on a DynamoDB table. See the [crate docs](crate) for the
 /// protocol, the table schema and the IAM permissions.
@@ -45,9 +44,9 @@ pub struct DynamoDbBackend {
     pub(crate) creation: leasehold::Creation,
     /// The table's epoch as last read, and when (on `clock`).
     pub(crate) epoch: Mutex<(StoreEpoch, Duration)>,
-    pub(crate) dates: ServiceDate,
+    pub(crate) dates: leasehold_aws::ServiceDate,
     pub(crate) observations: Observations,
-    pub(crate) requests: Arc<AtomicU64>,
+    pub(crate) requests: leasehold_aws::RequestCounter,
 }
 
 impl fmt::Debug for DynamoDbBackend {
@@ -115,7 +114,7 @@ impl DynamoDbBackend {
     /// How many HTTP requests this backend has sent (every attempt,
     /// the SDK's retries included), for metrics and tests.
     pub fn requests_sent(&self) -> u64 {
-        self.requests.load(Ordering::Relaxed)
+        self.requests.get()
     }
 
     /// The SDK client, for anything leasehold does not do.

@@ -2,14 +2,9 @@
 //! that new items are checked against, and the service's `Date` header used
 //! to tell the epoch's age.
 
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use aws_sdk_dynamodb::config::interceptors::BeforeDeserializationInterceptorContextRef;
-use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
-use aws_sdk_dynamodb::error::BoxError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
-use aws_sdk_dynamodb::primitives::{DateTime, DateTimeFormat};
 use aws_sdk_dynamodb::types::TableDescription;
 use leasehold::{epoch_at, Error, Result, StoreEpoch};
 
@@ -27,38 +22,6 @@ pub(crate) const MAX_TTL_MS: &str = "max_ttl_ms";
 /// [`Creation::NewProven`](leasehold::Creation::NewProven): its epoch is
 /// proven, settled at once in every process.
 pub(crate) const PROVEN: &str = "proven";
-
-/// Records the `Date` header of every response: the service's clock.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct ServiceDate(Arc<Mutex<Option<SystemTime>>>);
-
-impl ServiceDate {
-    pub(crate) fn take(&self) -> Option<SystemTime> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
-    }
-}
-
-impl Intercept for ServiceDate {
-    fn name(&self) -> &'static str {
-        "leasehold::ServiceDate"
-    }
-
-    fn read_before_deserialization(
-        &self,
-        context: &BeforeDeserializationInterceptorContextRef<'_>,
-        _runtime_components: &RuntimeComponents,
-        _cfg: &mut ConfigBag,
-    ) -> std::result::Result<(), BoxError> {
-        let date = context
-            .response()
-            .headers()
-            .get("date")
-            .and_then(|d| DateTime::from_str(d, DateTimeFormat::HttpDate).ok())
-            .and_then(|d| SystemTime::try_from(d).ok());
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = date;
-        Ok(())
-    }
-}
 
 /// The epoch of a table described at `date` (the service's clock then, if
 /// known): its creation time, and its age by the service's own clock.

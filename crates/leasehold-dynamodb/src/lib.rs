@@ -222,7 +222,6 @@ mod backend;
 mod builder;
 mod epoch;
 mod error;
-mod observe;
 mod record;
 mod table;
 mod url;

@@ -83,9 +83,9 @@ mod tests {
     fn parses_every_parameter() {
         let b = parse("dynamodb://locks?region=eu-west-1&endpoint=http%3A%2F%2F127.0.0.1%3A8000&profile=dev&max_clock_skew=2s&create_table=false").unwrap();
         assert_eq!(b.table, "locks");
-        assert_eq!(b.region.as_deref(), Some("eu-west-1"));
-        assert_eq!(b.endpoint.as_deref(), Some("http://127.0.0.1:8000"));
-        assert_eq!(b.profile.as_deref(), Some("dev"));
+        assert_eq!(b.aws.region.as_deref(), Some("eu-west-1"));
+        assert_eq!(b.aws.endpoint.as_deref(), Some("http://127.0.0.1:8000"));
+        assert_eq!(b.aws.profile.as_deref(), Some("dev"));
         assert_eq!(
             b.takeover,
             TakeoverMode::TrustClocks {
@@ -100,10 +100,10 @@ mod tests {
     #[test]
     fn unencoded_endpoint_and_bare_table() {
         let b = parse("dynamodb://locks?endpoint=http://127.0.0.1:8000&region=us-east-1").unwrap();
-        assert_eq!(b.endpoint.as_deref(), Some("http://127.0.0.1:8000"));
+        assert_eq!(b.aws.endpoint.as_deref(), Some("http://127.0.0.1:8000"));
         let b = parse("dynamodb://locks").unwrap();
         assert_eq!(b.table, "locks");
-        assert!(b.region.is_none() && b.endpoint.is_none());
+        assert!(b.aws.region.is_none() && b.aws.endpoint.is_none());
         assert_eq!(b.takeover, TakeoverMode::Observe);
     }
 

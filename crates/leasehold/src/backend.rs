@@ -252,7 +252,11 @@ use crate::error::Result;
 use crate::key::Key;
 use crate::runs::RunRecord;
 
+pub mod names;
+mod observe;
 pub mod params;
+
+pub use observe::Observations;
 
 pub use crate::listener::{Listener, Released, Subscribe};
 

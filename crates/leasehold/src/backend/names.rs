@@ -1,25 +1,28 @@
-//! Key ↔ blob name mapping.
+//! Key ↔ object name mapping, for stores whose records are objects named
+//! in a URL path (Azure blobs, S3 objects).
 //!
-//! # Blob names
-//! The blob for key `K` under prefix `P` is `P/` + escape(`K`) (just
+//! # Object names
+//! The object for key `K` under prefix `P` is `P/` + escape(`K`) (just
 //! escape(`K`) without a prefix). Keys use only `A-Z a-z 0-9 . _ : / -`,
-//! all fine in blob names, except that Azure mishandles names (and path
-//! segments) ending in `.`: a `.` that ends a `/`-separated segment is
+//! all fine in object names, except that names (and path segments) ending
+//! in `.` are mishandled (Azure drops them; `.` and `..` segments are
+//! normalised away by HTTP clients and servers): a `.` that ends a
+//! `/`-separated segment is
 //! written `~2E`. `~` never occurs in keys, so the mapping is reversible:
 //! unescaping replaces every `~2E` by `.`. Examples: `import-A` →
 //! `import-A`; `jobs/v1./x.` → `jobs/v1~2E/x~2E`; `a/../b` → `a/.~2E/b`.
 
-use leasehold::Key;
+use crate::key::Key;
 
 const ESCAPED_DOT: &str = "~2E";
 
-/// The blob name of `key` under `prefix` ("" or ending in `/`).
-pub(crate) fn blob_name(prefix: &str, key: &Key) -> String {
+/// The object name of `key` under `prefix` ("" or ending in `/`).
+pub fn object_name(prefix: &str, key: &Key) -> String {
     format!("{prefix}{}", escape(key.as_str()))
 }
 
 /// The escaped form of a key.
-pub(crate) fn escape(key: &str) -> String {
+pub fn escape(key: &str) -> String {
     let bytes = key.as_bytes();
     let mut out = String::with_capacity(key.len() + 4);
     for (i, c) in key.char_indices() {
@@ -36,15 +39,15 @@ pub(crate) fn escape(key: &str) -> String {
 /// The server-side listing prefix for key prefix `prefix`: the escaped
 /// prefix without trailing dots (whose escaping depends on what follows).
 /// Callers filter the decoded keys by the real prefix.
-pub(crate) fn list_prefix(blob_prefix: &str, prefix: &str) -> String {
+pub fn list_prefix(object_prefix: &str, prefix: &str) -> String {
     // Without its trailing dots the prefix cannot end in one, so escaping
     // it never guesses wrong about a segment's end.
-    format!("{blob_prefix}{}", escape(prefix.trim_end_matches('.')))
+    format!("{object_prefix}{}", escape(prefix.trim_end_matches('.')))
 }
 
-/// The key a blob name under `prefix` stands for, if it is one of ours.
-pub(crate) fn key_of(prefix: &str, blob: &str) -> Option<Key> {
-    let escaped = blob.strip_prefix(prefix)?;
+/// The key an object name under `prefix` stands for, if it is one of ours.
+pub fn key_of(prefix: &str, object: &str) -> Option<Key> {
+    let escaped = object.strip_prefix(prefix)?;
     let key = escaped.replace(ESCAPED_DOT, ".");
     if key.contains('~') || escape(&key) != escaped {
         return None;
@@ -68,7 +71,7 @@ mod tests {
             ("ns:key_1", "ns:key_1"),
         ] {
             let k = Key::new(key).unwrap();
-            assert_eq!(blob_name("p/", &k), format!("p/{name}"));
+            assert_eq!(object_name("p/", &k), format!("p/{name}"));
             assert_eq!(key_of("p/", &format!("p/{name}")), Some(k));
         }
         assert_eq!(key_of("p/", "p/a~2F"), None);
@@ -88,7 +91,7 @@ mod tests {
         ] {
             let k = Key::new(key).unwrap();
             assert!(
-                blob_name("p/", &k).starts_with(&list_prefix("p/", prefix)),
+                object_name("p/", &k).starts_with(&list_prefix("p/", prefix)),
                 "{prefix:?} {key:?}"
             );
         }

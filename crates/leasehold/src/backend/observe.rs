@@ -1,4 +1,10 @@
-//! What a waiter has seen of other holders' leases, timed on its own clock.
+//! Clock-free takeover: what a waiter has seen of other holders' leases,
+//! timed on its own monotonic clock. For stores with no server-side expiry
+//! whose records change on every write by their holder (a DynamoDB item's
+//! record version, an S3 object's ETag): a waiter may replace a record only
+//! once it has seen that same version for the holder's whole TTL (plus
+//! margins the backend adds). A live holder renews within its TTL, which
+//! changes the version and starts the watch over.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -17,9 +23,11 @@ struct Watch {
     wait: Duration,
 }
 
-/// Per key: the record version last seen held by someone else, since when.
+/// Per key: the record version last seen held by someone else, and since
+/// when, on the waiter's clock (taken after the answer that showed it
+/// arrived, so after the holder's write).
 #[derive(Debug, Default)]
-pub(crate) struct Observations {
+pub struct Observations {
     watches: Mutex<HashMap<String, Watch>>,
 }
 
@@ -27,7 +35,7 @@ impl Observations {
     /// Notes that `key` was seen held with version `rvn` at `now`; the
     /// holder may be presumed gone once `rvn` has stayed unchanged for
     /// `wait`. Returns whether that is already the case.
-    pub(crate) fn saw(&self, key: &str, rvn: &str, wait: Duration, now: Duration) -> bool {
+    pub fn saw(&self, key: &str, rvn: &str, wait: Duration, now: Duration) -> bool {
         let mut watches = self.watches.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(w) = watches.get(key) {
             if w.rvn == rvn {
@@ -56,7 +64,7 @@ impl Observations {
 
     /// The version of `key` that has stayed unchanged long enough to be
     /// taken over at `now`, if any.
-    pub(crate) fn ripe(&self, key: &str, now: Duration) -> Option<String> {
+    pub fn ripe(&self, key: &str, now: Duration) -> Option<String> {
         let watches = self.watches.lock().unwrap_or_else(|e| e.into_inner());
         watches
             .get(key)
@@ -65,7 +73,7 @@ impl Observations {
     }
 
     /// Stops watching `key` (it is free, or ours).
-    pub(crate) fn forget(&self, key: &str) {
+    pub fn forget(&self, key: &str) {
         self.watches
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -1,0 +1,428 @@
+//! What leasehold's AWS stores share, written once: loading the SDK
+//! configuration ([`AwsOptions`]), counting requests ([`RequestCounter`]),
+//! reading the service's clock from responses ([`ServiceDate`]), checking
+//! region and endpoint names, and turning SDK errors into
+//! [`leasehold::Error`]s ([`map_sdk`]). The DynamoDB store
+//! (`leasehold-dynamodb`) and the S3 store (`leasehold-s3`) build on it;
+//! nothing here is specific to either service.
+//!
+//! The interceptors implement the SDKs' common `Intercept` trait (from
+//! `aws-smithy-runtime-api`, which every AWS SDK crate re-exports), so one
+//! type serves every service's client.
+
+#![warn(missing_docs)]
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use aws_config::{BehaviorVersion, SdkConfig};
+use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::interceptors::context::{
+    BeforeDeserializationInterceptorContextRef, BeforeTransmitInterceptorContextRef,
+};
+use aws_smithy_runtime_api::client::interceptors::Intercept;
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+use aws_smithy_runtime_api::client::result::SdkError;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_types::config_bag::ConfigBag;
+use aws_smithy_types::date_time::{DateTime, Format};
+use aws_smithy_types::error::metadata::ProvideErrorMetadata;
+use aws_smithy_types::timeout::TimeoutConfig;
+use aws_types::region::Region;
+use leasehold::{Error, Result};
+
+/// A message-only error, the source of the [`Error::Backend`]s built here.
+#[derive(Debug)]
+pub struct Message(pub String);
+
+impl fmt::Display for Message {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Message {}
+
+/// The settings every AWS store's builder takes: where to connect, as whom,
+/// and how long one attempt may take. [`load`](Self::load) turns them into
+/// an [`SdkConfig`], and the stores' client configurations start from it.
+#[derive(Clone)]
+pub struct AwsOptions {
+    /// The region (otherwise the standard chain's).
+    pub region: Option<String>,
+    /// Another endpoint than AWS's (an emulator).
+    pub endpoint: Option<String>,
+    /// The AWS profile to read.
+    pub profile: Option<String>,
+    /// Credentials instead of the standard chain.
+    pub credentials: Option<SharedCredentialsProvider>,
+    /// A configuration to start from instead of loading the standard one.
+    pub sdk_config: Option<SdkConfig>,
+    /// Time limit of one HTTP attempt; the operation, with the SDK's
+    /// retries, gets three times that.
+    pub attempt_timeout: Duration,
+}
+
+impl Default for AwsOptions {
+    fn default() -> Self {
+        AwsOptions {
+            region: None,
+            endpoint: None,
+            profile: None,
+            credentials: None,
+            sdk_config: None,
+            attempt_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl fmt::Debug for AwsOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // No credentials, ever.
+        f.debug_struct("AwsOptions")
+            .field("region", &self.region)
+            .field("endpoint", &self.endpoint)
+            .field("profile", &self.profile)
+            .field("attempt_timeout", &self.attempt_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AwsOptions {
+    /// Sets the credentials provider.
+    pub fn set_credentials(&mut self, provider: impl ProvideCredentials + 'static) {
+        self.credentials = Some(SharedCredentialsProvider::new(provider));
+    }
+
+    /// Checks the region and endpoint names, then loads the SDK
+    /// configuration: the one given, or the standard chain's (environment,
+    /// profile files, web identity, container and instance metadata) with
+    /// the profile, region and credentials set here.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a malformed region or endpoint.
+    pub async fn load(&self) -> Result<SdkConfig> {
+        if let Some(region) = &self.region {
+            validate_region(region)?;
+        }
+        if let Some(endpoint) = &self.endpoint {
+            validate_endpoint(endpoint)?;
+        }
+        if let Some(config) = &self.sdk_config {
+            return Ok(config.clone());
+        }
+        let mut loader = aws_config::defaults(BehaviorVersion::latest());
+        // The SDK's hyper client with rustls on *ring* (see the stores'
+        // docs), for the service and the credential chain's endpoints alike.
+        #[cfg(feature = "https")]
+        {
+            use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
+            loader = loader.http_client(
+                aws_smithy_http_client::Builder::new()
+                    .tls_provider(Provider::Rustls(CryptoMode::Ring))
+                    .build_https(),
+            );
+        }
+        if let Some(profile) = &self.profile {
+            loader = loader.profile_name(profile);
+        }
+        if let Some(region) = &self.region {
+            loader = loader.region(Region::new(region.clone()));
+        }
+        if let Some(creds) = &self.credentials {
+            loader = loader.credentials_provider(creds.clone());
+        }
+        Ok(loader.load().await)
+    }
+
+    /// The timeouts of one operation: connect within 3 s (or the attempt
+    /// timeout, if shorter), each attempt within the attempt timeout, the
+    /// whole operation within three times that.
+    pub fn timeout_config(&self) -> TimeoutConfig {
+        TimeoutConfig::builder()
+            .connect_timeout(self.attempt_timeout.min(Duration::from_secs(3)))
+            .operation_attempt_timeout(self.attempt_timeout)
+            .operation_timeout(self.attempt_timeout * 3)
+            .build()
+    }
+
+    /// The region a client built from `configured` (its region, if any)
+    /// and these options signs for, checked.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] when there is none, or it is malformed.
+    pub fn region_of(&self, configured: Option<&Region>) -> Result<String> {
+        let region = self
+            .region
+            .clone()
+            .or_else(|| configured.map(|r| r.to_string()));
+        let Some(region) = region else {
+            return Err(Error::invalid(
+                "region",
+                "no AWS region: add region=… to the store URL, or set AWS_REGION or a region in your AWS profile",
+            ));
+        };
+        validate_region(&region)?;
+        Ok(region)
+    }
+}
+
+/// Region names look like `us-east-1`: lowercase letters, digits and
+/// hyphens. Anything else would end up in a host name.
+///
+/// # Errors
+/// [`Error::InvalidInput`] naming the region.
+pub fn validate_region(region: &str) -> Result<()> {
+    let ok = (1..=64).contains(&region.len())
+        && region
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !region.starts_with('-')
+        && !region.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            "region",
+            format!("{region:?} is not an AWS region name (such as us-east-1)"),
+        ))
+    }
+}
+
+/// An endpoint is an `http://` or `https://` URL with a host and no user
+/// info (which is refused without being repeated: it may be a secret).
+///
+/// # Errors
+/// [`Error::InvalidInput`] saying what is wrong.
+pub fn validate_endpoint(endpoint: &str) -> Result<()> {
+    let rest = endpoint
+        .strip_prefix("http://")
+        .or_else(|| endpoint.strip_prefix("https://"));
+    let Some(rest) = rest else {
+        return Err(Error::invalid(
+            "endpoint",
+            "the endpoint must be an http:// or https:// URL, such as http://127.0.0.1:8000",
+        ));
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if authority.contains('@') {
+        return Err(Error::invalid(
+            "endpoint",
+            "the endpoint must not carry user info; credentials come from the AWS credential chain",
+        ));
+    }
+    if authority.is_empty() {
+        return Err(Error::invalid(
+            "endpoint",
+            format!("{endpoint:?} has no host"),
+        ));
+    }
+    Ok(())
+}
+
+/// Counts HTTP requests sent (every attempt, retries included).
+#[derive(Debug, Clone, Default)]
+pub struct RequestCounter(Arc<AtomicU64>);
+
+impl RequestCounter {
+    /// How many requests were sent so far.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+impl Intercept for RequestCounter {
+    fn name(&self) -> &'static str {
+        "leasehold::RequestCounter"
+    }
+
+    fn read_before_transmit(
+        &self,
+        _context: &BeforeTransmitInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> std::result::Result<(), BoxError> {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// Records the `Date` header of every response: the service's clock, in
+/// whole seconds (truncated), as of the response.
+#[derive(Debug, Clone, Default)]
+pub struct ServiceDate(Arc<Mutex<Option<SystemTime>>>);
+
+impl ServiceDate {
+    /// The `Date` of the last response, forgetting it.
+    pub fn take(&self) -> Option<SystemTime> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+impl Intercept for ServiceDate {
+    fn name(&self) -> &'static str {
+        "leasehold::ServiceDate"
+    }
+
+    fn read_before_deserialization(
+        &self,
+        context: &BeforeDeserializationInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> std::result::Result<(), BoxError> {
+        let date = context.response().headers().get("date").and_then(http_date);
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = date;
+        Ok(())
+    }
+}
+
+/// An HTTP date (`Date`, `Last-Modified`) as a time.
+pub fn http_date(text: &str) -> Option<SystemTime> {
+    DateTime::from_str(text, Format::HttpDate)
+        .ok()
+        .and_then(|d| SystemTime::try_from(d).ok())
+}
+
+/// How one AWS service's errors read: the store's name, the service's,
+/// and which of its error codes mean what.
+#[derive(Debug)]
+pub struct Service {
+    /// The store's name in errors ("dynamodb", "s3").
+    pub backend: &'static str,
+    /// The service's name in messages ("DynamoDB", "S3").
+    pub name: &'static str,
+    /// Error codes after which a later retry may succeed.
+    pub retryable_codes: &'static [&'static str],
+    /// Error codes that mean the credentials are missing, wrong or not
+    /// allowed: said plainly, since the SDK's own text can be terse.
+    pub auth_codes: &'static [&'static str],
+    /// The error code that means the store's table or bucket is missing.
+    pub not_found_code: &'static str,
+}
+
+/// Maps an SDK failure of `operation` on `what` (the table or bucket, as
+/// the messages should name it) into a [`leasehold::Error`].
+///
+/// The text comes from the SDK's error chain, which names the failure (and
+/// the service's code and message) but never the credentials.
+pub fn map_sdk<E>(
+    service: &Service,
+    what: &str,
+    operation: &'static str,
+    err: SdkError<E, HttpResponse>,
+) -> Error
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    let chain = match &err {
+        SdkError::ServiceError(se) => {
+            let code = se.err().code().unwrap_or("unknown error");
+            match se.err().message() {
+                Some(m) => format!("{code}: {m}"),
+                None => code.to_string(),
+            }
+        }
+        other => chain(other),
+    };
+    let (retryable, text) = match &err {
+        SdkError::ConstructionFailure(_) => (
+            false,
+            format!(
+                "could not build the request (is a region or are credentials missing?): {chain}"
+            ),
+        ),
+        SdkError::TimeoutError(_) => (
+            true,
+            format!("no answer in time; the request may or may not have been applied: {chain}"),
+        ),
+        SdkError::DispatchFailure(d) => {
+            // Identity resolution failures surface here too, and are not
+            // transient in the way a refused connection may be.
+            let no_credentials = chain.contains("credentials") || chain.contains("identity");
+            if chain.contains("no identity resolver") {
+                (
+                    false,
+                    "no AWS credentials: none are configured (the standard chain looks at the environment, profile files, web identity, container and instance metadata)".to_string(),
+                )
+            } else if no_credentials {
+                (
+                    false,
+                    format!("could not get AWS credentials from the standard chain (environment, profile, web identity, instance metadata): {chain}"),
+                )
+            } else {
+                (
+                    d.is_io() || d.is_timeout() || d.is_other() || d.is_user(),
+                    format!("could not reach {}: {chain}", service.name),
+                )
+            }
+        }
+        SdkError::ResponseError(_) => (true, format!("unreadable response: {chain}")),
+        SdkError::ServiceError(se) => {
+            let code = se.err().code().unwrap_or("");
+            let status = se.raw().status().as_u16();
+            if service.auth_codes.contains(&code) || status == 403 {
+                (
+                    false,
+                    format!(
+                        "{} refused the credentials or the permission: {chain}",
+                        service.name
+                    ),
+                )
+            } else if code == service.not_found_code {
+                (false, format!("{what} does not exist: {chain}"))
+            } else {
+                (
+                    service.retryable_codes.contains(&code) || status >= 500,
+                    chain,
+                )
+            }
+        }
+        _ => (true, chain),
+    };
+    Error::backend(service.backend, operation, retryable, Message(text))
+}
+
+/// The Display texts of an error and its sources, without the Debug dumps
+/// (raw responses, headers) that the SDK's own context printer adds.
+pub fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = vec![err.to_string()];
+    let mut source = err.source();
+    while let Some(e) = source {
+        let text = e.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        source = e.source();
+    }
+    parts.join(": ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(validate_region("us-east-1").is_ok());
+        assert!(validate_region("US_EAST").is_err());
+        assert!(validate_region("evil.example.com/").is_err());
+        assert!(validate_endpoint("http://127.0.0.1:8000").is_ok());
+        assert!(validate_endpoint("ftp://x").is_err());
+        assert!(validate_endpoint("http:///x").is_err());
+        let err = validate_endpoint("http://AKID:hunter2@host").unwrap_err();
+        assert!(!err.to_string().contains("hunter2"));
+    }
+
+    #[test]
+    fn http_dates() {
+        let t = http_date("Wed, 25 Nov 2026 08:00:01 GMT").unwrap();
+        assert_eq!(
+            t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs(),
+            1_795_593_601
+        );
+        assert_eq!(http_date("yesterday"), None);
+    }
+}
