@@ -29,7 +29,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 mode=long
 [[ "${1:-}" == "--short" ]] && mode=short
-stores=(${TORTURE_STORES:-sqlite azblob dynamodb postgres redis etcd})
+stores=(${TORTURE_STORES:-sqlite azblob dynamodb postgres redis etcd s3})
 # The long run uses a release build unless TORTURE_PROFILE=debug.
 profile=debug
 [[ $mode == long ]] && profile="${TORTURE_PROFILE:-release}"
@@ -76,12 +76,14 @@ settings() {
         short:postgres) echo "30s 2s 2s" ;;
         short:redis) echo "30s 2s 2s" ;;
         short:etcd) echo "30s 2s 2s" ;;
+        short:s3) echo "30s 2s 2s" ;;
         long:sqlite) echo "${d:-15m} 1s 1s" ;;
         long:dynamodb) echo "${d:-20m} 2s 2s" ;;
         long:azblob) echo "${d:-25m} 15s 5s" ;;
         long:postgres) echo "${d:-20m} 2s 2s" ;;
         long:redis) echo "${d:-20m} 2s 2s" ;;
         long:etcd) echo "${d:-20m} 2s 2s" ;;
+        long:s3) echo "${d:-20m} 2s 2s" ;;
     esac
 }
 
@@ -231,6 +233,20 @@ for store in "${stores[@]}"; do
             faults=kill,pause,break,partition,delay,reset
             loss=loss,restart
             extra=(--restart-cmd "LEASEHOLD_ETCD_PORT=$LEASEHOLD_ETCD_PORT scripts/etcd.sh wipe")
+            ;;
+        s3)
+            # moto (scripts/moto.sh; the shared one if it runs, else one
+            # started here), a store per run (a prefix in one bucket) whose
+            # quarantine when new is kept short. Store loss deletes the
+            # store's objects, the epoch marker first.
+            if ! scripts/moto.sh status >/dev/null 2>&1; then
+                scripts/moto.sh start
+                [[ " ${started[*]} " == *" moto.sh "* ]] || started+=(moto.sh)
+            fi
+            url="s3://torture/run-$RANDOM?region=us-east-1&endpoint=$(scripts/moto.sh url)&max_ttl=5s"
+            export AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-local}" AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-local}"
+            faults=kill,pause,break,partition,delay,reset
+            loss=loss
             ;;
         *) echo "unknown store $store" >&2; exit 2 ;;
     esac

@@ -263,7 +263,7 @@ impl AzureBackendBuilder {
             .clone()
             .ok_or_else(|| Error::invalid("container", "no container name given"))?;
         validate_container(&container)?;
-        let prefix = normalize_prefix(&self.prefix)?;
+        let prefix = leasehold::backend::names::object_prefix(&self.prefix)?;
         let max_ttl = self.max_ttl.unwrap_or(crate::MAX_TTL);
         if !(crate::MIN_TTL..=crate::MAX_TTL).contains(&max_ttl) {
             return Err(Error::invalid(
@@ -550,29 +550,6 @@ fn validate_container(name: &str) -> Result<()> {
     }
 }
 
-/// The blob-name prefix for a user prefix: "" or the escaped prefix plus `/`.
-fn normalize_prefix(prefix: &str) -> Result<String> {
-    let p = prefix.trim_matches('/');
-    if p.is_empty() {
-        return Ok(String::new());
-    }
-    let key = leasehold::Key::new(p).map_err(|_| {
-        Error::invalid(
-            "prefix",
-            format!(
-                "{prefix:?}: a prefix follows the key rule (A-Z a-z 0-9 . _ : / -, no doubled '/')"
-            ),
-        )
-    })?;
-    if key.as_str().len() > 256 {
-        return Err(Error::invalid("prefix", "at most 256 characters"));
-    }
-    Ok(format!(
-        "{}/",
-        leasehold::backend::names::escape(key.as_str())
-    ))
-}
-
 /// What an `azblob://CONTAINER[/PREFIX][?max_ttl=DURATION]` URL says.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct ParsedUrl {
@@ -601,7 +578,7 @@ pub(crate) fn parse_url(url: &str) -> Result<ParsedUrl> {
         return Err(bad());
     }
     validate_container(container)?;
-    normalize_prefix(prefix)?;
+    leasehold::backend::names::object_prefix(prefix)?;
     let max_ttl = PARAMS.parse(query)?.duration("max_ttl")?;
     Ok(ParsedUrl {
         container: container.to_string(),
@@ -737,8 +714,11 @@ mod tests {
 
     #[test]
     fn prefixes() {
-        assert_eq!(normalize_prefix("").unwrap(), "");
-        assert_eq!(normalize_prefix("a/b.").unwrap(), "a/b~2E/");
-        assert!(normalize_prefix("a b").is_err());
+        assert_eq!(leasehold::backend::names::object_prefix("").unwrap(), "");
+        assert_eq!(
+            leasehold::backend::names::object_prefix("a/b.").unwrap(),
+            "a/b~2E/"
+        );
+        assert!(leasehold::backend::names::object_prefix("a b").is_err());
     }
 }

@@ -11,6 +11,7 @@
 //! | `postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?table=NAME&sslmode=MODE]` (or `postgresql://`) | PostgreSQL | `postgres` |
 //! | `redis://[USER:PASSWORD@]HOST[:PORT][/DB][?prefix=P&max_ttl=D]` (`rediss://` for TLS) | Redis | `redis` |
 //! | `etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][?prefix=P&max_ttl=D]` (`etcds://` for TLS) | etcd | `etcd` |
+//! | `s3://BUCKET[/PREFIX][?region=R&endpoint=URL&max_ttl=D]` | S3 (conditional writes) | `s3` |
 //!
 //! A build without a cloud store's feature still recognises its URLs and
 //! says which feature is missing.
@@ -26,7 +27,7 @@ use leasehold::{Backend, Creation, Error, Store};
 
 /// The store URLs leasehold opens, for messages.
 pub const FORMS: &str =
-    "expected sqlite:PATH, sqlite:///ABS/PATH, azblob://CONTAINER[/PREFIX], dynamodb://TABLE, postgres://USER@HOST/DB, redis://[:PASSWORD@]HOST[:PORT][/DB] or etcd://HOST:PORT";
+    "expected sqlite:PATH, sqlite:///ABS/PATH, azblob://CONTAINER[/PREFIX], dynamodb://TABLE, postgres://USER@HOST/DB, redis://[:PASSWORD@]HOST[:PORT][/DB], etcd://HOST:PORT or s3://BUCKET[/PREFIX]";
 
 /// What a command does with the store, which says what opening it may do
 /// ([`Access::creation`], passed to every backend the same way).
@@ -118,6 +119,7 @@ pub async fn open_backend_with(url: &str, creation: Creation) -> leasehold::Resu
         Some("postgres" | "postgresql") => open_postgres(url, creation).await,
         Some("redis" | "rediss") => open_redis(url, creation).await,
         Some("etcd" | "etcds") => open_etcd(url, creation).await,
+        Some("s3") => open_s3(url, creation).await,
         Some(scheme) if scheme != "sqlite" => Err(Error::invalid(
             "store URL",
             format!("{scheme}:// is not a store leasehold knows: {FORMS}"),
@@ -338,12 +340,36 @@ async fn open_etcd(_url: &str, _creation: Creation) -> leasehold::Result<Opened>
     Err(not_in_build("etcd"))
 }
 
+#[cfg(feature = "s3")]
+async fn open_s3(url: &str, creation: Creation) -> leasehold::Result<Opened> {
+    // Backend calls take one to three HTTP requests: the backend counts
+    // them (the SDK's retries included).
+    let backend = Arc::new(
+        leasehold_s3::S3Backend::builder_from_url(url)?
+            .creation(creation)
+            .build()
+            .await?,
+    );
+    let counted = backend.clone();
+    Ok(Opened {
+        concrete: backend.clone(),
+        backend,
+        requests: Some(Arc::new(move || counted.requests_sent())),
+    })
+}
+
+#[cfg(not(feature = "s3"))]
+async fn open_s3(_url: &str, _creation: Creation) -> leasehold::Result<Opened> {
+    Err(not_in_build("s3"))
+}
+
 #[cfg(not(all(
     feature = "azblob",
     feature = "dynamodb",
     feature = "postgres",
     feature = "redis",
-    feature = "etcd"
+    feature = "etcd",
+    feature = "s3"
 )))]
 fn not_in_build(scheme: &str) -> leasehold::Error {
     leasehold::Error::NotSupported(format!(
@@ -405,7 +431,7 @@ fn secrets_of(url: &str) -> Vec<String> {
                 // info and query do not.
                 Some((
                     "region" | "profile" | "max_clock_skew" | "create_table" | "table" | "sslmode"
-                    | "max_ttl" | "prefix" | "wake_ups",
+                    | "max_ttl" | "prefix" | "wake_ups" | "create_bucket",
                     _,
                 )) => {}
                 Some(("endpoint", v)) => {

@@ -791,7 +791,7 @@ exec "$0" section --witness "$W" --id "$ID" --ticks 0 --no-begin"#;
 /// deleted, the Azure container deleted (the backend creates it again on
 /// use), the DynamoDB table deleted and created again, the PostgreSQL
 /// table dropped, the Redis server flushed (FLUSHALL), the etcd prefix
-/// deleted. A new DynamoDB table is created from `recreate_with`.
+/// deleted, the S3 store's objects deleted. A new DynamoDB table is created from `recreate_with`.
 async fn lose_store(url: &str, recreate_with: &str) -> anyhow::Result<()> {
     if let Some(rest) = url.strip_prefix("sqlite:") {
         let rest = rest.split('?').next().unwrap_or(rest);
@@ -876,6 +876,16 @@ async fn lose_store(url: &str, recreate_with: &str) -> anyhow::Result<()> {
             .delete_store()
             .await
             .context("delete the prefix")?;
+        Ok(())
+    } else if url.starts_with("s3://") {
+        // Every object of the store deleted, the epoch marker first (an
+        // operator's `aws s3 rm --recursive`). The backend starts a new
+        // epoch on its next use.
+        leasehold_s3::S3Backend::from_url(url)
+            .await?
+            .delete_store()
+            .await
+            .context("delete the store's objects")?;
         Ok(())
     } else {
         anyhow::bail!("no store-loss fault for {}", redact(url))
@@ -1041,12 +1051,12 @@ fn upstream(store: &str) -> anyhow::Result<SocketAddr> {
             .context("the connection string has no BlobEndpoint")?
             .to_string();
         authority_of(&endpoint)
-    } else if store.starts_with("dynamodb://") {
+    } else if store.starts_with("dynamodb://") || store.starts_with("s3://") {
         let query = store.split_once('?').map(|(_, q)| q).unwrap_or("");
         let endpoint = query
             .split('&')
             .find_map(|kv| kv.strip_prefix("endpoint="))
-            .context("the dynamodb URL has no endpoint=")?;
+            .context("the store URL has no endpoint=")?;
         anyhow::ensure!(
             !endpoint.contains('%'),
             "give the endpoint unencoded for the fault proxy"

@@ -12,6 +12,7 @@
 //! unescaping replaces every `~2E` by `.`. Examples: `import-A` →
 //! `import-A`; `jobs/v1./x.` → `jobs/v1~2E/x~2E`; `a/../b` → `a/.~2E/b`.
 
+use crate::error::{Error, Result};
 use crate::key::Key;
 
 const ESCAPED_DOT: &str = "~2E";
@@ -19,6 +20,28 @@ const ESCAPED_DOT: &str = "~2E";
 /// The object name of `key` under `prefix` ("" or ending in `/`).
 pub fn object_name(prefix: &str, key: &Key) -> String {
     format!("{prefix}{}", escape(key.as_str()))
+}
+
+/// The object-name prefix of a store prefix a user gave (`""`, or a
+/// key-shaped path, leading and trailing `/` ignored): `""` or the escaped
+/// prefix plus `/`.
+///
+/// # Errors
+/// [`Error::InvalidInput`] naming the rule a prefix follows.
+pub fn object_prefix(prefix: &str) -> Result<String> {
+    let p = prefix.trim_matches('/');
+    if p.is_empty() {
+        return Ok(String::new());
+    }
+    let key = Key::new(p).map_err(|_| {
+        Error::invalid(
+            "prefix",
+            format!(
+                "{prefix:?}: a prefix follows the key rule (1-256 characters from A-Z a-z 0-9 . _ : / -, no doubled '/')"
+            ),
+        )
+    })?;
+    Ok(format!("{}/", escape(key.as_str())))
 }
 
 /// The escaped form of a key.

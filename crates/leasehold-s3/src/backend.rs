@@ -1,0 +1,897 @@
+//! [`S3Backend`]: the protocol of the crate docs, request by request.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use aws_sdk_s3::operation::get_object::GetObjectError;
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::Client;
+use leasehold::backend::names;
+use leasehold::backend::Observations;
+use leasehold::{
+    epoch_at, epoch_token_base, next_token, AcquireOutcome, AcquireRequest, Backend, Capabilities,
+    Error, Grant, HolderInfo, Key, KeyInfo, Lease, LossReason, Result, RunRecord, SharedClock,
+    StoreEpoch,
+};
+use leasehold_aws::{RequestCounter, ServiceDate};
+
+use crate::builder::S3BackendBuilder;
+use crate::error::{code, map_sdk, status, Message, BACKEND};
+use crate::record::{nonce, unix_ms, Record, StoredLease};
+use crate::{WallClock, MAX_TTL, MIN_TTL};
+
+/// Beyond this many keys remembered at once, the oldest entries are
+/// forgotten (the only cost: that key's next grant reads it first).
+const MAX_KNOWN: usize = 10_000;
+
+/// A [`Backend`] on an S3 bucket (or a prefix in one). See the
+/// [crate docs](crate) for the protocol, the object layout and the IAM
+/// permissions.
+///
+/// Cheap to share behind an `Arc` (a [`leasehold::Store`] does that); one
+/// backend keeps the takeover observations of every lock that uses it.
+pub struct S3Backend {
+    pub(crate) client: Client,
+    pub(crate) bucket: String,
+    /// `""` or ending in `/`.
+    pub(crate) prefix: String,
+    pub(crate) region: String,
+    pub(crate) endpoint: Option<String>,
+    pub(crate) clock: SharedClock,
+    pub(crate) wall: WallClock,
+    pub(crate) margin: Duration,
+    /// The max TTL a store created (marked) by this backend records.
+    pub(crate) max_ttl: Duration,
+    pub(crate) create_bucket: bool,
+    /// What opening (and any later look at the epoch) may do.
+    pub(crate) creation: leasehold::Creation,
+    /// The store's epoch as last read, and when (on `clock`).
+    pub(crate) epoch: Mutex<(StoreEpoch, Duration)>,
+    /// The last write this process made to each key: its ETag and record
+    /// (see "Requests" in the crate docs).
+    known: Mutex<HashMap<String, (String, Record)>>,
+    observations: Observations,
+    pub(crate) requests: RequestCounter,
+}
+
+impl fmt::Debug for S3Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("S3Backend")
+            .field("bucket", &self.bucket)
+            .field("prefix", &self.prefix)
+            .field("region", &self.region)
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a read of one object found.
+pub(crate) enum Got {
+    /// The object, its ETag, its `Last-Modified` and the response's `Date`.
+    Found {
+        etag: String,
+        body: Vec<u8>,
+        last_modified: Option<SystemTime>,
+        date: Option<SystemTime>,
+    },
+    /// No such object; the response's `Date`, and when (on our clock) the
+    /// answer arrived.
+    Missing {
+        date: Option<SystemTime>,
+        arrived: Duration,
+    },
+    /// No such bucket.
+    NoBucket,
+}
+
+/// The condition of a write.
+pub(crate) enum Cond<'a> {
+    /// `If-None-Match: *`: only if there is no object.
+    Create,
+    /// `If-Match`: only if the object's ETag is this one.
+    Match(&'a str),
+}
+
+/// What a conditional write did.
+pub(crate) enum Put {
+    /// Written; the new ETag.
+    Done(String),
+    /// The condition failed (or the object is gone, for `If-Match`).
+    Refused,
+    /// No such bucket.
+    NoBucket,
+}
+
+fn lost(lease: &Lease, why: impl Into<String>) -> Error {
+    Error::LeaseLost {
+        key: lease.key.to_string(),
+        reason: LossReason::Revoked(why.into()),
+    }
+}
+
+/// Why a lease is not ours, from the record as it is.
+fn not_ours(record: &Record) -> String {
+    match &record.lease {
+        None => "the lease was released or broken".into(),
+        Some(_) => format!(
+            "the key is held by another lease (fencing token {})",
+            record.fence
+        ),
+    }
+}
+
+fn check_ttl(ttl: Duration) -> Result<()> {
+    if (MIN_TTL..=MAX_TTL).contains(&ttl) {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            "ttl",
+            format!("{ttl:?} is outside the S3 backend's range of {MIN_TTL:?} to {MAX_TTL:?}"),
+        ))
+    }
+}
+
+impl S3Backend {
+    /// A builder for a backend on `bucket`.
+    pub fn builder(bucket: impl Into<String>) -> S3BackendBuilder {
+        S3BackendBuilder::new(bucket)
+    }
+
+    /// Opens `s3://BUCKET[/PREFIX]?region=…&endpoint=…&profile=…&max_ttl=…&create_bucket=…`
+    /// (see the [crate docs](crate#store-url)): loads the AWS configuration,
+    /// then checks the bucket (creating it if missing and allowed) and reads
+    /// the store's epoch.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a malformed URL, bucket name, prefix,
+    /// region or endpoint (naming what is wrong, never repeating a possible
+    /// secret); [`Error::Backend`] when S3 cannot be reached or refuses the
+    /// credentials.
+    pub async fn from_url(url: &str) -> Result<S3Backend> {
+        Self::builder_from_url(url)?.build().await
+    }
+
+    /// The builder [`from_url`](Self::from_url) builds, for setting more
+    /// before building (such as [`creation`](S3BackendBuilder::creation)).
+    ///
+    /// # Errors
+    /// As [`from_url`](Self::from_url), for the URL's form.
+    pub fn builder_from_url(url: &str) -> Result<S3BackendBuilder> {
+        crate::url::parse(url)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        client: Client,
+        bucket: String,
+        prefix: String,
+        region: String,
+        endpoint: Option<String>,
+        clock: SharedClock,
+        wall: WallClock,
+        margin: Duration,
+        max_ttl: Duration,
+        create_bucket: bool,
+        creation: leasehold::Creation,
+        requests: RequestCounter,
+    ) -> S3Backend {
+        S3Backend {
+            client,
+            bucket,
+            prefix,
+            region,
+            endpoint,
+            clock,
+            wall,
+            margin,
+            max_ttl,
+            create_bucket,
+            creation,
+            epoch: Mutex::new((StoreEpoch::new(0, max_ttl), Duration::ZERO)),
+            known: Mutex::new(HashMap::new()),
+            observations: Observations::default(),
+            requests,
+        }
+    }
+
+    /// The bucket name.
+    pub fn bucket(&self) -> &str {
+        &self.bucket
+    }
+
+    /// The prefix of the store's objects (`""` or ending in `/`).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The region requests are signed for.
+    pub fn region(&self) -> &str {
+        &self.region
+    }
+
+    /// How many HTTP requests this backend has sent (every attempt, the
+    /// SDK's retries included), for metrics and tests.
+    pub fn requests_sent(&self) -> u64 {
+        self.requests.get()
+    }
+
+    /// The SDK client, for anything leasehold does not do.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The name of `key`'s object.
+    pub fn object_name(&self, key: &Key) -> String {
+        names::object_name(&self.prefix, key)
+    }
+
+    /// Deletes every object of this store (its prefix in the bucket), the
+    /// epoch marker first, as `aws s3 rm --recursive` would: the store's
+    /// data lost. For tools and tests that inject store loss; the next use
+    /// starts a new epoch. Returns how many objects were deleted.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] when S3 cannot be reached or refuses.
+    pub async fn delete_store(&self) -> Result<usize> {
+        let mut names = Vec::new();
+        let mut token = None;
+        loop {
+            let out = self
+                .client
+                .list_objects_v2()
+                .bucket(&self.bucket)
+                .prefix(&self.prefix)
+                .set_continuation_token(token.take())
+                .send()
+                .await
+                .map_err(|e| map_sdk(&self.bucket, "delete store", e))?;
+            names.extend(
+                out.contents()
+                    .iter()
+                    .filter_map(|o| o.key().map(String::from)),
+            );
+            match out.next_continuation_token() {
+                Some(t) if out.is_truncated() == Some(true) => token = Some(t.to_string()),
+                _ => break,
+            }
+        }
+        // The marker first, wherever it sorts: no key is granted in the old
+        // epoch while the rest goes.
+        let marker = format!("{}{}", self.prefix, crate::epoch::MARKER);
+        names.sort_by_key(|n| *n != marker);
+        for name in &names {
+            self.client
+                .delete_object()
+                .bucket(&self.bucket)
+                .key(name)
+                .send()
+                .await
+                .map_err(|e| map_sdk(&self.bucket, "delete store", e))?;
+        }
+        self.known.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        Ok(names.len())
+    }
+
+    /// The store's epoch (see the crate docs), as last read when the
+    /// backend was built or found the store changed; its age is as of now.
+    pub fn epoch(&self) -> StoreEpoch {
+        let (epoch, read_at) = self.epoch.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let since = self.clock.now().saturating_sub(read_at);
+        let age = epoch.age.map(|a| a.saturating_add(since));
+        epoch.with_age(age)
+    }
+
+    /// Reads the store's epoch again (creating the bucket and the marker
+    /// if they are missing and the backend may).
+    pub(crate) async fn refresh_epoch(&self) -> Result<StoreEpoch> {
+        let epoch = crate::epoch::read_or_start(self).await?;
+        *self.epoch.lock().unwrap_or_else(|e| e.into_inner()) = (epoch.clone(), self.clock.now());
+        Ok(epoch)
+    }
+
+    /// Adds where we tried to connect to an error from opening the store.
+    pub(crate) fn connect_error(&self, err: Error) -> Error {
+        match err {
+            Error::Backend {
+                backend,
+                operation,
+                retryable,
+                source,
+            } => Error::backend(
+                backend,
+                operation,
+                retryable,
+                Message(match &self.endpoint {
+                    Some(endpoint) => format!(
+                        "{source} (bucket {:?}, region {}, endpoint {endpoint})",
+                        self.bucket, self.region
+                    ),
+                    None => format!(
+                        "{source} (bucket {:?}, region {}, the region's AWS endpoint; is the region name right?)",
+                        self.bucket, self.region
+                    ),
+                }),
+            ),
+            other => other,
+        }
+    }
+
+    /// Reads object `name`.
+    pub(crate) async fn get(&self, operation: &'static str, name: &str) -> Result<Got> {
+        let date = ServiceDate::default();
+        let result = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(name)
+            .customize()
+            .interceptor(date.clone())
+            .send()
+            .await;
+        match result {
+            Ok(out) => {
+                let etag = out.e_tag().unwrap_or_default().to_string();
+                let last_modified = out
+                    .last_modified()
+                    .and_then(|d| SystemTime::try_from(*d).ok());
+                let body = out
+                    .body
+                    .collect()
+                    .await
+                    .map_err(|e| Error::backend(BACKEND, operation, true, e))?
+                    .into_bytes()
+                    .to_vec();
+                Ok(Got::Found {
+                    etag,
+                    body,
+                    last_modified,
+                    date: date.take(),
+                })
+            }
+            Err(err) => {
+                let arrived = self.clock.now();
+                match err.as_service_error() {
+                    Some(GetObjectError::NoSuchKey(_)) => Ok(Got::Missing {
+                        date: date.take(),
+                        arrived,
+                    }),
+                    _ if code(&err) == Some("NoSuchBucket") => Ok(Got::NoBucket),
+                    _ => Err(map_sdk(&self.bucket, operation, err)),
+                }
+            }
+        }
+    }
+
+    /// Writes `body` to object `name` on `cond`.
+    pub(crate) async fn put(
+        &self,
+        operation: &'static str,
+        name: &str,
+        body: Vec<u8>,
+        cond: Cond<'_>,
+    ) -> Result<Put> {
+        let mut put = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(name)
+            .content_type("application/json")
+            .body(ByteStream::from(body));
+        put = match cond {
+            Cond::Create => put.if_none_match("*"),
+            Cond::Match(etag) => put.if_match(etag),
+        };
+        match put.send().await {
+            Ok(out) => Ok(Put::Done(out.e_tag().unwrap_or_default().to_string())),
+            Err(err) => match (status(&err), code(&err)) {
+                // 412: the condition failed. 404 NoSuchKey: If-Match on an
+                // object that is gone. 409: a concurrent conditional write
+                // on the object won (S3 answers the loser this way).
+                (Some(412), _)
+                | (_, Some("NoSuchKey"))
+                | (Some(409), Some("ConditionalRequestConflict")) => Ok(Put::Refused),
+                (_, Some("NoSuchBucket")) => Ok(Put::NoBucket),
+                _ => Err(map_sdk(&self.bucket, operation, err)),
+            },
+        }
+    }
+
+    /// Deletes object `name` if its ETag is `etag` (the epoch marker only:
+    /// lease records are never deleted). A failed condition is not an
+    /// error.
+    pub(crate) async fn delete_if(&self, name: &str, etag: &str) -> Result<()> {
+        match self
+            .client
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(name)
+            .if_match(etag)
+            .send()
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(err) if matches!(status(&err), Some(412) | Some(404)) => Ok(()),
+            Err(err) => Err(map_sdk(&self.bucket, "open", err)),
+        }
+    }
+
+    /// The record of `name` and its ETag, if there is one.
+    async fn read(&self, operation: &'static str, name: &str) -> Result<Read> {
+        Ok(match self.get(operation, name).await? {
+            Got::Found { etag, body, .. } => Read::Found(etag, Box::new(Record::decode(&body)?)),
+            Got::Missing { date, arrived } => Read::Missing { date, arrived },
+            Got::NoBucket => Read::NoBucket,
+        })
+    }
+
+    async fn write(
+        &self,
+        operation: &'static str,
+        name: &str,
+        record: &Record,
+        cond: Cond<'_>,
+    ) -> Result<Put> {
+        self.put(operation, name, record.encode(), cond).await
+    }
+
+    /// This process's last write to `key`, if it still remembers it.
+    fn known(&self, key: &Key) -> Option<(String, Record)> {
+        self.known
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key.as_str())
+            .cloned()
+    }
+
+    fn remember(&self, key: &Key, etag: String, record: Record) {
+        let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        if known.len() >= MAX_KNOWN && !known.contains_key(key.as_str()) {
+            if let Some(any) = known.keys().next().cloned() {
+                known.remove(&any);
+            }
+        }
+        known.insert(key.as_str().to_string(), (etag, record));
+    }
+
+    fn forget(&self, key: &Key) {
+        self.known
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key.as_str());
+    }
+
+    /// How long a holder's version must stay unchanged before a takeover.
+    fn observation_wait(&self, holder_ttl: Duration) -> Duration {
+        holder_ttl + holder_ttl / 1000 + self.margin
+    }
+
+    /// `base` granted to `req` with `fence`, in `epoch`.
+    fn granted(&self, base: &Record, req: &AcquireRequest, fence: u64, epoch: u64) -> Record {
+        let now = unix_ms((self.wall)());
+        let ttl_ms = req.ttl.as_millis() as u64;
+        Record {
+            nonce: nonce(),
+            epoch,
+            fence,
+            lease: Some(StoredLease {
+                id: req.lease_id.as_str().to_string(),
+                owner: req.owner.clone(),
+                data: req.data.clone(),
+                ttl_ms,
+                acquired_ms: now,
+                expires_ms: now + ttl_ms,
+            }),
+            released_by: None,
+            ..base.clone()
+        }
+    }
+
+    /// `record` with its lease's expiry moved to now plus `ttl`.
+    fn renewed(&self, record: &Record, ttl: Duration) -> Record {
+        let mut next = record.next();
+        if let Some(lease) = &mut next.lease {
+            lease.ttl_ms = ttl.as_millis() as u64;
+            lease.expires_ms = unix_ms((self.wall)()) + lease.ttl_ms;
+        }
+        next
+    }
+
+    /// A grant written on an object state this process did not write
+    /// itself stands only if the epoch marker, read after the write, still
+    /// names the grant's epoch (crate docs, "A grant lands only in its
+    /// epoch"). Otherwise the grant is undone (the key freed, its fence
+    /// kept) and the store's epoch read again.
+    async fn confirm(
+        &self,
+        key: &Key,
+        name: &str,
+        etag: String,
+        record: Record,
+    ) -> Result<AcquireOutcome> {
+        let marker = crate::epoch::read(self).await?;
+        if marker.as_ref().map(|m| m.epoch) == Some(record.epoch) {
+            let fence = record.fence;
+            self.remember(key, etag, record);
+            self.observations.forget(key.as_str());
+            return Ok(AcquireOutcome::Acquired(Grant::new(fence)));
+        }
+        let mut undo = record.next();
+        undo.lease = None;
+        // Best effort: if this fails, the lease runs out as a dead
+        // holder's would.
+        if let Ok(Put::Done(etag)) = self.write("acquire", name, &undo, Cond::Match(&etag)).await {
+            self.remember(key, etag, undo);
+        }
+        Ok(AcquireOutcome::OtherEpoch(self.refresh_epoch().await?))
+    }
+
+    /// Rewrites the record of `lease`'s key with `change` while the lease
+    /// holds it; `done` says whether the record as found shows the work
+    /// already done (a retry after an ambiguous failure).
+    async fn rewrite(
+        &self,
+        operation: &'static str,
+        lease: &Lease,
+        done: impl Fn(&Record) -> bool,
+        change: impl Fn(&Record) -> Record,
+    ) -> Result<()> {
+        let name = self.object_name(&lease.key);
+        let mut current = self
+            .known(&lease.key)
+            .filter(|(_, r)| r.held_by(&lease.lease_id).is_some());
+        for _ in 0..4 {
+            let (etag, record) = match current.take() {
+                Some(c) => c,
+                None => match self.read(operation, &name).await? {
+                    Read::Found(etag, record) => (etag, *record),
+                    Read::Missing { .. } => {
+                        self.forget(&lease.key);
+                        return Err(lost(lease, "the key's object was deleted"));
+                    }
+                    Read::NoBucket => {
+                        self.forget(&lease.key);
+                        return Err(lost(lease, format!("bucket {:?} was deleted", self.bucket)));
+                    }
+                },
+            };
+            if done(&record) {
+                return Ok(());
+            }
+            if record.held_by(&lease.lease_id).is_none() {
+                self.forget(&lease.key);
+                return Err(lost(lease, not_ours(&record)));
+            }
+            let next = change(&record);
+            match self
+                .write(operation, &name, &next, Cond::Match(&etag))
+                .await?
+            {
+                Put::Done(etag) => {
+                    self.remember(&lease.key, etag, next);
+                    return Ok(());
+                }
+                // Changed since: read it and decide on what is there.
+                Put::Refused => continue,
+                Put::NoBucket => {
+                    self.forget(&lease.key);
+                    return Err(lost(lease, format!("bucket {:?} was deleted", self.bucket)));
+                }
+            }
+        }
+        Err(Error::backend(
+            BACKEND,
+            operation,
+            true,
+            Message("the key's object kept changing".into()),
+        ))
+    }
+}
+
+/// A decoded read.
+enum Read {
+    Found(String, Box<Record>),
+    Missing {
+        date: Option<SystemTime>,
+        arrived: Duration,
+    },
+    NoBucket,
+}
+
+#[async_trait]
+impl Backend for S3Backend {
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(MIN_TTL, self.epoch().max_ttl.min(MAX_TTL))
+            .shared_across_processes(true)
+            .shared_across_machines(true)
+            .takeover_needs_observation(true)
+    }
+
+    /// The epoch read while building (its age as of now): the store's
+    /// first attempt names it, and a proven epoch is cleared at once.
+    fn epoch_at_open(&self) -> Option<StoreEpoch> {
+        Some(self.epoch())
+    }
+
+    async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
+        check_ttl(req.ttl)?;
+        let current = self.epoch();
+        let Some(epoch) = req.epoch.filter(|e| *e == current.epoch) else {
+            return Ok(AcquireOutcome::OtherEpoch(current));
+        };
+        if req.ttl > current.max_ttl {
+            return Err(Error::invalid(
+                "ttl",
+                format!(
+                    "{:?} is above the store's max TTL of {:?} (no lease may be longer: it bounds the wait after the store is lost)",
+                    req.ttl, current.max_ttl
+                ),
+            ));
+        }
+        let key = &req.key;
+        let name = self.object_name(key);
+        // Warm: this process wrote the key last, and left it free (or
+        // held by this very request: a retry). One request.
+        if let Some((etag, record)) = self.known(key) {
+            let ours = record.held_by(&req.lease_id).is_some();
+            if ours || record.lease.is_none() {
+                let fence = if ours {
+                    record.fence
+                } else {
+                    next_token(record.fence, epoch)
+                };
+                let next = self.granted(&record, req, fence, epoch);
+                match self
+                    .write("acquire", &name, &next, Cond::Match(&etag))
+                    .await?
+                {
+                    Put::Done(etag) => {
+                        self.remember(key, etag, next);
+                        self.observations.forget(key.as_str());
+                        return Ok(AcquireOutcome::Acquired(Grant::new(fence)));
+                    }
+                    Put::Refused => self.forget(key),
+                    Put::NoBucket => {
+                        self.forget(key);
+                        return Ok(AcquireOutcome::OtherEpoch(self.refresh_epoch().await?));
+                    }
+                }
+            }
+        }
+        let mut holder = None;
+        // Usually one read and one write; more only after races, each
+        // further round following a change seen on the object.
+        for _ in 0..4 {
+            let (etag, next) = match self.read("acquire", &name).await? {
+                Read::NoBucket => {
+                    return Ok(AcquireOutcome::OtherEpoch(self.refresh_epoch().await?))
+                }
+                Read::Missing { date, arrived } => {
+                    // The key's first object: its tokens start above the
+                    // second S3 said "no such key" in, and it is written
+                    // only once that second is over (crate docs, "A key's
+                    // first object").
+                    let Some(date) = date else {
+                        return Err(Error::backend(
+                            BACKEND,
+                            "acquire",
+                            false,
+                            Message("S3 answered without a Date header".into()),
+                        ));
+                    };
+                    let base = epoch_at(date);
+                    let wait = (arrived + SECOND_PAST).saturating_sub(self.clock.now());
+                    if !wait.is_zero() {
+                        tokio::time::sleep(wait).await;
+                    }
+                    let fence = next_token(epoch_token_base(base), epoch);
+                    let next = self.granted(&Record::free(epoch, 0), req, fence, epoch);
+                    match self.write("acquire", &name, &next, Cond::Create).await? {
+                        Put::Done(etag) => return self.confirm(key, &name, etag, next).await,
+                        Put::Refused => continue,
+                        Put::NoBucket => {
+                            return Ok(AcquireOutcome::OtherEpoch(self.refresh_epoch().await?))
+                        }
+                    }
+                }
+                Read::Found(etag, record) => {
+                    if record.held_by(&req.lease_id).is_some() {
+                        // Ours already: an earlier attempt went through.
+                        let next = self.renewed(&record, req.ttl);
+                        (etag, next)
+                    } else {
+                        if let Some(lease) = &record.lease {
+                            holder = record.holder((self.wall)());
+                            let wait = self.observation_wait(Duration::from_millis(lease.ttl_ms));
+                            let ripe =
+                                self.observations
+                                    .saw(key.as_str(), &etag, wait, self.clock.now());
+                            if !ripe {
+                                return Ok(AcquireOutcome::Held(holder));
+                            }
+                            // Unchanged for the holder's whole TTL: take it
+                            // over, on condition of that very version.
+                        }
+                        let fence = next_token(record.fence, epoch);
+                        (etag.clone(), self.granted(&record, req, fence, epoch))
+                    }
+                }
+            };
+            match self
+                .write("acquire", &name, &next, Cond::Match(&etag))
+                .await?
+            {
+                Put::Done(etag) => return self.confirm(key, &name, etag, next).await,
+                Put::Refused => continue,
+                Put::NoBucket => {
+                    return Ok(AcquireOutcome::OtherEpoch(self.refresh_epoch().await?))
+                }
+            }
+        }
+        Ok(AcquireOutcome::Held(holder))
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<()> {
+        check_ttl(lease.ttl)?;
+        self.rewrite("renew", lease, |_| false, |r| self.renewed(r, lease.ttl))
+            .await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        let id = lease.lease_id.as_str();
+        self.rewrite(
+            "release",
+            lease,
+            |r| r.lease.is_none() && r.released_by.as_deref() == Some(id),
+            |r| {
+                let mut next = r.next();
+                next.lease = None;
+                next.released_by = Some(id.to_string());
+                next
+            },
+        )
+        .await
+    }
+
+    async fn record_run(&self, lease: &Lease, run: &RunRecord) -> Result<()> {
+        let result = self
+            .rewrite(
+                "record_run",
+                lease,
+                |_| false,
+                |r| {
+                    let mut next = r.next();
+                    next.last_run = Some(run.clone());
+                    if run.succeeded() {
+                        next.last_success = Some(run.clone());
+                    }
+                    next
+                },
+            )
+            .await;
+        if result.is_ok() || run.succeeded() {
+            return result;
+        }
+        // Not ours any more: a run that did not succeed is still the last
+        // run if the key is free and has no later run's record. (A record
+        // held by someone else is left alone: a write would change its
+        // ETag, which a waiter takes for a sign of its holder's life.)
+        let name = self.object_name(&lease.key);
+        if let Read::Found(etag, record) = self.read("record_run", &name).await? {
+            let later = record
+                .last_run
+                .as_ref()
+                .is_some_and(|r| r.fencing_token >= run.fencing_token);
+            if record.lease.is_none() && !later {
+                let mut next = record.next();
+                next.last_run = Some(run.clone());
+                if let Put::Done(etag) = self
+                    .write("record_run", &name, &next, Cond::Match(&etag))
+                    .await?
+                {
+                    self.remember(&lease.key, etag, next);
+                }
+            }
+        }
+        result
+    }
+
+    async fn inspect(&self, key: &Key) -> Result<KeyInfo> {
+        match self.read("inspect", &self.object_name(key)).await? {
+            Read::Found(_, record) => Ok(record.info(key.clone(), (self.wall)())),
+            Read::Missing { .. } => Ok(KeyInfo::new(key.clone(), 0, None)),
+            Read::NoBucket => Err(Error::no_store(format!(
+                "bucket {:?} does not exist",
+                self.bucket
+            ))),
+        }
+    }
+
+    async fn break_lease(&self, key: &Key) -> Result<Option<HolderInfo>> {
+        let name = self.object_name(key);
+        for _ in 0..4 {
+            let (etag, record) = match self.read("break", &name).await? {
+                Read::Found(etag, record) => (etag, *record),
+                Read::Missing { .. } => return Ok(None),
+                Read::NoBucket => {
+                    return Err(Error::no_store(format!(
+                        "bucket {:?} does not exist",
+                        self.bucket
+                    )))
+                }
+            };
+            if record.lease.is_none() {
+                return Ok(None);
+            }
+            let holder = record.holder((self.wall)());
+            let mut next = record.next();
+            next.lease = None;
+            next.released_by = None;
+            match self
+                .write("break", &name, &next, Cond::Match(&etag))
+                .await?
+            {
+                Put::Done(etag) => {
+                    self.remember(key, etag, next);
+                    return Ok(holder);
+                }
+                Put::Refused => continue,
+                Put::NoBucket => return Ok(None),
+            }
+        }
+        Err(Error::backend(
+            BACKEND,
+            "break",
+            true,
+            Message("the key's object kept changing".into()),
+        ))
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {
+        let list_prefix = names::list_prefix(&self.prefix, prefix);
+        let mut keys = Vec::new();
+        let mut token = None;
+        loop {
+            let out = self
+                .client
+                .list_objects_v2()
+                .bucket(&self.bucket)
+                .prefix(&list_prefix)
+                .set_continuation_token(token.take())
+                .send()
+                .await
+                .map_err(|e| map_sdk(&self.bucket, "list", e))?;
+            for object in out.contents() {
+                let Some(key) = object.key().and_then(|n| names::key_of(&self.prefix, n)) else {
+                    continue;
+                };
+                if key.as_str().starts_with(prefix) {
+                    keys.push(key);
+                }
+            }
+            match out.next_continuation_token() {
+                Some(t) if out.is_truncated() == Some(true) => token = Some(t.to_string()),
+                _ => break,
+            }
+        }
+        let mut infos = Vec::with_capacity(keys.len());
+        for key in keys {
+            if let Read::Found(_, record) = self.read("list", &self.object_name(&key)).await? {
+                infos.push(record.info(key, (self.wall)()));
+            }
+        }
+        infos.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(infos)
+    }
+}
+
+/// A second and a little more (0.1 % for clock rates, and 10 ms): how
+/// long after an answer dated second `s` the service's clock is surely past
+/// `s`.
+pub(crate) const SECOND_PAST: Duration = Duration::from_millis(1011);

@@ -1,0 +1,97 @@
+//! Parsing `s3://BUCKET[/PREFIX]?region=…&endpoint=…` store URLs.
+
+use leasehold::backend::params::QuerySpec;
+use leasehold::{Error, Result};
+
+use crate::builder::S3BackendBuilder;
+
+const WHAT: &str = "store URL";
+const FORM: &str = "the form is s3://BUCKET[/PREFIX]?region=REGION&endpoint=URL&profile=NAME&max_ttl=DURATION&create_bucket=true|false, every parameter optional";
+/// The query parameters of an `s3://` URL.
+const PARAMS: QuerySpec = QuerySpec::new(
+    "s3",
+    &["region", "endpoint", "profile", "max_ttl", "create_bucket"],
+);
+
+/// Turns a store URL into a builder (nothing is contacted yet).
+///
+/// Error messages name the offending parameter but never repeat values
+/// that could be secret (only the bucket, prefix, region and endpoint are
+/// echoed, and an endpoint carrying user info is refused without being
+/// repeated).
+pub(crate) fn parse(url: &str) -> Result<S3BackendBuilder> {
+    let rest = url.strip_prefix("s3://").ok_or_else(|| {
+        Error::invalid(WHAT, format!("an S3 store URL starts with s3://; {FORM}"))
+    })?;
+    let (path, query) = PARAMS.parse_url(rest)?;
+    let (bucket, prefix) = path.split_once('/').unwrap_or((path, ""));
+    if bucket.is_empty() {
+        return Err(Error::invalid(
+            WHAT,
+            format!("the URL names no bucket; {FORM}"),
+        ));
+    }
+    let mut builder = S3BackendBuilder::new(bucket).prefix(prefix);
+    if let Some(region) = query.string("region") {
+        builder = builder.region(region);
+    }
+    if let Some(endpoint) = query.string("endpoint") {
+        builder = builder.endpoint(endpoint);
+    }
+    if let Some(profile) = query.string("profile") {
+        builder = builder.profile(profile);
+    }
+    if let Some(max_ttl) = query.duration("max_ttl")? {
+        builder = builder.max_ttl(max_ttl);
+    }
+    if let Some(create) = query.boolean("create_bucket")? {
+        builder = builder.create_bucket(create);
+    }
+    Ok(builder)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn parses_every_parameter() {
+        let b = parse("s3://locks/jobs/prod?region=eu-west-1&endpoint=http%3A%2F%2F127.0.0.1%3A45399&profile=dev&max_ttl=5m&create_bucket=false").unwrap();
+        assert_eq!(b.bucket, "locks");
+        assert_eq!(b.prefix, "jobs/prod");
+        assert_eq!(b.aws.region.as_deref(), Some("eu-west-1"));
+        assert_eq!(b.aws.endpoint.as_deref(), Some("http://127.0.0.1:45399"));
+        assert_eq!(b.aws.profile.as_deref(), Some("dev"));
+        assert_eq!(b.max_ttl, Duration::from_secs(300));
+        assert!(!b.create_bucket);
+    }
+
+    #[test]
+    fn bare_bucket() {
+        let b = parse("s3://locks").unwrap();
+        assert_eq!(b.bucket, "locks");
+        assert_eq!(b.prefix, "");
+        let b = parse("s3://locks/").unwrap();
+        assert_eq!(b.prefix, "");
+        assert!(b.aws.region.is_none() && b.aws.endpoint.is_none());
+    }
+
+    #[test]
+    fn bad_forms_are_named_not_echoed() {
+        assert!(parse("s4://locks").is_err());
+        assert!(parse("s3://").is_err());
+        assert!(parse("s3:///prefix").is_err());
+        assert!(parse("s3://locks?max_ttl=3").is_err());
+        assert!(parse("s3://locks?create_bucket=maybe").is_err());
+        let err = parse("s3://locks?secret_key=hunter2").unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("secret_key") && !text.contains("hunter2"),
+            "{text}"
+        );
+        let err = parse("s3://locks?region=a&region=b").unwrap_err();
+        assert!(err.to_string().contains("more than once"), "{err}");
+    }
+}

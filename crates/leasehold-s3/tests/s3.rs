@@ -1,0 +1,411 @@
+//! The S3 backend's own tests against an S3 emulator (moto): ETags that
+//! never repeat, takeover of a dead holder only, request counts, the
+//! bucket, a key's object deleted by hand, and the store lost.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use leasehold::{Backend, Creation, Error, Key, LockOptions, LossReason, Store, Wait};
+use leasehold_s3::S3Backend;
+
+fn opts(ttl: Duration) -> LockOptions {
+    LockOptions::new()
+        .ttl(ttl)
+        .poll_interval(Duration::from_millis(50), Duration::from_millis(150))
+}
+
+fn assert_revoked(err: Error) {
+    assert!(
+        matches!(
+            &err,
+            Error::LeaseLost {
+                reason: LossReason::Revoked(_),
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+async fn etag(backend: &S3Backend, key: &str) -> String {
+    common::client()
+        .await
+        .head_object()
+        .bucket(backend.bucket())
+        .key(backend.object_name(&Key::new(key).unwrap()))
+        .send()
+        .await
+        .expect("head the key's object")
+        .e_tag()
+        .expect("an ETag")
+        .to_string()
+}
+
+/// The ABA case: a holder whose wall clock stands still writes records
+/// whose every field is the same at each renewal (its expiry stamp is its
+/// wall clock plus the TTL). S3's ETag is a hash of the bytes, so without
+/// the nonce each renewal would leave the ETag as it was, and a waiter that
+/// has seen that ETag for a whole TTL would take the key from a live
+/// holder. With it, every renewal changes the ETag, and the waiter never
+/// gets the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn renewals_change_the_etag_even_with_a_frozen_wall_clock() {
+    if !common::available() {
+        return;
+    }
+    let prefix = common::unique_prefix();
+    let frozen = SystemTime::now();
+    let holder_backend = Arc::new(
+        common::builder_for(common::BUCKET, &prefix)
+            .creation(Creation::NewProven)
+            .wall_clock(Arc::new(move || frozen))
+            .build()
+            .await
+            .unwrap(),
+    );
+    let key = common::unique_key("aba");
+    let ttl = Duration::from_secs(2);
+
+    // Two renewals of one lease at one wall-clock instant: other ETags.
+    let lease = leasehold::conformance::raw_lease(holder_backend.as_ref(), &key, ttl).await;
+    let first = etag(&holder_backend, &key).await;
+    holder_backend.renew(&lease).await.unwrap();
+    let second = etag(&holder_backend, &key).await;
+    assert_ne!(first, second, "a renewal left the ETag as it was");
+    holder_backend.release(&lease).await.unwrap();
+
+    // A live holder renewing (frozen wall clock) keeps its key from a
+    // waiter that watches for three TTLs.
+    let holder = Store::from_backend(holder_backend.clone())
+        .lock_with(&key, opts(ttl).renew_interval(ttl / 4))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    let waiter = Store::new(
+        common::builder_for(common::BUCKET, &prefix)
+            .build()
+            .await
+            .unwrap(),
+    );
+    let got = waiter
+        .lock_with(&key, opts(ttl))
+        .unwrap()
+        .acquire(Wait::Timeout(ttl * 3))
+        .await;
+    match got {
+        Err(Error::TimedOut { .. }) => {}
+        Ok(g) => panic!(
+            "a waiter took the key (token {}) from a live holder (token {}): a stale If-Match matched",
+            g.fencing_token(),
+            holder.fencing_token()
+        ),
+        Err(e) => panic!("expected a timeout, got {e}"),
+    }
+    assert!(!holder.is_lost(), "the live holder lost its lease");
+    holder.release().await.unwrap();
+}
+
+/// Two backends (two SDK clients, as two machines): after B takes over A's
+/// lease, which A stopped renewing, A's renew and release are definitive
+/// losses and change nothing for B; B waited at least A's TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stale_holder_renew_after_takeover_fails() {
+    let Some(a) = common::backend().await else {
+        return;
+    };
+    let b = Arc::new(common::backend().await.unwrap());
+    let key = common::unique_key("stale");
+    let ttl = Duration::from_secs(1);
+    let stale = leasehold::conformance::raw_lease(&a, &key, ttl).await;
+    let started = std::time::Instant::now();
+    let guard = Store::from_backend(b.clone())
+        .lock_with(&key, opts(ttl))
+        .unwrap()
+        .acquire(Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() >= ttl,
+        "taken over after {:?}, before the holder's TTL of {ttl:?}",
+        started.elapsed()
+    );
+    assert!(guard.fencing_token() > stale.fencing_token);
+    assert_revoked(a.renew(&stale).await.unwrap_err());
+    assert_revoked(a.release(&stale).await.unwrap_err());
+    let info = a.inspect(&Key::new(&key).unwrap()).await.unwrap();
+    assert_eq!(info.fencing_token, guard.fencing_token());
+    assert!(info.holder.is_some());
+    guard.release().await.unwrap();
+}
+
+/// An acquire + release of a key this process released last costs two
+/// requests; a failed try-acquire costs one and names the holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_counts() {
+    let Some(backend) = common::backend().await else {
+        return;
+    };
+    let backend = Arc::new(backend);
+    let store = Store::from_backend(backend.clone());
+    let other = Store::from_backend(backend.clone());
+    let key = common::unique_key("count");
+    let ttl = common::MAX_TTL;
+    // The key's first grant creates its object (and reads the marker).
+    let warm = leasehold::conformance::raw_lease(backend.as_ref(), &key, ttl).await;
+    backend.release(&warm).await.unwrap();
+
+    let before = backend.requests_sent();
+    let guard = store
+        .lock_with(&key, opts(ttl))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+    assert_eq!(backend.requests_sent() - before, 2, "acquire + release");
+
+    let guard = store
+        .lock_with(&key, opts(ttl).owner_label("counter").data("d1"))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    let before = backend.requests_sent();
+    let err = other
+        .lock_with(&key, opts(ttl))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap_err();
+    assert_eq!(backend.requests_sent() - before, 1, "failed try-acquire");
+    match err {
+        Error::Held {
+            holder: Some(h), ..
+        } => {
+            assert_eq!(h.owner.label.as_deref(), Some("counter"));
+            assert_eq!(h.data.as_deref(), Some("d1"));
+            assert_eq!(h.fencing_token, guard.fencing_token());
+            assert_eq!(h.ttl, Some(ttl));
+        }
+        other => panic!("expected Held with the holder, got {other}"),
+    }
+    guard.release().await.unwrap();
+}
+
+async fn bucket_exists(bucket: &str) -> bool {
+    common::client()
+        .await
+        .head_bucket()
+        .bucket(bucket)
+        .send()
+        .await
+        .is_ok()
+}
+
+/// A missing bucket: looking (`Creation::Never`) is `NoStore` and creates
+/// nothing; with `create_bucket` off it is an error naming the bucket; by
+/// default it is created, and a second backend uses it as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_bucket_is_created_only_when_allowed() {
+    if !common::available() {
+        return;
+    }
+    let bucket = common::unique_bucket();
+    let err = common::builder_for(&bucket, "")
+        .creation(Creation::Never)
+        .build()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NoStore { .. }), "{err}");
+    assert!(err.to_string().contains(&bucket), "{err}");
+    assert!(!bucket_exists(&bucket).await, "looking created the bucket");
+
+    let err = common::builder_for(&bucket, "")
+        .create_bucket(false)
+        .build()
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains(&bucket) && text.contains("create_bucket"),
+        "{text}"
+    );
+    assert!(!bucket_exists(&bucket).await);
+
+    let backend = common::builder_for(&bucket, "").build().await.unwrap();
+    assert!(bucket_exists(&bucket).await, "the bucket was not created");
+    let epoch = backend.epoch().epoch;
+    let again = common::builder_for(&bucket, "")
+        .creation(Creation::Never)
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(again.epoch().epoch, epoch, "the second backend's store");
+    common::delete_bucket(&common::client().await, &bucket).await;
+}
+
+/// A store URL opens the store it names, and malformed ones are refused
+/// before anything is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opens_from_url() {
+    if !common::available() {
+        return;
+    }
+    let prefix = common::unique_prefix();
+    let url = format!(
+        "s3://{}/{prefix}?region={}&endpoint={}&max_ttl=7s",
+        common::BUCKET,
+        common::REGION,
+        common::endpoint()
+    );
+    let backend = S3Backend::builder_from_url(&url)
+        .unwrap()
+        .credentials_provider(common::credentials())
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(backend.bucket(), common::BUCKET);
+    assert_eq!(backend.prefix(), format!("{prefix}/"));
+    assert_eq!(backend.epoch().max_ttl, Duration::from_secs(7));
+    for bad in [
+        "s3://",
+        "s3://Bad_Bucket",
+        "s3://ok-bucket?max_ttl=25h",
+        "s3://ok-bucket?nonsense=1",
+        "s3://ok-bucket/a b",
+    ] {
+        let err = match S3Backend::builder_from_url(bad) {
+            Err(e) => e,
+            Ok(b) => b.build().await.unwrap_err(),
+        };
+        assert!(matches!(err, Error::InvalidInput { .. }), "{bad}: {err}");
+    }
+}
+
+/// A key's object deleted by hand while the store lives on (its epoch
+/// marker kept): the key's next object starts its tokens above every token
+/// of the deleted one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_deleted_by_hand_still_gets_greater_tokens() {
+    let Some(backend) = common::backend().await else {
+        return;
+    };
+    let store = Store::new(backend);
+    let key = common::unique_key("deleted");
+    let lock = store.lock_with(&key, opts(Duration::from_secs(5))).unwrap();
+    let mut last = 0;
+    for _ in 0..3 {
+        let g = lock.try_acquire().await.unwrap();
+        assert!(g.fencing_token() > last);
+        last = g.fencing_token();
+        g.release().await.unwrap();
+    }
+    let client = common::client().await;
+    let name = format!("{}/{key}", common::prefix());
+    client
+        .delete_object()
+        .bucket(common::BUCKET)
+        .key(&name)
+        .send()
+        .await
+        .unwrap();
+    // Another process (which never saw the key) asks for it.
+    let other = Store::new(common::backend().await.unwrap());
+    let g = other
+        .lock_with(&key, opts(Duration::from_secs(5)))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    assert!(
+        g.fencing_token() > last,
+        "token {} for the key's new object is not above the deleted one's {last}",
+        g.fencing_token()
+    );
+    g.release().await.unwrap();
+    // And this process, which remembers its last write to the object.
+    let g = lock.try_acquire().await.unwrap();
+    assert!(g.fencing_token() > last);
+    g.release().await.unwrap();
+}
+
+/// The bucket emptied and deleted under a live holder with a waiter: the
+/// waiter re-creates it, waits out the quarantine, and is granted only
+/// after the holder was told lost, with a greater token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bucket_deleted_under_a_live_holder() {
+    if !common::available() {
+        return;
+    }
+    let bucket = common::unique_bucket();
+    let backend = common::builder_for(&bucket, "")
+        .creation(Creation::NewProven)
+        .build()
+        .await
+        .unwrap();
+    let before = backend.epoch().epoch;
+    let store = Store::new(backend);
+    let gone = bucket.clone();
+    leasehold::conformance::store_loss_stops_holder_before_next_grant(store, move |_| async move {
+        common::delete_bucket(&common::client().await, &gone).await;
+    })
+    .await;
+    let after = common::builder_for(&bucket, "")
+        .build()
+        .await
+        .unwrap()
+        .epoch()
+        .epoch;
+    assert!(after > before, "epoch {after} after {before}");
+    common::delete_bucket(&common::client().await, &bucket).await;
+}
+
+/// A backend on store `prefix` with `max_ttl`.
+async fn open_store(prefix: &str, max_ttl: Duration) -> Arc<dyn Backend> {
+    Arc::new(
+        common::builder_for(common::BUCKET, prefix)
+            .max_ttl(max_ttl)
+            .build()
+            .await
+            .unwrap(),
+    )
+}
+
+/// A holder of a 30-minute lease on a store opened with a max TTL of 30
+/// minutes; the store's objects deleted; a process with the default max
+/// TTL re-creates it: it is not granted the key while the holder can still
+/// believe it holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn store_loss_quarantine_outlasts_a_longer_holder() {
+    if !common::available() {
+        return;
+    }
+    let prefix = common::unique_prefix();
+    let holder = open_store(&prefix, Duration::from_secs(30 * 60)).await;
+    leasehold::conformance::store_loss_quarantine_outlasts_every_holder(
+        holder,
+        || async { common::delete_store(&common::client().await, common::BUCKET, &prefix).await },
+        || async { open_store(&prefix, leasehold::DEFAULT_STORE_MAX_TTL).await },
+    )
+    .await;
+}
+
+/// The same, the store lost and re-created within the second it was
+/// created in: the re-created store's grant has a greater token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn store_recreated_at_once_issues_greater_tokens() {
+    if !common::available() {
+        return;
+    }
+    let prefix = common::unique_prefix();
+    let holder = open_store(&prefix, Duration::from_secs(30 * 60)).await;
+    leasehold::conformance::store_recreated_at_once_issues_greater_tokens(
+        holder,
+        || async { common::delete_store(&common::client().await, common::BUCKET, &prefix).await },
+        || async { open_store(&prefix, leasehold::DEFAULT_STORE_MAX_TTL).await },
+    )
+    .await;
+}
