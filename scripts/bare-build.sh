@@ -56,7 +56,7 @@ echo "bare-build: README command 1 printed '$out' after $((SECONDS - start)) s"
 [[ "$out" == "I hold demo" ]] || { echo "bare-build: expected 'I hold demo'" >&2; exit 1; }
 
 help="$(bare "$target/debug/leasehold" --help)"
-for scheme in sqlite: azblob:// dynamodb:// postgres:// redis:// etcd://; do
+for scheme in sqlite: azblob:// dynamodb:// postgres:// redis:// etcd:// s3://; do
     grep -qF "$scheme" <<<"$help" || { echo "bare-build: --help lacks $scheme" >&2; exit 1; }
 done
 

@@ -2,7 +2,7 @@
 # Benchmarks: leasehold side by side with the raw SDKs, flock and peer
 # libraries (docs/benchmarks.md describes every figure). Builds the
 # benchmark and the CLI in release mode, installs and starts Azurite,
-# DynamoDB Local, PostgreSQL, Redis and etcd on 127.0.0.1 (stopping again those it started), installs
+# DynamoDB Local, moto (S3), PostgreSQL, Redis and etcd on 127.0.0.1 (stopping again those it started), installs
 # the Python peer libraries into .cache/bench-venv, runs everything and
 # writes docs/benchmarks.md, docs/benchmarks.png (and results.json beside
 # them when --out is given).
@@ -12,6 +12,8 @@
 #   scripts/bench.sh --tiny        # seconds: tiny loads, no peers, debug build, to a temp dir
 #                                  # (uses the emulators and servers only if already running)
 #   scripts/bench.sh --only 1,5 --out DIR   # some figures only, for a quick look
+#   scripts/bench.sh --stores s3 --out DIR  # some stores only (memory, sqlite, azblob,
+#                                  # dynamodb, postgres, redis, etcd, s3): starts only theirs
 #
 # It is not a timed test: a --tiny run only checks that everything runs and
 # the report is written.
@@ -22,12 +24,14 @@ cd "$ROOT"
 tiny=0
 out=""
 only=()
+stores=""
 while (($#)); do
     case "$1" in
         --tiny) tiny=1 ;;
         --out) out="$2"; shift ;;
         --only) only=(--only "$2"); shift ;;
-        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+        --stores) stores="$2"; shift ;;
+        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
         *) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
     esac
     shift
@@ -44,6 +48,10 @@ else
 fi
 
 answers() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# Whether the run includes store $1 (every store without --stores).
+wants() { [[ -z "$stores" || ",$stores," == *",$1,"* ]]; }
+# Whether the run includes figure $1 (every figure without --only).
+wants_figure() { ((${#only[@]} == 0)) || [[ ",${only[1]}," == *",$1,"* ]]; }
 
 started=()
 cleanup() {
@@ -54,6 +62,9 @@ cleanup() {
 trap cleanup EXIT
 
 args=("${only[@]}")
+if [[ -n "$stores" ]]; then
+    args+=(--stores "$stores")
+fi
 if ((tiny)); then
     if [[ -z "$out" ]]; then
         out="$(mktemp -d "${TMPDIR:-/tmp}/leasehold-bench.XXXXXX")"
@@ -61,35 +72,37 @@ if ((tiny)); then
     args+=(--tiny)
 else
     out="${out:-$ROOT/docs}"
-    for pair in azurite:10000 dynamodb-local:8000; do
-        e="${pair%%:*}"
-        port="${pair##*:}"
-        if ! answers "$port"; then
+    for triple in azblob:azurite:10000 dynamodb:dynamodb-local:8000; do
+        store="${triple%%:*}"
+        rest="${triple#*:}"
+        e="${rest%%:*}"
+        port="${rest##*:}"
+        if wants "$store" && ! answers "$port"; then
             "scripts/$e.sh" start
             started+=("$e")
         fi
     done
-    if ! scripts/postgres.sh status >/dev/null 2>&1; then
-        scripts/postgres.sh start
-        started+=(postgres)
+    # moto (S3): installed into .cache/moto on first use (about 90 s).
+    for pair in s3:moto postgres:postgres redis:redis etcd:etcd; do
+        store="${pair%%:*}"
+        e="${pair##*:}"
+        if wants "$store" && ! "scripts/$e.sh" status >/dev/null 2>&1; then
+            "scripts/$e.sh" start
+            started+=("$e")
+        fi
+    done
+    # The Python peers run in figure 6, on the stores that have one.
+    if wants_figure 6 && { wants azblob || wants dynamodb || wants postgres || wants redis; }; then
+        VENV="$ROOT/.cache/bench-venv"
+        if ! "$VENV/bin/python" -c 'import azure.storage.blob, python_dynamodb_lock, boto3, psycopg, redis' 2>/dev/null; then
+            echo "bench.sh: installing the Python peers into $VENV" >&2
+            python3 -m venv "$VENV"
+            "$VENV/bin/pip" install --quiet --disable-pip-version-check \
+                'azure-storage-blob==12.31.1' 'python-dynamodb-lock==0.9.1' 'boto3>=1.34,<2' \
+                'psycopg[binary]==3.3.9' 'redis==6.4.0' >&2
+        fi
+        args+=(--venv "$VENV")
     fi
-    if ! scripts/redis.sh status >/dev/null 2>&1; then
-        scripts/redis.sh start
-        started+=(redis)
-    fi
-    if ! scripts/etcd.sh status >/dev/null 2>&1; then
-        scripts/etcd.sh start
-        started+=(etcd)
-    fi
-    VENV="$ROOT/.cache/bench-venv"
-    if ! "$VENV/bin/python" -c 'import azure.storage.blob, python_dynamodb_lock, boto3, psycopg, redis' 2>/dev/null; then
-        echo "bench.sh: installing the Python peers into $VENV" >&2
-        python3 -m venv "$VENV"
-        "$VENV/bin/pip" install --quiet --disable-pip-version-check \
-            'azure-storage-blob==12.31.1' 'python-dynamodb-lock==0.9.1' 'boto3>=1.34,<2' \
-            'psycopg[binary]==3.3.9' 'redis==6.4.0' >&2
-    fi
-    args+=(--venv "$VENV")
 fi
 
 # Redis's figures run on the test server when it is up.
@@ -100,6 +113,11 @@ fi
 # when it is up.
 if [[ -z "${LEASEHOLD_BENCH_ETCD_URL:-}" ]] && scripts/etcd.sh status >/dev/null 2>&1; then
     export LEASEHOLD_BENCH_ETCD_URL="$(scripts/etcd.sh url)"
+fi
+# S3's figures run on moto when it is up (the bench also tries moto's
+# default port by itself).
+if [[ -z "${LEASEHOLD_BENCH_S3_ENDPOINT:-}" ]] && scripts/moto.sh status >/dev/null 2>&1; then
+    export LEASEHOLD_BENCH_S3_ENDPOINT="$(scripts/moto.sh url)"
 fi
 # PostgreSQL's figures run on the test server when it is up.
 if [[ -z "${LEASEHOLD_BENCH_POSTGRES_URL:-}" ]] && scripts/postgres.sh status >/dev/null 2>&1; then

@@ -2,7 +2,7 @@
 # The whole test suite, from a fresh clone: installs and starts the storage
 # emulators on 127.0.0.1 (Azurite for Azure Blob Storage, DynamoDB Local, a
 # throw-away PostgreSQL server, PgBouncer in transaction mode in front of it,
-# a throw-away Redis server, a throw-away etcd), checks formatting and lints,
+# a throw-away Redis server, a throw-away etcd, moto for S3), checks formatting and lints,
 # proves that README command 1 and the library's tests build where any use
 # of protoc fails (scripts/bare-build.sh, first, while the target directory
 # of a clean clone is still empty), runs every test with the emulators
@@ -28,7 +28,7 @@ print_steps() {
     echo "$(printf '%5d s' "$SECONDS")  in all"
 }
 
-emulators=(azurite dynamodb-local postgres pgbouncer redis etcd)
+emulators=(azurite dynamodb-local postgres pgbouncer redis etcd moto)
 started=()
 stop_all() {
     for e in "${started[@]}"; do
@@ -56,6 +56,7 @@ export LEASEHOLD_TEST_DYNAMODB_ENDPOINT="${LEASEHOLD_TEST_DYNAMODB_ENDPOINT:-htt
 export LEASEHOLD_TEST_POSTGRES_URL="${LEASEHOLD_TEST_POSTGRES_URL:-$(scripts/postgres.sh url)}"
 export LEASEHOLD_TEST_REDIS_URL="${LEASEHOLD_TEST_REDIS_URL:-$(scripts/redis.sh url)}"
 export LEASEHOLD_TEST_ETCD_URL="${LEASEHOLD_TEST_ETCD_URL:-$(scripts/etcd.sh url)}"
+export LEASEHOLD_TEST_S3_ENDPOINT="${LEASEHOLD_TEST_S3_ENDPOINT:-$(scripts/moto.sh url)}"
 
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings

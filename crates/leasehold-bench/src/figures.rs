@@ -13,7 +13,7 @@ use leasehold::{LockOptions, Wait};
 use crate::raw::RawLoop;
 use crate::stats::{median, Latency};
 use crate::stores::{self, Spec, AZURITE_PORT, DYNAMODB_PORT};
-use crate::sys::{mono_ns, port_answers};
+use crate::sys::{mono_ns, port_answers, url_answers};
 use crate::worker::{self, handoffs, Acquisition, ManyReport, WaiterParams, WaiterReport};
 
 /// `leasehold-bench run` options.
@@ -31,13 +31,18 @@ pub struct RunArgs {
     /// Directory of the peer scripts.
     #[arg(long, default_value = "scripts/peers")]
     pub peers: PathBuf,
-    /// Leave out the Azurite and DynamoDB Local figures.
+    /// Leave out the Azurite, DynamoDB Local and moto (S3) figures.
     #[arg(long)]
     pub no_emulators: bool,
     /// Run only these figures (e.g. `--only 1,5`), for a quick look while
     /// working on one; the report then says the others were not run.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<u8>,
+    /// Run the store figures only on these stores (e.g. `--stores s3`; of
+    /// memory, sqlite, azblob, dynamodb, postgres, redis, etcd, s3), for a
+    /// quick look at one; the report then says the others were not run.
+    #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(stores::KINDS))]
+    pub stores: Vec<String>,
 }
 
 /// Loads and durations of one run.
@@ -252,54 +257,85 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         ..Default::default()
     };
     let tag = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
-    let mut specs = vec![Spec::Sqlite(dir.join("leases.db"))];
+    // Every store, with why it is left out if it is.
+    let mut candidates: Vec<(Spec, Option<String>)> =
+        vec![(Spec::Sqlite(dir.join("leases.db")), None)];
     if args.no_emulators {
         res.notes
-            .push("Azurite and DynamoDB Local left out (--no-emulators).".into());
+            .push("Azurite, DynamoDB Local and moto (S3) left out (--no-emulators).".into());
     } else {
-        if port_answers(AZURITE_PORT) {
-            specs.push(Spec::Azblob(format!("bench{tag}")));
-        } else {
-            res.notes.push(format!(
+        candidates.push((
+            Spec::Azblob(format!("bench{tag}")),
+            (!port_answers(AZURITE_PORT)).then(|| {
+                format!(
                 "Azurite: nothing listens on 127.0.0.1:{AZURITE_PORT}; its figures are left out."
-            ));
-        }
-        if port_answers(DYNAMODB_PORT) {
-            specs.push(Spec::Dynamodb(format!("leasehold_bench_{tag}")));
-        } else {
-            res.notes.push(format!(
+            )
+            }),
+        ));
+        candidates.push((
+            Spec::Dynamodb(format!("leasehold_bench_{tag}")),
+            (!port_answers(DYNAMODB_PORT)).then(|| format!(
                 "DynamoDB Local: nothing listens on 127.0.0.1:{DYNAMODB_PORT}; its figures are left out."
-            ));
-        }
+            )),
+        ));
+        // A prefix of this run's own in the bench's bucket.
+        let s3 = stores::s3_endpoint();
+        candidates.push((
+            Spec::S3(format!("leasehold-bench-{tag}")),
+            (!url_answers(&s3)).then(|| {
+                format!(
+                    "{}: nothing answers at {s3} (scripts/moto.sh start); its figures are left out.",
+                    stores::S3_LABEL
+                )
+            }),
+        ));
     }
 
     // A server of the machine's own, not an emulator: --no-emulators
     // keeps it.
-    if stores::postgres_url().is_some() {
-        specs.push(Spec::Postgres(format!("leasehold_bench_{tag}")));
-    } else {
+    candidates.push((
+        Spec::Postgres(format!("leasehold_bench_{tag}")),
+        stores::postgres_url().is_none().then(|| {
+            format!(
+                "PostgreSQL: no {} given; its figures are left out.",
+                stores::POSTGRES_URL_ENV
+            )
+        }),
+    ));
+    candidates.push((
+        Spec::Redis(format!("leasehold-bench-{tag}:")),
+        stores::redis_url().is_none().then(|| {
+            format!(
+                "Redis: no {} given; its figures are left out.",
+                stores::REDIS_URL_ENV
+            )
+        }),
+    ));
+    candidates.push((
+        Spec::Etcd(format!("leasehold-bench-{tag}/")),
+        stores::etcd_url().is_none().then(|| {
+            format!(
+                "etcd: no {} given; its figures are left out.",
+                stores::ETCD_URL_ENV
+            )
+        }),
+    ));
+
+    // Only the stores asked for (--stores), and of those the ones there.
+    let store_wanted = |kind: &str| args.stores.is_empty() || args.stores.iter().any(|s| s == kind);
+    if !args.stores.is_empty() {
         res.notes.push(format!(
-            "PostgreSQL: no {} given; its figures are left out.",
-            stores::POSTGRES_URL_ENV
+            "Only stores {:?} were run (--stores).",
+            args.stores
         ));
     }
-
-    if stores::redis_url().is_some() {
-        specs.push(Spec::Redis(format!("leasehold-bench-{tag}:")));
-    } else {
-        res.notes.push(format!(
-            "Redis: no {} given; its figures are left out.",
-            stores::REDIS_URL_ENV
-        ));
-    }
-
-    if stores::etcd_url().is_some() {
-        specs.push(Spec::Etcd(format!("leasehold-bench-{tag}/")));
-    } else {
-        res.notes.push(format!(
-            "etcd: no {} given; its figures are left out.",
-            stores::ETCD_URL_ENV
-        ));
+    let mut specs = Vec::new();
+    for (spec, missing) in candidates {
+        match missing {
+            _ if !store_wanted(spec.kind()) => {}
+            None => specs.push(spec),
+            Some(why) => res.notes.push(why),
+        }
     }
 
     // Every server store at once, each created proven-new (its name is
@@ -310,7 +346,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             | Spec::Dynamodb(_)
             | Spec::Postgres(_)
             | Spec::Redis(_)
-            | Spec::Etcd(_) => {
+            | Spec::Etcd(_)
+            | Spec::S3(_) => {
                 eprintln!("[0] creating {} (new, proven: no quarantine)", spec.label());
                 stores::warm_up(spec).await
             }
@@ -348,10 +385,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         }
     }
-    for spec in std::iter::once(&Spec::Memory)
-        .chain(&specs)
-        .filter(|_| want(2))
-    {
+    // The memory store, unless --stores leaves it out.
+    let memory = Some(Spec::Memory).filter(|m| store_wanted(m.kind()));
+    for spec in memory.iter().chain(&specs).filter(|_| want(2)) {
         eprintln!("[2] handoff: {}", spec.label());
         match run.handoff(spec).await {
             Ok(h) => res.handoff.push(h),
@@ -369,10 +405,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 .push(format!("figure 3, {}: failed: {e:#}", spec.label())),
         }
     }
-    for spec in std::iter::once(&Spec::Memory)
-        .chain(&specs)
-        .filter(|_| want(4))
-    {
+    for spec in memory.iter().chain(&specs).filter(|_| want(4)) {
         // The emulators hold 1,000 (they are slow by nature); the embedded
         // stores and real servers 10,000.
         let local = matches!(
@@ -424,8 +457,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         for spec in &specs {
             // etcd's peer is etcd's v3lock service, run by this binary; the
-            // others are Python scripts.
-            if matches!(spec, Spec::Sqlite(_))
+            // others are Python scripts. SQLite and S3 have no peer here.
+            if matches!(spec, Spec::Sqlite(_) | Spec::S3(_))
                 || (args.venv.is_none() && !matches!(spec, Spec::Etcd(_)))
             {
                 continue;
@@ -501,7 +534,8 @@ impl Run {
         let lock = opened
             .store
             .lock_with("bench-overhead", LockOptions::new())?;
-        // One cycle first: creates the SQLite schema, the blob, the table item.
+        // One cycle first: creates the SQLite schema, the blob, the table
+        // item, the S3 object (after its second's wait).
         lh_cycles(&lock, Duration::from_secs(5), 1).await?;
         let (mut raw, minimum) = match spec {
             Spec::Sqlite(p) if hop => (RawLoop::sqlite_hop(p)?, 2),
@@ -510,6 +544,12 @@ impl Run {
             Spec::Dynamodb(t) => {
                 let d = opened.dynamo.as_ref().ok_or_else(|| anyhow!("no client"))?;
                 (RawLoop::dynamo(d.client().clone(), t), 2)
+            }
+            // leasehold's warm path (this process wrote the key last): one
+            // conditional PutObject to acquire, one to release.
+            Spec::S3(_) => {
+                let b = opened.s3.as_ref().ok_or_else(|| anyhow!("no client"))?;
+                (RawLoop::s3(b).await?, 2)
             }
             Spec::Postgres(_) => {
                 let p = opened
@@ -958,12 +998,16 @@ impl Run {
                         .invoke_async::<()>(&mut conn)
                         .await?;
                     }
-                    Spec::Etcd(_) => {
+                    Spec::Etcd(_) | Spec::S3(_) => {
+                        // Every key or object of the bench's store (its
+                        // prefix is its own); etcd's holder keys' etcd
+                        // leases run out, S3's bucket stays.
                         let o = stores::open(spec, false).await?;
                         if let Some(e) = &o.etcd {
-                            // Every key of the bench's store (its prefix is
-                            // its own); holder keys' etcd leases run out.
                             e.delete_store().await?;
+                        }
+                        if let Some(b) = &o.s3 {
+                            b.delete_store().await?;
                         }
                     }
                     _ => {}

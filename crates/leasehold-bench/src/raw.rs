@@ -12,6 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{anyhow, Context};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_s3::primitives::ByteStream;
 use azure_core::credentials::Secret;
 use azure_core::http::policies::{Policy, PolicyResult};
 use azure_core::http::{
@@ -24,6 +25,7 @@ use azure_storage_blob::models::{
 };
 use azure_storage_blob::{BlobClient, BlobContainerClient, BlobContainerClientOptions};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use serde_json::json;
 
 use crate::sys::mono_ns;
 use leasehold_stores::CountTries as CountRequests;
@@ -96,6 +98,18 @@ pub enum RawLoop {
         /// The table.
         table: String,
     },
+    /// aws-sdk-s3 on leasehold's own client: the two conditional
+    /// `PutObject`s of leasehold's warm path (grant, release).
+    S3 {
+        /// The client (leasehold's, so the same settings).
+        client: aws_sdk_s3::Client,
+        /// The bucket.
+        bucket: String,
+        /// The raw key's object, in the store's prefix.
+        object: String,
+        /// The object's ETag after our last write, and its record's fence.
+        state: S3Raw,
+    },
 }
 
 const RAW_KEY: &str = "raw-overhead";
@@ -159,6 +173,29 @@ impl RawLoop {
             client,
             table: table.to_string(),
         }
+    }
+
+    /// A loop on an object of `backend`'s store (created here), on
+    /// leasehold's own client.
+    pub async fn s3(backend: &leasehold_s3::S3Backend) -> anyhow::Result<RawLoop> {
+        let client = backend.client().clone();
+        let bucket = backend.bucket().to_string();
+        let object = backend.object_name(&leasehold::Key::new(RAW_KEY)?);
+        let mut state = S3Raw {
+            etag: None,
+            epoch: backend.epoch().epoch,
+            fence: 0,
+            owner: serde_json::to_value(leasehold::Owner::current())?,
+        };
+        // The object's first write: a free record.
+        let free = json!({ "v": 1, "nonce": s3_nonce(), "epoch": state.epoch, "fence": 0 });
+        state.etag = Some(s3_put(&client, &bucket, &object, &free, None).await?);
+        Ok(RawLoop::S3 {
+            client,
+            bucket,
+            object,
+            state,
+        })
     }
 
     /// A loop on `backend`'s table, on a connection of its own to the
@@ -246,8 +283,8 @@ impl RawLoop {
         })
     }
 
-    /// Requests the loop's own client sent (all but SQLite and DynamoDB,
-    /// which the caller counts).
+    /// Requests the loop's own client sent (all but SQLite, DynamoDB and
+    /// S3, which the caller counts).
     pub fn own_requests(&self) -> Option<u64> {
         match self {
             RawLoop::Azure { requests, .. }
@@ -307,6 +344,17 @@ impl RawLoop {
             RawLoop::Dynamo { client, table } => {
                 while n < max && start.elapsed() < time {
                     dynamo_cycle(client, table).await?;
+                    n += 1;
+                }
+            }
+            RawLoop::S3 {
+                client,
+                bucket,
+                object,
+                state,
+            } => {
+                while n < max && start.elapsed() < time {
+                    s3_cycle(client, bucket, object, state).await?;
                     n += 1;
                 }
             }
@@ -799,6 +847,93 @@ async fn dynamo_cycle(client: &aws_sdk_dynamodb::Client, table: &str) -> anyhow:
     }
     req.send().await.context("raw DynamoDB release")?;
     Ok(())
+}
+
+/// The raw S3 loop's object as it last wrote it.
+pub struct S3Raw {
+    /// Its ETag (`None`: no object yet).
+    etag: Option<String>,
+    /// The store's epoch and the record's last fencing token.
+    epoch: u64,
+    fence: u64,
+    /// This process, as leasehold's records name a holder.
+    owner: serde_json::Value,
+}
+
+/// leasehold's S3 requests for a free key this process wrote last (see
+/// `crates/leasehold-s3`: the crate docs' "Requests" and `backend.rs`),
+/// with records of leasehold's layout: the grant, `PutObject` of the record
+/// with the next token and our lease `If-Match` the ETag of our last write;
+/// the release, `PutObject` of the record freed (`released_by`) `If-Match`
+/// the grant's ETag. Every body has a fresh nonce, as leasehold's have.
+async fn s3_cycle(
+    client: &aws_sdk_s3::Client,
+    bucket: &str,
+    object: &str,
+    state: &mut S3Raw,
+) -> anyhow::Result<()> {
+    let lease_id = uuid::Uuid::new_v4().to_string();
+    let fence = leasehold::next_token(state.fence, state.epoch);
+    let now = unix_ms();
+    let held = json!({
+        "v": 1,
+        "nonce": s3_nonce(),
+        "epoch": state.epoch,
+        "fence": fence,
+        "lease": {
+            "id": lease_id,
+            "owner": state.owner,
+            "ttl_ms": 30_000,
+            "acquired_ms": now,
+            "expires_ms": now + 30_000,
+        },
+    });
+    let etag = s3_put(client, bucket, object, &held, state.etag.as_deref())
+        .await
+        .context("raw S3 grant")?;
+    state.fence = fence;
+    let free = json!({
+        "v": 1,
+        "nonce": s3_nonce(),
+        "epoch": state.epoch,
+        "fence": fence,
+        "released_by": lease_id,
+    });
+    let etag = s3_put(client, bucket, object, &free, Some(&etag))
+        .await
+        .context("raw S3 release")?;
+    state.etag = Some(etag);
+    Ok(())
+}
+
+/// Fresh random bytes for a record, as leasehold-s3 makes them.
+fn s3_nonce() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+/// One `PutObject` of `record`, as leasehold-s3 sends it: `If-Match` the
+/// ETag given, or `If-None-Match: *` without one. Returns the new ETag.
+async fn s3_put(
+    client: &aws_sdk_s3::Client,
+    bucket: &str,
+    object: &str,
+    record: &serde_json::Value,
+    etag: Option<&str>,
+) -> anyhow::Result<String> {
+    let put = client
+        .put_object()
+        .bucket(bucket)
+        .key(object)
+        .content_type("application/json")
+        .body(ByteStream::from(serde_json::to_vec(record)?));
+    let put = match etag {
+        Some(etag) => put.if_match(etag),
+        None => put.if_none_match("*"),
+    };
+    let out = put.send().await?;
+    out.e_tag()
+        .map(str::to_string)
+        .ok_or_else(|| anyhow!("no ETag in the answer"))
 }
 
 /// A container client for Azurite with the settings leasehold-azure's

@@ -1,7 +1,7 @@
 //! The stores under test, each opened with request counters: backend calls
 //! through a [`Counting`] wrapper, and HTTP requests where a store sends
-//! several per call (Azure, through a pipeline policy; DynamoDB, through the
-//! backend's own counter; etcd, through the backend's own counter).
+//! several per call (Azure, through a pipeline policy; DynamoDB, S3 and
+//! etcd, through the backend's own counter).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -15,6 +15,7 @@ use leasehold::{
 };
 use leasehold_dynamodb::DynamoDbBackend;
 use leasehold_postgres::PostgresBackend;
+use leasehold_s3::S3Backend;
 
 use crate::sys::mono_ns;
 
@@ -22,6 +23,23 @@ use crate::sys::mono_ns;
 pub const AZURITE_PORT: u16 = 10000;
 /// DynamoDB Local's port.
 pub const DYNAMODB_PORT: u16 = 8000;
+
+/// moto's S3 endpoint (scripts/bench.sh sets it from `scripts/moto.sh
+/// url`); without it, moto's default port on 127.0.0.1. S3's figures run
+/// when the endpoint answers.
+pub const S3_ENDPOINT_ENV: &str = "LEASEHOLD_BENCH_S3_ENDPOINT";
+/// The port `scripts/moto.sh` starts moto on by default.
+pub const MOTO_PORT: u16 = 45399;
+/// The bucket of S3's figures; each run's store is a prefix of its own in it.
+pub const S3_BUCKET: &str = "leasehold-bench";
+
+/// moto's S3 endpoint: the environment's, or moto's default.
+pub fn s3_endpoint() -> String {
+    std::env::var(S3_ENDPOINT_ENV)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| format!("http://127.0.0.1:{MOTO_PORT}"))
+}
 
 /// The PostgreSQL server's URL (scripts/bench.sh sets it from
 /// `scripts/postgres.sh url`); without it PostgreSQL's figures are left out.
@@ -54,7 +72,7 @@ pub fn postgres_url() -> Option<String> {
 
 /// Which store, as passed between processes (`memory:`, `sqlite:PATH`,
 /// `azblob:CONTAINER`, `dynamodb:TABLE`, `postgres:TABLE`, `redis:PREFIX`,
-/// `etcd:PREFIX`).
+/// `etcd:PREFIX`, `s3:PREFIX`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Spec {
     /// In-process memory store.
@@ -71,7 +89,14 @@ pub enum Spec {
     Redis(String),
     /// A key prefix on the etcd server of [`etcd_url`].
     Etcd(String),
+    /// A prefix in [`S3_BUCKET`] on moto, at [`s3_endpoint`].
+    S3(String),
 }
+
+/// The store kinds, as [`Spec::kind`] names them (`run --stores`).
+pub const KINDS: &[&str] = &[
+    "memory", "sqlite", "azblob", "dynamodb", "postgres", "redis", "etcd", "s3",
+];
 
 impl Spec {
     /// Parses the form written by [`Spec::arg`].
@@ -84,20 +109,37 @@ impl Spec {
             Some(("postgres", t)) => Spec::Postgres(t.to_string()),
             Some(("redis", p)) => Spec::Redis(p.to_string()),
             Some(("etcd", p)) => Spec::Etcd(p.to_string()),
+            Some(("s3", p)) => Spec::S3(p.to_string()),
             _ => bail!("bad store spec {s:?}"),
         })
     }
 
     /// The form [`Spec::parse`] reads.
     pub fn arg(&self) -> String {
+        let kind = self.kind();
         match self {
-            Spec::Memory => "memory:".into(),
-            Spec::Sqlite(p) => format!("sqlite:{}", p.display()),
-            Spec::Azblob(c) => format!("azblob:{c}"),
-            Spec::Dynamodb(t) => format!("dynamodb:{t}"),
-            Spec::Postgres(t) => format!("postgres:{t}"),
-            Spec::Redis(p) => format!("redis:{p}"),
-            Spec::Etcd(p) => format!("etcd:{p}"),
+            Spec::Memory => format!("{kind}:"),
+            Spec::Sqlite(p) => format!("{kind}:{}", p.display()),
+            Spec::Azblob(name)
+            | Spec::Dynamodb(name)
+            | Spec::Postgres(name)
+            | Spec::Redis(name)
+            | Spec::Etcd(name)
+            | Spec::S3(name) => format!("{kind}:{name}"),
+        }
+    }
+
+    /// The kind of store, one of [`KINDS`].
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Spec::Memory => "memory",
+            Spec::Sqlite(_) => "sqlite",
+            Spec::Azblob(_) => "azblob",
+            Spec::Dynamodb(_) => "dynamodb",
+            Spec::Postgres(_) => "postgres",
+            Spec::Redis(_) => "redis",
+            Spec::Etcd(_) => "etcd",
+            Spec::S3(_) => "s3",
         }
     }
 
@@ -129,6 +171,10 @@ impl Spec {
                 let sep = if base.contains('?') { '&' } else { '?' };
                 format!("{base}{sep}prefix={p}&max_ttl=30s")
             }
+            Spec::S3(p) => format!(
+                "s3://{S3_BUCKET}/{p}?region=us-east-1&endpoint={}&max_ttl=30s",
+                s3_endpoint()
+            ),
         }
     }
 
@@ -142,9 +188,13 @@ impl Spec {
             Spec::Postgres(_) => "PostgreSQL",
             Spec::Redis(_) => "Redis",
             Spec::Etcd(_) => "etcd",
+            Spec::S3(_) => S3_LABEL,
         }
     }
 }
+
+/// S3's name on the results page (the store, and the emulator measured).
+pub const S3_LABEL: &str = "S3 (moto)";
 
 /// The Azurite connection string (the environment's, or the development one).
 pub fn azurite_connection_string() -> String {
@@ -175,6 +225,8 @@ pub struct Opened {
     pub redis: Option<Arc<leasehold_redis::RedisBackend>>,
     /// The etcd backend, for its prefix and epoch.
     pub etcd: Option<Arc<leasehold_etcd::EtcdBackend>>,
+    /// The S3 backend, for raw requests on the same client.
+    pub s3: Option<Arc<S3Backend>>,
     requests: RequestCount,
 }
 
@@ -202,7 +254,8 @@ pub async fn warm_up(spec: &Spec) -> anyhow::Result<()> {
         leasehold::LockOptions::new().ttl(std::time::Duration::from_secs(15)),
     )?;
     // Proven, the store grants at once; a few seconds cover a slow first
-    // request (DynamoDB Local's first table, Redis's next-second epoch).
+    // request (DynamoDB Local's first table, Redis's next-second epoch, the
+    // second an S3 key's first grant waits).
     let guard = lock
         .acquire(std::time::Duration::from_secs(30))
         .await
@@ -226,8 +279,10 @@ pub async fn open(spec: &Spec, track_renewals: bool) -> anyhow::Result<Opened> {
         .ok();
     let etcd = opened
         .concrete
+        .clone()
         .downcast::<leasehold_etcd::EtcdBackend>()
         .ok();
+    let s3 = opened.concrete.downcast::<S3Backend>().ok();
     let calls = Arc::new(Counting::new(opened.backend, track_renewals));
     let requests = match opened.requests {
         Some(f) => f,
@@ -243,6 +298,7 @@ pub async fn open(spec: &Spec, track_renewals: bool) -> anyhow::Result<Opened> {
         postgres,
         redis,
         etcd,
+        s3,
         requests,
     })
 }

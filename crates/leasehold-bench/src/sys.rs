@@ -49,9 +49,26 @@ pub fn rss_bytes() -> u64 {
 
 /// Whether something accepts TCP connections on 127.0.0.1:`port`.
 pub fn port_answers(port: u16) -> bool {
-    std::net::TcpStream::connect_timeout(
-        &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
-        Duration::from_millis(500),
-    )
-    .is_ok()
+    addr_answers(std::net::SocketAddr::from(([127, 0, 0, 1], port)))
+}
+
+/// Whether something accepts TCP connections at `http://HOST:PORT`'s
+/// address.
+pub fn url_answers(url: &str) -> bool {
+    use std::net::ToSocketAddrs;
+    let authority = url
+        .split_once("://")
+        .map_or(url, |(_, rest)| rest)
+        .split(['/', '?'])
+        .next()
+        .unwrap_or("");
+    authority
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut addrs| addrs.next())
+        .is_some_and(addr_answers)
+}
+
+fn addr_answers(addr: std::net::SocketAddr) -> bool {
+    std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_ok()
 }

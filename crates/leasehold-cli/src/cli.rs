@@ -14,8 +14,8 @@ Limits:
             reserved for semaphore slots (KEY/:slot:N). With --limit, KEY
             is at most 246 characters.
   --ttl     sqlite: 100ms to 24h; azblob: 15s to 60s (whole seconds);
-            dynamodb, postgres, redis: 1s to 24h; etcd: 2s to 24h (whole
-            seconds on the server, rounded up); and never above the
+            dynamodb, postgres, redis, s3: 1s to 24h; etcd: 2s to 24h
+            (whole seconds on the server, rounded up); and never above the
             store's max TTL (60s unless its URL says ?max_ttl=DURATION,
             e.g. sqlite:PATH?max_ttl=5m)
   --grace   at most half the TTL and at most 30s (half the confirmation
@@ -34,7 +34,7 @@ Environment:
   AZURE_STORAGE_CONNECTION_STRING, AZURE_STORAGE_ACCOUNT, AZURE_STORAGE_KEY,
   AZURE_STORAGE_SAS_TOKEN             azblob:// credentials
   AWS_REGION, AWS_PROFILE, AWS_ACCESS_KEY_ID, ... (the AWS credential chain)
-                                      dynamodb:// credentials
+                                      dynamodb:// and s3:// credentials
   PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE, PGSSLROOTCERT
                                       postgres:// parts the URL omits
   Given to CMD: LEASEHOLD_KEY, LEASEHOLD_FENCING_TOKEN, and with --limit
@@ -64,7 +64,8 @@ pub struct Cli {
     /// azblob://CONTAINER[/PREFIX], dynamodb://TABLE?region=R&endpoint=URL,
     /// postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?table=NAME&sslmode=MODE],
     /// redis://[USER:PASSWORD@]HOST[:PORT][/DB][?prefix=P] (rediss:// for TLS),
-    /// etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][?prefix=P] (etcds:// for TLS).
+    /// etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][?prefix=P] (etcds:// for TLS),
+    /// s3://BUCKET[/PREFIX]?region=R&endpoint=URL.
     /// Default: the SQLite file under the user's state directory
     /// (~/.local/state/leasehold/leases.db, directory created 0700).
     /// status, list, leader and break never create a store, and the first

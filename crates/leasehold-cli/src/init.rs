@@ -81,6 +81,7 @@ fn made(name: &str) -> &'static str {
         "azblob" => "the container and its epoch marker blob",
         "redis" => "the epoch marker under the prefix",
         "etcd" => "the epoch marker under the prefix",
+        "s3" => "the bucket (if missing) and the epoch marker object under the prefix",
         _ => "the store and its epoch marker",
     }
 }

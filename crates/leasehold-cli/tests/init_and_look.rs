@@ -223,6 +223,51 @@ fn dump(store: &str, env: &Env) -> Option<String> {
                 Some(out)
             })
         }
+        "s3" => {
+            for (k, v) in &env.store.as_ref().unwrap().1 {
+                std::env::set_var(k, v);
+            }
+            block_on(async {
+                // A backend that only looks: its client lists and reads
+                // every object of the store as an operator's would.
+                let backend = leasehold_s3::S3Backend::builder_from_url(&url)
+                    .unwrap()
+                    .creation(leasehold::Creation::Never)
+                    .build()
+                    .await;
+                let backend = match backend {
+                    Err(leasehold::Error::NoStore { .. }) => return None,
+                    other => other.unwrap(),
+                };
+                let client = backend.client();
+                let listed = client
+                    .list_objects_v2()
+                    .bucket(backend.bucket())
+                    .prefix(backend.prefix())
+                    .send()
+                    .await
+                    .unwrap();
+                let mut out = String::new();
+                for object in listed.contents() {
+                    let name = object.key().unwrap();
+                    let got = client
+                        .get_object()
+                        .bucket(backend.bucket())
+                        .key(name)
+                        .send()
+                        .await
+                        .unwrap();
+                    let etag = got.e_tag().unwrap_or_default().to_string();
+                    let modified = format!("{:?}", got.last_modified());
+                    let body = got.body.collect().await.unwrap().into_bytes();
+                    out.push_str(&format!(
+                        "{name} {etag} {modified} {}\n",
+                        String::from_utf8_lossy(&body)
+                    ));
+                }
+                (!out.is_empty()).then_some(out)
+            })
+        }
         other => panic!("unknown store {other}"),
     }
 }
@@ -415,6 +460,7 @@ macro_rules! on_every_store {
         mod postgres { $( #[test] fn $test() { super::$test("postgres") } )+ }
         mod redis { $( #[test] fn $test() { super::$test("redis") } )+ }
         mod etcd { $( #[test] fn $test() { super::$test("etcd") } )+ }
+        mod s3 { $( #[test] fn $test() { super::$test("s3") } )+ }
     };
 }
 

@@ -17,7 +17,7 @@ fn ttl(store: &str) -> &'static str {
     match store {
         "azblob" => "15s",
         // The test tables' max TTL (see `Env::on`).
-        "dynamodb" | "postgres" | "redis" | "etcd" => "2s",
+        "dynamodb" | "postgres" | "redis" | "etcd" | "s3" => "2s",
         _ => "3s",
     }
 }
@@ -324,6 +324,8 @@ macro_rules! on_every_store {
         mod redis { $( #[test] fn $name() { super::$name("redis") } )+ }
         #[cfg(feature = "etcd")]
         mod etcd { $( #[test] fn $name() { super::$name("etcd") } )+ }
+        #[cfg(feature = "s3")]
+        mod s3 { $( #[test] fn $name() { super::$name("s3") } )+ }
     };
 }
 

@@ -137,6 +137,8 @@ macro_rules! on_every_store {
         mod redis { $( #[test] fn $test() { super::$test("redis") } )+ }
         #[cfg(feature = "etcd")]
         mod etcd { $( #[test] fn $test() { super::$test("etcd") } )+ }
+        #[cfg(feature = "s3")]
+        mod s3 { $( #[test] fn $test() { super::$test("s3") } )+ }
     };
 }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-const SERVER_STORES: [&str; 5] = ["azblob", "dynamodb", "postgres", "redis", "etcd"];
+const SERVER_STORES: [&str; 6] = ["azblob", "dynamodb", "postgres", "redis", "etcd", "s3"];
 
 /// A TTL the test store accepts (its max TTL: Azure containers 15 s, the
 /// other stores 2 s, see `Env::on`).

@@ -24,7 +24,7 @@ impl Env {
     }
 
     /// An environment on the store named `sqlite`, `azblob`, `dynamodb`,
-    /// `postgres`, `redis` or `etcd`;
+    /// `postgres`, `redis`, `etcd` or `s3`;
     /// `None` (with a visible SKIPPED line, or a panic under
     /// `LEASEHOLD_REQUIRE_EMULATORS=1`) when that store's emulator is not
     /// configured. Each call gets a container/table of its own.
@@ -86,6 +86,24 @@ impl Env {
                 let sep = if url.contains('?') { '&' } else { '?' };
                 // A prefix of its own, quarantined for 2 s when new.
                 env.store = Some((format!("{url}{sep}prefix=cli-{unique}/&max_ttl=2s"), vec![]));
+            }
+            "s3" => {
+                let Ok(endpoint) = std::env::var("LEASEHOLD_TEST_S3_ENDPOINT") else {
+                    return leasehold::conformance::skip(store, "LEASEHOLD_TEST_S3_ENDPOINT is not set (scripts/test.sh sets it and starts moto)");
+                };
+                env.store = Some((
+                    // A store (prefix) of its own, quarantined for 2 s when new.
+                    format!(
+                        "s3://leasehold-cli-tests/cli-{unique}?region=us-east-1&endpoint={endpoint}&max_ttl=2s"
+                    ),
+                    vec![
+                        ("AWS_ACCESS_KEY_ID".into(), "leaseholdtests".into()),
+                        (
+                            "AWS_SECRET_ACCESS_KEY".into(),
+                            "leasehold-test-secret".into(),
+                        ),
+                    ],
+                ));
             }
             other => panic!("unknown store {other}"),
         }
