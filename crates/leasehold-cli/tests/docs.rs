@@ -59,6 +59,7 @@ const WRITTEN_FOR_USERS: &[&str] = &[
     "crates/leasehold-postgres/README.md",
     "crates/leasehold-redis/README.md",
     "crates/leasehold-etcd/README.md",
+    "crates/leasehold-s3/README.md",
 ];
 
 fn root() -> PathBuf {
@@ -588,7 +589,7 @@ fn opener_schemes() -> BTreeSet<String> {
 fn every_store_scheme_has_a_section_and_an_example() {
     let help = leasehold(&["--help"]);
     let from_help = schemes_in(&option_help(&help, "store"));
-    for expected in ["sqlite", "azblob", "dynamodb", "postgres", "redis", "etcd"] {
+    for expected in ["sqlite", "azblob", "dynamodb", "postgres", "redis", "etcd", "s3"] {
         assert!(
             from_help.contains(expected),
             "{expected} is not in --store's help: {from_help:?}"
@@ -683,6 +684,10 @@ fn every_url_parameter_is_in_its_stores_guide() {
         (
             "crates/leasehold-etcd/README.md",
             spec_parameters("crates/leasehold-etcd/src/builder.rs"),
+        ),
+        (
+            "crates/leasehold-s3/README.md",
+            spec_parameters("crates/leasehold-s3/src/url.rs"),
         ),
     ];
     for (guide, accepted) in stores {
