@@ -34,6 +34,70 @@ use aws_smithy_types::timeout::TimeoutConfig;
 use aws_types::region::Region;
 use leasehold::{Error, Result};
 
+/// What [`aws_builder_methods!`] names, re-exported so that the macro
+/// works in a crate whatever it imports.
+#[doc(hidden)]
+pub mod reexport {
+    pub use aws_config::SdkConfig;
+    pub use aws_credential_types::provider::ProvideCredentials;
+}
+
+/// The builder methods every AWS store's builder has (`region`,
+/// `endpoint`, `profile`, `credentials_provider`, `sdk_config`,
+/// `attempt_timeout`), written once: expand it inside the `impl` of a
+/// builder that has an `aws: AwsOptions` field. `$emulator` names an
+/// emulator's endpoint for the `endpoint` method's docs.
+#[macro_export]
+macro_rules! aws_builder_methods {
+    ($emulator:literal) => {
+        /// The AWS region (otherwise the standard chain's: `AWS_REGION`,
+        /// the profile, instance metadata).
+        pub fn region(mut self, region: impl Into<String>) -> Self {
+            self.aws.region = Some(region.into());
+            self
+        }
+
+        #[doc = concat!("Another endpoint than AWS's, such as ", $emulator, ".")]
+        pub fn endpoint(mut self, endpoint: impl Into<String>) -> Self {
+            self.aws.endpoint = Some(endpoint.into());
+            self
+        }
+
+        /// The AWS profile to read from the shared config and credentials
+        /// files.
+        pub fn profile(mut self, profile: impl Into<String>) -> Self {
+            self.aws.profile = Some(profile.into());
+            self
+        }
+
+        /// Credentials to use instead of the standard chain (static test
+        /// credentials for an emulator, or a provider of your own).
+        pub fn credentials_provider(
+            mut self,
+            provider: impl $crate::reexport::ProvideCredentials + 'static,
+        ) -> Self {
+            self.aws.set_credentials(provider);
+            self
+        }
+
+        /// Start from this SDK configuration instead of loading the
+        /// standard one; region, endpoint and credentials set on this
+        /// builder still override it.
+        pub fn sdk_config(mut self, config: $crate::reexport::SdkConfig) -> Self {
+            self.aws.sdk_config = Some(config);
+            self
+        }
+
+        /// Time limit of one HTTP attempt (default 5 s); the whole
+        /// operation, with the SDK's retries, is limited to three times
+        /// that.
+        pub fn attempt_timeout(mut self, timeout: std::time::Duration) -> Self {
+            self.aws.attempt_timeout = timeout;
+            self
+        }
+    };
+}
+
 /// A message-only error, the source of the [`Error::Backend`]s built here.
 #[derive(Debug)]
 pub struct Message(pub String);
@@ -95,6 +159,20 @@ impl AwsOptions {
     /// Sets the credentials provider.
     pub fn set_credentials(&mut self, provider: impl ProvideCredentials + 'static) {
         self.credentials = Some(SharedCredentialsProvider::new(provider));
+    }
+
+    /// Takes the parameters every AWS store's URL has (`region`,
+    /// `endpoint`, `profile`) from a parsed query.
+    pub fn read_query(&mut self, query: &leasehold::backend::params::QueryParams) {
+        for (name, field) in [
+            ("region", &mut self.region),
+            ("endpoint", &mut self.endpoint),
+            ("profile", &mut self.profile),
+        ] {
+            if let Some(value) = query.string(name) {
+                *field = Some(value.to_string());
+            }
+        }
     }
 
     /// Checks the region and endpoint names, then loads the SDK

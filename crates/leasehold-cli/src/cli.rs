@@ -14,8 +14,9 @@ Limits:
             reserved for semaphore slots (KEY/:slot:N). With --limit, KEY
             is at most 246 characters.
   --ttl     sqlite: 100ms to 24h; azblob: 15s to 60s (whole seconds);
-            dynamodb, postgres, redis, s3: 1s to 24h; etcd: 2s to 24h
-            (whole seconds on the server, rounded up); and never above the
+            dynamodb, postgres, redis: 1s to 24h; s3: 2s to 24h; etcd: 2s
+            to 24h (whole seconds on the server, rounded up); and never
+            above the
             store's max TTL (60s unless its URL says ?max_ttl=DURATION,
             e.g. sqlite:PATH?max_ttl=5m)
   --grace   at most half the TTL and at most 30s (half the confirmation

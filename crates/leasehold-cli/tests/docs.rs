@@ -589,7 +589,9 @@ fn opener_schemes() -> BTreeSet<String> {
 fn every_store_scheme_has_a_section_and_an_example() {
     let help = leasehold(&["--help"]);
     let from_help = schemes_in(&option_help(&help, "store"));
-    for expected in ["sqlite", "azblob", "dynamodb", "postgres", "redis", "etcd", "s3"] {
+    for expected in [
+        "sqlite", "azblob", "dynamodb", "postgres", "redis", "etcd", "s3",
+    ] {
         assert!(
             from_help.contains(expected),
             "{expected} is not in --store's help: {from_help:?}"

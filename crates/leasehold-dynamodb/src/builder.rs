@@ -4,8 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use aws_config::SdkConfig;
-use aws_sdk_dynamodb::config::{ProvideCredentials, Region};
+use aws_sdk_dynamodb::config::Region;
 use leasehold::{Error, Result, SharedClock, SystemClock};
 use leasehold_aws::{AwsOptions, RequestCounter, ServiceDate};
 
@@ -66,40 +65,7 @@ impl DynamoDbBackendBuilder {
         }
     }
 
-    /// The AWS region (otherwise the standard chain's: `AWS_REGION`, the
-    /// profile, instance metadata).
-    pub fn region(mut self, region: impl Into<String>) -> Self {
-        self.aws.region = Some(region.into());
-        self
-    }
-
-    /// Another endpoint than AWS's, such as DynamoDB Local
-    /// (`http://127.0.0.1:8000`).
-    pub fn endpoint(mut self, endpoint: impl Into<String>) -> Self {
-        self.aws.endpoint = Some(endpoint.into());
-        self
-    }
-
-    /// The AWS profile to read from the shared config and credentials files.
-    pub fn profile(mut self, profile: impl Into<String>) -> Self {
-        self.aws.profile = Some(profile.into());
-        self
-    }
-
-    /// Credentials to use instead of the standard chain (static test
-    /// credentials for an emulator, or a provider of your own).
-    pub fn credentials_provider(mut self, provider: impl ProvideCredentials + 'static) -> Self {
-        self.aws.set_credentials(provider);
-        self
-    }
-
-    /// Start from this SDK configuration instead of loading the standard
-    /// one; region, endpoint and credentials set on this builder still
-    /// override it.
-    pub fn sdk_config(mut self, config: SdkConfig) -> Self {
-        self.aws.sdk_config = Some(config);
-        self
-    }
+    leasehold_aws::aws_builder_methods!("DynamoDB Local (`http://127.0.0.1:8000`)");
 
     /// The monotonic clock takeover observations are timed on (the system
     /// clock unless set; tests inject a [`leasehold::ManualClock`] or a
@@ -161,13 +127,6 @@ impl DynamoDbBackendBuilder {
     /// once, see [`Creation::NewProven`](leasehold::Creation::NewProven)).
     pub fn creation(mut self, creation: leasehold::Creation) -> Self {
         self.creation = creation;
-        self
-    }
-
-    /// Time limit of one HTTP attempt (default 5 s); the whole operation,
-    /// with the SDK's retries, is limited to three times that.
-    pub fn attempt_timeout(mut self, timeout: Duration) -> Self {
-        self.aws.attempt_timeout = timeout;
         self
     }
 

@@ -36,15 +36,7 @@ pub(crate) fn parse(url: &str) -> Result<DynamoDbBackendBuilder> {
     let (table, query) = PARAMS.parse_url(rest)?;
     let table = table.strip_suffix('/').unwrap_or(table);
     let mut builder = DynamoDbBackendBuilder::new(table);
-    if let Some(region) = query.string("region") {
-        builder = builder.region(region);
-    }
-    if let Some(endpoint) = query.string("endpoint") {
-        builder = builder.endpoint(endpoint);
-    }
-    if let Some(profile) = query.string("profile") {
-        builder = builder.profile(profile);
-    }
+    builder.aws.read_query(&query);
     if let Some(max_skew) = query.duration("max_clock_skew")? {
         builder = builder.takeover(TakeoverMode::TrustClocks { max_skew });
     }

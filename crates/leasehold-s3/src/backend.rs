@@ -651,11 +651,12 @@ impl Backend for S3Backend {
                     .write("acquire", &name, &next, Cond::Match(&etag))
                     .await?
                 {
-                    Put::Done(etag) => {
-                        self.remember(key, etag, next);
-                        self.observations.forget(key.as_str());
-                        return Ok(AcquireOutcome::Acquired(Grant::new(fence)));
-                    }
+                    // Our last write's ETag still matching proves no other
+                    // process wrote since, but not the epoch: a copy of the
+                    // store restored over it has the same bytes, so the
+                    // same ETag (crate docs, "A grant lands only in its
+                    // epoch").
+                    Put::Done(etag) => return self.confirm(key, &name, etag, next).await,
                     Put::Refused => self.forget(key),
                     Put::NoBucket => {
                         self.forget(key);
@@ -740,7 +741,22 @@ impl Backend for S3Backend {
     async fn renew(&self, lease: &Lease) -> Result<()> {
         check_ttl(lease.ttl)?;
         self.rewrite("renew", lease, |_| false, |r| self.renewed(r, lease.ttl))
-            .await
+            .await?;
+        // The object is ours, but the store may be going: its objects are
+        // deleted one by one, the marker first. Read after the write, a
+        // marker that still names the lease's epoch shows that the write
+        // came before any deletion began (crate docs, "Holders of lost
+        // data").
+        match crate::epoch::read(self).await? {
+            Some(marker) if marker.epoch == lease.epoch => Ok(()),
+            _ => {
+                self.forget(&lease.key);
+                Err(lost(
+                    lease,
+                    "the store's epoch marker is gone or names another epoch: the store's data was lost",
+                ))
+            }
+        }
     }
 
     async fn release(&self, lease: &Lease) -> Result<()> {

@@ -4,10 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use aws_config::SdkConfig;
-use aws_sdk_s3::config::{
-    ProvideCredentials, Region, RequestChecksumCalculation, ResponseChecksumValidation,
-};
+use aws_sdk_s3::config::{Region, RequestChecksumCalculation, ResponseChecksumValidation};
 use leasehold::{Error, Result, SharedClock, SystemClock};
 use leasehold_aws::{AwsOptions, RequestCounter};
 
@@ -68,46 +65,13 @@ impl S3BackendBuilder {
         }
     }
 
+    leasehold_aws::aws_builder_methods!("an emulator (`http://127.0.0.1:45399`, moto) or an S3-compatible service; requests then use path-style addressing (`ENDPOINT/BUCKET/OBJECT`)");
+
     /// Keep the store's objects under this prefix (a key-shaped path such
     /// as `jobs/prod`; default: the bucket's root). Each prefix is a store
     /// of its own, with its own epoch.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
-        self
-    }
-
-    /// The AWS region (otherwise the standard chain's: `AWS_REGION`, the
-    /// profile, instance metadata).
-    pub fn region(mut self, region: impl Into<String>) -> Self {
-        self.aws.region = Some(region.into());
-        self
-    }
-
-    /// Another endpoint than AWS's, such as an emulator
-    /// (`http://127.0.0.1:45399`) or an S3-compatible service. Requests
-    /// then use path-style addressing (`ENDPOINT/BUCKET/OBJECT`).
-    pub fn endpoint(mut self, endpoint: impl Into<String>) -> Self {
-        self.aws.endpoint = Some(endpoint.into());
-        self
-    }
-
-    /// The AWS profile to read from the shared config and credentials files.
-    pub fn profile(mut self, profile: impl Into<String>) -> Self {
-        self.aws.profile = Some(profile.into());
-        self
-    }
-
-    /// Credentials to use instead of the standard chain.
-    pub fn credentials_provider(mut self, provider: impl ProvideCredentials + 'static) -> Self {
-        self.aws.set_credentials(provider);
-        self
-    }
-
-    /// Start from this SDK configuration instead of loading the standard
-    /// one; region, endpoint and credentials set on this builder still
-    /// override it.
-    pub fn sdk_config(mut self, config: SdkConfig) -> Self {
-        self.aws.sdk_config = Some(config);
         self
     }
 
@@ -134,7 +98,7 @@ impl S3BackendBuilder {
     }
 
     /// The max TTL a store started by this backend records (default 60 s,
-    /// [`leasehold::DEFAULT_STORE_MAX_TTL`]; 1 s to 24 h): no lease may be
+    /// [`leasehold::DEFAULT_STORE_MAX_TTL`]; 2 s to 24 h): no lease may be
     /// longer. An existing store keeps the max TTL it recorded.
     pub fn max_ttl(mut self, max_ttl: Duration) -> Self {
         self.max_ttl = max_ttl;
@@ -156,13 +120,6 @@ impl S3BackendBuilder {
     /// [`Creation::NewProven`](leasehold::Creation::NewProven)).
     pub fn creation(mut self, creation: leasehold::Creation) -> Self {
         self.creation = creation;
-        self
-    }
-
-    /// Time limit of one HTTP attempt (default 5 s); the whole operation,
-    /// with the SDK's retries, is limited to three times that.
-    pub fn attempt_timeout(mut self, timeout: Duration) -> Self {
-        self.aws.attempt_timeout = timeout;
         self
     }
 

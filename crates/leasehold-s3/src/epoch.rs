@@ -121,9 +121,14 @@ pub(crate) async fn read_or_start(backend: &S3Backend) -> Result<StoreEpoch> {
         // every earlier marker's here (crate docs, "Epochs never repeat").
         let wait = (arrived + SECOND_PAST).saturating_sub(backend.clock.now());
         tokio::time::sleep(wait).await;
+        // "No store existed here before" (`init --new`) is taken at its
+        // word only where no object of one is left: objects without a
+        // marker are a store being deleted, or restored, whose holders may
+        // still run.
+        let proven = backend.creation == Creation::NewProven && !has_objects(backend).await?;
         let marker = Marker {
             max_ttl_ms: backend.max_ttl.as_millis() as u64,
-            proven: backend.creation == Creation::NewProven,
+            proven,
             nonce: crate::record::nonce(),
         };
         let body = serde_json::to_vec(&marker).expect("a marker always serialises");
@@ -156,6 +161,24 @@ pub(crate) async fn read_or_start(backend: &S3Backend) -> Result<StoreEpoch> {
         true,
         Message("the store's epoch marker kept changing".into()),
     ))
+}
+
+/// Whether any object is under the store's prefix.
+async fn has_objects(backend: &S3Backend) -> Result<bool> {
+    let listed = backend
+        .client
+        .list_objects_v2()
+        .bucket(&backend.bucket)
+        .prefix(&backend.prefix)
+        .max_keys(1)
+        .send()
+        .await
+        .map_err(|e| map_sdk(&backend.bucket, "open", e))?;
+    let found = !listed.contents().is_empty();
+    if found {
+        tracing::warn!(bucket = %backend.bucket, prefix = %backend.prefix, "no epoch marker, but objects of a store are here: the new epoch is quarantined, not settled at once");
+    }
+    Ok(found)
 }
 
 /// Makes sure the bucket exists: creates it when missing, if the backend

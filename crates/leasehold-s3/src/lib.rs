@@ -85,7 +85,9 @@
 //!   every token of every earlier object of that name. The cost: a key's
 //!   first grant in a store waits about a second.
 //! * **Renew** rewrites the record (new expiry, new nonce) `If-Match` the
-//!   ETag of our last write. **Release** writes it free, keeping `fence`
+//!   ETag of our last write, then reads the epoch marker: a renewal stands
+//!   only if the marker, read after the write, still names the lease's
+//!   epoch (see "Holders of lost data" below). **Release** writes it free, keeping `fence`
 //!   and setting `released_by`. A refused condition makes the holder read
 //!   the record: still our lease (our earlier write went through but its
 //!   answer was lost) → write again on the new ETag; freed by us
@@ -114,11 +116,17 @@
 //!
 //! | case | requests |
 //! |---|---:|
-//! | warm: this process released the key last | 1 to acquire, 1 to release |
+//! | warm: this process released the key last | 2 to acquire (write, marker), 1 to release |
 //! | cold: the key was last written by another process | 3 to acquire (read, write, marker), 1 to release |
 //! | a key's first grant | 3 (read, create, marker), after a 1 s wait |
 //! | attempt on a held key | 1 |
-//! | renewal | 1 |
+//! | renewal | 2 (write, marker) |
+//!
+//! The marker read of a warm grant is what a restored copy of the store
+//! costs: the restored object has the bytes, so the ETag, of this
+//! process's last write, and only the marker (written again by the
+//! restore, so a new epoch) tells the two apart (test
+//! `a_restored_copy_repeats_no_token_for_a_process_that_wrote_it`).
 //!
 //! # Store epoch and quarantine
 //! A store (bucket and prefix) loses its data when its objects are
@@ -140,18 +148,22 @@
 //! * **Records carry their epoch**, and a grant's token is
 //!   `next_token(fence, epoch)`: in a new epoch every key starts above
 //!   `epoch << 22`, above every token of the lost data.
-//! * **A grant lands only in its epoch.** After every grant written on an
-//!   object state this process did not write itself (a key's first object,
-//!   or a record another process wrote), the marker is read; unless it
-//!   still names the grant's epoch, the grant is undone (the key written
-//!   free, its fence kept) and the new epoch is read (and started, if the
-//!   marker is gone). A grant on this process's own last write needs no
-//!   marker read: its `If-Match` proves the object is the one this process
-//!   wrote in the epoch (no later write, and no re-created object, has its
-//!   bytes).
-//! * **Holders of lost data are told at their next write**: their
+//! * **A grant lands only in its epoch.** After every grant the marker is
+//!   read; unless it still names the grant's epoch, the grant is undone
+//!   (the key written free, its fence kept) and the new epoch is read (and
+//!   started, if the marker is gone). This holds for a grant on this
+//!   process's own last write too: its `If-Match` proves that no other
+//!   process wrote the object since, but a copy of the store restored over
+//!   it has the very bytes, so the ETag, it wrote.
+//! * **Holders of lost data are told at their next renewal**: their
 //!   `If-Match` finds no object (404), another record (412), or no bucket;
-//!   each is a definitive loss.
+//!   or, where their own object is not deleted yet, the marker read after
+//!   the renewal finds no marker or another epoch. Each is a definitive
+//!   loss. So a renewal extends a holder's trust only if the marker was
+//!   still there *after* the renewal's write: a deletion of the store that
+//!   begins with the marker (below) began after every write a holder still
+//!   trusts, which is what the quarantine's argument needs (test
+//!   `a_holder_is_told_of_loss_once_the_epoch_marker_is_gone`).
 //! * **Quarantine.** A process grants nothing in an epoch new to it until
 //!   one [confirmation window](leasehold::CONFIRMATION_WINDOW) (60 s, +0.1 %)
 //!   has passed since it first saw it, less the marker's age (the `Date`
@@ -161,7 +173,11 @@
 //!   costs no wait.
 //! * **Proven epochs, and looking without writing.** A marker written by a
 //!   backend built with `Creation::NewProven` (`leasehold init --new`)
-//!   says its epoch is proven: settled at once in every process. A backend
+//!   says its epoch is proven: settled at once in every process, unless
+//!   objects are left under the prefix (a store being deleted, or
+//!   restored, whose holders may still run): then the statement is not
+//!   taken, and the new epoch is quarantined as any other (test
+//!   `a_new_store_over_left_objects_is_not_settled_at_once`). A backend
 //!   built with `Creation::Never` (`leasehold list`, `status`, `leader`)
 //!   writes nothing and creates no bucket: a missing bucket or marker is
 //!   `Error::NoStore`.
@@ -170,19 +186,34 @@
 //! serialised conditional writes; that `Date` and `Last-Modified` come from
 //! one clock that does not go back by a second.
 //!
-//! Not covered, and said plainly: the objects of a store are deleted one
-//! by one, so while a deletion runs, a key's object can be gone while the
-//! marker is still there. A process that asks for that key then is
-//! granted it at once, in the old epoch, while a holder of the deleted
-//! object may still run until its next renewal (at most a third of its TTL
-//! later): **its tokens stay greater** (a key's first object, above), so a
-//! resource that checks fencing tokens rejects the old holder, but the two
-//! overlap in time. The marker sorts before every key's object, so a
-//! deletion in listing order (`aws s3 rm --recursive`, emptying a bucket in
-//! the console) removes it first and leaves no such window; deleting a
-//! store's marker first, by hand, does the same. A copy restored *in
-//! place* over live objects has the same window for the objects restored
-//! before the marker.
+//! Not covered, and said plainly: S3 deletes and restores objects one by
+//! one, and two orders are not covered.
+//!
+//! * **A key's object gone while the marker is not** (one object deleted
+//!   by hand, a deletion that does not begin with the marker, a lifecycle
+//!   rule, or the tail of a deletion that began before a new epoch was
+//!   started and cleared). A process that asks for that key is granted it
+//!   at once, while the deleted object's holder may run on until its next
+//!   renewal fails, or its deadline (its TTL, at most the confirmation
+//!   window, after its last renewal) if it cannot reach S3. **Its tokens
+//!   stay greater** (a key's first object, above; test
+//!   `a_key_deleted_by_hand_still_gets_greater_tokens`), so a resource that
+//!   checks fencing tokens rejects the old holder, but the two overlap in
+//!   time. The marker sorts before every key's object, so a deletion in
+//!   listing order (a recursive `aws s3 rm`, emptying a bucket in the
+//!   console, [`S3Backend::delete_store`]) removes it first; delete a
+//!   store's marker first when deleting by hand, and let a deletion end
+//!   before the store is used again.
+//! * **A copy restored in place with key objects before the marker.** A
+//!   grant on a restored record is then in the old epoch, above the
+//!   record's fence as the backup had it: **tokens can repeat** ones issued
+//!   after the backup. Restore the marker first (it gets a new
+//!   `Last-Modified`, so a new epoch, above every earlier token), or delete
+//!   the store's objects first and restore into an empty prefix.
+//!
+//! Two stores must not overlap: store `a` with key `b/x` and store `a/b`
+//! with key `x` are the same object. Give stores prefixes that are not
+//! prefixes of one another.
 //!
 //! # S3-compatible services
 //! Checked: Amazon S3's documented semantics, and moto 5 (the test
@@ -191,7 +222,8 @@
 //! or `If-None-Match` on `PutObject` breaks every guarantee here.
 //!
 //! # TTL range
-//! 1 second to 24 hours.
+//! 2 seconds to 24 hours (a key's first grant waits a second before its
+//! write, which a shorter lease could not spare).
 //!
 //! # IAM permissions (least privilege)
 //! `s3:GetObject` and `s3:PutObject` on `arn:aws:s3:::BUCKET/PREFIX*`,
@@ -227,6 +259,6 @@ pub use aws_sdk_s3;
 pub type WallClock = std::sync::Arc<dyn Fn() -> SystemTime + Send + Sync>;
 
 /// Shortest TTL this backend accepts.
-pub const MIN_TTL: Duration = Duration::from_secs(1);
+pub const MIN_TTL: Duration = Duration::from_secs(2);
 /// Longest TTL this backend accepts.
 pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);

@@ -32,15 +32,7 @@ pub(crate) fn parse(url: &str) -> Result<S3BackendBuilder> {
         ));
     }
     let mut builder = S3BackendBuilder::new(bucket).prefix(prefix);
-    if let Some(region) = query.string("region") {
-        builder = builder.region(region);
-    }
-    if let Some(endpoint) = query.string("endpoint") {
-        builder = builder.endpoint(endpoint);
-    }
-    if let Some(profile) = query.string("profile") {
-        builder = builder.profile(profile);
-    }
+    builder.aws.read_query(&query);
     if let Some(max_ttl) = query.duration("max_ttl")? {
         builder = builder.max_ttl(max_ttl);
     }

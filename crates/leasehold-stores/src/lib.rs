@@ -254,20 +254,29 @@ async fn open_azblob(_url: &str, _creation: Creation) -> leasehold::Result<Opene
     Err(not_in_build("azblob"))
 }
 
-#[cfg(feature = "dynamodb")]
-async fn open_dynamodb(url: &str, creation: Creation) -> leasehold::Result<Opened> {
-    let backend = Arc::new(
-        leasehold_dynamodb::DynamoDbBackend::builder_from_url(url)?
-            .creation(creation)
-            .build()
-            .await?,
-    );
+/// `backend` opened, with `count` reading its request counter (`None`
+/// where one backend call is one request).
+#[allow(dead_code)] // Builds without any server store.
+fn opened<B: Backend>(backend: B, count: Option<fn(&B) -> u64>) -> Opened {
+    let backend = Arc::new(backend);
     let counted = backend.clone();
-    Ok(Opened {
+    Opened {
         concrete: backend.clone(),
         backend,
-        requests: Some(Arc::new(move || counted.requests_sent())),
-    })
+        requests: count.map(|count| -> RequestCounter { Arc::new(move || count(&counted)) }),
+    }
+}
+
+#[cfg(feature = "dynamodb")]
+async fn open_dynamodb(url: &str, creation: Creation) -> leasehold::Result<Opened> {
+    let backend = leasehold_dynamodb::DynamoDbBackend::builder_from_url(url)?
+        .creation(creation)
+        .build()
+        .await?;
+    Ok(opened(
+        backend,
+        Some(leasehold_dynamodb::DynamoDbBackend::requests_sent),
+    ))
 }
 
 #[cfg(not(feature = "dynamodb"))]
@@ -278,17 +287,11 @@ async fn open_dynamodb(_url: &str, _creation: Creation) -> leasehold::Result<Ope
 #[cfg(feature = "postgres")]
 async fn open_postgres(url: &str, creation: Creation) -> leasehold::Result<Opened> {
     // One backend call is one statement, one round trip: no counter.
-    let backend = Arc::new(
-        leasehold_postgres::PostgresBackendBuilder::from_url(url)?
-            .creation(creation)
-            .build()
-            .await?,
-    );
-    Ok(Opened {
-        concrete: backend.clone(),
-        backend,
-        requests: None,
-    })
+    let backend = leasehold_postgres::PostgresBackendBuilder::from_url(url)?
+        .creation(creation)
+        .build()
+        .await?;
+    Ok(opened(backend, None))
 }
 
 #[cfg(not(feature = "postgres"))]
@@ -299,17 +302,11 @@ async fn open_postgres(_url: &str, _creation: Creation) -> leasehold::Result<Ope
 #[cfg(feature = "redis")]
 async fn open_redis(url: &str, creation: Creation) -> leasehold::Result<Opened> {
     // One backend call is one script, one round trip: no counter.
-    let backend = Arc::new(
-        leasehold_redis::RedisBackendBuilder::from_url(url)?
-            .creation(creation)
-            .build()
-            .await?,
-    );
-    Ok(Opened {
-        concrete: backend.clone(),
-        backend,
-        requests: None,
-    })
+    let backend = leasehold_redis::RedisBackendBuilder::from_url(url)?
+        .creation(creation)
+        .build()
+        .await?;
+    Ok(opened(backend, None))
 }
 
 #[cfg(not(feature = "redis"))]
@@ -321,18 +318,14 @@ async fn open_redis(_url: &str, _creation: Creation) -> leasehold::Result<Opened
 async fn open_etcd(url: &str, creation: Creation) -> leasehold::Result<Opened> {
     // Backend calls take one to three requests (see leasehold-etcd): the
     // backend counts them.
-    let backend = Arc::new(
-        leasehold_etcd::EtcdBackendBuilder::from_url(url)?
-            .creation(creation)
-            .build()
-            .await?,
-    );
-    let counted = backend.clone();
-    Ok(Opened {
-        concrete: backend.clone(),
+    let backend = leasehold_etcd::EtcdBackendBuilder::from_url(url)?
+        .creation(creation)
+        .build()
+        .await?;
+    Ok(opened(
         backend,
-        requests: Some(Arc::new(move || counted.requests_sent())),
-    })
+        Some(leasehold_etcd::EtcdBackend::requests_sent),
+    ))
 }
 
 #[cfg(not(feature = "etcd"))]
@@ -344,18 +337,14 @@ async fn open_etcd(_url: &str, _creation: Creation) -> leasehold::Result<Opened>
 async fn open_s3(url: &str, creation: Creation) -> leasehold::Result<Opened> {
     // Backend calls take one to three HTTP requests: the backend counts
     // them (the SDK's retries included).
-    let backend = Arc::new(
-        leasehold_s3::S3Backend::builder_from_url(url)?
-            .creation(creation)
-            .build()
-            .await?,
-    );
-    let counted = backend.clone();
-    Ok(Opened {
-        concrete: backend.clone(),
+    let backend = leasehold_s3::S3Backend::builder_from_url(url)?
+        .creation(creation)
+        .build()
+        .await?;
+    Ok(opened(
         backend,
-        requests: Some(Arc::new(move || counted.requests_sent())),
-    })
+        Some(leasehold_s3::S3Backend::requests_sent),
+    ))
 }
 
 #[cfg(not(feature = "s3"))]
