@@ -28,15 +28,26 @@ print_steps() {
     echo "$(printf '%5d s' "$SECONDS")  in all"
 }
 
-emulators=(azurite dynamodb-local postgres pgbouncer redis etcd moto)
+emulators=(azurite dynamodb-local postgres pgbouncer redis etcd)
 started=()
+moto_pid=""
 stop_all() {
+    # A moto start still under way (a failure before the tests) ends first,
+    # so that the server it starts is stopped too.
+    [[ -n "$moto_pid" ]] && { wait "$moto_pid" 2>/dev/null || true; }
     for e in "${started[@]}"; do
         "scripts/$e.sh" stop || true
     done
 }
 trap 'stop_all; print_steps' EXIT
 
+# moto (the S3 emulator) installs from PyPI on a fresh machine, about a
+# minute and a half of mostly waiting: in the background, beside the
+# servers' start and the bare build, and waited for before the tests.
+moto_log="$(mktemp)"
+scripts/moto.sh start >"$moto_log" 2>&1 &
+moto_pid=$!
+started+=(moto)
 for e in "${emulators[@]}"; do
     "scripts/$e.sh" start
     started+=("$e")
@@ -49,6 +60,14 @@ step "start the servers"
 # every build script runs in that environment.
 scripts/bare-build.sh
 step "bare build: README command 1 and cargo test -p leasehold"
+
+if ! wait "$moto_pid"; then
+    cat "$moto_log" >&2
+    echo "test.sh: moto did not start" >&2
+    exit 1
+fi
+cat "$moto_log" >&2
+step "moto, after the bare build"
 
 export LEASEHOLD_REQUIRE_EMULATORS=1
 export LEASEHOLD_TEST_AZBLOB_CONNECTION_STRING="${LEASEHOLD_TEST_AZBLOB_CONNECTION_STRING:-UseDevelopmentStorage=true}"
