@@ -413,8 +413,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     for spec in memory.iter().chain(&specs).filter(|_| want(4)) {
         // The emulators hold 1,000 (they are slow by nature); moto 200: one
         // Python process, it serves about 130 requests a second here (figure
-        // 1), less than 1,000 leases' renewals (200 a second); the embedded
-        // stores and real servers 10,000.
+        // 1), less than 1,000 leases' renewals ask (two requests each: 400 a
+        // second); the embedded stores and real servers 10,000.
         let (n, ttl) = match spec {
             Spec::Memory | Spec::Sqlite(_) | Spec::Postgres(_) | Spec::Redis(_) | Spec::Etcd(_) => {
                 (plan.many_local, plan.many_ttl_ms)
@@ -550,11 +550,12 @@ impl Run {
                 let d = opened.dynamo.as_ref().ok_or_else(|| anyhow!("no client"))?;
                 (RawLoop::dynamo(d.client().clone(), t), 2)
             }
-            // leasehold's warm path (this process wrote the key last): one
-            // conditional PutObject to acquire, one to release.
+            // leasehold's warm path (this process wrote the key last): a
+            // conditional PutObject and a read of the epoch marker to
+            // acquire, a conditional PutObject to release.
             Spec::S3(_) => {
                 let b = opened.s3.as_ref().ok_or_else(|| anyhow!("no client"))?;
-                (RawLoop::s3(b).await?, 2)
+                (RawLoop::s3(b).await?, 3)
             }
             Spec::Postgres(_) => {
                 let p = opened

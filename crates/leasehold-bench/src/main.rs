@@ -2,7 +2,7 @@
 //! with the raw SDKs, `flock` and peer libraries. `scripts/bench.sh` runs it.
 //!
 //! ```text
-//! leasehold-bench run [--tiny] --out DIR [--venv DIR] [--peers DIR]
+//! leasehold-bench run [--tiny] --out DIR [--venv DIR] [--peers DIR] [--only 1,2] [--stores s3,…]
 //! ```
 //!
 //! The `worker` and `hold-many` subcommands are the child processes that
@@ -77,7 +77,8 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    // DynamoDB Local accepts any credentials made of letters and digits.
+    // DynamoDB Local accepts any credentials made of letters and digits;
+    // moto, any at all.
     for (name, value) in [
         ("AWS_ACCESS_KEY_ID", "local"),
         ("AWS_SECRET_ACCESS_KEY", "local"),

@@ -44,6 +44,31 @@ fn longest_wait_target_ms(store: &str) -> f64 {
     }
 }
 
+/// How fast one client's requests to moto went in figure 1 (the raw
+/// loop's, one after the other), as " (figure 1: …)", or nothing.
+fn moto_scale(r: &Results) -> String {
+    r.overhead
+        .iter()
+        .find(|o| o.store == S3_LABEL)
+        .map(|o| o.raw_cps * o.raw_requests_per_cycle)
+        .filter(|rate| *rate > 0.0)
+        .map(|rate| {
+            format!(
+                " (figure 1: {rate:.0} requests/s to one client, {:.1} ms each)",
+                1000.0 / rate
+            )
+        })
+        .unwrap_or_default()
+}
+
+/// Figure 3's targets: no task unserved, the longest wait within its
+/// target, the most served process at most 3× the least served.
+fn contention_ok(c: &crate::figures::Contention) -> bool {
+    c.starved_tasks == 0
+        && c.longest_wait_ms <= longest_wait_target_ms(&c.store)
+        && c.max_process_passes <= c.min_process_passes.saturating_mul(3)
+}
+
 fn lat(l: &Option<Latency>) -> String {
     match l {
         Some(l) => format!("{:.2} / {:.2} ms (n={})", l.p50_ms, l.p99_ms, l.n),
@@ -82,8 +107,9 @@ pragmas and statements (run synchronously on one blocking thread: no async hop a
 `azure_storage_blob` with the same client options (API version, retry policy, reqwest \
 transport, shared-key signing), `aws-sdk-dynamodb` on leasehold's own client with the \
 same update and condition expressions, `aws-sdk-s3` on leasehold's own client with the same \
-two conditional `PutObject`s of leasehold's warm path (records of leasehold's layout, each with a \
-fresh nonce, `If-Match` the ETag of the last write), `tokio-postgres` and redis-rs on connections of their own \
+requests as leasehold's warm path (a conditional `PutObject` of a record of leasehold's layout with a \
+fresh nonce, `If-Match` the ETag of the last write, and a `GetObject` of the store's epoch marker to \
+acquire; a conditional `PutObject` to release), `tokio-postgres` and redis-rs on connections of their own \
 with leasehold's statements and scripts, and `etcd-client` on a client of its own with leasehold's \
 etcd requests (a compare-and-put `Txn` on a session's etcd lease to acquire, a compare-and-delete \
 `Txn` to release, a new session's `LeaseGrant` now and then). Many short rounds (a quarter of a second of each loop) \
@@ -128,7 +154,8 @@ synchronous raw loop has no target), and requests per cycle = the protocol's min
 its absolute numbers are moto's, far below S3's own and below the other emulators'; what the \
 figures say about leasehold is the ratio to the raw loop on the same emulator in the same run, and \
 the requests per cycle. The minimum is leasehold-s3's warm path (this process wrote the key last): \
-one conditional `PutObject` to acquire, one to release.\n"
+a conditional `PutObject` and a read of the epoch marker to acquire (the marker tells a grant on our \
+own last write from one on a restored copy of it), a conditional `PutObject` to release.\n"
         );
     }
     for o in &r.overhead {
@@ -139,7 +166,7 @@ one conditional `PutObject` to acquire, one to release.\n"
                 "Azurite" => "The raw loop and leasehold send the same three requests; the difference is leasehold's per-call work (the guard, record encoding, the snapshot cache) and the noise of a node.js emulator sharing two cores.",
                 "PostgreSQL" => "Both send the same two statements, one round trip each, each prepared once on its connection; leasehold takes a connection from its pool for each statement (the raw loop keeps one), and adds its per-call work (the guard, metrics). The server shares the two cores with both.",
                 "Redis" => "Both send the same two scripts (EVALSHA), one round trip each, each on one multiplexed connection; the difference is leasehold's per-call work (the guard, metrics, the epoch check of each answer). The server shares the two cores with both.",
-                S3_LABEL => "Both send the same two conditional `PutObject`s on the same client, each a whole record of a few hundred bytes with a fresh nonce; the difference is leasehold's per-call work (the guard, encoding the record, the backend's memory of its last write) and the noise of a Python emulator sharing two cores.",
+                S3_LABEL => "Both send the same three requests on the same client (a conditional `PutObject` of a whole record of a few hundred bytes with a fresh nonce and a read of the epoch marker to acquire, a conditional `PutObject` to release); the difference is leasehold's per-call work (the guard, encoding the record, the backend's memory of its last write) and the noise of a Python emulator sharing two cores.",
                 "etcd" => "Both send the same two requests on one gRPC channel each, the minimum of the protocol: acquire one `Txn` (comparing the marker's and the record's values with those last seen and the holder key's absence, putting the holder key on the process's session lease and the record with the next fencing token), release one `Txn` (deleting the holder key if it still has our value), and a new session (`LeaseGrant`) every 1.5 s. The difference is leasehold's per-call work (the guard, JSON encoding of the records). etcd commits every write with an fsync and shares the two cores with both.",
                 _ => "Both send the same two requests on the same client; the difference is leasehold's per-call work (the guard, decoding the returned item) and the noise of a JVM emulator sharing two cores.",
             };
@@ -244,7 +271,7 @@ process, so the request rate does not grow with the number of tasks.\n"
             let why = match h.store.as_str() {
                 "etcd" => "The waiter is woken at once, but the holder's release is one `Txn` and the waiter's acquisition another (two when the key was granted elsewhere since the waiter last saw it), each a Raft write committed with an fsync by a server sharing the two cores. The target is below those round trips on this machine, so it cannot be met by the library alone on this store.",
                 "SQLite" => "The waiter is woken at once, but the holder's release is a transaction and the waiter's attempt another, committed with an fsync (a grant is durable before it is answered), each a hop onto tokio's blocking pool and back: the two transactions are most of the time.",
-                S3_LABEL => "The waiter is woken at once, but the holder's release is one conditional `PutObject` and the waiter's attempt another (its own last write to the key is the holder's release: no read), each a full round trip to a Python emulator sharing the two cores. The target is below one moto round trip on this machine, so it cannot be met by the library alone on this store.",
+                S3_LABEL => "The waiter is woken at once, but the holder's release is one conditional `PutObject`, and the waiter's attempt another and a read of the epoch marker (its process's last write to the key is the holder's release: no read of the key), each a full round trip to a Python emulator sharing the two cores. The target is below one moto round trip on this machine, so it cannot be met by the library alone on this store.",
                 "PostgreSQL" => "The waiter is woken at once, but the holder's release is one statement and the waiter's attempt another, whose commit the server flushes to its WAL before answering (a grant is durable before it is answered), with a server sharing the two cores.",
                 _ => "The waiter is woken at once, but its attempt is a full round trip to the store (Azurite: a read, a conditional write and a lease request; DynamoDB Local: one conditional update), after the holder's own release request. The target is below one emulator round trip on this machine, so it cannot be met by the library alone on these stores.",
             };
@@ -256,9 +283,20 @@ process, so the request rate does not grow with the number of tasks.\n"
         }
         let target = handoff_target_ms(&h.store);
         if let Some(l) = h.other_process.filter(|l| l.p50_ms >= target) {
+            let why = match h.store.as_str() {
+                S3_LABEL => format!(
+                    " The waiter learns of the release at its next poll (about 37 ms at the \
+median), then sends three requests one after the other, each a round trip to moto{}: the read that \
+finds the key free, the conditional write, and the read of the store's epoch marker that a grant on \
+a record another process wrote needs (leasehold-s3's docs, \"A grant lands only in its epoch\"). \
+The poll and those three round trips are the protocol's cost on this emulator, above the target.",
+                    moto_scale(r)
+                ),
+                _ => String::new(),
+            };
             let _ = writeln!(
                 s,
-                "- **{}, other process: p50 {:.1} ms, target < {target:.0} ms missed.**\n",
+                "- **{}, other process: p50 {:.1} ms, target < {target:.0} ms missed.**{why}\n",
                 h.store, l.p50_ms
             );
         }
@@ -282,9 +320,7 @@ process\" is the share of consecutive passes that changed process.\n",
     );
     for c in &r.contention {
         let wait_target = longest_wait_target_ms(&c.store);
-        let ok = c.starved_tasks == 0
-            && c.longest_wait_ms <= wait_target
-            && c.max_process_passes <= c.min_process_passes.saturating_mul(3);
+        let ok = contention_ok(c);
         let _ = writeln!(
             s,
             "| {} | {:.0} | {:.0} | {:.0} | {:.0} ms | {:.0} % | {}–{} | {} | {} | longest wait ≤ {:.0} s, none unserved, max ≤ 3× min: {} |",
@@ -314,6 +350,42 @@ waiter polls. Targets (issue 12): no task never \
 served, the longest single wait ≤ 2 s on SQLite and ≤ 5 s on the other stores, and the most served \
 process at most 3× the least served.\n"
     );
+    for c in r.contention.iter().filter(|c| !contention_ok(c)) {
+        let tasks = c.procs * c.tasks;
+        let why = match c.store.as_str() {
+            S3_LABEL => format!(
+                " The processes sent {:.0} requests/s in all, about what one moto process \
+serves on this machine{}: moto is the bottleneck. Every waiting process polls (10–20 requests/s \
+each, figure 2), so the other processes' polls are most of that load, and each pass's own requests \
+(the release, then the next holder's read, conditional write and marker read) queue behind them. \
+At {:.0} passes/s, {tasks} tasks need {:.1} s for one turn each, and the order among processes is \
+whichever poll comes first.",
+                c.requests_per_s,
+                moto_scale(r),
+                c.passes_per_s,
+                tasks as f64 / c.passes_per_s.max(1e-9)
+            ),
+            _ => String::new(),
+        };
+        let mut missed = Vec::new();
+        if c.longest_wait_ms > longest_wait_target_ms(&c.store) {
+            missed.push(format!(
+                "longest wait {:.1} s, target ≤ {:.0} s",
+                c.longest_wait_ms / 1000.0,
+                longest_wait_target_ms(&c.store) / 1000.0
+            ));
+        }
+        if c.starved_tasks > 0 {
+            missed.push(format!("{} task(s) never served", c.starved_tasks));
+        }
+        if c.max_process_passes > c.min_process_passes.saturating_mul(3) {
+            missed.push(format!(
+                "passes per process {}–{}, more than 3×",
+                c.min_process_passes, c.max_process_passes
+            ));
+        }
+        let _ = writeln!(s, "- **{}: {}.**{why}\n", c.store, missed.join("; "));
+    }
 
     // Figure 4.
     let _ = writeln!(s, "## 4. Holding many leases\n");
@@ -355,8 +427,19 @@ successful renewal, at most 1.5 intervals; none may be lost (\"expected\" renewa
         s,
         "\nEvery lease has its own renewal task (a tokio timer), started when its first renewal is due by one \
 scheduler task per runtime (a lease released before then costs no task); renewals are one request each \
-(SQLite: one fsync'd transaction, so the disk sets the ceiling: N / (TTL/3) renewals per second).\n"
+(S3: two, the write and a read of the epoch marker; SQLite: one fsync'd transaction, so the disk sets the ceiling: N / (TTL/3) renewals per second).\n"
     );
+    if r.many.iter().any(|m| m.store == S3_LABEL) {
+        let _ = writeln!(
+            s,
+            "{S3_LABEL} holds fewer leases than the other emulators: a renewal on S3 is two requests \
+(the conditional write and a read of the epoch marker), and one moto process serves less on this \
+machine{} than 1,000 leases' renewals ask (400 requests/s), so it would measure moto's queue rather \
+than the renewals' schedule. Each key's first grant waits a second (leasehold-s3's \
+docs, \"A key's first object\"), so acquiring them all takes N / 32 seconds at least.\n",
+            moto_scale(r)
+        );
+    }
 
     // Figure 5.
     let _ = writeln!(s, "## 5. The CLI\n");
@@ -467,7 +550,7 @@ cycles, then a handoff to a waiter in another process (held 0.1–0.2 s, then re
     }
     let _ = writeln!(
         s,
-        "## Reproduce\n\n```sh\nscripts/bench.sh          # this page and its chart (several minutes)\nscripts/bench.sh --tiny   # a few seconds, to a temporary directory (CI)\nscripts/setup-times.sh    # section 7 (half an hour)\n```"
+        "## Reproduce\n\n```sh\nscripts/bench.sh          # this page and its chart (several minutes)\nscripts/bench.sh --tiny   # a few seconds, to a temporary directory (CI)\nscripts/bench.sh --stores s3 --only 1,2,3 --out DIR   # some stores and figures only\nscripts/setup-times.sh    # section 7 (half an hour)\n```"
     );
     s
 }
