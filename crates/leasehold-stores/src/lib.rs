@@ -113,7 +113,16 @@ pub async fn open_backend(url: &str) -> leasehold::Result<Opened> {
 /// # Errors
 /// As [`open_backend`]; [`Error::NoStore`] as above.
 pub async fn open_backend_with(url: &str, creation: Creation) -> leasehold::Result<Opened> {
-    match url.split_once("://").map(|(scheme, _)| scheme) {
+    // A store's scheme with its `//` mistyped (`postgres:/user:pw@h`,
+    // `s3:bucket`): named, and nothing of the rest repeated (it may hold a
+    // password).
+    if let Some(scheme) = mistyped_scheme(url) {
+        return Err(Error::invalid(
+            "store URL",
+            format!("a {scheme} store URL starts with {scheme}:// (two slashes): {FORMS}"),
+        ));
+    }
+    match split_scheme(url).map(|(scheme, _)| scheme) {
         Some("azblob") => open_azblob(url, creation).await,
         Some("dynamodb") => open_dynamodb(url, creation).await,
         Some("postgres" | "postgresql") => open_postgres(url, creation).await,
@@ -124,6 +133,7 @@ pub async fn open_backend_with(url: &str, creation: Creation) -> leasehold::Resu
             "store URL",
             format!("{scheme}:// is not a store leasehold knows: {FORMS}"),
         )),
+
         // sqlite:PATH, sqlite:///ABS/PATH, memory: and anything malformed,
         // which the library names.
         _ => {
@@ -366,6 +376,48 @@ fn not_in_build(scheme: &str) -> leasehold::Error {
     ))
 }
 
+/// The network store schemes (every one the opener knows but `sqlite:`
+/// and `memory:`).
+const NETWORK_SCHEMES: &[&str] = &[
+    "azblob",
+    "dynamodb",
+    "postgres",
+    "postgresql",
+    "redis",
+    "rediss",
+    "etcd",
+    "etcds",
+    "s3",
+];
+
+/// The scheme `url` starts with (letters, digits, `+ . -`), if a `:` or
+/// `/` follows it.
+fn scheme_of(url: &str) -> Option<&str> {
+    let end = url.find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '.' | '-')))?;
+    (end > 0 && url[end..].starts_with([':', '/'])).then(|| &url[..end])
+}
+
+/// The network store scheme `url` starts with when it lacks the `://`
+/// after it (`postgres:/…`, `postgres//…`, `s3:bucket`).
+fn mistyped_scheme(url: &str) -> Option<&str> {
+    let scheme = scheme_of(url)?;
+    (!url[scheme.len()..].starts_with("://")
+        && NETWORK_SCHEMES.contains(&scheme.to_ascii_lowercase().as_str()))
+    .then_some(scheme)
+}
+
+/// `url`'s scheme and what follows its `://` (or, for a network store, a
+/// mistyped form of it: `postgres:/`, `postgres:`, `postgres//`).
+fn split_scheme(url: &str) -> Option<(&str, &str)> {
+    let scheme = scheme_of(url)?;
+    let after = &url[scheme.len()..];
+    if let Some(rest) = after.strip_prefix("://") {
+        return Some((scheme, rest));
+    }
+    mistyped_scheme(url)?;
+    Some((scheme, after.trim_start_matches([':', '/'])))
+}
+
 /// The URL without anything that may be secret: the user info of its
 /// authority (`user:pw@`), its query string and fragment are replaced by
 /// `***`.
@@ -374,7 +426,7 @@ pub fn redact(url: &str) -> String {
         Some(i) => (&url[..i], true),
         None => (url, false),
     };
-    let mut out = match before_query.split_once("://") {
+    let mut out = match split_scheme(before_query) {
         Some((scheme, rest)) => {
             let authority_end = rest.find('/').unwrap_or(rest.len());
             match rest[..authority_end].rfind('@') {
@@ -435,7 +487,7 @@ fn secrets_of(url: &str) -> Vec<String> {
             }
         }
     }
-    if let Some((_, rest)) = url.split_once("://") {
+    if let Some((_, rest)) = split_scheme(url) {
         let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
         if let Some((userinfo, _)) = authority.rsplit_once('@') {
             parts.push(userinfo.to_string());
@@ -631,6 +683,25 @@ mod tests {
             "etcd backend failed: *** *** ***; prefix jobs/, max_ttl 30s"
         );
         assert_eq!(redact(url), "etcd://***@10.0.0.1:2379,10.0.0.2:2379?***");
+    }
+
+    #[test]
+    fn a_mistyped_scheme_is_named_and_its_password_never_shown() {
+        for url in [
+            "postgres:/bob:S3CRETpw@127.0.0.1/db",
+            "postgres:bob:S3CRETpw@127.0.0.1/db",
+            "postgres//bob:S3CRETpw@127.0.0.1/db",
+            "redis:/:S3CRETpw@127.0.0.1:6379",
+            "s3:/user:S3CRETpw@bucket?endpoint=http://127.0.0.1:1",
+        ] {
+            let err = block_on(open_with(Some(url), Access::Lease)).err().unwrap();
+            let text = scrub(&format!("{err:#}"), Some(url));
+            assert!(!text.contains("S3CRETpw"), "{url}: {text}");
+            assert!(text.contains("store URL starts with"), "{url}: {text}");
+            assert!(!redact(url).contains("S3CRETpw"), "{url}: {}", redact(url));
+        }
+        // A SQLite path with an '@' is left as it is.
+        assert_eq!(redact("sqlite:/home/a@b/l.db"), "sqlite:/home/a@b/l.db");
     }
 
     #[test]
