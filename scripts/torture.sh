@@ -76,14 +76,14 @@ settings() {
         short:postgres) echo "30s 2s 2s" ;;
         short:redis) echo "30s 2s 2s" ;;
         short:etcd) echo "30s 2s 2s" ;;
-        short:s3) echo "30s 2s 2s" ;;
+        short:s3) echo "30s 4s 2s" ;;
         long:sqlite) echo "${d:-15m} 1s 1s" ;;
         long:dynamodb) echo "${d:-20m} 2s 2s" ;;
         long:azblob) echo "${d:-25m} 15s 5s" ;;
         long:postgres) echo "${d:-20m} 2s 2s" ;;
         long:redis) echo "${d:-20m} 2s 2s" ;;
         long:etcd) echo "${d:-20m} 2s 2s" ;;
-        long:s3) echo "${d:-20m} 2s 2s" ;;
+        long:s3) echo "${d:-20m} 4s 2s" ;;
     esac
 }
 

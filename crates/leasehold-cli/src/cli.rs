@@ -14,7 +14,7 @@ Limits:
             reserved for semaphore slots (KEY/:slot:N). With --limit, KEY
             is at most 246 characters.
   --ttl     sqlite: 100ms to 24h; azblob: 15s to 60s (whole seconds);
-            dynamodb, postgres, redis: 1s to 24h; s3: 2s to 24h; etcd: 2s
+            dynamodb, postgres, redis: 1s to 24h; s3: 4s to 24h; etcd: 2s
             to 24h (whole seconds on the server, rounded up); and never
             above the
             store's max TTL (60s unless its URL says ?max_ttl=DURATION,

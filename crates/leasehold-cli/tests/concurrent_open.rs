@@ -179,5 +179,5 @@ on_every_store!(
     azblob: "15s" if "azblob",
     redis: "2s" if "redis",
     etcd: "2s" if "etcd",
-    s3: "2s" if "s3",
+    s3: "4s" if "s3",
 );

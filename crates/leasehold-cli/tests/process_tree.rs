@@ -13,6 +13,8 @@ use common::*;
 fn lease(store: &str) -> [&'static str; 4] {
     match store {
         "azblob" => ["--ttl", "15s", "--grace", "1s"],
+        // S3's shortest (a key's first grant waits a second).
+        "s3" => ["--ttl", "4s", "--grace", "1s"],
         _ => ["--ttl", "2s", "--grace", "500ms"],
     }
 }
@@ -20,6 +22,7 @@ fn lease(store: &str) -> [&'static str; 4] {
 fn ttl(store: &str) -> Duration {
     match store {
         "azblob" => Duration::from_secs(15),
+        "s3" => Duration::from_secs(4),
         _ => Duration::from_secs(2),
     }
 }

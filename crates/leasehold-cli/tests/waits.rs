@@ -12,11 +12,13 @@ use common::*;
 
 const SERVER_STORES: [&str; 6] = ["azblob", "dynamodb", "postgres", "redis", "etcd", "s3"];
 
-/// A TTL the test store accepts (its max TTL: Azure containers 15 s, the
-/// other stores 2 s, see `Env::on`).
+/// A TTL the test store accepts (its max TTL: Azure containers 15 s, S3
+/// stores 4 s, the other stores 2 s, see `Env::on`).
 fn ttl(env: &Env) -> &'static str {
     if env.url().starts_with("azblob:") {
         "15s"
+    } else if env.url().starts_with("s3:") {
+        "4s"
     } else {
         "2s"
     }

@@ -98,7 +98,7 @@ impl S3BackendBuilder {
     }
 
     /// The max TTL a store started by this backend records (default 60 s,
-    /// [`leasehold::DEFAULT_STORE_MAX_TTL`]; 2 s to 24 h): no lease may be
+    /// [`leasehold::DEFAULT_STORE_MAX_TTL`]; 4 s to 24 h): no lease may be
     /// longer. An existing store keeps the max TTL it recorded.
     pub fn max_ttl(mut self, max_ttl: Duration) -> Self {
         self.max_ttl = max_ttl;

@@ -222,8 +222,10 @@
 //! or `If-None-Match` on `PutObject` breaks every guarantee here.
 //!
 //! # TTL range
-//! 2 seconds to 24 hours (a key's first grant waits a second before its
-//! write, which a shorter lease could not spare).
+//! 4 seconds to 24 hours: a key's first grant waits a second before its
+//! write, and then writes and reads the marker, all within the lease's
+//! safety deadline (its TTL less the grace), which a shorter lease would
+//! miss whenever S3 (or an emulator) is slow.
 //!
 //! # IAM permissions (least privilege)
 //! `s3:GetObject` and `s3:PutObject` on `arn:aws:s3:::BUCKET/PREFIX*`,
@@ -259,6 +261,6 @@ pub use aws_sdk_s3;
 pub type WallClock = std::sync::Arc<dyn Fn() -> SystemTime + Send + Sync>;
 
 /// Shortest TTL this backend accepts.
-pub const MIN_TTL: Duration = Duration::from_secs(2);
+pub const MIN_TTL: Duration = Duration::from_secs(4);
 /// Longest TTL this backend accepts.
 pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);

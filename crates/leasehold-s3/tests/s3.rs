@@ -66,7 +66,7 @@ async fn renewals_change_the_etag_even_with_a_frozen_wall_clock() {
             .unwrap(),
     );
     let key = common::unique_key("aba");
-    let ttl = Duration::from_secs(2);
+    let ttl = leasehold_s3::MIN_TTL;
 
     // Two renewals of one lease at one wall-clock instant: other ETags.
     let lease = leasehold::conformance::raw_lease(holder_backend.as_ref(), &key, ttl).await;

@@ -92,9 +92,10 @@ impl Env {
                     return leasehold::conformance::skip(store, "LEASEHOLD_TEST_S3_ENDPOINT is not set (scripts/test.sh sets it and starts moto)");
                 };
                 env.store = Some((
-                    // A store (prefix) of its own, quarantined for 2 s when new.
+                    // A store (prefix) of its own, quarantined for 4 s (its
+                    // max TTL, S3's shortest TTL) when new.
                     format!(
-                        "s3://leasehold-cli-tests/cli-{unique}?region=us-east-1&endpoint={endpoint}&max_ttl=2s"
+                        "s3://leasehold-cli-tests/cli-{unique}?region=us-east-1&endpoint={endpoint}&max_ttl=4s"
                     ),
                     vec![
                         ("AWS_ACCESS_KEY_ID".into(), "leaseholdtests".into()),
