@@ -434,10 +434,13 @@ fn init_reports_the_quarantine(store: &str) {
         "{ran:?}"
     );
     // Waiting, the line says until when (a time, which does not go stale
-    // as a countdown would) and names `init --new` too.
+    // as a countdown would) and names `init --new` too. The wait is long
+    // enough for a loaded emulator's first answer (Azurite once took just
+    // over 1 s under the test command, and a wait that runs out before the
+    // store answers is "did not answer", exit 1) and far inside the 60 s.
     let waited = run(
         &env,
-        &["run", "--ttl", TTL, "--wait", "1s", "k", "--", "true"],
+        &["run", "--ttl", TTL, "--wait", "5s", "k", "--", "true"],
     );
     assert_eq!(waited.code, Some(75), "{waited:?}");
     assert!(
