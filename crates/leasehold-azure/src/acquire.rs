@@ -8,7 +8,10 @@
 use azure_core::http::{Etag, StatusCode};
 use azure_storage_blob::models::{BlobClientAcquireLeaseOptions, BlobClientSetMetadataOptions};
 use azure_storage_blob::BlobClient;
-use leasehold::{AcquireOutcome, AcquireRequest, Grant, Result, StoreEpoch};
+use leasehold::{
+    backend::{AcquireOutcome, AcquireRequest, Grant, StoreEpoch},
+    Result,
+};
 
 use crate::backend::{lease_seconds, LockBlob, Snapshot};
 use crate::error::NAME;
@@ -175,7 +178,7 @@ impl AzureBackend {
             return Ok(Step::Next((snap.etag, snap.record)));
         }
         let next = Record {
-            fence: leasehold::next_token(snap.record.fence, at.epoch),
+            fence: leasehold::backend::next_token(snap.record.fence, at.epoch),
             epoch: Some(at.epoch),
             lease: Some(at.tag.clone()),
             owner: Some(at.req.owner.clone()),

@@ -16,7 +16,8 @@ use azure_storage_blob::models::{
 use azure_storage_blob::{BlobClient, BlobContainerClient};
 use futures::TryStreamExt;
 use leasehold::{
-    AcquireOutcome, AcquireRequest, Backend, Capabilities, HolderInfo, Key, KeyInfo, Lease, Result,
+    backend::{AcquireOutcome, AcquireRequest, Backend, Capabilities, Lease},
+    HolderInfo, Key, KeyInfo, Result,
 };
 
 use crate::builder::{self, AzureBackendBuilder};
@@ -161,7 +162,7 @@ impl AzureBackend {
     /// the marker on first use and whenever a request finds that the
     /// container or its marker changed), with its age as of now; `None`
     /// before the first acquisition.
-    pub fn epoch(&self) -> Option<leasehold::StoreEpoch> {
+    pub fn epoch(&self) -> Option<leasehold::backend::StoreEpoch> {
         self.known_epoch()
     }
 
@@ -178,7 +179,7 @@ impl AzureBackend {
     /// # Cancel safety
     /// Cancel safe: a container or marker created meanwhile is found by
     /// the next call.
-    pub async fn open_store(&self) -> Result<leasehold::StoreEpoch> {
+    pub async fn open_store(&self) -> Result<leasehold::backend::StoreEpoch> {
         self.learn_epoch_as(self.inner.creation).await
     }
 
@@ -417,7 +418,7 @@ impl Backend for AzureBackend {
 
     /// The epoch [`open_store`](AzureBackend::open_store) learnt, if it
     /// was called (building sends nothing).
-    fn epoch_at_open(&self) -> Option<leasehold::StoreEpoch> {
+    fn epoch_at_open(&self) -> Option<leasehold::backend::StoreEpoch> {
         self.known_epoch()
     }
 

@@ -12,7 +12,10 @@ use azure_storage_blob::models::{
     BlobClientDeleteOptions, BlobClientGetPropertiesResultHeaders,
     BlobContainerClientGetPropertiesResultHeaders, BlockBlobClientUploadOptions,
 };
-use leasehold::{Error, StoreEpoch, EPOCH_ORIGIN_UNIX_SECS};
+use leasehold::{
+    backend::{StoreEpoch, EPOCH_ORIGIN_UNIX_SECS},
+    Error,
+};
 
 use crate::error::{RequestError, NAME};
 use crate::AzureBackend;
@@ -156,7 +159,7 @@ impl AzureBackend {
                     // Looking writes nothing: a container without a marker
                     // has an epoch of no age (the next acquirer writes one).
                     return Ok(StoreEpoch::new(
-                        leasehold::epoch_at(std::time::SystemTime::now()),
+                        leasehold::backend::epoch_at(std::time::SystemTime::now()),
                         self.inner.max_ttl,
                     )
                     .with_age(Some(Duration::ZERO)));

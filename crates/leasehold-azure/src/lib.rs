@@ -236,7 +236,7 @@
 //! created by a backend built with `Creation::NewProven` carries the
 //! metadata `leaseholdproven=1` (only when that very call created the
 //! container); it is reported as
-//! [`StoreEpoch::proven`](leasehold::StoreEpoch::proven). A backend built
+//! [`StoreEpoch::proven`](leasehold::backend::StoreEpoch::proven). A backend built
 //! with `Creation::Never` (`leasehold list`, `status`, `leader`) writes
 //! nothing: a missing container is `Error::NoStore` from
 //! `AzureBackend::open_store`, and nothing is written. Test:

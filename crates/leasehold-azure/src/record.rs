@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use leasehold::{HolderInfo, Key, KeyInfo, LeaseId, Owner, RunRecord};
+use leasehold::{backend::LeaseId, HolderInfo, Key, KeyInfo, Owner, RunRecord};
 use sha2::{Digest, Sha256};
 
 // Metadata names.

@@ -21,7 +21,7 @@ use azure_storage_blob::models::{
     BlobClientGetPropertiesOptions, BlobClientGetPropertiesResultHeaders,
     BlobClientSetMetadataOptions,
 };
-use leasehold::{Lease, Result, RunRecord};
+use leasehold::{backend::Lease, Result, RunRecord};
 
 use crate::record::Record;
 use crate::AzureBackend;

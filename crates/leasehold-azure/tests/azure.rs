@@ -11,8 +11,8 @@ use async_trait::async_trait;
 use azure_core::http::policies::{Policy, PolicyResult};
 use azure_core::http::{Context, Request};
 use leasehold::{
-    AcquireOutcome, AcquireRequest, Backend, Error, Key, LeaseId, LockOptions, LossReason, Owner,
-    Store, WaitReason,
+    backend::{AcquireOutcome, AcquireRequest, Backend, LeaseId},
+    Error, Key, LockOptions, LossReason, Owner, Store, WaitReason,
 };
 use leasehold_azure::AzureBackend;
 
@@ -128,9 +128,9 @@ async fn ambiguous_acquire_retry_gets_the_same_token() {
             .await
             .unwrap(),
     );
-    assert_eq!(t1, leasehold::next_token(0, epoch));
+    assert_eq!(t1, leasehold::backend::next_token(0, epoch));
     backend
-        .release(&leasehold::Lease {
+        .release(&leasehold::backend::Lease {
             key: req.key.clone(),
             lease_id: warm,
             ttl: TTL,
@@ -162,7 +162,7 @@ async fn ambiguous_acquire_retry_gets_the_same_token() {
 
     // One lost answer only: the SDK's own retry sees 412 ConditionNotMet,
     // the backend re-reads and recognises its own write.
-    let lease = leasehold::Lease {
+    let lease = leasehold::backend::Lease {
         key: req.key.clone(),
         lease_id: id,
         ttl: TTL,
@@ -358,7 +358,7 @@ async fn container_deleted_under_a_holder_with_a_waiter() {
     );
     assert_eq!(
         granted.fencing_token(),
-        leasehold::next_token(0, new_epoch),
+        leasehold::backend::next_token(0, new_epoch),
         "the new epoch's first token"
     );
     let quarantines = quarantines.lock().unwrap().clone();
@@ -612,11 +612,11 @@ async fn a_restored_copy_of_the_container_is_a_new_epoch() {
             g.fencing_token()
         ),
     }
-    let after = lock.acquire(Duration::from_secs(60)).await.unwrap();
+    let after = lock.acquire_timeout(Duration::from_secs(60)).await.unwrap();
     assert!(after.fencing_token() > old_token);
     assert_eq!(
         after.fencing_token(),
-        leasehold::next_token(old_token, backend.epoch().unwrap().epoch)
+        leasehold::backend::next_token(old_token, backend.epoch().unwrap().epoch)
     );
     after.release().await.unwrap();
     backend.delete_container().await.unwrap();

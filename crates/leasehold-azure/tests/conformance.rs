@@ -61,7 +61,7 @@ async fn store_loss_quarantine_outlasts_a_longer_holder() {
         || async { doomed.delete_container().await.unwrap() },
         || async {
             std::sync::Arc::new(open(leasehold_azure::MIN_TTL))
-                as std::sync::Arc<dyn leasehold::Backend>
+                as std::sync::Arc<dyn leasehold::backend::Backend>
         },
     )
     .await;

@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use azure_core::http::headers::HeaderName;
 use azure_core::http::policies::{Policy, PolicyResult};
 use azure_core::http::{Context, Request};
-use leasehold::{Backend, Error, LockOptions, Store};
+use leasehold::{backend::Backend, Error, LockOptions, Store};
 use leasehold_azure::AzureBackend;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use leasehold::{Store, Wait};
+use leasehold::Store;
 
 fn cycles(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -27,7 +27,7 @@ fn cycles(c: &mut Criterion) {
         c.bench_function(&format!("{name}: acquire(wait) + release"), |b| {
             b.to_async(&rt).iter(|| async {
                 let g = lock
-                    .acquire(Wait::Timeout(Duration::from_secs(5)))
+                    .acquire_timeout(Duration::from_secs(5))
                     .await
                     .expect("acquire");
                 g.release().await.expect("release");

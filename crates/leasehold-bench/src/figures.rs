@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context};
 use serde::Serialize;
 
-use leasehold::{LockOptions, Wait};
+use leasehold::LockOptions;
 
 use crate::raw::RawLoop;
 use crate::stats::{median, Latency};
@@ -1054,7 +1054,7 @@ async fn lh_cycles(
     let start = Instant::now();
     let mut n = 0;
     while n < max && start.elapsed() < time {
-        let guard = lock.acquire(Wait::Timeout(Duration::from_secs(5))).await?;
+        let guard = lock.acquire_timeout(Duration::from_secs(5)).await?;
         guard.release().await?;
         n += 1;
     }

@@ -638,7 +638,7 @@ async fn etcd_cycle(
         requests.fetch_add(1, Ordering::Relaxed);
     }
     let lease_id = uuid::Uuid::new_v4().to_string();
-    let token = leasehold::next_token(state.last, state.epoch);
+    let token = leasehold::backend::next_token(state.last, state.epoch);
     let holder = serde_json::to_vec(&serde_json::json!({
         "lease_id": lease_id,
         "token": token,
@@ -864,7 +864,7 @@ impl S3Raw {
     /// grant's ETag. Every record has a fresh nonce, as leasehold's have.
     async fn cycle(&mut self) -> anyhow::Result<()> {
         let lease_id = uuid::Uuid::new_v4().to_string();
-        let fence = leasehold::next_token(self.fence, self.epoch);
+        let fence = leasehold::backend::next_token(self.fence, self.epoch);
         let now = unix_ms();
         let held = json!({
             "v": 1,
@@ -895,7 +895,7 @@ impl S3Raw {
         let written = marker
             .last_modified()
             .and_then(|t| SystemTime::try_from(*t).ok())
-            .map(leasehold::epoch_at);
+            .map(leasehold::backend::epoch_at);
         let body = marker.body.collect().await?.into_bytes();
         serde_json::from_slice::<serde_json::Value>(&body).context("raw S3 marker")?;
         if written != Some(self.epoch) {

@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex};
 use anyhow::{bail, Context};
 use async_trait::async_trait;
 use leasehold::{
-    AcquireOutcome, AcquireRequest, Backend, Capabilities, HolderInfo, Key, KeyInfo, Lease, Store,
+    backend::{AcquireOutcome, AcquireRequest, Backend, Capabilities, Lease},
+    HolderInfo, Key, KeyInfo, Store,
 };
 use leasehold_dynamodb::DynamoDbBackend;
 use leasehold_postgres::PostgresBackend;
@@ -257,7 +258,7 @@ pub async fn warm_up(spec: &Spec) -> anyhow::Result<()> {
     // request (DynamoDB Local's first table, Redis's next-second epoch, the
     // second an S3 key's first grant waits).
     let guard = lock
-        .acquire(std::time::Duration::from_secs(30))
+        .acquire_timeout(std::time::Duration::from_secs(30))
         .await
         .with_context(|| format!("warming up {}", spec.label()))?;
     guard.release().await?;
@@ -432,7 +433,7 @@ impl Backend for Counting {
         self.inner.list(prefix).await
     }
 
-    fn watch_release(&self, keys: &[Key]) -> Option<leasehold::ReleaseWatch> {
+    fn watch_release(&self, keys: &[Key]) -> Option<leasehold::backend::ReleaseWatch> {
         // The store's own wake-ups (PostgreSQL's LISTEN), as without the
         // counter.
         self.inner.watch_release(keys)

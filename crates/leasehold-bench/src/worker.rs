@@ -9,7 +9,7 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 
-use leasehold::{Error, LockOptions, Wait};
+use leasehold::{Error, LockOptions};
 
 use crate::stores::Opened;
 use crate::sys::{cpu_ns, mono_ns, rss_bytes, sleep_until_ns};
@@ -96,7 +96,7 @@ pub async fn run_waiters(opened: &Opened, p: &WaiterParams) -> anyhow::Result<Wa
                     break;
                 }
                 let left = Duration::from_nanos(deadline - call);
-                match lock.acquire(Wait::Timeout(left)).await {
+                match lock.acquire_timeout(left).await {
                     Ok(guard) => {
                         let acq = mono_ns();
                         let token = guard.fencing_token();

@@ -403,7 +403,7 @@ pub async fn validate(command: &Command) -> anyhow::Result<Access> {
     // Its store max TTL is the widest too, so that a store opened with a
     // larger max TTL (`?max_ttl=`) is not refused here.
     let scratch = leasehold::Store::new(leasehold::memory::MemoryBackend::with_clock_and_max_ttl(
-        std::sync::Arc::new(leasehold::SystemClock),
+        std::sync::Arc::new(leasehold::backend::SystemClock),
         leasehold::memory::LOCAL_MAX_TTL,
     ));
     let widest = leasehold::memory::LOCAL_MIN_TTL..=leasehold::memory::LOCAL_MAX_TTL;

@@ -7,7 +7,7 @@ use leasehold::{Store, Wait};
 
 use crate::cli::ElectArgs;
 use crate::output::say;
-use crate::run::{describe_holder, lock_options, StatusLine};
+use crate::run::{describe_wait, lock_options, StatusLine};
 use crate::supervisor::{supervise, Signals};
 
 /// Pause before campaigning again after the command exited, so that other
@@ -34,8 +34,8 @@ pub async fn elect(store: &Store, args: ElectArgs) -> anyhow::Result<ExitCode> {
     let mut failures = 0u32;
     loop {
         let mut status = StatusLine::new(&lease.key);
-        let campaign = election.campaign_with(Wait::Forever, |h| {
-            status.show(&format!("held by {}", describe_holder(h)))
+        let campaign = election.campaign_reporting(Wait::Forever, |reason| {
+            status.show(&describe_wait(reason, None))
         });
         let leadership = tokio::select! {
             r = campaign => r?,
@@ -49,7 +49,7 @@ pub async fn elect(store: &Store, args: ElectArgs) -> anyhow::Result<ExitCode> {
         let term = leadership.term();
         say!("leader of {} (term {term}); running the command", lease.key);
         let env = [("LEASEHOLD_FENCING_TOKEN", term.to_string())];
-        let outcome = supervise(leadership.guard(), lease, &env, &mut signals).await?;
+        let outcome = supervise(&leadership, lease, &env, &mut signals).await?;
         let resigned = leadership.resign().await;
         outcome.watchdog.reap().await;
         if !outcome.started {

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use leasehold::{Error, Store, StoreEpoch};
+use leasehold::{backend::StoreEpoch, Error, Store};
 use leasehold_stores::{self as stores, Access};
 
 use crate::inspect::short;

@@ -307,7 +307,10 @@ pub(crate) async fn open_within(
         let attempt = tokio::time::timeout_at(deadline, stores::open_with(url, access)).await;
         let err = match attempt {
             Ok(Ok(store)) => return Ok(store),
-            Ok(Err(err)) => err,
+            Ok(Err(err)) => anyhow::Error::from(err).context(format!(
+                "cannot open store {}",
+                stores::redact(stores::effective_url(url))
+            )),
             Err(_) => {
                 let cause = last
                     .map(|e| format!(": {}", error_chain(&e)))

@@ -47,7 +47,9 @@ async fn acquire_and_run(store: &Store, args: &RunArgs) -> anyhow::Result<RunRes
                     Some(wait) => {
                         let mut status = StatusLine::new(&lease.key);
                         let r = lock
-                            .acquire_reporting(wait, |reason| status.show(&describe_wait(reason)))
+                            .acquire_reporting(wait, |reason| {
+                                status.show(&describe_wait(reason, None))
+                            })
                             .await;
                         status.clear();
                         r
@@ -62,11 +64,8 @@ async fn acquire_and_run(store: &Store, args: &RunArgs) -> anyhow::Result<RunRes
                     Some(wait) => {
                         let mut status = StatusLine::new(&lease.key);
                         let r = sem
-                            .acquire_with(wait, |holders| {
-                                status.show(&format!(
-                                    "all {n} permits held ({})",
-                                    describe_holders(holders)
-                                ))
+                            .acquire_reporting(wait, |reason| {
+                                status.show(&describe_wait(reason, Some(n)))
                             })
                             .await;
                         status.clear();
@@ -393,10 +392,13 @@ fn quarantine_message(key: &str, epoch: u64, remaining: Duration, window: Durati
     )
 }
 
-/// Why a wait goes on, for the status line.
-fn describe_wait(reason: WaitReason<'_>) -> String {
+/// Why a wait goes on, for the status line; `limit` is a semaphore's.
+pub fn describe_wait(reason: WaitReason<'_>, limit: Option<u32>) -> String {
     match reason {
-        WaitReason::Held(h) => format!("held by {}", describe_holder(h)),
+        WaitReason::Held(holders) => match limit {
+            None => format!("held by {}", describe_holder(holders.first())),
+            Some(n) => format!("all {n} permits held ({})", describe_holders(holders)),
+        },
         // The end as a time of day, not a countdown: the line is shown
         // once (once per change of reason on a terminal) and would go stale.
         WaitReason::Quarantine { remaining, .. } => format!(
@@ -452,7 +454,7 @@ mod tests {
     async fn a_ttl_longer_than_the_window_is_cut_to_the_window() {
         let err = lock_options(&args(1200, 31_000), W).unwrap_err();
         assert!(err.to_string().contains("confirmation window"), "{err}");
-        let clock = std::sync::Arc::new(leasehold::SystemClock);
+        let clock = std::sync::Arc::new(leasehold::backend::SystemClock);
         let store = leasehold::Store::with_clock_and_window(
             std::sync::Arc::new(leasehold::memory::MemoryBackend::with_clock_and_max_ttl(
                 clock.clone(),

@@ -15,7 +15,10 @@ use std::os::unix::process::ExitStatusExt;
 use std::sync::Mutex;
 
 use anyhow::Context;
-use leasehold::{Clock, LeaseGuard, SystemClock};
+use leasehold::{
+    backend::{Clock, SystemClock},
+    LeaseGuard,
+};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 

@@ -74,7 +74,7 @@
 //! as a fallback where there is no timerfd. `leasehold`'s own waits on the
 //! deadline (its renewal task, and its backup SIGKILL of the group if the
 //! watchdog fails) are on the same clock (see
-//! [`Clock::sleep_until`](leasehold::Clock::sleep_until)).
+//! [`Clock::sleep_until`](leasehold::backend::Clock::sleep_until)).
 //!
 //! The command resumes together with the watchdog, so it may run for a
 //! moment after resume before the signals reach it; its lease had run out
@@ -137,8 +137,8 @@ const TICK: Duration = Duration::from_millis(10);
 
 /// The clock every deadline is on: shared by all processes on the machine.
 pub fn now() -> Duration {
-    use leasehold::Clock;
-    leasehold::SystemClock.now()
+    use leasehold::backend::Clock;
+    leasehold::backend::SystemClock.now()
 }
 
 /// Entry point of `leasehold __watchdog CONTROL_FD REPORT_FD GRACE_NS

@@ -37,7 +37,7 @@ impl Ended {
     /// granted, else the one its quarantine names.
     fn epoch(&self) -> Option<u64> {
         if let Some(token) = self.result["fencing_token"].as_u64() {
-            return Some(token >> leasehold::TOKEN_COUNTER_BITS);
+            return Some(token >> leasehold::backend::TOKEN_COUNTER_BITS);
         }
         let error = self.result["error"].as_str()?;
         let (_, rest) = error.split_once("store epoch ")?;

@@ -11,7 +11,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use common::*;
-use leasehold::{LockOptions, Wait};
+use leasehold::LockOptions;
 
 const SECS: Duration = Duration::from_secs(1);
 
@@ -196,7 +196,7 @@ async fn a_key_cannot_alias_a_semaphore_slot_and_status_shows_the_slots() {
         .store()
         .semaphore_with("sem", 2, LockOptions::new().owner_label("permit-holder"))
         .unwrap();
-    let permit = sem.acquire(Wait::Forever).await.unwrap();
+    let permit = sem.acquire().await.unwrap();
     let slot = permit.slot();
 
     for key in ["sem/:slot:0", "sem/:slot:1"] {

@@ -6,7 +6,7 @@ use std::io::BufReader;
 use std::time::Duration;
 
 use common::*;
-use leasehold::{LockOptions, Wait};
+use leasehold::LockOptions;
 
 const SECS: Duration = Duration::from_secs(1);
 
@@ -213,7 +213,7 @@ async fn status_list_and_break_show_and_clear_holders() {
             LockOptions::new().owner_label("vm-7").data("account A"),
         )
         .unwrap();
-    let guard = lock.acquire(Wait::Forever).await.unwrap();
+    let guard = lock.acquire().await.unwrap();
 
     let status = env.output(&["status", "jobs/a"]);
     assert!(

@@ -12,8 +12,11 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_dynamodb::Client;
 use leasehold::{
-    AcquireOutcome, AcquireRequest, Backend, Capabilities, Error, Grant, HolderInfo, Key, KeyInfo,
-    Lease, LossReason, Result, RunRecord, SharedClock, StoreEpoch,
+    backend::{
+        AcquireOutcome, AcquireRequest, Backend, Capabilities, Grant, Lease, SharedClock,
+        StoreEpoch,
+    },
+    Error, HolderInfo, Key, KeyInfo, LossReason, Result, RunRecord,
 };
 
 use crate::builder::DynamoDbBackendBuilder;
@@ -319,7 +322,7 @@ impl DynamoDbBackend {
     async fn create_item(&self, req: &AcquireRequest, epoch: u64) -> Result<Created> {
         let mut e = Expr::default();
         let (mut set, remove) = self.lease_update(&mut e, req, epoch);
-        let first = leasehold::next_token(0, epoch);
+        let first = leasehold::backend::next_token(0, epoch);
         set.push(format!(
             "{} = {}",
             e.n(record::FENCE),
@@ -399,7 +402,7 @@ impl DynamoDbBackend {
         &self,
         operation: &'static str,
         key: &Key,
-        lease_id: &leasehold::LeaseId,
+        lease_id: &leasehold::backend::LeaseId,
         ttl: Duration,
         returns: ReturnValue,
     ) -> Result<Write> {

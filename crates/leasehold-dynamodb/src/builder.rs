@@ -5,7 +5,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use aws_sdk_dynamodb::config::Region;
-use leasehold::{Error, Result, SharedClock, SystemClock};
+use leasehold::{
+    backend::{SharedClock, SystemClock},
+    Error, Result,
+};
 use leasehold_aws::{AwsOptions, RequestCounter, ServiceDate};
 
 use crate::{DynamoDbBackend, TakeoverMode, WallClock};
@@ -59,7 +62,7 @@ impl DynamoDbBackendBuilder {
             wall: None,
             takeover: TakeoverMode::Observe,
             margin: DEFAULT_MARGIN,
-            max_ttl: leasehold::DEFAULT_STORE_MAX_TTL,
+            max_ttl: leasehold::backend::DEFAULT_STORE_MAX_TTL,
             create_table: true,
             creation: leasehold::Creation::IfMissing,
         }
@@ -68,7 +71,7 @@ impl DynamoDbBackendBuilder {
     leasehold_aws::aws_builder_methods!("DynamoDB Local (`http://127.0.0.1:8000`)");
 
     /// The monotonic clock takeover observations are timed on (the system
-    /// clock unless set; tests inject a [`leasehold::ManualClock`] or a
+    /// clock unless set; tests inject a [`leasehold::backend::ManualClock`] or a
     /// skewed clock).
     pub fn clock(mut self, clock: SharedClock) -> Self {
         self.clock = Some(clock);
@@ -98,7 +101,7 @@ impl DynamoDbBackendBuilder {
     }
 
     /// The max TTL a table created by this backend records (default 60 s,
-    /// [`leasehold::DEFAULT_STORE_MAX_TTL`]; 1 s to 24 h): no lease may be
+    /// [`leasehold::backend::DEFAULT_STORE_MAX_TTL`]; 1 s to 24 h): no lease may be
     /// longer, and after the table is deleted and re-created under a live
     /// holder, grants wait one confirmation window whatever this says (the
     /// quarantine, see the crate docs).
@@ -186,7 +189,7 @@ impl DynamoDbBackendBuilder {
             create_table: self.create_table && self.creation.creates(),
             creation: self.creation,
             epoch: std::sync::Mutex::new((
-                leasehold::StoreEpoch::new(0, self.max_ttl),
+                leasehold::backend::StoreEpoch::new(0, self.max_ttl),
                 Duration::ZERO,
             )),
             dates,

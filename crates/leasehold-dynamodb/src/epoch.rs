@@ -6,7 +6,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::TableDescription;
-use leasehold::{epoch_at, Error, Result, StoreEpoch};
+use leasehold::{
+    backend::{epoch_at, StoreEpoch},
+    Error, Result,
+};
 
 use crate::error::{map_sdk, Message, BACKEND};
 use crate::record::{self, n, s, Item};

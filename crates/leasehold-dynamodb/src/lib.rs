@@ -11,7 +11,7 @@
 //! let backend = DynamoDbBackend::from_url("dynamodb://locks?region=eu-west-1").await?;
 //! let store = Store::new(backend);
 //! let lock = store.lock_with("import-A", LockOptions::new().ttl(Duration::from_secs(30)))?;
-//! let guard = lock.acquire(Duration::from_secs(60)).await?;
+//! let guard = lock.acquire_timeout(Duration::from_secs(60)).await?;
 //! // … work, handing guard.fencing_token() to the protected resource …
 //! guard.release().await?;
 //! # Ok(()) }
@@ -105,7 +105,7 @@
 //! once, in every process, when its creator states that no store existed
 //! there before (`leasehold init --new`): the marker item written by a
 //! backend built with `Creation::NewProven` carries `proven = true`; it is
-//! reported as [`StoreEpoch::proven`](leasehold::StoreEpoch::proven). A
+//! reported as [`StoreEpoch::proven`](leasehold::backend::StoreEpoch::proven). A
 //! backend built with `Creation::Never` (`leasehold list`, `status`,
 //! `leader`) writes nothing: a missing table is `Error::NoStore`, and a
 //! missing marker item is not written. Test: leasehold-cli's
@@ -162,7 +162,7 @@
 //! In the default [`TakeoverMode::Observe`] no clock is compared with
 //! another machine's, as in awslabs' record-version-number lock client.
 //! Each failed acquire tells the waiter the holder's `rvn` and `ttl_ms`; the
-//! waiter notes, on its own monotonic [`Clock`](leasehold::Clock), when it
+//! waiter notes, on its own monotonic [`Clock`](leasehold::backend::Clock), when it
 //! first saw that `rvn` (taken when the answer *arrived*, which is after the
 //! holder sent the write). Only once it has seen the same `rvn` for the
 //! holder's whole TTL, plus 0.1 % for clock-rate differences, plus a margin
@@ -174,7 +174,7 @@
 //! may be set to any time: only their *rates* matter. The cost: after a
 //! holder dies, a waiter that only starts watching then waits a whole TTL
 //! more, so recovery takes up to two TTLs
-//! ([`Capabilities::takeover_needs_observation`](leasehold::Capabilities)).
+//! ([`Capabilities::takeover_needs_observation`](leasehold::backend::Capabilities)).
 //!
 //! [`TakeoverMode::TrustClocks`] additionally lets a waiter take over once
 //! its wall clock is past the stored `expires_ms` plus a stated maximum skew

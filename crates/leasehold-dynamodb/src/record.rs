@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use leasehold::{Error, HolderInfo, Key, KeyInfo, LeaseId, Owner, Result, RunRecord};
+use leasehold::{backend::LeaseId, Error, HolderInfo, Key, KeyInfo, Owner, Result, RunRecord};
 
 /// The table's partition key (string): the lock key.
 pub(crate) const KEY: &str = "lease_key";

@@ -8,7 +8,7 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
     TableDescription, TableStatus,
 };
-use leasehold::{Error, Result, StoreEpoch};
+use leasehold::{backend::StoreEpoch, Error, Result};
 
 use crate::error::{map_sdk, Message, BACKEND};
 use crate::record::KEY;
@@ -41,7 +41,7 @@ pub(crate) async fn ensure(backend: &DynamoDbBackend, create: bool) -> Result<St
         tokio::time::sleep(left).await;
     }
     let (max_ttl, proven) = crate::epoch::marker(backend, epoch.epoch, backend.max_ttl).await?;
-    let epoch = leasehold::StoreEpoch::new(epoch.epoch, max_ttl).with_age(epoch.age);
+    let epoch = leasehold::backend::StoreEpoch::new(epoch.epoch, max_ttl).with_age(epoch.age);
     Ok(if proven { epoch.proven() } else { epoch })
 }
 

@@ -6,7 +6,10 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::{Backend, Error, Key, Lease, LeaseId, LockOptions, LossReason, Store};
+use leasehold::{
+    backend::{Backend, Lease, LeaseId},
+    Error, Key, LockOptions, LossReason, Store,
+};
 use leasehold_dynamodb::aws_config::{BehaviorVersion, SdkConfig};
 use leasehold_dynamodb::aws_sdk_dynamodb::config::Credentials;
 use leasehold_dynamodb::aws_sdk_dynamodb::types::{
@@ -50,7 +53,7 @@ async fn stale_holder_renew_after_takeover_fails() {
     let guard = store_b
         .lock_with(&key, opts(ttl))
         .unwrap()
-        .acquire(Duration::from_secs(20))
+        .acquire_timeout(Duration::from_secs(20))
         .await
         .unwrap();
     assert!(guard.fencing_token() > stale.fencing_token);
@@ -503,7 +506,11 @@ async fn store_loss_quarantine_outlasts_a_longer_holder() {
     leasehold::conformance::store_loss_quarantine_outlasts_every_holder(
         holder,
         || delete_table(&client, &name),
-        || async { open_table(&name, leasehold::DEFAULT_STORE_MAX_TTL).await.0 },
+        || async {
+            open_table(&name, leasehold::backend::DEFAULT_STORE_MAX_TTL)
+                .await
+                .0
+        },
     )
     .await;
     delete_table(&client, &name).await;
@@ -523,7 +530,11 @@ async fn store_recreated_at_once_issues_greater_tokens() {
     leasehold::conformance::store_recreated_at_once_issues_greater_tokens(
         holder,
         || delete_table(&client, &name),
-        || async { open_table(&name, leasehold::DEFAULT_STORE_MAX_TTL).await.0 },
+        || async {
+            open_table(&name, leasehold::backend::DEFAULT_STORE_MAX_TTL)
+                .await
+                .0
+        },
     )
     .await;
     delete_table(&client, &name).await;

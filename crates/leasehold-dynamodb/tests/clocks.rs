@@ -8,7 +8,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use leasehold::{Backend, Clock, LockOptions, SharedClock, Store, SystemClock};
+use leasehold::{
+    backend::{Backend, Clock, SharedClock, SystemClock},
+    LockOptions, Store,
+};
 use leasehold_dynamodb::{TakeoverMode, WallClock};
 
 /// A monotonic clock with an offset and a rate error.
@@ -97,7 +100,10 @@ async fn skewed_clocks_never_both_hold_a_lock() {
             let tokens = tokens.clone();
             tasks.push(tokio::spawn(async move {
                 for _ in 0..2 {
-                    let guard = lock.acquire(Duration::from_secs(120)).await.unwrap();
+                    let guard = lock
+                        .acquire_timeout(Duration::from_secs(120))
+                        .await
+                        .unwrap();
                     assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
                     tokens.lock().unwrap().push(guard.fencing_token());
                     // Longer than the TTL: only renewals keep the lease, and a
@@ -144,7 +150,7 @@ async fn dead_holder_taken_over_only_after_its_ttl_despite_skew() {
                 .poll_interval(Duration::from_millis(20), Duration::from_millis(60)),
         )
         .unwrap()
-        .acquire(Duration::from_secs(30))
+        .acquire_timeout(Duration::from_secs(30))
         .await
         .unwrap();
     let elapsed = started.elapsed();

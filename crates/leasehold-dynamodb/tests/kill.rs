@@ -81,9 +81,11 @@ async fn killed_holder_is_replaced_within_a_ttl() {
     let (seen_tx, seen_rx) = tokio::sync::oneshot::channel();
     let mut waiter = tokio::spawn(async move {
         let mut seen_tx = Some(seen_tx);
-        lock.acquire_with(Duration::from_secs(60), |holder| {
-            if let Some(tx) = seen_tx.take() {
-                let _ = tx.send(holder.and_then(|h| h.owner.label.clone()));
+        lock.acquire_reporting(Duration::from_secs(60), |reason| {
+            if let leasehold::WaitReason::Held(holders) = reason {
+                if let Some(tx) = seen_tx.take() {
+                    let _ = tx.send(holders.first().and_then(|h| h.owner.label.clone()));
+                }
             }
         })
         .await

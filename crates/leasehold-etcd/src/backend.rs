@@ -9,8 +9,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use leasehold::{
-    next_token, AcquireOutcome, AcquireRequest, Backend, Capabilities, Error, Grant, HolderInfo,
-    Key, KeyInfo, Lease, LossReason, ReleaseWatch, Result, RunOutcome, RunRecord, StoreEpoch,
+    backend::{
+        next_token, AcquireOutcome, AcquireRequest, Backend, Capabilities, Grant, Lease,
+        ReleaseWatch, StoreEpoch,
+    },
+    Error, HolderInfo, Key, KeyInfo, LossReason, Result, RunOutcome, RunRecord,
 };
 
 use crate::builder::EtcdBackendBuilder;
@@ -41,7 +44,7 @@ pub struct EtcdBackend {
 
 struct Inner {
     /// The store's epoch as read while opening.
-    opened: std::sync::OnceLock<leasehold::EpochRead>,
+    opened: std::sync::OnceLock<leasehold::backend::EpochRead>,
     conn: Connection,
     endpoints: Vec<String>,
     prefix: String,
@@ -236,7 +239,10 @@ impl EtcdBackend {
                 other => break other?,
             }
         };
-        let _ = backend.inner.opened.set(leasehold::EpochRead::now(epoch));
+        let _ = backend
+            .inner
+            .opened
+            .set(leasehold::backend::EpochRead::now(epoch));
         Ok(backend)
     }
 
@@ -329,7 +335,7 @@ impl EtcdBackend {
             )));
         }
         Ok(StoreEpoch::new(
-            leasehold::epoch_at(std::time::SystemTime::now()),
+            leasehold::backend::epoch_at(std::time::SystemTime::now()),
             self.inner.max_ttl,
         ))
     }
@@ -524,7 +530,7 @@ impl EtcdBackend {
         // prefix with no keys at all (nothing of an earlier store is there).
         let proven = stated && !self.has_keys("create store").await?;
         let marker = EpochMarker {
-            epoch: leasehold::epoch_at(std::time::SystemTime::now()),
+            epoch: leasehold::backend::epoch_at(std::time::SystemTime::now()),
             max_ttl_ms: self.inner.max_ttl.as_millis() as u64,
             proven,
         };
@@ -1104,7 +1110,10 @@ impl Backend for EtcdBackend {
     }
 
     fn epoch_at_open(&self) -> Option<StoreEpoch> {
-        self.inner.opened.get().map(leasehold::EpochRead::as_of_now)
+        self.inner
+            .opened
+            .get()
+            .map(leasehold::backend::EpochRead::as_of_now)
     }
 
     fn watch_release(&self, keys: &[Key]) -> Option<ReleaseWatch> {

@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use leasehold::backend::params::{decode_percent, split_query, QuerySpec};
-use leasehold::{Error, Result, DEFAULT_STORE_MAX_TTL};
+use leasehold::{backend::DEFAULT_STORE_MAX_TTL, Error, Result};
 
 use crate::backend::EtcdBackend;
 use crate::{MAX_TTL, MIN_TTL};

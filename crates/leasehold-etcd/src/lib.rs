@@ -11,7 +11,7 @@
 //! let backend = EtcdBackend::from_url("etcd://10.0.0.1:2379,10.0.0.2:2379?prefix=jobs/").await?;
 //! let store = Store::new(backend);
 //! let lock = store.lock_with("import-A", LockOptions::new().ttl(Duration::from_secs(30)))?;
-//! let guard = lock.acquire(Duration::from_secs(60)).await?;
+//! let guard = lock.acquire_timeout(Duration::from_secs(60)).await?;
 //! // … work, handing guard.fencing_token() to the protected resource …
 //! guard.release().await?;
 //! # Ok(()) }
@@ -57,7 +57,7 @@
 //!   session kept alive by one key's renewals would keep every key on it).
 //!   A grant uses the current session while a key put on it lives at least
 //!   95 % of its TTL, and tells the core how much of the TTL had already
-//!   run out ([`Grant::ran`](leasehold::Grant::ran), at most 5 %), so the
+//!   run out ([`Grant::ran`](leasehold::backend::Grant::ran), at most 5 %), so the
 //!   holder's safety deadline counts from then and never outlasts the key;
 //!   an older session is replaced by a new `LeaseGrant` (one more request,
 //!   once every 5 % of a TTL at most: every 1.5 s for 30 s leases). A
@@ -176,7 +176,7 @@
 //! there before (`leasehold init --new`): the marker written by a backend
 //! built with `Creation::NewProven` on a prefix without any key carries
 //! `"proven": true`; it is reported as
-//! [`StoreEpoch::proven`](leasehold::StoreEpoch::proven). A backend built
+//! [`StoreEpoch::proven`](leasehold::backend::StoreEpoch::proven). A backend built
 //! with `Creation::Never` (`leasehold list`, `status`, `leader`) writes
 //! nothing: a prefix without any key is `Error::NoStore`, and no marker is
 //! written. Test: leasehold-cli's `tests/init_and_look.rs`.

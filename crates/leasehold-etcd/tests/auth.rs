@@ -61,7 +61,7 @@ async fn a_user_and_password_open_the_store_and_take_a_lock() {
     let guard = store
         .lock_with("k", opts())
         .unwrap()
-        .acquire(Duration::from_secs(10))
+        .acquire_timeout(Duration::from_secs(10))
         .await
         .expect("the lock, authenticated");
     guard.release().await.expect("release, authenticated");
@@ -93,7 +93,7 @@ async fn an_expired_auth_token_is_renewed_and_the_wait_succeeds() {
     let guard = store
         .lock_with("k", opts())
         .unwrap()
-        .acquire(Duration::from_secs(10))
+        .acquire_timeout(Duration::from_secs(10))
         .await
         .expect("the lock, after the token was renewed");
     guard.release().await.expect("release");

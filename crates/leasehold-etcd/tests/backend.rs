@@ -9,7 +9,10 @@ mod common;
 use std::time::{Duration, Instant};
 
 use leasehold::conformance::current_epoch;
-use leasehold::{AcquireOutcome, AcquireRequest, Backend, Error, Key, Lease, LeaseId, Owner};
+use leasehold::{
+    backend::{AcquireOutcome, AcquireRequest, Backend, Lease, LeaseId},
+    Error, Key, Owner,
+};
 use leasehold_etcd::{EtcdBackend, EtcdBackendBuilder};
 
 async fn grant(backend: &EtcdBackend, key: &Key, ttl: Duration) -> Lease {

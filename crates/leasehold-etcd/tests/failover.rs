@@ -34,7 +34,7 @@ async fn every_operation_succeeds(endpoints: &str, what: &str) {
     for round in 0..12 {
         // The first round also waits out the new store's quarantine.
         let guard = lock
-            .acquire(Duration::from_secs(10))
+            .acquire_timeout(Duration::from_secs(10))
             .await
             .unwrap_or_else(|e| panic!("{what}: round {round}: acquire: {e}"));
         assert!(guard.fencing_token() > last, "{what}: round {round}");

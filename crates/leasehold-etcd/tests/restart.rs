@@ -52,7 +52,7 @@ async fn server_restart_holder_renews_or_is_told_lost() {
     let guard = a
         .lock_with(key, opts(ttl))
         .unwrap()
-        .acquire(Duration::from_secs(10))
+        .acquire_timeout(Duration::from_secs(10))
         .await
         .unwrap();
     let first = guard.fencing_token();
@@ -73,7 +73,7 @@ async fn server_restart_holder_renews_or_is_told_lost() {
         async move {
             b.lock_with(key, opts(ttl))
                 .unwrap()
-                .acquire(Duration::from_secs(60))
+                .acquire_timeout(Duration::from_secs(60))
                 .await
         }
     });
@@ -106,7 +106,7 @@ async fn wiped_cluster_is_a_new_epoch() {
     let guard = a
         .lock_with(key, opts(ttl))
         .unwrap()
-        .acquire(Duration::from_secs(10))
+        .acquire_timeout(Duration::from_secs(10))
         .await
         .unwrap();
     let first = guard.fencing_token();
@@ -124,7 +124,7 @@ async fn wiped_cluster_is_a_new_epoch() {
     let g2 = b
         .lock_with(key, opts(ttl))
         .unwrap()
-        .acquire(Duration::from_secs(30))
+        .acquire_timeout(Duration::from_secs(30))
         .await
         .unwrap();
     assert!(

@@ -10,7 +10,7 @@ mod common;
 use std::time::Duration;
 
 use leasehold::conformance::current_epoch;
-use leasehold::{Backend, Key};
+use leasehold::{backend::Backend, Key};
 use leasehold_etcd::grpc::etcdserverpb::{LeaseRevokeRequest, RangeRequest};
 use leasehold_etcd::EtcdBackend;
 

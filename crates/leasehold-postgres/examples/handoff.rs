@@ -76,7 +76,7 @@ async fn main() {
     let mut line = String::new();
     let mut took = Vec::with_capacity(rounds);
     for _ in 0..rounds {
-        let guard = lock.acquire(Duration::from_secs(30)).await.unwrap();
+        let guard = lock.acquire_timeout(Duration::from_secs(30)).await.unwrap();
         writeln!(to_child, "go").unwrap();
         line.clear();
         from_child.read_line(&mut line).unwrap();

@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use leasehold::backend::{AcquireOutcome, AcquireRequest, Backend, Capabilities, Grant, Lease};
-use leasehold::{Error, HolderInfo, Key, KeyInfo, LossReason, Result, StoreEpoch};
+use leasehold::{backend::StoreEpoch, Error, HolderInfo, Key, KeyInfo, LossReason, Result};
 use tokio::time::{timeout_at, Instant};
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Row;
@@ -30,7 +30,7 @@ pub struct PostgresBackend {
 
 struct Inner {
     /// The store's epoch as read while opening.
-    opened: std::sync::OnceLock<leasehold::EpochRead>,
+    opened: std::sync::OnceLock<leasehold::backend::EpochRead>,
     pool: Pool,
     table: String,
     sql: Statements,
@@ -150,7 +150,7 @@ impl PostgresBackend {
         let _ = backend
             .inner
             .opened
-            .set(leasehold::EpochRead::now(row.store_epoch()));
+            .set(leasehold::backend::EpochRead::now(row.store_epoch()));
         Ok(backend)
     }
 
@@ -789,10 +789,13 @@ impl Backend for PostgresBackend {
     }
 
     fn epoch_at_open(&self) -> Option<StoreEpoch> {
-        self.inner.opened.get().map(leasehold::EpochRead::as_of_now)
+        self.inner
+            .opened
+            .get()
+            .map(leasehold::backend::EpochRead::as_of_now)
     }
 
-    fn watch_release(&self, keys: &[Key]) -> Option<leasehold::ReleaseWatch> {
+    fn watch_release(&self, keys: &[Key]) -> Option<leasehold::backend::ReleaseWatch> {
         self.inner.listener.as_ref()?.watch(keys)
     }
 

@@ -7,7 +7,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use leasehold::backend::params::{split_query, QuerySpec};
-use leasehold::{Error, Result, DEFAULT_STORE_MAX_TTL};
+use leasehold::{backend::DEFAULT_STORE_MAX_TTL, Error, Result};
 use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 
 use crate::backend::PostgresBackend;

@@ -13,7 +13,7 @@
 //! let backend = PostgresBackend::from_url("postgres://app@db.internal/jobs?table=leases").await?;
 //! let store = Store::new(backend);
 //! let lock = store.lock_with("import-A", LockOptions::new().ttl(Duration::from_secs(30)))?;
-//! let guard = lock.acquire(Duration::from_secs(60)).await?;
+//! let guard = lock.acquire_timeout(Duration::from_secs(60)).await?;
 //! // … work, handing guard.fencing_token() to the protected resource …
 //! guard.release().await?;
 //! # Ok(()) }
@@ -212,7 +212,7 @@
 //! backend built with `Creation::NewProven` into a table without lease rows
 //! has `lease_id = '#proven'`; a new epoch started in the row (a restored
 //! table) clears it; it is reported as
-//! [`StoreEpoch::proven`](leasehold::StoreEpoch::proven). A backend built
+//! [`StoreEpoch::proven`](leasehold::backend::StoreEpoch::proven). A backend built
 //! with `Creation::Never` (`leasehold list`, `status`, `leader`) writes
 //! nothing: a missing table is `Error::NoStore`, and a missing or restored
 //! epoch row is reported as it is, not renewed. Test: leasehold-cli's
@@ -237,7 +237,7 @@
 //! backend that has a waiter keeps one more connection that LISTENs on the
 //! channel (started on the first wait; reconnected with back-off) and
 //! wakes that key's waiters through
-//! [`Backend::watch_release`](leasehold::Backend::watch_release), so a
+//! [`Backend::watch_release`](leasehold::backend::Backend::watch_release), so a
 //! waiter on another machine tries again at once instead of at its next
 //! poll. Polling stays the fallback: a notification missed while the
 //! LISTEN connection is down, or an expiry (which nobody announces), is

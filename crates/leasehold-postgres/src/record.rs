@@ -2,7 +2,7 @@
 
 use std::time::{Duration, UNIX_EPOCH};
 
-use leasehold::{HolderInfo, Key, KeyInfo, Owner, RunRecord, StoreEpoch};
+use leasehold::{backend::StoreEpoch, HolderInfo, Key, KeyInfo, Owner, RunRecord};
 use tokio_postgres::Row;
 
 /// The key of the table's epoch row: not a valid leasehold key (`#` is not a
@@ -145,7 +145,7 @@ impl EpochRow {
     /// beginning now (the next acquirer starts one).
     pub fn unknown(max_ttl: Duration) -> Self {
         EpochRow {
-            epoch: leasehold::epoch_at(std::time::SystemTime::now()),
+            epoch: leasehold::backend::epoch_at(std::time::SystemTime::now()),
             max_ttl,
             same_table: false,
             age: Duration::ZERO,

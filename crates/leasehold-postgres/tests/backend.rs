@@ -6,7 +6,10 @@ mod common;
 
 use std::time::Duration;
 
-use leasehold::{AcquireOutcome, Backend, Error, Key, LockOptions, LossReason, Store};
+use leasehold::{
+    backend::{AcquireOutcome, Backend},
+    Error, Key, LockOptions, LossReason, Store,
+};
 use leasehold_postgres::PostgresBackendBuilder;
 
 fn opts(ttl: Duration) -> LockOptions {
@@ -167,9 +170,9 @@ async fn restored_table_starts_a_new_epoch() {
     assert!(matches!(reason, LossReason::Revoked(_)), "{reason:?}");
     // A raw acquire in the old epoch is refused, and starts a new one.
     let b = open().await;
-    let req = leasehold::AcquireRequest {
+    let req = leasehold::backend::AcquireRequest {
         key: Key::new(&key).unwrap(),
-        lease_id: leasehold::LeaseId::random(),
+        lease_id: leasehold::backend::LeaseId::random(),
         ttl,
         owner: leasehold::Owner::current(),
         data: None,
@@ -185,7 +188,7 @@ async fn restored_table_starts_a_new_epoch() {
     let guard = Store::new(b)
         .lock_with(&key, opts(ttl))
         .unwrap()
-        .acquire(common::MAX_TTL * 3)
+        .acquire_timeout(common::MAX_TTL * 3)
         .await
         .unwrap();
     assert!(guard.fencing_token() > first);

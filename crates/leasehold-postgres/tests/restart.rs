@@ -36,7 +36,7 @@ async fn server_restart_holder_renews_or_is_told_lost() {
     let guard = a
         .lock_with(key, opts(ttl))
         .unwrap()
-        .acquire(Duration::from_secs(10))
+        .acquire_timeout(Duration::from_secs(10))
         .await
         .unwrap();
     let first = guard.fencing_token();
@@ -60,7 +60,7 @@ async fn server_restart_holder_renews_or_is_told_lost() {
         async move {
             b.lock_with(key, opts(ttl))
                 .unwrap()
-                .acquire(Duration::from_secs(60))
+                .acquire_timeout(Duration::from_secs(60))
                 .await
         }
     });

@@ -35,7 +35,7 @@ async fn store_loss_quarantine_outlasts_a_longer_holder() {
                 .build()
                 .await
                 .unwrap();
-            std::sync::Arc::new(backend) as std::sync::Arc<dyn leasehold::Backend>
+            std::sync::Arc::new(backend) as std::sync::Arc<dyn leasehold::backend::Backend>
         }
     };
     let drop_table = format!("DROP TABLE {table}");

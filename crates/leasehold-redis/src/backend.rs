@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use leasehold::backend::{AcquireOutcome, AcquireRequest, Backend, Capabilities, Grant, Lease};
-use leasehold::{Error, HolderInfo, Key, KeyInfo, LossReason, Result, StoreEpoch};
+use leasehold::{backend::StoreEpoch, Error, HolderInfo, Key, KeyInfo, LossReason, Result};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, ScriptInvocation, Value};
 
@@ -28,7 +28,7 @@ pub struct RedisBackend {
 
 struct Inner {
     /// The store's epoch as read while opening.
-    opened: std::sync::OnceLock<leasehold::EpochRead>,
+    opened: std::sync::OnceLock<leasehold::backend::EpochRead>,
     client: redis::Client,
     manager_config: ConnectionManagerConfig,
     /// The connection, and how many times it was replaced.
@@ -184,7 +184,10 @@ impl RedisBackend {
         };
         backend.refuse_eviction().await?;
         let epoch = backend.settle_epoch(b.creation).await?;
-        let _ = backend.inner.opened.set(leasehold::EpochRead::now(epoch));
+        let _ = backend
+            .inner
+            .opened
+            .set(leasehold::backend::EpochRead::now(epoch));
         Ok(backend)
     }
 
@@ -542,10 +545,13 @@ impl Backend for RedisBackend {
     }
 
     fn epoch_at_open(&self) -> Option<StoreEpoch> {
-        self.inner.opened.get().map(leasehold::EpochRead::as_of_now)
+        self.inner
+            .opened
+            .get()
+            .map(leasehold::backend::EpochRead::as_of_now)
     }
 
-    fn watch_release(&self, keys: &[Key]) -> Option<leasehold::ReleaseWatch> {
+    fn watch_release(&self, keys: &[Key]) -> Option<leasehold::backend::ReleaseWatch> {
         self.inner.listener.as_ref()?.watch(keys)
     }
 

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use leasehold::backend::params::QuerySpec;
-use leasehold::{Error, Result, DEFAULT_STORE_MAX_TTL};
+use leasehold::{backend::DEFAULT_STORE_MAX_TTL, Error, Result};
 use redis::{ConnectionAddr, IntoConnectionInfo};
 
 use crate::backend::RedisBackend;

@@ -13,7 +13,7 @@
 //! let backend = RedisBackend::from_url("redis://:secret@cache.internal:6379/0?prefix=jobs:").await?;
 //! let store = Store::new(backend);
 //! let lock = store.lock_with("import-A", LockOptions::new().ttl(Duration::from_secs(30)))?;
-//! let guard = lock.acquire(Duration::from_secs(60)).await?;
+//! let guard = lock.acquire_timeout(Duration::from_secs(60)).await?;
 //! // … work, handing guard.fencing_token() to the protected resource …
 //! guard.release().await?;
 //! # Ok(()) }
@@ -179,7 +179,7 @@
 //! built with `Creation::NewProven` on a prefix with neither marker nor key
 //! index carries `proven 1`; a new epoch started over an old marker (a
 //! restart, a failover) clears it; it is reported as
-//! [`StoreEpoch::proven`](leasehold::StoreEpoch::proven). A backend built
+//! [`StoreEpoch::proven`](leasehold::backend::StoreEpoch::proven). A backend built
 //! with `Creation::Never` (`leasehold list`, `status`, `leader`) writes
 //! nothing: a prefix with neither marker nor key index is `Error::NoStore`,
 //! and a marker of another server process is reported as it is, not
@@ -272,7 +272,7 @@
 //! (`P#released`) from inside its script. Each backend that has a waiter
 //! keeps one more connection subscribed to it (started on the first wait;
 //! reconnected with back-off) and wakes that key's waiters through
-//! [`Backend::watch_release`](leasehold::Backend::watch_release), so a
+//! [`Backend::watch_release`](leasehold::backend::Backend::watch_release), so a
 //! waiter elsewhere tries again at once instead of at its next poll.
 //! Polling stays the fallback: a message missed while the subscription is
 //! down, or an expiry (which nobody announces), is found by the next poll.

@@ -15,7 +15,7 @@
 
 use std::time::{Duration, UNIX_EPOCH};
 
-use leasehold::{HolderInfo, Key, KeyInfo, Owner, Result, RunRecord, StoreEpoch};
+use leasehold::{backend::StoreEpoch, HolderInfo, Key, KeyInfo, Owner, Result, RunRecord};
 use redis::Value;
 
 use crate::error::{bad_reply, NAME};

@@ -8,7 +8,10 @@ mod common;
 use std::time::Duration;
 
 use common::PrivateServer;
-use leasehold::{AcquireOutcome, Backend, Error, Key, LockOptions, Store};
+use leasehold::{
+    backend::{AcquireOutcome, Backend},
+    Error, Key, LockOptions, Store,
+};
 use leasehold_redis::{redis, RedisBackendBuilder};
 
 fn opts(ttl: Duration) -> LockOptions {
@@ -130,7 +133,7 @@ async fn failover_to_a_lagging_replica_starts_a_new_epoch() {
     let guard = Store::new(b)
         .lock_with(&key, opts(ttl))
         .unwrap()
-        .acquire(common::MAX_TTL * 3)
+        .acquire_timeout(common::MAX_TTL * 3)
         .await
         .unwrap();
     assert!(
@@ -270,9 +273,9 @@ async fn grants_only_in_the_epoch_asked_for() {
     };
     let epoch = a.epoch().await.unwrap();
     let key = common::unique_key("epoch");
-    let req = leasehold::AcquireRequest {
+    let req = leasehold::backend::AcquireRequest {
         key: Key::new(&key).unwrap(),
-        lease_id: leasehold::LeaseId::random(),
+        lease_id: leasehold::backend::LeaseId::random(),
         ttl: Duration::from_secs(2),
         owner: leasehold::Owner::current(),
         data: None,

@@ -49,7 +49,7 @@ async fn token(store: &Store) -> u64 {
         .unwrap();
     // The wait covers a new epoch's quarantine (the test max TTL).
     let guard = lock
-        .acquire(Duration::from_secs(20))
+        .acquire_timeout(Duration::from_secs(20))
         .await
         .expect("granted");
     let token = guard.fencing_token();

@@ -84,7 +84,7 @@ async fn long_outage_holder_is_told_lost_first() {
     let guard = a
         .lock_with(key, opts(ttl))
         .unwrap()
-        .acquire(Duration::from_secs(10))
+        .acquire_timeout(Duration::from_secs(10))
         .await
         .unwrap();
     let first = guard.fencing_token();
@@ -95,7 +95,7 @@ async fn long_outage_holder_is_told_lost_first() {
         async move {
             b.lock_with(key, opts(ttl))
                 .unwrap()
-                .acquire(Duration::from_secs(60))
+                .acquire_timeout(Duration::from_secs(60))
                 .await
                 .map(|g| (Instant::now(), g))
         }

@@ -72,7 +72,10 @@ async fn store_recreated_at_once_issues_greater_tokens() {
 }
 
 /// A backend on the private server's store, with `params`.
-async fn open(server: &PrivateServer, params: &str) -> std::sync::Arc<dyn leasehold::Backend> {
+async fn open(
+    server: &PrivateServer,
+    params: &str,
+) -> std::sync::Arc<dyn leasehold::backend::Backend> {
     let url = format!("{}{params}", server.base_url());
     let backend = leasehold_redis::RedisBackendBuilder::from_url(&url)
         .unwrap()

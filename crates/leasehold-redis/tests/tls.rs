@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use leasehold::Backend;
+use leasehold::backend::Backend;
 use leasehold_redis::RedisBackendBuilder;
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
 

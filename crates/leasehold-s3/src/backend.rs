@@ -12,9 +12,11 @@ use aws_sdk_s3::Client;
 use leasehold::backend::names;
 use leasehold::backend::Observations;
 use leasehold::{
-    epoch_at, epoch_token_base, next_token, AcquireOutcome, AcquireRequest, Backend, Capabilities,
-    Error, Grant, HolderInfo, Key, KeyInfo, Lease, LossReason, Result, RunRecord, SharedClock,
-    StoreEpoch,
+    backend::{
+        epoch_at, epoch_token_base, next_token, AcquireOutcome, AcquireRequest, Backend,
+        Capabilities, Grant, Lease, SharedClock, StoreEpoch,
+    },
+    Error, HolderInfo, Key, KeyInfo, LossReason, Result, RunRecord,
 };
 use leasehold_aws::{RequestCounter, ServiceDate};
 

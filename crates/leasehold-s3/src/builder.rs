@@ -5,7 +5,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use aws_sdk_s3::config::{Region, RequestChecksumCalculation, ResponseChecksumValidation};
-use leasehold::{Error, Result, SharedClock, SystemClock};
+use leasehold::{
+    backend::{SharedClock, SystemClock},
+    Error, Result,
+};
 use leasehold_aws::{AwsOptions, RequestCounter};
 
 use crate::{S3Backend, WallClock};
@@ -59,7 +62,7 @@ impl S3BackendBuilder {
             clock: None,
             wall: None,
             margin: DEFAULT_MARGIN,
-            max_ttl: leasehold::DEFAULT_STORE_MAX_TTL,
+            max_ttl: leasehold::backend::DEFAULT_STORE_MAX_TTL,
             create_bucket: true,
             creation: leasehold::Creation::IfMissing,
         }
@@ -76,7 +79,7 @@ impl S3BackendBuilder {
     }
 
     /// The monotonic clock takeover observations are timed on (the system
-    /// clock unless set; tests inject a [`leasehold::ManualClock`]).
+    /// clock unless set; tests inject a [`leasehold::backend::ManualClock`]).
     pub fn clock(mut self, clock: SharedClock) -> Self {
         self.clock = Some(clock);
         self
@@ -98,7 +101,7 @@ impl S3BackendBuilder {
     }
 
     /// The max TTL a store started by this backend records (default 60 s,
-    /// [`leasehold::DEFAULT_STORE_MAX_TTL`]; 4 s to 24 h): no lease may be
+    /// [`leasehold::backend::DEFAULT_STORE_MAX_TTL`]; 4 s to 24 h): no lease may be
     /// longer. An existing store keeps the max TTL it recorded.
     pub fn max_ttl(mut self, max_ttl: Duration) -> Self {
         self.max_ttl = max_ttl;

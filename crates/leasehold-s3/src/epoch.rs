@@ -3,7 +3,10 @@
 use std::time::{Duration, SystemTime};
 
 use aws_sdk_s3::types::{BucketLocationConstraint, CreateBucketConfiguration};
-use leasehold::{epoch_at, Creation, Error, Result, StoreEpoch};
+use leasehold::{
+    backend::{epoch_at, StoreEpoch},
+    Creation, Error, Result,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{Cond, Got, Put, S3Backend, SECOND_PAST};

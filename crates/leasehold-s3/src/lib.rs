@@ -13,7 +13,7 @@
 //! let backend = S3Backend::from_url("s3://my-locks/jobs?region=eu-west-1").await?;
 //! let store = Store::new(backend);
 //! let lock = store.lock_with("import-A", LockOptions::new().ttl(Duration::from_secs(30)))?;
-//! let guard = lock.acquire(Duration::from_secs(60)).await?;
+//! let guard = lock.acquire_timeout(Duration::from_secs(60)).await?;
 //! // … work, handing guard.fencing_token() to the protected resource …
 //! guard.release().await?;
 //! # Ok(()) }
@@ -70,7 +70,7 @@
 //!   the ETag and voids the takeover; a holder that could not has been
 //!   told its lease is lost by its own clock first (below). So recovering
 //!   a dead holder's key takes up to two TTLs
-//!   ([`Capabilities::takeover_needs_observation`](leasehold::Capabilities)).
+//!   ([`Capabilities::takeover_needs_observation`](leasehold::backend::Capabilities)).
 //!   A record already held by the request's own lease id (a retry after an
 //!   ambiguous failure) is extended with the same token.
 //! * **A key's first object** is written with `If-None-Match: *`. Its

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use leasehold::{Error, HolderInfo, Key, KeyInfo, LeaseId, Owner, Result, RunRecord};
+use leasehold::{backend::LeaseId, Error, HolderInfo, Key, KeyInfo, Owner, Result, RunRecord};
 use serde::{Deserialize, Serialize};
 
 use crate::error::BACKEND;

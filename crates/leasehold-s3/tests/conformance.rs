@@ -6,7 +6,7 @@ mod common;
 
 use std::sync::{Arc, Mutex};
 
-use leasehold::{Backend, Store};
+use leasehold::{backend::Backend, Store};
 
 /// The prefixes of the stores made here, by the address of the store's
 /// backend.

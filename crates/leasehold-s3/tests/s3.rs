@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use leasehold::{Backend, Creation, Error, Key, LockOptions, LossReason, Store, Wait};
+use leasehold::{backend::Backend, Creation, Error, Key, LockOptions, LossReason, Store};
 use leasehold_s3::S3Backend;
 
 fn opts(ttl: Duration) -> LockOptions {
@@ -93,7 +93,7 @@ async fn renewals_change_the_etag_even_with_a_frozen_wall_clock() {
     let got = waiter
         .lock_with(&key, opts(ttl))
         .unwrap()
-        .acquire(Wait::Timeout(ttl * 3))
+        .acquire_timeout(ttl * 3)
         .await;
     match got {
         Err(Error::TimedOut { .. }) => {}
@@ -124,7 +124,7 @@ async fn stale_holder_renew_after_takeover_fails() {
     let guard = Store::from_backend(b.clone())
         .lock_with(&key, opts(ttl))
         .unwrap()
-        .acquire(Duration::from_secs(20))
+        .acquire_timeout(Duration::from_secs(20))
         .await
         .unwrap();
     assert!(
@@ -389,7 +389,7 @@ async fn store_loss_quarantine_outlasts_a_longer_holder() {
     leasehold::conformance::store_loss_quarantine_outlasts_every_holder(
         holder,
         || async { common::delete_store(&common::client().await, common::BUCKET, &prefix).await },
-        || async { open_store(&prefix, leasehold::DEFAULT_STORE_MAX_TTL).await },
+        || async { open_store(&prefix, leasehold::backend::DEFAULT_STORE_MAX_TTL).await },
     )
     .await;
 }
@@ -406,7 +406,7 @@ async fn store_recreated_at_once_issues_greater_tokens() {
     leasehold::conformance::store_recreated_at_once_issues_greater_tokens(
         holder,
         || async { common::delete_store(&common::client().await, common::BUCKET, &prefix).await },
-        || async { open_store(&prefix, leasehold::DEFAULT_STORE_MAX_TTL).await },
+        || async { open_store(&prefix, leasehold::backend::DEFAULT_STORE_MAX_TTL).await },
     )
     .await;
 }
@@ -512,23 +512,23 @@ async fn a_restored_copy_repeats_no_token_for_a_process_that_wrote_it() {
             .unwrap();
     }
 
-    let req = leasehold::AcquireRequest {
+    let req = leasehold::backend::AcquireRequest {
         key: Key::new(&key).unwrap(),
-        lease_id: leasehold::LeaseId::random(),
+        lease_id: leasehold::backend::LeaseId::random(),
         ttl,
         owner: leasehold::Owner::current(),
         data: None,
         epoch: Some(lease.epoch),
     };
     match first.try_acquire(&req).await.unwrap() {
-        leasehold::AcquireOutcome::Acquired(g) => assert!(
+        leasehold::backend::AcquireOutcome::Acquired(g) => assert!(
             g.fencing_token > later.fencing_token,
             "granted token {} in the restored copy, not above {} granted before the restore",
             g.fencing_token,
             later.fencing_token
         ),
-        leasehold::AcquireOutcome::OtherEpoch(e) => assert!(e.epoch > lease.epoch),
-        leasehold::AcquireOutcome::Held(h) => panic!("held by {h:?}"),
+        leasehold::backend::AcquireOutcome::OtherEpoch(e) => assert!(e.epoch > lease.epoch),
+        leasehold::backend::AcquireOutcome::Held(h) => panic!("held by {h:?}"),
     }
 }
 

@@ -22,8 +22,7 @@
 
 use std::sync::Arc;
 
-use anyhow::Context;
-use leasehold::{Backend, Creation, Error, Store};
+use leasehold::{backend::Backend, Creation, Error, Store};
 
 /// The store URLs leasehold opens, for messages.
 pub const FORMS: &str =
@@ -66,14 +65,13 @@ impl Access {
 /// use (a tool's own `memory:` store included).
 ///
 /// # Errors
-/// As [`Store::open`], and the cloud backends' URL and credential errors;
-/// the message names the URL without its secrets.
-pub async fn open(url: Option<&str>) -> anyhow::Result<Store> {
+/// As [`Store::open`], and the cloud backends' URL and credential errors.
+/// Messages never carry the URL's secrets; they may not name the URL
+/// either: a caller that shows them says which store it opened (with
+/// [`redact`]).
+pub async fn open(url: Option<&str>) -> leasehold::Result<Store> {
     let url = url.unwrap_or("sqlite:");
-    let opened = open_backend(url)
-        .await
-        .map(|o| Store::from_backend(o.backend));
-    opened.with_context(|| format!("cannot open store {}", redact(url)))
+    Ok(Store::from_backend(open_backend(url).await?.backend))
 }
 
 /// A backend opened from its URL, with its request counter.
@@ -156,17 +154,20 @@ pub async fn open_backend_with(url: &str, creation: Creation) -> leasehold::Resu
 /// `memory:` and in-memory SQLite URLs, which would give a lock that no
 /// other process sees; with [`Access::Look`], [`Error::NoStore`] for a
 /// store that does not exist (but the default SQLite file). Messages never
-/// carry the URL's secrets.
-pub async fn open_with(url: Option<&str>, access: Access) -> anyhow::Result<Store> {
-    // Whitespace around a URL is never part of it: a trailing newline from
-    // `LEASEHOLD_STORE=$(cat file)` or a config file would otherwise end up
-    // in a SQLite path, or a table or prefix name.
-    let url = url.map_or(
+/// carry the URL's secrets, and, as [`open`]'s, may not name the URL.
+pub async fn open_with(url: Option<&str>, access: Access) -> leasehold::Result<Store> {
+    open_url(effective_url(url), access).await
+}
+
+/// The URL [`open_with`] opens for `url`: the default SQLite file's when
+/// none is given, and without white space around it (a trailing newline
+/// from `LEASEHOLD_STORE=$(cat file)` or a config file would otherwise end
+/// up in a SQLite path, or a table or prefix name). For messages about it.
+pub fn effective_url(url: Option<&str>) -> &str {
+    url.map_or(
         "sqlite:",
         |u| if u.trim().is_empty() { u } else { u.trim() },
-    );
-    let opened = open_url(url, access).await;
-    opened.with_context(|| format!("cannot open store {}", redact(url)))
+    )
 }
 
 async fn open_url(url: &str, access: Access) -> leasehold::Result<Store> {
@@ -178,7 +179,7 @@ async fn open_url(url: &str, access: Access) -> leasehold::Result<Store> {
             format!("it is empty (--store or LEASEHOLD_STORE set to nothing); unset it for the default SQLite file, or give one: {FORMS}"),
         ));
     }
-    if let Some(path) = leasehold::sqlite_url_path(url) {
+    if let Some(path) = leasehold::backend::sqlite_url_path(url) {
         let rest = &url["sqlite:".len()..];
         if is_in_memory_sqlite(rest) {
             return Err(private_store(url));

@@ -173,7 +173,7 @@ impl Backend for EpochlessTokens {
         self.inner.capabilities()
     }
 
-    fn epoch_at_open(&self) -> Option<leasehold::StoreEpoch> {
+    fn epoch_at_open(&self) -> Option<leasehold::backend::StoreEpoch> {
         self.inner.epoch_at_open()
     }
 

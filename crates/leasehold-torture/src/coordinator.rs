@@ -122,7 +122,10 @@ pub struct RunArgs {
 
 /// Opens a store URL the way the `leasehold` CLI does.
 pub async fn open_store(url: &str) -> anyhow::Result<Store> {
-    leasehold_stores::open(Some(url)).await
+    use anyhow::Context;
+    leasehold_stores::open(Some(url))
+        .await
+        .with_context(|| format!("cannot open store {}", leasehold_stores::redact(url)))
 }
 
 /// Who holds a key now, as the witness log says.
@@ -932,7 +935,7 @@ async fn recreate(url: &str, ttl: Duration) {
     let attempt = async {
         let store = open_store(url).await?;
         let lock = store.lock_with("torture/recreate", leasehold::LockOptions::new().ttl(ttl))?;
-        if let Ok(guard) = lock.acquire(leasehold::Wait::Timeout(Duration::ZERO)).await {
+        if let Ok(guard) = lock.acquire_timeout(Duration::ZERO).await {
             let _ = guard.release().await;
         }
         anyhow::Ok(())

@@ -18,7 +18,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 
-use leasehold::Clock;
+use leasehold::backend::Clock;
 
 /// What a record says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,7 +89,7 @@ pub struct Witness {
 }
 
 pub fn now_ns() -> u64 {
-    leasehold::SystemClock.now().as_nanos() as u64
+    leasehold::backend::SystemClock.now().as_nanos() as u64
 }
 
 impl Witness {

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use leasehold::{Error, LockOptions, Store, Wait};
+use leasehold::{Error, LockOptions, Store};
 use rand::Rng;
 
 use crate::witness::{now_ns, Kind, Witness};
@@ -55,7 +55,7 @@ pub async fn library_worker(a: WorkerArgs) -> anyhow::Result<()> {
             _ => (short.clone(), a.ttl),
         };
         refused = false;
-        let guard = match lock.acquire(Wait::Timeout(left.min(a.ttl * 5))).await {
+        let guard = match lock.acquire_timeout(left.min(a.ttl * 5)).await {
             Ok(g) => g,
             Err(Error::TimedOut { .. }) => continue,
             Err(_) if ttl > a.ttl => {

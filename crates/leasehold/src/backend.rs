@@ -255,10 +255,17 @@ use crate::runs::RunRecord;
 pub mod names;
 mod observe;
 pub mod params;
+mod wrapper;
 
 pub use observe::Observations;
+pub use wrapper::Wrapper;
 
 pub use crate::listener::{Listener, Released, Subscribe};
+
+pub use crate::clock::{
+    Clock, ClockSleep, ManualClock, SharedClock, SystemClock, CLOCK_CHECK_STEP,
+};
+pub use crate::store::{default_sqlite_path, sqlite_url_path, BUILTIN_SCHEMES};
 
 /// The primitives a lease store offers. See the [module docs](self) for the
 /// contract of each operation.

@@ -1,5 +1,5 @@
 //! Waits that end at a time on `CLOCK_BOOTTIME` (Linux): what
-//! [`SystemClock::sleep_until`](crate::Clock::sleep_until) is made of.
+//! [`SystemClock::sleep_until`](crate::backend::Clock::sleep_until) is made of.
 //!
 //! tokio's timers run on `CLOCK_MONOTONIC`, which stands still while the
 //! machine is suspended: a wait for a lease deadline on it ends late by the

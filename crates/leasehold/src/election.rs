@@ -6,10 +6,10 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use serde::Serialize;
-use tokio_util::sync::CancellationToken;
 
 use crate::backend::{HolderInfo, Owner};
-use crate::error::{LossReason, Result};
+use crate::engine::WaitReason;
+use crate::error::Result;
 use crate::guard::LeaseGuard;
 use crate::key::Key;
 use crate::lock::Lock;
@@ -57,6 +57,11 @@ pub struct Election {
 /// Leadership of an [`Election`]: a held lease on its key. Resign with
 /// [`resign`](Self::resign); dropping it resigns in the background (best
 /// effort).
+///
+/// It derefs to the [`LeaseGuard`] on the election's key, whose methods it
+/// shares ([`lost`](LeaseGuard::lost), [`is_lost`](LeaseGuard::is_lost),
+/// [`valid_for`](LeaseGuard::valid_for), ...); its fencing token is the
+/// [`term`](Self::term).
 #[must_use = "leadership ends as soon as it is dropped"]
 #[derive(Debug)]
 pub struct Leadership {
@@ -83,6 +88,35 @@ impl Election {
         self.lock.ttl()
     }
 
+    /// Becomes leader if nobody leads now, without waiting.
+    ///
+    /// # Errors
+    /// [`Error::Held`](crate::Error::Held) with the current leader;
+    /// [`Error::Quarantined`](crate::Error::Quarantined) while the store's
+    /// data is new; backend failures.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Lock::try_acquire`].
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> leasehold::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
+    /// let election = store.election("services/scheduler")?;
+    /// let leadership = election.try_campaign().await?;
+    /// assert_eq!(election.leader().await?.map(|l| l.fencing_token), Some(leadership.term()));
+    /// leadership.resign().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn try_campaign(&self) -> Result<Leadership> {
+        let guard = self.lock.try_acquire().await?;
+        Ok(self.lead(guard))
+    }
+
     /// Waits as long as it takes to become leader.
     ///
     /// # Errors
@@ -91,26 +125,28 @@ impl Election {
     /// # Cancel safety
     /// Cancel safe: dropping the future never leaves this candidate leading
     /// (as [`Lock::acquire`]).
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> leasehold::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
+    /// let election = store.election("services/scheduler")?;
+    /// let leadership = election.campaign().await?;
+    /// assert_eq!(election.leader().await?.map(|l| l.fencing_token), Some(leadership.term()));
+    /// leadership.resign().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn campaign(&self) -> Result<Leadership> {
-        self.campaign_with(Wait::Forever, |_| {}).await
+        self.campaign_reporting(Wait::Forever, |_| {}).await
     }
 
-    /// Becomes leader if nobody leads now, without waiting.
-    ///
-    /// # Errors
-    /// [`Error::Held`](crate::Error::Held) with the current leader; backend
-    /// failures.
-    ///
-    /// # Cancel safety
-    /// Cancel safe, as [`Lock::try_acquire`].
-    pub async fn try_campaign(&self) -> Result<Leadership> {
-        let guard = self.lock.try_acquire().await?;
-        Ok(Leadership { guard })
-    }
-
-    /// Waits up to `wait` to become leader, calling `on_leader` with the
-    /// current leader (as far as the backend tells) every time an attempt
-    /// finds one (for progress displays).
+    /// Waits up to `timeout` to become leader. A zero timeout is one
+    /// attempt, as [`try_campaign`](Self::try_campaign) makes, that ends in
+    /// [`Error::TimedOut`](crate::Error::TimedOut) if it does not lead.
     ///
     /// # Errors
     /// [`Error::TimedOut`](crate::Error::TimedOut) when the wait runs out;
@@ -118,14 +154,65 @@ impl Election {
     ///
     /// # Cancel safety
     /// Cancel safe, as [`Lock::acquire`].
-    pub async fn campaign_with(
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> leasehold::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
+    /// let election = store.election("services/scheduler")?;
+    /// let leadership = election.campaign_timeout(Duration::from_secs(60)).await?;
+    /// assert_eq!(election.leader().await?.map(|l| l.fencing_token), Some(leadership.term()));
+    /// leadership.resign().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn campaign_timeout(&self, timeout: Duration) -> Result<Leadership> {
+        self.campaign_reporting(Wait::Timeout(timeout), |_| {})
+            .await
+    }
+
+    /// Waits as `wait` says to become leader ([`Wait::Forever`], as
+    /// [`campaign`](Self::campaign), or [`Wait::Timeout`], as
+    /// [`campaign_timeout`](Self::campaign_timeout)), calling `on_wait`
+    /// with the reason every time an attempt does not lead: somebody leads
+    /// ([`WaitReason::Held`] with the leader, as far as the backend tells),
+    /// or the store is in quarantine. For status lines.
+    ///
+    /// # Errors
+    /// As [`campaign_timeout`](Self::campaign_timeout).
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Lock::acquire`].
+    ///
+    /// # Examples
+    /// ```
+    /// use leasehold::Wait;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> leasehold::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
+    /// let election = store.election("services/scheduler")?;
+    /// let leadership = election.campaign_reporting(Wait::Forever, |_| {}).await?;
+    /// assert_eq!(election.leader().await?.map(|l| l.fencing_token), Some(leadership.term()));
+    /// leadership.resign().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn campaign_reporting(
         &self,
         wait: impl Into<Wait>,
-        on_leader: impl FnMut(Option<&HolderInfo>),
+        on_wait: impl FnMut(WaitReason<'_>),
     ) -> Result<Leadership> {
-        let guard = self.lock.acquire_with(wait, on_leader).await?;
+        let guard = self.lock.acquire_reporting(wait, on_wait).await?;
+        Ok(self.lead(guard))
+    }
+
+    fn lead(&self, guard: LeaseGuard) -> Leadership {
         tracing::info!(key = %self.key(), term = guard.fencing_token(), "became leader");
-        Ok(Leadership { guard })
+        Leadership { guard }
     }
 
     /// Who leads now, as the backend sees it: owner identity, published
@@ -154,55 +241,19 @@ impl Election {
     }
 }
 
-impl Leadership {
-    /// The election's key.
-    pub fn key(&self) -> &Key {
-        self.guard.key()
-    }
+impl std::ops::Deref for Leadership {
+    type Target = LeaseGuard;
 
+    fn deref(&self) -> &LeaseGuard {
+        &self.guard
+    }
+}
+
+impl Leadership {
     /// This leadership's term: its fencing token, strictly greater than
     /// every earlier leader's.
     pub fn term(&self) -> u64 {
         self.guard.fencing_token()
-    }
-
-    /// The fencing token (the same as [`term`](Self::term)).
-    pub fn fencing_token(&self) -> u64 {
-        self.guard.fencing_token()
-    }
-
-    /// Whether leadership is lost; see [`LeaseGuard::is_lost`].
-    pub fn is_lost(&self) -> bool {
-        self.guard.is_lost()
-    }
-
-    /// Why leadership is lost, or `None` while it lasts.
-    pub fn loss_reason(&self) -> Option<LossReason> {
-        self.guard.loss_reason()
-    }
-
-    /// How much longer leadership is certain without another renewal.
-    pub fn valid_for(&self) -> Duration {
-        self.guard.valid_for()
-    }
-
-    /// Completes when leadership is lost (before anyone else can be granted
-    /// it), with the reason.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: dropping the future changes nothing.
-    pub async fn lost(&self) -> LossReason {
-        self.guard.lost().await
-    }
-
-    /// A token cancelled when leadership is lost.
-    pub fn lost_token(&self) -> CancellationToken {
-        self.guard.lost_token()
-    }
-
-    /// The lease guard underneath.
-    pub fn guard(&self) -> &LeaseGuard {
-        &self.guard
     }
 
     /// The lease guard underneath.

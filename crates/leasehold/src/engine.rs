@@ -92,13 +92,20 @@ pub(crate) const PROBE_POLLS: u32 = 10;
 /// process on the same machine or network to ask, short next to a poll.
 pub(crate) const GIVE_WAY_WATCHED: Duration = Duration::from_millis(10);
 
-/// Why a waiting acquisition has not got the lease yet, as reported to
-/// [`Lock::acquire_reporting`](crate::Lock::acquire_reporting).
+/// Why a waiting acquisition has not got its lease yet, as reported to the
+/// `*_reporting` waits ([`Lock::acquire_reporting`](crate::Lock::acquire_reporting),
+/// [`Semaphore::acquire_reporting`](crate::Semaphore::acquire_reporting),
+/// [`Election::campaign_reporting`](crate::Election::campaign_reporting)),
+/// for progress displays.
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
 pub enum WaitReason<'a> {
-    /// Someone else holds the key; who, when the backend could tell.
-    Held(Option<&'a HolderInfo>),
+    /// Someone else holds the key (for a semaphore: every slot is held).
+    /// The holders the store described: at most one for a lock or an
+    /// election; for a semaphore, those of the slots it was asked about
+    /// (not slots held in this process); empty when the store could not
+    /// tell.
+    Held(&'a [HolderInfo]),
     /// The store's data is new to this process (store epoch `epoch`) and
     /// nothing is granted for `remaining` (see [`Error::Quarantined`]).
     Quarantine {
@@ -107,14 +114,6 @@ pub enum WaitReason<'a> {
         /// How long the quarantine lasts from now.
         remaining: Duration,
     },
-}
-
-/// What a round that got nothing tells a waiter, for its progress display:
-/// every slot was held (by these holders, as far as the store said), or the
-/// store is in quarantine.
-pub(crate) enum Waiting<'a> {
-    Held(&'a [HolderInfo]),
-    Quarantine { epoch: u64, remaining: Duration },
 }
 
 /// A lease granted on one slot.
@@ -253,7 +252,7 @@ impl Engine {
     pub(crate) async fn acquire(
         &self,
         wait: Wait,
-        on_wait: &mut impl FnMut(Waiting<'_>),
+        on_wait: &mut impl FnMut(WaitReason<'_>),
     ) -> Result<Granted> {
         let started = tokio::time::Instant::now();
         let span = tracing::debug_span!("acquire", key = %self.name, ?wait);
@@ -266,7 +265,7 @@ impl Engine {
         &self,
         wait: Wait,
         started: tokio::time::Instant,
-        on_wait: &mut impl FnMut(Waiting<'_>),
+        on_wait: &mut impl FnMut(WaitReason<'_>),
     ) -> Result<Granted> {
         if matches!(wait, Wait::Timeout(d) if d.is_zero()) {
             return self.no_wait(started, on_wait).await;
@@ -351,13 +350,13 @@ impl Engine {
                 // clock; a poll past it would only delay the grant). If the
                 // wait runs out first, that is why.
                 failures = 0;
-                on_wait(Waiting::Quarantine { epoch, remaining });
+                on_wait(WaitReason::Quarantine { epoch, remaining });
                 outcome.failed(self.missed_error(missed));
                 remaining
             } else if missed.held {
                 failures = 0;
                 outcome.held();
-                on_wait(Waiting::Held(&missed.holders));
+                on_wait(WaitReason::Held(&missed.holders));
                 self.opts.poll_pause()
             } else {
                 failures += 1;
@@ -387,12 +386,12 @@ impl Engine {
     async fn no_wait(
         &self,
         started: tokio::time::Instant,
-        on_wait: &mut impl FnMut(Waiting<'_>),
+        on_wait: &mut impl FnMut(WaitReason<'_>),
     ) -> Result<Granted> {
         match self.round_now().await? {
             Round::Granted(g) => Ok(g),
             Round::Missed(missed) if missed.held && missed.failure.is_none() => {
-                on_wait(Waiting::Held(&missed.holders));
+                on_wait(WaitReason::Held(&missed.holders));
                 Err(Error::TimedOut {
                     key: self.name.to_string(),
                     waited: started.elapsed(),
@@ -400,7 +399,7 @@ impl Engine {
             }
             Round::Missed(missed) => {
                 if let Some((epoch, remaining)) = missed.quarantine {
-                    on_wait(Waiting::Quarantine { epoch, remaining });
+                    on_wait(WaitReason::Quarantine { epoch, remaining });
                 }
                 Err(self.missed_error(missed))
             }
@@ -628,7 +627,7 @@ impl Engine {
     /// Never answers `Acquired` in an epoch that is still in quarantine.
     async fn attempt(&self, key: &Key, lease: &mut Lease) -> Result<AcquireOutcome> {
         let gate = self.store.epochs();
-        let mut outcome = Ok(AcquireOutcome::OtherEpoch(crate::StoreEpoch::new(
+        let mut outcome = Ok(AcquireOutcome::OtherEpoch(crate::backend::StoreEpoch::new(
             0,
             Duration::ZERO,
         )));

@@ -287,18 +287,18 @@ impl Holding {
 /// renews the lease every `renew_interval`. If no renewal succeeds before the
 /// safety deadline (send time of the last successful request + the TTL,
 /// capped at the [confirmation window](crate::CONFIRMATION_WINDOW), −
-/// safety margin, on the store's [`Clock`](crate::Clock)), or the backend
+/// safety margin, on the store's [`Clock`](crate::backend::Clock)), or the backend
 /// says the lease is not ours, the guard becomes lost:
 /// [`is_lost`](Self::is_lost) turns true and [`lost`](Self::lost)
 /// completes, before the backend could grant the key to anyone else.
 ///
 /// # Suspend
-/// The default clock, [`SystemClock`](crate::SystemClock), counts the time
+/// The default clock, [`SystemClock`](crate::backend::SystemClock), counts the time
 /// the machine spends suspended (`CLOCK_BOOTTIME` on Linux), and the
 /// renewal task waits on it, not on tokio's timers (which do not count a
 /// suspend): if the machine sleeps past the deadline, the guard is lost on
 /// resume, and [`lost`](Self::lost) completes then (see the renewal
-/// task's [waits](crate::Clock::sleep_until)).
+/// task's [waits](crate::backend::Clock::sleep_until)).
 ///
 /// # Release
 /// [`release`](Self::release) ends the lease and reports errors. Dropping the
@@ -410,7 +410,7 @@ impl LeaseGuard {
 
     /// The safety deadline, as it moves: past it the lease counts as lost
     /// unless a renewal moved it first. The value is a time on the store's
-    /// [`Clock`](crate::Clock) (for the default [`SystemClock`](crate::SystemClock):
+    /// [`Clock`](crate::backend::Clock) (for the default [`SystemClock`](crate::backend::SystemClock):
     /// `CLOCK_BOOTTIME` on Linux, which every process on the machine shares),
     /// and changes after each successful renewal. It does not move back when
     /// the lease is lost for another reason: watch [`lost`](Self::lost) too.

@@ -12,7 +12,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use leasehold::{LockOptions, Store, Wait};
+//! use leasehold::{LockOptions, Store};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> leasehold::Result<()> {
@@ -29,7 +29,7 @@
 //! )?;
 //!
 //! // Wait up to a minute for whoever holds it.
-//! let guard = lock.acquire(Wait::Timeout(Duration::from_secs(60))).await?;
+//! let guard = lock.acquire_timeout(Duration::from_secs(60)).await?;
 //! let token = guard.fencing_token(); // hand this to the protected resource
 //!
 //! tokio::select! {
@@ -70,10 +70,12 @@
 //! for the argument and the tests that check it.
 //!
 //! # Pieces
-//! * [`Store`]: a [`Backend`] plus in-process state; opened from a URL
+//! * [`Store`]: a [`Backend`](backend::Backend) plus in-process state; opened from a URL
 //!   ([`Store::open`]) or built from a backend.
-//! * [`Lock`]: [`try_acquire`](Lock::try_acquire) and
-//!   [`acquire`](Lock::acquire) (waiting with jitter, woken at once by
+//! * [`Lock`]: [`try_acquire`](Lock::try_acquire),
+//!   [`acquire`](Lock::acquire), [`acquire_timeout`](Lock::acquire_timeout)
+//!   and [`acquire_reporting`](Lock::acquire_reporting), the same four on
+//!   [`Semaphore`] (waiting with jitter, woken at once by
 //!   releases in the same process).
 //! * [`LeaseGuard`]: renewal, [`fencing_token`](LeaseGuard::fencing_token),
 //!   [`lost`](LeaseGuard::lost) / [`is_lost`](LeaseGuard::is_lost),
@@ -88,8 +90,10 @@
 //! * Run records: [`LeaseGuard::release_with`] records how a job's run
 //!   ended ([`RunReport`]); [`Store::last_success_within`] says whether it
 //!   succeeded less than a period ago (`leasehold run --once-per`).
-//! * [`Backend`]: the few primitives a store implements; see its module for
-//!   the contract.
+//! * [`backend`]: what a store's author needs, apart from what a user needs
+//!   (which stands at the crate root): the [`Backend`](backend::Backend)
+//!   trait, the few primitives a store implements, with its contract; store
+//!   epochs; clocks; URL parameters; the wake-up listener.
 //! * [`Error`]: one error enum to match on.
 //! * [`metric`]: the metrics leasehold records through the `metrics` facade.
 //!
@@ -139,19 +143,19 @@ mod store;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
-pub use backend::{
-    epoch_at, epoch_token_base, next_token, AcquireOutcome, AcquireRequest, Backend, Capabilities,
-    Creation, EpochRead, Grant, HolderInfo, KeyInfo, Lease, LeaseId, Owner, ReleaseWatch,
-    StoreEpoch, CONFIRMATION_WINDOW, DEFAULT_STORE_MAX_TTL, EPOCH_ORIGIN_UNIX_SECS,
-    TOKEN_COUNTER_BITS,
-};
-pub use clock::{Clock, ClockSleep, ManualClock, SharedClock, SystemClock, CLOCK_CHECK_STEP};
+// What a user needs stands at the crate root, as `tokio::sync` gathers its
+// primitives: the store, the lock types and their guards, options, errors,
+// and what inspecting a store returns. What a backend author needs (the
+// `Backend` trait, its requests and answers, store epochs, clocks, URL
+// parameters, the wake-up listener) is in [`backend`].
+pub use backend::{Creation, HolderInfo, KeyInfo, Owner, CONFIRMATION_WINDOW};
 pub use detach::settle;
 pub use election::{Election, LeaderChange, LeaderObserver, LeaderStream, Leadership};
+pub use engine::WaitReason;
 pub use error::{BoxError, Error, LossReason, Result};
 pub use guard::LeaseGuard;
 pub use key::{Key, MAX_KEY_LEN};
-pub use lock::{Lock, WaitReason};
+pub use lock::Lock;
 pub use options::{
     LockOptions, LossPolicy, Wait, DEFAULT_POLL_MAX, DEFAULT_POLL_MIN, DEFAULT_TTL, MAX_DATA_LEN,
     MAX_LABEL_LEN, MIN_SAFETY_MARGIN,
@@ -160,7 +164,7 @@ pub use runs::{RunOutcome, RunRecord, RunReport};
 pub use semaphore::{
     Semaphore, SemaphorePermit, SlotInfo, MAX_SEMAPHORE_KEY_LEN, MAX_SEMAPHORE_LIMIT,
 };
-pub use store::{default_sqlite_path, sqlite_url_path, Store, BUILTIN_SCHEMES};
+pub use store::Store;
 
 /// The README's example, compiled and run as a doctest. The crate's own
 /// README (inside the crate, so that the packaged crate builds its doctests

@@ -104,7 +104,7 @@ impl Listener {
     /// A future that completes when a release of one of `keys` is
     /// announced (from now on), or when announcements may have been missed;
     /// `None` outside a tokio runtime. What
-    /// [`Backend::watch_release`](crate::Backend::watch_release) returns.
+    /// [`Backend::watch_release`](crate::backend::Backend::watch_release) returns.
     pub fn watch(&self, keys: &[Key]) -> Option<ReleaseWatch> {
         self.start()?;
         let mut rx = self.heard.subscribe();

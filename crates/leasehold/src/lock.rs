@@ -3,9 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::{HolderInfo, KeyInfo, Owner};
-pub use crate::engine::WaitReason;
-use crate::engine::{Engine, Waiting};
+use crate::backend::{KeyInfo, Owner};
+use crate::engine::{Engine, WaitReason};
 use crate::error::Result;
 use crate::guard::LeaseGuard;
 use crate::key::Key;
@@ -60,18 +59,62 @@ impl Lock {
     /// One attempt to take the lock, without waiting.
     ///
     /// # Errors
-    /// [`Error::Held`](crate::Error::Held) with the holder's description if someone else holds
-    /// the key; backend failures.
+    /// [`Error::Held`](crate::Error::Held) with the holder's description if
+    /// someone else holds the key; [`Error::Quarantined`](crate::Error::Quarantined)
+    /// while the store's data is new; backend failures.
     ///
     /// # Cancel safety
     /// Cancel safe: if the future is dropped while the request is in flight
     /// and the backend grants the lease anyway, it is released in the
     /// background at once.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> leasehold::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
+    /// let lock = store.lock("nightly-import")?;
+    /// let guard = lock.try_acquire().await?;
+    /// // A second attempt, even from this process, finds the key held.
+    /// assert!(matches!(lock.try_acquire().await, Err(leasehold::Error::Held { .. })));
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn try_acquire(&self) -> Result<LeaseGuard> {
         Ok(self.engine.try_acquire().await?.guard)
     }
 
-    /// Takes the lock, waiting up to `wait` for the holder to let go.
+    /// Takes the lock, waiting as long as it takes for the holder to let go
+    /// (see [`acquire_timeout`](Self::acquire_timeout) for how waiting
+    /// works).
+    ///
+    /// # Errors
+    /// Non-retryable backend failures (retryable ones are retried).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future never leaves a lease behind (a lease
+    /// granted to a request in flight is released in the background), and
+    /// gives up this task's place in the local queue.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> leasehold::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
+    /// let guard = store.lock("nightly-import")?.acquire().await?;
+    /// println!("fencing token {}", guard.fencing_token());
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn acquire(&self) -> Result<LeaseGuard> {
+        self.acquire_reporting(Wait::Forever, |_| {}).await
+    }
+
+    /// Takes the lock, waiting up to `timeout` for the holder to let go.
     ///
     /// While waiting, the backend is polled after a random pause between the
     /// poll bounds, and a release by a guard of this same process (same
@@ -84,64 +127,77 @@ impl Lock {
     /// it here for 10 longest poll intervals (1 s by default): for 10 ms
     /// where the backend wakes other processes' waiters on a release
     /// (SQLite, PostgreSQL, Redis, etcd), else for one longest poll interval,
-    /// in which every other process's waiter polls. A zero wait is one
-    /// attempt, as [`try_acquire`](Self::try_acquire) makes.
+    /// in which every other process's waiter polls. A zero timeout is one
+    /// attempt, as [`try_acquire`](Self::try_acquire) makes, that ends in
+    /// [`Error::TimedOut`](crate::Error::TimedOut) if it does not get the
+    /// key.
     ///
     /// # Errors
-    /// [`Error::TimedOut`](crate::Error::TimedOut) when the wait runs out; non-retryable backend
-    /// failures (retryable ones are retried while the wait lasts).
+    /// [`Error::TimedOut`](crate::Error::TimedOut) when the wait runs out;
+    /// non-retryable backend failures (retryable ones are retried while the
+    /// wait lasts).
     ///
     /// # Cancel safety
-    /// Cancel safe: dropping the future never leaves a lease behind (a lease
-    /// granted to a request in flight is released in the background), and
-    /// gives up this task's place in the local queue.
-    pub async fn acquire(&self, wait: impl Into<Wait>) -> Result<LeaseGuard> {
-        self.acquire_with(wait, |_| {}).await
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> leasehold::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
+    /// let lock = store.lock("nightly-import")?;
+    /// let held = lock.acquire_timeout(Duration::from_secs(60)).await?;
+    /// let waited = lock.acquire_timeout(Duration::from_millis(50)).await;
+    /// assert!(matches!(waited, Err(leasehold::Error::TimedOut { .. })));
+    /// held.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn acquire_timeout(&self, timeout: Duration) -> Result<LeaseGuard> {
+        self.acquire_reporting(Wait::Timeout(timeout), |_| {}).await
     }
 
-    /// Like [`acquire`](Self::acquire), calling `on_held` with what the
-    /// backend said about the holder every time an attempt finds the key held
-    /// (for progress displays).
+    /// Takes the lock, waiting as `wait` says ([`Wait::Forever`], as
+    /// [`acquire`](Self::acquire), or [`Wait::Timeout`], as
+    /// [`acquire_timeout`](Self::acquire_timeout)), and calls `on_wait`
+    /// with the reason every time an attempt does not get the lease: the
+    /// key is held (with what the backend said about the holder), or the
+    /// store's data is new and in quarantine (see
+    /// [`Error::Quarantined`](crate::Error::Quarantined)). For status lines.
     ///
     /// # Errors
-    /// As [`acquire`](Self::acquire).
+    /// As [`acquire_timeout`](Self::acquire_timeout).
     ///
     /// # Cancel safety
     /// As [`acquire`](Self::acquire).
-    pub async fn acquire_with(
-        &self,
-        wait: impl Into<Wait>,
-        mut on_held: impl FnMut(Option<&HolderInfo>),
-    ) -> Result<LeaseGuard> {
-        self.acquire_reporting(wait, |reason| {
-            if let WaitReason::Held(holder) = reason {
-                on_held(holder)
-            }
-        })
-        .await
-    }
-
-    /// Like [`acquire`](Self::acquire), calling `on_wait` with the reason
-    /// every time an attempt does not get the lease: the key is held (with
-    /// what the backend said about the holder), or the store's data is new
-    /// and in quarantine (see [`Error::Quarantined`](crate::Error::Quarantined)). For status lines.
     ///
-    /// # Errors
-    /// As [`acquire`](Self::acquire).
-    ///
-    /// # Cancel safety
-    /// As [`acquire`](Self::acquire).
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// use leasehold::{Wait, WaitReason};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> leasehold::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
+    /// let lock = store.lock("nightly-import")?;
+    /// let guard = lock
+    ///     .acquire_reporting(Wait::Timeout(Duration::from_secs(60)), |reason| {
+    ///         if let WaitReason::Held([holder, ..]) = reason {
+    ///             eprintln!("waiting for {}", holder.owner.host);
+    ///         }
+    ///     })
+    ///     .await?;
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn acquire_reporting(
         &self,
         wait: impl Into<Wait>,
         mut on_wait: impl FnMut(WaitReason<'_>),
     ) -> Result<LeaseGuard> {
-        let mut report = |waiting: Waiting<'_>| match waiting {
-            Waiting::Held(holders) => on_wait(WaitReason::Held(holders.first())),
-            Waiting::Quarantine { epoch, remaining } => {
-                on_wait(WaitReason::Quarantine { epoch, remaining })
-            }
-        };
-        Ok(self.engine.acquire(wait.into(), &mut report).await?.guard)
+        Ok(self.engine.acquire(wait.into(), &mut on_wait).await?.guard)
     }
 }

@@ -4,7 +4,7 @@
 //! A map from key to record, behind one mutex. A record keeps the last
 //! fencing token issued for the key (records are never removed, so the
 //! counter never goes back) and the current lease, if any: lease id, owner,
-//! data, and an expiry on the backend's [`Clock`](crate::Clock) (the system
+//! data, and an expiry on the backend's [`Clock`](crate::backend::Clock) (the system
 //! monotonic clock unless another is injected). A lease is live while the
 //! clock is before its expiry. Every operation is one critical section of
 //! the mutex, so the contract of [`Backend`] holds trivially.

@@ -5,7 +5,7 @@
 //! next to nothing when none is. It installs none itself.
 //!
 //! Every metric carries two labels:
-//! * `backend`: the store's [`Backend::name`](crate::Backend::name)
+//! * `backend`: the store's [`Backend::name`](crate::backend::Backend::name)
 //!   (`"memory"`, `"sqlite"`, `"azblob"`, `"dynamodb"`, ...);
 //! * `kind`: what the lease is for: `"lock"` ([`Lock`](crate::Lock)),
 //!   `"semaphore"` (a [`Semaphore`](crate::Semaphore) permit) or
@@ -179,7 +179,7 @@ mod tests {
     use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 
     use super::*;
-    use crate::{Error, LockOptions, LossReason, Store, Wait};
+    use crate::{Error, LockOptions, LossReason, Store};
 
     /// Everything recorded so far, summed over snapshots (a snapshot of the
     /// debugging recorder drains what it reports).
@@ -255,7 +255,7 @@ mod tests {
                     .unwrap();
                 assert!(matches!(other.try_acquire().await, Err(Error::Held { .. })));
                 assert!(matches!(
-                    other.acquire(Duration::from_millis(30)).await,
+                    other.acquire_timeout(Duration::from_millis(30)).await,
                     Err(Error::TimedOut { .. })
                 ));
                 // Renewals happen in the background; wait until two did.
@@ -270,7 +270,7 @@ mod tests {
                 guard.release().await.unwrap();
 
                 // A broken lease: lost, counted as revoked.
-                let guard = lock.acquire(Wait::Forever).await.unwrap();
+                let guard = lock.acquire().await.unwrap();
                 store.break_lease("m").await.unwrap();
                 assert!(matches!(guard.lost().await, LossReason::Revoked(_)));
                 assert!(guard.release().await.is_err());

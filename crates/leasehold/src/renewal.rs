@@ -16,20 +16,20 @@
 //!
 //! # Waits on the lease's clock
 //! Every wait here that acts on a lease's deadline ends by that deadline on
-//! the lease's [`Clock`](crate::Clock), through
-//! [`Clock::sleep_until`](crate::Clock::sleep_until), never on tokio's
+//! the lease's [`Clock`](crate::backend::Clock), through
+//! [`Clock::sleep_until`](crate::backend::Clock::sleep_until), never on tokio's
 //! timers alone: the task's sleep until its next renewal (or the deadline),
 //! the limit on a renewal in flight, and the scheduler's sleep until the
 //! earliest first renewal it holds (one wait per clock, re-made when an
 //! earlier one joins: not one per queued lease). tokio's timers run on
 //! `CLOCK_MONOTONIC`, which stands still while the machine is suspended,
-//! and [`SystemClock`](crate::SystemClock) (`CLOCK_BOOTTIME`) does not: a
+//! and [`SystemClock`](crate::backend::SystemClock) (`CLOCK_BOOTTIME`) does not: a
 //! lease whose deadline passed during a suspend is lost on resume, and the
 //! task or the scheduler wakes then (within a timer's slack), so
 //! [`LeaseGuard::lost`](crate::LeaseGuard::lost) completes then, not a
 //! suspend later. Tested by `tests/guard_and_waiting.rs`
 //! (the `a_suspend_*` tests, with a
-//! [`ManualClock`](crate::ManualClock) moved as a suspend moves the boot
+//! [`ManualClock`](crate::backend::ManualClock) moved as a suspend moves the boot
 //! clock) and `src/boot_timer.rs`'s tests.
 
 use std::collections::BTreeMap;
@@ -190,7 +190,7 @@ struct Scheduler {
 #[derive(Debug, Default)]
 struct Queue {
     /// The loops, by the clock their leases are timed on: one entry for
-    /// all the stores on the shared [`SystemClock`](crate::SystemClock)
+    /// all the stores on the shared [`SystemClock`](crate::backend::SystemClock)
     /// (unless some were given clocks of their own).
     clocks: Vec<ClockQueue>,
     arrivals: u64,

@@ -4,11 +4,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
-use tokio_util::sync::CancellationToken;
 
-use crate::backend::{HolderInfo, KeyInfo};
-use crate::engine::{Engine, Granted, Waiting};
-use crate::error::{Error, LossReason, Result};
+use crate::backend::KeyInfo;
+use crate::engine::{Engine, Granted, WaitReason};
+use crate::error::{Error, Result};
 use crate::guard::LeaseGuard;
 use crate::key::{Key, MAX_KEY_LEN};
 use crate::metric::Kind;
@@ -38,7 +37,7 @@ pub const MAX_SEMAPHORE_KEY_LEN: usize = MAX_KEY_LEN - SLOT_SEGMENT.len() - 3;
 /// use std::time::Duration;
 /// let store = leasehold::Store::open("memory:")?;
 /// let sem = store.semaphore("render-farm", 3)?;
-/// let permit = sem.acquire(Duration::from_secs(60)).await?;
+/// let permit = sem.acquire_timeout(Duration::from_secs(60)).await?;
 /// println!("slot {} token {}", permit.slot(), permit.fencing_token());
 /// permit.release().await?;
 /// # Ok(()) }
@@ -66,7 +65,7 @@ pub const MAX_SEMAPHORE_KEY_LEN: usize = MAX_KEY_LEN - SLOT_SEGMENT.len() - 3;
 /// permit's token is strictly greater than every token issued before for
 /// the same slot. Two permits on different slots may carry the same token,
 /// so a resource that fences on permits must compare the pair
-/// ([`slot`](SemaphorePermit::slot), [`fencing_token`](SemaphorePermit::fencing_token)).
+/// ([`slot`](SemaphorePermit::slot), [`fencing_token`](LeaseGuard::fencing_token)).
 ///
 /// # Waiting
 /// Each attempt tries every slot once, in a fresh random order, and stops at
@@ -94,6 +93,14 @@ pub struct Semaphore {
 /// A permit of a [`Semaphore`]: a held lease on one of its slots, renewed
 /// in the background, released on drop (best effort) or by
 /// [`release`](Self::release).
+///
+/// It derefs to the [`LeaseGuard`] on its slot, whose methods it shares
+/// ([`fencing_token`](LeaseGuard::fencing_token),
+/// [`lost`](LeaseGuard::lost), [`is_lost`](LeaseGuard::is_lost),
+/// [`valid_for`](LeaseGuard::valid_for), ...). Its [`key`](LeaseGuard::key)
+/// is the slot's key (`KEY/:slot:N`), and its fencing token is per slot:
+/// strictly greater than every token issued before for this *slot* (compare
+/// `(slot, token)` pairs).
 #[must_use = "the permit is released as soon as it is dropped"]
 #[derive(Debug)]
 pub struct SemaphorePermit {
@@ -187,50 +194,130 @@ impl Semaphore {
     /// # Errors
     /// [`Error::Held`] (with the semaphore's key and one of the holders, if
     /// the backend described one; slots held in this process are not asked
-    /// for) when every slot is held; a backend failure if some slot could not be
+    /// for) when every slot is held; [`Error::Quarantined`] while the
+    /// store's data is new; a backend failure if some slot could not be
     /// tried and none was granted.
     ///
     /// # Cancel safety
     /// Cancel safe: a slot granted to a request in flight when the future is
     /// dropped is released in the background.
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> leasehold::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
+    /// let uploads = store.semaphore("uploads", 2)?;
+    /// let first = uploads.try_acquire().await?;
+    /// let second = uploads.try_acquire().await?;
+    /// assert_ne!(first.slot(), second.slot());
+    /// first.release().await?;
+    /// second.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn try_acquire(&self) -> Result<SemaphorePermit> {
         Ok(self.permit(self.engine.try_acquire().await?))
     }
 
-    /// Takes a permit, waiting up to `wait` for one to come free.
+    /// Takes a permit, waiting as long as it takes for one to come free.
+    ///
+    /// # Errors
+    /// Non-retryable backend failures (retryable ones are retried).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future never leaves a permit behind, and
+    /// gives up this task's place in the local queue.
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> leasehold::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
+    /// let uploads = store.semaphore("uploads", 2)?;
+    /// let first = uploads.acquire().await?;
+    /// let second = uploads.acquire().await?;
+    /// assert_ne!(first.slot(), second.slot());
+    /// first.release().await?;
+    /// second.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn acquire(&self) -> Result<SemaphorePermit> {
+        self.acquire_reporting(Wait::Forever, |_| {}).await
+    }
+
+    /// Takes a permit, waiting up to `timeout` for one to come free. A zero
+    /// timeout is one pass, as [`try_acquire`](Self::try_acquire) makes,
+    /// that ends in [`Error::TimedOut`] if it gets no permit.
     ///
     /// # Errors
     /// [`Error::TimedOut`] when the wait runs out; non-retryable backend
     /// failures (retryable ones are retried while the wait lasts).
     ///
     /// # Cancel safety
-    /// Cancel safe: dropping the future never leaves a permit behind, and
-    /// gives up this task's place in the local queue.
-    pub async fn acquire(&self, wait: impl Into<Wait>) -> Result<SemaphorePermit> {
-        self.acquire_with(wait, |_| {}).await
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> leasehold::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
+    /// let uploads = store.semaphore("uploads", 2)?;
+    /// let first = uploads.acquire_timeout(Duration::from_secs(60)).await?;
+    /// let second = uploads.acquire_timeout(Duration::from_secs(60)).await?;
+    /// assert_ne!(first.slot(), second.slot());
+    /// first.release().await?;
+    /// second.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn acquire_timeout(&self, timeout: Duration) -> Result<SemaphorePermit> {
+        self.acquire_reporting(Wait::Timeout(timeout), |_| {}).await
     }
 
-    /// Like [`acquire`](Self::acquire), calling `on_full` with the holders
-    /// the backend described every time a pass finds every slot held (for
-    /// progress displays). Slots held in this process are not asked for, so
-    /// their holders are not in the list.
+    /// Takes a permit, waiting as `wait` says ([`Wait::Forever`], as
+    /// [`acquire`](Self::acquire), or [`Wait::Timeout`], as
+    /// [`acquire_timeout`](Self::acquire_timeout)), and calls `on_wait`
+    /// with the reason every time a pass gets no permit: every slot is held
+    /// ([`WaitReason::Held`] with the holders the backend described; slots
+    /// held in this process are not asked for, so their holders are not in
+    /// the list), or the store is in quarantine. For status lines.
     ///
     /// # Errors
-    /// As [`acquire`](Self::acquire).
+    /// As [`acquire_timeout`](Self::acquire_timeout).
     ///
     /// # Cancel safety
     /// As [`acquire`](Self::acquire).
-    pub async fn acquire_with(
+    ///
+    /// # Examples
+    /// ```
+    /// use leasehold::Wait;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> leasehold::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
+    /// let uploads = store.semaphore("uploads", 2)?;
+    /// let first = uploads.acquire_reporting(Wait::Forever, |_| {}).await?;
+    /// let second = uploads.acquire_reporting(Wait::Forever, |_| {}).await?;
+    /// assert_ne!(first.slot(), second.slot());
+    /// first.release().await?;
+    /// second.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn acquire_reporting(
         &self,
         wait: impl Into<Wait>,
-        mut on_full: impl FnMut(&[HolderInfo]),
+        mut on_wait: impl FnMut(WaitReason<'_>),
     ) -> Result<SemaphorePermit> {
-        let mut report = |waiting: Waiting<'_>| {
-            if let Waiting::Held(holders) = waiting {
-                on_full(holders)
-            }
-        };
-        let granted = self.engine.acquire(wait.into(), &mut report).await?;
+        let granted = self.engine.acquire(wait.into(), &mut on_wait).await?;
         Ok(self.permit(granted))
     }
 
@@ -249,6 +336,14 @@ fn slot_key(key: &Key, slot: u32) -> Key {
         .expect("a semaphore key within MAX_SEMAPHORE_KEY_LEN makes valid slot keys")
 }
 
+impl std::ops::Deref for SemaphorePermit {
+    type Target = LeaseGuard;
+
+    fn deref(&self) -> &LeaseGuard {
+        &self.guard
+    }
+}
+
 impl SemaphorePermit {
     /// The semaphore's key.
     pub fn semaphore_key(&self) -> &Key {
@@ -258,51 +353,6 @@ impl SemaphorePermit {
     /// The slot this permit holds, in `0..limit`.
     pub fn slot(&self) -> u32 {
         self.slot
-    }
-
-    /// The slot's key (`KEY/:slot:N`).
-    pub fn key(&self) -> &Key {
-        self.guard.key()
-    }
-
-    /// The fencing token: strictly greater than every token issued before
-    /// for this *slot* (tokens are per slot; compare `(slot, token)` pairs).
-    pub fn fencing_token(&self) -> u64 {
-        self.guard.fencing_token()
-    }
-
-    /// Whether the permit's lease is lost; see [`LeaseGuard::is_lost`].
-    pub fn is_lost(&self) -> bool {
-        self.guard.is_lost()
-    }
-
-    /// Why the lease is lost, or `None` while it is held.
-    pub fn loss_reason(&self) -> Option<LossReason> {
-        self.guard.loss_reason()
-    }
-
-    /// How much longer the permit is certainly ours without another
-    /// successful renewal.
-    pub fn valid_for(&self) -> Duration {
-        self.guard.valid_for()
-    }
-
-    /// Completes when the permit's lease is lost, with the reason.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: dropping the future changes nothing.
-    pub async fn lost(&self) -> LossReason {
-        self.guard.lost().await
-    }
-
-    /// A token cancelled when the permit's lease is lost.
-    pub fn lost_token(&self) -> CancellationToken {
-        self.guard.lost_token()
-    }
-
-    /// The lease guard underneath.
-    pub fn guard(&self) -> &LeaseGuard {
-        &self.guard
     }
 
     /// The lease guard underneath, which keeps the slot when the permit is
@@ -479,9 +529,9 @@ mod tests {
             let sem = sem.clone();
             let mut full_tx = Some(full_tx);
             tokio::spawn(async move {
-                sem.acquire_with(Duration::from_secs(20), |holders| {
+                sem.acquire_reporting(Duration::from_secs(20), |reason| {
                     // The only slot is held here, so not even asked for.
-                    assert!(holders.is_empty());
+                    assert!(matches!(reason, WaitReason::Held([])));
                     if let Some(tx) = full_tx.take() {
                         let _ = tx.send(());
                     }

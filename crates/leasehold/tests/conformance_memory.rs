@@ -5,7 +5,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold::memory::MemoryBackend;
-use leasehold::{Backend, Store, SystemClock};
+use leasehold::{
+    backend::{Backend, SystemClock},
+    Store,
+};
 
 /// The backends made here, by the address of the store's backend.
 static BACKENDS: Mutex<Vec<(usize, MemoryBackend)>> = Mutex::new(Vec::new());
@@ -45,6 +48,6 @@ leasehold::conformance_tests!(store, lose = lose);
 async fn a_new_memory_store_grants_at_once() {
     let store = Store::open("memory:").unwrap();
     let guard = store.lock("k").unwrap().try_acquire().await.unwrap();
-    assert!(guard.fencing_token() > leasehold::epoch_token_base(1));
+    assert!(guard.fencing_token() > leasehold::backend::epoch_token_base(1));
     guard.release().await.unwrap();
 }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold::sqlite::SqliteBackend;
-use leasehold::{Backend, Store};
+use leasehold::{backend::Backend, Store};
 
 /// The files of the stores made here, by the address of the store's backend.
 static FILES: Mutex<Vec<(usize, PathBuf)>> = Mutex::new(Vec::new());

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use leasehold::{
-    AcquireOutcome, AcquireRequest, Backend, Capabilities, Error, HolderInfo, Key, KeyInfo, Lease,
-    LockOptions, LossPolicy, LossReason, Result, Store, Wait,
+    backend::{AcquireOutcome, AcquireRequest, Backend, Lease, Wrapper},
+    Error, Key, LockOptions, LossPolicy, LossReason, Result, Store, Wait,
 };
 
 /// The memory backend, with a request counter and injectable faults.
@@ -60,12 +60,12 @@ struct Faulty {
 }
 
 #[async_trait]
-impl Backend for Faulty {
+impl Wrapper for Faulty {
+    fn inner(&self) -> &dyn Backend {
+        &self.inner
+    }
     fn name(&self) -> &'static str {
         "faulty-memory"
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
     }
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         self.acquires.fetch_add(1, Ordering::SeqCst);
@@ -120,7 +120,7 @@ impl Backend for Faulty {
         self.inner.renew(lease).await
     }
     async fn renew_ran(&self, lease: &Lease) -> Result<Duration> {
-        self.renew(lease).await?;
+        Wrapper::renew(self, lease).await?;
         Ok(*self.renewal_ran.lock().unwrap())
     }
     async fn release(&self, lease: &Lease) -> Result<()> {
@@ -130,16 +130,7 @@ impl Backend for Faulty {
         *self.last_release.lock().unwrap() = Some(tokio::time::Instant::now());
         Ok(())
     }
-    async fn inspect(&self, key: &Key) -> Result<KeyInfo> {
-        self.inner.inspect(key).await
-    }
-    async fn break_lease(&self, key: &Key) -> Result<Option<HolderInfo>> {
-        self.inner.break_lease(key).await
-    }
-    async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {
-        self.inner.list(prefix).await
-    }
-    fn watch_release(&self, _keys: &[Key]) -> Option<leasehold::ReleaseWatch> {
+    fn watch_release(&self, _keys: &[Key]) -> Option<leasehold::backend::ReleaseWatch> {
         if !self.watchable.load(Ordering::SeqCst) {
             return None;
         }
@@ -153,7 +144,7 @@ impl Backend for Faulty {
 #[derive(Debug)]
 struct TokioClock(tokio::time::Instant);
 
-impl leasehold::Clock for TokioClock {
+impl leasehold::backend::Clock for TokioClock {
     fn now(&self) -> Duration {
         self.0.elapsed()
     }
@@ -187,9 +178,7 @@ async fn local_waiters_on_one_key_poll_the_backend_as_one() {
     let waiters: Vec<_> = (0..8)
         .map(|_| {
             let lock = store.lock_with("k", opts.clone()).unwrap();
-            tokio::spawn(
-                async move { lock.acquire(Wait::Forever).await.map(|g| g.fencing_token()) },
-            )
+            tokio::spawn(async move { lock.acquire().await.map(|g| g.fencing_token()) })
         })
         .collect();
     let before = backend.acquires.load(Ordering::SeqCst);
@@ -220,7 +209,8 @@ async fn a_local_release_wakes_a_local_waiter_without_waiting_for_its_poll() {
     for explicit_release in [true, false] {
         let guard = lock.try_acquire().await.unwrap();
         let waiter = store.lock_with("k", slow.clone()).unwrap();
-        let task = tokio::spawn(async move { waiter.acquire(Duration::from_secs(5)).await });
+        let task =
+            tokio::spawn(async move { waiter.acquire_timeout(Duration::from_secs(5)).await });
         tokio::task::yield_now().await;
         if explicit_release {
             guard.release().await.unwrap();
@@ -252,7 +242,7 @@ async fn a_partitioned_holder_is_lost_before_anyone_else_can_acquire() {
     let next = other
         .lock_with("k", opts)
         .unwrap()
-        .acquire(Duration::from_secs(10))
+        .acquire_timeout(Duration::from_secs(10))
         .await
         .unwrap();
     assert!(
@@ -380,12 +370,12 @@ fn loopers(
                 while !stop.load(Ordering::SeqCst) {
                     let asked = tokio::time::Instant::now();
                     if semaphore {
-                        let p = sem.acquire(Wait::Forever).await.unwrap();
+                        let p = sem.acquire().await.unwrap();
                         longest = longest.max(asked.elapsed());
                         tokio::time::sleep(Duration::from_millis(1)).await;
                         p.release().await.unwrap();
                     } else {
-                        let g = lock.acquire(Wait::Forever).await.unwrap();
+                        let g = lock.acquire().await.unwrap();
                         longest = longest.max(asked.elapsed());
                         tokio::time::sleep(Duration::from_millis(1)).await;
                         g.release().await.unwrap();
@@ -510,7 +500,7 @@ async fn a_grant_that_arrives_after_its_safety_deadline_is_released() {
             .await
             .expect("a late grant was not released");
     };
-    let waited = lock.acquire(Duration::from_millis(500)).await;
+    let waited = lock.acquire_timeout(Duration::from_millis(500)).await;
     assert!(waited.is_err(), "a grant past the wait is no guard");
     released().await;
     let tried = lock.try_acquire().await;
@@ -536,7 +526,7 @@ async fn a_slow_semaphore_grant_is_not_returned_lost() {
     match sem.try_acquire().await {
         Ok(permit) => panic!(
             "a permit granted past its safety deadline was returned (lost: {})",
-            permit.guard().is_lost()
+            permit.is_lost()
         ),
         Err(e) => assert!(!e.is_lease_lost(), "{e}"),
     }
@@ -547,7 +537,9 @@ async fn loss_is_final_even_if_a_renewal_is_answered_after_the_deadline() {
     // The guard's clock is moved by hand; the store's TTL runs in real time
     // and does not run out during the test.
     let backend = Arc::new(Faulty::default());
-    let clock = Arc::new(leasehold::ManualClock::new(Duration::from_secs(100)));
+    let clock = Arc::new(leasehold::backend::ManualClock::new(Duration::from_secs(
+        100,
+    )));
     let store = Store::with_clock(backend.clone(), clock.clone());
     let guard = store
         .lock_with("k", LockOptions::new().ttl(Duration::from_secs(10)))
@@ -584,7 +576,12 @@ async fn a_wait_on_an_unreachable_store_ends_with_the_error_not_timed_out() {
     let (backend, store) = faulty();
     backend.unreachable.store(true, Ordering::SeqCst);
     let wait = Wait::Timeout(Duration::from_millis(600));
-    let err = store.lock("k").unwrap().acquire(wait).await.unwrap_err();
+    let err = store
+        .lock("k")
+        .unwrap()
+        .acquire_reporting(wait, |_| {})
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::Backend { .. }), "{err}");
     assert!(
         err.to_string().contains("injected connection refused"),
@@ -597,7 +594,7 @@ async fn a_wait_on_an_unreachable_store_ends_with_the_error_not_timed_out() {
     let err = store
         .semaphore("s", 2)
         .unwrap()
-        .acquire(wait)
+        .acquire_reporting(wait, |_| {})
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Backend { .. }), "{err}");
@@ -605,11 +602,16 @@ async fn a_wait_on_an_unreachable_store_ends_with_the_error_not_timed_out() {
     backend.unreachable.store(false, Ordering::SeqCst);
     backend.silent.store(true, Ordering::SeqCst);
     for err in [
-        store.lock("k").unwrap().acquire(wait).await.unwrap_err(),
+        store
+            .lock("k")
+            .unwrap()
+            .acquire_reporting(wait, |_| {})
+            .await
+            .unwrap_err(),
         store
             .semaphore("s", 2)
             .unwrap()
-            .acquire(wait)
+            .acquire_reporting(wait, |_| {})
             .await
             .unwrap_err(),
     ] {
@@ -640,7 +642,7 @@ async fn queued_waiters_on_a_held_key_time_out_as_held_not_as_store_failures() {
     for i in 0..4u64 {
         let lock = store.lock("k").unwrap();
         waiters.push(tokio::spawn(async move {
-            lock.acquire(Wait::Timeout(Duration::from_millis(300 + 20 * i)))
+            lock.acquire_timeout(Duration::from_millis(300 + 20 * i))
                 .await
         }));
         tokio::task::yield_now().await;
@@ -687,10 +689,10 @@ async fn waiters_sharing_a_deadline_send_what_one_waiter_sends() {
                     let wait = Wait::Timeout(deadline - tokio::time::Instant::now());
                     if semaphore {
                         let sem = here.semaphore_with("s", 1, opts).unwrap();
-                        sem.acquire(wait).await.map(drop)
+                        sem.acquire_reporting(wait, |_| {}).await.map(drop)
                     } else {
                         let lock = here.lock_with("k", opts).unwrap();
-                        lock.acquire(wait).await.map(drop)
+                        lock.acquire_reporting(wait, |_| {}).await.map(drop)
                     }
                 })
             })
@@ -727,7 +729,7 @@ async fn a_waiter_let_through_the_queue_after_its_deadline_sends_nothing() {
     let before = backend.acquires.load(Ordering::SeqCst);
     let poller = {
         let lock = lock.clone();
-        tokio::spawn(async move { lock.acquire(Wait::Forever).await.map(drop) })
+        tokio::spawn(async move { lock.acquire().await.map(drop) })
     };
     // The poller has the queue once it has sent its first attempt.
     while backend.acquires.load(Ordering::SeqCst) == before {
@@ -736,7 +738,7 @@ async fn a_waiter_let_through_the_queue_after_its_deadline_sends_nothing() {
     let polled = backend.acquires.load(Ordering::SeqCst);
     let queued = {
         let lock = lock.clone();
-        tokio::spawn(async move { lock.acquire(Duration::from_secs(1)).await.map(drop) })
+        tokio::spawn(async move { lock.acquire_timeout(Duration::from_secs(1)).await.map(drop) })
     };
     tokio::task::yield_now().await;
     // The poller goes, and the queued task's turn comes after its deadline.
@@ -757,13 +759,22 @@ async fn a_waiter_let_through_the_queue_after_its_deadline_sends_nothing() {
 async fn a_huge_wait_is_forever_not_an_overflow() {
     let (_backend, store) = faulty();
     let huge = Wait::Timeout(Duration::from_secs(u64::MAX));
-    let guard = store.lock("k").unwrap().acquire(huge).await.unwrap();
+    let guard = store
+        .lock("k")
+        .unwrap()
+        .acquire_reporting(huge, |_| {})
+        .await
+        .unwrap();
     let other = Store::from_backend(store.backend().clone());
     let waiting = other.lock("k").unwrap();
-    let waiter =
-        tokio::spawn(async move { waiting.acquire(huge).await.map(|g| g.fencing_token()) });
+    let waiter = tokio::spawn(async move {
+        waiting
+            .acquire_reporting(huge, |_| {})
+            .await
+            .map(|g| g.fencing_token())
+    });
     let sem = store.semaphore("s", 1).unwrap();
-    let permit = sem.acquire(huge).await.unwrap();
+    let permit = sem.acquire_reporting(huge, |_| {}).await.unwrap();
     guard.release().await.unwrap();
     assert!(waiter.await.unwrap().unwrap() >= 2);
     permit.release().await.unwrap();
@@ -782,7 +793,7 @@ async fn a_try_acquire_told_of_a_local_guard_does_not_make_waiters_give_way() {
     assert!(matches!(lock.try_acquire().await, Err(Error::Held { .. })));
     let waiter = {
         let lock = lock.clone();
-        tokio::spawn(async move { lock.acquire(Wait::Forever).await.unwrap() })
+        tokio::spawn(async move { lock.acquire().await.unwrap() })
     };
     tokio::task::yield_now().await;
     *backend.long_gap.lock().unwrap() = Duration::from_millis(1);
@@ -810,7 +821,10 @@ async fn a_wait_shorter_than_a_round_trip_on_a_held_key_times_out() {
     let err = lock.try_acquire().await.unwrap_err();
     assert!(matches!(err, Error::Held { .. }), "{err}");
     *backend.acquire_delay.lock().unwrap() = Duration::from_millis(60);
-    let err = lock.acquire(Duration::from_millis(10)).await.unwrap_err();
+    let err = lock
+        .acquire_timeout(Duration::from_millis(10))
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::TimedOut { .. }), "{err}");
 }
 
@@ -823,14 +837,17 @@ async fn only_a_waiter_that_found_the_key_held_watches_for_releases() {
     backend.watchable.store(true, Ordering::SeqCst);
     let lock = store.lock("k").unwrap();
     for _ in 0..5 {
-        let guard = lock.acquire(Wait::Forever).await.unwrap();
+        let guard = lock.acquire().await.unwrap();
         guard.release().await.unwrap();
     }
     assert_eq!(backend.watches.load(Ordering::SeqCst), 0);
 
     let other = Store::from_backend(store.backend().clone());
     let _held = other.lock("k").unwrap().try_acquire().await.unwrap();
-    let err = lock.acquire(Duration::from_secs(1)).await.unwrap_err();
+    let err = lock
+        .acquire_timeout(Duration::from_secs(1))
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::TimedOut { .. }), "{err}");
     assert!(backend.watches.load(Ordering::SeqCst) >= 1);
 }
@@ -849,7 +866,7 @@ async fn a_release_before_the_watch_is_registered_is_not_missed() {
         LockOptions::new().poll_interval(Duration::from_secs(10), Duration::from_secs(10));
     let lock = store.lock_with("k", slow_polls).unwrap();
     let started = tokio::time::Instant::now();
-    let guard = lock.acquire(Duration::from_secs(5)).await.unwrap();
+    let guard = lock.acquire_timeout(Duration::from_secs(5)).await.unwrap();
     assert_eq!(started.elapsed(), Duration::ZERO);
     guard.release().await.unwrap();
 }
@@ -864,7 +881,7 @@ async fn renewal_tasks_start_when_the_first_renewal_is_due() {
     let first = store
         .lock_with("k0", opts.clone())
         .unwrap()
-        .acquire(Wait::Forever)
+        .acquire()
         .await
         .unwrap();
     let tasks = tokio::runtime::Handle::current()
@@ -873,7 +890,7 @@ async fn renewal_tasks_start_when_the_first_renewal_is_due() {
     let mut guards = Vec::new();
     for i in 1..100 {
         let lock = store.lock_with(&format!("k{i}"), opts.clone()).unwrap();
-        guards.push(lock.acquire(Wait::Forever).await.unwrap());
+        guards.push(lock.acquire().await.unwrap());
     }
     assert_eq!(
         tokio::runtime::Handle::current()
@@ -908,11 +925,11 @@ fn leases_are_renewed_on_a_runtime_started_after_another_shut_down() {
             .unwrap()
     };
     paused().block_on(async {
-        let guard = lock.acquire(Wait::Forever).await.unwrap();
+        let guard = lock.acquire().await.unwrap();
         guard.release().await.unwrap();
     });
     paused().block_on(async {
-        let guard = lock.acquire(Wait::Forever).await.unwrap();
+        let guard = lock.acquire().await.unwrap();
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert!(!guard.is_lost());
         assert!(backend.renewals.load(Ordering::SeqCst) >= 2);
@@ -928,13 +945,13 @@ async fn a_zero_wait_is_one_whole_attempt() {
     let (backend, store) = faulty();
     let lock = store.lock("k").unwrap();
     // Free: taken, as try_acquire would.
-    let guard = lock.acquire(Duration::ZERO).await.unwrap();
+    let guard = lock.acquire_timeout(Duration::ZERO).await.unwrap();
     // Held: one attempt, then the wait has run out.
     let other = store.lock("k").unwrap();
     let before = backend.acquires.load(Ordering::SeqCst);
     let mut told = 0;
     let err = other
-        .acquire_with(Duration::ZERO, |_| told += 1)
+        .acquire_reporting(Duration::ZERO, |_| told += 1)
         .await
         .unwrap_err();
     assert!(matches!(err, Error::TimedOut { .. }), "{err:?}");
@@ -947,9 +964,11 @@ async fn a_zero_wait_is_one_whole_attempt() {
 /// `CLOCK_BOOTTIME` moves across a suspend: it jumps while tokio's clock
 /// (monotonic, which stands still in a suspend) does not. The store's own
 /// TTL runs in real time and does not run out during these tests.
-fn faulty_on_a_manual_clock() -> (Arc<Faulty>, Arc<leasehold::ManualClock>, Store) {
+fn faulty_on_a_manual_clock() -> (Arc<Faulty>, Arc<leasehold::backend::ManualClock>, Store) {
     let backend = Arc::new(Faulty::default());
-    let clock = Arc::new(leasehold::ManualClock::new(Duration::from_secs(100)));
+    let clock = Arc::new(leasehold::backend::ManualClock::new(Duration::from_secs(
+        100,
+    )));
     let store = Store::with_clock(backend.clone(), clock.clone());
     (backend, clock, store)
 }

@@ -10,10 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use leasehold::{
-    AcquireOutcome, AcquireRequest, Backend, Capabilities, HolderInfo, Key, KeyInfo, Lease, Result,
-    Store,
-};
+use leasehold::backend::{AcquireOutcome, AcquireRequest, Backend, Lease, Wrapper};
+use leasehold::{Result, Store};
 use tokio::sync::Notify;
 
 /// The memory backend, whose acquisitions and releases are answered only
@@ -31,12 +29,12 @@ struct Gated {
 }
 
 #[async_trait]
-impl Backend for Gated {
+impl Wrapper for Gated {
+    fn inner(&self) -> &dyn Backend {
+        &self.inner
+    }
     fn name(&self) -> &'static str {
         "gated-memory"
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
     }
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         if self.hold_acquires.load(Ordering::SeqCst) {
@@ -44,9 +42,6 @@ impl Backend for Gated {
             self.acquire_gate.notified().await;
         }
         self.inner.try_acquire(req).await
-    }
-    async fn renew(&self, lease: &Lease) -> Result<()> {
-        self.inner.renew(lease).await
     }
     async fn release(&self, lease: &Lease) -> Result<()> {
         if self.hold_releases.load(Ordering::SeqCst) {
@@ -56,15 +51,6 @@ impl Backend for Gated {
         self.inner.release(lease).await?;
         self.releases.fetch_add(1, Ordering::SeqCst);
         Ok(())
-    }
-    async fn inspect(&self, key: &Key) -> Result<KeyInfo> {
-        self.inner.inspect(key).await
-    }
-    async fn break_lease(&self, key: &Key) -> Result<Option<HolderInfo>> {
-        self.inner.break_lease(key).await
-    }
-    async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {
-        self.inner.list(prefix).await
     }
 }
 

@@ -7,7 +7,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use leasehold::sqlite::SqliteBackend;
-use leasehold::{Backend, Creation, Error, Store, DEFAULT_STORE_MAX_TTL};
+use leasehold::{
+    backend::{Backend, DEFAULT_STORE_MAX_TTL},
+    Creation, Error, Store,
+};
 
 /// Every row of both tables, as text.
 fn dump(path: &Path) -> String {

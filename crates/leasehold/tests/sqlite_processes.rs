@@ -9,7 +9,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use leasehold::sqlite::SqliteBackend;
-use leasehold::{Clock, Error, LockOptions, Store, SystemClock, Wait, WaitReason};
+use leasehold::{
+    backend::{Clock, SystemClock},
+    Error, LockOptions, Store, Wait, WaitReason,
+};
 
 const MAX_TTL: Duration = Duration::from_secs(3);
 
@@ -69,7 +72,7 @@ fn child() {
                 }
             },
             "hold" | "hold-slow" => {
-                let guard = lock.acquire(Duration::from_secs(30)).await.unwrap();
+                let guard = lock.acquire_timeout(Duration::from_secs(30)).await.unwrap();
                 println!("granted {}", guard.fencing_token());
                 let reason = guard.lost().await;
                 println!("lost {} {reason}", now_ns());

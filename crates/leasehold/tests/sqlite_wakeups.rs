@@ -9,7 +9,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use leasehold::sqlite::SqliteBackend;
-use leasehold::{Clock, LockOptions, Store, SystemClock, WaitReason};
+use leasehold::{
+    backend::{Clock, SystemClock},
+    LockOptions, Store, WaitReason,
+};
 
 fn now_ns() -> u128 {
     SystemClock.now().as_nanos()

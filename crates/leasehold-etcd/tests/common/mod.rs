@@ -187,8 +187,11 @@ pub async fn grant_in(
     key: &leasehold::Key,
     ttl: Duration,
     epoch: u64,
-) -> (leasehold::Lease, leasehold::Grant) {
-    use leasehold::{AcquireOutcome, AcquireRequest, Backend, LeaseId, Owner};
+) -> (leasehold::backend::Lease, leasehold::backend::Grant) {
+    use leasehold::{
+        backend::{AcquireOutcome, AcquireRequest, Backend, LeaseId},
+        Owner,
+    };
     let request = AcquireRequest {
         key: key.clone(),
         lease_id: LeaseId::random(),
@@ -199,7 +202,7 @@ pub async fn grant_in(
     };
     match backend.try_acquire(&request).await.unwrap() {
         AcquireOutcome::Acquired(g) => (
-            leasehold::Lease {
+            leasehold::backend::Lease {
                 key: key.clone(),
                 lease_id: request.lease_id,
                 ttl,
@@ -217,7 +220,7 @@ pub async fn grant(
     backend: &EtcdBackend,
     key: &leasehold::Key,
     ttl: Duration,
-) -> (leasehold::Lease, leasehold::Grant) {
+) -> (leasehold::backend::Lease, leasehold::backend::Grant) {
     let epoch = leasehold::conformance::current_epoch(backend).await.epoch;
     grant_in(backend, key, ttl, epoch).await
 }

@@ -15,7 +15,10 @@ pub async fn exclusive_acquire(store: Store) {
     let holder = assert_held(b.try_acquire().await).expect("Held carries the holder's info");
     assert_eq!(holder.owner.label.as_deref(), Some("holder-a"));
     assert_eq!(holder.fencing_token, guard.fencing_token());
-    let err = b.acquire(Duration::from_millis(300)).await.unwrap_err();
+    let err = b
+        .acquire_timeout(Duration::from_millis(300))
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::TimedOut { .. }), "{err}");
     guard.release().await.unwrap();
 }
@@ -40,7 +43,7 @@ pub async fn expiry_frees_after_ttl(store: Store) {
     let lease = raw_lease(store.backend().as_ref(), &key, ttl).await;
     let b = other_process(&store).lock_with(&key, opts(&store)).unwrap();
     assert_held(b.try_acquire().await);
-    let guard = b.acquire(expiry_wait(&store)).await.unwrap();
+    let guard = b.acquire_timeout(expiry_wait(&store)).await.unwrap();
     assert!(
         started.elapsed() >= ttl.mul_f64(0.9),
         "taken over after {:?}, before the TTL of {ttl:?} ran out",
@@ -77,7 +80,7 @@ pub async fn renew_after_loss_reports_loss(store: Store) {
     let key = unique_key("renew-stale");
     let stale = raw_lease(store.backend().as_ref(), &key, ttl).await;
     let b = other_process(&store).lock_with(&key, opts(&store)).unwrap();
-    let guard = b.acquire(expiry_wait(&store)).await.unwrap();
+    let guard = b.acquire_timeout(expiry_wait(&store)).await.unwrap();
     let err = store.backend().renew(&stale).await.unwrap_err();
     assert!(err.is_lease_lost(), "stale renew after takeover: {err}");
     assert!(
@@ -105,7 +108,7 @@ pub async fn fencing_strictly_increases(store: Store) {
     let g = other_process(&store)
         .lock_with(&key, opts(&store))
         .unwrap()
-        .acquire(Duration::from_secs(10))
+        .acquire_timeout(Duration::from_secs(10))
         .await
         .unwrap();
     tokens.push(g.fencing_token());
@@ -116,7 +119,7 @@ pub async fn fencing_strictly_increases(store: Store) {
     let g = other_process(&store)
         .lock_with(&key, opts(&store))
         .unwrap()
-        .acquire(expiry_wait(&store))
+        .acquire_timeout(expiry_wait(&store))
         .await
         .unwrap();
     tokens.push(g.fencing_token());
@@ -177,7 +180,10 @@ pub async fn break_ends_lease(store: Store) {
     );
     assert!(store.inspect(&key).await.unwrap().holder.is_none());
     let other = other_process(&store).lock_with(&key, opts(&store)).unwrap();
-    let g2 = other.acquire(Duration::from_secs(10)).await.unwrap();
+    let g2 = other
+        .acquire_timeout(Duration::from_secs(10))
+        .await
+        .unwrap();
     assert!(g2.fencing_token() > guard.fencing_token());
     g2.release().await.unwrap();
     assert!(

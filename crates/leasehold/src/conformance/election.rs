@@ -22,7 +22,11 @@ pub async fn election_resign_hands_over(store: Store) {
     let (saw_a_tx, saw_a) = tokio::sync::oneshot::channel();
     let candidate = tokio::spawn(async move {
         let mut saw_a_tx = Some(saw_a_tx);
-        b.campaign_with(Wait::Forever, |leader| {
+        b.campaign_reporting(Wait::Forever, |reason| {
+            let leader = match reason {
+                WaitReason::Held(holders) => holders.first(),
+                _ => None,
+            };
             if leader.and_then(|l| l.owner.label.as_deref()) == Some("a") {
                 if let Some(tx) = saw_a_tx.take() {
                     let _ = tx.send(());

@@ -18,7 +18,10 @@ pub async fn race_has_one_winner_at_a_time(store: Store) {
             let tokens = tokens.clone();
             tasks.push(tokio::spawn(async move {
                 for _round in 0..3 {
-                    let guard = lock.acquire(Duration::from_secs(120)).await.unwrap();
+                    let guard = lock
+                        .acquire_timeout(Duration::from_secs(120))
+                        .await
+                        .unwrap();
                     assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
                     tokens.lock().unwrap().push(guard.fencing_token());
                     tokio::time::sleep(Duration::from_millis(2)).await;
@@ -121,7 +124,7 @@ pub async fn dropped_acquire_leaves_no_lease(store: Store) {
         .unwrap();
     let waiter = other_process(&store).lock_with(&key, long_opts()).unwrap();
     assert!(
-        tokio::time::timeout(Duration::from_millis(200), waiter.acquire(Wait::Forever))
+        tokio::time::timeout(Duration::from_millis(200), waiter.acquire())
             .await
             .is_err()
     );
@@ -137,7 +140,7 @@ pub async fn dropped_acquire_leaves_no_lease(store: Store) {
     }
     // Had any of those left a lease, it would last `long`, beyond this wait.
     let last = other_process(&store).lock_with(&key, opts(&store)).unwrap();
-    let g = last.acquire(Duration::from_secs(15)).await.unwrap();
+    let g = last.acquire_timeout(Duration::from_secs(15)).await.unwrap();
     g.release().await.unwrap();
 }
 
@@ -229,7 +232,7 @@ pub async fn a_request_that_lands_after_its_caller_gave_up_is_released(store: St
     // Past the store's quarantine, if it is new to this "process".
     late.lock_with(&unique_key("late-warm-up"), opts(&store))
         .unwrap()
-        .acquire(expiry_wait(&store))
+        .acquire_timeout(expiry_wait(&store))
         .await
         .unwrap()
         .release()
@@ -250,7 +253,7 @@ pub async fn a_request_that_lands_after_its_caller_gave_up_is_released(store: St
     // Left alone, that lease would hold the key for its whole TTL.
     let other = other_process(&store).lock_with(&key, opts(&store)).unwrap();
     let guard = other
-        .acquire(ttl / 2)
+        .acquire_timeout(ttl / 2)
         .await
         .unwrap_or_else(|e| panic!("the late request's lease was not released: {e}"));
     guard.release().await.unwrap();

@@ -30,9 +30,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::backend::{AcquireOutcome, AcquireRequest, Backend, Lease, LeaseId, Owner, StoreEpoch};
+use crate::engine::WaitReason;
 use crate::error::Error;
 use crate::key::Key;
-use crate::lock::WaitReason;
 use crate::options::{LockOptions, Wait, MAX_DATA_LEN, MAX_LABEL_LEN};
 use crate::runs::{RunOutcome, RunRecord, RunReport};
 use crate::store::Store;

@@ -148,7 +148,7 @@ pub async fn runs_survive_release_expiry_and_break(store: Store) {
     let taken = c
         .lock_with(&key, opts(&c))
         .unwrap()
-        .acquire(Wait::Timeout(expiry_wait(&store)))
+        .acquire_timeout(expiry_wait(&store))
         .await
         .unwrap();
     assert!(taken.fencing_token() > stale.fencing_token);

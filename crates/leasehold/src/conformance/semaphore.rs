@@ -47,7 +47,7 @@ pub async fn semaphore_never_exceeds_limit(store: Store) {
             );
             tasks.push(tokio::spawn(async move {
                 for _round in 0..2 {
-                    let permit = sem.acquire(Duration::from_secs(120)).await.unwrap();
+                    let permit = sem.acquire_timeout(Duration::from_secs(120)).await.unwrap();
                     let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
                     most.fetch_max(now, Ordering::SeqCst);
                     assert!(now <= LIMIT, "{now} holders at once, limit {LIMIT}");
@@ -110,7 +110,7 @@ pub async fn semaphore_permits_freed_by_expiry(store: Store) {
         dead.insert(slot, lease.fencing_token);
     }
     assert_held(sem.try_acquire().await.map(|p| p.into_guard()));
-    let permit = sem.acquire(expiry_wait(&store)).await.unwrap();
+    let permit = sem.acquire_timeout(expiry_wait(&store)).await.unwrap();
     assert!(
         started.elapsed() >= ttl.mul_f64(0.9),
         "permit free after {:?}, before the TTL of {ttl:?} ran out",
@@ -137,7 +137,7 @@ pub async fn semaphore_dropped_acquire_leaves_no_permit(store: Store) {
     let b = sem(&store).try_acquire().await.unwrap();
     let waiter = sem(&other_process(&store));
     assert!(
-        tokio::time::timeout(Duration::from_millis(200), waiter.acquire(Wait::Forever))
+        tokio::time::timeout(Duration::from_millis(200), waiter.acquire())
             .await
             .is_err()
     );
@@ -154,8 +154,8 @@ pub async fn semaphore_dropped_acquire_leaves_no_permit(store: Store) {
     }
     // Had any of those left a lease, it would last `long`, beyond this wait.
     let last = sem(&other_process(&store));
-    let p1 = last.acquire(Duration::from_secs(15)).await.unwrap();
-    let p2 = last.acquire(Duration::from_secs(15)).await.unwrap();
+    let p1 = last.acquire_timeout(Duration::from_secs(15)).await.unwrap();
+    let p2 = last.acquire_timeout(Duration::from_secs(15)).await.unwrap();
     assert_ne!(p1.slot(), p2.slot());
     p1.release().await.unwrap();
     p2.release().await.unwrap();

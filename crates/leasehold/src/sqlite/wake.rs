@@ -16,7 +16,7 @@
 //! bucket's [`Notify`] (no system call), so waiting costs nothing per
 //! attempt. The task ends with the store.
 //!
-//! A hint only, as [`Backend::watch_release`](crate::Backend::watch_release)
+//! A hint only, as [`Backend::watch_release`](crate::backend::Backend::watch_release)
 //! allows: a waiter that misses one (a full inotify queue, a directory it
 //! cannot write, another machine sharing the file over a network file
 //! system) finds the key free at its next poll.
