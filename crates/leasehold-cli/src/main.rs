@@ -31,7 +31,7 @@ pub const EXIT_NO_STORE: u8 = 3;
 /// late grant's acquisition and release take well under it on a store that
 /// answers, and an unreachable store delays the exit by no more (a `run
 /// --wait` must not overshoot its wait by much).
-const SETTLE_AT_EXIT: std::time::Duration = std::time::Duration::from_secs(1);
+const FINISH_AT_EXIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 fn main() -> ExitCode {
     let mut args = std::env::args_os();
@@ -91,7 +91,7 @@ fn main() -> ExitCode {
     // process does, so that none leaves a lease held until its TTL; bounded,
     // for a store that stopped answering.
     runtime.block_on(async {
-        if tokio::time::timeout(SETTLE_AT_EXIT, leasehold::settle())
+        if tokio::time::timeout(FINISH_AT_EXIT, leasehold::finish_background())
             .await
             .is_err()
         {

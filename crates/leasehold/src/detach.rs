@@ -18,7 +18,7 @@ use std::task::{Context, Poll};
 
 use tokio::sync::Notify;
 
-/// How many requests are finishing in the background (see [`settle`]).
+/// How many requests are finishing in the background (see [`finish_background`]).
 /// Counted by hand rather than with tokio-util's `TaskTracker`, whose wait
 /// needs the tracker closed first: one process-wide tracker, waited on by
 /// any number of callers while work keeps being added, does not fit that.
@@ -27,7 +27,7 @@ static BACKGROUND: AtomicUsize = AtomicUsize::new(0);
 static BACKGROUND_ENDED: Notify = Notify::const_new();
 
 /// Runs `fut` in a task of its own on `runtime`, counted until it ends
-/// (completed, or dropped with its runtime), so that [`settle`] can wait
+/// (completed, or dropped with its runtime), so that [`finish_background`] can wait
 /// for it.
 pub(crate) fn spawn_background(
     runtime: &tokio::runtime::Handle,
@@ -60,7 +60,7 @@ pub(crate) fn spawn_background(
 /// leaving a lease held until its TTL runs out. Each request ends within the
 /// store's own timeouts; bound the wait with `tokio::time::timeout` to exit
 /// sooner when a store does not answer.
-pub async fn settle() {
+pub async fn finish_background() {
     loop {
         let ended = BACKGROUND_ENDED.notified();
         tokio::pin!(ended);

@@ -762,7 +762,7 @@ pub(crate) const LATE_LANDING: Duration = Duration::from_secs(60);
 /// the key, for nobody, until its TTL ran out. A release names the lease
 /// id, so it ends only that lease: harmless when there is none. Ten
 /// requests at most, only after an ambiguous failure. The chase is not
-/// waited for by [`settle`](crate::settle) (a process that exits ends it);
+/// waited for by [`finish_background`](crate::finish_background) (a process that exits ends it);
 /// a request that lands later than this, or after the process exited,
 /// holds the key until its TTL runs out.
 fn chase_late_landing(backend: Arc<dyn Backend>, lease: Lease) {

@@ -305,7 +305,7 @@ impl Holding {
 /// guard (on any thread) releases in the background on the runtime that
 /// granted it, best effort: if that runtime shuts down first or the backend
 /// cannot be reached, the lease ends when its TTL runs out. A process about
-/// to exit awaits [`settle`](crate::settle) last, so that the exit does not
+/// to exit awaits [`finish_background`](crate::finish_background) last, so that the exit does not
 /// cut such a release short.
 #[must_use = "the lease is released as soon as the guard is dropped"]
 pub struct LeaseGuard {

@@ -149,7 +149,7 @@ pub mod conformance;
 // `Backend` trait, its requests and answers, store epochs, clocks, URL
 // parameters, the wake-up listener) is in [`backend`].
 pub use backend::{Creation, HolderInfo, KeyInfo, Owner, CONFIRMATION_WINDOW};
-pub use detach::settle;
+pub use detach::finish_background;
 pub use election::{Election, LeaderChange, LeaderObserver, LeaderStream, Leadership};
 pub use engine::WaitReason;
 pub use error::{BoxError, Error, LossReason, Result};

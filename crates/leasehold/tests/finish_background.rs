@@ -1,8 +1,8 @@
-//! [`leasehold::settle`]: a process about to exit waits for the requests
+//! [`leasehold::finish_background`]: a process about to exit waits for the requests
 //! that finish in the background, so that none is cut short by the exit and
 //! leaves a lease held until its TTL runs out.
 //!
-//! A test binary of its own: what `settle` waits for is process-wide, and
+//! A test binary of its own: what `finish_background` waits for is process-wide, and
 //! other tests' background work would be waited for too.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -54,14 +54,14 @@ impl Wrapper for Gated {
     }
 }
 
-/// Long enough for a `settle` with nothing to wait for to have returned
+/// Long enough for a `finish_background` with nothing to wait for to have returned
 /// many times over; it must not return while a release is held.
 const NOT_WHILE_HELD: Duration = Duration::from_millis(200);
 
 /// One test, two cases in turn: they would wait for each other's
 /// background requests if they ran at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn settle_waits_for_background_releases_to_end() {
+async fn finish_background_waits_for_background_releases_to_end() {
     let backend = Arc::new(Gated::default());
     let store = Store::from_backend(backend.clone());
 
@@ -79,9 +79,9 @@ async fn settle_waits_for_background_releases_to_end() {
     assert_eq!(backend.releases.load(Ordering::SeqCst), 1);
 
     // Nothing in the background: at once.
-    tokio::time::timeout(Duration::from_secs(10), leasehold::settle())
+    tokio::time::timeout(Duration::from_secs(10), leasehold::finish_background())
         .await
-        .expect("settle with nothing in the background returns at once");
+        .expect("finish_background with nothing in the background returns at once");
 
     // 1. A grant whose caller gave up while it was in flight: it is
     // released in the background.
@@ -92,39 +92,39 @@ async fn settle_waits_for_background_releases_to_end() {
     backend.acquire_sent.notified().await;
     attempt.abort();
     assert!(attempt.await.unwrap_err().is_cancelled());
-    let settling = tokio::spawn(leasehold::settle());
+    let finishing = tokio::spawn(leasehold::finish_background());
     // The store grants it, to nobody; its release is sent and held.
     backend.acquire_gate.notify_one();
-    settles_only_after_the_release(&backend, &store, settling, "a late grant", 2).await;
+    finishes_only_after_the_release(&backend, &store, finishing, "a late grant", 2).await;
 
     // 2. A guard dropped without `release()`: released in the background.
     backend.hold_acquires.store(false, Ordering::SeqCst);
     let guard = store.lock("k").unwrap().try_acquire().await.unwrap();
     drop(guard);
-    let settling = tokio::spawn(leasehold::settle());
-    settles_only_after_the_release(&backend, &store, settling, "a dropped guard", 3).await;
+    let finishing = tokio::spawn(leasehold::finish_background());
+    finishes_only_after_the_release(&backend, &store, finishing, "a dropped guard", 3).await;
 }
 
 /// Once the backend has been sent a background release of key `k` (and
-/// holds it), `settling` does not end until the release is let through;
+/// holds it), `finishing` does not end until the release is let through;
 /// then the backend has answered `releases` releases in all and `k` is
 /// free.
-async fn settles_only_after_the_release(
+async fn finishes_only_after_the_release(
     backend: &Gated,
     store: &Store,
-    mut settling: tokio::task::JoinHandle<()>,
+    mut finishing: tokio::task::JoinHandle<()>,
     what: &str,
     releases: u32,
 ) {
     backend.release_sent.notified().await;
     assert!(
-        tokio::time::timeout(NOT_WHILE_HELD, &mut settling)
+        tokio::time::timeout(NOT_WHILE_HELD, &mut finishing)
             .await
             .is_err(),
-        "settle returned while the release of {what} was in flight"
+        "finish_background returned while the release of {what} was in flight"
     );
     backend.release_gate.notify_one();
-    settling.await.unwrap();
+    finishing.await.unwrap();
     assert_eq!(backend.releases.load(Ordering::SeqCst), releases);
     assert!(store.inspect("k").await.unwrap().holder.is_none());
 }

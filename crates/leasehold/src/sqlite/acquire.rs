@@ -1,0 +1,87 @@
+//! The acquire transaction.
+
+use super::*;
+
+/// The acquire transaction (see the module docs).
+pub(super) fn acquire_in(
+    conn: &mut Connection,
+    ctx: &Ctx,
+    req: &AcquireRequest,
+) -> Result<AcquireOutcome> {
+    let op = |e| db_error("acquire", e);
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(op)?;
+    if !ctx.same_file() {
+        // Replaced since the connection was checked: the next attempt
+        // re-opens the path.
+        return Err(Error::backend(
+            NAME,
+            "acquire",
+            true,
+            "the database file was replaced during the attempt",
+        ));
+    }
+    let now = ctx.now_ns();
+    let Some(epoch_row) = read_epoch(&tx).map_err(op)? else {
+        return Err(Error::backend(
+            NAME,
+            "acquire",
+            true,
+            "the store has no epoch row",
+        ));
+    };
+    if req.epoch != Some(epoch_row.epoch) || epoch_row.boot_id != *ctx.boot_id {
+        return Ok(AcquireOutcome::OtherEpoch(store_epoch(
+            &epoch_row, ctx, now,
+        )));
+    }
+    check_ttl(req.ttl, &store_epoch(&epoch_row, ctx, now))?;
+    let expires = now + req.ttl.as_nanos() as i64;
+    let row = get_row(&tx, req.key.as_str()).map_err(op)?;
+    let fence = match &row {
+        Some(r) if r.is_live(ctx, now) => {
+            if r.lease_id.as_deref() != Some(req.lease_id.as_str()) {
+                return Ok(AcquireOutcome::Held(r.holder(ctx, now)));
+            }
+            // Our own lease, asked for again: extend, same token.
+            tx.prepare_cached("UPDATE leasehold_leases SET expires_at_ns = ?2 WHERE key = ?1")
+                .and_then(|mut st| st.execute(params![req.key.as_str(), expires]))
+                .map_err(op)?;
+            tx.commit().map_err(op)?;
+            return Ok(AcquireOutcome::Acquired(Grant::new(r.fence)));
+        }
+        Some(r) => next_token(r.fence, epoch_row.epoch),
+        None => next_token(0, epoch_row.epoch),
+    };
+    let acquired_at = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(ms)
+        .unwrap_or(0);
+    tx.prepare_cached(
+            "INSERT INTO leasehold_leases (key, fence, lease_id, boot_id, expires_at_ns, ttl_ms, owner_host, owner_pid, owner_label, data, acquired_at_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+             ON CONFLICT(key) DO UPDATE SET fence = excluded.fence, lease_id = excluded.lease_id,
+               boot_id = excluded.boot_id, expires_at_ns = excluded.expires_at_ns, ttl_ms = excluded.ttl_ms,
+               owner_host = excluded.owner_host, owner_pid = excluded.owner_pid, owner_label = excluded.owner_label,
+               data = excluded.data, acquired_at_ms = excluded.acquired_at_ms",
+        )
+        .and_then(|mut st| st.execute(
+            params![
+                req.key.as_str(),
+                fence as i64,
+                req.lease_id.as_str(),
+                &*ctx.boot_id,
+                expires,
+                ms(req.ttl),
+                req.owner.host,
+                req.owner.pid as i64,
+                req.owner.label,
+                req.data,
+                acquired_at,
+            ],
+        ))
+        .map_err(op)?;
+    tx.commit().map_err(op)?;
+    Ok(AcquireOutcome::Acquired(Grant::new(fence)))
+}

@@ -1,0 +1,495 @@
+//! Opening a store file: connections, creating the file and its directory, the
+//! store epoch's check at each connection, and running a call on the
+//! blocking pool.
+
+use super::*;
+
+/// A file's identity: device and inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct FileId {
+    pub(super) dev: u64,
+    pub(super) ino: u64,
+}
+
+impl FileId {
+    pub(super) fn of(path: &Path) -> std::io::Result<FileId> {
+        let m = std::fs::metadata(path)?;
+        Ok(FileId {
+            dev: m.dev(),
+            ino: m.ino(),
+        })
+    }
+}
+
+impl SqliteBackend {
+    /// Opens (creating if needed) the store at `path`, and its parent
+    /// directory. A store created here gets the default max TTL
+    /// ([`DEFAULT_STORE_MAX_TTL`]).
+    ///
+    /// Many processes may open (and create) the same file at once: every
+    /// step waits on SQLite's lock like any other operation.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] if the directory or database cannot be created or
+    /// opened.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with_max_ttl(path, DEFAULT_STORE_MAX_TTL)
+    }
+
+    /// Like [`open`](Self::open); a store this call creates (or a new epoch
+    /// it starts) records `max_ttl` (100 ms to 24 h) as its max TTL: no lease
+    /// may be longer. An existing store keeps its own. (After the store's
+    /// data is lost under a live holder, grants wait one
+    /// [confirmation window](crate::CONFIRMATION_WINDOW), whatever the max
+    /// TTL.)
+    ///
+    /// # Errors
+    /// As [`open`](Self::open); [`Error::InvalidInput`] for a max TTL out of
+    /// range.
+    pub fn open_with_max_ttl(path: impl AsRef<Path>, max_ttl: Duration) -> Result<Self> {
+        Self::open_with(path, max_ttl, Creation::IfMissing)
+    }
+
+    /// Like [`open_with_max_ttl`](Self::open_with_max_ttl), with what
+    /// opening may do to the file: with [`Creation::Never`] nothing is
+    /// created or written, ever (a file without leasehold's tables, or no
+    /// file, is [`Error::NoStore`]; an epoch row of another file or boot is
+    /// reported as it is, not renewed); with [`Creation::NewProven`] a new
+    /// file's epoch is settled at once (the caller states that no earlier
+    /// store existed here), as it is when no process on the machine holds
+    /// a lease in its directory.
+    ///
+    /// # Errors
+    /// As [`open_with_max_ttl`](Self::open_with_max_ttl);
+    /// [`Error::NoStore`] as above.
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        max_ttl: Duration,
+        creation: Creation,
+    ) -> Result<Self> {
+        if !(LOCAL_MIN_TTL..=LOCAL_MAX_TTL).contains(&max_ttl) {
+            return Err(Error::invalid(
+                "max ttl",
+                format!("{max_ttl:?} is outside {LOCAL_MIN_TTL:?}..={LOCAL_MAX_TTL:?}"),
+            ));
+        }
+        let path = path.as_ref().to_path_buf();
+        // A store is a file: a path that names a directory would otherwise
+        // fail later as "unable to open database file", or, with a
+        // trailing '/', create a file where the directory was meant.
+        if path.as_os_str().as_encoded_bytes().ends_with(b"/") || path.is_dir() {
+            return Err(Error::invalid(
+                "store URL",
+                format!(
+                    "{} names a directory: a SQLite store is a file (e.g. {})",
+                    path.display(),
+                    path.join("leases.db").display()
+                ),
+            ));
+        }
+        let backend = SqliteBackend {
+            conn: Arc::new(Mutex::new(None)),
+            holders: Arc::new(HolderLock::new(path.clone())),
+            wake: Arc::new(wake::Wake::new(&path)),
+            path,
+            boot_id: boot_id().into(),
+            max_ttl,
+            store_max_ttl_ms: Arc::new(AtomicU64::new(max_ttl.as_millis() as u64)),
+            opened_epoch: None,
+            creation,
+        };
+        let open = backend.connect()?;
+        let backend = SqliteBackend {
+            opened_epoch: Some(EpochRead::now(open.epoch.clone())),
+            // A file created again later is not the operator's new store.
+            creation: creation.after_open(),
+            ..backend
+        };
+        *backend.conn.lock().unwrap_or_else(|e| e.into_inner()) = Some(open);
+        Ok(backend)
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Opens the path, retrying while another process holds SQLite's lock
+    /// (creating a file and its schema takes locks a busy handler does not
+    /// always cover), and settles its epoch.
+    pub(super) fn connect(&self) -> Result<Open> {
+        let started = std::time::Instant::now();
+        loop {
+            match self.try_connect() {
+                Err(
+                    e @ Error::Backend {
+                        retryable: true, ..
+                    },
+                ) => {
+                    if started.elapsed() >= BUSY_TIMEOUT {
+                        return Err(e);
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    pub(super) fn try_connect(&self) -> Result<Open> {
+        let fail = |what: String| Error::backend(NAME, "open", false, what);
+        let look = self.creation == Creation::Never;
+        let dir = dir_of(&self.path);
+        if look {
+            if !self.path.exists() {
+                return Err(Error::no_store(format!(
+                    "{} does not exist",
+                    self.path.display()
+                )));
+            }
+        } else {
+            std::fs::create_dir_all(&dir).map_err(|e| {
+                // One of the path's parents is a file.
+                let not_a_dir = dir.ancestors().find(|a| a.is_file());
+                match not_a_dir {
+                    Some(file) => fail(format!(
+                        "cannot create the directory {}: {} is a file, not a directory",
+                        dir.display(),
+                        file.display()
+                    )),
+                    None => fail(format!(
+                        "cannot create the directory {}: {e}",
+                        dir.display()
+                    )),
+                }
+            })?;
+        }
+        let mut attempts = 0;
+        let (mut conn, file) = loop {
+            attempts += 1;
+            // The file's identity before and after opening: equal, the
+            // connection is on that file (a swap in between shows).
+            let before = FileId::of(&self.path).ok();
+            // Looking never creates the file (it may vanish meanwhile).
+            let flags = if look {
+                OpenFlags::default() - OpenFlags::SQLITE_OPEN_CREATE
+            } else {
+                OpenFlags::default()
+            };
+            let conn = Connection::open_with_flags(&self.path, flags).map_err(|e| {
+                fail(format!(
+                    "cannot open {}: {e}{}",
+                    self.path.display(),
+                    why_not_writable(&self.path, &dir)
+                ))
+            })?;
+            let after = FileId::of(&self.path).ok();
+            match (before, after) {
+                (Some(b), Some(a)) if a == b => break (conn, a),
+                _ if attempts < 10 => continue,
+                _ => {
+                    return Err(Error::backend(
+                        NAME,
+                        "open",
+                        true,
+                        format!("{} keeps being replaced", self.path.display()),
+                    ))
+                }
+            }
+        };
+        // The busy handler before anything that takes a lock.
+        conn.busy_handler(Some(retry_while_busy))
+            .map_err(|e| db_error("open", e))?;
+        if look && !has_lease_table(&conn).map_err(|e| db_error("open", e))? {
+            return Err(Error::no_store(format!(
+                "{} has no leasehold tables",
+                self.path.display()
+            )));
+        }
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(|e| db_error("open", e))?;
+        // The WAL outlives this connection unless it has grown (see `Open`).
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+            .map_err(|e| db_error("open", e))?;
+        // NORMAL: renewals and releases need no fsync of their own (a
+        // renewal lost in a power cut belongs to a holder that died with the
+        // machine); acquisitions switch to FULL, see `try_acquire`.
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(|e| db_error("open", e))?;
+        // Idempotent, whoever created the file; skipped when the file has
+        // it all, which one query tells (parsing the statements is a fifth
+        // of opening a store in a short-lived process).
+        if !look && !has_schema(&conn).map_err(|e| db_error("open", e))? {
+            conn.execute_batch(SCHEMA)
+                .map_err(|e| db_error("open", e))?;
+            add_run_columns(&mut conn).map_err(|e| db_error("open", e))?;
+        }
+        let row = self.check_epoch(&mut conn, file)?;
+        self.store_max_ttl_ms
+            .store(row.max_ttl.as_millis() as u64, Ordering::Relaxed);
+        let ctx = Ctx {
+            boot_id: self.boot_id.clone(),
+            path: self.path.clone(),
+            file,
+        };
+        let epoch = store_epoch(&row, &ctx, ctx.now_ns());
+        Ok(Open { conn, file, epoch })
+    }
+
+    /// Reads the epoch row, starting a new epoch if the file has none, or
+    /// one written in another file or boot (see the module docs).
+    pub(super) fn check_epoch(&self, conn: &mut Connection, file: FileId) -> Result<EpochRow> {
+        let op = |e| db_error("open", e);
+        let found = read_epoch(conn).map_err(op)?;
+        if let Some(row) = &found {
+            if row.file == file && row.boot_id == *self.boot_id {
+                return Ok(row.clone());
+            }
+        }
+        if self.creation == Creation::Never {
+            // Looking writes nothing: the row as it is (another file's or
+            // boot's epoch, which the next acquirer renews), or, in a file
+            // with no epoch row yet, an epoch of unknown age.
+            return Ok(found.unwrap_or(EpochRow {
+                epoch: epoch_at(SystemTime::now()),
+                max_ttl: self.max_ttl,
+                file,
+                boot_id: String::new(),
+                settled_at_ns: 0,
+            }));
+        }
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(op)?;
+        let old = read_epoch(&tx).map_err(op)?;
+        if let Some(row) = &old {
+            if row.file == file && row.boot_id == *self.boot_id {
+                return Ok(row.clone());
+            }
+            // Inside the write transaction: a process that opened the
+            // replaced file first would have named it in the row before
+            // writing anything else, so pages in the WAL now were written
+            // for another file. Nothing is written (the transaction is
+            // rolled back).
+            let pages = wal_pages_not_in_file(&self.path);
+            if row.file != file && pages > 0 {
+                let path = self.path.display();
+                return Err(Error::backend(
+                    NAME,
+                    "open",
+                    false,
+                    format!(
+                        "{path} was replaced (a copy or a restored backup) while {path}-wal still holds {pages} pages written for the file it replaced, which SQLite reads over this one; stop every process using the store, remove {path}-wal and {path}-shm, and open it again (a new store epoch begins; nothing in that WAL is needed)"
+                    ),
+                ));
+            }
+        }
+        let now = SystemClock.now().as_nanos() as i64;
+        let has_rows = tx
+            .query_row("SELECT EXISTS (SELECT 1 FROM leasehold_leases)", [], |r| {
+                r.get::<_, bool>(0)
+            })
+            .map_err(op)?;
+        let live_rows = tx
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM leasehold_leases WHERE lease_id IS NOT NULL)",
+                [],
+                |r| r.get::<_, bool>(0),
+            )
+            .map_err(op)?;
+        let (epoch, settled, why) = match &old {
+            // Written before epochs: same file, nothing lost, leases kept.
+            None if has_rows => (
+                epoch_at(SystemTime::now()),
+                PROVEN,
+                "a store from before epochs",
+            ),
+            None => {
+                // The creator's statement that no earlier store existed
+                // (`leasehold init --new`), or the directory lock's proof.
+                let stated = self.creation == Creation::NewProven;
+                let safe = stated || self.holders.none_in_directory();
+                (
+                    next_epoch(0),
+                    if safe { PROVEN } else { now + quarantine_ns() },
+                    if stated {
+                        "a new file, stated to have no earlier store"
+                    } else {
+                        "a new file"
+                    },
+                )
+            }
+            Some(row) => {
+                let replaced = row.file != file;
+                let other_boot = row.boot_id != *self.boot_id;
+                // Holders of a replaced file's data are invisible here (in
+                // another file): only the directory lock can tell. Holders
+                // of another boot are rows of this file.
+                let safe =
+                    (!replaced || self.holders.none_in_directory()) && (!other_boot || !live_rows);
+                let why = if replaced {
+                    "the file was replaced (a copy or a restored backup)"
+                } else {
+                    "the file was last used by another boot"
+                };
+                (
+                    next_epoch(row.epoch),
+                    if safe { PROVEN } else { now + quarantine_ns() },
+                    why,
+                )
+            }
+        };
+        let keep_leases = old.is_none() && has_rows;
+        if !keep_leases {
+            // Leases of the old epoch (a copy's, another boot's) are void.
+            tx.execute(
+                "UPDATE leasehold_leases SET lease_id = NULL, boot_id = NULL, expires_at_ns = NULL WHERE lease_id IS NOT NULL",
+                [],
+            )
+            .map_err(op)?;
+        }
+        let row = EpochRow {
+            epoch,
+            max_ttl: self.max_ttl,
+            file,
+            boot_id: self.boot_id.to_string(),
+            settled_at_ns: settled,
+        };
+        tx.execute(
+            "INSERT OR REPLACE INTO leasehold_store (id, epoch, max_ttl_ms, file_dev, file_ino, boot_id, settled_at_ns)
+             VALUES (1, ?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                row.epoch as i64,
+                ms(row.max_ttl),
+                row.file.dev as i64,
+                row.file.ino as i64,
+                row.boot_id,
+                row.settled_at_ns
+            ],
+        )
+        .map_err(op)?;
+        tx.commit().map_err(op)?;
+        tracing::info!(
+            path = %self.path.display(),
+            epoch,
+            quarantine = ?Duration::from_nanos(settled.saturating_sub(now).max(0) as u64),
+            "new store epoch: {why}"
+        );
+        Ok(row)
+    }
+
+    /// Runs `f` on a connection to the file the path names now, in the
+    /// blocking pool (SQLite calls block, up to the busy timeout). With
+    /// `same_file`, a connection whose file was deleted or replaced is not
+    /// re-opened: `f` gets `None` (the lease it is about is lost).
+    pub(super) async fn run<T: Send + 'static>(
+        &self,
+        op: &'static str,
+        same_file: bool,
+        f: impl FnOnce(Option<&mut Connection>, &Ctx) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut slot = this.conn.lock().unwrap_or_else(|e| e.into_inner());
+            let current = FileId::of(&this.path).ok();
+            let fresh = matches!((&*slot, current), (Some(o), Some(c)) if o.file == c);
+            if !fresh {
+                if same_file {
+                    *slot = None;
+                    return f(None, &this.ctx());
+                }
+                tracing::warn!(path = %this.path.display(), "the database file was deleted or replaced; re-opening");
+                *slot = None;
+                *slot = Some(this.connect()?);
+            }
+            let open = slot.as_mut().expect("connected above");
+            let file = open.file;
+            f(Some(&mut open.conn), &this.ctx_for(file))
+        })
+        .await
+        .map_err(|e| Error::backend(NAME, op, false, format!("database task failed: {e}")))?
+    }
+
+    pub(super) fn ctx(&self) -> Ctx {
+        self.ctx_for(FileId { dev: 0, ino: 0 })
+    }
+
+    pub(super) fn ctx_for(&self, file: FileId) -> Ctx {
+        Ctx {
+            boot_id: self.boot_id.clone(),
+            path: self.path.clone(),
+            file,
+        }
+    }
+}
+
+/// The parent directory of a database path (`.` for a bare file name).
+pub(super) fn dir_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// What keeps this process from writing the store's file or its
+/// directory, if anything can be told (SQLite says "unable to open
+/// database file" for every cause): "" if nothing is found.
+pub(super) fn why_not_writable(path: &Path, dir: &Path) -> String {
+    let writable = |p: &Path| {
+        use std::os::unix::ffi::OsStrExt;
+        let Ok(c) = std::ffi::CString::new(p.as_os_str().as_bytes()) else {
+            return true;
+        };
+        // SAFETY: a valid NUL-terminated path; access() only reads it.
+        unsafe { libc::access(c.as_ptr(), libc::R_OK | libc::W_OK) == 0 }
+    };
+    if path.exists() && !writable(path) {
+        format!(
+            " ({} cannot be read and written by this user)",
+            path.display()
+        )
+    } else if !writable(dir) {
+        format!(
+            " (this user cannot write in {}, where SQLite keeps the file and its -wal and -shm files)",
+            dir.display()
+        )
+    } else {
+        String::new()
+    }
+}
+
+/// How many pages the WAL beside `path` holds that are not yet copied into
+/// the database file: `mxFrame - nBackfill` from the WAL-index in the
+/// `-shm` file (SQLite's documented format, <https://sqlite.org/walformat.html>:
+/// `isInit` at byte 12, `mxFrame` at 16, `nBackfill` at 96, native byte
+/// order), current once a connection has read the file. SQLite has no call
+/// that tells this without checkpointing, which would copy the pages in.
+/// 0 when there is no such file or it is not initialised.
+pub(super) fn wal_pages_not_in_file(path: &Path) -> u32 {
+    use std::io::Read;
+    let mut shm = path.as_os_str().to_owned();
+    shm.push("-shm");
+    let mut header = [0u8; 100];
+    let read = std::fs::File::open(shm).and_then(|mut f| f.read_exact(&mut header));
+    if read.is_err() || header[12] == 0 {
+        return 0;
+    }
+    let word = |at: usize| {
+        u32::from_ne_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
+    };
+    word(16).saturating_sub(word(96))
+}
+
+/// Called by SQLite while another connection holds the write lock: wait a
+/// millisecond or so and retry, for up to [`BUSY_TIMEOUT`]. SQLite's own
+/// `busy_timeout` backs off to 100 ms sleeps, which would add up to 100 ms
+/// to every handover between processes; lock holds here last well under a
+/// millisecond (plus one fsync), so short retries cost little.
+pub(super) fn retry_while_busy(attempt: i32) -> bool {
+    const STEP: Duration = Duration::from_millis(1);
+    if STEP * attempt.max(0) as u32 >= BUSY_TIMEOUT {
+        return false;
+    }
+    std::thread::sleep(STEP);
+    true
+}

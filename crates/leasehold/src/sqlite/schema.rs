@@ -1,0 +1,77 @@
+//! The store file's tables: made, checked, and brought up to date.
+
+use super::*;
+
+pub(super) const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS leasehold_leases (
+    key            TEXT PRIMARY KEY NOT NULL,
+    fence          INTEGER NOT NULL,
+    lease_id       TEXT,
+    boot_id        TEXT,
+    expires_at_ns  INTEGER,
+    ttl_ms         INTEGER,
+    owner_host     TEXT,
+    owner_pid      INTEGER,
+    owner_label    TEXT,
+    data           TEXT,
+    acquired_at_ms INTEGER,
+    last_success   TEXT,
+    last_run       TEXT,
+    last_run_token INTEGER
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS leasehold_store (
+    id            INTEGER PRIMARY KEY CHECK (id = 1),
+    epoch         INTEGER NOT NULL,
+    max_ttl_ms    INTEGER NOT NULL,
+    file_dev      INTEGER NOT NULL,
+    file_ino      INTEGER NOT NULL,
+    boot_id       TEXT NOT NULL,
+    settled_at_ns INTEGER NOT NULL
+);
+";
+
+/// Whether the file has leasehold's lease table (looking needs no more).
+pub(super) fn has_lease_table(conn: &Connection) -> rusqlite::Result<bool> {
+    conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'leasehold_leases')",
+        [],
+        |r| r.get(0),
+    )
+}
+
+/// Whether the file has both tables, with the run record columns.
+pub(super) fn has_schema(conn: &Connection) -> rusqlite::Result<bool> {
+    conn.query_row(
+        "SELECT (SELECT COUNT(*) FROM sqlite_schema
+                 WHERE type = 'table' AND name IN ('leasehold_leases', 'leasehold_store')) = 2
+            AND EXISTS (SELECT 1 FROM pragma_table_info('leasehold_leases')
+                        WHERE name = 'last_run_token')",
+        [],
+        |r| r.get(0),
+    )
+}
+
+/// Adds the run-record columns to a table made before they existed (under
+/// the write lock, so two openers cannot both add them).
+pub(super) fn add_run_columns(conn: &mut Connection) -> rusqlite::Result<()> {
+    let has = |conn: &Connection| {
+        conn.query_row(
+            "SELECT COUNT(*) FROM pragma_table_info('leasehold_leases') WHERE name = 'last_run_token'",
+            [],
+            |r| r.get::<_, i64>(0),
+        )
+        .map(|n| n > 0)
+    };
+    if has(conn)? {
+        return Ok(());
+    }
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    if !has(&tx)? {
+        tx.execute_batch(
+            "ALTER TABLE leasehold_leases ADD COLUMN last_success TEXT;
+             ALTER TABLE leasehold_leases ADD COLUMN last_run TEXT;
+             ALTER TABLE leasehold_leases ADD COLUMN last_run_token INTEGER;",
+        )?;
+    }
+    tx.commit()
+}
