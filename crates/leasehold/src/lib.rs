@@ -72,7 +72,7 @@
 //! # Pieces
 //! * [`Store`]: a [`Backend`](backend::Backend) plus in-process state; opened from a URL
 //!   ([`Store::open`]) or built from a backend.
-//! * [`Lock`]: [`try_acquire`](Lock::try_acquire),
+//! * [`Lock`], whose waits are [`try_acquire`](Lock::try_acquire),
 //!   [`acquire`](Lock::acquire), [`acquire_timeout`](Lock::acquire_timeout)
 //!   and [`acquire_reporting`](Lock::acquire_reporting), the same four on
 //!   [`Semaphore`] (waiting with jitter, woken at once by

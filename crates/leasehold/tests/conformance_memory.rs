@@ -1,5 +1,8 @@
 //! The conformance suite on the in-memory backend, with store loss
-//! simulated by [`MemoryBackend::lose_data`].
+//! simulated by [`MemoryBackend::lose_data`]; and again through a
+//! [`Wrapper`](leasehold::backend::Wrapper) that changes nothing, which
+//! must forward every operation (a run record or an epoch it dropped would
+//! fail the suite).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,16 +21,22 @@ fn address(backend: &Arc<dyn Backend>) -> usize {
 }
 
 async fn store() -> Option<Store> {
+    Some(store_over(Store::new))
+}
+
+/// A store over a new memory backend (as `wrap` puts it in a store),
+/// registered for [`lose`].
+fn store_over(wrap: impl FnOnce(MemoryBackend) -> Store) -> Store {
     // A max TTL short enough for the store-loss test's quarantine, long
     // enough for the suite's longest lease.
     let backend =
         MemoryBackend::with_clock_and_max_ttl(Arc::new(SystemClock), Duration::from_secs(20));
-    let store = Store::new(backend.clone());
+    let store = wrap(backend.clone());
     BACKENDS
         .lock()
         .unwrap()
         .push((address(store.backend()), backend));
-    Some(store)
+    store
 }
 
 async fn lose(store: Store) {
@@ -42,6 +51,29 @@ async fn lose(store: Store) {
 }
 
 leasehold::conformance_tests!(store, lose = lose);
+
+mod through_a_wrapper {
+    use leasehold::backend::{Backend, Wrapper};
+    use leasehold::memory::MemoryBackend;
+    use leasehold::Store;
+
+    /// Changes nothing: every operation is the default forwarding.
+    #[derive(Debug)]
+    struct Plain(MemoryBackend);
+
+    impl Wrapper for Plain {
+        fn inner(&self) -> &dyn Backend {
+            &self.0
+        }
+    }
+
+    async fn store() -> Option<Store> {
+        Some(super::store_over(|backend| Store::new(Plain(backend))))
+    }
+
+    use super::lose;
+    leasehold::conformance_tests!(store, lose = lose);
+}
 
 /// `memory:` stores start in an epoch that needs no quarantine.
 #[tokio::test]
