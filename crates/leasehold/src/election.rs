@@ -8,12 +8,11 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::backend::{HolderInfo, Owner};
-use crate::engine::WaitReason;
+use crate::engine::{Engine, Granted};
 use crate::error::Result;
 use crate::guard::LeaseGuard;
 use crate::key::Key;
 use crate::lock::Lock;
-use crate::options::Wait;
 
 /// Leader election on one key. Made by [`Store::election`](crate::Store::election)
 /// or [`Store::election_with`](crate::Store::election_with); cheap to clone.
@@ -88,129 +87,21 @@ impl Election {
         self.lock.ttl()
     }
 
-    /// Becomes leader if nobody leads now, without waiting.
-    ///
-    /// # Errors
-    /// [`Error::Held`](crate::Error::Held) with the current leader;
-    /// [`Error::Quarantined`](crate::Error::Quarantined) while the store's
-    /// data is new; backend failures.
-    ///
-    /// # Cancel safety
-    /// Cancel safe, as [`Lock::try_acquire`].
-    ///
-    /// # Examples
-    /// ```
-    /// # use std::time::Duration;
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> leasehold::Result<()> {
-    /// # let dir = tempfile::tempdir().unwrap();
-    /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
-    /// let election = store.election("services/scheduler")?;
-    /// let leadership = election.try_campaign().await?;
-    /// assert_eq!(election.leader().await?.map(|l| l.fencing_token), Some(leadership.term()));
-    /// leadership.resign().await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn try_campaign(&self) -> Result<Leadership> {
-        let guard = self.lock.try_acquire().await?;
-        Ok(self.lead(guard))
+    crate::waits::waits! {
+        guard: Leadership,
+        noun: "leadership",
+        held: "with the current leader",
+        make: "store.election(\"services/scheduler\")?",
+        end: resign,
+        names: [try_campaign, campaign, campaign_timeout, campaign_reporting],
     }
 
-    /// Waits as long as it takes to become leader.
-    ///
-    /// # Errors
-    /// Non-retryable backend failures.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: dropping the future never leaves this candidate leading
-    /// (as [`Lock::acquire`]).
-    ///
-    /// # Examples
-    /// ```
-    /// # use std::time::Duration;
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> leasehold::Result<()> {
-    /// # let dir = tempfile::tempdir().unwrap();
-    /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
-    /// let election = store.election("services/scheduler")?;
-    /// let leadership = election.campaign().await?;
-    /// assert_eq!(election.leader().await?.map(|l| l.fencing_token), Some(leadership.term()));
-    /// leadership.resign().await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn campaign(&self) -> Result<Leadership> {
-        self.campaign_reporting(Wait::Forever, |_| {}).await
+    fn engine(&self) -> &Engine {
+        self.lock.engine()
     }
 
-    /// Waits up to `timeout` to become leader. A zero timeout is one
-    /// attempt, as [`try_campaign`](Self::try_campaign) makes, that ends in
-    /// [`Error::TimedOut`](crate::Error::TimedOut) if it does not lead.
-    ///
-    /// # Errors
-    /// [`Error::TimedOut`](crate::Error::TimedOut) when the wait runs out;
-    /// non-retryable backend failures.
-    ///
-    /// # Cancel safety
-    /// Cancel safe, as [`Lock::acquire`].
-    ///
-    /// # Examples
-    /// ```
-    /// # use std::time::Duration;
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> leasehold::Result<()> {
-    /// # let dir = tempfile::tempdir().unwrap();
-    /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
-    /// let election = store.election("services/scheduler")?;
-    /// let leadership = election.campaign_timeout(Duration::from_secs(60)).await?;
-    /// assert_eq!(election.leader().await?.map(|l| l.fencing_token), Some(leadership.term()));
-    /// leadership.resign().await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn campaign_timeout(&self, timeout: Duration) -> Result<Leadership> {
-        self.campaign_reporting(Wait::Timeout(timeout), |_| {})
-            .await
-    }
-
-    /// Waits as `wait` says to become leader ([`Wait::Forever`], as
-    /// [`campaign`](Self::campaign), or [`Wait::Timeout`], as
-    /// [`campaign_timeout`](Self::campaign_timeout)), calling `on_wait`
-    /// with the reason every time an attempt does not lead: somebody leads
-    /// ([`WaitReason::Held`] with the leader, as far as the backend tells),
-    /// or the store is in quarantine. For status lines.
-    ///
-    /// # Errors
-    /// As [`campaign_timeout`](Self::campaign_timeout).
-    ///
-    /// # Cancel safety
-    /// Cancel safe, as [`Lock::acquire`].
-    ///
-    /// # Examples
-    /// ```
-    /// use leasehold::Wait;
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> leasehold::Result<()> {
-    /// # let dir = tempfile::tempdir().unwrap();
-    /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
-    /// let election = store.election("services/scheduler")?;
-    /// let leadership = election.campaign_reporting(Wait::Forever, |_| {}).await?;
-    /// assert_eq!(election.leader().await?.map(|l| l.fencing_token), Some(leadership.term()));
-    /// leadership.resign().await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn campaign_reporting(
-        &self,
-        wait: impl Into<Wait>,
-        on_wait: impl FnMut(WaitReason<'_>),
-    ) -> Result<Leadership> {
-        let guard = self.lock.acquire_reporting(wait, on_wait).await?;
-        Ok(self.lead(guard))
-    }
-
-    fn lead(&self, guard: LeaseGuard) -> Leadership {
+    fn grant(&self, granted: Granted) -> Leadership {
+        let guard = granted.guard;
         tracing::info!(key = %self.key(), term = guard.fencing_token(), "became leader");
         Leadership { guard }
     }

@@ -139,6 +139,7 @@ mod semaphore;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 mod store;
+mod waits;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;

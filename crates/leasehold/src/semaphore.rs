@@ -6,12 +6,12 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::backend::KeyInfo;
-use crate::engine::{Engine, Granted, WaitReason};
+use crate::engine::{Engine, Granted};
 use crate::error::{Error, Result};
 use crate::guard::LeaseGuard;
 use crate::key::{Key, MAX_KEY_LEN};
 use crate::metric::Kind;
-use crate::options::{ResolvedOptions, Wait};
+use crate::options::ResolvedOptions;
 use crate::store::Store;
 
 /// The largest semaphore limit.
@@ -189,139 +189,20 @@ impl Semaphore {
         Ok(slots)
     }
 
-    /// One pass over the slots, without waiting.
-    ///
-    /// # Errors
-    /// [`Error::Held`] (with the semaphore's key and one of the holders, if
-    /// the backend described one; slots held in this process are not asked
-    /// for) when every slot is held; [`Error::Quarantined`] while the
-    /// store's data is new; a backend failure if some slot could not be
-    /// tried and none was granted.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: a slot granted to a request in flight when the future is
-    /// dropped is released in the background.
-    ///
-    /// # Examples
-    /// ```
-    /// # use std::time::Duration;
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> leasehold::Result<()> {
-    /// # let dir = tempfile::tempdir().unwrap();
-    /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
-    /// let uploads = store.semaphore("uploads", 2)?;
-    /// let first = uploads.try_acquire().await?;
-    /// let second = uploads.try_acquire().await?;
-    /// assert_ne!(first.slot(), second.slot());
-    /// first.release().await?;
-    /// second.release().await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn try_acquire(&self) -> Result<SemaphorePermit> {
-        Ok(self.permit(self.engine.try_acquire().await?))
+    crate::waits::waits! {
+        guard: SemaphorePermit,
+        noun: "a permit",
+        held: "when every slot is held (with the semaphore's key and one of the holders, if the backend described one; slots held in this process are not asked for)",
+        make: "store.semaphore(\"uploads\", 1)?",
+        end: release,
+        names: [try_acquire, acquire, acquire_timeout, acquire_reporting],
     }
 
-    /// Takes a permit, waiting as long as it takes for one to come free.
-    ///
-    /// # Errors
-    /// Non-retryable backend failures (retryable ones are retried).
-    ///
-    /// # Cancel safety
-    /// Cancel safe: dropping the future never leaves a permit behind, and
-    /// gives up this task's place in the local queue.
-    ///
-    /// # Examples
-    /// ```
-    /// # use std::time::Duration;
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> leasehold::Result<()> {
-    /// # let dir = tempfile::tempdir().unwrap();
-    /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
-    /// let uploads = store.semaphore("uploads", 2)?;
-    /// let first = uploads.acquire().await?;
-    /// let second = uploads.acquire().await?;
-    /// assert_ne!(first.slot(), second.slot());
-    /// first.release().await?;
-    /// second.release().await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn acquire(&self) -> Result<SemaphorePermit> {
-        self.acquire_reporting(Wait::Forever, |_| {}).await
+    fn engine(&self) -> &Engine {
+        &self.engine
     }
 
-    /// Takes a permit, waiting up to `timeout` for one to come free. A zero
-    /// timeout is one pass, as [`try_acquire`](Self::try_acquire) makes,
-    /// that ends in [`Error::TimedOut`] if it gets no permit.
-    ///
-    /// # Errors
-    /// [`Error::TimedOut`] when the wait runs out; non-retryable backend
-    /// failures (retryable ones are retried while the wait lasts).
-    ///
-    /// # Cancel safety
-    /// As [`acquire`](Self::acquire).
-    ///
-    /// # Examples
-    /// ```
-    /// # use std::time::Duration;
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> leasehold::Result<()> {
-    /// # let dir = tempfile::tempdir().unwrap();
-    /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
-    /// let uploads = store.semaphore("uploads", 2)?;
-    /// let first = uploads.acquire_timeout(Duration::from_secs(60)).await?;
-    /// let second = uploads.acquire_timeout(Duration::from_secs(60)).await?;
-    /// assert_ne!(first.slot(), second.slot());
-    /// first.release().await?;
-    /// second.release().await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn acquire_timeout(&self, timeout: Duration) -> Result<SemaphorePermit> {
-        self.acquire_reporting(Wait::Timeout(timeout), |_| {}).await
-    }
-
-    /// Takes a permit, waiting as `wait` says ([`Wait::Forever`], as
-    /// [`acquire`](Self::acquire), or [`Wait::Timeout`], as
-    /// [`acquire_timeout`](Self::acquire_timeout)), and calls `on_wait`
-    /// with the reason every time a pass gets no permit: every slot is held
-    /// ([`WaitReason::Held`] with the holders the backend described; slots
-    /// held in this process are not asked for, so their holders are not in
-    /// the list), or the store is in quarantine. For status lines.
-    ///
-    /// # Errors
-    /// As [`acquire_timeout`](Self::acquire_timeout).
-    ///
-    /// # Cancel safety
-    /// As [`acquire`](Self::acquire).
-    ///
-    /// # Examples
-    /// ```
-    /// use leasehold::Wait;
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> leasehold::Result<()> {
-    /// # let dir = tempfile::tempdir().unwrap();
-    /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
-    /// let uploads = store.semaphore("uploads", 2)?;
-    /// let first = uploads.acquire_reporting(Wait::Forever, |_| {}).await?;
-    /// let second = uploads.acquire_reporting(Wait::Forever, |_| {}).await?;
-    /// assert_ne!(first.slot(), second.slot());
-    /// first.release().await?;
-    /// second.release().await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn acquire_reporting(
-        &self,
-        wait: impl Into<Wait>,
-        mut on_wait: impl FnMut(WaitReason<'_>),
-    ) -> Result<SemaphorePermit> {
-        let granted = self.engine.acquire(wait.into(), &mut on_wait).await?;
-        Ok(self.permit(granted))
-    }
-
-    fn permit(&self, granted: Granted) -> SemaphorePermit {
+    fn grant(&self, granted: Granted) -> SemaphorePermit {
         tracing::debug!(key = %self.key(), slot = granted.slot, token = granted.guard.fencing_token(), "permit acquired");
         SemaphorePermit {
             semaphore: self.key().clone(),
@@ -531,7 +412,7 @@ mod tests {
             tokio::spawn(async move {
                 sem.acquire_reporting(Duration::from_secs(20), |reason| {
                     // The only slot is held here, so not even asked for.
-                    assert!(matches!(reason, WaitReason::Held([])));
+                    assert!(matches!(reason, crate::WaitReason::Held([])));
                     if let Some(tx) = full_tx.take() {
                         let _ = tx.send(());
                     }
