@@ -226,12 +226,7 @@ pub async fn bad_input_rejected(store: Store) {
 /// Releasing with a lease id that does not hold the key changes nothing.
 pub async fn release_by_non_holder_is_refused(store: Store) {
     let key = unique_key("foreign-release");
-    let guard = store
-        .lock_with(&key, opts(&store))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let guard = take(&store, &key, opts(&store)).await;
     let forged = Lease {
         key: Key::new(&key).unwrap(),
         lease_id: LeaseId::random(),
@@ -286,25 +281,10 @@ pub async fn retry_with_same_lease_id_is_idempotent(store: Store) {
 /// List returns the keys under a prefix, held or not, in order.
 pub async fn list_under_prefix(store: Store) {
     let base = unique_key("list");
-    let held = store
-        .lock_with(&format!("{base}/b"), opts(&store))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
-    let g = store
-        .lock_with(&format!("{base}/a"), opts(&store))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let held = take(&store, &format!("{base}/b"), opts(&store)).await;
+    let g = take(&store, &format!("{base}/a"), opts(&store)).await;
     g.release().await.unwrap();
-    let other = store
-        .lock_with(&format!("{base}-x"), opts(&store))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let other = take(&store, &format!("{base}-x"), opts(&store)).await;
     let listed = store.list(&format!("{base}/")).await.unwrap();
     let keys: Vec<_> = listed.iter().map(|i| i.key.as_str().to_string()).collect();
     assert_eq!(keys, vec![format!("{base}/a"), format!("{base}/b")]);
@@ -330,12 +310,7 @@ pub async fn holder_data_visible_everywhere(store: Store) {
     let with = |l: &str, d: &str| opts(&store).owner_label(l).data(d);
 
     let lock_key = format!("{base}/lock");
-    let guard = store
-        .lock_with(&lock_key, with(&label, &data))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let guard = take(&store, &lock_key, with(&label, &data)).await;
     let holder = store
         .inspect(&lock_key)
         .await
@@ -486,12 +461,7 @@ pub async fn first_grant_is_one_attempt_after_an_epoch_read_at_open(store: Store
     });
     let process = Store::with_clock(counted.clone(), store.clock().clone());
     let key = unique_key("first-grant");
-    let guard = process
-        .lock_with(&key, opts(&store))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let guard = take(&process, &key, opts(&store)).await;
     guard.release().await.unwrap();
     assert_eq!(counted.attempts.load(Ordering::SeqCst), 1);
 }

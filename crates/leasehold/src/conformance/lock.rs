@@ -2,6 +2,7 @@
 //! guard, and cancel safety of a dropped acquisition.
 
 use super::*;
+use crate::backend::Wrapper;
 
 /// Many tasks in several "processes" take turns; never two at once, and the
 /// tokens grow in the order the critical sections ran.
@@ -66,18 +67,8 @@ pub async fn concurrent_try_acquire_has_one_winner(store: Store) {
 pub async fn independent_keys(store: Store) {
     let k1 = unique_key("independent");
     let k2 = format!("{k1}-other");
-    let g1 = store
-        .lock_with(&k1, opts(&store))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
-    let g2 = store
-        .lock_with(&k2, opts(&store))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let g1 = take(&store, &k1, opts(&store)).await;
+    let g2 = take(&store, &k2, opts(&store)).await;
     assert!(!g1.is_lost() && !g2.is_lost());
     g1.release().await.unwrap();
     g2.release().await.unwrap();
@@ -116,12 +107,7 @@ pub async fn dropped_acquire_leaves_no_lease(store: Store) {
         .min(Duration::from_secs(60));
     let long_opts = || opts(&store).ttl(long);
     // Dropped while waiting on a held key.
-    let holder = store
-        .lock_with(&key, long_opts())
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let holder = take(&store, &key, long_opts()).await;
     let waiter = other_process(&store).lock_with(&key, long_opts()).unwrap();
     assert!(
         tokio::time::timeout(Duration::from_millis(200), waiter.acquire())
@@ -160,12 +146,9 @@ struct LandsLate {
 }
 
 #[async_trait::async_trait]
-impl Backend for LandsLate {
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-    fn capabilities(&self) -> crate::backend::Capabilities {
-        self.inner.capabilities()
+impl Wrapper for LandsLate {
+    fn inner(&self) -> &dyn Backend {
+        self.inner.as_ref()
     }
     async fn try_acquire(&self, request: &AcquireRequest) -> crate::Result<AcquireOutcome> {
         if request.epoch.is_none() || !self.armed.swap(false, Ordering::SeqCst) {
@@ -192,21 +175,6 @@ impl Backend for LandsLate {
             true,
             "no answer in time (the request may still land)",
         ))
-    }
-    async fn renew(&self, lease: &Lease) -> crate::Result<()> {
-        self.inner.renew(lease).await
-    }
-    async fn release(&self, lease: &Lease) -> crate::Result<()> {
-        self.inner.release(lease).await
-    }
-    async fn inspect(&self, key: &Key) -> crate::Result<crate::backend::KeyInfo> {
-        self.inner.inspect(key).await
-    }
-    async fn break_lease(&self, key: &Key) -> crate::Result<Option<crate::backend::HolderInfo>> {
-        self.inner.break_lease(key).await
-    }
-    async fn list(&self, prefix: &str) -> crate::Result<Vec<crate::backend::KeyInfo>> {
-        self.inner.list(prefix).await
     }
 }
 

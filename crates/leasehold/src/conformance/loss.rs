@@ -15,12 +15,7 @@ where
 {
     let key = unique_key("store-loss");
     let ttl = test_ttl(&store);
-    let holder = store
-        .lock_with(&key, opts(&store).renew_interval(ttl / 5))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let holder = take(&store, &key, opts(&store).renew_interval(ttl / 5)).await;
     let first = holder.fencing_token();
     let waiter = other_process(&store).lock_with(&key, opts(&store)).unwrap();
     assert_held(waiter.try_acquire().await);
@@ -67,12 +62,7 @@ where
     Fut: std::future::Future<Output = ()>,
 {
     let key = unique_key("run-store-loss");
-    let g = store
-        .lock_with(&key, opts(&store))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let g = take(&store, &key, opts(&store)).await;
     g.release_with(RunReport::succeeded(started_now()))
         .await
         .unwrap();

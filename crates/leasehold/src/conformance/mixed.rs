@@ -21,16 +21,11 @@ use crate::clock::{Clock, ManualClock, SystemClock};
 /// (one machine's), which the test moves on by each quarantine the
 /// re-creator reports instead of waiting it out, so the test takes
 /// seconds whatever the store's quarantine.
-pub async fn store_loss_quarantine_outlasts_every_holder<L, LF, O, OF>(
+pub async fn store_loss_quarantine_outlasts_every_holder(
     holder: Arc<dyn Backend>,
-    lose: L,
-    open_default: O,
-) where
-    L: FnOnce() -> LF,
-    LF: std::future::Future<Output = ()>,
-    O: FnOnce() -> OF,
-    OF: std::future::Future<Output = Arc<dyn Backend>>,
-{
+    lose: impl AsyncFnOnce(),
+    open_default: impl AsyncFnOnce() -> Arc<dyn Backend>,
+) {
     let after = recreate_under_a_holder(holder, lose, open_default).await;
     // Checked the moment the second grant was in hand.
     assert!(
@@ -56,16 +51,11 @@ pub async fn store_loss_quarantine_outlasts_every_holder<L, LF, O, OF>(
 /// the holder of the lost data. A store whose epoch is its creation time in
 /// whole seconds gives the re-created store the same epoch, and the same
 /// tokens again.
-pub async fn store_recreated_at_once_issues_greater_tokens<L, LF, O, OF>(
+pub async fn store_recreated_at_once_issues_greater_tokens(
     holder: Arc<dyn Backend>,
-    lose: L,
-    open_default: O,
-) where
-    L: FnOnce() -> LF,
-    LF: std::future::Future<Output = ()>,
-    O: FnOnce() -> OF,
-    OF: std::future::Future<Output = Arc<dyn Backend>>,
-{
+    lose: impl AsyncFnOnce(),
+    open_default: impl AsyncFnOnce() -> Arc<dyn Backend>,
+) {
     let after = recreate_under_a_holder(holder, lose, open_default).await;
     assert!(
         after.guard.fencing_token() > after.holder.fencing_token(),
@@ -99,17 +89,11 @@ impl Recreated {
 /// A holder of the longest lease `holder`'s store allows; the data lost;
 /// the key asked for in the store `open_default` re-creates, until
 /// granted, the shared manual clock moved on by each quarantine.
-async fn recreate_under_a_holder<L, LF, O, OF>(
+async fn recreate_under_a_holder(
     holder: Arc<dyn Backend>,
-    lose: L,
-    open_default: O,
-) -> Recreated
-where
-    L: FnOnce() -> LF,
-    LF: std::future::Future<Output = ()>,
-    O: FnOnce() -> OF,
-    OF: std::future::Future<Output = Arc<dyn Backend>>,
-{
+    lose: impl AsyncFnOnce(),
+    open_default: impl AsyncFnOnce() -> Arc<dyn Backend>,
+) -> Recreated {
     let clock = Arc::new(ManualClock::new(SystemClock.now()));
     let first = on_clock(holder, &clock);
     let holder_ttl = first.backend().capabilities().max_ttl;

@@ -218,6 +218,17 @@ fn opts(store: &Store) -> LockOptions {
         .poll_interval(Duration::from_millis(20), Duration::from_millis(50))
 }
 
+/// Takes `key` in `store` with `options`, with one attempt that must be
+/// granted.
+async fn take(store: &Store, key: &str, options: LockOptions) -> crate::LeaseGuard {
+    store
+        .lock_with(key, options)
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap()
+}
+
 /// A store over the same backend that shares no in-process state with
 /// `store`: it behaves like another process.
 fn other_process(store: &Store) -> Store {

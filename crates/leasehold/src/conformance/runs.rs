@@ -49,12 +49,7 @@ pub async fn run_success_recorded_and_read_elsewhere(store: Store) {
         .is_none());
 
     let before = started_now();
-    let guard = store
-        .lock_with(&key, opts(&store).owner_label("runner-a"))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let guard = take(&store, &key, opts(&store).owner_label("runner-a")).await;
     let token = guard.fencing_token();
     guard
         .release_with(RunReport::succeeded(before).exit_code(Some(0)))
@@ -94,12 +89,7 @@ pub async fn run_success_recorded_and_read_elsewhere(store: Store) {
 pub async fn runs_survive_release_expiry_and_break(store: Store) {
     let key = unique_key("run-survives");
     let before = started_now();
-    let guard = store
-        .lock_with(&key, opts(&store).owner_label("runner-a"))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let guard = take(&store, &key, opts(&store).owner_label("runner-a")).await;
     let token = guard.fencing_token();
     guard
         .release_with(RunReport::succeeded(before))
@@ -120,23 +110,11 @@ pub async fn runs_survive_release_expiry_and_break(store: Store) {
 
     // A plain release by a later holder.
     let b = other_process(&store);
-    b.lock_with(&key, opts(&b))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    take(&b, &key, opts(&b)).await.release().await.unwrap();
     check(store.inspect(&key).await.unwrap(), "a later release");
 
     // A break of a later holder.
-    let held = b
-        .lock_with(&key, opts(&b))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let held = take(&b, &key, opts(&b)).await;
     store.break_lease(&key).await.unwrap();
     check(store.inspect(&key).await.unwrap(), "a break");
     drop(held);
@@ -197,12 +175,7 @@ pub async fn failed_run_is_not_a_success(store: Store) {
 
     // A key that never succeeded has a last run and no success.
     let key2 = unique_key("run-failed-only");
-    let g = store
-        .lock_with(&key2, opts(&store))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let g = take(&store, &key2, opts(&store)).await;
     g.release_with(RunReport::failed(started_now()))
         .await
         .unwrap();
@@ -222,21 +195,11 @@ pub async fn failed_run_is_not_a_success(store: Store) {
 /// earlier run's.
 pub async fn lost_run_records_no_success(store: Store) {
     let key = unique_key("run-lost");
-    let a = store
-        .lock_with(&key, opts(&store).owner_label("runner-a"))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let a = take(&store, &key, opts(&store).owner_label("runner-a")).await;
     store.break_lease(&key).await.unwrap();
     let b_store = other_process(&store);
     let before = started_now();
-    let b = b_store
-        .lock_with(&key, opts(&b_store).owner_label("runner-b"))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let b = take(&b_store, &key, opts(&b_store).owner_label("runner-b")).await;
     let b_token = b.fencing_token();
     b.release_with(RunReport::succeeded(before)).await.unwrap();
     let after = started_now();
@@ -263,12 +226,7 @@ pub async fn lost_run_records_no_success(store: Store) {
     // Lost with nobody after it: never a success; if the store kept the
     // attempt, it says the lease was lost.
     let key2 = unique_key("run-lost-alone");
-    let a = store
-        .lock_with(&key2, opts(&store).owner_label("runner-a"))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let a = take(&store, &key2, opts(&store).owner_label("runner-a")).await;
     let a_token = a.fencing_token();
     store.break_lease(&key2).await.unwrap();
     let err = a
