@@ -16,18 +16,10 @@ use common::*;
 fn container_deleted_under_a_running_command() {
     let Some(env) = Env::on("azblob") else { return };
     // The container is new: the first holder waits out its quarantine.
-    let mut first = env.spawn(&[
-        "run",
-        "lost/k",
-        "--wait",
-        "60s",
-        "--ttl",
-        "15s",
-        "--",
-        "sh",
-        "-c",
+    let mut first = env.spawn(&sh(
+        "run lost/k --wait 60s --ttl 15s",
         "echo $LEASEHOLD_FENCING_TOKEN; sleep 300 & echo $!; echo $$; wait",
-    ]);
+    ));
     let mut out = stdout_reader(&mut first);
     let first_token: u64 = read_line(&mut out).parse().expect("the first token");
     let pids: Vec<i32> = (0..2)

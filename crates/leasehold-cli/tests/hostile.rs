@@ -146,14 +146,7 @@ fn the_default_store_is_not_created_by_looking_and_its_directory_is_private() {
     assert_eq!(default(&["list"]), (Some(0), String::new()));
     assert!(!state.exists(), "looking created the state directory");
 
-    let (code, token) = default(&[
-        "run",
-        "k",
-        "--",
-        "sh",
-        "-c",
-        "echo $LEASEHOLD_FENCING_TOKEN",
-    ]);
+    let (code, token) = default(&sh("run k", "echo $LEASEHOLD_FENCING_TOKEN"));
     assert_eq!(code, Some(0));
     let dir = state.join("leasehold");
     let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
@@ -363,16 +356,7 @@ fn sqlite_paths_that_cannot_be_a_store_file_say_why() {
 #[test]
 fn break_on_a_semaphore_key_names_its_held_slots() {
     let env = Env::new();
-    let mut permit = env.spawn(&[
-        "run",
-        "pool",
-        "--limit",
-        "2",
-        "--",
-        "sh",
-        "-c",
-        "echo in; exec sleep 300",
-    ]);
+    let mut permit = env.spawn(&sh("run pool --limit 2", "echo in; exec sleep 300"));
     let mut out = stdout_reader(&mut permit);
     assert_eq!(read_line(&mut out), "in");
     let broke = env.output(&["break", "pool"]);

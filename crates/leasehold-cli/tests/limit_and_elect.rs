@@ -51,16 +51,7 @@ rmdir "$D/slot-$LEASEHOLD_SLOT""#;
 #[test]
 fn run_with_a_full_semaphore_exits_75() {
     let env = Env::new();
-    let mut holder = env.spawn(&[
-        "run",
-        "--limit",
-        "1",
-        "sem",
-        "--",
-        "sh",
-        "-c",
-        "echo in; exec sleep 1000",
-    ]);
+    let mut holder = env.spawn(&sh("run --limit 1 sem", "echo in; exec sleep 1000"));
     let mut out = stdout_reader(&mut holder);
     assert_eq!(read_line(&mut out), "in");
     let full = env.output(&["run", "--limit", "1", "sem", "--", "true"]);
@@ -137,18 +128,10 @@ fn elect_moves_leadership_within_a_ttl_and_a_poll_after_kill_9() {
 #[test]
 fn elect_campaigns_again_after_the_command_exits_until_interrupted() {
     let env = Env::new();
-    let mut e = env.spawn(&[
-        "elect",
-        "--ttl",
-        "1s",
-        "--grace",
-        "100ms",
-        "cron",
-        "--",
-        "sh",
-        "-c",
+    let mut e = env.spawn(&sh(
+        "elect --ttl 1s --grace 100ms cron",
         "echo $LEASEHOLD_FENCING_TOKEN",
-    ]);
+    ));
     let mut out: BufReader<_> = stdout_reader(&mut e);
     let terms: Vec<u64> = (0..3)
         .map(|_| read_line(&mut out).parse().unwrap())

@@ -343,16 +343,10 @@ on_every_store!(
 #[test]
 fn an_interrupted_run_records_no_success() {
     let env = Env::new();
-    let mut child = env.spawn(&[
-        "run",
-        "job",
-        "--once-per",
-        "1h",
-        "--",
-        "sh",
-        "-c",
+    let mut child = env.spawn(&sh(
+        "run job --once-per 1h",
         "trap 'exit 0' TERM; echo started; while :; do sleep 0.1; done",
-    ]);
+    ));
     let mut out = stdout_reader(&mut child);
     assert_eq!(read_line(&mut out), "started");
     kill(child.id(), libc::SIGTERM);
@@ -412,16 +406,7 @@ async fn a_success_from_a_clock_ahead_counts_as_just_now() {
     );
     backend.record_run(&lease, &run).await.unwrap();
     backend.release(&lease).await.unwrap();
-    let out = env.output(&[
-        "run",
-        "job",
-        "--once-per",
-        "1h",
-        "--",
-        "sh",
-        "-c",
-        "echo ran",
-    ]);
+    let out = env.output(&sh("run job --once-per 1h", "echo ran"));
     assert_eq!(out.code, Some(0), "{out:?}");
     assert_eq!(out.stdout, "", "skipped");
     assert!(
@@ -435,68 +420,12 @@ async fn a_success_from_a_clock_ahead_counts_as_just_now() {
 fn once_per_usage_errors_exit_2_before_anything_runs() {
     let env = Env::new();
     for args in [
-        &[
-            "run",
-            "job",
-            "--once-per",
-            "0",
-            "--",
-            "sh",
-            "-c",
-            "echo ran",
-        ][..],
-        &[
-            "run",
-            "job",
-            "--once-per",
-            "0ms",
-            "--",
-            "sh",
-            "-c",
-            "echo ran",
-        ],
-        &[
-            "run",
-            "job",
-            "--once-per",
-            "-5m",
-            "--",
-            "sh",
-            "-c",
-            "echo ran",
-        ],
-        &[
-            "run",
-            "job",
-            "--once-per",
-            "nightly",
-            "--",
-            "sh",
-            "-c",
-            "echo ran",
-        ],
-        &[
-            "run",
-            "job",
-            "--once-per",
-            "1h",
-            "--limit",
-            "2",
-            "--",
-            "sh",
-            "-c",
-            "echo ran",
-        ],
-        &[
-            "elect",
-            "job",
-            "--once-per",
-            "1h",
-            "--",
-            "sh",
-            "-c",
-            "echo ran",
-        ],
+        &sh("run job --once-per 0", "echo ran")[..],
+        &sh("run job --once-per 0ms", "echo ran"),
+        &sh("run job --once-per -5m", "echo ran"),
+        &sh("run job --once-per nightly", "echo ran"),
+        &sh("run job --once-per 1h --limit 2", "echo ran"),
+        &sh("elect job --once-per 1h", "echo ran"),
     ] {
         let out = env.output(args);
         assert_eq!(out.code, Some(2), "{args:?}: {out:?}");
@@ -509,18 +438,10 @@ fn once_per_usage_errors_exit_2_before_anything_runs() {
 #[test]
 fn a_killed_leasehold_records_nothing_and_the_next_attempt_runs() {
     let env = Env::new();
-    let mut child = env.spawn(&[
-        "run",
-        "job",
-        "--once-per",
-        "1h",
-        "--ttl",
-        "2s",
-        "--",
-        "sh",
-        "-c",
+    let mut child = env.spawn(&sh(
+        "run job --once-per 1h --ttl 2s",
         "echo started; exec sleep 600",
-    ]);
+    ));
     let mut out = stdout_reader(&mut child);
     assert_eq!(read_line(&mut out), "started");
     kill(child.id(), libc::SIGKILL);
@@ -530,18 +451,7 @@ fn a_killed_leasehold_records_nothing_and_the_next_attempt_runs() {
         s["last_success"].is_null() && s["last_run"].is_null(),
         "{s}"
     );
-    let next = env.output(&[
-        "run",
-        "job",
-        "--once-per",
-        "1h",
-        "--wait",
-        "30s",
-        "--",
-        "sh",
-        "-c",
-        "echo again",
-    ]);
+    let next = env.output(&sh("run job --once-per 1h --wait 30s", "echo again"));
     assert_eq!(next.code, Some(0), "{next:?}");
     assert_eq!(next.stdout, "again\n");
     assert_eq!(status(&env, "job")["last_success"]["outcome"], "succeeded");

@@ -155,18 +155,10 @@ on_every_store!(
 #[test]
 fn elect_stops_the_tree_before_campaigning_again() {
     let env = Env::new();
-    let mut leader = env.spawn(&[
-        "elect",
-        "tree/elect",
-        "--ttl",
-        "2s",
-        "--grace",
-        "500ms",
-        "--",
-        "sh",
-        "-c",
+    let mut leader = env.spawn(&sh(
+        "elect tree/elect --ttl 2s --grace 500ms",
         "sleep 300 & echo $!; wait",
-    ]);
+    ));
     let mut out = stdout_reader(&mut leader);
     let first: i32 = read_line(&mut out).parse().unwrap();
     assert_eq!(env.output(&["break", "tree/elect"]).code, Some(0));
@@ -187,16 +179,10 @@ fn elect_stops_the_tree_before_campaigning_again() {
 fn a_command_that_exits_leaves_nothing_running() {
     let env = Env::new();
     // The shell exits at once, leaving a background job behind.
-    let mut holder = env.spawn(&[
-        "run",
-        "tree/leftover",
-        "--grace",
-        "500ms",
-        "--",
-        "sh",
-        "-c",
+    let mut holder = env.spawn(&sh(
+        "run tree/leftover --grace 500ms",
         "sleep 300 & echo $!",
-    ]);
+    ));
     let mut out = stdout_reader(&mut holder);
     let pid: i32 = read_line(&mut out).parse().unwrap();
     let code = wait_with_timeout(&mut holder, Duration::from_secs(10));
@@ -464,18 +450,10 @@ fn a_waiting_run_killed_with_kill_9_leaves_nothing_behind() {
 fn a_run_whose_waiting_watchdog_died_starts_another() {
     let env = Env::new();
     let mut holder = hold(&env, "tree/spare");
-    let mut waiter = env.spawn(&[
-        "run",
-        "tree/spare",
-        "--wait",
-        "60s",
-        "--grace",
-        "500ms",
-        "--",
-        "sh",
-        "-c",
+    let mut waiter = env.spawn(&sh(
+        "run tree/spare --wait 60s --grace 500ms",
         "sleep 300 & echo $PPID $!",
-    ]);
+    ));
     let spare = child_of(waiter.id());
     // SAFETY: kill has no memory-safety preconditions.
     assert_eq!(unsafe { libc::kill(spare, libc::SIGKILL) }, 0);

@@ -67,16 +67,7 @@ async fn a_waiter_runs_once_the_holder_releases() {
     let env = Env::new();
     let store = env.store();
     let guard = store.lock("k").unwrap().try_acquire().await.unwrap();
-    let mut waiter = env.spawn(&[
-        "run",
-        "--wait",
-        "30s",
-        "k",
-        "--",
-        "sh",
-        "-c",
-        "echo $LEASEHOLD_FENCING_TOKEN",
-    ]);
+    let mut waiter = env.spawn(&sh("run --wait 30s k", "echo $LEASEHOLD_FENCING_TOKEN"));
     let mut stderr = std::io::BufReader::new(waiter.stderr.take().unwrap());
     let line = tokio::task::spawn_blocking(move || read_line(&mut stderr))
         .await
@@ -101,18 +92,10 @@ fn many_processes_take_turns_with_growing_tokens() {
 #[test]
 fn a_killed_holder_is_recovered_within_the_ttl_and_its_command_dies() {
     let env = Env::new();
-    let mut holder = env.spawn(&[
-        "run",
-        "--ttl",
-        "1s",
-        "--grace",
-        "100ms",
-        "k",
-        "--",
-        "sh",
-        "-c",
+    let mut holder = env.spawn(&sh(
+        "run --ttl 1s --grace 100ms k",
         "echo $$; exec sleep 1000",
-    ]);
+    ));
     let child_pid: i32 = read_line(&mut stdout_reader(&mut holder)).parse().unwrap();
     kill(holder.id(), libc::SIGKILL);
     holder.wait().unwrap();

@@ -168,6 +168,14 @@ pub struct Output {
 }
 
 /// Reads one line (blocking until the process writes it or closes).
+/// The arguments of `leasehold ARGS -- sh -c SCRIPT`: `args` split at white
+/// space (so no argument of it may hold a space), then the script.
+pub fn sh<'a>(args: &'a str, script: &'a str) -> Vec<&'a str> {
+    let mut all: Vec<&str> = args.split_whitespace().collect();
+    all.extend(["--", "sh", "-c", script]);
+    all
+}
+
 pub fn read_line(from: &mut BufReader<impl Read>) -> String {
     let mut line = String::new();
     from.read_line(&mut line).unwrap();
