@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use leasehold::conformance::take;
 use leasehold::{
     backend::{AcquireOutcome, AcquireRequest, Backend, Lease, Wrapper},
     Error, Key, LockOptions, LossPolicy, LossReason, Result, Store, Wait,
@@ -169,12 +170,7 @@ async fn local_waiters_on_one_key_poll_the_backend_as_one() {
     let (backend, store) = faulty();
     let poll = Duration::from_millis(50);
     let opts = LockOptions::new().poll_interval(poll, poll);
-    let holder = store
-        .lock_with("k", opts.clone())
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let holder = take(&store, "k", opts.clone()).await;
     let waiters: Vec<_> = (0..8)
         .map(|_| {
             let lock = store.lock_with("k", opts.clone()).unwrap();
@@ -229,12 +225,7 @@ async fn a_partitioned_holder_is_lost_before_anyone_else_can_acquire() {
     let opts = LockOptions::new()
         .ttl(ttl)
         .poll_interval(Duration::from_millis(10), Duration::from_millis(20));
-    let guard = store
-        .lock_with("k", opts.clone())
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let guard = take(&store, "k", opts.clone()).await;
     backend.partitioned.store(true, Ordering::SeqCst);
     // Another "process" waits for the key; the memory backend hands it over
     // once the holder's TTL has run out.
@@ -269,12 +260,7 @@ async fn transient_renewal_errors_are_retried_until_one_succeeds() {
         .ttl(ttl)
         .renew_interval(Duration::from_millis(200));
     backend.transient_failures.store(3, Ordering::SeqCst);
-    let guard = store
-        .lock_with("k", opts)
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let guard = take(&store, "k", opts).await;
     // Three failures, then the retry that succeeds, then one more renewal.
     while backend.renewals.load(Ordering::SeqCst) < 5 {
         tokio::select! {
@@ -293,12 +279,7 @@ async fn a_lease_lost_while_held_is_reported_by_release() {
     let opts = LockOptions::new()
         .ttl(Duration::from_millis(500))
         .renew_interval(Duration::from_millis(50));
-    let guard = store
-        .lock_with("k", opts)
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let guard = take(&store, "k", opts).await;
     store.break_lease("k").await.unwrap();
     let reason = guard.lost().await;
     assert!(matches!(reason, LossReason::Revoked(_)), "{reason:?}");
@@ -320,12 +301,7 @@ fn abort_policy_aborts_the_process_on_loss() {
                 .ttl(Duration::from_millis(500))
                 .renew_interval(Duration::from_millis(50))
                 .loss_policy(LossPolicy::Abort);
-            let guard = store
-                .lock_with("k", opts)
-                .unwrap()
-                .try_acquire()
-                .await
-                .unwrap();
+            let guard = take(&store, "k", opts).await;
             store.break_lease("k").await.unwrap();
             guard.lost().await;
         });
@@ -541,12 +517,7 @@ async fn loss_is_final_even_if_a_renewal_is_answered_after_the_deadline() {
         100,
     )));
     let store = Store::with_clock(backend.clone(), clock.clone());
-    let guard = store
-        .lock_with("k", LockOptions::new().ttl(Duration::from_secs(10)))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let guard = take(&store, "k", LockOptions::new().ttl(Duration::from_secs(10))).await;
     // Deadline: 100 s + 10 s − 1 s. The renewal due at 103.3 s is sent and
     // held in flight.
     backend.hold_renewals.store(true, Ordering::SeqCst);
@@ -985,12 +956,7 @@ const PROMPTLY: Duration = Duration::from_secs(3);
 async fn a_suspend_before_the_first_renewal_is_noticed_on_resume() {
     let (backend, clock, store) = faulty_on_a_manual_clock();
     let opts = LockOptions::new().ttl(Duration::from_secs(60));
-    let guard = store
-        .lock_with("k", opts)
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let guard = take(&store, "k", opts).await;
     assert!(!guard.is_lost());
     // Deadline: 100 s + 60 s − 6 s; the first renewal is due at 120 s.
     clock.advance(Duration::from_secs(120));
@@ -1009,12 +975,7 @@ async fn a_suspend_before_the_first_renewal_is_noticed_on_resume() {
 async fn a_suspend_between_renewals_is_noticed_on_resume() {
     let (backend, clock, store) = faulty_on_a_manual_clock();
     let opts = LockOptions::new().ttl(Duration::from_secs(60));
-    let guard = store
-        .lock_with("k", opts)
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let guard = take(&store, "k", opts).await;
     let mut deadlines = guard.deadline_watch();
     // Past the first renewal (due at 120 s), well before the deadline.
     clock.advance(Duration::from_secs(21));
@@ -1041,12 +1002,7 @@ async fn a_suspend_between_renewals_is_noticed_on_resume() {
 async fn a_suspend_during_a_renewal_is_noticed_on_resume() {
     let (backend, clock, store) = faulty_on_a_manual_clock();
     let opts = LockOptions::new().ttl(Duration::from_secs(60));
-    let guard = store
-        .lock_with("k", opts)
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let guard = take(&store, "k", opts).await;
     backend.hold_renewals.store(true, Ordering::SeqCst);
     let sent = backend.renewal_sent.notified();
     clock.advance(Duration::from_secs(21));
@@ -1072,12 +1028,7 @@ async fn a_suspend_is_noticed_with_leases_on_other_clocks_queued() {
     let opts = LockOptions::new().ttl(Duration::from_secs(60));
     let steady = system.lock_with("k", opts.clone()).unwrap();
     let steady = steady.try_acquire().await.unwrap();
-    let guard = store
-        .lock_with("k", opts)
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let guard = take(&store, "k", opts).await;
     clock.advance(Duration::from_secs(120));
     tokio::time::timeout(PROMPTLY, guard.lost())
         .await
@@ -1098,19 +1049,9 @@ async fn a_grant_whose_ttl_had_partly_run_shortens_the_holders_deadline() {
     tokio::time::advance(Duration::from_secs(60)).await;
     let ttl = Duration::from_secs(10);
     let opts = LockOptions::new().ttl(ttl);
-    let fresh = store
-        .lock_with("fresh", opts.clone())
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let fresh = take(&store, "fresh", opts.clone()).await;
     *backend.ran.lock().unwrap() = Duration::from_secs(3);
-    let shared = store
-        .lock_with("shared", opts)
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let shared = take(&store, "shared", opts).await;
     // Paused time: both were granted at the same instant.
     assert_eq!(
         fresh.valid_for() - shared.valid_for(),
@@ -1130,12 +1071,7 @@ async fn a_renewal_whose_ttl_had_partly_run_moves_the_deadline_less_far() {
     let (backend, store) = faulty_on_tokio_time();
     tokio::time::advance(Duration::from_secs(60)).await;
     let ttl = Duration::from_secs(9);
-    let guard = store
-        .lock_with("k", LockOptions::new().ttl(ttl))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let guard = take(&store, "k", LockOptions::new().ttl(ttl)).await;
     let fresh = guard.valid_for();
     *backend.renewal_ran.lock().unwrap() = Duration::from_secs(2);
     let mut deadline = guard.deadline_watch();

@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use leasehold::conformance::take;
 use leasehold::sqlite::SqliteBackend;
 use leasehold::{
     backend::{Backend, DEFAULT_STORE_MAX_TTL},
@@ -146,12 +147,8 @@ async fn a_waiter_is_granted_when_the_quarantine_ends_not_a_poll_later() {
         SqliteBackend::open_with(&path, Duration::from_secs(2), Creation::IfMissing).unwrap(),
     );
     let opts = leasehold::LockOptions::new().ttl(Duration::from_secs(1));
-    store
-        .lock_with("k", opts.clone())
-        .unwrap()
-        .try_acquire()
+    take(&store, "k", opts.clone())
         .await
-        .unwrap()
         .release()
         .await
         .unwrap();

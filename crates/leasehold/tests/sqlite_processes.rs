@@ -194,21 +194,7 @@ fn file_deleted_under_a_holder_reached_through_a_symlink() {
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     }
-    let out = spawn("wait", &link).wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let granted = read_line_starting(&mut text.as_bytes(), "granted ");
-    let lost = read_line_starting(&mut holder_out, "lost ");
-    holder.kill().unwrap();
-    holder.wait().unwrap();
-    assert_eq!(granted[2], "quarantined=true", "{text}");
-    let (second, granted_at): (u64, u128) =
-        (granted[0].parse().unwrap(), granted[1].parse().unwrap());
-    let lost_at: u128 = lost[0].parse().unwrap();
-    assert!(
-        lost_at < granted_at,
-        "granted before the holder was told lost"
-    );
-    assert!(second > first, "token {second} after {first}");
+    granted_after_a_quarantine_once_the_holder_was_lost(holder, holder_out, first, &link);
 }
 
 /// A file whose epoch row and live lease were written under another boot
@@ -236,7 +222,18 @@ fn a_file_last_written_under_another_boot_starts_an_epoch_with_quarantine() {
         )
         .unwrap();
     }
-    let out = spawn("wait", &path).wait_with_output().unwrap();
+    granted_after_a_quarantine_once_the_holder_was_lost(holder, holder_out, first, &path);
+}
+
+/// A waiter on `path` is granted only after a quarantine, with a token
+/// above the holder's `first`, and after the holder was told lost.
+fn granted_after_a_quarantine_once_the_holder_was_lost(
+    mut holder: std::process::Child,
+    mut holder_out: BufReader<std::process::ChildStdout>,
+    first: u64,
+    path: &std::path::Path,
+) {
+    let out = spawn("wait", path).wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     let granted = read_line_starting(&mut text.as_bytes(), "granted ");
     let lost = read_line_starting(&mut holder_out, "lost ");

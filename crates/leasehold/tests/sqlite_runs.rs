@@ -4,6 +4,7 @@
 
 use std::time::{Duration, SystemTime};
 
+use leasehold::conformance::take;
 use leasehold::sqlite::SqliteBackend;
 use leasehold::{LockOptions, RunOutcome, RunReport, Store};
 
@@ -32,12 +33,7 @@ async fn a_file_from_before_run_records_gets_them() {
     let info = store.inspect("nightly").await.unwrap();
     assert_eq!(info.fencing_token, 41, "the old counter is kept");
     assert!(info.last_success.is_none());
-    let guard = store
-        .lock_with("nightly", opts())
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let guard = take(&store, "nightly", opts()).await;
     assert!(guard.fencing_token() > 41);
     let token = guard.fencing_token();
     guard

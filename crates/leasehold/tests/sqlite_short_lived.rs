@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use leasehold::conformance::take;
 use leasehold::sqlite::SqliteBackend;
 use leasehold::{LockOptions, Store};
 
@@ -18,12 +19,7 @@ fn wal(db: &Path) -> PathBuf {
 
 /// One acquire and release of `key`; its token.
 async fn cycle(store: &Store, key: &str) -> u64 {
-    let guard = store
-        .lock_with(key, LockOptions::new().ttl(Duration::from_secs(5)))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let guard = take(&store, key, LockOptions::new().ttl(Duration::from_secs(5))).await;
     let token = guard.fencing_token();
     guard.release().await.unwrap();
     token

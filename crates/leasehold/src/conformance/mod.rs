@@ -219,8 +219,8 @@ fn opts(store: &Store) -> LockOptions {
 }
 
 /// Takes `key` in `store` with `options`, with one attempt that must be
-/// granted.
-async fn take(store: &Store, key: &str, options: LockOptions) -> crate::LeaseGuard {
+/// granted (it panics otherwise): for tests.
+pub async fn take(store: &Store, key: &str, options: LockOptions) -> crate::LeaseGuard {
     store
         .lock_with(key, options)
         .unwrap()
