@@ -4,15 +4,9 @@
 
 mod common;
 
-use common::PrivateServer;
-use leasehold::Store;
+use common::{PrivateServer, Redis};
+use leasehold::conformance::servers::store::ServerStore;
 use leasehold_redis::redis;
-
-async fn store(server: &PrivateServer) -> Store {
-    let backend = server.backend().await;
-    common::settled(&backend).await;
-    Store::new(backend)
-}
 
 async fn flushall(server: &PrivateServer) {
     let _: () = server.admin(&redis::cmd("FLUSHALL")).await;
@@ -23,7 +17,7 @@ async fn store_loss_stops_holder_before_next_grant() {
     let Some(server) = PrivateServer::start(false).await else {
         return;
     };
-    let store = store(&server).await;
+    let store = server.settled_store().await;
     leasehold::conformance::store_loss_stops_holder_before_next_grant(store, |_| flushall(&server))
         .await;
 }
@@ -33,7 +27,7 @@ async fn store_loss_forgets_runs() {
     let Some(server) = PrivateServer::start(false).await else {
         return;
     };
-    let store = store(&server).await;
+    let store = server.settled_store().await;
     leasehold::conformance::store_loss_forgets_runs(store, |_| flushall(&server)).await;
 }
 
@@ -73,11 +67,5 @@ async fn store_recreated_at_once_issues_greater_tokens() {
 
 /// A backend on the private server's store, with `params`.
 async fn open(server: &PrivateServer, params: &str) -> std::sync::Arc<dyn leasehold::Backend> {
-    let url = format!("{}{params}", server.base_url());
-    let backend = leasehold_redis::RedisBackendBuilder::from_url(&url)
-        .unwrap()
-        .build()
-        .await
-        .unwrap();
-    std::sync::Arc::new(backend)
+    Redis::open_url(&format!("{}{params}", server.base_url())).await
 }
