@@ -107,6 +107,7 @@ await_ready() {
     until "$check"; do
         if ! kill -0 "$pid" 2>/dev/null; then
             rm -f "$PIDFILE"
+            echo "--- $log" >&2
             tail -n 20 "$log" >&2 || true
             die "$exited"
         fi
