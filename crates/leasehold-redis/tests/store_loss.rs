@@ -6,6 +6,7 @@ mod common;
 
 use common::{PrivateServer, Redis};
 use leasehold::conformance::servers::store::ServerStore;
+use leasehold::conformance::servers::suite::Recreation;
 use leasehold_redis::redis;
 
 async fn flushall(server: &PrivateServer) {
@@ -37,15 +38,7 @@ async fn store_loss_forgets_runs() {
 /// (issue #28).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn store_loss_quarantine_outlasts_a_longer_holder() {
-    let Some(server) = PrivateServer::start(false).await else {
-        return;
-    };
-    leasehold::conformance::store_loss_quarantine_outlasts_every_holder(
-        open(&server, "?max_ttl=30m").await,
-        || flushall(&server),
-        || open(&server, ""),
-    )
-    .await;
+    recreated_at_once(Recreation::QuarantineOutlastsHolder).await;
 }
 
 /// The same, and the re-created store's grant has a greater token than
@@ -54,10 +47,16 @@ async fn store_loss_quarantine_outlasts_a_longer_holder() {
 /// repeat if the first grant had not waited for that second to begin.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn store_recreated_at_once_issues_greater_tokens() {
+    recreated_at_once(Recreation::AtOnceGreaterTokens).await;
+}
+
+/// `test` on a private server: a holder on a store opened with
+/// `?max_ttl=30m`, `FLUSHALL`, and the store re-created with the default.
+async fn recreated_at_once(test: Recreation) {
     let Some(server) = PrivateServer::start(false).await else {
         return;
     };
-    leasehold::conformance::store_recreated_at_once_issues_greater_tokens(
+    test.run(
         open(&server, "?max_ttl=30m").await,
         || flushall(&server),
         || open(&server, ""),

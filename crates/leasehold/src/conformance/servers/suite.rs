@@ -267,3 +267,119 @@ pub async fn next_token(store: &Store) -> u64 {
     guard.release().await.expect("released");
     token
 }
+
+/// Whether `err` says the lease was revoked (taken over, broken, or never
+/// this lease's), not expired; panics if not.
+pub fn assert_revoked(err: Error) {
+    assert!(
+        matches!(
+            &err,
+            Error::LeaseLost {
+                reason: LossReason::Revoked(_),
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+/// Request counts on `backend` (`requests_sent` reads its counter): an
+/// uncontended acquire and release of a key this process released last
+/// costs `acquire_release` requests; a failed try-acquire costs one and
+/// names the holder, its label, data, pid, token and TTL.
+pub async fn request_counts<B: Backend>(
+    backend: std::sync::Arc<B>,
+    requests_sent: impl Fn(&B) -> u64,
+    ttl: Duration,
+    acquire_release: u64,
+) {
+    let store = Store::from_backend(backend.clone());
+    let other = Store::from_backend(backend.clone());
+    let key = unique_name("count/");
+    // The key's first grant creates its record (and may read more).
+    let warm = crate::conformance::raw_lease(backend.as_ref(), &key, ttl).await;
+    backend.release(&warm).await.unwrap();
+
+    let before = requests_sent(&backend);
+    let guard = store
+        .lock_with(&key, quick_polls(ttl))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+    assert_eq!(
+        requests_sent(&backend) - before,
+        acquire_release,
+        "acquire + release"
+    );
+
+    let guard = store
+        .lock_with(&key, quick_polls(ttl).owner_label("counter").data("d1"))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    let before = requests_sent(&backend);
+    let err = other
+        .lock_with(&key, quick_polls(ttl))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap_err();
+    assert_eq!(requests_sent(&backend) - before, 1, "failed try-acquire");
+    match err {
+        Error::Held {
+            holder: Some(h), ..
+        } => {
+            assert_eq!(h.owner.label.as_deref(), Some("counter"));
+            assert_eq!(h.owner.pid, std::process::id());
+            assert_eq!(h.data.as_deref(), Some("d1"));
+            assert_eq!(h.fencing_token, guard.fencing_token());
+            assert_eq!(h.ttl, Some(ttl));
+        }
+        other => panic!("expected Held with the holder, got {other}"),
+    }
+    guard.release().await.unwrap();
+}
+
+/// The two tests of a store lost and re-created by a process with the
+/// default max TTL under a holder of a 30-minute lease (see
+/// [`store_loss_quarantine_outlasts_every_holder`](crate::conformance::store_loss_quarantine_outlasts_every_holder)
+/// and [`store_recreated_at_once_issues_greater_tokens`](crate::conformance::store_recreated_at_once_issues_greater_tokens)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recreation {
+    /// The new store's quarantine outlasts the holder's lease.
+    QuarantineOutlastsHolder,
+    /// The new store, made within the second the old one was, issues
+    /// greater tokens.
+    AtOnceGreaterTokens,
+}
+
+impl Recreation {
+    /// Runs the test on `holder` (a backend with a 30-minute max TTL),
+    /// `lose` (loses the store) and `reopen` (a backend with the default
+    /// max TTL on the same store).
+    pub async fn run<L, LF, R, RF>(self, holder: std::sync::Arc<dyn Backend>, lose: L, reopen: R)
+    where
+        L: FnOnce() -> LF,
+        LF: Future<Output = ()>,
+        R: FnOnce() -> RF,
+        RF: Future<Output = std::sync::Arc<dyn Backend>>,
+    {
+        match self {
+            Recreation::QuarantineOutlastsHolder => {
+                crate::conformance::store_loss_quarantine_outlasts_every_holder(
+                    holder, lose, reopen,
+                )
+                .await
+            }
+            Recreation::AtOnceGreaterTokens => {
+                crate::conformance::store_recreated_at_once_issues_greater_tokens(
+                    holder, lose, reopen,
+                )
+                .await
+            }
+        }
+    }
+}
