@@ -14,28 +14,18 @@
 set -euo pipefail
 
 VERSION=10.3.0
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-CACHE="$ROOT/.cache"
+# shellcheck source=lib/server.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/server.sh"
 DIR="$CACHE/dynamodb-local"
 PORT="${DYNAMODB_LOCAL_PORT:-8000}"
 if [[ "$PORT" == 8000 ]]; then SUFFIX=""; else SUFFIX="-$PORT"; fi
 PIDFILE="$CACHE/dynamodb-local$SUFFIX.pid"
 LOG="$CACHE/dynamodb-local$SUFFIX.log"
 HOST=127.0.0.1
+NAME=dynamodb-local
+PROCESS=java
+ADDRESS="http://$HOST:$PORT"
 READY_TIMEOUT="${DYNAMODB_LOCAL_READY_TIMEOUT:-60}"
-
-die() { echo "dynamodb-local: $*" >&2; exit 1; }
-
-running_pid() {
-    [[ -f "$PIDFILE" ]] || return 1
-    local pid
-    pid="$(cat "$PIDFILE")"
-    [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-    kill -0 "$pid" 2>/dev/null || return 1
-    # Only ours if it is a java process (the pid may have been reused).
-    grep -q java "/proc/$pid/cmdline" 2>/dev/null || return 1
-    echo "$pid"
-}
 
 # Whether something answers DynamoDB's protocol on the port: an unsigned
 # request gets a JSON error, which is enough to know the server is up.
@@ -66,19 +56,7 @@ install() {
 
 start() {
     mkdir -p "$CACHE"
-    if pid="$(running_pid)"; then
-        if answers; then
-            echo "dynamodb-local: already running (pid $pid) on $HOST:$PORT" >&2
-            return 0
-        fi
-    elif answers; then
-        # A DynamoDB Local this script did not start (or whose pid file is
-        # gone): use it, and leave it to whoever started it.
-        echo "dynamodb-local: a DynamoDB endpoint already answers on $HOST:$PORT (not started here); using it" >&2
-        return 0
-    elif (exec 3<>"/dev/tcp/$HOST/$PORT") 2>/dev/null; then
-        die "port $PORT on $HOST is taken by something that is not DynamoDB; stop it or set DYNAMODB_LOCAL_PORT"
-    fi
+    answering "a DynamoDB endpoint" DynamoDB DYNAMODB_LOCAL_PORT && return 0
     command -v java >/dev/null || die "java is needed to run DynamoDB Local"
     command -v curl >/dev/null || die "curl is needed to probe DynamoDB Local"
     local jar jardir
@@ -91,46 +69,11 @@ start() {
             -inMemory -sharedDb -disableTelemetry -port "$PORT" </dev/null >"$LOG" 2>&1
     ) &
     local pid=$!
-    echo "$pid" >"$PIDFILE"
-    local deadline=$((SECONDS + READY_TIMEOUT))
-    until answers; do
-        if ! kill -0 "$pid" 2>/dev/null; then
-            rm -f "$PIDFILE"
-            echo "--- $LOG" >&2
-            tail -n 20 "$LOG" >&2 || true
-            die "DynamoDB Local exited during start-up (see $LOG)"
-        fi
-        if ((SECONDS >= deadline)); then
-            kill "$pid" 2>/dev/null || true
-            rm -f "$PIDFILE"
-            die "DynamoDB Local did not answer on $HOST:$PORT within ${READY_TIMEOUT}s (see $LOG)"
-        fi
-        sleep 0.2
-    done
+    await_ready answers "$pid" "$LOG" TERM 0.2 "DynamoDB Local exited during start-up (see $LOG)" \
+        "DynamoDB Local did not answer on $HOST:$PORT within ${READY_TIMEOUT}s (see $LOG)"
     echo "dynamodb-local: running (pid $pid) on http://$HOST:$PORT" >&2
 }
 
-stop() {
-    local pid
-    if pid="$(running_pid)"; then
-        kill "$pid" 2>/dev/null || true
-        for _ in $(seq 1 50); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -9 "$pid" 2>/dev/null || true
-        echo "dynamodb-local: stopped (pid $pid)" >&2
-    else
-        echo "dynamodb-local: not running" >&2
-    fi
-    rm -f "$PIDFILE"
-}
+stop() { server_shutdown TERM; }
 
-case "${1:-}" in
-    start) start ;;
-    stop) stop ;;
-    status)
-        if pid="$(running_pid)"; then echo "running (pid $pid) on http://$HOST:$PORT"; else echo "not running"; exit 1; fi
-        ;;
-    *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
-esac
+server_command "start|stop|status" "$@"

@@ -25,8 +25,8 @@ VERSION=5.2.5
 PIP_VERSION=26.3
 PIP_SHA256=f3b60b20ffaadd4415ed7957212a38ac63fa4c5fa375bd0f4a797777940fad13
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-CACHE="$ROOT/.cache"
+# shellcheck source=lib/server.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/server.sh"
 DIR="$CACHE/moto"
 VENV="$DIR/venv"
 STAMP="$DIR/installed-$VERSION"
@@ -36,21 +36,10 @@ if [[ "$PORT" == 45399 ]]; then SUFFIX=""; else SUFFIX="-$PORT"; fi
 PIDFILE="$CACHE/moto$SUFFIX.pid"
 LOG="$CACHE/moto$SUFFIX.log"
 HOST=127.0.0.1
+NAME=moto
+PROCESS=moto_server
+ADDRESS="http://$HOST:$PORT"
 READY_TIMEOUT="${MOTO_READY_TIMEOUT:-60}"
-
-die() { echo "moto: $*" >&2; exit 1; }
-
-running_pid() {
-    [[ -f "$PIDFILE" ]] || return 1
-    local pid
-    pid="$(cat "$PIDFILE")"
-    [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-    kill -0 "$pid" 2>/dev/null || return 1
-    # Only ours if it is a moto_server (the pid may have been reused).
-    grep -q moto_server "/proc/$pid/cmdline" 2>/dev/null || return 1
-    [[ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]] || return 1
-    echo "$pid"
-}
 
 # Whether moto answers S3 on the port: an unsigned GET / lists the buckets.
 answers() {
@@ -110,65 +99,19 @@ install() {
 
 start() {
     mkdir -p "$CACHE"
-    if pid="$(running_pid)"; then
-        if answers; then
-            echo "moto: already running (pid $pid) on $HOST:$PORT" >&2
-            return 0
-        fi
-    elif answers; then
-        # A moto this script did not start (or whose pid file is gone): use
-        # it, and leave it to whoever started it.
-        echo "moto: a moto server already answers on $HOST:$PORT (not started here); using it" >&2
-        return 0
-    elif (exec 3<>"/dev/tcp/$HOST/$PORT") 2>/dev/null; then
-        die "port $PORT on $HOST is taken by something that is not moto; stop it or set MOTO_PORT"
-    fi
+    answering "a moto server" moto MOTO_PORT && return 0
     command -v curl >/dev/null || die "curl is needed to probe moto"
     install
     # exec, so that $! is the server itself (moto_server does not fork).
     (exec "$VENV/bin/moto_server" -H "$HOST" -p "$PORT" </dev/null >"$LOG" 2>&1) &
     local pid=$!
-    echo "$pid" >"$PIDFILE"
-    local deadline=$((SECONDS + READY_TIMEOUT))
-    until answers; do
-        if ! kill -0 "$pid" 2>/dev/null; then
-            rm -f "$PIDFILE"
-            echo "--- $LOG" >&2
-            tail -n 20 "$LOG" >&2 || true
-            die "moto exited during start-up (see $LOG)"
-        fi
-        if ((SECONDS >= deadline)); then
-            kill "$pid" 2>/dev/null || true
-            rm -f "$PIDFILE"
-            die "moto did not answer on $HOST:$PORT within ${READY_TIMEOUT}s (see $LOG)"
-        fi
-        sleep 0.1
-    done
+    await_ready answers "$pid" "$LOG" TERM 0.1 "moto exited during start-up (see $LOG)" \
+        "moto did not answer on $HOST:$PORT within ${READY_TIMEOUT}s (see $LOG)"
     echo "moto: running (pid $pid) on http://$HOST:$PORT" >&2
 }
 
-stop() {
-    local pid
-    if pid="$(running_pid)"; then
-        kill "$pid" 2>/dev/null || true
-        for _ in $(seq 1 50); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -9 "$pid" 2>/dev/null || true
-        echo "moto: stopped (pid $pid)" >&2
-    else
-        echo "moto: not running" >&2
-    fi
-    rm -f "$PIDFILE"
-}
+stop() { server_shutdown TERM; }
 
-case "${1:-}" in
-    start) start ;;
-    stop) stop ;;
-    url) echo "http://$HOST:$PORT" ;;
-    status)
-        if pid="$(running_pid)"; then echo "running (pid $pid) on http://$HOST:$PORT"; else echo "not running"; exit 1; fi
-        ;;
-    *) echo "usage: $0 start|stop|status|url" >&2; exit 2 ;;
-esac
+url() { echo "http://$HOST:$PORT"; }
+
+server_command "start|stop|status|url" "$@"

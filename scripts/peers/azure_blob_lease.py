@@ -7,18 +7,15 @@ acquire is one attempt), so there is no handoff latency to measure with its
 defaults. Prints one JSON line: {"cycles", "seconds", "requests_per_cycle",
 "note"}.
 """
-import argparse
 import json
 import time
 import uuid
 
 from azure.storage.blob import BlobServiceClient
 
-parser = argparse.ArgumentParser()
-parser.add_argument("--cycles-ms", type=int, default=5000)
-parser.add_argument("--handoff-ms", type=int, default=0)
-parser.add_argument("--max-cycles", type=int, default=100000)
-args = parser.parse_args()
+import peer_bench
+
+args = peer_bench.parse_args(handoff_ms=0)
 
 service = BlobServiceClient.from_connection_string(
     "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;"
@@ -35,16 +32,7 @@ try:
         lease = blob.acquire_lease(lease_duration=30)
         lease.release()
 
-    warm_until = time.monotonic() + args.cycles_ms / 2000
-    while time.monotonic() < warm_until:
-        cycle()
-    n = 0
-    start = time.monotonic()
-    end = start + args.cycles_ms / 1000
-    while n < args.max_cycles and time.monotonic() < end:
-        cycle()
-        n += 1
-    seconds = time.monotonic() - start
+    n, seconds = peer_bench.run_cycles(cycle, args)
 finally:
     container.delete_container()
 

@@ -12,7 +12,6 @@ client: record version numbers, heartbeats) on DynamoDB Local, defaults.
 Prints one JSON line: {"cycles", "seconds", "requests_per_cycle",
 "releases": [ns...], "acquisitions": [[call_ns, acquired_ns]...], "note"}.
 """
-import argparse
 import datetime
 import json
 import multiprocessing
@@ -23,6 +22,8 @@ import uuid
 
 import boto3
 from python_dynamodb_lock.python_dynamodb_lock import DynamoDBLockClient
+
+import peer_bench
 
 ENDPOINT = "http://127.0.0.1:8000"
 
@@ -55,11 +56,7 @@ def waiter(table, key, deadline_ns, queue):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--cycles-ms", type=int, default=5000)
-    parser.add_argument("--handoff-ms", type=int, default=30000)
-    parser.add_argument("--max-cycles", type=int, default=100000)
-    args = parser.parse_args()
+    args = peer_bench.parse_args(handoff_ms=30000)
 
     table = "peer_pylock_" + uuid.uuid4().hex[:8]
     low = boto3.client(
@@ -78,16 +75,7 @@ def main():
             lock = client.acquire_lock("cycles")
             client.release_lock(lock)
 
-        warm_until = time.monotonic() + args.cycles_ms / 2000
-        while time.monotonic() < warm_until:
-            cycle()
-        n = 0
-        start = time.monotonic()
-        end = start + args.cycles_ms / 1000
-        while n < args.max_cycles and time.monotonic() < end:
-            cycle()
-            n += 1
-        seconds = time.monotonic() - start
+        n, seconds = peer_bench.run_cycles(cycle, args)
 
         releases = []
         acquisitions = []

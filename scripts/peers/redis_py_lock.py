@@ -14,7 +14,6 @@ The server comes from $LEASEHOLD_BENCH_REDIS_URL. Prints one JSON line:
 {"cycles", "seconds", "requests_per_cycle", "releases": [ns...],
 "acquisitions": [[call_ns, acquired_ns]...], "note"}.
 """
-import argparse
 import json
 import multiprocessing
 import os
@@ -22,6 +21,8 @@ import random
 import time
 
 import redis
+
+import peer_bench
 
 KEY = "leasehold-bench-peer:redis-py"
 
@@ -49,11 +50,7 @@ def waiter(deadline_ns, ready, queue):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--cycles-ms", type=int, default=5000)
-    parser.add_argument("--handoff-ms", type=int, default=10000)
-    parser.add_argument("--max-cycles", type=int, default=100000)
-    args = parser.parse_args()
+    args = peer_bench.parse_args(handoff_ms=10000)
 
     r = connect()
     lock = r.lock(KEY, timeout=30)
@@ -63,16 +60,7 @@ def main():
             raise RuntimeError("uncontended acquire failed")
         lock.release()
 
-    warm_until = time.monotonic() + args.cycles_ms / 2000
-    while time.monotonic() < warm_until:
-        cycle()
-    n = 0
-    start = time.monotonic()
-    end = start + args.cycles_ms / 1000
-    while n < args.max_cycles and time.monotonic() < end:
-        cycle()
-        n += 1
-    seconds = time.monotonic() - start
+    n, seconds = peer_bench.run_cycles(cycle, args)
 
     releases = []
     acquisitions = []

@@ -6,9 +6,10 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use leasehold::conformance::servers::suite::{self, Recreation};
 use leasehold::{
     backend::{Backend, Lease, LeaseId},
-    Error, Key, LockOptions, LossReason, Store,
+    Error, Key, LockOptions, Store,
 };
 use leasehold_dynamodb::aws_config::{BehaviorVersion, SdkConfig};
 use leasehold_dynamodb::aws_sdk_dynamodb::config::Credentials;
@@ -22,19 +23,6 @@ fn opts(ttl: Duration) -> LockOptions {
     LockOptions::new()
         .ttl(ttl)
         .poll_interval(Duration::from_millis(20), Duration::from_millis(60))
-}
-
-fn assert_revoked(err: Error) {
-    assert!(
-        matches!(
-            &err,
-            Error::LeaseLost {
-                reason: LossReason::Revoked(_),
-                ..
-            }
-        ),
-        "{err}"
-    );
 }
 
 /// Two clients (two SDK clients, as two machines would have): after B takes
@@ -57,8 +45,8 @@ async fn stale_holder_renew_after_takeover_fails() {
         .await
         .unwrap();
     assert!(guard.fencing_token() > stale.fencing_token);
-    assert_revoked(a.renew(&stale).await.unwrap_err());
-    assert_revoked(a.release(&stale).await.unwrap_err());
+    suite::assert_revoked(a.renew(&stale).await.unwrap_err());
+    suite::assert_revoked(a.release(&stale).await.unwrap_err());
     let info = a.inspect(&Key::new(&key).unwrap()).await.unwrap();
     assert_eq!(
         info.holder.map(|h| h.fencing_token),
@@ -86,13 +74,13 @@ async fn release_by_non_holder_is_refused() {
         .expect("a retried release of our own is done, not lost");
     let held = leasehold::conformance::raw_lease(&a, &key, ttl).await;
     // B's old lease, and a forged id with the holder's token.
-    assert_revoked(b.release(&b_old).await.unwrap_err());
+    suite::assert_revoked(b.release(&b_old).await.unwrap_err());
     let forged = Lease {
         lease_id: LeaseId::random(),
         ..held.clone()
     };
-    assert_revoked(b.release(&forged).await.unwrap_err());
-    assert_revoked(b.renew(&forged).await.unwrap_err());
+    suite::assert_revoked(b.release(&forged).await.unwrap_err());
+    suite::assert_revoked(b.renew(&forged).await.unwrap_err());
     let info = b.inspect(&held.key).await.unwrap();
     assert_eq!(info.fencing_token, held.fencing_token);
     assert_eq!(
@@ -104,7 +92,7 @@ async fn release_by_non_holder_is_refused() {
     // A release after a break (not our own release) is refused.
     let again = leasehold::conformance::raw_lease(&a, &key, ttl).await;
     assert!(a.break_lease(&again.key).await.unwrap().is_some());
-    assert_revoked(a.release(&again).await.unwrap_err());
+    suite::assert_revoked(a.release(&again).await.unwrap_err());
 }
 
 /// An uncontended acquire + release costs two requests; a failed
@@ -114,53 +102,14 @@ async fn request_counts() {
     let Some(backend) = common::backend().await else {
         return;
     };
-    let backend = Arc::new(backend);
-    let store = Store::from_backend(backend.clone());
-    let other = Store::from_backend(backend.clone());
-    let key = common::unique_key("count");
     // Long enough that no renewal runs during the measurement.
-    let ttl = common::MAX_TTL;
-    // The key's first grant creates its item (one more request).
-    let warm = leasehold::conformance::raw_lease(backend.as_ref(), &key, ttl).await;
-    backend.release(&warm).await.unwrap();
-
-    let before = backend.requests_sent();
-    let guard = store
-        .lock_with(&key, opts(ttl))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
-    guard.release().await.unwrap();
-    assert_eq!(backend.requests_sent() - before, 2, "acquire + release");
-
-    let guard = store
-        .lock_with(&key, opts(ttl).owner_label("counter").data("d1"))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
-    let before = backend.requests_sent();
-    let err = other
-        .lock_with(&key, opts(ttl))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap_err();
-    assert_eq!(backend.requests_sent() - before, 1, "failed try-acquire");
-    match err {
-        Error::Held {
-            holder: Some(h), ..
-        } => {
-            assert_eq!(h.owner.label.as_deref(), Some("counter"));
-            assert_eq!(h.owner.pid, std::process::id());
-            assert_eq!(h.data.as_deref(), Some("d1"));
-            assert_eq!(h.fencing_token, guard.fencing_token());
-            assert_eq!(h.ttl, Some(ttl));
-        }
-        other => panic!("expected Held with the holder, got {other}"),
-    }
-    guard.release().await.unwrap();
+    suite::request_counts(
+        Arc::new(backend),
+        DynamoDbBackend::requests_sent,
+        common::MAX_TTL,
+        2,
+    )
+    .await;
 }
 
 /// A missing table is created (on demand, ACTIVE, no item expiry); an existing
@@ -498,22 +447,7 @@ async fn table_deleted_under_a_live_holder() {
 /// believe it holds (issue #28).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn store_loss_quarantine_outlasts_a_longer_holder() {
-    if !common::available() {
-        return;
-    }
-    let name = common::unique_table();
-    let (holder, client) = open_table(&name, Duration::from_secs(30 * 60)).await;
-    leasehold::conformance::store_loss_quarantine_outlasts_every_holder(
-        holder,
-        || delete_table(&client, &name),
-        || async {
-            open_table(&name, leasehold::backend::DEFAULT_STORE_MAX_TTL)
-                .await
-                .0
-        },
-    )
-    .await;
-    delete_table(&client, &name).await;
+    table_deleted_and_recreated(Recreation::QuarantineOutlastsHolder).await;
 }
 
 /// The same, and the re-created table's grant has a greater token than the
@@ -522,12 +456,18 @@ async fn store_loss_quarantine_outlasts_a_longer_holder() {
 /// would repeat if the first grant had not waited for that second to end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn store_recreated_at_once_issues_greater_tokens() {
+    table_deleted_and_recreated(Recreation::AtOnceGreaterTokens).await;
+}
+
+/// `test` on a table of its own, opened with a 30-minute max TTL, deleted,
+/// and re-created with the default.
+async fn table_deleted_and_recreated(test: Recreation) {
     if !common::available() {
         return;
     }
     let name = common::unique_table();
     let (holder, client) = open_table(&name, Duration::from_secs(30 * 60)).await;
-    leasehold::conformance::store_recreated_at_once_issues_greater_tokens(
+    test.run(
         holder,
         || delete_table(&client, &name),
         || async {

@@ -9,6 +9,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use leasehold::conformance::current_epoch;
+use leasehold::conformance::servers::suite;
 use leasehold::{
     backend::{AcquireOutcome, AcquireRequest, Backend, Lease, LeaseId},
     Error, Key, Owner,
@@ -198,40 +199,10 @@ async fn holder_survives_its_connections_being_cut() {
     common::settled(&backend).await;
     let store = leasehold::Store::new(backend);
     let other = leasehold::Store::new(common::backend().await.unwrap());
-    let key = common::unique_key("conn-cut");
-    let ttl = Duration::from_secs(2);
-    let opts = || {
-        leasehold::LockOptions::new()
-            .ttl(ttl)
-            .renew_interval(ttl / 5)
-            .poll_interval(Duration::from_millis(20), Duration::from_millis(60))
-    };
-    let guard = store
-        .lock_with(&key, opts())
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
-    for _ in 0..3 {
+    suite::holder_survives_lost_connections(store, other, Duration::from_secs(2), 3, || async {
         assert!(fwd.cut.send(()).unwrap() >= 1, "no connection to cut");
-        tokio::time::sleep(ttl * 2 / 3).await;
-    }
-    assert!(
-        !guard.is_lost(),
-        "the holder lost its lease to cut connections"
-    );
-    let attempt = other.lock_with(&key, opts()).unwrap().try_acquire().await;
-    assert!(matches!(attempt, Err(Error::Held { .. })), "{attempt:?}");
-    let token = guard.fencing_token();
-    guard.release().await.unwrap();
-    let g2 = other
-        .lock_with(&key, opts())
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
-    assert!(g2.fencing_token() > token);
-    g2.release().await.unwrap();
+    })
+    .await;
 }
 
 /// An attempt on a held key is one request (the read): a waiting process

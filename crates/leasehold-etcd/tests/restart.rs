@@ -9,7 +9,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::PrivateServer;
-use leasehold::{Error, LockOptions, LossReason, Store};
+use leasehold::conformance::servers::suite;
+use leasehold::{LossReason, Store};
 
 /// Waits until the new store's epoch is older than its max TTL by the
 /// server's timer (so no process quarantines it). A restart extends that
@@ -28,13 +29,6 @@ async fn settle(server: &PrivateServer) {
     }
 }
 
-fn opts(ttl: Duration) -> LockOptions {
-    LockOptions::new()
-        .ttl(ttl)
-        .renew_interval(ttl / 8)
-        .poll_interval(Duration::from_millis(20), Duration::from_millis(60))
-}
-
 /// A quick restart with the data (its connections all dropped): the holder
 /// renews over a new connection and keeps its lease; nobody else is granted
 /// meanwhile. A long outage: the holder is told lost by its own clock, and
@@ -49,43 +43,17 @@ async fn server_restart_holder_renews_or_is_told_lost() {
     settle(&server).await;
     let ttl = Duration::from_secs(8);
     let key = "restart/job";
-    let guard = a
-        .lock_with(key, opts(ttl))
-        .unwrap()
-        .acquire_timeout(Duration::from_secs(10))
-        .await
-        .unwrap();
-    let first = guard.fencing_token();
-
-    let started = Instant::now();
-    server.script("restart").await;
-    let took = started.elapsed();
-    tokio::time::sleep((ttl + Duration::from_millis(500)).saturating_sub(took)).await;
-    assert!(
-        !guard.is_lost(),
-        "the holder lost its lease over a restart of {took:?} (TTL {ttl:?})"
-    );
-    let attempt = b.lock_with(key, opts(ttl)).unwrap().try_acquire().await;
-    assert!(matches!(attempt, Err(Error::Held { .. })), "{attempt:?}");
-
-    let waiter = tokio::spawn({
-        let b = b.clone();
-        async move {
-            b.lock_with(key, opts(ttl))
-                .unwrap()
-                .acquire_timeout(Duration::from_secs(60))
-                .await
-        }
-    });
-    server.script("restart-stopped").await;
-    let reason = tokio::time::timeout(ttl * 2, guard.lost())
-        .await
-        .expect("the holder was not told lost during a long outage");
-    assert_eq!(reason, LossReason::Expired);
-    server.script("start").await;
-    let g2 = waiter.await.unwrap().unwrap();
-    assert!(g2.fencing_token() > first);
-    g2.release().await.unwrap();
+    let guard = suite::hold(&a, key, ttl).await;
+    suite::holder_survives_a_quick_restart(&guard, &b, key, ttl, server.script("restart")).await;
+    suite::long_outage_tells_the_holder_first(
+        guard,
+        &b,
+        key,
+        ttl,
+        server.script("restart-stopped"),
+        || server.script("start"),
+    )
+    .await;
 }
 
 /// The cluster re-created empty under a live holder (its data directory
@@ -103,12 +71,7 @@ async fn wiped_cluster_is_a_new_epoch() {
     settle(&server).await;
     let ttl = Duration::from_secs(3);
     let key = "wipe/job";
-    let guard = a
-        .lock_with(key, opts(ttl))
-        .unwrap()
-        .acquire_timeout(Duration::from_secs(10))
-        .await
-        .unwrap();
+    let guard = suite::hold(&a, key, ttl).await;
     let first = guard.fencing_token();
     // Within the epoch's seconds: the next epoch must start above it.
     tokio::time::sleep(Duration::from_millis(1100)).await;
@@ -122,7 +85,7 @@ async fn wiped_cluster_is_a_new_epoch() {
         "{reason:?}"
     );
     let g2 = b
-        .lock_with(key, opts(ttl))
+        .lock_with(key, suite::restart_opts(ttl))
         .unwrap()
         .acquire_timeout(Duration::from_secs(30))
         .await

@@ -4,9 +4,8 @@
 
 mod common;
 
-async fn store() -> Option<leasehold::Store> {
-    Some(leasehold::Store::new(common::backend().await?))
-}
+use common::Etcd;
+use leasehold::conformance::servers::store::ServerStore;
 
 /// Store loss as it happens on etcd: the prefix deleted (an operator's
 /// `etcdctl del --prefix`, or a restore without it). The holders' etcd
@@ -15,7 +14,7 @@ async fn lose(_store: leasehold::Store) {
     common::etcdctl(&["del", "--prefix", common::prefix()]).await;
 }
 
-leasehold::conformance_tests!(@lose store, lose; store_loss_stops_holder_before_next_grant);
+leasehold::conformance_tests!(@lose common::store, lose; store_loss_stops_holder_before_next_grant);
 
 /// A holder of a 30-minute lease on a store opened with `?max_ttl=30m`;
 /// the prefix deleted; a process with the default max TTL re-creates the
@@ -27,26 +26,12 @@ async fn store_loss_quarantine_outlasts_a_longer_holder() {
         return;
     }
     let prefix = common::unique_prefix();
-    let url = common::url();
-    let sep = if url.contains('?') { '&' } else { '?' };
-    let open = |params: &str| {
-        let url = format!("{url}{sep}prefix={prefix}{params}");
-        async move {
-            let backend = leasehold_etcd::EtcdBackendBuilder::from_url(&url)
-                .unwrap()
-                .build()
-                .await
-                .unwrap();
-            std::sync::Arc::new(backend) as std::sync::Arc<dyn leasehold::backend::Backend>
-        }
-    };
-    let holder = open("&max_ttl=30m").await;
     leasehold::conformance::store_loss_quarantine_outlasts_every_holder(
-        holder,
+        Etcd::open(&prefix, "&max_ttl=30m").await,
         || async {
             common::etcdctl(&["del", "--prefix", prefix.as_str()]).await;
         },
-        || open(""),
+        || Etcd::open(&prefix, ""),
     )
     .await;
 }

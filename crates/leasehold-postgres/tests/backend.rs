@@ -6,17 +6,13 @@ mod common;
 
 use std::time::Duration;
 
+use common::Postgres;
+use leasehold::conformance::servers::suite::{self, ServerExpiry};
 use leasehold::{
     backend::{AcquireOutcome, Backend},
-    Error, Key, LockOptions, LossReason, Store,
+    Key, LossReason, Store,
 };
 use leasehold_postgres::PostgresBackendBuilder;
-
-fn opts(ttl: Duration) -> LockOptions {
-    LockOptions::new()
-        .ttl(ttl)
-        .poll_interval(Duration::from_millis(20), Duration::from_millis(60))
-}
 
 /// Every connection of the pool killed by the server (an administrator's
 /// `pg_terminate_backend`, a pooler or proxy restart): the holder's next
@@ -43,41 +39,14 @@ async fn holder_survives_its_connections_being_killed() {
     common::settled(&backend).await;
     let store = Store::new(backend);
     let other = Store::new(common::backend().await.unwrap());
-    let key = common::unique_key("conn-loss");
-    let ttl = Duration::from_secs(2);
-    let guard = store
-        .lock_with(&key, opts(ttl).renew_interval(ttl / 5))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
-    let killed = common::query_i64(&format!(
-        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{app}') k"
-    ))
-    .await;
-    assert!(killed >= 1, "no connection of the holder was killed");
-    // Longer than the TTL: only renewals over new connections keep it.
-    tokio::time::sleep(ttl * 2).await;
-    assert!(
-        !guard.is_lost(),
-        "the holder lost its lease to a connection loss"
-    );
-    let attempt = other
-        .lock_with(&key, opts(ttl))
-        .unwrap()
-        .try_acquire()
+    suite::holder_survives_lost_connections(store, other, Duration::from_secs(2), 1, || async {
+        let killed = common::query_i64(&format!(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{app}') k"
+        ))
         .await;
-    assert!(matches!(attempt, Err(Error::Held { .. })), "{attempt:?}");
-    let token = guard.fencing_token();
-    guard.release().await.unwrap();
-    let g2 = other
-        .lock_with(&key, opts(ttl))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
-    assert!(g2.fencing_token() > token);
-    g2.release().await.unwrap();
+        assert!(killed >= 1, "no connection of the holder was killed");
+    })
+    .await;
 }
 
 /// Expiry is decided by the server's clock alone: a lease whose
@@ -91,40 +60,19 @@ async fn expiry_is_decided_by_the_server_clock() {
     };
     let b = common::backend().await.unwrap();
     let t = common::table();
-    let ttl = Duration::from_secs(4);
-    let key = common::unique_key("server-clock");
-    let lease = leasehold::conformance::raw_lease(&a, &key, ttl).await;
-    // As if the server's clock had run 4 s ahead: expired now.
-    common::sql(&format!(
-        "UPDATE {t} SET expires_at = clock_timestamp() - interval '1 millisecond' WHERE key = '{key}'"
-    ))
+    suite::expiry_is_decided_by_the_server_clock(a, b, |key, when| {
+        let stamp = match when {
+            ServerExpiry::JustPast => "clock_timestamp() - interval '1 millisecond'",
+            ServerExpiry::InAnHour => "clock_timestamp() + interval '1 hour'",
+        };
+        async move {
+            common::sql(&format!(
+                "UPDATE {t} SET expires_at = {stamp} WHERE key = '{key}'"
+            ))
+            .await
+        }
+    })
     .await;
-    let info = b.inspect(&Key::new(&key).unwrap()).await.unwrap();
-    assert!(info.holder.is_none(), "{info:?}");
-    let taken = leasehold::conformance::raw_lease(&b, &key, ttl).await;
-    assert!(taken.fencing_token > lease.fencing_token);
-    let err = a.renew(&lease).await.unwrap_err();
-    assert!(err.is_lease_lost(), "{err}");
-
-    // As if the server's clock stood still: held long after the TTL.
-    let key = common::unique_key("server-clock");
-    let lease = leasehold::conformance::raw_lease(&a, &key, Duration::from_secs(1)).await;
-    common::sql(&format!(
-        "UPDATE {t} SET expires_at = clock_timestamp() + interval '1 hour' WHERE key = '{key}'"
-    ))
-    .await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let store_b = Store::new(b);
-    let attempt = store_b
-        .lock_with(&key, opts(Duration::from_secs(1)))
-        .unwrap()
-        .try_acquire()
-        .await;
-    assert!(matches!(attempt, Err(Error::Held { .. })), "{attempt:?}");
-    let info = store_b.inspect(&key).await.unwrap();
-    let left = info.holder.unwrap().expires_in.unwrap();
-    assert!(left > Duration::from_secs(3000), "{left:?}");
-    a.release(&lease).await.unwrap();
 }
 
 /// A table restored from a dump (here: copied into a new table that takes
@@ -151,7 +99,7 @@ async fn restored_table_starts_a_new_epoch() {
     let key = common::unique_key("restored");
     let ttl = Duration::from_secs(2);
     let holder = Store::new(a.clone())
-        .lock_with(&key, opts(ttl).renew_interval(ttl / 5))
+        .lock_with(&key, suite::quick_polls(ttl).renew_interval(ttl / 5))
         .unwrap()
         .try_acquire()
         .await
@@ -186,7 +134,7 @@ async fn restored_table_starts_a_new_epoch() {
     assert!(after.age.unwrap() < after.max_ttl, "{after:?}");
     // Through the core: quarantine, then a token above the old ones.
     let guard = Store::new(b)
-        .lock_with(&key, opts(ttl))
+        .lock_with(&key, suite::quick_polls(ttl))
         .unwrap()
         .acquire_timeout(common::MAX_TTL * 3)
         .await
@@ -203,32 +151,11 @@ async fn password_is_never_printed() {
         return;
     };
     let url = common::url_for(common::table());
-    let password = url
-        .split_once("://")
-        .and_then(|(_, rest)| rest.split_once('@'))
-        .and_then(|(userinfo, _)| userinfo.split_once(':'))
-        .map(|(_, pw)| pw.to_string())
-        .expect("the test URL has a password");
-    let shown = format!(
-        "{backend:?} {:?}",
-        PostgresBackendBuilder::from_url(&url).unwrap()
-    );
-    assert!(!shown.contains(&password), "{shown}");
-
-    let wrong = "Wr0ng-pa55word-in-url";
-    let bad_url = url.replacen(&password, wrong, 1);
-    let err = PostgresBackendBuilder::from_url(&bad_url)
-        .unwrap()
-        .build()
-        .await
-        .unwrap_err();
+    let (err, _) =
+        suite::password_is_never_printed::<Postgres>(&backend, &url, "&sslmode=nope").await;
     let shown = format!("{err} {err:?}");
-    assert!(matches!(err, Error::Backend { .. }), "{shown}");
     assert!(
         shown.contains("password") || shown.contains("auth"),
         "{shown}"
     );
-    assert!(!shown.contains(wrong), "{shown}");
-    let err = PostgresBackendBuilder::from_url(&format!("{bad_url}&sslmode=nope")).unwrap_err();
-    assert!(!format!("{err} {err:?}").contains(wrong), "{err}");
 }

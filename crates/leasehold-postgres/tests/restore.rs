@@ -7,24 +7,9 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::PrivateServer;
-use leasehold::{LockOptions, Store};
-
-async fn token(store: &Store) -> u64 {
-    let lock = store
-        .lock_with("k", LockOptions::new().ttl(Duration::from_secs(2)))
-        .unwrap();
-    // The wait covers a new epoch's quarantine (the servers' max TTL).
-    let guard = lock
-        .acquire_timeout(Duration::from_secs(20))
-        .await
-        .expect("granted");
-    let token = guard.fencing_token();
-    guard.release().await.expect("released");
-    token
-}
+use leasehold::conformance::servers::suite::next_token as token;
+use leasehold::Store;
 
 async fn psql(server: &PrivateServer, args: &[&str]) -> String {
     let out = tokio::process::Command::new("psql")

@@ -4,16 +4,15 @@
 
 mod common;
 
-async fn store() -> Option<leasehold::Store> {
-    Some(leasehold::Store::new(common::backend().await?))
-}
+use common::Postgres;
+use leasehold::conformance::servers::store::ServerStore;
 
 /// Store loss as it happens on PostgreSQL: the table dropped.
 async fn lose(_store: leasehold::Store) {
     common::sql(&format!("DROP TABLE {}", common::table())).await;
 }
 
-leasehold::conformance_tests!(@lose store, lose; store_loss_stops_holder_before_next_grant);
+leasehold::conformance_tests!(@lose common::store, lose; store_loss_stops_holder_before_next_grant);
 
 /// A holder of a 30-minute lease on a table opened with `?max_ttl=30m`;
 /// the table dropped; a process with the default max TTL re-creates it: it
@@ -25,24 +24,11 @@ async fn store_loss_quarantine_outlasts_a_longer_holder() {
         return;
     }
     let table = common::unique_table();
-    let url = common::url();
-    let sep = if url.contains('?') { '&' } else { '?' };
-    let open = |params: String| {
-        let url = format!("{url}{sep}table={table}{params}");
-        async move {
-            let backend = leasehold_postgres::PostgresBackendBuilder::from_url(&url)
-                .unwrap()
-                .build()
-                .await
-                .unwrap();
-            std::sync::Arc::new(backend) as std::sync::Arc<dyn leasehold::backend::Backend>
-        }
-    };
     let drop_table = format!("DROP TABLE {table}");
     leasehold::conformance::store_loss_quarantine_outlasts_every_holder(
-        open("&max_ttl=30m".into()).await,
+        Postgres::open(&table, "&max_ttl=30m").await,
         || common::sql(&drop_table),
-        || open(String::new()),
+        || Postgres::open(&table, ""),
     )
     .await;
     common::sql(&drop_table).await;

@@ -4,18 +4,6 @@
 
 mod common;
 
-use leasehold::Store;
+use leasehold::conformance::servers::store::ServerStore;
 
-/// A holder, and a waiter over a backend of its own, listening.
-async fn stores(wake_ups: bool) -> Option<(Store, Store)> {
-    let holder = common::backend().await?;
-    let waiter = common::builder_for(common::table())?
-        .wake_ups(wake_ups)
-        .build()
-        .await
-        .unwrap();
-    waiter.listening().await;
-    Some((Store::new(holder), Store::new(waiter)))
-}
-
-leasehold::wake_up_tests!(stores);
+leasehold::wake_up_tests!(common::Postgres::wake_up_stores);

@@ -7,18 +7,13 @@ mod common;
 
 use std::time::Duration;
 
-use common::PrivateServer;
+use common::{PrivateServer, Redis};
+use leasehold::conformance::servers::suite::{self, ServerExpiry};
 use leasehold::{
     backend::{AcquireOutcome, Backend},
-    Error, Key, LockOptions, Store,
+    Key, Store,
 };
 use leasehold_redis::{redis, RedisBackendBuilder};
-
-fn opts(ttl: Duration) -> LockOptions {
-    LockOptions::new()
-        .ttl(ttl)
-        .poll_interval(Duration::from_millis(20), Duration::from_millis(60))
-}
 
 /// Every client connection killed by the server (`CLIENT KILL`, as an
 /// administrator or a proxy restart would): the holder's next renewals
@@ -33,40 +28,13 @@ async fn holder_survives_its_connections_being_killed() {
     common::settled(&backend).await;
     let store = Store::new(backend);
     let other = Store::new(server.backend().await);
-    let key = common::unique_key("conn-loss");
-    let ttl = Duration::from_secs(2);
-    let guard = store
-        .lock_with(&key, opts(ttl).renew_interval(ttl / 5))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
-    let killed: i64 = server
-        .admin(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("normal"))
-        .await;
-    assert!(killed >= 2, "only {killed} connections were killed");
-    // Longer than the TTL: only renewals over new connections keep it.
-    tokio::time::sleep(ttl * 2).await;
-    assert!(
-        !guard.is_lost(),
-        "the holder lost its lease to a connection loss"
-    );
-    let attempt = other
-        .lock_with(&key, opts(ttl))
-        .unwrap()
-        .try_acquire()
-        .await;
-    assert!(matches!(attempt, Err(Error::Held { .. })), "{attempt:?}");
-    let token = guard.fencing_token();
-    guard.release().await.unwrap();
-    let g2 = other
-        .lock_with(&key, opts(ttl))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
-    assert!(g2.fencing_token() > token);
-    g2.release().await.unwrap();
+    suite::holder_survives_lost_connections(store, other, Duration::from_secs(2), 1, || async {
+        let killed: i64 = server
+            .admin(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("normal"))
+            .await;
+        assert!(killed >= 2, "only {killed} connections were killed");
+    })
+    .await;
 }
 
 /// Failover to a replica that has the epoch marker but missed the last
@@ -131,7 +99,7 @@ async fn failover_to_a_lagging_replica_starts_a_new_epoch() {
     assert!(after.epoch > before.epoch, "{after:?} vs {before:?}");
     assert!(after.age.unwrap() < after.max_ttl, "{after:?}");
     let guard = Store::new(b)
-        .lock_with(&key, opts(ttl))
+        .lock_with(&key, suite::quick_polls(ttl))
         .unwrap()
         .acquire_timeout(common::MAX_TTL * 3)
         .await
@@ -160,50 +128,21 @@ async fn expiry_is_decided_by_the_server_clock() {
         let (s, us): (i64, i64) = common::admin(&common::url(), &redis::cmd("TIME")).await;
         s * 1000 + us / 1000
     };
-    let ttl = Duration::from_secs(4);
-    let key = common::unique_key("server-clock");
-    let lease = leasehold::conformance::raw_lease(&a, &key, ttl).await;
-    // As if the server's clock had run 4 s ahead: expired now.
-    let past = server_ms().await - 1;
-    let _: () = common::admin(
-        &common::url(),
-        redis::cmd("HSET")
-            .arg(record(&key))
-            .arg("expires_ms")
-            .arg(past),
-    )
-    .await;
-    let info = b.inspect(&Key::new(&key).unwrap()).await.unwrap();
-    assert!(info.holder.is_none(), "{info:?}");
-    let taken = leasehold::conformance::raw_lease(&b, &key, ttl).await;
-    assert!(taken.fencing_token > lease.fencing_token);
-    let err = a.renew(&lease).await.unwrap_err();
-    assert!(err.is_lease_lost(), "{err}");
-
-    // As if the server's clock stood still: held long after the TTL.
-    let key = common::unique_key("server-clock");
-    let lease = leasehold::conformance::raw_lease(&a, &key, Duration::from_secs(1)).await;
-    let future = server_ms().await + 3_600_000;
-    let _: () = common::admin(
-        &common::url(),
-        redis::cmd("HSET")
-            .arg(record(&key))
-            .arg("expires_ms")
-            .arg(future),
-    )
-    .await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let store_b = Store::new(b);
-    let attempt = store_b
-        .lock_with(&key, opts(Duration::from_secs(1)))
-        .unwrap()
-        .try_acquire()
+    suite::expiry_is_decided_by_the_server_clock(a, b, |key, when| async move {
+        let expires_ms = match when {
+            ServerExpiry::JustPast => server_ms().await - 1,
+            ServerExpiry::InAnHour => server_ms().await + 3_600_000,
+        };
+        let _: () = common::admin(
+            &common::url(),
+            redis::cmd("HSET")
+                .arg(record(&key))
+                .arg("expires_ms")
+                .arg(expires_ms),
+        )
         .await;
-    assert!(matches!(attempt, Err(Error::Held { .. })), "{attempt:?}");
-    let info = store_b.inspect(&key).await.unwrap();
-    let left = info.holder.unwrap().expires_in.unwrap();
-    assert!(left > Duration::from_secs(3000), "{left:?}");
-    a.release(&lease).await.unwrap();
+    })
+    .await;
 }
 
 /// A key's record deleted by hand (or evicted): its next token is still
@@ -296,33 +235,14 @@ async fn password_is_never_printed() {
         return;
     };
     let url = common::url_for(common::prefix());
-    let password = url
-        .split_once("://")
-        .and_then(|(_, rest)| rest.split_once('@'))
-        .and_then(|(userinfo, _)| userinfo.split_once(':'))
-        .map(|(_, pw)| pw.to_string())
-        .expect("the test URL has a password");
-    let shown = format!(
-        "{backend:?} {:?}",
-        RedisBackendBuilder::from_url(&url).unwrap()
-    );
-    assert!(!shown.contains(&password), "{shown}");
-
-    let wrong = "Wr0ng-pa55word-in-url";
-    let bad_url = url.replacen(&password, wrong, 1);
-    let err = RedisBackendBuilder::from_url(&bad_url)
-        .unwrap()
-        .build()
-        .await
-        .unwrap_err();
+    let (err, password) =
+        suite::password_is_never_printed::<Redis>(&backend, &url, "&wake_ups=nope").await;
     let shown = format!("{err} {err:?}");
-    assert!(matches!(err, Error::Backend { .. }), "{shown}");
     assert!(!err.is_retryable(), "{shown}");
     assert!(
         shown.contains("WRONGPASS") || shown.to_lowercase().contains("password"),
         "{shown}"
     );
-    assert!(!shown.contains(wrong), "{shown}");
     // No password at all: refused when opening, not at the first lease.
     let no_password = url.replacen(&format!(":{password}@"), "", 1);
     let err = RedisBackendBuilder::from_url(&no_password)
@@ -333,8 +253,6 @@ async fn password_is_never_printed() {
     assert!(!err.is_retryable(), "{err}");
     assert!(err.to_string().contains("NOAUTH"), "{err}");
     assert!(err.to_string().contains("during open"), "{err}");
-    let err = RedisBackendBuilder::from_url(&format!("{bad_url}&wake_ups=nope")).unwrap_err();
-    assert!(!format!("{err} {err:?}").contains(wrong), "{err}");
 }
 
 /// Nothing listening at the address: a retryable error, quickly.

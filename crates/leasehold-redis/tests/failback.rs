@@ -9,7 +9,8 @@ mod common;
 use std::time::Duration;
 
 use common::{PrivateServer, PRIVATE_PASSWORD};
-use leasehold::{LockOptions, Store};
+use leasehold::conformance::servers::suite::next_token as token;
+use leasehold::Store;
 use leasehold_redis::redis;
 
 /// Makes `replica` a replica of `primary` and waits until it has loaded
@@ -41,20 +42,6 @@ async fn promote(server: &PrivateServer) {
     let _: () = server
         .admin(redis::cmd("REPLICAOF").arg("NO").arg("ONE"))
         .await;
-}
-
-async fn token(store: &Store) -> u64 {
-    let lock = store
-        .lock_with("k", LockOptions::new().ttl(Duration::from_secs(2)))
-        .unwrap();
-    // The wait covers a new epoch's quarantine (the test max TTL).
-    let guard = lock
-        .acquire_timeout(Duration::from_secs(20))
-        .await
-        .expect("granted");
-    let token = guard.fencing_token();
-    guard.release().await.expect("released");
-    token
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

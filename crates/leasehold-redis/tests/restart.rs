@@ -9,16 +9,11 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::PrivateServer;
-use leasehold::{Error, LockOptions, LossReason, Store};
-
-async fn store(server: &PrivateServer) -> Store {
-    let backend = server.backend().await;
-    common::settled(&backend).await;
-    Store::new(backend)
-}
+use leasehold::conformance::servers::suite;
+use leasehold::{LockOptions, Store};
 
 /// Restart without persistence (`--save ''`, no append-only file): the
 /// data is gone, a new epoch starts.
@@ -27,7 +22,7 @@ async fn restart_without_data_stops_holder_before_next_grant() {
     let Some(server) = PrivateServer::start(false).await else {
         return;
     };
-    let store = store(&server).await;
+    let store = server.settled_store().await;
     leasehold::conformance::store_loss_stops_holder_before_next_grant(store, |_| {
         server.script("restart")
     })
@@ -42,7 +37,7 @@ async fn restart_with_data_starts_a_new_epoch_too() {
     let Some(server) = PrivateServer::start(true).await else {
         return;
     };
-    let store = store(&server).await;
+    let store = server.settled_store().await;
     let before = Store::new(server.backend().await);
     let kept = common::unique_key("kept");
     let g = before
@@ -62,13 +57,6 @@ async fn restart_with_data_starts_a_new_epoch_too() {
     assert_eq!(info.fencing_token, kept_token, "{info:?}");
 }
 
-fn opts(ttl: Duration) -> LockOptions {
-    LockOptions::new()
-        .ttl(ttl)
-        .renew_interval(ttl / 8)
-        .poll_interval(Duration::from_millis(20), Duration::from_millis(60))
-}
-
 /// A long outage (server stopped for more than the TTL): the holder is
 /// told lost by its own clock, and only then does another process get the
 /// key, once the server is back, with a greater token.
@@ -77,38 +65,13 @@ async fn long_outage_holder_is_told_lost_first() {
     let Some(server) = PrivateServer::start(true).await else {
         return;
     };
-    let a = store(&server).await;
+    let a = server.settled_store().await;
     let b = Store::new(server.backend().await);
     let ttl = Duration::from_secs(2);
     let key = "restart/job";
-    let guard = a
-        .lock_with(key, opts(ttl))
-        .unwrap()
-        .acquire_timeout(Duration::from_secs(10))
-        .await
-        .unwrap();
-    let first = guard.fencing_token();
-    let attempt = b.lock_with(key, opts(ttl)).unwrap().try_acquire().await;
-    assert!(matches!(attempt, Err(Error::Held { .. })), "{attempt:?}");
-    let waiter = tokio::spawn({
-        let b = b.clone();
-        async move {
-            b.lock_with(key, opts(ttl))
-                .unwrap()
-                .acquire_timeout(Duration::from_secs(60))
-                .await
-                .map(|g| (Instant::now(), g))
-        }
-    });
-    server.script("stop").await;
-    let reason = tokio::time::timeout(ttl * 2, guard.lost())
-        .await
-        .expect("the holder was not told lost during a long outage");
-    assert_eq!(reason, LossReason::Expired);
-    let lost_at = Instant::now();
-    server.script("start").await;
-    let (granted_at, g2) = waiter.await.unwrap().unwrap();
-    assert!(granted_at > lost_at);
-    assert!(g2.fencing_token() > first);
-    g2.release().await.unwrap();
+    let guard = suite::hold(&a, key, ttl).await;
+    suite::long_outage_tells_the_holder_first(guard, &b, key, ttl, server.script("stop"), || {
+        server.script("start")
+    })
+    .await;
 }

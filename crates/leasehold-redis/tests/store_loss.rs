@@ -4,15 +4,10 @@
 
 mod common;
 
-use common::PrivateServer;
-use leasehold::Store;
+use common::{PrivateServer, Redis};
+use leasehold::conformance::servers::store::ServerStore;
+use leasehold::conformance::servers::suite::Recreation;
 use leasehold_redis::redis;
-
-async fn store(server: &PrivateServer) -> Store {
-    let backend = server.backend().await;
-    common::settled(&backend).await;
-    Store::new(backend)
-}
 
 async fn flushall(server: &PrivateServer) {
     let _: () = server.admin(&redis::cmd("FLUSHALL")).await;
@@ -23,7 +18,7 @@ async fn store_loss_stops_holder_before_next_grant() {
     let Some(server) = PrivateServer::start(false).await else {
         return;
     };
-    let store = store(&server).await;
+    let store = server.settled_store().await;
     leasehold::conformance::store_loss_stops_holder_before_next_grant(store, |_| flushall(&server))
         .await;
 }
@@ -33,7 +28,7 @@ async fn store_loss_forgets_runs() {
     let Some(server) = PrivateServer::start(false).await else {
         return;
     };
-    let store = store(&server).await;
+    let store = server.settled_store().await;
     leasehold::conformance::store_loss_forgets_runs(store, |_| flushall(&server)).await;
 }
 
@@ -43,15 +38,7 @@ async fn store_loss_forgets_runs() {
 /// (issue #28).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn store_loss_quarantine_outlasts_a_longer_holder() {
-    let Some(server) = PrivateServer::start(false).await else {
-        return;
-    };
-    leasehold::conformance::store_loss_quarantine_outlasts_every_holder(
-        open(&server, "?max_ttl=30m").await,
-        || flushall(&server),
-        || open(&server, ""),
-    )
-    .await;
+    recreated_at_once(Recreation::QuarantineOutlastsHolder).await;
 }
 
 /// The same, and the re-created store's grant has a greater token than
@@ -60,10 +47,16 @@ async fn store_loss_quarantine_outlasts_a_longer_holder() {
 /// repeat if the first grant had not waited for that second to begin.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn store_recreated_at_once_issues_greater_tokens() {
+    recreated_at_once(Recreation::AtOnceGreaterTokens).await;
+}
+
+/// `test` on a private server: a holder on a store opened with
+/// `?max_ttl=30m`, `FLUSHALL`, and the store re-created with the default.
+async fn recreated_at_once(test: Recreation) {
     let Some(server) = PrivateServer::start(false).await else {
         return;
     };
-    leasehold::conformance::store_recreated_at_once_issues_greater_tokens(
+    test.run(
         open(&server, "?max_ttl=30m").await,
         || flushall(&server),
         || open(&server, ""),
@@ -76,11 +69,5 @@ async fn open(
     server: &PrivateServer,
     params: &str,
 ) -> std::sync::Arc<dyn leasehold::backend::Backend> {
-    let url = format!("{}{params}", server.base_url());
-    let backend = leasehold_redis::RedisBackendBuilder::from_url(&url)
-        .unwrap()
-        .build()
-        .await
-        .unwrap();
-    std::sync::Arc::new(backend)
+    Redis::open_url(&format!("{}{params}", server.base_url())).await
 }

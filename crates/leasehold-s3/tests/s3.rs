@@ -7,26 +7,14 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use leasehold::{backend::Backend, Creation, Error, Key, LockOptions, LossReason, Store};
+use leasehold::conformance::servers::suite::{self, Recreation};
+use leasehold::{backend::Backend, Creation, Error, Key, LockOptions, Store};
 use leasehold_s3::S3Backend;
 
 fn opts(ttl: Duration) -> LockOptions {
     LockOptions::new()
         .ttl(ttl)
         .poll_interval(Duration::from_millis(50), Duration::from_millis(150))
-}
-
-fn assert_revoked(err: Error) {
-    assert!(
-        matches!(
-            &err,
-            Error::LeaseLost {
-                reason: LossReason::Revoked(_),
-                ..
-            }
-        ),
-        "{err}"
-    );
 }
 
 async fn etag(backend: &S3Backend, key: &str) -> String {
@@ -133,8 +121,8 @@ async fn stale_holder_renew_after_takeover_fails() {
         started.elapsed()
     );
     assert!(guard.fencing_token() > stale.fencing_token);
-    assert_revoked(a.renew(&stale).await.unwrap_err());
-    assert_revoked(a.release(&stale).await.unwrap_err());
+    suite::assert_revoked(a.renew(&stale).await.unwrap_err());
+    suite::assert_revoked(a.release(&stale).await.unwrap_err());
     let info = a.inspect(&Key::new(&key).unwrap()).await.unwrap();
     assert_eq!(info.fencing_token, guard.fencing_token());
     assert!(info.holder.is_some());
@@ -149,51 +137,14 @@ async fn request_counts() {
     let Some(backend) = common::backend().await else {
         return;
     };
-    let backend = Arc::new(backend);
-    let store = Store::from_backend(backend.clone());
-    let other = Store::from_backend(backend.clone());
-    let key = common::unique_key("count");
-    let ttl = common::MAX_TTL;
-    // The key's first grant creates its object (and reads the marker).
-    let warm = leasehold::conformance::raw_lease(backend.as_ref(), &key, ttl).await;
-    backend.release(&warm).await.unwrap();
-
-    let before = backend.requests_sent();
-    let guard = store
-        .lock_with(&key, opts(ttl))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
-    guard.release().await.unwrap();
-    assert_eq!(backend.requests_sent() - before, 3, "acquire + release");
-
-    let guard = store
-        .lock_with(&key, opts(ttl).owner_label("counter").data("d1"))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
-    let before = backend.requests_sent();
-    let err = other
-        .lock_with(&key, opts(ttl))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap_err();
-    assert_eq!(backend.requests_sent() - before, 1, "failed try-acquire");
-    match err {
-        Error::Held {
-            holder: Some(h), ..
-        } => {
-            assert_eq!(h.owner.label.as_deref(), Some("counter"));
-            assert_eq!(h.data.as_deref(), Some("d1"));
-            assert_eq!(h.fencing_token, guard.fencing_token());
-            assert_eq!(h.ttl, Some(ttl));
-        }
-        other => panic!("expected Held with the holder, got {other}"),
-    }
-    guard.release().await.unwrap();
+    // Long enough that no renewal runs during the measurement.
+    suite::request_counts(
+        Arc::new(backend),
+        S3Backend::requests_sent,
+        common::MAX_TTL,
+        3,
+    )
+    .await;
 }
 
 async fn bucket_exists(bucket: &str) -> bool {
@@ -381,29 +332,25 @@ async fn open_store(prefix: &str, max_ttl: Duration) -> Arc<dyn Backend> {
 /// believe it holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn store_loss_quarantine_outlasts_a_longer_holder() {
-    if !common::available() {
-        return;
-    }
-    let prefix = common::unique_prefix();
-    let holder = open_store(&prefix, Duration::from_secs(30 * 60)).await;
-    leasehold::conformance::store_loss_quarantine_outlasts_every_holder(
-        holder,
-        || async { common::delete_store(&common::client().await, common::BUCKET, &prefix).await },
-        || async { open_store(&prefix, leasehold::backend::DEFAULT_STORE_MAX_TTL).await },
-    )
-    .await;
+    store_deleted_and_recreated(Recreation::QuarantineOutlastsHolder).await;
 }
 
 /// The same, the store lost and re-created within the second it was
 /// created in: the re-created store's grant has a greater token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn store_recreated_at_once_issues_greater_tokens() {
+    store_deleted_and_recreated(Recreation::AtOnceGreaterTokens).await;
+}
+
+/// `test` on a store of its own, opened with a 30-minute max TTL, its
+/// objects deleted, and re-created with the default.
+async fn store_deleted_and_recreated(test: Recreation) {
     if !common::available() {
         return;
     }
     let prefix = common::unique_prefix();
     let holder = open_store(&prefix, Duration::from_secs(30 * 60)).await;
-    leasehold::conformance::store_recreated_at_once_issues_greater_tokens(
+    test.run(
         holder,
         || async { common::delete_store(&common::client().await, common::BUCKET, &prefix).await },
         || async { open_store(&prefix, leasehold::backend::DEFAULT_STORE_MAX_TTL).await },

@@ -19,7 +19,7 @@ fn wal(db: &Path) -> PathBuf {
 
 /// One acquire and release of `key`; its token.
 async fn cycle(store: &Store, key: &str) -> u64 {
-    let guard = take(&store, key, LockOptions::new().ttl(Duration::from_secs(5))).await;
+    let guard = take(store, key, LockOptions::new().ttl(Duration::from_secs(5))).await;
     let token = guard.fencing_token();
     guard.release().await.unwrap();
     token

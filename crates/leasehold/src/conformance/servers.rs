@@ -3,7 +3,12 @@
 //! see [`skip`](super::skip)), unique names, and private servers run by the
 //! repository's `scripts/*.sh` for tests that restart, empty or stop one.
 //! A store's own test helpers keep only what is its own (its URL's shape,
-//! its builder).
+//! its builder): a store reached by URL says it once, as a
+//! [`ServerStore`](store::ServerStore), and the tests every such store runs
+//! on its servers are in [`suite`].
+
+pub mod store;
+pub mod suite;
 
 use std::net::{TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
@@ -107,7 +112,7 @@ impl ScriptServer {
     /// A server `scripts/{name}.sh` will run on `port` (see [`free_port`]),
     /// in a new temporary directory; `env(port, dir)` gives the variables
     /// the script takes them (and anything else) from. Not started: call
-    /// [`run`](Self::run)`("start")`. `repo` is the repository's root
+    /// [`script`](Self::script)`("start")` (or use [`start`](Self::start)). `repo` is the repository's root
     /// (from a store crate: `concat!(env!("CARGO_MANIFEST_DIR"), "/../..")`).
     pub fn new(
         repo: impl AsRef<Path>,
@@ -128,6 +133,28 @@ impl ScriptServer {
         }
     }
 
+    /// A server [`new`](Self::new) on a free port, started; or `None`
+    /// (skipped, see [`skip`](super::skip)) when the server is not
+    /// `installed` (`program` names it in the message).
+    pub async fn start(
+        repo: impl AsRef<Path>,
+        name: &str,
+        installed: bool,
+        program: &str,
+        port: u16,
+        env: impl FnOnce(u16, &Path) -> Vec<(&'static str, String)>,
+    ) -> Option<Self> {
+        if !installed {
+            return super::skip(
+                name,
+                &format!("{program} is not installed (scripts/{name}.sh start installs it)"),
+            );
+        }
+        let server = ScriptServer::new(repo, name, port, env);
+        server.script("start").await;
+        Some(server)
+    }
+
     /// Its data directory.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -135,7 +162,7 @@ impl ScriptServer {
 
     /// Runs `scripts/NAME.sh COMMAND` on this server (`start`, `stop`,
     /// `restart`, ...); panics if the script fails.
-    pub async fn run(&self, command: &str) {
+    pub async fn script(&self, command: &str) {
         let mut cmd = self.command(command);
         let status = tokio::task::spawn_blocking(move || cmd.status())
             .await
