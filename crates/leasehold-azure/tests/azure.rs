@@ -87,24 +87,13 @@ impl Policy for Faults {
 }
 
 fn faulty_backend() -> (AzureBackend, Arc<Faults>) {
-    let faults = Arc::new(Faults::default());
-    let backend = common::builder()
-        .per_try_policy(faults.clone())
-        .build()
-        .unwrap();
-    (backend, faults)
+    common::with_policy(common::builder())
 }
 
 /// A backend with request counting on the shared container (out of
 /// quarantine), under `prefix`.
 async fn counted_backend(prefix: &str) -> (AzureBackend, Arc<Faults>) {
-    let faults = Arc::new(Faults::default());
-    let backend = common::shared(prefix)
-        .await
-        .per_try_policy(faults.clone())
-        .build()
-        .unwrap();
-    (backend, faults)
+    common::with_policy(common::shared(prefix).await)
 }
 
 /// The metadata write succeeds but its answer is lost, on every try the

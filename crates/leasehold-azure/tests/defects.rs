@@ -86,13 +86,7 @@ impl Policy for LeaseFaults {
 
 /// A backend on the shared container under `prefix`, with the faults.
 async fn faulty(prefix: &str) -> (AzureBackend, Arc<LeaseFaults>) {
-    let faults = Arc::new(LeaseFaults::default());
-    let backend = common::shared(prefix)
-        .await
-        .per_try_policy(faults.clone())
-        .build()
-        .unwrap();
-    (backend, faults)
+    common::with_policy(common::shared(prefix).await)
 }
 
 /// `list` without a prefix, on a backend without a blob prefix: Azure

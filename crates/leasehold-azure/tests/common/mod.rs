@@ -122,3 +122,14 @@ pub async fn settled(backend: &AzureBackend) {
     let age = epoch.age.unwrap_or_default();
     tokio::time::sleep(full.saturating_sub(age + age / 1000)).await;
 }
+
+/// `builder`, with a new `P` on every try of every request (for tests that
+/// count or fault requests), and that `P`.
+pub fn with_policy<P>(builder: AzureBackendBuilder) -> (AzureBackend, std::sync::Arc<P>)
+where
+    P: azure_core::http::policies::Policy + Default + 'static,
+{
+    let policy = std::sync::Arc::new(P::default());
+    let backend = builder.per_try_policy(policy.clone()).build().unwrap();
+    (backend, policy)
+}
