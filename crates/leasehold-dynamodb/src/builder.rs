@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use aws_sdk_dynamodb::config::Region;
 use leasehold::{Error, Result, SharedClock, SystemClock};
-use leasehold_aws::{AwsOptions, RequestCounter, ServiceDate};
+use leasehold_aws::{AwsOptions, EpochCell, RequestCounter, ServiceDate};
 
 use crate::{DynamoDbBackend, TakeoverMode, WallClock};
 
@@ -47,6 +47,13 @@ impl fmt::Debug for DynamoDbBackendBuilder {
             .field("takeover", &self.takeover)
             .field("create_table", &self.create_table)
             .finish_non_exhaustive()
+    }
+}
+
+impl DynamoDbBackend {
+    /// A builder for a backend on `table`.
+    pub fn builder(table: impl Into<String>) -> DynamoDbBackendBuilder {
+        DynamoDbBackendBuilder::new(table)
     }
 }
 
@@ -173,22 +180,20 @@ impl DynamoDbBackendBuilder {
         }
         let config = config.build();
         let region = self.aws.region_of(config.region())?;
+        let clock: SharedClock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
         let mut backend = DynamoDbBackend {
             client: aws_sdk_dynamodb::Client::from_conf(config),
             table: self.table,
             region,
             endpoint: self.aws.endpoint,
-            clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
+            clock: clock.clone(),
             wall: self.wall.unwrap_or_else(|| Arc::new(SystemTime::now)),
             takeover: self.takeover,
             margin: self.margin,
             max_ttl: self.max_ttl,
             create_table: self.create_table && self.creation.creates(),
             creation: self.creation,
-            epoch: std::sync::Mutex::new((
-                leasehold::StoreEpoch::new(0, self.max_ttl),
-                Duration::ZERO,
-            )),
+            epoch: EpochCell::new(clock.clone(), self.max_ttl),
             dates,
             observations: Default::default(),
             requests,

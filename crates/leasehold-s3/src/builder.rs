@@ -50,6 +50,13 @@ impl fmt::Debug for S3BackendBuilder {
     }
 }
 
+impl S3Backend {
+    /// A builder for a backend on `bucket`.
+    pub fn builder(bucket: impl Into<String>) -> S3BackendBuilder {
+        S3BackendBuilder::new(bucket)
+    }
+}
+
 impl S3BackendBuilder {
     pub(crate) fn new(bucket: impl Into<String>) -> Self {
         S3BackendBuilder {
