@@ -6,7 +6,14 @@ use std::time::Duration;
 use leasehold::backend::params::{decode_percent, split_query, QuerySpec};
 use leasehold::{Error, Result, DEFAULT_STORE_MAX_TTL};
 
-use crate::backend::EtcdBackend;
+use std::sync::atomic::AtomicU64;
+
+use leasehold::backend::Listener;
+
+use crate::backend::{EtcdBackend, Inner};
+use crate::error;
+use crate::grpc::Connection;
+use crate::listen::Deletions;
 use crate::{MAX_TTL, MIN_TTL};
 
 const WHAT: &str = "store URL";
@@ -41,6 +48,21 @@ impl fmt::Debug for EtcdBackendBuilder {
             .field("request_timeout", &self.request_timeout)
             .field("wake_ups", &self.wake_ups)
             .finish()
+    }
+}
+
+impl EtcdBackend {
+    /// A builder for the cluster at `endpoints`.
+    pub fn builder<S: Into<String>>(endpoints: impl IntoIterator<Item = S>) -> EtcdBackendBuilder {
+        EtcdBackendBuilder::new(endpoints)
+    }
+
+    /// Opens the store a URL names (see the crate docs).
+    ///
+    /// # Errors
+    /// As [`EtcdBackendBuilder::from_url`] and [`EtcdBackendBuilder::build`].
+    pub async fn from_url(url: &str) -> Result<Self> {
+        EtcdBackendBuilder::from_url(url)?.build().await
     }
 }
 
@@ -214,7 +236,37 @@ impl EtcdBackendBuilder {
     /// [`Error::Backend`] when the cluster cannot be reached or refuses.
     pub async fn build(self) -> Result<EtcdBackend> {
         self.check()?;
-        EtcdBackend::connect(self).await
+        let scheme = if self.tls { "https" } else { "http" };
+        let urls: Vec<String> = self
+            .endpoints
+            .iter()
+            .map(|e| format!("{scheme}://{e}"))
+            .collect();
+        let conn = tokio::time::timeout(
+            self.request_timeout,
+            Connection::connect(&urls, self.request_timeout, self.user.clone()),
+        )
+        .await
+        .map_err(|_| error::timed_out("connect", self.request_timeout))?
+        .map_err(error::connect)?;
+        let listener = self
+            .wake_ups
+            .then(|| Listener::new(Deletions::new(conn.clone(), format!("{}h/", self.prefix))));
+        EtcdBackend::open(Inner {
+            conn,
+            endpoints: self.endpoints,
+            prefix: self.prefix,
+            max_ttl: self.max_ttl,
+            request_timeout: self.request_timeout,
+            listener,
+            requests: AtomicU64::new(0),
+            opened: Default::default(),
+            creation: self.creation,
+            sessions: Default::default(),
+            seen: Default::default(),
+            held: Default::default(),
+        })
+        .await
     }
 }
 

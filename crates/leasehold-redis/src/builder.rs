@@ -8,7 +8,17 @@ use leasehold::backend::params::QuerySpec;
 use leasehold::{Error, Result, DEFAULT_STORE_MAX_TTL};
 use redis::{ConnectionAddr, IntoConnectionInfo};
 
-use crate::backend::RedisBackend;
+use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
+
+use leasehold::backend::Listener;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use crate::backend::{Inner, RedisBackend};
+use crate::error;
+use crate::listen::Announcements;
+use crate::record::Names;
+use crate::scripts::Scripts;
 use crate::{MAX_TTL, MIN_TTL};
 
 const WHAT: &str = "store URL";
@@ -52,6 +62,23 @@ pub(crate) fn target_of(info: &redis::ConnectionInfo) -> String {
         ConnectionAddr::TcpTls { host, port, .. } => format!("tls {host}:{port}/{db}"),
         ConnectionAddr::Unix(path) => format!("{}/{db}", path.display()),
         _ => format!("?/{db}"),
+    }
+}
+
+impl RedisBackend {
+    /// A builder for the server `info` names (see [`RedisBackendBuilder`]).
+    pub fn builder(info: redis::ConnectionInfo) -> RedisBackendBuilder {
+        RedisBackendBuilder::new(info)
+    }
+
+    /// Opens the store a URL names (see the crate docs for its form):
+    /// connects and reads (or starts) the store's epoch.
+    ///
+    /// # Errors
+    /// As [`RedisBackendBuilder::from_url`] and
+    /// [`RedisBackendBuilder::build`].
+    pub async fn from_url(url: &str) -> Result<Self> {
+        RedisBackendBuilder::from_url(url)?.build().await
     }
 }
 
@@ -212,7 +239,79 @@ impl RedisBackendBuilder {
     /// (`maxmemory-policy allkeys-*`, not retryable).
     pub async fn build(self) -> Result<RedisBackend> {
         self.check()?;
-        RedisBackend::connect(self).await
+        const OP: &str = "open";
+        let client = match &self.tls_ca {
+            Some(path) => {
+                install_crypto_provider();
+                let pem = std::fs::read(path).map_err(|e| {
+                    Error::invalid(
+                        "tls_ca",
+                        format!("cannot read CA certificates from {}: {e}", path.display()),
+                    )
+                })?;
+                redis::Client::build_with_tls(
+                    self.info.clone(),
+                    redis::TlsCertificates {
+                        client_tls: None,
+                        root_cert: Some(pem),
+                    },
+                )
+            }
+            None => {
+                if matches!(self.info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
+                    install_crypto_provider();
+                }
+                redis::Client::open(self.info.clone())
+            }
+        }
+        .map_err(|e| error::client(OP, e))?;
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.request_timeout))
+            .set_response_timeout(Some(self.request_timeout))
+            .set_number_of_retries(2)
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(Duration::from_secs(1));
+        let manager = match tokio::time::timeout(
+            self.request_timeout * 2,
+            ConnectionManager::new_with_config(client.clone(), manager_config.clone()),
+        )
+        .await
+        {
+            Ok(Ok(m)) => m,
+            Ok(Err(e)) => return Err(error::client(OP, e)),
+            Err(_) => return Err(error::timed_out(OP, self.request_timeout * 2)),
+        };
+        let names = Names::new(&self.prefix);
+        let listener = self.wake_ups.then(|| {
+            Listener::new(Announcements {
+                client: client.clone(),
+                channel: names.channel.clone(),
+            })
+        });
+        let inner = Inner {
+            client,
+            manager_config,
+            conn: Mutex::new((0, manager)),
+            names,
+            scripts: Scripts::new(),
+            max_ttl: self.max_ttl,
+            store_max_ttl_ms: AtomicU64::new(self.max_ttl.as_millis() as u64),
+            request_timeout: self.request_timeout,
+            target: target_of(&self.info),
+            listener,
+            opened: Default::default(),
+        };
+        RedisBackend::open(inner, self.creation).await
+    }
+}
+
+/// redis-rs builds its TLS configuration with rustls's process-wide
+/// default provider, which rustls cannot pick by itself when a build
+/// enables two (the AWS SDK brings aws-lc-rs): install ring unless some
+/// crate installed one already.
+fn install_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
     }
 }
 
