@@ -39,8 +39,8 @@ pub(crate) struct Inner {
     /// The table's recorded max TTL, in ms (for `capabilities`).
     pub(crate) store_max_ttl_ms: AtomicU64,
     pub(crate) request_timeout: Duration,
-    /// Statements are named and prepared once per connection (see
-    /// [`PostgresBackendBuilder::prepared`](crate::PostgresBackendBuilder::prepared)).
+    /// Statements are named and prepared once per connection (see the
+    /// builder's `prepared`).
     pub(crate) prepared: bool,
     /// `host:port/db`, for Debug (never the user or password).
     pub(crate) target: String,
