@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use aws_sdk_dynamodb::config::Region;
+use leasehold::backend::shared_builder::check_max_ttl;
 use leasehold::{Error, Result, SharedClock, SystemClock};
 use leasehold_aws::{AwsOptions, EpochCell, RequestCounter, ServiceDate};
 
@@ -152,17 +153,7 @@ impl DynamoDbBackendBuilder {
     pub async fn build(self) -> Result<DynamoDbBackend> {
         validate_table(&self.table)?;
         let sdk = self.aws.load().await?;
-        if !(crate::MIN_TTL..=crate::MAX_TTL).contains(&self.max_ttl) {
-            return Err(Error::invalid(
-                "max ttl",
-                format!(
-                    "{:?} is outside {:?}..={:?}",
-                    self.max_ttl,
-                    crate::MIN_TTL,
-                    crate::MAX_TTL
-                ),
-            ));
-        }
+        check_max_ttl(self.max_ttl, crate::MIN_TTL, crate::MAX_TTL)?;
         let requests = RequestCounter::default();
         let dates = ServiceDate::default();
         let mut config = aws_sdk_dynamodb::config::Builder::from(&sdk)

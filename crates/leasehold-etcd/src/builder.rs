@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use leasehold::backend::params::{decode_percent, split_query, QuerySpec};
+use leasehold::backend::shared_builder::{check_max_ttl, split_scheme};
 use leasehold::{Error, Result, DEFAULT_STORE_MAX_TTL};
 
 use std::sync::atomic::AtomicU64;
@@ -90,14 +91,8 @@ impl EtcdBackendBuilder {
     /// [`Error::InvalidInput`] for a malformed URL or parameter; the message
     /// never holds the password.
     pub fn from_url(url: &str) -> Result<Self> {
-        let Some((scheme, rest)) = url.split_once("://") else {
-            return Err(Error::invalid(WHAT, FORM));
-        };
-        let tls = match scheme {
-            "etcd" => false,
-            "etcds" => true,
-            _ => return Err(Error::invalid(WHAT, FORM)),
-        };
+        let (scheme, rest) = split_scheme(url, &["etcd", "etcds"], FORM)?;
+        let tls = scheme == "etcds";
         let (base, query) = split_query(rest);
         let base = base.strip_suffix('/').unwrap_or(base);
         if base.contains('/') {
@@ -201,12 +196,7 @@ impl EtcdBackendBuilder {
         if self.prefix.is_empty() {
             return Err(Error::invalid("prefix", "must not be empty"));
         }
-        if !(MIN_TTL..=MAX_TTL).contains(&self.max_ttl) {
-            return Err(Error::invalid(
-                "max ttl",
-                format!("{:?} is outside {MIN_TTL:?}..={MAX_TTL:?}", self.max_ttl),
-            ));
-        }
+        check_max_ttl(self.max_ttl, MIN_TTL, MAX_TTL)?;
         if self.tls && !cfg!(feature = "tls") {
             return Err(Error::invalid(
                 WHAT,

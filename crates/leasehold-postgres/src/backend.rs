@@ -2,7 +2,6 @@
 //! crate docs for the protocol).
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,6 +17,7 @@ use crate::error::{self, NAME};
 use crate::record;
 use crate::statements::Statements;
 use crate::MIN_TTL;
+use leasehold::backend::shared_builder::RecordedMaxTtl;
 use leasehold::backend::Listener;
 
 /// The PostgreSQL [`Backend`]. See the [crate docs](crate) for the protocol.
@@ -37,7 +37,7 @@ pub(crate) struct Inner {
     /// The max TTL a table (or epoch) started by this backend records.
     pub(crate) max_ttl: Duration,
     /// The table's recorded max TTL, in ms (for `capabilities`).
-    pub(crate) store_max_ttl_ms: AtomicU64,
+    pub(crate) store_max_ttl: RecordedMaxTtl,
     pub(crate) request_timeout: Duration,
     /// Statements are named and prepared once per connection (see the
     /// builder's `prepared`).
@@ -254,10 +254,7 @@ impl Backend for PostgresBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        let max = Duration::from_millis(self.inner.store_max_ttl_ms.load(Ordering::Relaxed));
-        Capabilities::new(MIN_TTL, max)
-            .shared_across_processes(true)
-            .shared_across_machines(true)
+        self.inner.store_max_ttl.capabilities(MIN_TTL)
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
@@ -267,7 +264,7 @@ impl Backend for PostgresBackend {
                 self.settle(OP).await?.store_epoch(),
             ));
         };
-        let cached_max = Duration::from_millis(self.inner.store_max_ttl_ms.load(Ordering::Relaxed));
+        let cached_max = self.inner.store_max_ttl.get();
         self.check_ttl(req.ttl, cached_max)?;
         let ttl_ms = req.ttl.as_millis() as i64;
         let epoch_i = epoch as i64;
@@ -307,9 +304,7 @@ impl Backend for PostgresBackend {
                 ))
             }
         };
-        self.inner
-            .store_max_ttl_ms
-            .store(meta.max_ttl.as_millis() as u64, Ordering::Relaxed);
+        self.inner.store_max_ttl.set(meta.max_ttl);
         if meta.epoch != epoch {
             return Ok(AcquireOutcome::OtherEpoch(meta.store_epoch()));
         }

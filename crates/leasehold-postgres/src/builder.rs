@@ -7,10 +7,9 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use leasehold::backend::params::{split_query, QuerySpec};
+use leasehold::backend::shared_builder::{check_max_ttl, split_scheme, RecordedMaxTtl};
 use leasehold::{Error, Result, DEFAULT_STORE_MAX_TTL};
 use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
-
-use std::sync::atomic::AtomicU64;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use leasehold::backend::Listener;
@@ -155,12 +154,7 @@ impl PostgresBackendBuilder {
         url: &str,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Self> {
-        let Some((scheme, rest)) = url.split_once("://") else {
-            return Err(Error::invalid(WHAT, FORM));
-        };
-        if scheme != "postgres" && scheme != "postgresql" {
-            return Err(Error::invalid(WHAT, FORM));
-        }
+        let (_, rest) = split_scheme(url, &["postgres", "postgresql"], FORM)?;
         let (base, query) = split_query(rest);
         let query = PARAMS.parse(query)?;
         // Passed on to the client, which knows these, encoded as it decodes
@@ -295,12 +289,7 @@ impl PostgresBackendBuilder {
                 ),
             ));
         }
-        if !(MIN_TTL..=MAX_TTL).contains(&self.max_ttl) {
-            return Err(Error::invalid(
-                "max ttl",
-                format!("{:?} is outside {MIN_TTL:?}..={MAX_TTL:?}", self.max_ttl),
-            ));
-        }
+        check_max_ttl(self.max_ttl, MIN_TTL, MAX_TTL)?;
         Ok(())
     }
 
@@ -361,7 +350,7 @@ impl PostgresBackendBuilder {
             sql: Statements::new(&self.table, channel.as_deref()),
             table: self.table,
             max_ttl: self.max_ttl,
-            store_max_ttl_ms: AtomicU64::new(self.max_ttl.as_millis() as u64),
+            store_max_ttl: RecordedMaxTtl::new(self.max_ttl),
             request_timeout: self.request_timeout,
             prepared: self.prepared.unwrap_or(self.wake_ups),
             target,

@@ -2,7 +2,6 @@
 //! new epoch where the epoch row is missing or was written in another
 //! table (see the crate docs).
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use deadpool_postgres::Object;
@@ -24,9 +23,7 @@ impl PostgresBackend {
         let result = timeout_at(deadline, self.settle_on(&mut client, op)).await;
         match result {
             Ok(Ok(row)) => {
-                self.inner
-                    .store_max_ttl_ms
-                    .store(row.max_ttl.as_millis() as u64, Ordering::Relaxed);
+                self.inner.store_max_ttl.set(row.max_ttl);
                 Ok(row)
             }
             Ok(Err(e)) => Err(e),

@@ -2,7 +2,6 @@
 //! crate docs for the protocol).
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,6 +15,7 @@ use crate::error::{self, bad_reply, NAME};
 use crate::record::{self, array, num, text, Names};
 use crate::scripts::Scripts;
 use crate::MIN_TTL;
+use leasehold::backend::shared_builder::RecordedMaxTtl;
 use leasehold::backend::Listener;
 
 /// The Redis [`Backend`]. See the [crate docs](crate) for the protocol.
@@ -38,7 +38,7 @@ pub(crate) struct Inner {
     /// The max TTL a store (or epoch) started by this backend records.
     pub(crate) max_ttl: Duration,
     /// The store's recorded max TTL, in ms (for `capabilities`).
-    pub(crate) store_max_ttl_ms: AtomicU64,
+    pub(crate) store_max_ttl: RecordedMaxTtl,
     pub(crate) request_timeout: Duration,
     /// `host:port/db`, for Debug (never the user or password).
     pub(crate) target: String,
@@ -232,9 +232,7 @@ impl RedisBackend {
     }
 
     fn note_max_ttl(&self, epoch: &StoreEpoch) {
-        self.inner
-            .store_max_ttl_ms
-            .store(epoch.max_ttl.as_millis() as u64, Ordering::Relaxed);
+        self.inner.store_max_ttl.set(epoch.max_ttl);
     }
 
     fn channel(&self) -> &str {
@@ -292,10 +290,7 @@ impl Backend for RedisBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        let max = Duration::from_millis(self.inner.store_max_ttl_ms.load(Ordering::Relaxed));
-        Capabilities::new(MIN_TTL, max)
-            .shared_across_processes(true)
-            .shared_across_machines(true)
+        self.inner.store_max_ttl.capabilities(MIN_TTL)
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
@@ -343,8 +338,9 @@ impl Backend for RedisBackend {
             }
             Some(4) => {
                 let max = items.get(1).and_then(num).unwrap_or_default().max(0) as u64;
-                self.inner.store_max_ttl_ms.store(max, Ordering::Relaxed);
-                Err(ttl_error(req.ttl, Duration::from_millis(max)))
+                let max = Duration::from_millis(max);
+                self.inner.store_max_ttl.set(max);
+                Err(ttl_error(req.ttl, max))
             }
             Some(5) => Err(Error::backend(
                 NAME,

@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use leasehold::backend::params::QuerySpec;
+use leasehold::backend::shared_builder::{check_max_ttl, split_scheme, RecordedMaxTtl};
 use leasehold::{Error, Result, DEFAULT_STORE_MAX_TTL};
 use redis::{ConnectionAddr, IntoConnectionInfo};
 
-use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 
 use leasehold::backend::Listener;
@@ -104,12 +104,7 @@ impl RedisBackendBuilder {
     /// [`Error::InvalidInput`] for a malformed URL or parameter; the message
     /// never holds the password.
     pub fn from_url(url: &str) -> Result<Self> {
-        let Some((scheme, _)) = url.split_once("://") else {
-            return Err(Error::invalid(WHAT, FORM));
-        };
-        if scheme != "redis" && scheme != "rediss" {
-            return Err(Error::invalid(WHAT, FORM));
-        }
+        let (scheme, _) = split_scheme(url, &["redis", "rediss"], FORM)?;
         if url.contains('#') {
             // redis-rs reads `#insecure` as "skip certificate checks".
             return Err(Error::invalid(
@@ -207,12 +202,7 @@ impl RedisBackendBuilder {
                 ),
             ));
         }
-        if !(MIN_TTL..=MAX_TTL).contains(&self.max_ttl) {
-            return Err(Error::invalid(
-                "max ttl",
-                format!("{:?} is outside {MIN_TTL:?}..={MAX_TTL:?}", self.max_ttl),
-            ));
-        }
+        check_max_ttl(self.max_ttl, MIN_TTL, MAX_TTL)?;
         Ok(())
     }
 
@@ -295,7 +285,7 @@ impl RedisBackendBuilder {
             names,
             scripts: Scripts::new(),
             max_ttl: self.max_ttl,
-            store_max_ttl_ms: AtomicU64::new(self.max_ttl.as_millis() as u64),
+            store_max_ttl: RecordedMaxTtl::new(self.max_ttl),
             request_timeout: self.request_timeout,
             target: target_of(&self.info),
             listener,

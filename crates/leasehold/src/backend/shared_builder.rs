@@ -14,11 +14,7 @@ use crate::{Error, Result};
 ///
 /// # Errors
 /// [`Error::InvalidInput`] ("store URL", the message `form`) for any other.
-pub fn split_scheme<'a>(
-    url: &'a str,
-    schemes: &[&str],
-    form: &str,
-) -> Result<(&'a str, &'a str)> {
+pub fn split_scheme<'a>(url: &'a str, schemes: &[&str], form: &str) -> Result<(&'a str, &'a str)> {
     match url.split_once("://") {
         Some((scheme, rest)) if schemes.contains(&scheme) => Ok((scheme, rest)),
         _ => Err(Error::invalid("store URL", form)),
