@@ -32,7 +32,10 @@ use aws_smithy_types::date_time::{DateTime, Format};
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use aws_smithy_types::timeout::TimeoutConfig;
 use aws_types::region::Region;
-use leasehold::{Error, Result};
+use leasehold::{
+    backend::{SharedClock, StoreEpoch},
+    Error, Result,
+};
 
 /// What [`aws_builder_methods!`] names, re-exported so that the macro
 /// works in a crate whatever it imports.
@@ -109,6 +112,63 @@ impl fmt::Display for Message {
 }
 
 impl std::error::Error for Message {}
+
+/// Adds where a store tried to connect to an error from opening it:
+/// `place` (such as `table "locks"`), the region and the endpoint (or, with
+/// none, a hint that the region's own endpoint was used).
+pub fn connect_error(err: Error, place: &str, region: &str, endpoint: Option<&str>) -> Error {
+    match err {
+        Error::Backend {
+            backend,
+            operation,
+            retryable,
+            source,
+        } => Error::backend(
+            backend,
+            operation,
+            retryable,
+            Message(match endpoint {
+                Some(endpoint) => format!("{source} ({place}, region {region}, endpoint {endpoint})"),
+                None => format!(
+                    "{source} ({place}, region {region}, the region's AWS endpoint; is the region name right?)"
+                ),
+            }),
+        ),
+        other => other,
+    }
+}
+
+/// A store's epoch as last read, and when (on the backend's monotonic
+/// clock): asked for later, its age has grown by the time since.
+#[derive(Debug)]
+pub struct EpochCell {
+    clock: SharedClock,
+    read: Mutex<(StoreEpoch, Duration)>,
+}
+
+impl EpochCell {
+    /// An epoch 0 with `max_ttl`, read at the clock's origin: what a
+    /// backend holds before its first read.
+    pub fn new(clock: SharedClock, max_ttl: Duration) -> Self {
+        EpochCell {
+            clock,
+            read: Mutex::new((StoreEpoch::new(0, max_ttl), Duration::ZERO)),
+        }
+    }
+
+    /// The epoch, its age (where known) as of now.
+    pub fn get(&self) -> StoreEpoch {
+        let (epoch, read_at) = self.read.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let since = self.clock.now().saturating_sub(read_at);
+        let age = epoch.age.map(|a| a.saturating_add(since));
+        epoch.with_age(age)
+    }
+
+    /// Keeps `epoch`, read just now.
+    pub fn set(&self, epoch: StoreEpoch) {
+        *self.read.lock().unwrap_or_else(|e| e.into_inner()) = (epoch, self.clock.now());
+    }
+}
 
 /// The settings every AWS store's builder takes: where to connect, as whom,
 /// and how long one attempt may take. [`load`](Self::load) turns them into

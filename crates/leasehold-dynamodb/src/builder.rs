@@ -5,11 +5,12 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use aws_sdk_dynamodb::config::Region;
+use leasehold::backend::shared_builder::check_max_ttl;
 use leasehold::{
     backend::{SharedClock, SystemClock},
     Error, Result,
 };
-use leasehold_aws::{AwsOptions, RequestCounter, ServiceDate};
+use leasehold_aws::{AwsOptions, EpochCell, RequestCounter, ServiceDate};
 
 use crate::{DynamoDbBackend, TakeoverMode, WallClock};
 
@@ -50,6 +51,13 @@ impl fmt::Debug for DynamoDbBackendBuilder {
             .field("takeover", &self.takeover)
             .field("create_table", &self.create_table)
             .finish_non_exhaustive()
+    }
+}
+
+impl DynamoDbBackend {
+    /// A builder for a backend on `table`.
+    pub fn builder(table: impl Into<String>) -> DynamoDbBackendBuilder {
+        DynamoDbBackendBuilder::new(table)
     }
 }
 
@@ -148,17 +156,7 @@ impl DynamoDbBackendBuilder {
     pub async fn build(self) -> Result<DynamoDbBackend> {
         validate_table(&self.table)?;
         let sdk = self.aws.load().await?;
-        if !(crate::MIN_TTL..=crate::MAX_TTL).contains(&self.max_ttl) {
-            return Err(Error::invalid(
-                "max ttl",
-                format!(
-                    "{:?} is outside {:?}..={:?}",
-                    self.max_ttl,
-                    crate::MIN_TTL,
-                    crate::MAX_TTL
-                ),
-            ));
-        }
+        check_max_ttl(self.max_ttl, crate::MIN_TTL, crate::MAX_TTL)?;
         let requests = RequestCounter::default();
         let dates = ServiceDate::default();
         let mut config = aws_sdk_dynamodb::config::Builder::from(&sdk)
@@ -176,22 +174,20 @@ impl DynamoDbBackendBuilder {
         }
         let config = config.build();
         let region = self.aws.region_of(config.region())?;
+        let clock: SharedClock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
         let mut backend = DynamoDbBackend {
             client: aws_sdk_dynamodb::Client::from_conf(config),
             table: self.table,
             region,
             endpoint: self.aws.endpoint,
-            clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
+            clock: clock.clone(),
             wall: self.wall.unwrap_or_else(|| Arc::new(SystemTime::now)),
             takeover: self.takeover,
             margin: self.margin,
             max_ttl: self.max_ttl,
             create_table: self.create_table && self.creation.creates(),
             creation: self.creation,
-            epoch: std::sync::Mutex::new((
-                leasehold::backend::StoreEpoch::new(0, self.max_ttl),
-                Duration::ZERO,
-            )),
+            epoch: EpochCell::new(clock.clone(), self.max_ttl),
             dates,
             observations: Default::default(),
             requests,

@@ -218,13 +218,16 @@
 
 #![warn(missing_docs)]
 
+mod acquire;
 mod backend;
 mod builder;
 mod epoch;
 mod error;
 mod record;
+mod runs;
 mod table;
 mod url;
+mod write;
 
 use std::time::{Duration, SystemTime};
 

@@ -17,6 +17,16 @@ use crate::DynamoDbBackend;
 /// How long to wait for a new table to become ACTIVE.
 const ACTIVE_TIMEOUT: Duration = Duration::from_secs(300);
 
+impl DynamoDbBackend {
+    /// Reads the table's epoch (re-creating a deleted table if the backend
+    /// may create tables).
+    pub(crate) async fn refresh_epoch(&self) -> Result<StoreEpoch> {
+        let epoch = ensure(self, self.create_table).await?;
+        self.epoch.set(epoch.clone());
+        Ok(epoch)
+    }
+}
+
 /// Makes sure the table exists with our key schema, creating it if allowed,
 /// and returns its epoch (see the crate docs). An existing table is never
 /// altered; a global table is refused.

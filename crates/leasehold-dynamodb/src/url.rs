@@ -4,7 +4,7 @@ use leasehold::backend::params::QuerySpec;
 use leasehold::{Error, Result};
 
 use crate::builder::DynamoDbBackendBuilder;
-use crate::TakeoverMode;
+use crate::{DynamoDbBackend, TakeoverMode};
 
 const WHAT: &str = "store URL";
 const FORM: &str = "the form is dynamodb://TABLE?region=REGION&endpoint=URL&profile=NAME&max_clock_skew=DURATION&max_ttl=DURATION&create_table=true|false, every parameter optional";
@@ -20,6 +20,33 @@ const PARAMS: QuerySpec = QuerySpec::new(
         "create_table",
     ],
 );
+
+impl DynamoDbBackend {
+    /// Opens `dynamodb://TABLE?region=…&endpoint=…&profile=…&max_clock_skew=…&create_table=…`
+    /// (see the [crate docs](crate#store-url)): loads the AWS configuration,
+    /// then checks the table or creates it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a malformed URL, table name, region or
+    /// endpoint (naming what is wrong, never repeating a possible secret);
+    /// [`Error::Backend`] when DynamoDB cannot be reached or refuses the
+    /// credentials.
+    ///
+    /// # Cancel safety
+    /// As [`DynamoDbBackendBuilder::build`].
+    pub async fn from_url(url: &str) -> Result<DynamoDbBackend> {
+        Self::builder_from_url(url)?.build().await
+    }
+
+    /// The builder [`from_url`](Self::from_url) builds, for setting more
+    /// before building (such as [`creation`](DynamoDbBackendBuilder::creation)).
+    ///
+    /// # Errors
+    /// As [`from_url`](Self::from_url), for the URL's form.
+    pub fn builder_from_url(url: &str) -> Result<DynamoDbBackendBuilder> {
+        parse(url)
+    }
+}
 
 /// Turns a store URL into a builder (nothing is contacted yet).
 ///

@@ -4,9 +4,17 @@ use std::fmt;
 use std::time::Duration;
 
 use leasehold::backend::params::{decode_percent, split_query, QuerySpec};
+use leasehold::backend::shared_builder::{check_max_ttl, split_scheme};
 use leasehold::{backend::DEFAULT_STORE_MAX_TTL, Error, Result};
 
-use crate::backend::EtcdBackend;
+use std::sync::atomic::AtomicU64;
+
+use leasehold::backend::Listener;
+
+use crate::backend::{EtcdBackend, Inner};
+use crate::error;
+use crate::grpc::Connection;
+use crate::listen::Deletions;
 use crate::{MAX_TTL, MIN_TTL};
 
 const WHAT: &str = "store URL";
@@ -44,6 +52,21 @@ impl fmt::Debug for EtcdBackendBuilder {
     }
 }
 
+impl EtcdBackend {
+    /// A builder for the cluster at `endpoints`.
+    pub fn builder<S: Into<String>>(endpoints: impl IntoIterator<Item = S>) -> EtcdBackendBuilder {
+        EtcdBackendBuilder::new(endpoints)
+    }
+
+    /// Opens the store a URL names (see the crate docs).
+    ///
+    /// # Errors
+    /// As [`EtcdBackendBuilder::from_url`] and [`EtcdBackendBuilder::build`].
+    pub async fn from_url(url: &str) -> Result<Self> {
+        EtcdBackendBuilder::from_url(url)?.build().await
+    }
+}
+
 impl EtcdBackendBuilder {
     /// A builder for the cluster at `endpoints` (`HOST:PORT` each), with the
     /// defaults: prefix [`DEFAULT_PREFIX`], max TTL 60 s, no TLS, no user,
@@ -68,14 +91,8 @@ impl EtcdBackendBuilder {
     /// [`Error::InvalidInput`] for a malformed URL or parameter; the message
     /// never holds the password.
     pub fn from_url(url: &str) -> Result<Self> {
-        let Some((scheme, rest)) = url.split_once("://") else {
-            return Err(Error::invalid(WHAT, FORM));
-        };
-        let tls = match scheme {
-            "etcd" => false,
-            "etcds" => true,
-            _ => return Err(Error::invalid(WHAT, FORM)),
-        };
+        let (scheme, rest) = split_scheme(url, &["etcd", "etcds"], FORM)?;
+        let tls = scheme == "etcds";
         let (base, query) = split_query(rest);
         let base = base.strip_suffix('/').unwrap_or(base);
         if base.contains('/') {
@@ -179,12 +196,7 @@ impl EtcdBackendBuilder {
         if self.prefix.is_empty() {
             return Err(Error::invalid("prefix", "must not be empty"));
         }
-        if !(MIN_TTL..=MAX_TTL).contains(&self.max_ttl) {
-            return Err(Error::invalid(
-                "max ttl",
-                format!("{:?} is outside {MIN_TTL:?}..={MAX_TTL:?}", self.max_ttl),
-            ));
-        }
+        check_max_ttl(self.max_ttl, MIN_TTL, MAX_TTL)?;
         if self.tls && !cfg!(feature = "tls") {
             return Err(Error::invalid(
                 WHAT,
@@ -214,7 +226,37 @@ impl EtcdBackendBuilder {
     /// [`Error::Backend`] when the cluster cannot be reached or refuses.
     pub async fn build(self) -> Result<EtcdBackend> {
         self.check()?;
-        EtcdBackend::connect(self).await
+        let scheme = if self.tls { "https" } else { "http" };
+        let urls: Vec<String> = self
+            .endpoints
+            .iter()
+            .map(|e| format!("{scheme}://{e}"))
+            .collect();
+        let conn = tokio::time::timeout(
+            self.request_timeout,
+            Connection::connect(&urls, self.request_timeout, self.user.clone()),
+        )
+        .await
+        .map_err(|_| error::timed_out("connect", self.request_timeout))?
+        .map_err(error::connect)?;
+        let listener = self
+            .wake_ups
+            .then(|| Listener::new(Deletions::new(conn.clone(), format!("{}h/", self.prefix))));
+        EtcdBackend::open(Inner {
+            conn,
+            endpoints: self.endpoints,
+            prefix: self.prefix,
+            max_ttl: self.max_ttl,
+            request_timeout: self.request_timeout,
+            listener,
+            requests: AtomicU64::new(0),
+            opened: Default::default(),
+            creation: self.creation,
+            sessions: Default::default(),
+            seen: Default::default(),
+            held: Default::default(),
+        })
+        .await
     }
 }
 

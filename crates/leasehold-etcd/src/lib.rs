@@ -230,12 +230,17 @@
 //! balanced over the endpoints, etcd's auth token on every request) is
 //! about a hundred lines of this crate.
 
+mod acquire;
 mod backend;
 mod builder;
+mod epoch;
 mod error;
 pub mod grpc;
 mod listen;
 mod record;
+mod runs;
+mod session;
+mod snapshot;
 
 use std::time::Duration;
 

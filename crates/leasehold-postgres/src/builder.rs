@@ -7,10 +7,18 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use leasehold::backend::params::{split_query, QuerySpec};
+use leasehold::backend::shared_builder::{check_max_ttl, split_scheme, RecordedMaxTtl};
 use leasehold::{backend::DEFAULT_STORE_MAX_TTL, Error, Result};
 use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 
-use crate::backend::PostgresBackend;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use leasehold::backend::Listener;
+
+use crate::backend::{Inner, PostgresBackend};
+use crate::error::NAME;
+use crate::listen::{self, Announcements};
+use crate::statements::Statements;
+use crate::tls::{self, SslMode};
 use crate::{MAX_TTL, MIN_TTL};
 
 const WHAT: &str = "store URL";
@@ -56,43 +64,6 @@ const FORM: &str = "the form is postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?table
 /// The default table name.
 pub const DEFAULT_TABLE: &str = "leasehold_leases";
 
-/// When to use TLS, as libpq's `sslmode` names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum SslMode {
-    /// Never.
-    Disable,
-    /// If the server offers it (certificate verified, see the crate docs).
-    #[default]
-    Prefer,
-    /// Always; fail if the server does not offer it.
-    Require,
-    /// Always, with the certificate chain verified.
-    VerifyCa,
-    /// Always, with the chain and the host name verified.
-    VerifyFull,
-}
-
-impl FromStr for SslMode {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<Self> {
-        Ok(match s {
-            "disable" => SslMode::Disable,
-            "prefer" | "allow" => SslMode::Prefer,
-            "require" => SslMode::Require,
-            "verify-ca" => SslMode::VerifyCa,
-            "verify-full" => SslMode::VerifyFull,
-            other => {
-                return Err(Error::invalid(
-                    "sslmode",
-                    format!("{other:?} is not one of disable, allow, prefer, require, verify-ca, verify-full"),
-                ))
-            }
-        })
-    }
-}
-
 /// Builds a [`PostgresBackend`]. Its `Debug` output never shows the
 /// password.
 #[derive(Clone)]
@@ -124,6 +95,25 @@ impl fmt::Debug for PostgresBackendBuilder {
             .field("wake_ups", &self.wake_ups)
             .field("prepared", &self.prepared)
             .finish()
+    }
+}
+
+impl PostgresBackend {
+    /// A builder for the server `config` describes (see
+    /// [`PostgresBackendBuilder`]).
+    pub fn builder(config: tokio_postgres::Config) -> PostgresBackendBuilder {
+        PostgresBackendBuilder::new(config)
+    }
+
+    /// Opens the store a URL names (see the crate docs for its form; the
+    /// `PG*` environment variables fill in what it omits): connects,
+    /// creates the table if missing and reads its store epoch.
+    ///
+    /// # Errors
+    /// As [`PostgresBackendBuilder::from_url`] and
+    /// [`PostgresBackendBuilder::build`].
+    pub async fn from_url(url: &str) -> Result<Self> {
+        PostgresBackendBuilder::from_url(url)?.build().await
     }
 }
 
@@ -164,12 +154,7 @@ impl PostgresBackendBuilder {
         url: &str,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Self> {
-        let Some((scheme, rest)) = url.split_once("://") else {
-            return Err(Error::invalid(WHAT, FORM));
-        };
-        if scheme != "postgres" && scheme != "postgresql" {
-            return Err(Error::invalid(WHAT, FORM));
-        }
+        let (_, rest) = split_scheme(url, &["postgres", "postgresql"], FORM)?;
         let (base, query) = split_query(rest);
         let query = PARAMS.parse(query)?;
         // Passed on to the client, which knows these, encoded as it decodes
@@ -304,12 +289,7 @@ impl PostgresBackendBuilder {
                 ),
             ));
         }
-        if !(MIN_TTL..=MAX_TTL).contains(&self.max_ttl) {
-            return Err(Error::invalid(
-                "max ttl",
-                format!("{:?} is outside {MIN_TTL:?}..={MAX_TTL:?}", self.max_ttl),
-            ));
-        }
+        check_max_ttl(self.max_ttl, MIN_TTL, MAX_TTL)?;
         Ok(())
     }
 
@@ -334,8 +314,63 @@ impl PostgresBackendBuilder {
     /// (retryable when that may pass).
     pub async fn build(self) -> Result<PostgresBackend> {
         self.check()?;
-        PostgresBackend::connect(self).await
+        let mut config = self.config.clone();
+        config.ssl_mode(match self.ssl_mode {
+            SslMode::Disable => tokio_postgres::config::SslMode::Disable,
+            SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
+            _ => tokio_postgres::config::SslMode::Require,
+        });
+        let tls = tls::connector(self.ssl_mode, self.root_cert.as_deref())?;
+        let target = target_of(&config);
+        let channel = self.wake_ups.then(|| listen::channel(&self.table));
+        let listener = channel.clone().map(|channel| {
+            Listener::new(Announcements {
+                config: config.clone(),
+                tls: tls.clone(),
+                channel,
+            })
+        });
+        let manager = Manager::from_config(
+            config,
+            tls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(self.pool_size)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(self.request_timeout))
+            .create_timeout(Some(self.request_timeout))
+            .recycle_timeout(Some(self.request_timeout))
+            .build()
+            .map_err(|e| Error::backend(NAME, "open", false, e.to_string()))?;
+        PostgresBackend::open(Inner {
+            pool,
+            sql: Statements::new(&self.table, channel.as_deref()),
+            table: self.table,
+            max_ttl: self.max_ttl,
+            store_max_ttl: RecordedMaxTtl::new(self.max_ttl),
+            request_timeout: self.request_timeout,
+            prepared: self.prepared.unwrap_or(self.wake_ups),
+            target,
+            listener,
+            creation: self.creation,
+            opened: Default::default(),
+        })
+        .await
     }
+}
+
+fn target_of(config: &tokio_postgres::Config) -> String {
+    use tokio_postgres::config::Host;
+    let host = match config.get_hosts().first() {
+        Some(Host::Tcp(h)) => h.clone(),
+        Some(Host::Unix(p)) => p.display().to_string(),
+        None => "?".into(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    format!("{host}:{port}/{}", config.get_dbname().unwrap_or(""))
 }
 
 /// Fills what the URL left out from the `PG*` variables, as libpq does.

@@ -291,15 +291,18 @@
 
 mod backend;
 mod builder;
+mod epoch;
 mod error;
 mod listen;
 mod record;
+mod statements;
 mod tls;
 
 use std::time::Duration;
 
 pub use backend::PostgresBackend;
-pub use builder::{PostgresBackendBuilder, SslMode, DEFAULT_TABLE};
+pub use builder::{PostgresBackendBuilder, DEFAULT_TABLE};
+pub use tls::SslMode;
 
 /// Re-exported for building a client configuration in code.
 pub use tokio_postgres;

@@ -2,6 +2,7 @@
 //! optional PEM file of CA certificates.
 
 use std::path::Path;
+use std::str::FromStr;
 use std::sync::Arc;
 
 use leasehold::{Error, Result};
@@ -9,8 +10,44 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use crate::builder::SslMode;
 use crate::error::NAME;
+
+/// When to use TLS, as libpq's `sslmode` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum SslMode {
+    /// Never.
+    Disable,
+    /// If the server offers it (certificate verified, see the crate docs).
+    #[default]
+    Prefer,
+    /// Always; fail if the server does not offer it.
+    Require,
+    /// Always, with the certificate chain verified.
+    VerifyCa,
+    /// Always, with the chain and the host name verified.
+    VerifyFull,
+}
+
+impl FromStr for SslMode {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        Ok(match s {
+            "disable" => SslMode::Disable,
+            "prefer" | "allow" => SslMode::Prefer,
+            "require" => SslMode::Require,
+            "verify-ca" => SslMode::VerifyCa,
+            "verify-full" => SslMode::VerifyFull,
+            other => {
+                return Err(Error::invalid(
+                    "sslmode",
+                    format!("{other:?} is not one of disable, allow, prefer, require, verify-ca, verify-full"),
+                ))
+            }
+        })
+    }
+}
 
 /// The connector the pool uses. With [`SslMode::Disable`] it is never asked
 /// for a handshake.

@@ -2,7 +2,6 @@
 //! crate docs for the protocol).
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,11 +11,11 @@ use leasehold::{backend::StoreEpoch, Error, HolderInfo, Key, KeyInfo, LossReason
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, ScriptInvocation, Value};
 
-use crate::builder::{target_of, RedisBackendBuilder};
 use crate::error::{self, bad_reply, NAME};
-use crate::listen::Announcements;
 use crate::record::{self, array, num, text, Names};
+use crate::scripts::Scripts;
 use crate::MIN_TTL;
+use leasehold::backend::shared_builder::RecordedMaxTtl;
 use leasehold::backend::Listener;
 
 /// The Redis [`Backend`]. See the [crate docs](crate) for the protocol.
@@ -26,24 +25,25 @@ pub struct RedisBackend {
     inner: Arc<Inner>,
 }
 
-struct Inner {
+/// What a backend is made of (the builder sets it up).
+pub(crate) struct Inner {
     /// The store's epoch as read while opening.
-    opened: std::sync::OnceLock<leasehold::backend::EpochRead>,
-    client: redis::Client,
-    manager_config: ConnectionManagerConfig,
+    pub(crate) opened: std::sync::OnceLock<leasehold::backend::EpochRead>,
+    pub(crate) client: redis::Client,
+    pub(crate) manager_config: ConnectionManagerConfig,
     /// The connection, and how many times it was replaced.
-    conn: Mutex<(u64, ConnectionManager)>,
-    names: Names,
-    scripts: Scripts,
+    pub(crate) conn: Mutex<(u64, ConnectionManager)>,
+    pub(crate) names: Names,
+    pub(crate) scripts: Scripts,
     /// The max TTL a store (or epoch) started by this backend records.
-    max_ttl: Duration,
+    pub(crate) max_ttl: Duration,
     /// The store's recorded max TTL, in ms (for `capabilities`).
-    store_max_ttl_ms: AtomicU64,
-    request_timeout: Duration,
+    pub(crate) store_max_ttl: RecordedMaxTtl,
+    pub(crate) request_timeout: Duration,
     /// `host:port/db`, for Debug (never the user or password).
-    target: String,
+    pub(crate) target: String,
     /// Subscribes to releases, when wake-ups are on.
-    listener: Option<Listener>,
+    pub(crate) listener: Option<Listener>,
 }
 
 impl fmt::Debug for RedisBackend {
@@ -53,43 +53,6 @@ impl fmt::Debug for RedisBackend {
             .field("prefix", &self.inner.names.prefix)
             .finish_non_exhaustive()
     }
-}
-
-/// The Lua of every operation, each with the shared prelude in front.
-struct Scripts {
-    acquire: Script,
-    epoch: Script,
-    renew: Script,
-    release: Script,
-    break_lease: Script,
-    record_run: Script,
-    inspect: Script,
-}
-
-impl Scripts {
-    fn new() -> Self {
-        let with_prelude = |body: &str| Script::new(&format!("{PRELUDE}\n{body}"));
-        Scripts {
-            acquire: with_prelude(include_str!("lua/acquire.lua")),
-            epoch: with_prelude(include_str!("lua/epoch.lua")),
-            renew: with_prelude(include_str!("lua/renew.lua")),
-            release: with_prelude(include_str!("lua/release.lua")),
-            break_lease: with_prelude(include_str!("lua/break.lua")),
-            record_run: with_prelude(include_str!("lua/record_run.lua")),
-            inspect: with_prelude(include_str!("lua/inspect.lua")),
-        }
-    }
-}
-
-const PRELUDE: &str = include_str!("lua/prelude.lua");
-
-/// The script texts, for tools that run the same protocol by hand (the
-/// benchmarks' raw client loop): (acquire, release), prelude included.
-pub fn acquire_and_release_scripts() -> (String, String) {
-    (
-        format!("{PRELUDE}\n{}", include_str!("lua/acquire.lua")),
-        format!("{PRELUDE}\n{}", include_str!("lua/release.lua")),
-    )
 }
 
 /// An optional string as the scripts take it: `''` for none, else `+`
@@ -102,88 +65,14 @@ fn optional(s: &Option<String>) -> String {
 }
 
 impl RedisBackend {
-    /// A builder for the server `info` names (see [`RedisBackendBuilder`]).
-    pub fn builder(info: redis::ConnectionInfo) -> RedisBackendBuilder {
-        RedisBackendBuilder::new(info)
-    }
-
-    /// Opens the store a URL names (see the crate docs for its form):
-    /// connects and reads (or starts) the store's epoch.
-    ///
-    /// # Errors
-    /// As [`RedisBackendBuilder::from_url`] and
-    /// [`RedisBackendBuilder::build`].
-    pub async fn from_url(url: &str) -> Result<Self> {
-        RedisBackendBuilder::from_url(url)?.build().await
-    }
-
-    pub(crate) async fn connect(b: RedisBackendBuilder) -> Result<Self> {
-        const OP: &str = "open";
-        let client = match &b.tls_ca {
-            Some(path) => {
-                install_crypto_provider();
-                let pem = std::fs::read(path).map_err(|e| {
-                    Error::invalid(
-                        "tls_ca",
-                        format!("cannot read CA certificates from {}: {e}", path.display()),
-                    )
-                })?;
-                redis::Client::build_with_tls(
-                    b.info.clone(),
-                    redis::TlsCertificates {
-                        client_tls: None,
-                        root_cert: Some(pem),
-                    },
-                )
-            }
-            None => {
-                if matches!(b.info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
-                    install_crypto_provider();
-                }
-                redis::Client::open(b.info.clone())
-            }
-        }
-        .map_err(|e| error::client(OP, e))?;
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(b.request_timeout))
-            .set_response_timeout(Some(b.request_timeout))
-            .set_number_of_retries(2)
-            .set_min_delay(Duration::from_millis(50))
-            .set_max_delay(Duration::from_secs(1));
-        let manager = match tokio::time::timeout(
-            b.request_timeout * 2,
-            ConnectionManager::new_with_config(client.clone(), manager_config.clone()),
-        )
-        .await
-        {
-            Ok(Ok(m)) => m,
-            Ok(Err(e)) => return Err(error::client(OP, e)),
-            Err(_) => return Err(error::timed_out(OP, b.request_timeout * 2)),
-        };
-        let names = Names::new(&b.prefix);
-        let listener = b.wake_ups.then(|| {
-            Listener::new(Announcements {
-                client: client.clone(),
-                channel: names.channel.clone(),
-            })
-        });
+    /// Opens a backend on `inner`: refuses a server that may evict the
+    /// store's keys, and reads (or starts) the store's epoch.
+    pub(crate) async fn open(inner: Inner, creation: leasehold::Creation) -> Result<Self> {
         let backend = RedisBackend {
-            inner: Arc::new(Inner {
-                client,
-                manager_config,
-                conn: Mutex::new((0, manager)),
-                names,
-                scripts: Scripts::new(),
-                max_ttl: b.max_ttl,
-                store_max_ttl_ms: AtomicU64::new(b.max_ttl.as_millis() as u64),
-                request_timeout: b.request_timeout,
-                target: target_of(&b.info),
-                listener,
-                opened: Default::default(),
-            }),
+            inner: Arc::new(inner),
         };
         backend.refuse_eviction().await?;
-        let epoch = backend.settle_epoch(b.creation).await?;
+        let epoch = backend.check_epoch(creation).await?;
         let _ = backend
             .inner
             .opened
@@ -202,13 +91,13 @@ impl RedisBackend {
     /// # Errors
     /// [`Error::Backend`] when the server cannot be reached.
     pub async fn epoch(&self) -> Result<StoreEpoch> {
-        self.settle_epoch(leasehold::Creation::IfMissing).await
+        self.check_epoch(leasehold::Creation::IfMissing).await
     }
 
     /// The store's epoch, as `creation` allows: started if missing, with
     /// `NewProven` proven, with `Never` only read ([`Error::NoStore`] when
     /// the prefix has no store).
-    async fn settle_epoch(&self, creation: leasehold::Creation) -> Result<StoreEpoch> {
+    async fn check_epoch(&self, creation: leasehold::Creation) -> Result<StoreEpoch> {
         const OP: &str = "epoch";
         let mode = match creation {
             leasehold::Creation::Never => "look",
@@ -346,9 +235,7 @@ impl RedisBackend {
     }
 
     fn note_max_ttl(&self, epoch: &StoreEpoch) {
-        self.inner
-            .store_max_ttl_ms
-            .store(epoch.max_ttl.as_millis() as u64, Ordering::Relaxed);
+        self.inner.store_max_ttl.set(epoch.max_ttl);
     }
 
     fn channel(&self) -> &str {
@@ -380,16 +267,6 @@ enum Retry {
     Never,
 }
 
-/// redis-rs builds its TLS configuration with rustls's process-wide
-/// default provider, which rustls cannot pick by itself when a build
-/// enables two (the AWS SDK brings aws-lc-rs): install ring unless some
-/// crate installed one already.
-fn install_crypto_provider() {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
-}
-
 fn lost(key: &Key, why: impl Into<String>) -> Error {
     Error::LeaseLost {
         key: key.to_string(),
@@ -416,10 +293,7 @@ impl Backend for RedisBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        let max = Duration::from_millis(self.inner.store_max_ttl_ms.load(Ordering::Relaxed));
-        Capabilities::new(MIN_TTL, max)
-            .shared_across_processes(true)
-            .shared_across_machines(true)
+        self.inner.store_max_ttl.capabilities(MIN_TTL)
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
@@ -467,8 +341,9 @@ impl Backend for RedisBackend {
             }
             Some(4) => {
                 let max = items.get(1).and_then(num).unwrap_or_default().max(0) as u64;
-                self.inner.store_max_ttl_ms.store(max, Ordering::Relaxed);
-                Err(ttl_error(req.ttl, Duration::from_millis(max)))
+                let max = Duration::from_millis(max);
+                self.inner.store_max_ttl.set(max);
+                Err(ttl_error(req.ttl, max))
             }
             Some(5) => Err(Error::backend(
                 NAME,

@@ -5,10 +5,20 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use leasehold::backend::params::QuerySpec;
+use leasehold::backend::shared_builder::{check_max_ttl, split_scheme, RecordedMaxTtl};
 use leasehold::{backend::DEFAULT_STORE_MAX_TTL, Error, Result};
 use redis::{ConnectionAddr, IntoConnectionInfo};
 
-use crate::backend::RedisBackend;
+use std::sync::Mutex;
+
+use leasehold::backend::Listener;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use crate::backend::{Inner, RedisBackend};
+use crate::error;
+use crate::listen::Announcements;
+use crate::record::Names;
+use crate::scripts::Scripts;
 use crate::{MAX_TTL, MIN_TTL};
 
 const WHAT: &str = "store URL";
@@ -55,6 +65,23 @@ pub(crate) fn target_of(info: &redis::ConnectionInfo) -> String {
     }
 }
 
+impl RedisBackend {
+    /// A builder for the server `info` names (see [`RedisBackendBuilder`]).
+    pub fn builder(info: redis::ConnectionInfo) -> RedisBackendBuilder {
+        RedisBackendBuilder::new(info)
+    }
+
+    /// Opens the store a URL names (see the crate docs for its form):
+    /// connects and reads (or starts) the store's epoch.
+    ///
+    /// # Errors
+    /// As [`RedisBackendBuilder::from_url`] and
+    /// [`RedisBackendBuilder::build`].
+    pub async fn from_url(url: &str) -> Result<Self> {
+        RedisBackendBuilder::from_url(url)?.build().await
+    }
+}
+
 impl RedisBackendBuilder {
     /// A builder for the server `info` names, with the defaults: prefix
     /// [`DEFAULT_PREFIX`], max TTL 60 s, 5 s request timeout, wake-ups on.
@@ -77,12 +104,7 @@ impl RedisBackendBuilder {
     /// [`Error::InvalidInput`] for a malformed URL or parameter; the message
     /// never holds the password.
     pub fn from_url(url: &str) -> Result<Self> {
-        let Some((scheme, _)) = url.split_once("://") else {
-            return Err(Error::invalid(WHAT, FORM));
-        };
-        if scheme != "redis" && scheme != "rediss" {
-            return Err(Error::invalid(WHAT, FORM));
-        }
+        let (scheme, _) = split_scheme(url, &["redis", "rediss"], FORM)?;
         if url.contains('#') {
             // redis-rs reads `#insecure` as "skip certificate checks".
             return Err(Error::invalid(
@@ -180,12 +202,7 @@ impl RedisBackendBuilder {
                 ),
             ));
         }
-        if !(MIN_TTL..=MAX_TTL).contains(&self.max_ttl) {
-            return Err(Error::invalid(
-                "max ttl",
-                format!("{:?} is outside {MIN_TTL:?}..={MAX_TTL:?}", self.max_ttl),
-            ));
-        }
+        check_max_ttl(self.max_ttl, MIN_TTL, MAX_TTL)?;
         Ok(())
     }
 
@@ -212,7 +229,79 @@ impl RedisBackendBuilder {
     /// (`maxmemory-policy allkeys-*`, not retryable).
     pub async fn build(self) -> Result<RedisBackend> {
         self.check()?;
-        RedisBackend::connect(self).await
+        const OP: &str = "open";
+        let client = match &self.tls_ca {
+            Some(path) => {
+                install_crypto_provider();
+                let pem = std::fs::read(path).map_err(|e| {
+                    Error::invalid(
+                        "tls_ca",
+                        format!("cannot read CA certificates from {}: {e}", path.display()),
+                    )
+                })?;
+                redis::Client::build_with_tls(
+                    self.info.clone(),
+                    redis::TlsCertificates {
+                        client_tls: None,
+                        root_cert: Some(pem),
+                    },
+                )
+            }
+            None => {
+                if matches!(self.info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
+                    install_crypto_provider();
+                }
+                redis::Client::open(self.info.clone())
+            }
+        }
+        .map_err(|e| error::client(OP, e))?;
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.request_timeout))
+            .set_response_timeout(Some(self.request_timeout))
+            .set_number_of_retries(2)
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(Duration::from_secs(1));
+        let manager = match tokio::time::timeout(
+            self.request_timeout * 2,
+            ConnectionManager::new_with_config(client.clone(), manager_config.clone()),
+        )
+        .await
+        {
+            Ok(Ok(m)) => m,
+            Ok(Err(e)) => return Err(error::client(OP, e)),
+            Err(_) => return Err(error::timed_out(OP, self.request_timeout * 2)),
+        };
+        let names = Names::new(&self.prefix);
+        let listener = self.wake_ups.then(|| {
+            Listener::new(Announcements {
+                client: client.clone(),
+                channel: names.channel.clone(),
+            })
+        });
+        let inner = Inner {
+            client,
+            manager_config,
+            conn: Mutex::new((0, manager)),
+            names,
+            scripts: Scripts::new(),
+            max_ttl: self.max_ttl,
+            store_max_ttl: RecordedMaxTtl::new(self.max_ttl),
+            request_timeout: self.request_timeout,
+            target: target_of(&self.info),
+            listener,
+            opened: Default::default(),
+        };
+        RedisBackend::open(inner, self.creation).await
+    }
+}
+
+/// redis-rs builds its TLS configuration with rustls's process-wide
+/// default provider, which rustls cannot pick by itself when a build
+/// enables two (the AWS SDK brings aws-lc-rs): install ring unless some
+/// crate installed one already.
+fn install_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
     }
 }
 

@@ -310,11 +310,13 @@ mod builder;
 mod error;
 mod listen;
 mod record;
+mod scripts;
 
 use std::time::Duration;
 
-pub use backend::{acquire_and_release_scripts, RedisBackend};
+pub use backend::RedisBackend;
 pub use builder::{RedisBackendBuilder, DEFAULT_PREFIX};
+pub use scripts::acquire_and_release_scripts;
 
 /// Re-exported for building connection settings in code.
 pub use redis;

@@ -104,7 +104,7 @@ pub(crate) fn holder(v: &Value) -> Option<HolderInfo> {
 pub(crate) fn store_epoch(op: &'static str, f: &[Value]) -> Result<StoreEpoch> {
     let get = |i: usize| f.get(i).and_then(num);
     match (get(0), get(1), get(2)) {
-        // A negative age: the epoch is proven (see `settle` in the
+        // A negative age: the epoch is proven (see `check_epoch` in the
         // scripts' prelude).
         (Some(e), Some(max), Some(age)) if age < 0 => {
             Ok(StoreEpoch::new(e.max(1) as u64, Duration::from_millis(max.max(0) as u64)).proven())

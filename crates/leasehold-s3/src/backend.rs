@@ -18,9 +18,8 @@ use leasehold::{
     },
     Error, HolderInfo, Key, KeyInfo, LossReason, Result, RunRecord,
 };
-use leasehold_aws::{RequestCounter, ServiceDate};
+use leasehold_aws::{EpochCell, RequestCounter, ServiceDate};
 
-use crate::builder::S3BackendBuilder;
 use crate::error::{code, map_sdk, status, Message, BACKEND};
 use crate::record::{nonce, unix_ms, Record, StoredLease};
 use crate::{WallClock, MAX_TTL, MIN_TTL};
@@ -51,7 +50,7 @@ pub struct S3Backend {
     /// What opening (and any later look at the epoch) may do.
     pub(crate) creation: leasehold::Creation,
     /// The store's epoch as last read, and when (on `clock`).
-    pub(crate) epoch: Mutex<(StoreEpoch, Duration)>,
+    pub(crate) epoch: EpochCell,
     /// The last write this process made to each key: its ETag and record
     /// (see "Requests" in the crate docs).
     known: Mutex<HashMap<String, (String, Record)>>,
@@ -137,34 +136,6 @@ fn check_ttl(ttl: Duration) -> Result<()> {
 }
 
 impl S3Backend {
-    /// A builder for a backend on `bucket`.
-    pub fn builder(bucket: impl Into<String>) -> S3BackendBuilder {
-        S3BackendBuilder::new(bucket)
-    }
-
-    /// Opens `s3://BUCKET[/PREFIX]?region=…&endpoint=…&profile=…&max_ttl=…&create_bucket=…`
-    /// (see the [crate docs](crate#store-url)): loads the AWS configuration,
-    /// then checks the bucket (creating it if missing and allowed) and reads
-    /// the store's epoch.
-    ///
-    /// # Errors
-    /// [`Error::InvalidInput`] for a malformed URL, bucket name, prefix,
-    /// region or endpoint (naming what is wrong, never repeating a possible
-    /// secret); [`Error::Backend`] when S3 cannot be reached or refuses the
-    /// credentials.
-    pub async fn from_url(url: &str) -> Result<S3Backend> {
-        Self::builder_from_url(url)?.build().await
-    }
-
-    /// The builder [`from_url`](Self::from_url) builds, for setting more
-    /// before building (such as [`creation`](S3BackendBuilder::creation)).
-    ///
-    /// # Errors
-    /// As [`from_url`](Self::from_url), for the URL's form.
-    pub fn builder_from_url(url: &str) -> Result<S3BackendBuilder> {
-        crate::url::parse(url)
-    }
-
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         client: Client,
@@ -181,6 +152,7 @@ impl S3Backend {
         requests: RequestCounter,
     ) -> S3Backend {
         S3Backend {
+            epoch: EpochCell::new(clock.clone(), max_ttl),
             client,
             bucket,
             prefix,
@@ -192,7 +164,6 @@ impl S3Backend {
             max_ttl,
             create_bucket,
             creation,
-            epoch: Mutex::new((StoreEpoch::new(0, max_ttl), Duration::ZERO)),
             known: Mutex::new(HashMap::new()),
             observations: Observations::default(),
             requests,
@@ -280,45 +251,25 @@ impl S3Backend {
     /// The store's epoch (see the crate docs), as last read when the
     /// backend was built or found the store changed; its age is as of now.
     pub fn epoch(&self) -> StoreEpoch {
-        let (epoch, read_at) = self.epoch.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let since = self.clock.now().saturating_sub(read_at);
-        let age = epoch.age.map(|a| a.saturating_add(since));
-        epoch.with_age(age)
+        self.epoch.get()
     }
 
     /// Reads the store's epoch again (creating the bucket and the marker
     /// if they are missing and the backend may).
     pub(crate) async fn refresh_epoch(&self) -> Result<StoreEpoch> {
         let epoch = crate::epoch::read_or_start(self).await?;
-        *self.epoch.lock().unwrap_or_else(|e| e.into_inner()) = (epoch.clone(), self.clock.now());
+        self.epoch.set(epoch.clone());
         Ok(epoch)
     }
 
     /// Adds where we tried to connect to an error from opening the store.
     pub(crate) fn connect_error(&self, err: Error) -> Error {
-        match err {
-            Error::Backend {
-                backend,
-                operation,
-                retryable,
-                source,
-            } => Error::backend(
-                backend,
-                operation,
-                retryable,
-                Message(match &self.endpoint {
-                    Some(endpoint) => format!(
-                        "{source} (bucket {:?}, region {}, endpoint {endpoint})",
-                        self.bucket, self.region
-                    ),
-                    None => format!(
-                        "{source} (bucket {:?}, region {}, the region's AWS endpoint; is the region name right?)",
-                        self.bucket, self.region
-                    ),
-                }),
-            ),
-            other => other,
-        }
+        leasehold_aws::connect_error(
+            err,
+            &format!("bucket {:?}", self.bucket),
+            &self.region,
+            self.endpoint.as_deref(),
+        )
     }
 
     /// Reads object `name`.

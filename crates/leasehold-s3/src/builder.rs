@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use aws_sdk_s3::config::{Region, RequestChecksumCalculation, ResponseChecksumValidation};
+use leasehold::backend::shared_builder::check_max_ttl;
 use leasehold::{
     backend::{SharedClock, SystemClock},
     Error, Result,
@@ -50,6 +51,13 @@ impl fmt::Debug for S3BackendBuilder {
             .field("aws", &self.aws)
             .field("create_bucket", &self.create_bucket)
             .finish_non_exhaustive()
+    }
+}
+
+impl S3Backend {
+    /// A builder for a backend on `bucket`.
+    pub fn builder(bucket: impl Into<String>) -> S3BackendBuilder {
+        S3BackendBuilder::new(bucket)
     }
 }
 
@@ -138,17 +146,7 @@ impl S3BackendBuilder {
     pub async fn build(self) -> Result<S3Backend> {
         validate_bucket(&self.bucket)?;
         let prefix = leasehold::backend::names::object_prefix(&self.prefix)?;
-        if !(crate::MIN_TTL..=crate::MAX_TTL).contains(&self.max_ttl) {
-            return Err(Error::invalid(
-                "max ttl",
-                format!(
-                    "{:?} is outside {:?}..={:?}",
-                    self.max_ttl,
-                    crate::MIN_TTL,
-                    crate::MAX_TTL
-                ),
-            ));
-        }
+        check_max_ttl(self.max_ttl, crate::MIN_TTL, crate::MAX_TTL)?;
         let sdk = self.aws.load().await?;
         let requests = RequestCounter::default();
         let mut config = aws_sdk_s3::config::Builder::from(&sdk)

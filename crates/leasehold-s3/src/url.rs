@@ -4,6 +4,7 @@ use leasehold::backend::params::QuerySpec;
 use leasehold::{Error, Result};
 
 use crate::builder::S3BackendBuilder;
+use crate::S3Backend;
 
 const WHAT: &str = "store URL";
 const FORM: &str = "the form is s3://BUCKET[/PREFIX]?region=REGION&endpoint=URL&profile=NAME&max_ttl=DURATION&create_bucket=true|false, every parameter optional";
@@ -12,6 +13,31 @@ const PARAMS: QuerySpec = QuerySpec::new(
     "s3",
     &["region", "endpoint", "profile", "max_ttl", "create_bucket"],
 );
+
+impl S3Backend {
+    /// Opens `s3://BUCKET[/PREFIX]?region=…&endpoint=…&profile=…&max_ttl=…&create_bucket=…`
+    /// (see the [crate docs](crate#store-url)): loads the AWS configuration,
+    /// then checks the bucket (creating it if missing and allowed) and reads
+    /// the store's epoch.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a malformed URL, bucket name, prefix,
+    /// region or endpoint (naming what is wrong, never repeating a possible
+    /// secret); [`Error::Backend`] when S3 cannot be reached or refuses the
+    /// credentials.
+    pub async fn from_url(url: &str) -> Result<S3Backend> {
+        Self::builder_from_url(url)?.build().await
+    }
+
+    /// The builder [`from_url`](Self::from_url) builds, for setting more
+    /// before building (such as [`creation`](S3BackendBuilder::creation)).
+    ///
+    /// # Errors
+    /// As [`from_url`](Self::from_url), for the URL's form.
+    pub fn builder_from_url(url: &str) -> Result<S3BackendBuilder> {
+        parse(url)
+    }
+}
 
 /// Turns a store URL into a builder (nothing is contacted yet).
 ///

@@ -5,7 +5,7 @@
 -- other epoch; {4, max ttl} TTL above the store's max TTL; {5, ms} the
 -- epoch begins in ms (nothing granted: ask again then).
 local now = now_ms()
-local m = settle(now, ARGV[5])
+local m = check_epoch(now, ARGV[5])
 if tonumber(ARGV[4]) ~= m.epoch then
   return { 3, int(m.epoch), int(m.max_ttl), int(age_of(m, now)) }
 end

@@ -21,5 +21,5 @@ if ARGV[2] == 'look' then
   end
   return { int(m.epoch), int(m.max_ttl), int(age_of(m, now)) }
 end
-local m = settle(now, ARGV[1], ARGV[2] == 'proven', KEYS[2])
+local m = check_epoch(now, ARGV[1], ARGV[2] == 'proven', KEYS[2])
 return { int(m.epoch), int(m.max_ttl), int(age_of(m, now)) }

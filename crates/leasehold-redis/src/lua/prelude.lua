@@ -59,7 +59,7 @@ end
 -- `leasehold init --new`), a store with no marker and no key index at all
 -- gets a proven epoch: `proven` in the marker, reported as the longest age
 -- there is (settled at once). Any later epoch clears it.
-local function settle(now, default_max_ttl, proven, index)
+local function check_epoch(now, default_max_ttl, proven, index)
   local m, old = current_epoch()
   if m then
     return m

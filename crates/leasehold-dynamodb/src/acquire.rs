@@ -1,0 +1,298 @@
+//! An acquisition: a conditional write of the lease on the key's item
+//! (free, ripe for takeover after an unchanged observation, or past its
+//! expiry when clocks are trusted), or, for a key the table has no item
+//! for, the item's creation in one transaction with a check of the table's
+//! epoch marker.
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{ConditionCheck, ReturnValue, TransactWriteItem, Update};
+use leasehold::{
+    backend::{AcquireOutcome, AcquireRequest, Grant},
+    Error, Result,
+};
+
+use crate::backend::check_ttl;
+use crate::epoch::{EPOCH, MARKER_KEY};
+use crate::error::{map_sdk, BACKEND};
+use crate::record::{self, n, s, unix_ms, Expr, Stored};
+use crate::write::{new_rvn, update_expression, Write};
+use crate::{DynamoDbBackend, TakeoverMode, MAX_TTL};
+
+impl DynamoDbBackend {
+    pub(crate) async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
+        check_ttl(req.ttl)?;
+        let current = self.epoch();
+        let Some(epoch) = req.epoch.filter(|e| *e == current.epoch) else {
+            return Ok(AcquireOutcome::OtherEpoch(current));
+        };
+        if req.ttl > current.max_ttl {
+            return Err(Error::invalid(
+                "ttl",
+                format!(
+                    "{:?} is above the table's max TTL of {:?} (no lease may be longer: it bounds the wait after the table is lost)",
+                    req.ttl, current.max_ttl
+                ),
+            ));
+        }
+        let key = req.key.as_str();
+        let mut holder = None;
+        // One request in the usual cases; more only after races (each
+        // further round follows a change seen on the item), and for the
+        // first grant of a key (the item is created in a transaction).
+        for _ in 0..4 {
+            let observed = self.observations.ripe(key, self.clock.now());
+            let old = match self.grant(req, observed.as_deref(), epoch).await? {
+                Write::Done(item) => {
+                    self.observations.forget(key);
+                    let fence = Stored::decode(&item)?.fence;
+                    return Ok(AcquireOutcome::Acquired(Grant::new(fence)));
+                }
+                Write::Refused(Some(old)) => {
+                    if crate::epoch::get_u64(&old, EPOCH).is_some_and(|e| e != epoch) {
+                        // An item of another epoch: the table was re-created.
+                        return Ok(AcquireOutcome::OtherEpoch(self.refresh_epoch().await?));
+                    }
+                    Stored::decode(&old)?
+                }
+                Write::Refused(None) => match self.create_item(req, epoch).await? {
+                    Created::Item(fence) => {
+                        self.observations.forget(key);
+                        return Ok(AcquireOutcome::Acquired(Grant::new(fence)));
+                    }
+                    Created::Raced => continue,
+                    Created::OtherEpoch => {
+                        return Ok(AcquireOutcome::OtherEpoch(self.refresh_epoch().await?))
+                    }
+                },
+                Write::NoTable => {
+                    return Ok(AcquireOutcome::OtherEpoch(self.refresh_epoch().await?))
+                }
+            };
+            let Some(lease) = &old.lease else { continue };
+            if lease.lease_id == req.lease_id {
+                // Ours already: an earlier attempt with this id went through.
+                match self.extend(req).await? {
+                    Some(fence) => {
+                        self.observations.forget(key);
+                        return Ok(AcquireOutcome::Acquired(Grant::new(fence)));
+                    }
+                    None => continue,
+                }
+            }
+            holder = old.holder((self.wall)());
+            let Some(rvn) = old.rvn.as_deref() else {
+                return Ok(AcquireOutcome::Held(holder));
+            };
+            let now = self.clock.now();
+            let ripe = self
+                .observations
+                .saw(key, rvn, self.observation_wait(lease.ttl), now);
+            if !ripe || observed.as_deref() == Some(rvn) {
+                return Ok(AcquireOutcome::Held(holder));
+            }
+            // Ripe only now: take over at once, conditional on that version.
+        }
+        Ok(AcquireOutcome::Held(holder))
+    }
+
+    /// How long a holder's version must stay unchanged before a takeover.
+    fn observation_wait(&self, holder_ttl: Option<Duration>) -> Duration {
+        let ttl = holder_ttl.unwrap_or(MAX_TTL);
+        ttl + ttl / 1000 + self.margin
+    }
+
+    /// The SET and REMOVE parts that write `req`'s lease, its owner and its
+    /// epoch (everything but the fence).
+    fn lease_update(
+        &self,
+        e: &mut Expr,
+        req: &AcquireRequest,
+        epoch: u64,
+    ) -> (Vec<String>, Vec<String>) {
+        let now = (self.wall)();
+        let mut set = vec![
+            format!("{} = {}", e.n(EPOCH), e.v("epoch", n(epoch))),
+            format!("{} = {}", e.n(record::RVN), e.v("rvn", s(new_rvn()))),
+            format!(
+                "{} = {}",
+                e.n(record::LEASE_ID),
+                e.v("lid", s(req.lease_id.as_str()))
+            ),
+            format!(
+                "{} = {}",
+                e.n(record::OWNER_HOST),
+                e.v("host", s(&req.owner.host))
+            ),
+            format!(
+                "{} = {}",
+                e.n(record::OWNER_PID),
+                e.v("pid", n(req.owner.pid))
+            ),
+            format!(
+                "{} = {}",
+                e.n(record::TTL_MS),
+                e.v("ttl", n(req.ttl.as_millis()))
+            ),
+            format!(
+                "{} = {}",
+                e.n(record::ACQUIRED_MS),
+                e.v("now", n(unix_ms(now)))
+            ),
+            format!(
+                "{} = {}",
+                e.n(record::EXPIRES_MS),
+                e.v("exp", n(unix_ms(now + req.ttl)))
+            ),
+        ];
+        let mut remove = vec![e.n(record::RELEASED_BY)];
+        for (attr, value) in [
+            (record::OWNER_LABEL, &req.owner.label),
+            (record::DATA, &req.data),
+        ] {
+            match value {
+                Some(v) => set.push(format!("{} = {}", e.n(attr), e.v(attr, s(v)))),
+                None => remove.push(e.n(attr)),
+            }
+        }
+        (set, remove)
+    }
+
+    /// The write that grants `req` a new lease with the next token on an
+    /// existing item of this epoch (or of a table from before epochs), if
+    /// the key is free, or still at version `observed` (a ripe takeover),
+    /// or (trusting clocks) past its stored expiry plus the skew.
+    async fn grant(
+        &self,
+        req: &AcquireRequest,
+        observed: Option<&str>,
+        epoch: u64,
+    ) -> Result<Write> {
+        let mut e = Expr::default();
+        let (mut set, remove) = self.lease_update(&mut e, req, epoch);
+        let fence = e.n(record::FENCE);
+        set.push(format!("{fence} = {fence} + {}", e.v("one", n(1))));
+        let epoch_attr = e.n(EPOCH);
+        let mut free = format!("attribute_not_exists({})", e.n(record::LEASE_ID));
+        if let Some(rvn) = observed {
+            free.push_str(&format!(
+                " OR {} = {}",
+                e.n(record::RVN),
+                e.v("seen", s(rvn))
+            ));
+        }
+        if let TakeoverMode::TrustClocks { max_skew } = self.takeover {
+            let cutoff = unix_ms((self.wall)()).saturating_sub(max_skew.as_millis() as u64);
+            free.push_str(&format!(
+                " OR {} < {}",
+                e.n(record::EXPIRES_MS),
+                e.v("cutoff", n(cutoff))
+            ));
+        }
+        let condition = format!(
+            "attribute_exists({fence}) AND (attribute_not_exists({epoch_attr}) OR {epoch_attr} = :epoch) AND ({free})"
+        );
+        self.update(
+            "acquire",
+            req.key.as_str(),
+            e,
+            update_expression(&set, &remove),
+            condition,
+            ReturnValue::AllNew,
+        )
+        .await
+    }
+
+    /// Creates the item of a key the table has none for, with the first
+    /// token of `epoch` and `req`'s lease, in one transaction with a check
+    /// that the table's epoch marker still says `epoch` (so that a table
+    /// re-created meanwhile cannot get an item of the old epoch).
+    async fn create_item(&self, req: &AcquireRequest, epoch: u64) -> Result<Created> {
+        let mut e = Expr::default();
+        let (mut set, remove) = self.lease_update(&mut e, req, epoch);
+        let first = leasehold::backend::next_token(0, epoch);
+        set.push(format!(
+            "{} = {}",
+            e.n(record::FENCE),
+            e.v("first", n(first))
+        ));
+        let key_attr = e.n(record::KEY);
+        let update = Update::builder()
+            .table_name(&self.table)
+            .key(record::KEY, s(req.key.as_str()))
+            .update_expression(update_expression(&set, &remove))
+            .condition_expression(format!("attribute_not_exists({key_attr})"))
+            .set_expression_attribute_names(e.names())
+            .set_expression_attribute_values(e.values())
+            .build()
+            .map_err(|err| Error::backend(BACKEND, "acquire", false, err))?;
+        let check = ConditionCheck::builder()
+            .table_name(&self.table)
+            .key(record::KEY, s(MARKER_KEY))
+            .condition_expression("#epoch = :epoch")
+            .expression_attribute_names("#epoch", EPOCH)
+            .expression_attribute_values(":epoch", n(epoch))
+            .build()
+            .map_err(|err| Error::backend(BACKEND, "acquire", false, err))?;
+        let result = self
+            .client
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().condition_check(check).build())
+            .transact_items(TransactWriteItem::builder().update(update).build())
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(Created::Item(first)),
+            Err(err) => match err.as_service_error() {
+                Some(TransactWriteItemsError::TransactionCanceledException(c)) => {
+                    let failed = |i: usize| {
+                        c.cancellation_reasons()
+                            .get(i)
+                            .and_then(|r| r.code())
+                            .is_some_and(|code| code == "ConditionalCheckFailed")
+                    };
+                    if failed(0) {
+                        Ok(Created::OtherEpoch)
+                    } else {
+                        // The item was created meanwhile, or a conflict
+                        // with another transaction: try again.
+                        Ok(Created::Raced)
+                    }
+                }
+                Some(TransactWriteItemsError::ResourceNotFoundException(_)) => {
+                    Ok(Created::OtherEpoch)
+                }
+                _ => Err(map_sdk(&self.table, "acquire", err)),
+            },
+        }
+    }
+
+    /// Extends a lease that `req`'s lease id already holds; `None` if it
+    /// does not (any more).
+    async fn extend(&self, req: &AcquireRequest) -> Result<Option<u64>> {
+        match self
+            .refresh(
+                "acquire",
+                &req.key,
+                &req.lease_id,
+                req.ttl,
+                ReturnValue::AllNew,
+            )
+            .await?
+        {
+            Write::Done(item) => Ok(Some(Stored::decode(&item)?.fence)),
+            Write::Refused(_) | Write::NoTable => Ok(None),
+        }
+    }
+}
+
+/// The outcome of [`DynamoDbBackend::create_item`].
+enum Created {
+    /// Created, with this token.
+    Item(u64),
+    /// The table's epoch is not the one asked for (or the table is gone).
+    OtherEpoch,
+    /// Someone else wrote the item first.
+    Raced,
+}

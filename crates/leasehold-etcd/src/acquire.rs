@@ -1,0 +1,212 @@
+//! An acquisition: the key as last seen (or read), judged, and granted in
+//! one `Txn` that compares the marker and the key's record with the bytes
+//! the token was computed from (see the crate docs' protocol).
+
+use std::time::Duration;
+
+use leasehold::{
+    backend::{next_token, AcquireOutcome, AcquireRequest, Grant},
+    Error, Result,
+};
+
+use crate::backend::{is_not_found, Snapshot, RACE_RETRIES};
+use crate::error::{self, NAME};
+use crate::grpc;
+use crate::record::{from_json, now_ms, to_json, EpochMarker, HolderRecord, KeyRecord};
+use crate::session::ran;
+use crate::{EtcdBackend, MAX_TTL, MIN_TTL};
+
+/// A free key as last seen: what the grant's `Txn` compares and builds on.
+struct Free {
+    marker: EpochMarker,
+    marker_bytes: Vec<u8>,
+    record: KeyRecord,
+    /// `None`: no record (compared as "does not exist").
+    record_bytes: Option<Vec<u8>>,
+}
+
+/// What a look at a key decided for an acquire.
+enum Judged {
+    /// The answer to give.
+    Answer(AcquireOutcome),
+    /// The store changed (its marker was just created): read again.
+    Again,
+    /// Free: try the grant.
+    Free(Free),
+}
+
+impl EtcdBackend {
+    pub(crate) async fn acquire(&self, request: &AcquireRequest) -> Result<AcquireOutcome> {
+        const OP: &str = "acquire";
+        if request.ttl < MIN_TTL {
+            return Err(Error::invalid(
+                "ttl",
+                format!("{:?} is below etcd's minimum of {MIN_TTL:?}", request.ttl),
+            ));
+        }
+        let hk = self.holder_key(request.key.as_str());
+        let rk = self.record_key(request.key.as_str());
+        // The key as last seen: no read when it was seen free.
+        let mut known = self.remembered(request);
+        for _ in 0..RACE_RETRIES {
+            let free = match known.take() {
+                Some(free) => free,
+                None => {
+                    let snap = self.read(OP, Some(&request.key)).await?;
+                    match self.judge(request, snap).await? {
+                        Judged::Answer(outcome) => return Ok(outcome),
+                        Judged::Again => continue,
+                        Judged::Free(free) => free,
+                    }
+                }
+            };
+            let epoch = free.marker.epoch;
+            let token = next_token(free.record.token, epoch);
+            let session = self.session(OP, request.ttl, None).await?;
+            let holder = to_json(&HolderRecord {
+                lease_id: request.lease_id.as_str().to_string(),
+                token,
+                epoch,
+                ttl_ms: request.ttl.as_millis() as u64,
+                host: request.owner.host.clone(),
+                pid: request.owner.pid,
+                label: request.owner.label.clone(),
+                data: request.data.clone(),
+                acquired_at_ms: now_ms(),
+            });
+            let record = to_json(&KeyRecord {
+                token,
+                epoch,
+                ..free.record.clone()
+            });
+            // Granted only if the marker and the record are still the bytes
+            // the token was computed from (the same store, nobody granted
+            // since) and nobody holds the key; otherwise the failure branch
+            // reads the key, at the same revision.
+            let compare = vec![
+                grpc::value_is(self.marker_key(), free.marker_bytes.clone()),
+                match &free.record_bytes {
+                    Some(bytes) => grpc::value_is(rk.clone(), bytes.clone()),
+                    None => grpc::created_at(rk.clone(), 0),
+                },
+                grpc::created_at(hk.clone(), 0),
+            ];
+            let success = vec![
+                grpc::put(hk.clone(), holder.clone(), session.id),
+                grpc::put(rk.clone(), record.clone(), 0),
+            ];
+            let ran = ran(&session, request.ttl);
+            let failure = self.snapshot_ops(Some(&request.key));
+            match self.txn_else(OP, compare, success, failure).await? {
+                Ok(r) if r.succeeded => {
+                    self.seen().remember(request.key.as_str(), Some(record));
+                    self.held()
+                        .insert(request.lease_id.as_str().to_string(), holder);
+                    return Ok(AcquireOutcome::Acquired(Grant::new(token).ran(ran)));
+                }
+                Ok(r) => {
+                    // Held, granted since, or another store: as the key is.
+                    let snap = self.snapshot(Some(&request.key), r.responses)?;
+                    match self.judge(request, snap).await? {
+                        Judged::Answer(outcome) => return Ok(outcome),
+                        Judged::Again => {}
+                        Judged::Free(free) => known = Some(free),
+                    }
+                }
+                Err(e) if is_not_found(&e) => {
+                    // The session's etcd lease is gone: a new one, and again.
+                    self.session_gone(&session).await;
+                    known = Some(free);
+                }
+                // Ambiguous: the grant may have landed under our lease id,
+                // which a retry recognises.
+                Err(e) => return Err(error::status(OP, e)),
+            }
+        }
+        Err(Error::backend(
+            NAME,
+            OP,
+            true,
+            "lost the race for the key too many times in a row",
+        ))
+    }
+
+    /// The key as last seen, if free then and in the epoch `request` names
+    /// with a TTL the store allows; `None`: look first. A key whose record
+    /// was not seen is taken to have none (if it has one, the grant's
+    /// comparison fails and answers with it: the same one round trip a
+    /// read would have cost).
+    fn remembered(&self, request: &AcquireRequest) -> Option<Free> {
+        let seen = self.seen();
+        let marker_bytes = seen.marker.clone()?;
+        let marker: EpochMarker = from_json("epoch marker", &marker_bytes).ok()?;
+        if request.epoch != Some(marker.epoch)
+            || request.ttl > Duration::from_millis(marker.max_ttl_ms).min(MAX_TTL)
+        {
+            return None;
+        }
+        let record_bytes = seen.records.get(request.key.as_str()).cloned().flatten();
+        let record = match &record_bytes {
+            Some(b) => from_json("key record", b).ok()?,
+            None => KeyRecord::default(),
+        };
+        Some(Free {
+            marker,
+            marker_bytes,
+            record,
+            record_bytes,
+        })
+    }
+
+    /// What `snap` (of `request.key`) means for the acquire.
+    async fn judge(&self, request: &AcquireRequest, snap: Snapshot) -> Result<Judged> {
+        const OP: &str = "acquire";
+        let Some((marker, marker_kv)) = &snap.marker else {
+            self.create_marker(false).await?;
+            return Ok(Judged::Again);
+        };
+        let max_ttl = Duration::from_millis(marker.max_ttl_ms);
+        if request.ttl > max_ttl.min(MAX_TTL) {
+            return Err(Error::invalid(
+                "ttl",
+                format!("{:?} is above the store's max TTL {max_ttl:?}", request.ttl),
+            ));
+        }
+        if request.epoch != Some(marker.epoch) {
+            let epoch = self.store_epoch(&snap).await?.expect("marker present");
+            return Ok(Judged::Answer(AcquireOutcome::OtherEpoch(epoch)));
+        }
+        if let Some((holder, kv)) = &snap.holder {
+            if holder.lease_id != request.lease_id.as_str() {
+                // Without the remaining TTL: a second round trip per
+                // poll of every waiter (see the module docs).
+                return Ok(Judged::Answer(AcquireOutcome::Held(Some(
+                    holder.info(None),
+                ))));
+            }
+            // Our own grant, retried after an ambiguous answer: hang it on
+            // a fresh session, as a grant now would be.
+            if let Some(ran) = self
+                .hang(OP, &request.key, &kv.value, request.ttl, None)
+                .await?
+            {
+                self.held()
+                    .insert(holder.lease_id.clone(), kv.value.clone());
+                return Ok(Judged::Answer(AcquireOutcome::Acquired(
+                    Grant::new(holder.token).ran(ran),
+                )));
+            }
+            return Ok(Judged::Again);
+        }
+        let (record, record_bytes) = match &snap.record {
+            Some((r, kv)) => (r.clone(), Some(kv.value.clone())),
+            None => (KeyRecord::default(), None),
+        };
+        Ok(Judged::Free(Free {
+            marker: marker.clone(),
+            marker_bytes: marker_kv.value.clone(),
+            record,
+            record_bytes,
+        }))
+    }
+}

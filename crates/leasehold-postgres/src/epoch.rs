@@ -1,0 +1,127 @@
+//! The table's store epoch: creating the table if missing, and starting a
+//! new epoch where the epoch row is missing or was written in another
+//! table (see the crate docs).
+
+use std::time::Duration;
+
+use deadpool_postgres::Object;
+use leasehold::{Error, Result};
+use tokio::time::{timeout_at, Instant};
+use tokio_postgres::types::Type;
+
+use crate::error::{self, NAME};
+use crate::record::{self, EpochRow};
+use crate::PostgresBackend;
+
+impl PostgresBackend {
+    /// Creates the table if missing and reads its epoch, starting a new one
+    /// where the epoch row is missing or was written in another table (see
+    /// the crate docs).
+    pub(crate) async fn check_epoch(&self, op: &'static str) -> Result<EpochRow> {
+        let deadline = Instant::now() + self.inner.request_timeout + Duration::from_secs(2);
+        let mut client = self.client(op, deadline).await?;
+        let result = timeout_at(deadline, self.check_epoch_on(&mut client, op)).await;
+        match result {
+            Ok(Ok(row)) => {
+                self.inner.store_max_ttl.set(row.max_ttl);
+                Ok(row)
+            }
+            Ok(Err(e)) => Err(e),
+            Err(_) => {
+                drop(Object::take(client));
+                Err(error::timed_out(op, self.inner.request_timeout))
+            }
+        }
+    }
+
+    async fn check_epoch_on(&self, client: &mut Object, op: &'static str) -> Result<EpochRow> {
+        let sql = &self.inner.sql;
+        let db = |e| error::db(op, e);
+        let look = self.inner.creation == leasehold::Creation::Never;
+        // Fast path: the epoch row is there and was written in this table.
+        match client.query_typed(&sql.read_epoch, &[]).await {
+            Ok(rows) => {
+                let found = rows.first().and_then(record::epoch);
+                match found {
+                    Some(row) if row.same_table => return Ok(row),
+                    // Looking writes nothing: the row as it is (restored
+                    // from another table, which the next acquirer renews),
+                    // or an epoch of no age where there is none.
+                    // (Not proven: the next acquirer starts a new epoch.)
+                    Some(row) if look => {
+                        return Ok(EpochRow {
+                            proven: false,
+                            ..row
+                        })
+                    }
+                    None if look => return Ok(EpochRow::unknown(self.inner.max_ttl)),
+                    _ => {}
+                }
+            }
+            Err(e) if error::is_missing_table(&e) && look => {
+                return Err(Error::no_store(format!(
+                    "table {} does not exist",
+                    self.inner.table
+                )))
+            }
+            Err(e) if error::is_missing_table(&e) => {
+                // Under the table's creation lock, which the transaction's
+                // end releases (see the crate docs, "Creating the table").
+                let tx = client.transaction().await.map_err(db)?;
+                tx.batch_execute(&sql.create_table).await.map_err(db)?;
+                tx.commit().await.map_err(db)?;
+            }
+            Err(e) => return Err(db(e)),
+        }
+        let max_ttl_ms = self.inner.max_ttl.as_millis() as i64;
+        // Only the table created while opening is the operator's new store:
+        // one created again later (dropped under us) is quarantined.
+        let proven = op == "open" && self.inner.creation == leasehold::Creation::NewProven;
+        let tx = client.transaction().await.map_err(db)?;
+        let inserted = tx
+            .query_typed(
+                &sql.insert_epoch,
+                &[(&max_ttl_ms, Type::INT8), (&proven, Type::BOOL)],
+            )
+            .await
+            .map_err(db)?;
+        let row = tx
+            .query_typed(&sql.lock_epoch, &[])
+            .await
+            .map_err(db)?
+            .first()
+            .and_then(record::epoch)
+            .ok_or_else(|| Error::backend(NAME, op, true, "the epoch row vanished"))?;
+        if inserted.is_empty() && row.same_table {
+            // Someone else settled it first.
+            tx.commit().await.map_err(db)?;
+            return Ok(row);
+        }
+        if !inserted.is_empty() {
+            tracing::info!(table = %self.inner.table, "new store epoch: the table or its epoch row is new");
+        } else {
+            // The epoch row was written in another table: this one was
+            // restored from a dump (or copied). Its counters may be behind
+            // tokens already issued: start a new epoch above them.
+            tracing::warn!(table = %self.inner.table, old_epoch = row.epoch, "the table was restored or copied: starting a new store epoch");
+            tx.query_typed(&sql.renew_epoch, &[]).await.map_err(db)?;
+        }
+        // Every lease in the table belongs to data that was lost or restored.
+        tx.query_typed(&sql.void_leases, &[]).await.map_err(db)?;
+        // Commit only once the epoch's second has begun on the server's
+        // clock, so that a table created after this one (dropped and
+        // re-created) gets a greater epoch.
+        tx.query_typed(&sql.wait_epoch_second, &[])
+            .await
+            .map_err(db)?;
+        let row = tx
+            .query_typed(&sql.lock_epoch, &[])
+            .await
+            .map_err(db)?
+            .first()
+            .and_then(record::epoch)
+            .ok_or_else(|| Error::backend(NAME, op, true, "the epoch row vanished"))?;
+        tx.commit().await.map_err(db)?;
+        Ok(row)
+    }
+}
