@@ -18,6 +18,8 @@ pub fn describe_run(run: &RunRecord) -> String {
     )
 }
 
+/// Who holds a key, in a few words: its owner and for how long
+/// ("another holder" when the store does not say).
 pub fn describe_holder(holder: Option<&HolderInfo>) -> String {
     match holder {
         None => "another holder".into(),

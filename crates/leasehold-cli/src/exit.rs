@@ -11,6 +11,7 @@ pub const EXIT_USAGE: u8 = 2;
 pub const EXIT_BACKEND: u8 = 1;
 /// Exit code when there is no store at the URL (looking never creates one).
 pub const EXIT_NO_STORE: u8 = 3;
+
 /// Ended by a signal (SIGINT, SIGTERM, SIGHUP) before the command ran:
 /// exit 128 + the signal's number.
 #[derive(Debug)]
