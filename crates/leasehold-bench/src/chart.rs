@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::anyhow;
 use plotters::prelude::*;
 
-use crate::figures::Results;
+use crate::results::Results;
 
 const FONTS: &[&str] = &[
     "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",

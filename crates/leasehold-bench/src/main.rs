@@ -15,6 +15,7 @@ mod figures;
 mod peer_etcd;
 mod raw;
 mod report;
+mod results;
 mod stats;
 mod stores;
 mod sys;
@@ -96,7 +97,7 @@ fn main() -> anyhow::Result<()> {
         match cli.command {
             Command::Run(args) => figures::run(args).await,
             Command::Report { results, out } => {
-                let mut res: figures::Results =
+                let mut res: results::Results =
                     serde_json::from_str(&std::fs::read_to_string(&results)?)?;
                 std::fs::create_dir_all(&out)?;
                 figures::write(&mut res, &out)
@@ -130,10 +131,4 @@ fn main() -> anyhow::Result<()> {
     // Background releases and renewal tasks must not keep a child alive.
     rt.shutdown_timeout(Duration::from_secs(2));
     Ok(())
-}
-
-/// Where the `leasehold` CLI binary is: beside this one.
-fn sibling_binary(name: &str) -> Option<PathBuf> {
-    let p = std::env::current_exe().ok()?.parent()?.join(name);
-    p.exists().then_some(p)
 }

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::figures::Results;
+use crate::results::Results;
 use crate::stats::Latency;
 use crate::stores::S3_LABEL;
 
@@ -19,7 +19,7 @@ fn verdict(ok: bool) -> &'static str {
 /// target).
 fn overhead_target(store: &str) -> Option<f64> {
     match store {
-        crate::figures::SQLITE_HOP => Some(0.9),
+        crate::results::SQLITE_HOP => Some(0.9),
         "SQLite" => None,
         _ => Some(0.95),
     }
@@ -63,7 +63,7 @@ fn moto_scale(r: &Results) -> String {
 
 /// Figure 3's targets: no task unserved, the longest wait within its
 /// target, the most served process at most 3× the least served.
-fn contention_ok(c: &crate::figures::Contention) -> bool {
+fn contention_ok(c: &crate::results::Contention) -> bool {
     c.starved_tasks == 0
         && c.longest_wait_ms <= longest_wait_target_ms(&c.store)
         && c.max_process_passes <= c.min_process_passes.saturating_mul(3)
@@ -161,7 +161,7 @@ own last write from one on a restored copy of it), a conditional `PutObject` to 
     for o in &r.overhead {
         if let Some(target) = overhead_target(&o.store).filter(|t| o.ratio < *t) {
             let why = match o.store.as_str() {
-                crate::figures::SQLITE_HOP => "This raw loop hops onto tokio's blocking pool for each of its two transactions, as async code must, so what is left is leasehold's own work per cycle: the protocol's epoch check and file-identity checks inside the transactions, the shared `flock` on the database's directory that proves no lease is held there (see the SQLite module docs), the guard (its renewal task starts only when the first renewal is due, from one scheduler per runtime), the local queue and metrics.",
+                crate::results::SQLITE_HOP => "This raw loop hops onto tokio's blocking pool for each of its two transactions, as async code must, so what is left is leasehold's own work per cycle: the protocol's epoch check and file-identity checks inside the transactions, the shared `flock` on the database's directory that proves no lease is held there (see the SQLite module docs), the guard (its renewal task starts only when the first renewal is due, from one scheduler per runtime), the local queue and metrics.",
                 "SQLite" => "Each leasehold operation is a `spawn_blocking` hop onto tokio's blocking pool, plus the work listed for the next row; the raw loop runs both statements back to back on one thread. A cycle is one fsync (the acquisition commits with `synchronous=FULL`, the release with `NORMAL`), so the fixed costs show as far as the disk is fast.",
                 "Azurite" => "The raw loop and leasehold send the same three requests; the difference is leasehold's per-call work (the guard, record encoding, the snapshot cache) and the noise of a node.js emulator sharing two cores.",
                 "PostgreSQL" => "Both send the same two statements, one round trip each, each prepared once on its connection; leasehold takes a connection from its pool for each statement (the raw loop keeps one), and adds its per-call work (the guard, metrics). The server shares the two cores with both.",

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::{bail, Context};
 use async_trait::async_trait;
 use leasehold::{
-    backend::{AcquireOutcome, AcquireRequest, Backend, Capabilities, Lease},
+    backend::{AcquireOutcome, AcquireRequest, Backend, Lease, Wrapper},
     HolderInfo, Key, KeyInfo, Store,
 };
 use leasehold_dynamodb::DynamoDbBackend;
@@ -375,15 +375,10 @@ impl Counting {
 }
 
 #[async_trait]
-impl Backend for Counting {
-    fn name(&self) -> &'static str {
-        self.inner.name()
+impl Wrapper for Counting {
+    fn inner(&self) -> &dyn Backend {
+        self.inner.as_ref()
     }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
     async fn try_acquire(&self, request: &AcquireRequest) -> leasehold::Result<AcquireOutcome> {
         self.acquires.fetch_add(1, Ordering::Relaxed);
         let out = self.inner.try_acquire(request).await;
@@ -431,12 +426,6 @@ impl Backend for Counting {
     async fn list(&self, prefix: &str) -> leasehold::Result<Vec<KeyInfo>> {
         self.others.fetch_add(1, Ordering::Relaxed);
         self.inner.list(prefix).await
-    }
-
-    fn watch_release(&self, keys: &[Key]) -> Option<leasehold::backend::ReleaseWatch> {
-        // The store's own wake-ups (PostgreSQL's LISTEN), as without the
-        // counter.
-        self.inner.watch_release(keys)
     }
 
     async fn record_run(&self, lease: &Lease, run: &leasehold::RunRecord) -> leasehold::Result<()> {

@@ -2,6 +2,7 @@
 //! every process on the machine shares (so timestamps taken in different
 //! processes compare), CPU time and resident memory.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// `CLOCK_MONOTONIC` in nanoseconds: the same clock in every process of the
@@ -71,4 +72,10 @@ pub fn url_answers(url: &str) -> bool {
 
 fn addr_answers(addr: std::net::SocketAddr) -> bool {
     std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_ok()
+}
+
+/// Where the `leasehold` CLI binary is: beside this one.
+pub fn sibling_binary(name: &str) -> Option<PathBuf> {
+    let p = std::env::current_exe().ok()?.parent()?.join(name);
+    p.exists().then_some(p)
 }

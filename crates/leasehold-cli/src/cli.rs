@@ -4,7 +4,10 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use leasehold::{Error, LockOptions};
 use leasehold_stores::Access;
+
+use crate::describe::exact;
 
 /// Limits, environment variables and exit codes, after every help.
 const AFTER_HELP: &str = "\
@@ -413,7 +416,7 @@ pub async fn validate(command: &Command) -> anyhow::Result<Access> {
                 "ttl",
                 format!(
                     "--ttl {} is outside the range of every store (sqlite: 100ms to 24h; azblob: 15s to 60s; dynamodb, postgres, redis: 1s to 24h)",
-                    crate::inspect::exact(lease.ttl)
+                    exact(lease.ttl)
                 ),
             )
             .into());
@@ -421,7 +424,7 @@ pub async fn validate(command: &Command) -> anyhow::Result<Access> {
     }
     match command {
         Command::Run(args) => {
-            let opts = crate::run::lock_options(&args.lease, scratch.confirmation_window())?;
+            let opts = lock_options(&args.lease, scratch.confirmation_window())?;
             match args.limit {
                 None => drop(scratch.lock_with(&args.lease.key, opts)?),
                 Some(n) => drop(scratch.semaphore_with(&args.lease.key, n, opts)?),
@@ -429,7 +432,7 @@ pub async fn validate(command: &Command) -> anyhow::Result<Access> {
             Ok(Access::Lease)
         }
         Command::Elect(args) => {
-            let opts = crate::run::lock_options(&args.lease, scratch.confirmation_window())?;
+            let opts = lock_options(&args.lease, scratch.confirmation_window())?;
             drop(scratch.election_with(&args.lease.key, opts)?);
             Ok(Access::Lease)
         }
@@ -446,6 +449,43 @@ pub async fn validate(command: &Command) -> anyhow::Result<Access> {
         }
         Command::Init { new } => Ok(Access::Create { proven: *new }),
     }
+}
+
+/// Lock options for `run` on a store whose confirmation window is
+/// `window` ([`Store::confirmation_window`](leasehold::Store::confirmation_window)): the safety margin includes the
+/// grace period, so that a child that ignores SIGTERM is killed before the
+/// lease could pass to anyone else. With a TTL longer than the window, the
+/// window takes its place: a store that lost its data grants again one
+/// window after the loss, whatever the TTL.
+pub fn lock_options(args: &LeaseArgs, window: Duration) -> anyhow::Result<LockOptions> {
+    let grace = args.grace;
+    let trusted = args.ttl.min(window);
+    if grace > trusted / 2 {
+        return Err(Error::invalid(
+            "grace",
+            format!(
+                "--grace {} is too long for --ttl {}: the command must be stopped before the lease can pass to someone else, so the grace may be at most half the TTL (and at most half the confirmation window, {})",
+                exact(grace),
+                exact(args.ttl),
+                exact(window)
+            ),
+        )
+        .into());
+    }
+    let margin = trusted / 10 + grace;
+    // Three renewals fit between a renewal and the safety deadline, so one
+    // slow or failed renewal does not stop the command.
+    let mut opts = LockOptions::new()
+        .ttl(args.ttl)
+        .safety_margin(margin)
+        .renew_interval((trusted - margin) / 3);
+    if let Some(label) = &args.owner {
+        opts = opts.owner_label(label.clone());
+    }
+    if let Some(data) = &args.data {
+        opts = opts.data(data.clone());
+    }
+    Ok(opts)
 }
 
 #[cfg(test)]
@@ -550,5 +590,61 @@ mod tests {
             Cli::try_parse_from(["leasehold", "elect", "k", "--once-per", "1h", "--", "true"])
                 .is_err()
         );
+    }
+
+    fn args(ttl: u64, grace_ms: u64) -> LeaseArgs {
+        LeaseArgs {
+            key: "k".into(),
+            ttl: Duration::from_secs(ttl),
+            owner: None,
+            data: None,
+            grace_arg: None,
+            grace: Duration::from_millis(grace_ms),
+            command: vec!["true".into()],
+        }
+    }
+
+    const W: Duration = leasehold::CONFIRMATION_WINDOW;
+
+    #[test]
+    fn grace_longer_than_half_the_ttl_is_rejected() {
+        let err = lock_options(&args(1, 600), W).unwrap_err();
+        assert!(err.to_string().contains("at most half the TTL"), "{err}");
+        lock_options(&args(30, 5000), W).unwrap();
+    }
+
+    /// A TTL longer than the confirmation window: the grace is bounded by
+    /// half the window, and the command's deadline (the guard's safety
+    /// deadline + the grace, when SIGKILL comes) is a tenth of the window
+    /// before a re-created store could grant the key (issue #28).
+    #[tokio::test]
+    async fn a_ttl_longer_than_the_window_is_cut_to_the_window() {
+        let err = lock_options(&args(1200, 31_000), W).unwrap_err();
+        assert!(err.to_string().contains("confirmation window"), "{err}");
+        let clock = std::sync::Arc::new(leasehold::backend::SystemClock);
+        let store = leasehold::Store::with_clock_and_window(
+            std::sync::Arc::new(leasehold::memory::MemoryBackend::with_clock_and_max_ttl(
+                clock.clone(),
+                leasehold::memory::LOCAL_MAX_TTL,
+            )),
+            clock,
+            W,
+        );
+        let grace = Duration::from_secs(5);
+        let opts = lock_options(&args(1200, grace.as_millis() as u64), W).unwrap();
+        let guard = store
+            .lock_with("k", opts)
+            .unwrap()
+            .try_acquire()
+            .await
+            .unwrap();
+        // SIGKILL comes at the safety deadline + the grace: W/10 before a
+        // re-created store grants, not 18 minutes after.
+        assert!(
+            guard.valid_for() + grace <= W - W / 10,
+            "the command may run {:?} + {grace:?} after its last renewal",
+            guard.valid_for()
+        );
+        guard.release().await.unwrap();
     }
 }

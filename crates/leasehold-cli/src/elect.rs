@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use leasehold::{Store, Wait};
 
-use crate::cli::ElectArgs;
+use crate::cli::{lock_options, ElectArgs};
+use crate::describe::exact;
 use crate::output::say;
-use crate::run::{describe_wait, lock_options, StatusLine};
+use crate::run::{describe_wait, StatusLine};
 use crate::supervisor::{supervise, Signals};
 
 /// Pause before campaigning again after the command exited, so that other
@@ -69,7 +70,7 @@ pub async fn elect(store: &Store, args: ElectArgs) -> anyhow::Result<ExitCode> {
             say!(
                 "the command exited with {} (term {term}); campaigning again in {}",
                 outcome.code,
-                crate::inspect::exact(rest)
+                exact(rest)
             );
             tokio::select! {
                 _ = tokio::time::sleep(rest) => {}

@@ -7,7 +7,8 @@ use std::time::Duration;
 use leasehold::{backend::StoreEpoch, Error, Store};
 use leasehold_stores::{self as stores, Access};
 
-use crate::inspect::short;
+use crate::describe::short;
+use crate::open::open_within;
 use crate::output::print;
 
 /// Creates the store at `url` (the default SQLite file when `None`), or
@@ -24,7 +25,7 @@ pub async fn init(
     // First a look, which creates nothing: a store that exists is left as
     // it is. (The look at a missing default SQLite file answers with an
     // empty in-memory store.)
-    match crate::open_within(url, Access::Look, connect_timeout).await {
+    match open_within(url, Access::Look, connect_timeout).await {
         Ok(store) if store.backend().name() != "memory" => {
             let epoch = describe_epoch(&store);
             if new {
@@ -45,7 +46,7 @@ pub async fn init(
         Err(e) if matches!(e.downcast_ref::<Error>(), Some(Error::NoStore { .. })) => {}
         Err(e) => return Err(e),
     }
-    let store = crate::open_within(url, Access::Create { proven: new }, connect_timeout).await?;
+    let store = open_within(url, Access::Create { proven: new }, connect_timeout).await?;
     let window = store.confirmation_window();
     let epoch = store.backend().epoch_at_open();
     let made = made(store.backend().name());

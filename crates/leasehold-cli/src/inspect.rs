@@ -7,13 +7,13 @@
 use crate::output::say;
 use std::fmt::Write as _;
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime};
 
 use leasehold::{HolderInfo, KeyInfo, RunOutcome, SlotInfo, Store};
 use serde::Serialize;
 
+use crate::describe::{ago, describe_run, held_for, short};
+use crate::exit::EXIT_USAGE;
 use crate::output::{clean, print};
-use crate::run::describe_run;
 
 /// `status --json`: the key's record, and the slots when KEY is a
 /// semaphore's key, that is, has no record of its own (empty otherwise).
@@ -115,7 +115,7 @@ pub async fn break_lease(store: &Store, key: &str) -> anyhow::Result<ExitCode> {
                     "{key} is a semaphore (`run --limit`): nothing was broken; its permits are its slot keys, broken one at a time with `leasehold break {key}/:slot:N`: {}",
                     held.join(", ")
                 );
-                return Ok(ExitCode::from(crate::EXIT_USAGE));
+                return Ok(ExitCode::from(EXIT_USAGE));
             }
             print(&format!("{key} was not held\n"))?
         }
@@ -234,33 +234,4 @@ fn outcome(outcome: RunOutcome) -> &'static str {
         RunOutcome::LeaseLost => "lease lost",
         _ => "unknown",
     }
-}
-
-/// "3m 5s ago" ("just now" for a time in our future: clock skew).
-pub fn ago(at: SystemTime) -> String {
-    match SystemTime::now().duration_since(at) {
-        Ok(d) => format!("{} ago", short(d)),
-        Err(_) => "just now".into(),
-    }
-}
-
-/// How long the holder has held the key, by the wall clocks of both sides.
-pub fn held_for(holder: &HolderInfo) -> Option<Duration> {
-    holder
-        .acquired_at
-        .and_then(|at| SystemTime::now().duration_since(at).ok())
-}
-
-/// A duration rounded for people: "2m 5s", "800ms".
-pub fn short(d: Duration) -> String {
-    if d < Duration::from_secs(1) {
-        return format!("{}ms", d.as_millis());
-    }
-    humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
-}
-
-/// A duration as given, to the millisecond: "1s 500ms" (for messages about
-/// what the user typed, where rounding would misquote them).
-pub fn exact(d: Duration) -> String {
-    humantime::format_duration(Duration::from_millis(d.as_millis() as u64)).to_string()
 }

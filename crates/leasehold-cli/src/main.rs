@@ -1,9 +1,13 @@
 //! The `leasehold` command: a thin shell over the leasehold library.
 
 mod cli;
+mod describe;
 mod elect;
+mod exit;
+mod fd;
 mod init;
 mod inspect;
+mod open;
 mod output;
 mod proctree;
 mod run;
@@ -14,19 +18,11 @@ mod watchdog;
 use std::process::ExitCode;
 
 use cli::{Cli, Command};
+use exit::{error_chain, exit_code_for, Interrupted, EXIT_BACKEND, EXIT_USAGE};
 use leasehold_stores as stores;
+use open::{open_within, warn_if_max_ttl_ignored};
 use output::say;
 
-/// Exit code when the lock was not obtained (held elsewhere, wait ran out).
-pub const EXIT_NOT_OBTAINED: u8 = 75;
-/// Exit code when the lease was lost while the command ran.
-pub const EXIT_LOST: u8 = 76;
-/// Exit code for usage and configuration errors (clap uses 2 as well).
-pub const EXIT_USAGE: u8 = 2;
-/// Exit code for store failures.
-pub const EXIT_BACKEND: u8 = 1;
-/// Exit code when there is no store at the URL (looking never creates one).
-pub const EXIT_NO_STORE: u8 = 3;
 /// The longest wait at exit for requests finishing in the background: a
 /// late grant's acquisition and release take well under it on a store that
 /// answers, and an unreachable store delays the exit by no more (a `run
@@ -290,126 +286,6 @@ fn failed_json_run() -> Option<String> {
     json.then(|| key.unwrap_or_default())
 }
 
-/// Opens the store, trying again after a failure that may pass (a server
-/// restarting, refusing connections for a moment) until `limit` has
-/// passed; a failure that will not pass (a bad URL, credentials refused)
-/// ends it at once.
-pub(crate) async fn open_within(
-    url: Option<&str>,
-    access: stores::Access,
-    limit: std::time::Duration,
-) -> anyhow::Result<leasehold::Store> {
-    let started = tokio::time::Instant::now();
-    let deadline = started + limit;
-    let mut pause = std::time::Duration::from_millis(50);
-    let mut last: Option<anyhow::Error> = None;
-    loop {
-        let attempt = tokio::time::timeout_at(deadline, stores::open_with(url, access)).await;
-        let err = match attempt {
-            Ok(Ok(store)) => return Ok(store),
-            Ok(Err(err)) => anyhow::Error::from(err).context(format!(
-                "cannot open store {}",
-                stores::redact(stores::effective_url(url))
-            )),
-            Err(_) => {
-                let cause = last
-                    .map(|e| format!(": {}", error_chain(&e)))
-                    .unwrap_or_default();
-                anyhow::bail!(
-                    "cannot open store {}: no answer within --connect-timeout ({}){cause}",
-                    stores::redact(url.unwrap_or("sqlite:")),
-                    inspect::exact(limit)
-                );
-            }
-        };
-        let retryable = err
-            .downcast_ref::<leasehold::Error>()
-            .is_some_and(leasehold::Error::is_retryable);
-        if !retryable || tokio::time::Instant::now() + pause >= deadline {
-            return Err(err);
-        }
-        tracing::debug!(error = %error_chain(&err), retry_in = ?pause, "opening the store failed; trying again");
-        last = Some(err);
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(std::time::Duration::from_secs(1));
-    }
-}
-
-/// Says so when the URL asks for a max TTL the store does not have: a
-/// store keeps the max TTL it was created with, and `?max_ttl=` on an
-/// existing store was ignored without a word.
-fn warn_if_max_ttl_ignored(url: Option<&str>, store: &leasehold::Store) {
-    use leasehold::backend::params::{split_query, QueryParams};
-    // The store has accepted its URL: its query decodes, and a max_ttl in
-    // it is a duration.
-    let Some(query) = url.and_then(|u| split_query(u).1) else {
-        return;
-    };
-    let Ok(Some(asked)) = QueryParams::parse_any(query).and_then(|q| q.duration("max_ttl")) else {
-        return;
-    };
-    let has = store.backend().capabilities().max_ttl;
-    if asked != has {
-        say!(
-            "?max_ttl={} is not this store's: it keeps the max TTL it was created with ({}); leases of up to {} are allowed",
-            inspect::exact(asked),
-            inspect::exact(has),
-            inspect::exact(has)
-        );
-    }
-}
-
-/// Ended by a signal (SIGINT, SIGTERM, SIGHUP) before the command ran:
-/// exit 128 + the signal's number.
-#[derive(Debug)]
-struct Interrupted(libc::c_int);
-
-impl std::fmt::Display for Interrupted {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "interrupted (signal {}) while opening the store", self.0)
-    }
-}
-
-impl std::error::Error for Interrupted {}
-
-/// The error and its causes, each said once: a cause whose text its parent
-/// already contains (as `Error::Backend` repeats its source) is skipped, so
-/// messages never read "X: X".
-fn error_chain(err: &anyhow::Error) -> String {
-    let mut message = String::new();
-    for cause in err.chain() {
-        let text = cause.to_string();
-        if message.contains(&text) {
-            continue;
-        }
-        if !message.is_empty() {
-            message.push_str(": ");
-        }
-        message.push_str(&text);
-    }
-    message
-}
-
-/// Maps a failure to the documented exit code.
-fn exit_code_for(err: &anyhow::Error) -> u8 {
-    if let Some(Interrupted(sig)) = err.downcast_ref::<Interrupted>() {
-        return 128u8.saturating_add(*sig as u8);
-    }
-    match err.downcast_ref::<leasehold::Error>() {
-        Some(leasehold::Error::InvalidInput { .. } | leasehold::Error::NotSupported(_)) => {
-            EXIT_USAGE
-        }
-        Some(
-            leasehold::Error::Held { .. }
-            | leasehold::Error::TimedOut { .. }
-            | leasehold::Error::Quarantined { .. },
-        ) => EXIT_NOT_OBTAINED,
-        Some(leasehold::Error::LeaseLost { .. }) => EXIT_LOST,
-        Some(leasehold::Error::NoStore { .. }) => EXIT_NO_STORE,
-        _ => EXIT_BACKEND,
-    }
-}
-
 fn init_tracing(verbose: u8) {
     use tracing_subscriber::EnvFilter;
     let filter = match verbose {
@@ -429,19 +305,4 @@ fn init_tracing(verbose: u8) {
         .with_ansi(output::colour_stderr())
         .with_target(false)
         .init();
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn causes_already_in_the_message_are_not_repeated() {
-        let inner = leasehold::Error::backend("sqlite", "open", false, "cannot open /x: denied");
-        let err = anyhow::Error::from(inner).context("cannot open store sqlite:/x");
-        assert_eq!(
-            error_chain(&err),
-            "cannot open store sqlite:/x: sqlite backend failed during open: cannot open /x: denied"
-        );
-    }
 }

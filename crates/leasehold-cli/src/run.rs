@@ -8,11 +8,11 @@ use leasehold::{
     Error, HolderInfo, LeaseGuard, LockOptions, RunOutcome, RunRecord, RunReport, Store, WaitReason,
 };
 
-use crate::cli::{LeaseArgs, RunArgs};
-use crate::inspect::{ago, exact, held_for, short};
-use crate::output::{clean, say};
+use crate::cli::{lock_options, RunArgs};
+use crate::describe::{describe_holder, describe_run, exact, short};
+use crate::exit::{EXIT_BACKEND, EXIT_LOST, EXIT_NOT_OBTAINED};
+use crate::output::say;
 use crate::supervisor::{supervise, Outcome, Signals};
-use crate::{EXIT_LOST, EXIT_NOT_OBTAINED};
 
 pub async fn run(store: &Store, args: RunArgs) -> anyhow::Result<ExitCode> {
     let result = acquire_and_run(store, &args).await?;
@@ -187,17 +187,6 @@ fn run_report(started_at: SystemTime, outcome: &Outcome) -> RunReport {
     RunReport::new(started_at, result).exit_code(Some(i32::from(outcome.code)))
 }
 
-/// "5m 3s ago (2026-11-22T02:00:03Z) by vm-1, pid 4242 (fencing token 9)".
-pub fn describe_run(run: &RunRecord) -> String {
-    format!(
-        "{} ({}) by {} (fencing token {})",
-        ago(run.ended_at),
-        humantime::format_rfc3339_seconds(run.ended_at),
-        clean(&run.owner),
-        run.fencing_token
-    )
-}
-
 /// How `run` ended, for `run --json`: whose exit code leasehold exits with.
 #[derive(Debug, serde::Serialize)]
 pub struct RunResult {
@@ -223,7 +212,7 @@ impl RunResult {
     fn new(key: &str) -> Self {
         RunResult {
             result: "error",
-            exit_code: crate::EXIT_BACKEND,
+            exit_code: EXIT_BACKEND,
             command_exit_code: None,
             key: key.to_string(),
             fencing_token: None,
@@ -298,43 +287,6 @@ pub async fn finish(
     result.ended("completed", outcome.code)
 }
 
-/// Lock options for `run` on a store whose confirmation window is
-/// `window` ([`Store::confirmation_window`]): the safety margin includes the
-/// grace period, so that a child that ignores SIGTERM is killed before the
-/// lease could pass to anyone else. With a TTL longer than the window, the
-/// window takes its place: a store that lost its data grants again one
-/// window after the loss, whatever the TTL.
-pub fn lock_options(args: &LeaseArgs, window: Duration) -> anyhow::Result<LockOptions> {
-    let grace = args.grace;
-    let trusted = args.ttl.min(window);
-    if grace > trusted / 2 {
-        return Err(Error::invalid(
-            "grace",
-            format!(
-                "--grace {} is too long for --ttl {}: the command must be stopped before the lease can pass to someone else, so the grace may be at most half the TTL (and at most half the confirmation window, {})",
-                exact(grace),
-                exact(args.ttl),
-                exact(window)
-            ),
-        )
-        .into());
-    }
-    let margin = trusted / 10 + grace;
-    // Three renewals fit between a renewal and the safety deadline, so one
-    // slow or failed renewal does not stop the command.
-    let mut opts = LockOptions::new()
-        .ttl(args.ttl)
-        .safety_margin(margin)
-        .renew_interval((trusted - margin) / 3);
-    if let Some(label) = &args.owner {
-        opts = opts.owner_label(label.clone());
-    }
-    if let Some(data) = &args.data {
-        opts = opts.data(data.clone());
-    }
-    Ok(opts)
-}
-
 /// Who holds the key, shown while waiting: a live line on a terminal,
 /// otherwise one line when the wait starts.
 pub struct StatusLine {
@@ -407,77 +359,5 @@ pub fn describe_wait(reason: WaitReason<'_>, limit: Option<u32>) -> String {
             short(remaining)
         ),
         _ => "not granted yet".into(),
-    }
-}
-
-pub fn describe_holder(holder: Option<&HolderInfo>) -> String {
-    match holder {
-        None => "another holder".into(),
-        Some(h) => match held_for(h) {
-            Some(d) => format!("{} for {}", clean(&h.owner), short(d)),
-            None => clean(&h.owner),
-        },
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    fn args(ttl: u64, grace_ms: u64) -> LeaseArgs {
-        LeaseArgs {
-            key: "k".into(),
-            ttl: Duration::from_secs(ttl),
-            owner: None,
-            data: None,
-            grace_arg: None,
-            grace: Duration::from_millis(grace_ms),
-            command: vec!["true".into()],
-        }
-    }
-
-    const W: Duration = leasehold::CONFIRMATION_WINDOW;
-
-    #[test]
-    fn grace_longer_than_half_the_ttl_is_rejected() {
-        let err = lock_options(&args(1, 600), W).unwrap_err();
-        assert!(err.to_string().contains("at most half the TTL"), "{err}");
-        lock_options(&args(30, 5000), W).unwrap();
-    }
-
-    /// A TTL longer than the confirmation window: the grace is bounded by
-    /// half the window, and the command's deadline (the guard's safety
-    /// deadline + the grace, when SIGKILL comes) is a tenth of the window
-    /// before a re-created store could grant the key (issue #28).
-    #[tokio::test]
-    async fn a_ttl_longer_than_the_window_is_cut_to_the_window() {
-        let err = lock_options(&args(1200, 31_000), W).unwrap_err();
-        assert!(err.to_string().contains("confirmation window"), "{err}");
-        let clock = std::sync::Arc::new(leasehold::backend::SystemClock);
-        let store = leasehold::Store::with_clock_and_window(
-            std::sync::Arc::new(leasehold::memory::MemoryBackend::with_clock_and_max_ttl(
-                clock.clone(),
-                leasehold::memory::LOCAL_MAX_TTL,
-            )),
-            clock,
-            W,
-        );
-        let grace = Duration::from_secs(5);
-        let opts = lock_options(&args(1200, grace.as_millis() as u64), W).unwrap();
-        let guard = store
-            .lock_with("k", opts)
-            .unwrap()
-            .try_acquire()
-            .await
-            .unwrap();
-        // SIGKILL comes at the safety deadline + the grace: W/10 before a
-        // re-created store grants, not 18 minutes after.
-        assert!(
-            guard.valid_for() + grace <= W - W / 10,
-            "the command may run {:?} + {grace:?} after its last renewal",
-            guard.valid_for()
-        );
-        guard.release().await.unwrap();
     }
 }

@@ -10,7 +10,7 @@
 //! kills the command's process group and cgroup itself.
 
 use std::io::Write;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::sync::Mutex;
 
@@ -23,6 +23,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use crate::cli::LeaseArgs;
+use crate::fd::{pipe, set_nonblocking};
 use crate::output::say;
 use crate::proctree::{self, Cgroup};
 use crate::watchdog::{self, Stop};
@@ -389,36 +390,6 @@ impl State {
 fn order(control: &mut std::fs::File, line: &str) {
     if let Err(e) = control.write_all(format!("{line}\n").as_bytes()) {
         tracing::debug!(error = %e, line, "could not send to the watchdog");
-    }
-}
-
-/// A pipe whose ends are close-on-exec and numbered 10 or above.
-pub(crate) fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0 as RawFd; 2];
-    // SAFETY: `fds` is a valid array of two ints.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let high = |fd: RawFd| -> std::io::Result<OwnedFd> {
-        // SAFETY: `fd` is ours; the duplicate is too, and the original is
-        // closed exactly once here.
-        unsafe {
-            let dup = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10);
-            libc::close(fd);
-            if dup < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(OwnedFd::from_raw_fd(dup))
-        }
-    };
-    Ok((high(fds[0])?, high(fds[1])?))
-}
-
-fn set_nonblocking(fd: RawFd) {
-    // SAFETY: fcntl on an fd we own.
-    unsafe {
-        let flags = libc::fcntl(fd, libc::F_GETFL);
-        libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
     }
 }
 

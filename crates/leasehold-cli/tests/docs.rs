@@ -472,9 +472,9 @@ fn every_environment_variable_of_the_help_is_documented() {
     }
 }
 
-/// The exit codes `src/main.rs` defines: `const EXIT_…: u8 = N;`.
+/// The exit codes `src/exit.rs` defines: `const EXIT_…: u8 = N;`.
 fn defined_exit_codes() -> BTreeMap<String, u32> {
-    read("crates/leasehold-cli/src/main.rs")
+    read("crates/leasehold-cli/src/exit.rs")
         .lines()
         .filter_map(|l| {
             let rest = l.trim().strip_prefix("pub ").unwrap_or(l.trim());
@@ -497,7 +497,7 @@ fn every_exit_code_is_in_the_table() {
     let defined = defined_exit_codes();
     assert!(
         defined.len() >= 4,
-        "no EXIT_ constants found in src/main.rs: {defined:?}"
+        "no EXIT_ constants found in src/exit.rs: {defined:?}"
     );
     let help = leasehold(&["--help"]);
     let help_block: String = help
@@ -526,7 +526,7 @@ fn every_exit_code_is_in_the_table() {
     for (name, code) in &defined {
         assert!(
             table.contains(code),
-            "{name} = {code} (src/main.rs) is not in docs/cli.md's exit-code table"
+            "{name} = {code} (src/exit.rs) is not in docs/cli.md's exit-code table"
         );
     }
     for code in &listed {
@@ -539,7 +539,7 @@ fn every_exit_code_is_in_the_table() {
     for code in &table {
         assert!(
             anywhere.contains(code) || defined.values().any(|c| c == code),
-            "docs/cli.md's exit-code table has {code}, which neither src/main.rs nor --help knows"
+            "docs/cli.md's exit-code table has {code}, which neither src/exit.rs nor --help knows"
         );
     }
 }

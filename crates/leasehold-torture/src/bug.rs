@@ -31,10 +31,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use leasehold::backend::{
-    AcquireOutcome, AcquireRequest, Backend, Capabilities, Grant, HolderInfo, KeyInfo, Lease,
-    LeaseId,
-};
+use leasehold::backend::{AcquireOutcome, AcquireRequest, Backend, Grant, Lease, LeaseId, Wrapper};
 use leasehold::{Result, Store};
 use rand::Rng;
 
@@ -84,15 +81,10 @@ impl GrantHeld {
 }
 
 #[async_trait]
-impl Backend for GrantHeld {
-    fn name(&self) -> &'static str {
-        self.inner.name()
+impl Wrapper for GrantHeld {
+    fn inner(&self) -> &dyn Backend {
+        self.inner.as_ref()
     }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<AcquireOutcome> {
         match self.inner.try_acquire(request).await? {
             AcquireOutcome::Held(holder) if rand::rng().random_ratio(1, self.one_in) => {
@@ -125,22 +117,6 @@ impl Backend for GrantHeld {
         }
         self.inner.release(lease).await
     }
-
-    async fn inspect(&self, key: &leasehold::Key) -> Result<KeyInfo> {
-        self.inner.inspect(key).await
-    }
-
-    async fn break_lease(&self, key: &leasehold::Key) -> Result<Option<HolderInfo>> {
-        self.inner.break_lease(key).await
-    }
-
-    async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {
-        self.inner.list(prefix).await
-    }
-
-    async fn record_run(&self, lease: &Lease, run: &leasehold::RunRecord) -> Result<()> {
-        self.inner.record_run(lease, run).await
-    }
 }
 
 /// A backend whose grants' tokens lack the store epoch (see the module
@@ -164,19 +140,10 @@ impl EpochlessTokens {
 }
 
 #[async_trait]
-impl Backend for EpochlessTokens {
-    fn name(&self) -> &'static str {
-        self.inner.name()
+impl Wrapper for EpochlessTokens {
+    fn inner(&self) -> &dyn Backend {
+        self.inner.as_ref()
     }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    fn epoch_at_open(&self) -> Option<leasehold::backend::StoreEpoch> {
-        self.inner.epoch_at_open()
-    }
-
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<AcquireOutcome> {
         match self.inner.try_acquire(request).await? {
             AcquireOutcome::Acquired(grant) => {
@@ -204,18 +171,6 @@ impl Backend for EpochlessTokens {
         let real = self.real(lease);
         self.real.lock().unwrap().remove(&lease.lease_id);
         self.inner.release(&real).await
-    }
-
-    async fn inspect(&self, key: &leasehold::Key) -> Result<KeyInfo> {
-        self.inner.inspect(key).await
-    }
-
-    async fn break_lease(&self, key: &leasehold::Key) -> Result<Option<HolderInfo>> {
-        self.inner.break_lease(key).await
-    }
-
-    async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {
-        self.inner.list(prefix).await
     }
 
     async fn record_run(&self, lease: &Lease, run: &leasehold::RunRecord) -> Result<()> {

@@ -166,14 +166,12 @@ pub fn render(meta: &RunMeta, f: &Findings) -> String {
             ),
         );
     }
-    row(
-        "operations (writes to the witness)",
-        f.operations.to_string(),
-    );
-    row(
-        "acquisitions (critical sections)",
-        f.acquisitions.to_string(),
-    );
+    for (k, n) in [
+        ("operations (writes to the witness)", f.operations),
+        ("acquisitions (critical sections)", f.acquisitions),
+    ] {
+        row(k, n.to_string());
+    }
     let faults: Vec<String> = f
         .faults
         .iter()
@@ -207,18 +205,19 @@ pub fn render(meta: &RunMeta, f: &Findings) -> String {
         .chain([format!("orphaned process: {}", meta.orphaned_commands)])
         .collect();
     row("violations by kind", kinds.join(", "));
-    row(
-        "of which between holders of different store epochs (store loss)",
-        f.across_store_loss.to_string(),
-    );
-    row(
-        "overlaps right after a break of the earlier holder's lease (expected; fenced)",
-        f.overlaps_after_break.to_string(),
-    );
-    row(
-        "stale writes rejected by fencing",
-        f.stale_writes_rejected.to_string(),
-    );
+    for (k, n) in [
+        (
+            "of which between holders of different store epochs (store loss)",
+            f.across_store_loss,
+        ),
+        (
+            "overlaps right after a break of the earlier holder's lease (expected; fenced)",
+            f.overlaps_after_break,
+        ),
+        ("stale writes rejected by fencing", f.stale_writes_rejected),
+    ] {
+        row(k, n.to_string());
+    }
     row(
         "writes after loss (buggy users): total, rejected, accepted before anyone newer wrote",
         format!("{}, {}, {}", f.late.total, f.late.rejected, f.late.accepted),

@@ -1,0 +1,309 @@
+//! The figures of docs/benchmarks.md, each measured side by side with its
+//! comparison in the same run.
+
+mod cleanup;
+mod cli;
+mod contention;
+mod handoff;
+mod harness;
+mod many;
+mod overhead;
+mod peer;
+
+use std::path::Path;
+use std::time::Instant;
+
+use crate::results::{Many, Plan, Results, SQLITE_HOP};
+use crate::stores::{self, Spec, AZURITE_PORT, DYNAMODB_PORT};
+use crate::sys::{port_answers, url_answers};
+use harness::Run;
+pub use harness::RunArgs;
+
+/// Runs every figure and writes the report.
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let plan = Plan::new(args.tiny);
+    std::fs::create_dir_all(&args.out)?;
+    let dir = std::env::temp_dir().join(format!("leasehold-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let run = Run {
+        plan: plan.clone(),
+        exe: std::env::current_exe()?,
+        dir: dir.clone(),
+        args: args.clone(),
+    };
+    let mut res = Results {
+        plan: Some(plan.clone()),
+        started_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+        machine: machine(),
+        ..Default::default()
+    };
+    let tag = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
+    // Every store, with why it is left out if it is.
+    let mut candidates: Vec<(Spec, Option<String>)> =
+        vec![(Spec::Sqlite(dir.join("leases.db")), None)];
+    if args.no_emulators {
+        res.notes
+            .push("Azurite, DynamoDB Local and moto (S3) left out (--no-emulators).".into());
+    } else {
+        for (spec, name, port) in [
+            (Spec::Azblob(format!("bench{tag}")), "Azurite", AZURITE_PORT),
+            (
+                Spec::Dynamodb(format!("leasehold_bench_{tag}")),
+                "DynamoDB Local",
+                DYNAMODB_PORT,
+            ),
+        ] {
+            candidates.push((
+                spec,
+                (!port_answers(port)).then(|| {
+                    format!(
+                        "{name}: nothing listens on 127.0.0.1:{port}; its figures are left out."
+                    )
+                }),
+            ));
+        }
+        // A prefix of this run's own in the bench's bucket.
+        let s3 = stores::s3_endpoint();
+        candidates.push((
+            Spec::S3(format!("leasehold-bench-{tag}")),
+            (!url_answers(&s3)).then(|| {
+                format!(
+                    "{}: nothing answers at {s3} (scripts/moto.sh start); its figures are left out.",
+                    stores::S3_LABEL
+                )
+            }),
+        ));
+    }
+
+    // A server of the machine's own, not an emulator: --no-emulators
+    // keeps it.
+    for (spec, name, url, env) in [
+        (
+            Spec::Postgres(format!("leasehold_bench_{tag}")),
+            "PostgreSQL",
+            stores::postgres_url(),
+            stores::POSTGRES_URL_ENV,
+        ),
+        (
+            Spec::Redis(format!("leasehold-bench-{tag}:")),
+            "Redis",
+            stores::redis_url(),
+            stores::REDIS_URL_ENV,
+        ),
+        (
+            Spec::Etcd(format!("leasehold-bench-{tag}/")),
+            "etcd",
+            stores::etcd_url(),
+            stores::ETCD_URL_ENV,
+        ),
+    ] {
+        candidates.push((
+            spec,
+            url.is_none()
+                .then(|| format!("{name}: no {env} given; its figures are left out.")),
+        ));
+    }
+
+    // Only the stores asked for (--stores), and of those the ones there.
+    let store_wanted = |kind: &str| args.stores.is_empty() || args.stores.iter().any(|s| s == kind);
+    if !args.stores.is_empty() {
+        res.notes.push(format!(
+            "Only stores {:?} were run (--stores).",
+            args.stores
+        ));
+    }
+    let mut specs = Vec::new();
+    for (spec, missing) in candidates {
+        match missing {
+            _ if !store_wanted(spec.kind()) => {}
+            None => specs.push(spec),
+            Some(why) => res.notes.push(why),
+        }
+    }
+
+    // Every server store at once, each created proven-new (its name is
+    // this run's own).
+    let warmed = futures::future::join_all(specs.iter().map(|spec| async move {
+        match spec {
+            Spec::Azblob(_)
+            | Spec::Dynamodb(_)
+            | Spec::Postgres(_)
+            | Spec::Redis(_)
+            | Spec::Etcd(_)
+            | Spec::S3(_) => {
+                eprintln!("[0] creating {} (new, proven: no quarantine)", spec.label());
+                stores::warm_up(spec).await
+            }
+            _ => Ok(()),
+        }
+    }))
+    .await;
+    let mut warm = Vec::new();
+    for (spec, result) in specs.into_iter().zip(warmed) {
+        match result {
+            Ok(()) => warm.push(spec),
+            Err(e) => res.notes.push(format!("{}: left out: {e:#}", spec.label())),
+        }
+    }
+    let specs = warm;
+    let want = |figure: u8| args.only.is_empty() || args.only.contains(&figure);
+    if !args.only.is_empty() {
+        res.notes
+            .push(format!("Only figures {:?} were run (--only).", args.only));
+    }
+    for spec in specs.iter().filter(|_| want(1)) {
+        eprintln!("[1] overhead over the raw SDK: {}", spec.label());
+        let overhead = run.overhead(spec, false).await;
+        res.overhead.extend(noted(
+            &mut res.notes,
+            format!("figure 1, {}", spec.label()),
+            overhead,
+        ));
+        if matches!(spec, Spec::Sqlite(_)) {
+            let overhead = run.overhead(spec, true).await;
+            res.overhead.extend(noted(
+                &mut res.notes,
+                format!("figure 1, {SQLITE_HOP}"),
+                overhead,
+            ));
+        }
+    }
+    // The memory store, unless --stores leaves it out.
+    let memory = Some(Spec::Memory).filter(|m| store_wanted(m.kind()));
+    for spec in memory.iter().chain(&specs).filter(|_| want(2)) {
+        eprintln!("[2] handoff: {}", spec.label());
+        let handoff = run.handoff(spec).await;
+        res.handoff.extend(noted(
+            &mut res.notes,
+            format!("figure 2, {}", spec.label()),
+            handoff,
+        ));
+    }
+    for spec in specs.iter().filter(|_| want(3)) {
+        eprintln!("[3] contention: {}", spec.label());
+        let contention = run.contention(spec).await;
+        res.contention.extend(noted(
+            &mut res.notes,
+            format!("figure 3, {}", spec.label()),
+            contention,
+        ));
+    }
+    for spec in memory.iter().chain(&specs).filter(|_| want(4)) {
+        // The emulators hold 1,000 (they are slow by nature); moto 200: one
+        // Python process, it serves about 130 requests a second here (figure
+        // 1), less than 1,000 leases' renewals ask (two requests each: 400 a
+        // second); the embedded stores and real servers 10,000.
+        let (n, ttl) = match spec {
+            Spec::Memory | Spec::Sqlite(_) | Spec::Postgres(_) | Spec::Redis(_) | Spec::Etcd(_) => {
+                (plan.many_local, plan.many_ttl_ms)
+            }
+            Spec::S3(_) => (plan.many_moto, plan.many_emulator_ttl_ms),
+            Spec::Azblob(_) | Spec::Dynamodb(_) => (plan.many_emulator, plan.many_emulator_ttl_ms),
+        };
+        // The servers refuse TTLs under a second, etcd under two (a
+        // --tiny run asks 600 ms).
+        let ttl = match spec {
+            Spec::Postgres(_) | Spec::Redis(_) => ttl.max(1_000),
+            Spec::Etcd(_) => ttl.max(leasehold_etcd::MIN_TTL.as_millis() as u64),
+            _ => ttl,
+        };
+        if n == 0 {
+            continue;
+        }
+        eprintln!("[4] holding {n} leases: {}", spec.label());
+        let many = run.many(spec, n, ttl).await.map(|report| Many {
+            store: spec.label().into(),
+            report,
+        });
+        res.many.extend(noted(
+            &mut res.notes,
+            format!("figure 4, {}", spec.label()),
+            many,
+        ));
+    }
+    if want(5) {
+        eprintln!("[5] CLI vs flock");
+        let cli = run.cli().await;
+        res.cli = noted(&mut res.notes, "figure 5".into(), cli);
+    }
+    if !want(6) {
+    } else if plan.peer_cycles_ms == 0 {
+        res.notes
+            .push("Peers (figure 6) are not run in a --tiny run.".into());
+    } else {
+        if args.venv.is_none() {
+            res.notes.push(
+                "Peers (figure 6): no --venv given, so the Python peers were not run.".into(),
+            );
+        }
+        for spec in &specs {
+            // etcd's peer is etcd's v3lock service, run by this binary; the
+            // others are Python scripts. SQLite and S3 have no peer here.
+            if matches!(spec, Spec::Sqlite(_) | Spec::S3(_))
+                || (args.venv.is_none() && !matches!(spec, Spec::Etcd(_)))
+            {
+                continue;
+            }
+            eprintln!("[6] peer on {}", spec.label());
+            let peer = run.peer(spec, args.venv.as_deref(), &res).await;
+            res.peers.extend(noted(
+                &mut res.notes,
+                format!("figure 6, {}", spec.label()),
+                peer,
+            ));
+        }
+    }
+    cleanup::cleanup(&specs).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    res.seconds = started.elapsed().as_secs_f64();
+
+    write(&mut res, &args.out)?;
+    let png = args.out.join("benchmarks.png");
+    eprintln!(
+        "wrote {} and {} in {:.0} s",
+        args.out.join("benchmarks.md").display(),
+        png.display(),
+        res.seconds
+    );
+    Ok(())
+}
+
+/// Writes results.json, benchmarks.png and benchmarks.md to `out`.
+pub fn write(res: &mut Results, out: &Path) -> anyhow::Result<()> {
+    std::fs::write(
+        out.join("results.json"),
+        serde_json::to_string_pretty(&res)?,
+    )?;
+    if let Err(e) = crate::chart::draw(res, &out.join("benchmarks.png")) {
+        res.notes.push(format!("chart: {e:#}"));
+    }
+    std::fs::write(out.join("benchmarks.md"), crate::report::markdown(res))?;
+    Ok(())
+}
+
+/// `result`'s value; or none, and a note that `what` failed.
+fn noted<T>(notes: &mut Vec<String>, what: String, result: anyhow::Result<T>) -> Option<T> {
+    result
+        .map_err(|e| notes.push(format!("{what}: failed: {e:#}")))
+        .ok()
+}
+
+fn machine() -> String {
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    format!("{cpus} cores ({model}), Linux")
+}

@@ -1,0 +1,110 @@
+//! Figure 1: uncontended cycles per second, leasehold against the raw loop.
+
+use std::time::Duration;
+
+use anyhow::{anyhow, bail};
+use leasehold::LockOptions;
+
+use super::harness::{lh_cycles, rate, Run};
+use crate::raw::RawLoop;
+use crate::results::{Overhead, SQLITE_HOP};
+use crate::stats::median;
+use crate::stores::{self, Spec};
+
+impl Run {
+    /// `hop`: the raw SQLite loop makes one `spawn_blocking` call per
+    /// transaction, as async code must.
+    pub async fn overhead(&self, spec: &Spec, hop: bool) -> anyhow::Result<Overhead> {
+        let opened = stores::open(spec, false).await?;
+        let lock = opened
+            .store
+            .lock_with("bench-overhead", LockOptions::new())?;
+        // One cycle first: creates the SQLite schema, the blob, the table
+        // item, the S3 object (after its second's wait).
+        lh_cycles(&lock, Duration::from_secs(5), 1).await?;
+        let (mut raw, minimum) = match spec {
+            Spec::Sqlite(p) if hop => (RawLoop::sqlite_hop(p)?, 2),
+            Spec::Sqlite(p) => (RawLoop::sqlite(p)?, 2),
+            Spec::Azblob(c) => (RawLoop::azure(c).await?, 3),
+            Spec::Dynamodb(t) => {
+                let d = opened.dynamo.as_ref().ok_or_else(|| anyhow!("no client"))?;
+                (RawLoop::dynamo(d.client().clone(), t), 2)
+            }
+            // leasehold's warm path (this process wrote the key last): a
+            // conditional PutObject and a read of the epoch marker to
+            // acquire, a conditional PutObject to release.
+            Spec::S3(_) => {
+                let b = opened.s3.as_ref().ok_or_else(|| anyhow!("no client"))?;
+                (RawLoop::s3(b).await?, 3)
+            }
+            Spec::Postgres(_) => {
+                let p = opened
+                    .postgres
+                    .as_ref()
+                    .ok_or_else(|| anyhow!("no client"))?;
+                let url = stores::postgres_url().ok_or_else(|| anyhow!("no server"))?;
+                (RawLoop::postgres(p, &url).await?, 2)
+            }
+            Spec::Redis(_) => {
+                let r = opened.redis.as_ref().ok_or_else(|| anyhow!("no client"))?;
+                let url = stores::redis_url().ok_or_else(|| anyhow!("no server"))?;
+                (RawLoop::redis(r, &url).await?, 2)
+            }
+            Spec::Etcd(_) => {
+                let e = opened.etcd.as_ref().ok_or_else(|| anyhow!("no client"))?;
+                let url = stores::etcd_url().ok_or_else(|| anyhow!("no server"))?;
+                // Acquire one Txn on the session's etcd lease, release one
+                // Txn (and a new session's LeaseGrant now and then).
+                (RawLoop::etcd(e, &url).await?, 2)
+            }
+            Spec::Memory => bail!("no raw loop for memory"),
+        };
+        let phase = Duration::from_millis(self.plan.overhead_phase_ms);
+        let max = self.plan.overhead_max_cycles;
+        // Warm-up: connections, JIT (DynamoDB Local is a JVM), caches.
+        let warm = phase / 2;
+        lh_cycles(&lock, warm, max).await?;
+        raw.run(warm, max).await?;
+        let (mut lh_n, mut lh_t, mut lh_req) = (0u64, Duration::ZERO, 0u64);
+        let (mut raw_n, mut raw_t, mut raw_req) = (0u64, Duration::ZERO, 0u64);
+        let mut ratios = Vec::new();
+        for round in 0..self.plan.overhead_rounds {
+            let mut lh = (0, Duration::ZERO);
+            let mut rw = (0, Duration::ZERO);
+            for leasehold_first in [round % 2 == 0, round % 2 == 1] {
+                if leasehold_first {
+                    let r0 = opened.requests();
+                    lh = lh_cycles(&lock, phase, max).await?;
+                    lh_req += opened.requests() - r0;
+                } else {
+                    let r0 = raw.own_requests().unwrap_or_else(|| opened.requests());
+                    rw = raw.run(phase, max).await?;
+                    raw_req += raw.own_requests().unwrap_or_else(|| opened.requests()) - r0;
+                }
+            }
+            lh_n += lh.0;
+            lh_t += lh.1;
+            raw_n += rw.0;
+            raw_t += rw.1;
+            ratios.push(rate(lh) / rate(rw));
+        }
+        if matches!(spec, Spec::Sqlite(_)) {
+            // The raw loop runs two transactions per cycle by construction.
+            raw_req = raw_n * 2;
+        }
+        Ok(Overhead {
+            store: if hop {
+                SQLITE_HOP.into()
+            } else {
+                spec.label().into()
+            },
+            leasehold_cps: rate((lh_n, lh_t)),
+            raw_cps: rate((raw_n, raw_t)),
+            ratio: median(&ratios).unwrap_or(f64::NAN),
+            round_ratios: ratios,
+            leasehold_requests_per_cycle: lh_req as f64 / lh_n.max(1) as f64,
+            raw_requests_per_cycle: raw_req as f64 / raw_n.max(1) as f64,
+            minimum,
+        })
+    }
+}

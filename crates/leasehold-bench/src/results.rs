@@ -1,0 +1,194 @@
+//! What one run measured, figure by figure: results.json, which the page
+//! and the chart are made from.
+
+use serde::Serialize;
+
+use crate::stats::Latency;
+use crate::worker::ManyReport;
+
+/// Loads and durations of one run.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct Plan {
+    pub tiny: bool,
+    pub overhead_rounds: usize,
+    pub overhead_phase_ms: u64,
+    pub overhead_max_cycles: u64,
+    pub handoff_local_ms: u64,
+    pub handoff_remote_ms: u64,
+    pub waiting_tasks: Vec<usize>,
+    pub waiting_ms: u64,
+    pub contention_procs: usize,
+    pub contention_tasks: usize,
+    pub contention_ms: u64,
+    pub contention_emulator_ms: u64,
+    pub many_local: usize,
+    pub many_emulator: usize,
+    /// Figure 4 on moto (S3), which serves fewer requests than the others.
+    #[serde(default)]
+    pub many_moto: usize,
+    pub many_ttl_ms: u64,
+    pub many_emulator_ttl_ms: u64,
+    pub many_hold_ms: u64,
+    pub cli_runs: usize,
+    pub peer_cycles_ms: u64,
+    pub peer_handoff_ms: u64,
+    /// Time given to child processes to start before a figure begins (ms).
+    pub start_ms: u64,
+}
+
+impl Plan {
+    pub fn new(tiny: bool) -> Plan {
+        if tiny {
+            Plan {
+                tiny,
+                overhead_rounds: 1,
+                overhead_phase_ms: 200,
+                overhead_max_cycles: 200,
+                handoff_local_ms: 600,
+                handoff_remote_ms: 1_200,
+                waiting_tasks: vec![1, 8],
+                waiting_ms: 500,
+                contention_procs: 2,
+                contention_tasks: 2,
+                contention_ms: 800,
+                contention_emulator_ms: 800,
+                many_local: 200,
+                many_emulator: 0,
+                many_moto: 0,
+                many_ttl_ms: 600,
+                many_emulator_ttl_ms: 15_000,
+                many_hold_ms: 700,
+                cli_runs: 3,
+                peer_cycles_ms: 0,
+                peer_handoff_ms: 0,
+                start_ms: 800,
+            }
+        } else {
+            Plan {
+                tiny,
+                // Short rounds, many: the disk's latency here drifts over
+                // seconds, and both loops should see the same machine.
+                overhead_rounds: 32,
+                overhead_phase_ms: 250,
+                overhead_max_cycles: 50_000,
+                handoff_local_ms: 5_000,
+                handoff_remote_ms: 20_000,
+                waiting_tasks: vec![1, 8, 64],
+                waiting_ms: 5_000,
+                contention_procs: 8,
+                contention_tasks: 8,
+                contention_ms: 15_000,
+                contention_emulator_ms: 10_000,
+                many_local: 10_000,
+                many_emulator: 1_000,
+                many_moto: 200,
+                many_ttl_ms: 15_000,
+                many_emulator_ttl_ms: 15_000,
+                many_hold_ms: 20_000,
+                cli_runs: 40,
+                peer_cycles_ms: 10_000,
+                peer_handoff_ms: 45_000,
+                start_ms: 2_000,
+            }
+        }
+    }
+}
+
+/// Figure 1's second SQLite row: the raw loop hops through `spawn_blocking`.
+pub const SQLITE_HOP: &str = "SQLite (raw loop in async code)";
+
+/// Figure 1, one store.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct Overhead {
+    pub store: String,
+    pub leasehold_cps: f64,
+    pub raw_cps: f64,
+    /// Median over rounds of leasehold / raw.
+    pub ratio: f64,
+    pub round_ratios: Vec<f64>,
+    pub leasehold_requests_per_cycle: f64,
+    pub raw_requests_per_cycle: f64,
+    pub minimum: u32,
+}
+
+/// Figure 2, one store.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct Handoff {
+    pub store: String,
+    pub same_process: Option<Latency>,
+    pub other_process: Option<Latency>,
+    /// (tasks in the waiting process, its requests per second).
+    pub waiting_requests: Vec<(usize, f64)>,
+}
+
+/// Figure 3, one store.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct Contention {
+    pub store: String,
+    pub procs: usize,
+    pub tasks: usize,
+    pub seconds: f64,
+    pub passes_per_s: f64,
+    pub requests_per_s: f64,
+    pub longest_wait_ms: f64,
+    /// Share of passes that went to another process.
+    pub cross_process_share: f64,
+    /// Passes of the least and most served process.
+    pub min_process_passes: usize,
+    pub max_process_passes: usize,
+    /// Tasks that never got the lock.
+    pub starved_tasks: usize,
+    pub errors: u64,
+}
+
+/// Figure 4, one store.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct Many {
+    pub store: String,
+    #[serde(flatten)]
+    pub report: ManyReport,
+}
+
+/// Figure 5.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct Cli {
+    pub runs: usize,
+    pub leasehold_ms: f64,
+    pub flock_ms: f64,
+    pub ratio: f64,
+    /// Size of the `leasehold` binary measured, and its build profile.
+    #[serde(default)]
+    pub binary_bytes: u64,
+    #[serde(default)]
+    pub binary_profile: String,
+}
+
+/// Figure 6, one peer.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct Peer {
+    pub peer: String,
+    pub store: String,
+    pub peer_cps: f64,
+    pub leasehold_cps: Option<f64>,
+    pub peer_requests_per_cycle: Option<f64>,
+    pub peer_handoff: Option<Latency>,
+    pub leasehold_handoff: Option<Latency>,
+    pub note: String,
+}
+
+/// Everything one run measured.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, Default)]
+pub struct Results {
+    pub plan: Option<Plan>,
+    pub started_unix: u64,
+    pub seconds: f64,
+    pub machine: String,
+    pub overhead: Vec<Overhead>,
+    pub handoff: Vec<Handoff>,
+    pub contention: Vec<Contention>,
+    pub many: Vec<Many>,
+    pub cli: Option<Cli>,
+    pub peers: Vec<Peer>,
+    /// What was skipped or failed, and why.
+    pub notes: Vec<String>,
+}

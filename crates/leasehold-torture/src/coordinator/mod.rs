@@ -1,0 +1,349 @@
+//! The coordinator: starts the holders, injects faults on a schedule, stops
+//! everything when the time is up, and checks the witness log.
+
+mod args;
+mod faults;
+mod procs;
+mod route;
+mod store;
+mod tracker;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use rand::Rng;
+use tokio::process::Command;
+
+use crate::check;
+use crate::proxy::FaultProxy;
+use crate::report::{self, RunMeta};
+use crate::witness::{now_ns, Witness};
+use args::{is_long, NETWORK_FAULTS};
+pub use args::{RunArgs, FAULTS};
+use faults::{inject_faults, CliPids};
+use route::{redact, upstream, Route};
+pub use store::open_store;
+use store::{recreate, with_max_ttl};
+
+pub async fn run(mut args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
+    // `--faults ""` means none.
+    args.faults.retain(|f| !f.trim().is_empty());
+    if let Some(bug) = &args.inject_bug {
+        anyhow::ensure!(
+            crate::bug::BUGS.contains(&bug.as_str()),
+            "unknown bug {bug:?}; known: {}",
+            crate::bug::BUGS.join(", ")
+        );
+    }
+    for f in &args.faults {
+        anyhow::ensure!(
+            FAULTS.contains(&f.as_str()),
+            "unknown fault {f:?}; known: {}",
+            FAULTS.join(", ")
+        );
+    }
+    anyhow::ensure!(
+        !args.faults.iter().any(|f| f == "restart") || args.restart_cmd.is_some(),
+        "the restart fault needs --restart-cmd"
+    );
+    let me = std::env::current_exe()?;
+    let leasehold = args
+        .leasehold
+        .clone()
+        .unwrap_or_else(|| me.with_file_name("leasehold"));
+    anyhow::ensure!(
+        args.cli_workers == 0 || leasehold.exists(),
+        "no leasehold binary at {} (build it, or pass --leasehold)",
+        leasehold.display()
+    );
+    let witness_dir = match &args.witness {
+        Some(d) => d.clone(),
+        None => std::env::temp_dir().join(format!("leasehold-torture-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&witness_dir)?;
+    let witness = Witness::new(&witness_dir);
+    if let Some(long) = args.long_max_ttl {
+        anyhow::ensure!(long > args.ttl, "--long-max-ttl must be above --ttl");
+        // The first epoch is a long one, so that long leases exist when it
+        // is lost: begun before anything opens the store with the short
+        // max TTL (opening a Redis store begins its epoch).
+        recreate(&with_max_ttl(&args.store, long), args.ttl).await;
+    }
+    // Fails early on a bad URL; breaks leases for the break fault.
+    let admin = open_store(&args.store).await?;
+
+    let network = NETWORK_FAULTS
+        .iter()
+        .any(|f| args.faults.iter().any(|g| g == f));
+    let upstream = match network {
+        true => Some(
+            upstream(&args.store)
+                .context("network faults need a store reached over TCP on loopback")?,
+        ),
+        // The loss-partition fault partitions where it can (a network
+        // store), and pauses the holders where it cannot (SQLite).
+        false if args.faults.iter().any(|f| f == "loss-partition") => upstream(&args.store).ok(),
+        false => None,
+    };
+    let old_window = args
+        .inject_bug
+        .as_deref()
+        .is_some_and(crate::bug::removes_window);
+    let mut routes = HashMap::new();
+    for id in (0..args.workers)
+        .map(|i| format!("lib-{i}"))
+        .chain((0..args.cli_workers).map(|i| format!("cli-{i}")))
+    {
+        let mut route = match upstream {
+            Some(up) => Route::through(&args.store, up, FaultProxy::start(up).await?)?,
+            None => Route::direct(&args.store),
+        };
+        if let Some(long) = args.long_max_ttl.filter(|_| is_long(&args, &id)) {
+            route.url = with_max_ttl(&route.url, long);
+        }
+        routes.insert(id, route);
+    }
+    let routes = Arc::new(routes);
+
+    let started = now_ns();
+    let until_ns = started + args.duration.as_nanos() as u64;
+    let keys: Vec<String> = (0..args.keys.max(1))
+        .map(|k| format!("torture/k{k}"))
+        .collect();
+    let cli_exits: Arc<Mutex<BTreeMap<i32, usize>>> = Arc::default();
+    let cli_pids: CliPids = Arc::default();
+    let mut tasks = Vec::new();
+
+    for i in 0..args.workers {
+        let route = routes[&format!("lib-{i}")].clone();
+        let mut flags = Vec::new();
+        if i < args.misbehaving {
+            flags.push("--misbehave".to_string());
+        }
+        if let Some(bug) = args
+            .inject_bug
+            .as_ref()
+            .filter(|b| crate::bug::wraps_backend(b))
+        {
+            flags.extend(["--inject-bug".to_string(), bug.clone()]);
+        }
+        if let Some(long) = args
+            .long_max_ttl
+            .filter(|_| is_long(&args, &format!("lib-{i}")))
+        {
+            flags.extend(["--ttl-max".to_string(), format!("{}ms", long.as_millis())]);
+        }
+        let (me, witness_dir, store, key, ttl) = (
+            me.clone(),
+            witness_dir.clone(),
+            route.url.clone(),
+            keys[i % keys.len()].clone(),
+            args.ttl,
+        );
+        tasks.push(tokio::spawn(async move {
+            // Restarted whenever it dies before the end (killed by a fault).
+            while now_ns() < until_ns {
+                let mut worker = Command::new(&me);
+                if old_window {
+                    worker.env_remove(WINDOW_VAR);
+                }
+                let status = worker
+                    .args([
+                        "worker",
+                        "--store",
+                        &store,
+                        "--key",
+                        &key,
+                        "--id",
+                        &format!("lib-{i}"),
+                    ])
+                    .arg("--witness")
+                    .arg(&witness_dir)
+                    .args([
+                        "--ttl",
+                        &format!("{}ms", ttl.as_millis()),
+                        "--until-ns",
+                        &until_ns.to_string(),
+                    ])
+                    .args(&flags)
+                    .envs(route.env.clone())
+                    .kill_on_drop(true)
+                    .status()
+                    .await;
+                if let Ok(s) = status {
+                    if !s.success() && s.code().is_some() {
+                        eprintln!("lib-{i} exited with {s}");
+                    }
+                }
+            }
+        }));
+    }
+    for i in 0..args.cli_workers {
+        let key = keys[(args.workers + i) % keys.len()].clone();
+        let route = routes[&format!("cli-{i}")].clone();
+        let (me, witness_dir, store, ttl, leasehold, exits, pids) = (
+            me.clone(),
+            witness_dir.clone(),
+            route.url.clone(),
+            args.ttl,
+            leasehold.clone(),
+            cli_exits.clone(),
+            cli_pids.clone(),
+        );
+        let forking = i < args.forking;
+        let id = format!("cli-{i}");
+        let long = args.long_max_ttl.filter(|_| is_long(&args, &id));
+        tasks.push(tokio::spawn(async move {
+            while now_ns() < until_ns {
+                let left = Duration::from_nanos(until_ns.saturating_sub(now_ns()));
+                // A long holder asks for a long TTL one time in two (a
+                // store begun with the short max TTL refuses it).
+                let lease_ttl = match long {
+                    Some(max) if rand::rng().random_ratio(1, 2) => {
+                        crate::worker::long_ttl(ttl, max)
+                    }
+                    _ => ttl,
+                };
+                // One section in five outlives two TTLs, so that a pause or
+                // a kill of its `leasehold run` leaves work that must be
+                // stopped.
+                let ticks = if lease_ttl > ttl {
+                    // Not past the run's end.
+                    let left = left.as_millis() / crate::worker::TICK.as_millis();
+                    (crate::worker::long_ticks(lease_ttl) as u128).min(left.max(3))
+                } else if rand::rng().random_ratio(1, 5) {
+                    (ttl * 2).as_millis() / crate::worker::TICK.as_millis()
+                } else {
+                    rand::rng().random_range(3..12)
+                };
+                let mut child = Command::new(&leasehold);
+                if old_window {
+                    child.env_remove(WINDOW_VAR);
+                }
+                child
+                    .args([
+                        "--store",
+                        &store,
+                        "run",
+                        "--ttl",
+                        &format!("{}ms", lease_ttl.as_millis()),
+                    ])
+                    .args(["--grace", &format!("{}ms", (ttl / 4).as_millis())])
+                    .args([
+                        "--wait",
+                        &format!("{}ms", left.min(ttl * 5).as_millis().max(1)),
+                    ])
+                    .args(["--owner", &id, &key, "--"]);
+                if forking {
+                    child
+                        .args(["sh", "-c", FORKING_COMMAND])
+                        .arg(&me)
+                        .arg(&witness_dir)
+                        .args([&id, &ticks.to_string()]);
+                } else {
+                    child
+                        .arg(&me)
+                        .args(["section", "--id", &id, "--ticks", &ticks.to_string()])
+                        .arg("--witness")
+                        .arg(&witness_dir);
+                }
+                let status = match child
+                    .envs(route.env.clone())
+                    .stderr(std::process::Stdio::null())
+                    .kill_on_drop(true)
+                    .spawn()
+                {
+                    Ok(mut c) => {
+                        if let Some(pid) = c.id() {
+                            pids.lock().unwrap().insert(id.clone(), pid);
+                        }
+                        c.wait().await
+                    }
+                    Err(e) => Err(e),
+                };
+                let code = match status {
+                    Ok(s) => s.code().unwrap_or_else(|| {
+                        use std::os::unix::process::ExitStatusExt;
+                        128 + s.signal().unwrap_or(0)
+                    }),
+                    Err(_) => -1,
+                };
+                *exits.lock().unwrap().entry(code).or_default() += 1;
+            }
+        }));
+    }
+
+    let orphans = inject_faults(&args, &witness, &admin, &cli_pids, until_ns, &routes).await;
+    let orphaned_commands = orphans
+        .iter()
+        .map(|(n, _)| *n)
+        .collect::<HashSet<_>>()
+        .len();
+
+    for t in tasks {
+        let _ = tokio::time::timeout(args.ttl * 10 + Duration::from_secs(10), t).await;
+    }
+    let records = witness.read()?;
+    let findings = check::check(&records, check::Limits::for_ttl(args.ttl));
+    let meta = RunMeta {
+        store: redact(&args.store),
+        duration: args.duration,
+        ttl: args.ttl,
+        library_workers: args.workers,
+        cli_workers: args.cli_workers,
+        keys: keys.len(),
+        orphaned_commands,
+        orphans: orphans.into_iter().map(|(_, o)| o).collect(),
+        cli_exits: cli_exits.lock().unwrap().clone(),
+        misbehaving: args.misbehaving.min(args.workers),
+        forking: args.forking.min(args.cli_workers),
+        pause_run: args.pause_run,
+        injected_bug: args.inject_bug.clone(),
+        long_max_ttl: args.long_max_ttl,
+    };
+    std::fs::write(witness_dir.join("meta"), meta.to_lines())?;
+    finish(&meta, &findings, args.report.as_deref())
+}
+
+/// Checks an earlier run's witness directory again.
+pub fn recheck(
+    dir: &std::path::Path,
+    report: Option<&std::path::Path>,
+) -> anyhow::Result<std::process::ExitCode> {
+    let meta = std::fs::read_to_string(dir.join("meta"))
+        .with_context(|| format!("no meta in {}", dir.display()))?;
+    let meta = RunMeta::from_lines(&meta)?;
+    let findings = check::check(&Witness::new(dir).read()?, check::Limits::for_ttl(meta.ttl));
+    finish(&meta, &findings, report)
+}
+
+fn finish(
+    meta: &RunMeta,
+    findings: &check::Findings,
+    report: Option<&std::path::Path>,
+) -> anyhow::Result<std::process::ExitCode> {
+    let text = report::render(meta, findings);
+    println!("{text}");
+    if let Some(path) = report {
+        std::fs::write(path, &text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(if report::passed(meta, findings) {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::FAILURE
+    })
+}
+
+/// The command a forking `leasehold run` holder runs: `begin`, then two
+/// background jobs that tick, then `end` (sh's `$0` is this binary).
+const FORKING_COMMAND: &str = r#"W="$1" ID="$2" T="$3"
+"$0" section --witness "$W" --id "$ID" --ticks 0 --no-end || exit 1
+"$0" section --witness "$W" --id "$ID" --ticks "$T" --no-begin --no-end &
+"$0" section --witness "$W" --id "$ID" --ticks "$T" --no-begin --no-end &
+wait
+exec "$0" section --witness "$W" --id "$ID" --ticks 0 --no-begin"#;
+
+/// The environment variable that sets a test build's confirmation window.
+const WINDOW_VAR: &str = "LEASEHOLD_TEST_CONFIRMATION_WINDOW";
