@@ -33,7 +33,7 @@ use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use aws_smithy_types::timeout::TimeoutConfig;
 use aws_types::region::Region;
 use leasehold::{
-    backend::{SharedClock, StoreEpoch},
+    backend::{AcquireOutcome, AcquireRequest, SharedClock, StoreEpoch},
     Error, Result,
 };
 
@@ -167,6 +167,33 @@ impl EpochCell {
     /// Keeps `epoch`, read just now.
     pub fn set(&self, epoch: StoreEpoch) {
         *self.read.lock().unwrap_or_else(|e| e.into_inner()) = (epoch, self.clock.now());
+    }
+
+    /// Whether `request` may be tried in the epoch as it stands: `Ok(epoch)`
+    /// when it names the current epoch and its TTL is within the epoch's
+    /// max TTL; `Err(outcome)` with the answer to give it otherwise
+    /// ([`AcquireOutcome::OtherEpoch`] with the current epoch, or an
+    /// [`Error::InvalidInput`](leasehold::Error::InvalidInput) for a TTL
+    /// above the max TTL). `store` names the store in messages ("table").
+    pub fn admit(
+        &self,
+        request: &AcquireRequest,
+        store: &str,
+    ) -> std::result::Result<u64, Result<AcquireOutcome>> {
+        let current = self.get();
+        let Some(epoch) = request.epoch.filter(|e| *e == current.epoch) else {
+            return Err(Ok(AcquireOutcome::OtherEpoch(current)));
+        };
+        if request.ttl > current.max_ttl {
+            return Err(Err(leasehold::Error::invalid(
+                "ttl",
+                format!(
+                    "{:?} is above the {store}'s max TTL of {:?} (no lease may be longer: it bounds the wait after the {store} is lost)",
+                    request.ttl, current.max_ttl
+                ),
+            )));
+        }
+        Ok(epoch)
     }
 }
 

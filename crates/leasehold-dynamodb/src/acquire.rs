@@ -23,19 +23,10 @@ use crate::{DynamoDbBackend, TakeoverMode, MAX_TTL};
 impl DynamoDbBackend {
     pub(crate) async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         check_ttl(req.ttl)?;
-        let current = self.epoch();
-        let Some(epoch) = req.epoch.filter(|e| *e == current.epoch) else {
-            return Ok(AcquireOutcome::OtherEpoch(current));
+        let epoch = match self.epoch.admit(req, "table") {
+            Ok(epoch) => epoch,
+            Err(answer) => return answer,
         };
-        if req.ttl > current.max_ttl {
-            return Err(Error::invalid(
-                "ttl",
-                format!(
-                    "{:?} is above the table's max TTL of {:?} (no lease may be longer: it bounds the wait after the table is lost)",
-                    req.ttl, current.max_ttl
-                ),
-            ));
-        }
         let key = req.key.as_str();
         let mut holder = None;
         // One request in the usual cases; more only after races (each

@@ -209,28 +209,8 @@ impl S3Backend {
     /// # Errors
     /// [`Error::Backend`] when S3 cannot be reached or refuses.
     pub async fn delete_store(&self) -> Result<usize> {
-        let mut names = Vec::new();
-        let mut token = None;
-        loop {
-            let out = self
-                .client
-                .list_objects_v2()
-                .bucket(&self.bucket)
-                .prefix(&self.prefix)
-                .set_continuation_token(token.take())
-                .send()
-                .await
-                .map_err(|e| map_sdk(&self.bucket, "delete store", e))?;
-            names.extend(
-                out.contents()
-                    .iter()
-                    .filter_map(|o| o.key().map(String::from)),
-            );
-            match out.next_continuation_token() {
-                Some(t) if out.is_truncated() == Some(true) => token = Some(t.to_string()),
-                _ => break,
-            }
-        }
+        let mut names =
+            object_names(&self.client, &self.bucket, &self.prefix, "delete store").await?;
         // The marker first, wherever it sorts: no key is granted in the old
         // epoch while the rest goes.
         let marker = format!("{}{}", self.prefix, crate::epoch::MARKER);
@@ -574,19 +554,10 @@ impl Backend for S3Backend {
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         check_ttl(req.ttl)?;
-        let current = self.epoch();
-        let Some(epoch) = req.epoch.filter(|e| *e == current.epoch) else {
-            return Ok(AcquireOutcome::OtherEpoch(current));
+        let epoch = match self.epoch.admit(req, "store") {
+            Ok(epoch) => epoch,
+            Err(answer) => return answer,
         };
-        if req.ttl > current.max_ttl {
-            return Err(Error::invalid(
-                "ttl",
-                format!(
-                    "{:?} is above the store's max TTL of {:?} (no lease may be longer: it bounds the wait after the store is lost)",
-                    req.ttl, current.max_ttl
-                ),
-            ));
-        }
         let key = &req.key;
         let name = self.object_name(key);
         // Warm: this process wrote the key last, and left it free (or
@@ -824,31 +795,12 @@ impl Backend for S3Backend {
 
     async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {
         let list_prefix = names::list_prefix(&self.prefix, prefix);
-        let mut keys = Vec::new();
-        let mut token = None;
-        loop {
-            let out = self
-                .client
-                .list_objects_v2()
-                .bucket(&self.bucket)
-                .prefix(&list_prefix)
-                .set_continuation_token(token.take())
-                .send()
-                .await
-                .map_err(|e| map_sdk(&self.bucket, "list", e))?;
-            for object in out.contents() {
-                let Some(key) = object.key().and_then(|n| names::key_of(&self.prefix, n)) else {
-                    continue;
-                };
-                if key.as_str().starts_with(prefix) {
-                    keys.push(key);
-                }
-            }
-            match out.next_continuation_token() {
-                Some(t) if out.is_truncated() == Some(true) => token = Some(t.to_string()),
-                _ => break,
-            }
-        }
+        let keys = object_names(&self.client, &self.bucket, &list_prefix, "list")
+            .await?
+            .iter()
+            .filter_map(|n| names::key_of(&self.prefix, n))
+            .filter(|key| key.as_str().starts_with(prefix))
+            .collect::<Vec<_>>();
         let mut infos = Vec::with_capacity(keys.len());
         for key in keys {
             if let Read::Found(_, record) = self.read("list", &self.object_name(&key)).await? {
@@ -857,6 +809,42 @@ impl Backend for S3Backend {
         }
         infos.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(infos)
+    }
+}
+
+/// The names of every object in `bucket` whose name starts with `prefix`,
+/// in listing order, page by page; `op` names the operation in errors.
+/// Public for tests and tools that look at a store's objects.
+///
+/// # Errors
+/// [`Error::Backend`] when S3 cannot be reached or refuses.
+#[doc(hidden)]
+pub async fn object_names(
+    client: &Client,
+    bucket: &str,
+    prefix: &str,
+    op: &'static str,
+) -> Result<Vec<String>> {
+    let mut names = Vec::new();
+    let mut token = None;
+    loop {
+        let out = client
+            .list_objects_v2()
+            .bucket(bucket)
+            .prefix(prefix)
+            .set_continuation_token(token.take())
+            .send()
+            .await
+            .map_err(|e| map_sdk(bucket, op, e))?;
+        names.extend(
+            out.contents()
+                .iter()
+                .filter_map(|o| o.key().map(String::from)),
+        );
+        match out.next_continuation_token() {
+            Some(t) if out.is_truncated() == Some(true) => token = Some(t.to_string()),
+            _ => return Ok(names),
+        }
     }
 }
 

@@ -249,6 +249,8 @@ mod url;
 
 use std::time::{Duration, SystemTime};
 
+#[doc(hidden)]
+pub use backend::object_names;
 pub use backend::S3Backend;
 pub use builder::S3BackendBuilder;
 

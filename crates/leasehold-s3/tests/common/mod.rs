@@ -130,27 +130,9 @@ pub async fn client() -> Client {
 /// Every object under `prefix` in `bucket` (the store's objects, epoch
 /// marker first, in listing order).
 pub async fn objects(client: &Client, bucket: &str, prefix: &str) -> Vec<String> {
-    let mut names = Vec::new();
-    let mut token = None;
-    loop {
-        let out = client
-            .list_objects_v2()
-            .bucket(bucket)
-            .prefix(prefix)
-            .set_continuation_token(token.take())
-            .send()
-            .await
-            .expect("list the store's objects");
-        names.extend(
-            out.contents()
-                .iter()
-                .filter_map(|o| o.key().map(String::from)),
-        );
-        match out.next_continuation_token() {
-            Some(t) if out.is_truncated() == Some(true) => token = Some(t.to_string()),
-            _ => return names,
-        }
-    }
+    leasehold_s3::object_names(client, bucket, prefix, "list")
+        .await
+        .expect("list the store's objects")
 }
 
 /// Deletes every object of the store under `prefix`, as
