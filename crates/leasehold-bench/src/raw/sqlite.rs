@@ -37,12 +37,7 @@ fn sqlite_acquire_tx(conn: &mut Connection) -> anyhow::Result<String> {
         None => 1,
     };
     tx.execute(
-        "INSERT INTO leasehold_leases (key, fence, lease_id, boot_id, expires_at_ns, ttl_ms, owner_host, owner_pid, owner_label, data, acquired_at_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
-         ON CONFLICT(key) DO UPDATE SET fence = excluded.fence, lease_id = excluded.lease_id,
-           boot_id = excluded.boot_id, expires_at_ns = excluded.expires_at_ns, ttl_ms = excluded.ttl_ms,
-           owner_host = excluded.owner_host, owner_pid = excluded.owner_pid, owner_label = excluded.owner_label,
-           data = excluded.data, acquired_at_ms = excluded.acquired_at_ms",
+        leasehold::sqlite::GRANT,
         params![
             RAW_KEY,
             fence,

@@ -2,6 +2,18 @@
 
 use super::*;
 
+/// The statement that writes a grant: key, fence, lease id, boot id,
+/// expiry (ns), TTL (ms), owner host, pid and label, data, acquisition
+/// time (ms). Public for the benchmarks' raw loop, which measures the same
+/// write without the library.
+#[doc(hidden)]
+pub const GRANT: &str = "INSERT INTO leasehold_leases (key, fence, lease_id, boot_id, expires_at_ns, ttl_ms, owner_host, owner_pid, owner_label, data, acquired_at_ms)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+     ON CONFLICT(key) DO UPDATE SET fence = excluded.fence, lease_id = excluded.lease_id,
+       boot_id = excluded.boot_id, expires_at_ns = excluded.expires_at_ns, ttl_ms = excluded.ttl_ms,
+       owner_host = excluded.owner_host, owner_pid = excluded.owner_pid, owner_label = excluded.owner_label,
+       data = excluded.data, acquired_at_ms = excluded.acquired_at_ms";
+
 /// The acquire transaction (see the module docs).
 pub(super) fn acquire_in(
     conn: &mut Connection,
@@ -58,16 +70,9 @@ pub(super) fn acquire_in(
         .duration_since(UNIX_EPOCH)
         .map(ms)
         .unwrap_or(0);
-    tx.prepare_cached(
-            "INSERT INTO leasehold_leases (key, fence, lease_id, boot_id, expires_at_ns, ttl_ms, owner_host, owner_pid, owner_label, data, acquired_at_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
-             ON CONFLICT(key) DO UPDATE SET fence = excluded.fence, lease_id = excluded.lease_id,
-               boot_id = excluded.boot_id, expires_at_ns = excluded.expires_at_ns, ttl_ms = excluded.ttl_ms,
-               owner_host = excluded.owner_host, owner_pid = excluded.owner_pid, owner_label = excluded.owner_label,
-               data = excluded.data, acquired_at_ms = excluded.acquired_at_ms",
-        )
-        .and_then(|mut st| st.execute(
-            params![
+    tx.prepare_cached(GRANT)
+        .and_then(|mut st| {
+            st.execute(params![
                 req.key.as_str(),
                 fence as i64,
                 req.lease_id.as_str(),
@@ -79,8 +84,8 @@ pub(super) fn acquire_in(
                 req.owner.label,
                 req.data,
                 acquired_at,
-            ],
-        ))
+            ])
+        })
         .map_err(op)?;
     tx.commit().map_err(op)?;
     Ok(AcquireOutcome::Acquired(Grant::new(fence)))

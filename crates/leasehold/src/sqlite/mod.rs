@@ -204,6 +204,8 @@ mod row;
 mod schema;
 mod wake;
 
+#[doc(hidden)]
+pub use acquire::GRANT;
 use acquire::*;
 use epoch::*;
 use holders::*;
