@@ -85,13 +85,7 @@ impl PostgresBackend {
             )
             .await
             .map_err(db)?;
-        let row = tx
-            .query_typed(&sql.lock_epoch, &[])
-            .await
-            .map_err(db)?
-            .first()
-            .and_then(record::epoch)
-            .ok_or_else(|| Error::backend(NAME, op, true, "the epoch row vanished"))?;
+        let row = locked_epoch(&tx, sql, op).await?;
         if inserted.is_empty() && row.same_table {
             // Someone else settled it first.
             tx.commit().await.map_err(db)?;
@@ -114,14 +108,22 @@ impl PostgresBackend {
         tx.query_typed(&sql.wait_epoch_second, &[])
             .await
             .map_err(db)?;
-        let row = tx
-            .query_typed(&sql.lock_epoch, &[])
-            .await
-            .map_err(db)?
-            .first()
-            .and_then(record::epoch)
-            .ok_or_else(|| Error::backend(NAME, op, true, "the epoch row vanished"))?;
+        let row = locked_epoch(&tx, sql, op).await?;
         tx.commit().await.map_err(db)?;
         Ok(row)
     }
+}
+
+/// The epoch row, locked for the rest of `tx`.
+async fn locked_epoch(
+    tx: &deadpool_postgres::Transaction<'_>,
+    sql: &crate::statements::Statements,
+    op: &'static str,
+) -> Result<EpochRow> {
+    tx.query_typed(&sql.lock_epoch, &[])
+        .await
+        .map_err(|e| error::db(op, e))?
+        .first()
+        .and_then(record::epoch)
+        .ok_or_else(|| Error::backend(NAME, op, true, "the epoch row vanished"))
 }
