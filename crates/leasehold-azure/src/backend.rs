@@ -253,43 +253,59 @@ impl AzureBackend {
         }
     }
 
+    /// Reads a lock blob's properties (with `lease_id`, 412 says the lease
+    /// is not ours): `Err(missing)` if Azure says the blob or its whole
+    /// container does not exist (by its error code). A bare 404 without an
+    /// Azure error code is an error, never "no blob".
+    async fn properties(
+        &self,
+        blob: &BlobClient,
+        lease_id: Option<&str>,
+    ) -> std::result::Result<std::result::Result<Properties, Missing>, RequestError> {
+        let options = BlobClientGetPropertiesOptions {
+            lease_id: lease_id.map(str::to_string),
+            ..Default::default()
+        };
+        match blob.get_properties(Some(options)).await {
+            Ok(resp) => Ok(Ok(Properties {
+                etag: resp
+                    .etag()
+                    .ok()
+                    .flatten()
+                    .map(|e| e.to_string())
+                    .unwrap_or_default(),
+                record: Record::from_metadata(&resp.metadata().unwrap_or_default()),
+                state: resp.lease_state().ok().flatten(),
+            })),
+            Err(e) => {
+                let e = self.err(e);
+                if e.code_is("ContainerNotFound") {
+                    Ok(Err(Missing::Container))
+                } else if e.is_not_found() {
+                    Ok(Err(Missing::Blob))
+                } else {
+                    Err(e)
+                }
+            }
+        }
+    }
+
     /// Reads a lock blob's properties: (ETag, record, held?). `None` if Azure
     /// says the blob (or container) does not exist. With `lease_id`, 412
     /// says the lease is not ours.
     ///
     /// Held means leased or *breaking*: a breaking lease is its holder's
     /// until the break period ends (nobody else can take it, and the record
-    /// cannot be written). A bare 404 without an Azure error code is an
-    /// error, never "no blob".
+    /// cannot be written).
     pub(crate) async fn read(
         &self,
         blob: &BlobClient,
         lease_id: Option<&str>,
     ) -> std::result::Result<Option<(String, Record, bool)>, RequestError> {
-        let options = BlobClientGetPropertiesOptions {
-            lease_id: lease_id.map(str::to_string),
-            ..Default::default()
-        };
-        match blob.get_properties(Some(options)).await {
-            Ok(resp) => {
-                let etag = resp.etag().ok().flatten().map(|e| e.to_string());
-                let meta = resp.metadata().unwrap_or_default();
-                let leased = resp.lease_state().ok().flatten().is_some_and(|s| held(&s));
-                Ok(Some((
-                    etag.unwrap_or_default(),
-                    Record::from_metadata(&meta),
-                    leased,
-                )))
-            }
-            Err(e) => {
-                let e = self.err(e);
-                if e.is_not_found() {
-                    Ok(None)
-                } else {
-                    Err(e)
-                }
-            }
-        }
+        Ok(self.properties(blob, lease_id).await?.ok().map(|p| {
+            let leased = p.state.as_ref().is_some_and(held);
+            (p.etag, p.record, leased)
+        }))
     }
 
     /// Reads a lock blob for an acquisition: what it holds, or whether the
@@ -298,28 +314,14 @@ impl AzureBackend {
         &self,
         blob: &BlobClient,
     ) -> std::result::Result<LockBlob, RequestError> {
-        match blob.get_properties(None).await {
-            Ok(resp) => {
-                let etag = resp.etag().ok().flatten().map(|e| e.to_string());
-                let meta = resp.metadata().unwrap_or_default();
-                let leased = resp.lease_state().ok().flatten().is_some_and(|s| held(&s));
-                Ok(LockBlob::Found(Box::new(Snapshot::new(
-                    etag.unwrap_or_default(),
-                    Record::from_metadata(&meta),
-                    leased,
-                ))))
+        Ok(match self.properties(blob, None).await? {
+            Ok(p) => {
+                let leased = p.state.as_ref().is_some_and(held);
+                LockBlob::Found(Box::new(Snapshot::new(p.etag, p.record, leased)))
             }
-            Err(e) => {
-                let e = self.err(e);
-                if e.code_is("ContainerNotFound") {
-                    Ok(LockBlob::NoContainer)
-                } else if e.is_not_found() {
-                    Ok(LockBlob::NoBlob)
-                } else {
-                    Err(e)
-                }
-            }
-        }
+            Err(Missing::Container) => LockBlob::NoContainer,
+            Err(Missing::Blob) => LockBlob::NoBlob,
+        })
     }
 
     /// The lease state of a lock blob and the lease tag its record names;
@@ -328,21 +330,11 @@ impl AzureBackend {
         &self,
         blob: &BlobClient,
     ) -> std::result::Result<Option<(Option<LeaseState>, Option<String>)>, RequestError> {
-        match blob.get_properties(None).await {
-            Ok(resp) => {
-                let meta = resp.metadata().unwrap_or_default();
-                let state = resp.lease_state().ok().flatten();
-                Ok(Some((state, Record::from_metadata(&meta).lease)))
-            }
-            Err(e) => {
-                let e = self.err(e);
-                if e.is_not_found() {
-                    Ok(None)
-                } else {
-                    Err(e)
-                }
-            }
-        }
+        Ok(self
+            .properties(blob, None)
+            .await?
+            .ok()
+            .map(|p| (p.state, p.record.lease)))
     }
 
     /// Creates a lock blob with an empty record (no epoch, fence 0), never
@@ -389,6 +381,19 @@ impl AzureBackend {
 
 /// Whether a blob in lease state `state` is held by someone: leased, or
 /// leased and breaking (until the break period ends).
+/// A lock blob's properties as read.
+struct Properties {
+    etag: String,
+    record: Record,
+    state: Option<LeaseState>,
+}
+
+/// What is missing where a lock blob was looked for.
+enum Missing {
+    Container,
+    Blob,
+}
+
 pub(crate) fn held(state: &LeaseState) -> bool {
     matches!(state, LeaseState::Leased | LeaseState::Breaking)
 }
