@@ -37,7 +37,7 @@ PIDFILE="$CACHE/moto$SUFFIX.pid"
 LOG="$CACHE/moto$SUFFIX.log"
 HOST=127.0.0.1
 NAME=moto
-PROCESS=moto_server
+PROCESS=moto_serial_server
 ADDRESS="http://$HOST:$PORT"
 READY_TIMEOUT="${MOTO_READY_TIMEOUT:-60}"
 
@@ -102,8 +102,10 @@ start() {
     answering "a moto server" moto MOTO_PORT && return 0
     command -v curl >/dev/null || die "curl is needed to probe moto"
     install
-    # exec, so that $! is the server itself (moto_server does not fork).
-    (exec "$VENV/bin/moto_server" -H "$HOST" -p "$PORT" </dev/null >"$LOG" 2>&1) &
+    # moto's server with one request at a time (see the script: moto's
+    # conditional writes are not atomic under concurrent requests). exec,
+    # so that $! is the server itself.
+    (exec "$VENV/bin/python" "$ROOT/scripts/moto_serial_server.py" "$HOST" "$PORT" </dev/null >"$LOG" 2>&1) &
     local pid=$!
     await_ready answers "$pid" "$LOG" TERM 0.1 "moto exited during start-up (see $LOG)" \
         "moto did not answer on $HOST:$PORT within ${READY_TIMEOUT}s (see $LOG)"

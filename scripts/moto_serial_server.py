@@ -1,0 +1,61 @@
+"""moto's S3 server, answering one request at a time.
+
+moto checks a conditional write's precondition (`If-None-Match: *`,
+`If-Match`) and then writes, with nothing between the two that stops a
+second request, and its server runs each request on a thread of its own:
+two concurrent `If-None-Match: *` PUTs of one key can both succeed. The
+conformance suite saw it under the test command's load (two winners of
+one free key, `concurrent_try_acquire_has_one_winner`). Amazon S3 applies
+each conditional write atomically; serializing the requests gives the
+emulator that property. Connections are still accepted on threads (an
+idle keep-alive connection does not block the others), and reads (GET,
+HEAD) run at once; every other request runs under one lock.
+
+Started by scripts/moto.sh with moto's own virtualenv's Python:
+    python moto_serial_server.py HOST PORT
+"""
+
+import os
+import signal
+import sys
+import threading
+
+from werkzeug.serving import run_simple
+
+from moto.moto_server.werkzeug_app import (
+    DomainDispatcherApplication,
+    MotoRequestHandler,
+    create_backend_app,
+)
+
+
+def serial(app):
+    lock = threading.Lock()
+
+    def call(environ, start_response):
+        if environ.get("REQUEST_METHOD") in ("GET", "HEAD"):
+            return app(environ, start_response)
+        with lock:
+            # The whole answer is made under the lock: moto's bodies are
+            # built in memory, so the iterable is read here too.
+            return list(app(environ, start_response))
+
+    return call
+
+
+def main():
+    host, port = sys.argv[1], int(sys.argv[2])
+    os.environ.setdefault("MOTO_PORT", str(port))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    app = DomainDispatcherApplication(create_backend_app)
+    run_simple(
+        host,
+        port,
+        serial(app),
+        threaded=True,
+        request_handler=MotoRequestHandler,
+    )
+
+
+if __name__ == "__main__":
+    main()
