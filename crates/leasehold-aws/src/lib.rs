@@ -179,19 +179,19 @@ impl EpochCell {
         &self,
         request: &AcquireRequest,
         store: &str,
-    ) -> std::result::Result<u64, Result<AcquireOutcome>> {
+    ) -> std::result::Result<u64, Box<Result<AcquireOutcome>>> {
         let current = self.get();
         let Some(epoch) = request.epoch.filter(|e| *e == current.epoch) else {
-            return Err(Ok(AcquireOutcome::OtherEpoch(current)));
+            return Err(Box::new(Ok(AcquireOutcome::OtherEpoch(current))));
         };
         if request.ttl > current.max_ttl {
-            return Err(Err(leasehold::Error::invalid(
+            return Err(Box::new(Err(leasehold::Error::invalid(
                 "ttl",
                 format!(
                     "{:?} is above the {store}'s max TTL of {:?} (no lease may be longer: it bounds the wait after the {store} is lost)",
                     request.ttl, current.max_ttl
                 ),
-            )));
+            ))));
         }
         Ok(epoch)
     }

@@ -25,7 +25,7 @@ impl DynamoDbBackend {
         check_ttl(req.ttl)?;
         let epoch = match self.epoch.admit(req, "table") {
             Ok(epoch) => epoch,
-            Err(answer) => return answer,
+            Err(answer) => return *answer,
         };
         let key = req.key.as_str();
         let mut holder = None;

@@ -556,7 +556,7 @@ impl Backend for S3Backend {
         check_ttl(req.ttl)?;
         let epoch = match self.epoch.admit(req, "store") {
             Ok(epoch) => epoch,
-            Err(answer) => return answer,
+            Err(answer) => return *answer,
         };
         let key = &req.key;
         let name = self.object_name(key);
