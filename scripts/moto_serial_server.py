@@ -38,8 +38,32 @@ from moto.moto_server.werkzeug_app import (
 )
 
 
+class FairLock:
+    """A lock taken in the order it was asked for: Python's own lock is
+    not fair, and under a burst of writes a renewal could wait behind
+    requests that came after it for seconds (a live holder's lease lost
+    in the tests)."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._next = 0
+        self._serving = 0
+
+    def __enter__(self):
+        with self._cond:
+            ticket = self._next
+            self._next += 1
+            while ticket != self._serving:
+                self._cond.wait()
+
+    def __exit__(self, *exc):
+        with self._cond:
+            self._serving += 1
+            self._cond.notify_all()
+
+
 def serial(app):
-    lock = threading.Lock()
+    lock = FairLock()
 
     def call(environ, start_response):
         with lock:
