@@ -7,8 +7,6 @@ acquire is one attempt), so there is no handoff latency to measure with its
 defaults. Prints one JSON line: {"cycles", "seconds", "requests_per_cycle",
 "note"}.
 """
-import json
-import time
 import uuid
 
 from azure.storage.blob import BlobServiceClient
@@ -36,12 +34,8 @@ try:
 finally:
     container.delete_container()
 
-print(json.dumps({
-    "cycles": n,
-    "seconds": seconds,
-    "requests_per_cycle": 2,
-    "releases": None,
-    "acquisitions": None,
-    "note": "acquire_lease + release: 2 requests a cycle (no holder record, no fencing token); "
-            "BlobLeaseClient has no wait: a caller writes its own retry loop, so it has no handoff latency of its own.",
-}))
+peer_bench.report(
+    n, seconds, 2, None, None,
+    "acquire_lease + release: 2 requests a cycle (no holder record, no fencing token); "
+    "BlobLeaseClient has no wait: a caller writes its own retry loop, so it has no handoff latency of its own.",
+)

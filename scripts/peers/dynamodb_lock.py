@@ -13,7 +13,6 @@ Prints one JSON line: {"cycles", "seconds", "requests_per_cycle",
 "releases": [ns...], "acquisitions": [[call_ns, acquired_ns]...], "note"}.
 """
 import datetime
-import json
 import multiprocessing
 import os
 import random
@@ -28,14 +27,19 @@ import peer_bench
 ENDPOINT = "http://127.0.0.1:8000"
 
 
-def resource():
-    return boto3.resource(
+def local(make):
+    """boto3.resource or boto3.client (`make`) for DynamoDB Local."""
+    return make(
         "dynamodb",
         endpoint_url=ENDPOINT,
         region_name=os.environ.get("AWS_REGION", "us-east-1"),
         aws_access_key_id=os.environ.get("AWS_ACCESS_KEY_ID", "local"),
         aws_secret_access_key=os.environ.get("AWS_SECRET_ACCESS_KEY", "local"),
     )
+
+
+def resource():
+    return local(boto3.resource)
 
 
 def waiter(table, key, deadline_ns, queue):
@@ -59,13 +63,7 @@ def main():
     args = peer_bench.parse_args(handoff_ms=30000)
 
     table = "peer_pylock_" + uuid.uuid4().hex[:8]
-    low = boto3.client(
-        "dynamodb",
-        endpoint_url=ENDPOINT,
-        region_name=os.environ.get("AWS_REGION", "us-east-1"),
-        aws_access_key_id=os.environ.get("AWS_ACCESS_KEY_ID", "local"),
-        aws_secret_access_key=os.environ.get("AWS_SECRET_ACCESS_KEY", "local"),
-    )
+    low = local(boto3.client)
     DynamoDBLockClient.create_dynamodb_table(low, table_name=table)
     low.get_waiter("table_exists").wait(TableName=table)
     try:
@@ -108,15 +106,11 @@ def main():
     finally:
         low.delete_table(TableName=table)
 
-    print(json.dumps({
-        "cycles": n,
-        "seconds": seconds,
-        "requests_per_cycle": 3,
-        "releases": releases,
-        "acquisitions": acquisitions,
-        "note": "acquire_lock reads the item, then puts it conditionally; release_lock deletes it: "
-                "3 requests a cycle, no fencing token. A waiter retries every heartbeat period (5 s by default).",
-    }))
+    peer_bench.report(
+        n, seconds, 3, releases, acquisitions,
+        "acquire_lock reads the item, then puts it conditionally; release_lock deletes it: "
+        "3 requests a cycle, no fencing token. A waiter retries every heartbeat period (5 s by default).",
+    )
 
 
 if __name__ == "__main__":

@@ -15,11 +15,7 @@ The server comes from $LEASEHOLD_BENCH_POSTGRES_URL. Prints one JSON line:
 {"cycles", "seconds", "requests_per_cycle", "releases": [ns...],
 "acquisitions": [[call_ns, acquired_ns]...], "note"}.
 """
-import json
-import multiprocessing
 import os
-import random
-import time
 
 import psycopg
 
@@ -34,18 +30,13 @@ def connect():
 
 
 def waiter(deadline_ns, ready, queue):
-    got = []
     with connect() as conn:
-        ready.set()
-        while time.monotonic_ns() < deadline_ns - 1_000_000_000:
-            call = time.monotonic_ns()
-            conn.execute("SELECT pg_advisory_lock(%s)", (KEY + 1,))
-            acquired = time.monotonic_ns()
-            got.append((call, acquired))
-            time.sleep(0.02)
-            conn.execute("SELECT pg_advisory_unlock(%s)", (KEY + 1,))
-            # Leave it to the holder before waiting again.
-            time.sleep(0.05)
+        got = peer_bench.take_turns(
+            deadline_ns,
+            ready,
+            lambda: conn.execute("SELECT pg_advisory_lock(%s)", (KEY + 1,)),
+            lambda: conn.execute("SELECT pg_advisory_unlock(%s)", (KEY + 1,)),
+        )
     queue.put(got)
 
 
@@ -60,36 +51,20 @@ def main():
 
         n, seconds = peer_bench.run_cycles(cycle, args)
 
-        releases = []
-        acquisitions = []
-        if args.handoff_ms > 0:
-            deadline = time.monotonic_ns() + args.handoff_ms * 1_000_000
-            queue = multiprocessing.Queue()
-            ready = multiprocessing.Event()
-            proc = multiprocessing.Process(target=waiter, args=(deadline, ready, queue))
-            proc.start()
-            ready.wait(30)
-            while time.monotonic_ns() < deadline - 1_000_000_000:
-                conn.execute("SELECT pg_advisory_lock(%s)", (KEY + 1,))
-                time.sleep(random.uniform(0.1, 0.2))
-                releases.append(time.monotonic_ns())
-                conn.execute("SELECT pg_advisory_unlock(%s)", (KEY + 1,))
-                # The waiter takes it, holds it 20 ms, and lets it go.
-                time.sleep(0.04)
-            acquisitions = queue.get(timeout=60)
-            proc.join(timeout=30)
+        releases, acquisitions = peer_bench.handoff(
+            args,
+            waiter,
+            lambda: conn.execute("SELECT pg_advisory_lock(%s)", (KEY + 1,)),
+            lambda: conn.execute("SELECT pg_advisory_unlock(%s)", (KEY + 1,)),
+        )
 
-    print(json.dumps({
-        "cycles": n,
-        "seconds": seconds,
-        "requests_per_cycle": 2,
-        "releases": releases,
-        "acquisitions": acquisitions,
-        "note": "pg_advisory_lock / pg_advisory_unlock on one session: 2 statements a cycle, "
-                "no fencing token, no expiry (the lock lives as long as the connection, "
-                "so it cannot be used through a transaction-mode pooler); a waiter blocks "
-                "in the server and is woken by the unlock.",
-    }))
+    peer_bench.report(
+        n, seconds, 2, releases, acquisitions,
+        "pg_advisory_lock / pg_advisory_unlock on one session: 2 statements a cycle, "
+        "no fencing token, no expiry (the lock lives as long as the connection, "
+        "so it cannot be used through a transaction-mode pooler); a waiter blocks "
+        "in the server and is woken by the unlock.",
+    )
 
 
 if __name__ == "__main__":

@@ -14,11 +14,7 @@ The server comes from $LEASEHOLD_BENCH_REDIS_URL. Prints one JSON line:
 {"cycles", "seconds", "requests_per_cycle", "releases": [ns...],
 "acquisitions": [[call_ns, acquired_ns]...], "note"}.
 """
-import json
-import multiprocessing
 import os
-import random
-import time
 
 import redis
 
@@ -33,19 +29,13 @@ def connect():
 
 
 def waiter(deadline_ns, ready, queue):
-    got = []
-    r = connect()
-    lock = r.lock(KEY + ":handoff", timeout=30)
-    ready.set()
-    while time.monotonic_ns() < deadline_ns - 1_000_000_000:
-        call = time.monotonic_ns()
-        lock.acquire(blocking=True, blocking_timeout=30)
-        acquired = time.monotonic_ns()
-        got.append((call, acquired))
-        time.sleep(0.02)
-        lock.release()
-        # Leave it to the holder before waiting again.
-        time.sleep(0.05)
+    lock = connect().lock(KEY + ":handoff", timeout=30)
+    got = peer_bench.take_turns(
+        deadline_ns,
+        ready,
+        lambda: lock.acquire(blocking=True, blocking_timeout=30),
+        lock.release,
+    )
     queue.put(got)
 
 
@@ -62,37 +52,21 @@ def main():
 
     n, seconds = peer_bench.run_cycles(cycle, args)
 
-    releases = []
-    acquisitions = []
-    if args.handoff_ms > 0:
-        held = r.lock(KEY + ":handoff", timeout=30)
-        deadline = time.monotonic_ns() + args.handoff_ms * 1_000_000
-        queue = multiprocessing.Queue()
-        ready = multiprocessing.Event()
-        proc = multiprocessing.Process(target=waiter, args=(deadline, ready, queue))
-        proc.start()
-        ready.wait(30)
-        while time.monotonic_ns() < deadline - 1_000_000_000:
-            held.acquire(blocking=True, blocking_timeout=30)
-            time.sleep(random.uniform(0.1, 0.2))
-            releases.append(time.monotonic_ns())
-            held.release()
-            # The waiter takes it, holds it 20 ms, and lets it go.
-            time.sleep(0.04)
-        acquisitions = queue.get(timeout=60)
-        proc.join(timeout=30)
+    held = r.lock(KEY + ":handoff", timeout=30)
+    releases, acquisitions = peer_bench.handoff(
+        args,
+        waiter,
+        lambda: held.acquire(blocking=True, blocking_timeout=30),
+        held.release,
+    )
 
-    print(json.dumps({
-        "cycles": n,
-        "seconds": seconds,
-        "requests_per_cycle": 2,
-        "releases": releases,
-        "acquisitions": acquisitions,
-        "note": "redis-py Lock: SET NX PX + a compare-and-delete script, 2 requests a cycle; "
-                "no fencing token, no store epoch (a restart or failover that lost the key "
-                "lets a second holder in at once), expiry that the holder is not told of "
-                "unless it extends; a blocked acquire polls every 0.1 s.",
-    }))
+    peer_bench.report(
+        n, seconds, 2, releases, acquisitions,
+        "redis-py Lock: SET NX PX + a compare-and-delete script, 2 requests a cycle; "
+        "no fencing token, no store epoch (a restart or failover that lost the key "
+        "lets a second holder in at once), expiry that the holder is not told of "
+        "unless it extends; a blocked acquire polls every 0.1 s.",
+    )
 
 
 if __name__ == "__main__":
