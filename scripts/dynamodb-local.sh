@@ -16,16 +16,9 @@ set -euo pipefail
 VERSION=10.3.0
 # shellcheck source=lib/server.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/server.sh"
+server dynamodb-local java "${DYNAMODB_LOCAL_PORT:-8000}" "${DYNAMODB_LOCAL_READY_TIMEOUT:-60}"
+logs_in_cache 8000
 DIR="$CACHE/dynamodb-local"
-PORT="${DYNAMODB_LOCAL_PORT:-8000}"
-if [[ "$PORT" == 8000 ]]; then SUFFIX=""; else SUFFIX="-$PORT"; fi
-PIDFILE="$CACHE/dynamodb-local$SUFFIX.pid"
-LOG="$CACHE/dynamodb-local$SUFFIX.log"
-HOST=127.0.0.1
-NAME=dynamodb-local
-PROCESS=java
-ADDRESS="http://$HOST:$PORT"
-READY_TIMEOUT="${DYNAMODB_LOCAL_READY_TIMEOUT:-60}"
 
 # Whether something answers DynamoDB's protocol on the port: an unsigned
 # request gets a JSON error, which is enough to know the server is up.
@@ -54,9 +47,8 @@ install() {
     echo "$jar"
 }
 
-start() {
-    mkdir -p "$CACHE"
-    answering "a DynamoDB endpoint" DynamoDB DYNAMODB_LOCAL_PORT && return 0
+# Installs and starts it (see start_answering).
+launch() {
     command -v java >/dev/null || die "java is needed to run DynamoDB Local"
     command -v curl >/dev/null || die "curl is needed to probe DynamoDB Local"
     local jar jardir
@@ -68,11 +60,9 @@ start() {
         exec java -Djava.library.path=./DynamoDBLocal_lib -jar DynamoDBLocal.jar \
             -inMemory -sharedDb -disableTelemetry -port "$PORT" </dev/null >"$LOG" 2>&1
     ) &
-    local pid=$!
-    await_ready answers "$pid" "$LOG" TERM 0.2 "DynamoDB Local exited during start-up (see $LOG)" \
-        "DynamoDB Local did not answer on $HOST:$PORT within ${READY_TIMEOUT}s (see $LOG)"
-    echo "dynamodb-local: running (pid $pid) on http://$HOST:$PORT" >&2
 }
+
+start() { start_answering "a DynamoDB endpoint" DynamoDB DYNAMODB_LOCAL_PORT 0.2 "DynamoDB Local"; }
 
 stop() { server_shutdown TERM; }
 

@@ -16,36 +16,22 @@
 # more etcd flags (split on spaces), for tests that need a setting.
 set -euo pipefail
 
-PORT="${LEASEHOLD_ETCD_PORT:-23799}"
-PEER_PORT=$((PORT + 1))
-HOST=127.0.0.1
-READY_TIMEOUT="${LEASEHOLD_ETCD_READY_TIMEOUT:-30}"
-NAME=etcd
-PROCESS=etcd
-ADDRESS="$HOST:$PORT"
-DATA_DIR="${LEASEHOLD_ETCD_DIR:-}"
-DATA_MKTEMP=/tmp/leasehold-etcd.XXXXXX
 # shellcheck source=lib/server.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/server.sh"
-STATE="$CACHE/etcd-$PORT"
-PIDFILE="$STATE.pid"
+server etcd etcd "${LEASEHOLD_ETCD_PORT:-23799}" "${LEASEHOLD_ETCD_READY_TIMEOUT:-30}"
+keeps_data "${LEASEHOLD_ETCD_DIR:-}" /tmp/leasehold-etcd.XXXXXX
+PEER_PORT=$((PORT + 1))
 
 install() {
     command -v etcd >/dev/null && command -v etcdctl >/dev/null && return 0
-    echo "etcd: installing etcd-server and etcd-client from the package manager" >&2
     apt_install etcd-server etcd-client
 }
 
 healthy() { ETCDCTL_API=3 etcdctl --endpoints="http://$HOST:$PORT" --dial-timeout=1s endpoint health >/dev/null 2>&1; }
 
-start() {
-    mkdir -p "$CACHE"
-    already_running && return 0
-    install
-    local base
-    base="$(server_data_dir)"
-    mkdir -p "$base"
-    local state=new
+# Starts etcd on the data in $1 (see start_in_data_dir).
+launch() {
+    local base="$1" state=new
     [[ -d "$base/data/member" ]] && state=existing
     # exec so that $! is etcd itself.
     (exec etcd --name leasehold-test --data-dir "$base/data" \
@@ -53,18 +39,13 @@ start() {
         --listen-peer-urls "http://$HOST:$PEER_PORT" --initial-advertise-peer-urls "http://$HOST:$PEER_PORT" \
         --initial-cluster "leasehold-test=http://$HOST:$PEER_PORT" --initial-cluster-state "$state" \
         --logger zap --log-level warn ${LEASEHOLD_ETCD_ARGS:-} </dev/null >>"$base/server.log" 2>&1) &
-    local pid=$!
-    await_ready healthy "$pid" "$base/server.log" TERM 0.05 \
-        "etcd exited during start-up (see $base/server.log)" "not healthy within ${READY_TIMEOUT}s"
-    echo "etcd: running (pid $pid) on $HOST:$PORT, data in $base" >&2
 }
+
+start() { start_in_data_dir healthy server.log TERM etcd; }
 
 shutdown() { server_shutdown TERM; }
 
-stop() {
-    shutdown
-    server_remove_data_dir
-}
+stop() { shutdown; server_remove_data_dir; }
 
 # Stops it, keeping the data (start resumes).
 restart-stopped() { shutdown; }

@@ -27,19 +27,12 @@ PIP_SHA256=f3b60b20ffaadd4415ed7957212a38ac63fa4c5fa375bd0f4a797777940fad13
 
 # shellcheck source=lib/server.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/server.sh"
+server moto moto_serial_server "${MOTO_PORT:-45399}" "${MOTO_READY_TIMEOUT:-60}"
+logs_in_cache 45399
 DIR="$CACHE/moto"
 VENV="$DIR/venv"
 STAMP="$DIR/installed-$VERSION"
 PYTHON="${MOTO_PYTHON:-python3}"
-PORT="${MOTO_PORT:-45399}"
-if [[ "$PORT" == 45399 ]]; then SUFFIX=""; else SUFFIX="-$PORT"; fi
-PIDFILE="$CACHE/moto$SUFFIX.pid"
-LOG="$CACHE/moto$SUFFIX.log"
-HOST=127.0.0.1
-NAME=moto
-PROCESS=moto_serial_server
-ADDRESS="http://$HOST:$PORT"
-READY_TIMEOUT="${MOTO_READY_TIMEOUT:-60}"
 
 # Whether moto answers S3 on the port: an unsigned GET / lists the buckets.
 answers() {
@@ -97,20 +90,17 @@ install() {
     echo "moto: installed moto $VERSION" >&2
 }
 
-start() {
-    mkdir -p "$CACHE"
-    answering "a moto server" moto MOTO_PORT && return 0
+# Installs and starts it (see start_answering).
+launch() {
     command -v curl >/dev/null || die "curl is needed to probe moto"
     install
     # moto's server with one request at a time (see the script: moto's
     # conditional writes are not atomic under concurrent requests). exec,
     # so that $! is the server itself.
     (exec "$VENV/bin/python" "$ROOT/scripts/moto_serial_server.py" "$HOST" "$PORT" </dev/null >"$LOG" 2>&1) &
-    local pid=$!
-    await_ready answers "$pid" "$LOG" TERM 0.1 "moto exited during start-up (see $LOG)" \
-        "moto did not answer on $HOST:$PORT within ${READY_TIMEOUT}s (see $LOG)"
-    echo "moto: running (pid $pid) on http://$HOST:$PORT" >&2
 }
+
+start() { start_answering "a moto server" moto MOTO_PORT 0.1 moto; }
 
 stop() { server_shutdown TERM; }
 

@@ -16,19 +16,11 @@
 # runs as the `postgres` user the Debian package creates.
 set -euo pipefail
 
-PORT="${LEASEHOLD_PG_PORT:-54329}"
-PASSWORD="${LEASEHOLD_PG_PASSWORD:-leasehold-test-pw-7e3a}"
-HOST=127.0.0.1
-READY_TIMEOUT="${LEASEHOLD_PG_READY_TIMEOUT:-30}"
-NAME=postgres
-PROCESS=bin/postgres
-ADDRESS="$HOST:$PORT"
-DATA_DIR="${LEASEHOLD_PG_DIR:-}"
-DATA_MKTEMP=/tmp/leasehold-pg.XXXXXX
 # shellcheck source=lib/server.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/server.sh"
-STATE="$CACHE/postgres-$PORT"
-PIDFILE="$STATE.pid"
+server postgres bin/postgres "${LEASEHOLD_PG_PORT:-54329}" "${LEASEHOLD_PG_READY_TIMEOUT:-30}"
+keeps_data "${LEASEHOLD_PG_DIR:-}" /tmp/leasehold-pg.XXXXXX
+PASSWORD="${LEASEHOLD_PG_PASSWORD:-leasehold-test-pw-7e3a}"
 
 bindir() {
     local d
@@ -38,7 +30,6 @@ bindir() {
 
 install() {
     bindir >/dev/null && return 0
-    echo "postgres: installing postgresql from the package manager" >&2
     apt_install postgresql
     bindir >/dev/null || die "postgresql installed, but no server binary under /usr/lib/postgresql"
 }
@@ -54,14 +45,11 @@ as_server() {
 
 ready() { "$(bindir)/pg_isready" -q -h "$HOST" -p "$PORT" 2>/dev/null; }
 
-start() {
-    mkdir -p "$CACHE"
-    already_running && return 0
-    install
-    local bin base
+# Starts the server on the data in $1 (see start_in_data_dir); initdb first
+# on a new directory.
+launch() {
+    local base="$1" bin
     bin="$(bindir)"
-    base="$(server_data_dir)"
-    mkdir -p "$base"
     [[ "$(id -u)" == 0 ]] && chown postgres:postgres "$base"
     if [[ ! -f "$base/data/PG_VERSION" ]]; then
         local pwfile="$base/pwfile"
@@ -82,19 +70,14 @@ start() {
     else
         (exec "${args[@]}" </dev/null >>"$base/server.log" 2>&1) &
     fi
-    local pid=$!
-    await_ready ready "$pid" "$base/server.log" INT 0.05 \
-        "the server exited during start-up (see $base/server.log)" "not ready within ${READY_TIMEOUT}s"
-    echo "postgres: running (pid $pid) on $HOST:$PORT, data in $base" >&2
 }
+
+start() { start_in_data_dir ready server.log INT "the server"; }
 
 # Fast shutdown: SIGINT (SIGTERM would wait for clients to disconnect).
 shutdown() { server_shutdown INT; }
 
-stop() {
-    shutdown
-    server_remove_data_dir
-}
+stop() { shutdown; server_remove_data_dir; }
 
 url() { echo "postgres://postgres:$PASSWORD@$HOST:$PORT/postgres"; }
 

@@ -17,23 +17,14 @@
 # (default below; only for this throw-away server).
 set -euo pipefail
 
-PORT="${LEASEHOLD_REDIS_PORT:-63799}"
-PASSWORD="${LEASEHOLD_REDIS_PASSWORD:-leasehold-test-pw-5c1d}"
-HOST=127.0.0.1
-READY_TIMEOUT="${LEASEHOLD_REDIS_READY_TIMEOUT:-30}"
-NAME=redis
-PROCESS=redis-server
-ADDRESS="$HOST:$PORT"
-DATA_DIR="${LEASEHOLD_REDIS_DIR:-}"
-DATA_MKTEMP=/tmp/leasehold-redis.XXXXXX
 # shellcheck source=lib/server.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/server.sh"
-STATE="$CACHE/redis-$PORT"
-PIDFILE="$STATE.pid"
+server redis redis-server "${LEASEHOLD_REDIS_PORT:-63799}" "${LEASEHOLD_REDIS_READY_TIMEOUT:-30}"
+keeps_data "${LEASEHOLD_REDIS_DIR:-}" /tmp/leasehold-redis.XXXXXX
+PASSWORD="${LEASEHOLD_REDIS_PASSWORD:-leasehold-test-pw-5c1d}"
 
 install() {
     command -v redis-server >/dev/null && command -v redis-cli >/dev/null && return 0
-    echo "redis: installing redis-server and redis-tools from the package manager" >&2
     apt_install redis-server redis-tools
     command -v redis-server >/dev/null || die "redis-server installed, but not on PATH"
 }
@@ -42,14 +33,9 @@ cli() { REDISCLI_AUTH="$PASSWORD" redis-cli -h "$HOST" -p "$PORT" "$@"; }
 
 ready() { [[ "$(cli ping 2>/dev/null)" == PONG ]]; }
 
-start() {
-    mkdir -p "$CACHE"
-    already_running && return 0
-    install
-    local base
-    base="$(server_data_dir)"
-    mkdir -p "$base"
-    local persist=(--save '' --appendonly no)
+# Starts the server on the data in $1 (see start_in_data_dir).
+launch() {
+    local base="$1" persist=(--save '' --appendonly no)
     if [[ "${LEASEHOLD_REDIS_PERSIST:-0}" == 1 ]]; then
         persist=(--save '' --appendonly yes --appendfsync always)
     fi
@@ -58,20 +44,15 @@ start() {
     (exec redis-server - --bind "$HOST" --port "$PORT" --dir "$base" "${persist[@]}" \
         --daemonize no --logfile "$base/redis.log" --maxmemory-policy noeviction \
         <<<"requirepass $PASSWORD" >/dev/null 2>&1) &
-    local pid=$!
-    await_ready ready "$pid" "$base/redis.log" INT 0.05 \
-        "the server exited during start-up (see $base/redis.log)" "not ready within ${READY_TIMEOUT}s"
-    echo "redis: running (pid $pid) on $HOST:$PORT, data in $base" >&2
 }
+
+start() { start_in_data_dir ready redis.log INT "the server"; }
 
 # SIGTERM: Redis saves only what its persistence settings say (an
 # append-only file is flushed), then exits.
 shutdown() { server_shutdown TERM; }
 
-stop() {
-    shutdown
-    server_remove_data_dir
-}
+stop() { shutdown; server_remove_data_dir; }
 
 url() { echo "redis://:$PASSWORD@$HOST:$PORT/0"; }
 

@@ -1,20 +1,53 @@
 # The start/stop/pid-file skeleton of the scripts that run a test server
-# (scripts/postgres.sh, redis.sh, etcd.sh, dynamodb-local.sh, moto.sh,
-# pgbouncer.sh), sourced by them after `set -euo pipefail`. Each script
-# keeps its own install and start command and sets, before calling these:
-#
-#   NAME     how messages name it: "NAME: stopped (pid 123)"
-#   PIDFILE  its pid file
-#   PROCESS  what /proc/PID/cmdline holds while the pid is still the server's
-#   HOST, PORT, and ADDRESS (what `status` says it runs on)
-#
-# and, for a server with a data directory of its own (server_data_dir):
-#   STATE       the pid file without its .pid (STATE.dir keeps a made directory)
-#   DATA_DIR    the caller's directory ("" for a fresh mktemp one, removed by stop)
-#   DATA_MKTEMP the mktemp template of a fresh one (/tmp/leasehold-pg.XXXXXX)
+# (scripts/postgres.sh, redis.sh, etcd.sh, dynamodb-local.sh, moto.sh),
+# sourced by them after `set -euo pipefail`. Each script keeps its own
+# install and start command, names the server with `server`, and then
+# calls `keeps_data` (a server with a data directory of its own) or
+# `logs_in_cache` (one without: its log in .cache).
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 CACHE="$ROOT/.cache"
+# Where the servers listen (DynamoDB Local listens on every interface, and
+# is reached here).
+HOST=127.0.0.1
+
+# Names the server: NAME (how messages and its files in .cache name it:
+# "NAME: stopped (pid 123)"), PROCESS (what /proc/PID/cmdline holds while
+# the pid is still the server's), PORT, and READY_TIMEOUT (the seconds
+# start waits for it); ADDRESS, what `status` says it runs on, is HOST:PORT.
+#   server NAME PROCESS PORT READY_TIMEOUT
+server() {
+    NAME="$1"
+    PROCESS="$2"
+    PORT="$3"
+    READY_TIMEOUT="$4"
+    ADDRESS="$HOST:$PORT"
+}
+
+# For a server with a data directory of its own (server_data_dir): DATA_DIR,
+# the caller's directory ($1; "" for a fresh mktemp one, removed by stop),
+# DATA_MKTEMP, the mktemp template of a fresh one ($2:
+# /tmp/leasehold-pg.XXXXXX), and STATE, .cache/NAME-PORT: STATE.pid is
+# the pid file, STATE.dir keeps a made directory.
+#   keeps_data DATA_DIR DATA_MKTEMP
+keeps_data() {
+    DATA_DIR="$1"
+    DATA_MKTEMP="$2"
+    STATE="$CACHE/$NAME-$PORT"
+    PIDFILE="$STATE.pid"
+}
+
+# For a server without a data directory, reached over HTTP: ADDRESS is its
+# URL, and its pid file and log are .cache/NAME.pid and NAME.log on its
+# default port ($1), NAME-PORT.pid and .log on another.
+#   logs_in_cache DEFAULT_PORT
+logs_in_cache() {
+    local suffix=""
+    [[ "$PORT" == "$1" ]] || suffix="-$PORT"
+    PIDFILE="$CACHE/$NAME$suffix.pid"
+    LOG="$CACHE/$NAME$suffix.log"
+    ADDRESS="http://$HOST:$PORT"
+}
 
 die() { echo "$NAME: $*" >&2; exit 1; }
 
@@ -32,8 +65,12 @@ running_pid() {
     echo "$pid"
 }
 
-# Installs Debian packages (as root, or with sudo).
+# Installs Debian packages (as root, or with sudo), and says so:
+# "etcd: installing etcd-server and etcd-client from the package manager".
 apt_install() {
+    local packages="$*"
+    (($# < 2)) || packages="${*:1:$#-1} and ${!#}"
+    echo "$NAME: installing $packages from the package manager" >&2
     local sudo=""
     [[ "$(id -u)" == 0 ]] || sudo="sudo"
     $sudo apt-get update -qq >&2 || die "apt-get update failed"
@@ -118,6 +155,48 @@ await_ready() {
         fi
         sleep "$interval"
     done
+}
+
+# `start` for a server with a data directory of its own: unless ours runs
+# already, installs it (the script's `install`), makes its directory and
+# calls `launch DIR`, which starts the server in the background, exec'd so
+# that $! is the server itself, logging to DIR/LOG; then waits until CHECK
+# succeeds (await_ready, checking every 0.05 s; CHECK's name is the word of
+# the time-out message: "not ready within 30s"), and says where it runs.
+#   start_in_data_dir CHECK LOG SIGNAL WHAT
+# (SIGNAL stops it if it is not ready in time; WHAT names it in the
+# message if it exits first: "etcd", "the server".)
+start_in_data_dir() {
+    local check="$1" log="$2" signal="$3" what="$4"
+    mkdir -p "$CACHE"
+    already_running && return 0
+    install
+    local base
+    base="$(server_data_dir)"
+    mkdir -p "$base"
+    launch "$base"
+    local pid=$!
+    await_ready "$check" "$pid" "$base/$log" "$signal" 0.05 \
+        "$what exited during start-up (see $base/$log)" "not $check within ${READY_TIMEOUT}s"
+    echo "$NAME: running (pid $pid) on $HOST:$PORT, data in $base" >&2
+}
+
+# `start` for a server that `answers` and keeps no data (logs_in_cache):
+# unless one answers already (answering WHAT KIND PORT_VAR), calls
+# `launch`, which installs the server and starts it in the background,
+# exec'd so that $! is the server itself, logging to LOG; then waits until
+# it answers (every INTERVAL seconds; TITLE names it in the messages) and
+# says where it runs.
+#   start_answering WHAT KIND PORT_VAR INTERVAL TITLE
+start_answering() {
+    local what="$1" kind="$2" port_var="$3" interval="$4" title="$5"
+    mkdir -p "$CACHE"
+    answering "$what" "$kind" "$port_var" && return 0
+    launch
+    local pid=$!
+    await_ready answers "$pid" "$LOG" TERM "$interval" "$title exited during start-up (see $LOG)" \
+        "$title did not answer on $HOST:$PORT within ${READY_TIMEOUT}s (see $LOG)"
+    echo "$NAME: running (pid $pid) on $ADDRESS" >&2
 }
 
 # Stops the server with SIGNAL ($1), then SIGKILL if it has not exited
