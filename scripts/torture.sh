@@ -66,6 +66,40 @@ stop_all() {
 }
 trap stop_all EXIT
 
+# Starts a server (scripts/$1 start) and stops it at the end.
+start_server() {
+    "scripts/$1" start
+    [[ " ${started[*]} " == *" $1 "* ]] || started+=("$1")
+}
+
+# The same, unless it runs already: then it is left running.
+start_unless_running() {
+    if ! "scripts/$1" status >/dev/null 2>&1; then
+        start_server "$1"
+    fi
+}
+
+# A Redis server of the run's own (port $TORTURE_REDIS_PORT, default 63797).
+start_redis() {
+    export LEASEHOLD_REDIS_PORT="${TORTURE_REDIS_PORT:-63797}"
+    start_server redis.sh
+}
+
+# Runs a torture run ($3...) with a bug injected on purpose, which must
+# fail: else fails the whole run, showing the run's report ($2). $1 names
+# the bug in the messages ("the injected bug").
+must_catch() {
+    local what="$1" report="$2"
+    shift 2
+    if "$@" >"$report"; then
+        echo "torture: $what was NOT caught:" >&2
+        cat "$report" >&2
+        failed=1
+    else
+        echo "torture: $what was caught" >&2
+    fi
+}
+
 # duration, ttl, fault interval per store and mode
 settings() {
     local d="${TORTURE_DURATION:-}"
@@ -152,19 +186,22 @@ for store in "${stores[@]}"; do
         fi
     fi
     extra=()
+    # The faults of the main run and of the loss run, unless the store's
+    # arm below says otherwise: a store reached over the network (through
+    # each holder's proxy) takes every fault.
+    faults=kill,pause,break,partition,delay,reset
+    loss=loss
     case $store in
         sqlite)
             url="sqlite:$work/torture-$variant.db"
             # The mixed variant needs the store's max TTL in the URL (W).
             [[ $variant == mixed ]] && url+="?max_ttl=2s"
             faults=kill,pause,break
-            loss=loss
             ;;
         azblob)
             # Azurite listens on a fixed port other checkouts share: it is
             # never restarted here; its store loss deletes the container.
-            scripts/azurite.sh start
-            [[ " ${started[*]} " == *" azurite.sh "* ]] || started+=(azurite.sh)
+            start_server azurite.sh
             if [[ -n "${AZURITE_PORT:-}" ]]; then
                 AZURE_STORAGE_CONNECTION_STRING="$(scripts/azurite.sh connection-string)"
                 export AZURE_STORAGE_CONNECTION_STRING
@@ -173,22 +210,18 @@ for store in "${stores[@]}"; do
             # A new container grants nothing for its store max TTL (the
             # epoch quarantine): Azure's shortest lease, 15 s, not 60.
             url="azblob://torture-$RANDOM?max_ttl=15s"
-            faults=kill,pause,break,partition,delay,reset
-            loss=loss
             ;;
         dynamodb)
             # The long run restarts DynamoDB Local empty: an instance of its
             # own, on a port no one else uses.
             port="${TORTURE_DYNAMODB_PORT:-8000}"
             [[ $mode == long ]] && port="${TORTURE_DYNAMODB_PORT:-8124}"
-            DYNAMODB_LOCAL_PORT=$port scripts/dynamodb-local.sh start
-            [[ " ${started[*]} " == *" dynamodb-local.sh "* ]] || started+=("dynamodb-local.sh")
             export DYNAMODB_LOCAL_PORT=$port
+            start_server dynamodb-local.sh
             # A new table grants nothing for its max TTL (the store-epoch
             # quarantine): keep it short so that the run exercises the store.
             url="dynamodb://torture$RANDOM?region=us-east-1&endpoint=http://127.0.0.1:$port&max_ttl=5s"
             export AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-local}" AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-local}"
-            faults=kill,pause,break,partition,delay,reset
             loss=loss,restart
             extra=(--restart-cmd "DYNAMODB_LOCAL_PORT=$port scripts/dynamodb-local.sh stop && DYNAMODB_LOCAL_PORT=$port scripts/dynamodb-local.sh start")
             ;;
@@ -196,13 +229,8 @@ for store in "${stores[@]}"; do
             # A throw-away server on a port of its own (scripts/postgres.sh;
             # left running if it already was); a table per run, whose
             # quarantine when new is kept short. Store loss drops the table.
-            if ! scripts/postgres.sh status >/dev/null 2>&1; then
-                scripts/postgres.sh start
-                [[ " ${started[*]} " == *" postgres.sh "* ]] || started+=(postgres.sh)
-            fi
+            start_unless_running postgres.sh
             url="$(scripts/postgres.sh url)?table=torture_$RANDOM&max_ttl=5s"
-            faults=kill,pause,break,partition,delay,reset
-            loss=loss
             ;;
         redis)
             # A server of its own (port $TORTURE_REDIS_PORT, default 63797):
@@ -210,14 +238,11 @@ for store in "${stores[@]}"; do
             # without its data. Both start a new store epoch, which
             # leasehold must survive (every restart or failover does on
             # Redis), so the main run has them too.
-            rport="${TORTURE_REDIS_PORT:-63797}"
-            LEASEHOLD_REDIS_PORT=$rport scripts/redis.sh start
-            [[ " ${started[*]} " == *" redis.sh "* ]] || started+=(redis.sh)
-            export LEASEHOLD_REDIS_PORT=$rport
+            start_redis
             url="$(scripts/redis.sh url)?prefix=torture$RANDOM:&max_ttl=5s"
             faults=kill,pause,break,partition,delay,reset,loss,restart
             loss=loss,restart
-            extra=(--restart-cmd "LEASEHOLD_REDIS_PORT=$rport scripts/redis.sh restart")
+            extra=(--restart-cmd "LEASEHOLD_REDIS_PORT=$LEASEHOLD_REDIS_PORT scripts/redis.sh restart")
             ;;
         etcd)
             # An etcd of its own (port 23809, data in a temporary
@@ -225,12 +250,8 @@ for store in "${stores[@]}"; do
             # kept short. Store loss deletes the prefix; the restart fault
             # restarts etcd with its data directory wiped (a new cluster).
             export LEASEHOLD_ETCD_PORT="${TORTURE_ETCD_PORT:-23809}"
-            if ! scripts/etcd.sh status >/dev/null 2>&1; then
-                scripts/etcd.sh start
-                [[ " ${started[*]} " == *" etcd.sh "* ]] || started+=(etcd.sh)
-            fi
+            start_unless_running etcd.sh
             url="$(scripts/etcd.sh url)?prefix=torture-$RANDOM/&max_ttl=5s"
-            faults=kill,pause,break,partition,delay,reset
             loss=loss,restart
             extra=(--restart-cmd "LEASEHOLD_ETCD_PORT=$LEASEHOLD_ETCD_PORT scripts/etcd.sh wipe")
             ;;
@@ -239,14 +260,9 @@ for store in "${stores[@]}"; do
             # started here), a store per run (a prefix in one bucket) whose
             # quarantine when new is kept short. Store loss deletes the
             # store's objects, the epoch marker first.
-            if ! scripts/moto.sh status >/dev/null 2>&1; then
-                scripts/moto.sh start
-                [[ " ${started[*]} " == *" moto.sh "* ]] || started+=(moto.sh)
-            fi
+            start_unless_running moto.sh
             url="s3://torture/run-$RANDOM?region=us-east-1&endpoint=$(scripts/moto.sh url)&max_ttl=5s"
             export AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-local}" AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-local}"
-            faults=kill,pause,break,partition,delay,reset
-            loss=loss
             ;;
         *) echo "unknown store $store" >&2; exit 2 ;;
     esac
@@ -278,29 +294,19 @@ done
 if [[ $mode == short ]]; then
     # The checker must catch a backend that grants held keys now and then.
     echo "== torture: a bug injected on purpose (grant-held) must fail the run" >&2
-    if "$bin/leasehold-torture" run --store "sqlite:$work/bug.db" --duration 8s --ttl 1s \
+    must_catch "the injected bug" "$work/bug.md" \
+        "$bin/leasehold-torture" run --store "sqlite:$work/bug.db" --duration 8s --ttl 1s \
         --cli-workers 0 --keys 1 --faults "" --inject-bug grant-held \
-        --witness "$work/bug-witness" >"$work/bug.md"; then
-        echo "torture: the injected bug was NOT caught:" >&2
-        cat "$work/bug.md" >&2
-        failed=1
-    else
-        echo "torture: the injected bug was caught" >&2
-    fi
+        --witness "$work/bug-witness"
     # The checker must catch tokens that start again after a loss of the
     # store's data (a store without epochs): the witness fences, and the
     # checker orders tokens, across store epochs.
     echo "== torture: a bug injected on purpose (epochless-tokens) must fail the run" >&2
-    if LEASEHOLD_TEST_CONFIRMATION_WINDOW=2 "$bin/leasehold-torture" run \
+    must_catch "the injected bug" "$work/epochless.md" \
+        env LEASEHOLD_TEST_CONFIRMATION_WINDOW=2 "$bin/leasehold-torture" run \
         --store "sqlite:$work/epochless.db?max_ttl=2s" --duration 12s --ttl 1s \
         --cli-workers 0 --keys 1 --faults loss --fault-every 3s --inject-bug epochless-tokens \
-        --witness "$work/epochless-witness" >"$work/epochless.md"; then
-        echo "torture: the injected bug was NOT caught:" >&2
-        cat "$work/epochless.md" >&2
-        failed=1
-    else
-        echo "torture: the injected bug was caught" >&2
-    fi
+        --witness "$work/epochless-witness"
     # The mixed variant must catch holders that trust a lease for their
     # whole TTL and quarantine a new store for their own max TTL (the
     # behaviour before issue 28's fix, injected as old-window). On Redis: a
@@ -314,21 +320,13 @@ if [[ $mode == short ]]; then
 fi
 if [[ $mode == short && "${TORTURE_CHECK_UNDONE_FIX:-0}" == 1 ]]; then
     echo "== torture: store loss with mixed max TTLs, the fix undone (old-window), must fail the run" >&2
-    rport="${TORTURE_REDIS_PORT:-63797}"
-    LEASEHOLD_REDIS_PORT=$rport scripts/redis.sh start
-    [[ " ${started[*]} " == *" redis.sh "* ]] || started+=(redis.sh)
-    export LEASEHOLD_REDIS_PORT=$rport
-    if LEASEHOLD_TEST_CONFIRMATION_WINDOW=5 "$bin/leasehold-torture" run \
+    start_redis
+    must_catch "the undone fix" "$work/old-window.md" \
+        env LEASEHOLD_TEST_CONFIRMATION_WINDOW=5 "$bin/leasehold-torture" run \
         --store "$(scripts/redis.sh url)?prefix=old-window$RANDOM:&max_ttl=5s" \
         --duration 30s --ttl 2s --misbehaving 0 --faults loss-partition --fault-every 4s \
         --long-max-ttl 20s --cut-for 10s --inject-bug old-window \
-        --witness "$work/old-window-witness" >"$work/old-window.md"; then
-        echo "torture: the undone fix was NOT caught:" >&2
-        cat "$work/old-window.md" >&2
-        failed=1
-    else
-        echo "torture: the undone fix was caught" >&2
-    fi
+        --witness "$work/old-window-witness"
 fi
 
 if [[ $mode == long ]]; then
