@@ -383,22 +383,13 @@ impl Capabilities {
         }
     }
 
-    /// Sets [`shared_across_processes`](Self::shared_across_processes).
-    pub fn shared_across_processes(mut self, yes: bool) -> Self {
-        self.shared_across_processes = yes;
-        self
-    }
-
-    /// Sets [`shared_across_machines`](Self::shared_across_machines).
-    pub fn shared_across_machines(mut self, yes: bool) -> Self {
-        self.shared_across_machines = yes;
-        self
-    }
-
-    /// Sets [`takeover_needs_observation`](Self::takeover_needs_observation).
-    pub fn takeover_needs_observation(mut self, yes: bool) -> Self {
-        self.takeover_needs_observation = yes;
-        self
+    crate::setters::setters! {
+        /// Sets [`shared_across_processes`](Self::shared_across_processes).
+        fn shared_across_processes(shared_across_processes: bool);
+        /// Sets [`shared_across_machines`](Self::shared_across_machines).
+        fn shared_across_machines(shared_across_machines: bool);
+        /// Sets [`takeover_needs_observation`](Self::takeover_needs_observation).
+        fn takeover_needs_observation(takeover_needs_observation: bool);
     }
 }
 
@@ -607,10 +598,9 @@ impl StoreEpoch {
         }
     }
 
-    /// Sets [`age`](Self::age).
-    pub fn with_age(mut self, age: Option<Duration>) -> Self {
-        self.age = age;
-        self
+    crate::setters::setters! {
+        /// Sets [`age`](Self::age).
+        fn with_age(age: Option<Duration>);
     }
 
     /// The epoch marked proven: the store proved (or its creator stated,
@@ -771,28 +761,15 @@ impl HolderInfo {
         }
     }
 
-    /// Sets the user data.
-    pub fn with_data(mut self, data: Option<String>) -> Self {
-        self.data = data;
-        self
-    }
-
-    /// Sets the acquisition time.
-    pub fn with_acquired_at(mut self, at: Option<SystemTime>) -> Self {
-        self.acquired_at = at;
-        self
-    }
-
-    /// Sets the remaining lease time.
-    pub fn with_expires_in(mut self, expires_in: Option<Duration>) -> Self {
-        self.expires_in = expires_in;
-        self
-    }
-
-    /// Sets the TTL.
-    pub fn with_ttl(mut self, ttl: Option<Duration>) -> Self {
-        self.ttl = ttl;
-        self
+    crate::setters::setters! {
+        /// Sets the user data.
+        fn with_data(data: Option<String>);
+        /// Sets the acquisition time.
+        fn with_acquired_at(acquired_at: Option<SystemTime>);
+        /// Sets the remaining lease time.
+        fn with_expires_in(expires_in: Option<Duration>);
+        /// Sets the TTL.
+        fn with_ttl(ttl: Option<Duration>);
     }
 }
 

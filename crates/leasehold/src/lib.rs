@@ -136,6 +136,7 @@ mod options;
 mod renewal;
 mod runs;
 mod semaphore;
+mod setters;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 mod store;

@@ -249,6 +249,28 @@ mod tests {
         names.iter().map(|n| Key::new(*n).unwrap()).collect()
     }
 
+    /// A listener on a subscription that succeeds at once, in place, with
+    /// its attempts counter, its streams and the feed of the first stream.
+    async fn listening() -> (
+        Listener,
+        Arc<AtomicUsize>,
+        mpsc::UnboundedReceiver<mpsc::UnboundedSender<Arc<str>>>,
+        mpsc::UnboundedSender<Arc<str>>,
+    ) {
+        let (listener, attempts, mut streams) = fake(0);
+        listener.listening().await;
+        let feed = streams.recv().await.unwrap();
+        (listener, attempts, streams, feed)
+    }
+
+    /// `f`'s output, once it completes within `secs` seconds; else panics
+    /// with `what`.
+    async fn within<F: std::future::Future>(secs: u64, f: F, what: &str) -> F::Output {
+        tokio::time::timeout(Duration::from_secs(secs), f)
+            .await
+            .expect(what)
+    }
+
     /// Polls `watch` once: whether it has completed.
     async fn woke(watch: &mut ReleaseWatch) -> bool {
         tokio::time::timeout(Duration::ZERO, watch).await.is_ok()
@@ -256,17 +278,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_watch_wakes_on_its_key_only() {
-        let (listener, _, mut streams) = fake(0);
-        listener.listening().await;
-        let feed = streams.recv().await.unwrap();
+        let (listener, _, _streams, feed) = listening().await;
         let mut watch = listener.watch(&keys(&["a", "b"])).unwrap();
         feed.send("c".into()).unwrap();
         tokio::task::yield_now().await;
         assert!(!woke(&mut watch).await, "woke for another key");
         feed.send("b".into()).unwrap();
-        tokio::time::timeout(Duration::from_secs(10), watch)
-            .await
-            .expect("not woken by its key");
+        within(10, watch, "not woken by its key").await;
     }
 
     #[tokio::test(start_paused = true)]
@@ -280,46 +298,38 @@ mod tests {
         let _feed = streams.recv().await.unwrap();
         // In place at last: releases meanwhile were missed, so the waiter
         // wakes without its key being announced.
-        tokio::time::timeout(Duration::from_secs(1), watch)
-            .await
-            .expect("a waiter from before the subscription was not woken");
+        within(
+            1,
+            watch,
+            "a waiter from before the subscription was not woken",
+        )
+        .await;
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_lost_subscription_is_put_in_place_again_and_wakes_every_waiter() {
-        let (listener, attempts, mut streams) = fake(0);
-        listener.listening().await;
-        let feed = streams.recv().await.unwrap();
+        let (listener, attempts, mut streams, feed) = listening().await;
         let watch = listener.watch(&keys(&["a"])).unwrap();
         drop(feed);
         // Lost, then subscribed again after the back-off.
-        let feed = tokio::time::timeout(Duration::from_secs(10), streams.recv())
+        let feed = within(10, streams.recv(), "not subscribed again")
             .await
-            .expect("not subscribed again")
             .unwrap();
         assert_eq!(attempts.load(Ordering::SeqCst), 2);
-        tokio::time::timeout(Duration::from_secs(1), watch)
-            .await
-            .expect("a waiter was not woken after the gap");
+        within(1, watch, "a waiter was not woken after the gap").await;
         // And it still forwards.
         let watch = listener.watch(&keys(&["a"])).unwrap();
         feed.send("a".into()).unwrap();
-        tokio::time::timeout(Duration::from_secs(1), watch)
-            .await
-            .expect("not woken by its key after re-subscribing");
+        within(1, watch, "not woken by its key after re-subscribing").await;
     }
 
     #[tokio::test(start_paused = true)]
     async fn dropping_the_listener_ends_its_subscription() {
-        let (listener, attempts, mut streams) = fake(0);
-        listener.listening().await;
-        let feed = streams.recv().await.unwrap();
+        let (listener, attempts, _streams, feed) = listening().await;
         drop(listener);
         // The task stops: it drops the stream (the feed's receiver) and
         // never subscribes again.
-        tokio::time::timeout(Duration::from_secs(10), feed.closed())
-            .await
-            .expect("the subscription outlived its listener");
+        within(10, feed.closed(), "the subscription outlived its listener").await;
         tokio::time::sleep(Duration::from_secs(30)).await;
         assert_eq!(attempts.load(Ordering::SeqCst), 1);
     }

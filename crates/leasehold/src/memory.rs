@@ -186,6 +186,21 @@ fn other_epoch(lease: &Lease, epoch: &StoreEpoch) -> String {
     )
 }
 
+/// The record of `lease`'s key, for renewing or releasing it: lost if the
+/// lease is of another store epoch or the key has no record.
+fn lease_record<'a>(
+    records: &'a mut BTreeMap<Key, Record>,
+    lease: &Lease,
+    epoch: &StoreEpoch,
+) -> Result<&'a mut Record> {
+    if lease.epoch != epoch.epoch {
+        return Err(lost(lease, other_epoch(lease, epoch)));
+    }
+    records
+        .get_mut(&lease.key)
+        .ok_or_else(|| lost(lease, "the key has no record".into()))
+}
+
 fn lost(lease: &Lease, why: String) -> Error {
     Error::LeaseLost {
         key: lease.key.to_string(),
@@ -236,12 +251,7 @@ impl Backend for MemoryBackend {
 
     async fn renew(&self, lease: &Lease) -> Result<()> {
         self.with_records(|records, now, epoch| {
-            if lease.epoch != epoch.epoch {
-                return Err(lost(lease, other_epoch(lease, epoch)));
-            }
-            let record = records
-                .get_mut(&lease.key)
-                .ok_or_else(|| lost(lease, "the key has no record".into()))?;
+            let record = lease_record(records, lease, epoch)?;
             if let Some(why) = record.not_ours(lease, now) {
                 return Err(lost(lease, why));
             }
@@ -254,12 +264,7 @@ impl Backend for MemoryBackend {
 
     async fn release(&self, lease: &Lease) -> Result<()> {
         self.with_records(|records, _now, epoch| {
-            if lease.epoch != epoch.epoch {
-                return Err(lost(lease, other_epoch(lease, epoch)));
-            }
-            let record = records
-                .get_mut(&lease.key)
-                .ok_or_else(|| lost(lease, "the key has no record".into()))?;
+            let record = lease_record(records, lease, epoch)?;
             match &record.lease {
                 // Ours, live or expired but not taken: end it.
                 Some(h) if h.lease_id == lease.lease_id => {

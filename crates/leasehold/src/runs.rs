@@ -122,17 +122,12 @@ impl RunRecord {
         }
     }
 
-    /// Sets [`exit_code`](Self::exit_code).
-    pub fn with_exit_code(mut self, code: Option<i32>) -> Self {
-        self.exit_code = code;
-        self
-    }
-
-    /// Sets [`ended_at`](Self::ended_at) (a backend that stamps the end
-    /// with its own clock).
-    pub fn with_ended_at(mut self, at: SystemTime) -> Self {
-        self.ended_at = at;
-        self
+    crate::setters::setters! {
+        /// Sets [`exit_code`](Self::exit_code).
+        fn with_exit_code(exit_code: Option<i32>);
+        /// Sets [`ended_at`](Self::ended_at) (a backend that stamps the end
+        /// with its own clock).
+        fn with_ended_at(ended_at: SystemTime);
     }
 
     /// Whether this run succeeded.
