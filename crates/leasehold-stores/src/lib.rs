@@ -278,89 +278,50 @@ fn opened<B: Backend>(backend: B, count: Option<fn(&B) -> u64>) -> Opened {
     }
 }
 
-#[cfg(feature = "dynamodb")]
-async fn open_dynamodb(url: &str, creation: Creation) -> leasehold::Result<Opened> {
-    let backend = leasehold_dynamodb::DynamoDbBackend::builder_from_url(url)?
-        .creation(creation)
-        .build()
-        .await?;
-    Ok(opened(
-        backend,
-        Some(leasehold_dynamodb::DynamoDbBackend::requests_sent),
-    ))
+/// For each `"FEATURE" => NAME(FROM_URL, COUNT);`, `async fn NAME(url,
+/// creation)`: opens the store of cargo feature FEATURE with its builder
+/// (`FROM_URL(url)`, given `creation`, built), counting its requests with
+/// COUNT (as [`opened`]); in a build without the feature, says so
+/// ([`not_in_build`]).
+macro_rules! openers {
+    ($($feature:literal => $name:ident($from_url:path, $count:expr);)+) => {
+        $(
+            #[cfg(feature = $feature)]
+            async fn $name(url: &str, creation: Creation) -> leasehold::Result<Opened> {
+                let backend = $from_url(url)?.creation(creation).build().await?;
+                Ok(opened(backend, $count))
+            }
+
+            #[cfg(not(feature = $feature))]
+            async fn $name(_url: &str, _creation: Creation) -> leasehold::Result<Opened> {
+                Err(not_in_build($feature))
+            }
+        )+
+    };
 }
 
-#[cfg(not(feature = "dynamodb"))]
-async fn open_dynamodb(_url: &str, _creation: Creation) -> leasehold::Result<Opened> {
-    Err(not_in_build("dynamodb"))
-}
-
-#[cfg(feature = "postgres")]
-async fn open_postgres(url: &str, creation: Creation) -> leasehold::Result<Opened> {
+openers! {
+    // The backend counts its HTTP requests (the SDK's retries included).
+    "dynamodb" => open_dynamodb(
+        leasehold_dynamodb::DynamoDbBackend::builder_from_url,
+        Some(leasehold_dynamodb::DynamoDbBackend::requests_sent)
+    );
     // One backend call is one statement, one round trip: no counter.
-    let backend = leasehold_postgres::PostgresBackendBuilder::from_url(url)?
-        .creation(creation)
-        .build()
-        .await?;
-    Ok(opened(backend, None))
-}
-
-#[cfg(not(feature = "postgres"))]
-async fn open_postgres(_url: &str, _creation: Creation) -> leasehold::Result<Opened> {
-    Err(not_in_build("postgres"))
-}
-
-#[cfg(feature = "redis")]
-async fn open_redis(url: &str, creation: Creation) -> leasehold::Result<Opened> {
+    "postgres" => open_postgres(leasehold_postgres::PostgresBackendBuilder::from_url, None);
     // One backend call is one script, one round trip: no counter.
-    let backend = leasehold_redis::RedisBackendBuilder::from_url(url)?
-        .creation(creation)
-        .build()
-        .await?;
-    Ok(opened(backend, None))
-}
-
-#[cfg(not(feature = "redis"))]
-async fn open_redis(_url: &str, _creation: Creation) -> leasehold::Result<Opened> {
-    Err(not_in_build("redis"))
-}
-
-#[cfg(feature = "etcd")]
-async fn open_etcd(url: &str, creation: Creation) -> leasehold::Result<Opened> {
+    "redis" => open_redis(leasehold_redis::RedisBackendBuilder::from_url, None);
     // Backend calls take one to three requests (see leasehold-etcd): the
     // backend counts them.
-    let backend = leasehold_etcd::EtcdBackendBuilder::from_url(url)?
-        .creation(creation)
-        .build()
-        .await?;
-    Ok(opened(
-        backend,
-        Some(leasehold_etcd::EtcdBackend::requests_sent),
-    ))
-}
-
-#[cfg(not(feature = "etcd"))]
-async fn open_etcd(_url: &str, _creation: Creation) -> leasehold::Result<Opened> {
-    Err(not_in_build("etcd"))
-}
-
-#[cfg(feature = "s3")]
-async fn open_s3(url: &str, creation: Creation) -> leasehold::Result<Opened> {
+    "etcd" => open_etcd(
+        leasehold_etcd::EtcdBackendBuilder::from_url,
+        Some(leasehold_etcd::EtcdBackend::requests_sent)
+    );
     // Backend calls take one to three HTTP requests: the backend counts
     // them (the SDK's retries included).
-    let backend = leasehold_s3::S3Backend::builder_from_url(url)?
-        .creation(creation)
-        .build()
-        .await?;
-    Ok(opened(
-        backend,
-        Some(leasehold_s3::S3Backend::requests_sent),
-    ))
-}
-
-#[cfg(not(feature = "s3"))]
-async fn open_s3(_url: &str, _creation: Creation) -> leasehold::Result<Opened> {
-    Err(not_in_build("s3"))
+    "s3" => open_s3(
+        leasehold_s3::S3Backend::builder_from_url,
+        Some(leasehold_s3::S3Backend::requests_sent)
+    );
 }
 
 #[cfg(not(all(
