@@ -135,28 +135,14 @@ impl Witness {
     /// A fenced write of `kind` by `worker` holding `token` on `key`: accepted
     /// unless a greater token has written to the key (in any epoch).
     pub fn write(&self, kind: Kind, key: &str, token: u64, worker: &str) -> std::io::Result<bool> {
-        Ok(self
-            .write_inner(kind, key, token, worker, || true)?
-            .unwrap_or(false))
+        Ok(self.write_if(kind, key, token, worker, || true)? == Some(true))
     }
 
     /// Like [`write`](Self::write), but only if `still_held()` is true when
-    /// checked under the witness's lock; returns whether it was (so a check
-    /// of the guard and the write it allows are one step).
+    /// checked under the witness's lock (so a check of the guard and the
+    /// write it allows are one step): `None` if it was not (nothing is
+    /// written), else whether the write was accepted.
     pub fn write_if(
-        &self,
-        kind: Kind,
-        key: &str,
-        token: u64,
-        worker: &str,
-        still_held: impl FnOnce() -> bool,
-    ) -> std::io::Result<bool> {
-        Ok(self
-            .write_inner(kind, key, token, worker, still_held)?
-            .is_some())
-    }
-
-    fn write_inner(
         &self,
         kind: Kind,
         key: &str,
@@ -209,24 +195,12 @@ impl Witness {
         Ok(Some(accepted))
     }
 
-    /// Records a fault injected on `key`'s holder `worker`, whose grant had
-    /// fencing token `token` (0 when unknown). For a `break`, `token` is the
-    /// token of the lease the store says it ended.
+    /// Records a fault injected at `t_ns` (`now_ns()` for one injected now)
+    /// on `key`'s holder `worker`, whose grant had fencing token `token` (0
+    /// when unknown). For a `break`, `token` is the token of the lease the
+    /// store says it ended, and `t_ns` the time the break was sent (it is
+    /// recorded once the store has answered).
     pub fn fault(
-        &self,
-        key: &str,
-        worker: &str,
-        pid: u32,
-        token: u64,
-        what: &str,
-    ) -> std::io::Result<()> {
-        self.fault_at(now_ns(), key, worker, pid, token, what)
-    }
-
-    /// Like [`fault`](Self::fault), for a fault that began at `t_ns` (a
-    /// break is recorded once the store says which lease it ended, with the
-    /// time it was sent).
-    pub fn fault_at(
         &self,
         t_ns: u64,
         key: &str,

@@ -84,7 +84,8 @@ pub async fn library_worker(a: WorkerArgs) -> anyhow::Result<()> {
         };
         let mut held = a
             .witness
-            .write_if(Kind::Begin, &a.key, token, &a.id, || !guard.is_lost())?;
+            .write_if(Kind::Begin, &a.key, token, &a.id, || !guard.is_lost())?
+            .is_some();
         for _ in 0..ticks {
             // A long section ends with the run, not seconds after it.
             if !held || now_ns() >= a.until_ns {
@@ -93,12 +94,14 @@ pub async fn library_worker(a: WorkerArgs) -> anyhow::Result<()> {
             tokio::time::sleep(TICK).await;
             held = a
                 .witness
-                .write_if(Kind::Tick, &a.key, token, &a.id, || !guard.is_lost())?;
+                .write_if(Kind::Tick, &a.key, token, &a.id, || !guard.is_lost())?
+                .is_some();
         }
         if held {
             held = a
                 .witness
-                .write_if(Kind::End, &a.key, token, &a.id, || !guard.is_lost())?;
+                .write_if(Kind::End, &a.key, token, &a.id, || !guard.is_lost())?
+                .is_some();
         }
         if held {
             on_loss.abort();

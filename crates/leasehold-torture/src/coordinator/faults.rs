@@ -114,7 +114,7 @@ pub async fn inject_faults(
                         .unwrap_or(0),
                     false => h.pid,
                 };
-                let _ = witness.fault(k, &h.worker, pid, h.token, kind);
+                let _ = witness.fault(now_ns(), k, &h.worker, pid, h.token, kind);
                 match routes.get(&h.worker).and_then(|r| r.proxy.clone()) {
                     Some(proxy) => {
                         proxy.blackhole();
@@ -170,7 +170,7 @@ pub async fn inject_faults(
         if kind == "restart" || kind == "loss" {
             // Every key loses its holder; tokens start again (new epoch).
             for (k, h) in &tracker.holders {
-                let _ = witness.fault(k, &h.worker, h.pid, h.token, kind);
+                let _ = witness.fault(now_ns(), k, &h.worker, h.pid, h.token, kind);
             }
             // Tokens start again with the store's state: a new epoch for the
             // witness (a real resource would pair tokens with a store
@@ -211,7 +211,7 @@ pub async fn inject_faults(
         }
         match kind {
             "kill" if is_cli => {
-                let _ = witness.fault(&key, &holder.worker, target, holder.token, kind);
+                let _ = witness.fault(now_ns(), &key, &holder.worker, target, holder.token, kind);
                 // Everything the command started, taken before the kill
                 // (afterwards they are re-parented and harder to find).
                 let tree = descendants(target);
@@ -257,11 +257,11 @@ pub async fn inject_faults(
                 }
             }
             "kill" => {
-                let _ = witness.fault(&key, &holder.worker, target, holder.token, kind);
+                let _ = witness.fault(now_ns(), &key, &holder.worker, target, holder.token, kind);
                 signal(target, libc::SIGKILL)
             }
             "pause" => {
-                let _ = witness.fault(&key, &holder.worker, target, holder.token, kind);
+                let _ = witness.fault(now_ns(), &key, &holder.worker, target, holder.token, kind);
                 signal(target, libc::SIGSTOP);
                 let for_ = args.ttl * 3 / 2;
                 pauses.push(tokio::spawn(async move {
@@ -271,7 +271,7 @@ pub async fn inject_faults(
             }
             "partition" | "delay" | "reset" => {
                 let Some(proxy) = proxy else { continue };
-                let _ = witness.fault(&key, &holder.worker, target, holder.token, kind);
+                let _ = witness.fault(now_ns(), &key, &holder.worker, target, holder.token, kind);
                 let ttl = args.ttl;
                 match kind {
                     "reset" => proxy.reset(),
@@ -301,7 +301,7 @@ pub async fn inject_faults(
                     }
                 };
                 let returned = format!("{kind} {} {}", check::BREAK_RETURNED, now_ns());
-                let _ = witness.fault_at(sent, &key, &holder.worker, target, ended, &returned);
+                let _ = witness.fault(sent, &key, &holder.worker, target, ended, &returned);
             }
             _ => {}
         }
