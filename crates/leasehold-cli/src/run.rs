@@ -38,41 +38,34 @@ async fn acquire_and_run(store: &Store, args: &RunArgs) -> anyhow::Result<RunRes
     let opts = lock_options(lease, store.confirmation_window())?;
     let mut signals = Signals::new()?;
 
+    // One attempt, or (`--wait`) waiting while the status line says why:
+    // the same for the lock and the semaphore, whose methods share names.
+    macro_rules! take {
+        ($lock:expr) => {
+            match args.wait {
+                None => $lock.try_acquire().await,
+                Some(wait) => {
+                    let mut status = StatusLine::new(&lease.key);
+                    let r = $lock
+                        .acquire_reporting(wait, |reason| {
+                            status.show(&describe_wait(reason, limit))
+                        })
+                        .await;
+                    status.clear();
+                    r
+                }
+            }
+        };
+    }
     let acquiring = async {
         match limit {
             None => {
                 let lock = store.lock_with(&lease.key, opts)?;
-                let guard = match args.wait {
-                    None => lock.try_acquire().await,
-                    Some(wait) => {
-                        let mut status = StatusLine::new(&lease.key);
-                        let r = lock
-                            .acquire_reporting(wait, |reason| {
-                                status.show(&describe_wait(reason, None))
-                            })
-                            .await;
-                        status.clear();
-                        r
-                    }
-                };
-                guard.map(|g| (g, args.limit.map(|_| 0)))
+                take!(lock).map(|g| (g, args.limit.map(|_| 0)))
             }
             Some(n) => {
                 let sem = store.semaphore_with(&lease.key, n, opts)?;
-                let permit = match args.wait {
-                    None => sem.try_acquire().await,
-                    Some(wait) => {
-                        let mut status = StatusLine::new(&lease.key);
-                        let r = sem
-                            .acquire_reporting(wait, |reason| {
-                                status.show(&describe_wait(reason, Some(n)))
-                            })
-                            .await;
-                        status.clear();
-                        r
-                    }
-                };
-                permit
+                take!(sem)
                     .map(|p| (p.slot(), p))
                     .map(|(slot, p)| (p.into_guard(), Some(slot)))
             }
