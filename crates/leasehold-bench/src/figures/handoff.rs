@@ -21,15 +21,7 @@ impl Run {
         first_grant(&opened, &key).await?;
         let start = mono_ns() + 50_000_000;
         let d = Duration::from_millis(self.plan.handoff_local_ms);
-        let params = WaiterParams {
-            key: key.clone(),
-            tasks: 1,
-            start_ns: start,
-            duration_ms: self.plan.handoff_local_ms,
-            rest_ms: 20,
-            hold_ms: 0,
-            max_acquisitions: 100_000,
-        };
+        let params = handoff_waiter(&key, start, self.plan.handoff_local_ms, 20);
         let (releases, waiter) = tokio::join!(
             worker::run_holder(
                 &opened,
@@ -56,15 +48,7 @@ impl Run {
         first_grant(&opened, &key).await?;
         let start = mono_ns() + self.plan.start_ms * 1_000_000;
         let d = Duration::from_millis(self.plan.handoff_remote_ms);
-        let params = WaiterParams {
-            key: key.clone(),
-            tasks: 1,
-            start_ns: start,
-            duration_ms: self.plan.handoff_remote_ms,
-            rest_ms: 200,
-            hold_ms: 0,
-            max_acquisitions: 100_000,
-        };
+        let params = handoff_waiter(&key, start, self.plan.handoff_remote_ms, 200);
         let child = self.spawn_worker(spec, &params)?;
         let holder = worker::run_holder(
             &opened,
@@ -110,5 +94,20 @@ impl Run {
             other_process: other,
             waiting_requests: waiting,
         })
+    }
+}
+
+/// The waiter of a handoff measurement: one task on `key` from `start_ns`
+/// for `duration_ms`, resting `rest_ms` before each acquire and holding
+/// nothing, for at most 100,000 acquisitions.
+fn handoff_waiter(key: &str, start_ns: u64, duration_ms: u64, rest_ms: u64) -> WaiterParams {
+    WaiterParams {
+        key: key.into(),
+        tasks: 1,
+        start_ns,
+        duration_ms,
+        rest_ms,
+        hold_ms: 0,
+        max_acquisitions: 100_000,
     }
 }

@@ -158,11 +158,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     for spec in specs.iter().filter(|_| want(1)) {
         eprintln!("[1] overhead over the raw SDK: {}", spec.label());
         let overhead = run.overhead(spec, false).await;
-        res.overhead.extend(noted(
-            &mut res.notes,
-            format!("figure 1, {}", spec.label()),
-            overhead,
-        ));
+        res.overhead
+            .extend(noted(&mut res.notes, figure(1, spec), overhead));
         if matches!(spec, Spec::Sqlite(_)) {
             let overhead = run.overhead(spec, true).await;
             res.overhead.extend(noted(
@@ -177,20 +174,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     for spec in memory.iter().chain(&specs).filter(|_| want(2)) {
         eprintln!("[2] handoff: {}", spec.label());
         let handoff = run.handoff(spec).await;
-        res.handoff.extend(noted(
-            &mut res.notes,
-            format!("figure 2, {}", spec.label()),
-            handoff,
-        ));
+        res.handoff
+            .extend(noted(&mut res.notes, figure(2, spec), handoff));
     }
     for spec in specs.iter().filter(|_| want(3)) {
         eprintln!("[3] contention: {}", spec.label());
         let contention = run.contention(spec).await;
-        res.contention.extend(noted(
-            &mut res.notes,
-            format!("figure 3, {}", spec.label()),
-            contention,
-        ));
+        res.contention
+            .extend(noted(&mut res.notes, figure(3, spec), contention));
     }
     for spec in memory.iter().chain(&specs).filter(|_| want(4)) {
         // The emulators hold 1,000 (they are slow by nature); moto 200: one
@@ -219,11 +210,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             store: spec.label().into(),
             report,
         });
-        res.many.extend(noted(
-            &mut res.notes,
-            format!("figure 4, {}", spec.label()),
-            many,
-        ));
+        res.many
+            .extend(noted(&mut res.notes, figure(4, spec), many));
     }
     if want(5) {
         eprintln!("[5] CLI vs flock");
@@ -250,11 +238,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             }
             eprintln!("[6] peer on {}", spec.label());
             let peer = run.peer(spec, args.venv.as_deref(), &res).await;
-            res.peers.extend(noted(
-                &mut res.notes,
-                format!("figure 6, {}", spec.label()),
-                peer,
-            ));
+            res.peers
+                .extend(noted(&mut res.notes, figure(6, spec), peer));
         }
     }
     cleanup::cleanup(&specs).await;
@@ -286,6 +271,11 @@ pub fn write(res: &mut Results, out: &Path) -> anyhow::Result<()> {
 }
 
 /// `result`'s value; or none, and a note that `what` failed.
+/// How a note names figure `n`'s measurement of `spec`: "figure 2, sqlite".
+fn figure(n: u8, spec: &Spec) -> String {
+    format!("figure {n}, {}", spec.label())
+}
+
 fn noted<T>(notes: &mut Vec<String>, what: String, result: anyhow::Result<T>) -> Option<T> {
     result
         .map_err(|e| notes.push(format!("{what}: failed: {e:#}")))
