@@ -615,17 +615,14 @@ fn the_default_grace_fits_a_short_ttl_and_durations_are_quoted_exactly() {
     );
 }
 
+/// `leasehold --store URL ARGS` in an environment of its own.
+fn on_store(url: &str, args: &[&str]) -> Output {
+    Env::new().output(&[&["--store", url][..], args].concat())
+}
+
 #[test]
 fn errors_say_each_thing_once() {
-    let env = Env::new();
-    let out = env.output(&[
-        "--store",
-        "sqlite:/proc/none/x.db",
-        "run",
-        "k",
-        "--",
-        "true",
-    ]);
+    let out = on_store("sqlite:/proc/none/x.db", &["run", "k", "--", "true"]);
     assert_eq!(out.code, Some(1));
     assert_eq!(
         out.stderr
@@ -648,13 +645,10 @@ fn verbose_output_is_not_coloured_when_not_a_terminal() {
 
 #[test]
 fn a_repeated_dynamodb_parameter_is_an_error() {
-    let env = Env::new();
-    let out = env.output(&[
-        "--store",
+    let out = on_store(
         "dynamodb://locks?region=eu-west-1&region=us-east-1",
-        "status",
-        "k",
-    ]);
+        &["status", "k"],
+    );
     assert_eq!(out.code, Some(2), "{out:?}");
     assert!(
         out.stderr.contains("\"region\" is given more than once"),

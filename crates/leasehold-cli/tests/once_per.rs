@@ -317,20 +317,6 @@ fn a_run_that_lost_its_lease_records_no_success(store: &str) {
     assert_eq!(next.stdout, "again\n");
 }
 
-macro_rules! on_every_store {
-    ($($name:ident),+) => {
-        mod sqlite { $( #[test] fn $name() { super::$name("sqlite") } )+ }
-        mod dynamodb { $( #[test] fn $name() { super::$name("dynamodb") } )+ }
-        mod azblob { $( #[test] fn $name() { super::$name("azblob") } )+ }
-        mod postgres { $( #[test] fn $name() { super::$name("postgres") } )+ }
-        mod redis { $( #[test] fn $name() { super::$name("redis") } )+ }
-        #[cfg(feature = "etcd")]
-        mod etcd { $( #[test] fn $name() { super::$name("etcd") } )+ }
-        #[cfg(feature = "s3")]
-        mod s3 { $( #[test] fn $name() { super::$name("s3") } )+ }
-    };
-}
-
 on_every_store!(
     five_at_once_run_the_command_once,
     failed_runs_are_retried_and_successes_skip,
@@ -338,18 +324,33 @@ on_every_store!(
     a_run_that_lost_its_lease_records_no_success
 );
 
+/// `leasehold ARGS -- sh -c SCRIPT` (a script that prints `started`
+/// first), sent `signal` once its command started; with its stdout.
+fn signalled_once_started(
+    env: &Env,
+    args: &str,
+    script: &str,
+    signal: i32,
+) -> (
+    std::process::Child,
+    std::io::BufReader<std::process::ChildStdout>,
+) {
+    let (child, out) = env.spawn_until(&sh(args, script), "started");
+    kill(child.id(), signal);
+    (child, out)
+}
+
 /// Told to stop (SIGTERM forwarded), a command that exits 0 anyway has not
 /// succeeded: no success is recorded.
 #[test]
 fn an_interrupted_run_records_no_success() {
     let env = Env::new();
-    let mut child = env.spawn(&sh(
+    let (mut child, _out) = signalled_once_started(
+        &env,
         "run job --once-per 1h",
         "trap 'exit 0' TERM; echo started; while :; do sleep 0.1; done",
-    ));
-    let mut out = stdout_reader(&mut child);
-    assert_eq!(read_line(&mut out), "started");
-    kill(child.id(), libc::SIGTERM);
+        libc::SIGTERM,
+    );
     assert_eq!(
         wait_with_timeout(&mut child, Duration::from_secs(30)),
         Some(0)
@@ -438,13 +439,12 @@ fn once_per_usage_errors_exit_2_before_anything_runs() {
 #[test]
 fn a_killed_leasehold_records_nothing_and_the_next_attempt_runs() {
     let env = Env::new();
-    let mut child = env.spawn(&sh(
+    let (mut child, _out) = signalled_once_started(
+        &env,
         "run job --once-per 1h --ttl 2s",
         "echo started; exec sleep 600",
-    ));
-    let mut out = stdout_reader(&mut child);
-    assert_eq!(read_line(&mut out), "started");
-    kill(child.id(), libc::SIGKILL);
+        libc::SIGKILL,
+    );
     child.wait().unwrap();
     let s = status(&env, "job");
     assert!(

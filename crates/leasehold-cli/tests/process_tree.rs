@@ -131,20 +131,6 @@ fn signals_reach_the_whole_group(store: &str) {
     );
 }
 
-macro_rules! on_every_store {
-    ($($test:ident),+ $(,)?) => {
-        mod sqlite { $( #[test] fn $test() { super::$test("sqlite") } )+ }
-        mod azblob { $( #[test] fn $test() { super::$test("azblob") } )+ }
-        mod dynamodb { $( #[test] fn $test() { super::$test("dynamodb") } )+ }
-        mod postgres { $( #[test] fn $test() { super::$test("postgres") } )+ }
-        mod redis { $( #[test] fn $test() { super::$test("redis") } )+ }
-        #[cfg(feature = "etcd")]
-        mod etcd { $( #[test] fn $test() { super::$test("etcd") } )+ }
-        #[cfg(feature = "s3")]
-        mod s3 { $( #[test] fn $test() { super::$test("s3") } )+ }
-    };
-}
-
 on_every_store!(
     grandchildren_are_stopped_when_the_lease_is_broken,
     grandchildren_die_within_a_second_of_kill_9,

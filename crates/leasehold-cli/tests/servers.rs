@@ -116,15 +116,6 @@ fn a_wrong_password_is_never_printed(store: &str) {
     }
 }
 
-macro_rules! on_every_server {
-    ($($test:ident),+ $(,)?) => {
-        mod postgres { $( #[test] fn $test() { super::$test("postgres") } )+ }
-        mod redis { $( #[test] fn $test() { super::$test("redis") } )+ }
-        #[cfg(feature = "etcd")]
-        mod etcd { $( #[test] fn $test() { super::$test("etcd") } )+ }
-    };
-}
-
 on_every_server!(
     processes_take_turns_with_growing_tokens,
     status_list_break_elect_and_leader_work,

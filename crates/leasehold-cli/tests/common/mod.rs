@@ -146,18 +146,31 @@ impl Env {
 
     /// Starts `leasehold ARGS` with piped stdout and stderr.
     pub fn spawn(&self, args: &[&str]) -> Child {
-        self.leasehold()
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
+        piped(self.leasehold().args(args))
+    }
+
+    /// Starts `leasehold ARGS` ([`spawn`](Self::spawn)) and reads the
+    /// first line of its stdout, which must be `line`; returns the child and
+    /// the rest of its stdout.
+    pub fn spawn_until(&self, args: &[&str], line: &str) -> (Child, BufReader<ChildStdout>) {
+        let mut child = self.spawn(args);
+        let mut out = stdout_reader(&mut child);
+        assert_eq!(read_line(&mut out), line, "{args:?}");
+        (child, out)
     }
 
     /// The same store, opened by the library in this test process.
     pub fn store(&self) -> leasehold::Store {
         leasehold::Store::open(&self.url()).unwrap()
     }
+}
+
+/// Starts `cmd` with piped stdout and stderr.
+pub fn piped(cmd: &mut Command) -> Child {
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
 }
 
 #[derive(Debug)]
@@ -167,7 +180,6 @@ pub struct Output {
     pub stderr: String,
 }
 
-/// Reads one line (blocking until the process writes it or closes).
 /// The arguments of `leasehold ARGS -- sh -c SCRIPT`: `args` split at white
 /// space (so no argument of it may hold a space), then the script.
 pub fn sh<'a>(args: &'a str, script: &'a str) -> Vec<&'a str> {
@@ -176,6 +188,7 @@ pub fn sh<'a>(args: &'a str, script: &'a str) -> Vec<&'a str> {
     all
 }
 
+/// Reads one line (blocking until the process writes it or closes).
 pub fn read_line(from: &mut BufReader<impl Read>) -> String {
     let mut line = String::new();
     from.read_line(&mut line).unwrap();
@@ -433,3 +446,85 @@ impl Env {
         std::thread::sleep(Duration::from_millis(2100));
     }
 }
+
+/// The store-loss tests' first command: prints its fencing token, the pid
+/// of a grandchild in the background and its own, and waits.
+pub const TREE: &str = "echo $LEASEHOLD_FENCING_TOKEN; sleep 300 & echo $!; echo $$; wait";
+
+/// What a [`TREE`] command printed: its token and the two pids (the rest of
+/// its stdout is drained in the background).
+pub fn token_and_pids(child: &mut Child) -> (u64, [i32; 2]) {
+    let mut out = stdout_reader(child);
+    let token: u64 = read_line(&mut out).parse().expect("the first token");
+    let pids = [(); 2].map(|_| read_line(&mut out).parse().expect("a pid"));
+    std::thread::spawn(move || read_all(&mut out));
+    (token, pids)
+}
+
+/// The store-loss tests' second command: says `alive PID` for each of
+/// `pids` still running when it starts, then prints its fencing token.
+pub fn tree_check(pids: [i32; 2]) -> String {
+    format!(
+        "for p in {} {}; do kill -0 $p 2>/dev/null && echo alive $p; done; echo $LEASEHOLD_FENCING_TOKEN",
+        pids[0], pids[1]
+    )
+}
+
+/// The stdout of a [`tree_check`] command run after the store was `lost`
+/// under a holder with token `first_token`: only a token, above that one
+/// (none of the first command's processes still ran).
+pub fn assert_new_token_and_no_tree(stdout: &str, first_token: u64, lost: &str) {
+    let mut lines = stdout.lines();
+    let token: u64 = lines
+        .next()
+        .and_then(|l| l.parse().ok())
+        .unwrap_or_else(|| panic!("the first command still ran when the second started: {stdout}"));
+    assert!(
+        token > first_token,
+        "token {token} after the {lost} was lost, {first_token} before"
+    );
+    assert_eq!(
+        lines.next(),
+        None,
+        "the first command's processes were gone: {stdout}"
+    );
+}
+
+/// For each store listed (`name` or `name if "feature"`), a module of that
+/// name with a `#[test]` for each test listed, calling the test function
+/// of the same name with the store's name.
+#[allow(unused_macros)]
+macro_rules! on_stores {
+    ([$($store:ident $(if $feature:literal)?),+ $(,)?] $tests:tt) => {
+        $( $crate::common::on_stores!(@one $store [$($feature)?] $tests); )+
+    };
+    (@one $store:ident [$($feature:literal)?] [$($test:ident),+ $(,)?]) => {
+        $(#[cfg(feature = $feature)])?
+        mod $store { $( #[test] fn $test() { super::$test(stringify!($store)) } )+ }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use on_stores;
+
+/// [`on_stores!`] on every store.
+#[allow(unused_macros)]
+macro_rules! on_every_store {
+    ($($test:ident),+ $(,)?) => {
+        $crate::common::on_stores!(
+            [sqlite, azblob, dynamodb, postgres, redis, etcd if "etcd", s3 if "s3"]
+            [$($test),+]
+        );
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use on_every_store;
+
+/// [`on_stores!`] on every store that is a server reached by URL.
+#[allow(unused_macros)]
+macro_rules! on_every_server {
+    ($($test:ident),+ $(,)?) => {
+        $crate::common::on_stores!([postgres, redis, etcd if "etcd"] [$($test),+]);
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use on_every_server;

@@ -277,6 +277,31 @@ pub async fn raw_lease(backend: &dyn Backend, key: &str, ttl: Duration) -> Lease
     }
 }
 
+/// Every row of a SQLite store's tables (the file at `path`, opened read
+/// only), as text: for tests that a store is left byte-for-byte as it was.
+#[cfg(feature = "sqlite")]
+pub fn sqlite_dump(path: &std::path::Path) -> String {
+    let conn =
+        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    let mut out = String::new();
+    for table in ["leasehold_leases", "leasehold_store"] {
+        let mut stmt = conn
+            .prepare(&format!("SELECT * FROM {table} ORDER BY 1"))
+            .unwrap();
+        let n = stmt.column_count();
+        let mut rows = stmt.query([]).unwrap();
+        while let Some(row) = rows.next().unwrap() {
+            for i in 0..n {
+                let v: rusqlite::types::Value = row.get(i).unwrap();
+                out.push_str(&format!("{v:?}|"));
+            }
+            out.push('\n');
+        }
+    }
+    out
+}
+
 fn assert_held(result: crate::Result<crate::LeaseGuard>) -> Option<Box<crate::HolderInfo>> {
     match result {
         Err(Error::Held { holder, .. }) => holder,
