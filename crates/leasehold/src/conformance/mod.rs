@@ -277,6 +277,24 @@ pub async fn raw_lease(backend: &dyn Backend, key: &str, ttl: Duration) -> Lease
     }
 }
 
+/// Panics unless `err` is [`Error::InvalidInput`] about `what` (`"ttl"`,
+/// `"store URL"`, ...).
+pub fn assert_invalid_input(err: &Error, what: &str) {
+    assert!(
+        matches!(err, Error::InvalidInput { what: w, .. } if *w == what),
+        "not invalid {what}: {err}"
+    );
+}
+
+/// Panics unless `err` is [`Error::Backend`], retryable or not as
+/// `retryable` says.
+pub fn assert_backend_error(err: &Error, retryable: bool) {
+    assert!(
+        matches!(err, Error::Backend { retryable: r, .. } if *r == retryable),
+        "not a backend error with retryable: {retryable}: {err}"
+    );
+}
+
 /// Every row of a SQLite store's tables (the file at `path`, opened read
 /// only), as text: for tests that a store is left byte-for-byte as it was.
 #[cfg(feature = "sqlite")]
