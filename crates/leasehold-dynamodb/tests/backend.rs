@@ -390,26 +390,12 @@ async fn table_deleted_under_a_live_holder() {
     assert!(after > before, "epoch {after} after {before}");
 }
 
-/// A holder of a 30-minute lease on a table opened with a max TTL of 30
-/// minutes; the table deleted; a process with the default max TTL
-/// re-creates it: it is not granted the key while the holder can still
-/// believe it holds (issue #28).
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn store_loss_quarantine_outlasts_a_longer_holder() {
-    table_deleted_and_recreated(Recreation::QuarantineOutlastsHolder).await;
-}
-
-/// The same, and the re-created table's grant has a greater token than the
-/// holder's: the table is deleted and created again within the second it
-/// was created in, and its epoch (the creation time in whole seconds)
-/// would repeat if the first grant had not waited for that second to end.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn store_recreated_at_once_issues_greater_tokens() {
-    table_deleted_and_recreated(Recreation::AtOnceGreaterTokens).await;
-}
+leasehold::recreation_tests!(table_deleted_and_recreated);
 
 /// `test` on a table of its own, opened with a 30-minute max TTL, deleted,
-/// and re-created with the default.
+/// and re-created with the default. Re-created at once, the table's epoch
+/// (the creation time in whole seconds) would repeat if the first grant had
+/// not waited for that second to end.
 async fn table_deleted_and_recreated(test: Recreation) {
     if !common::available() {
         return;

@@ -110,20 +110,11 @@ async fn tokens_count_per_key_within_the_epoch() {
 /// timeout.
 #[tokio::test]
 async fn unreachable_server_fails_retryably() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let started = Instant::now();
-    let err = EtcdBackendBuilder::from_url(&format!("etcd://127.0.0.1:{port}"))
-        .unwrap()
-        .request_timeout(Duration::from_secs(1))
-        .build()
-        .await
-        .unwrap_err();
-    assert!(err.is_retryable(), "{err}");
-    assert!(started.elapsed() < Duration::from_secs(5));
+    suite::unreachable_server_fails_retryably::<common::Etcd>(
+        |port| format!("etcd://127.0.0.1:{port}"),
+        Duration::from_secs(5),
+    )
+    .await;
 }
 
 /// A user and password the server refuses (here: auth not enabled) fail

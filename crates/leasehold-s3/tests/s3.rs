@@ -326,21 +326,7 @@ async fn open_store(prefix: &str, max_ttl: Duration) -> Arc<dyn Backend> {
     )
 }
 
-/// A holder of a 30-minute lease on a store opened with a max TTL of 30
-/// minutes; the store's objects deleted; a process with the default max
-/// TTL re-creates it: it is not granted the key while the holder can still
-/// believe it holds.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn store_loss_quarantine_outlasts_a_longer_holder() {
-    store_deleted_and_recreated(Recreation::QuarantineOutlastsHolder).await;
-}
-
-/// The same, the store lost and re-created within the second it was
-/// created in: the re-created store's grant has a greater token.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn store_recreated_at_once_issues_greater_tokens() {
-    store_deleted_and_recreated(Recreation::AtOnceGreaterTokens).await;
-}
+leasehold::recreation_tests!(store_deleted_and_recreated);
 
 /// `test` on a store of its own, opened with a 30-minute max TTL, its
 /// objects deleted, and re-created with the default.

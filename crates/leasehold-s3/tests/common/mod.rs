@@ -139,7 +139,12 @@ pub async fn objects(client: &Client, bucket: &str, prefix: &str) -> Vec<String>
 /// `aws s3 rm --recursive` does (in listing order): the store's data lost.
 pub async fn delete_store(client: &Client, bucket: &str, prefix: &str) {
     let prefix = format!("{}/", prefix.trim_matches('/'));
-    for name in objects(client, bucket, &prefix).await {
+    delete_objects(client, bucket, &prefix).await;
+}
+
+/// Deletes every object under `prefix` in `bucket`, in listing order.
+async fn delete_objects(client: &Client, bucket: &str, prefix: &str) {
+    for name in objects(client, bucket, prefix).await {
         client
             .delete_object()
             .bucket(bucket)
@@ -152,15 +157,7 @@ pub async fn delete_store(client: &Client, bucket: &str, prefix: &str) {
 
 /// Empties and deletes `bucket`.
 pub async fn delete_bucket(client: &Client, bucket: &str) {
-    for name in objects(client, bucket, "").await {
-        client
-            .delete_object()
-            .bucket(bucket)
-            .key(&name)
-            .send()
-            .await
-            .expect("delete an object");
-    }
+    delete_objects(client, bucket, "").await;
     client
         .delete_bucket()
         .bucket(bucket)

@@ -277,6 +277,48 @@ pub async fn raw_lease(backend: &dyn Backend, key: &str, ttl: Duration) -> Lease
     }
 }
 
+/// Each of `locks` (on one key) taken `rounds` times in turn by a task of
+/// its own, each grant held through `hold` (which gives the guard back
+/// for its release): never two holders at once, and the tokens, in the
+/// order the grants came, grow. Panics otherwise.
+pub async fn take_turns<H, F>(locks: Vec<crate::Lock>, rounds: usize, hold: H)
+where
+    H: Fn(crate::LeaseGuard) -> F + Clone + Send + 'static,
+    F: std::future::Future<Output = crate::LeaseGuard> + Send,
+{
+    let inside = Arc::new(AtomicBool::new(false));
+    let tokens = Arc::new(Mutex::new(Vec::new()));
+    let grants = locks.len() * rounds;
+    let mut tasks = Vec::new();
+    for lock in locks {
+        let inside = inside.clone();
+        let tokens = tokens.clone();
+        let hold = hold.clone();
+        tasks.push(tokio::spawn(async move {
+            for _round in 0..rounds {
+                let guard = lock
+                    .acquire_timeout(Duration::from_secs(120))
+                    .await
+                    .unwrap();
+                assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                tokens.lock().unwrap().push(guard.fencing_token());
+                let guard = hold(guard).await;
+                inside.store(false, Ordering::SeqCst);
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let tokens = tokens.lock().unwrap();
+    assert_eq!(tokens.len(), grants);
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens out of order: {tokens:?}"
+    );
+}
+
 /// Panics unless `err` is [`Error::InvalidInput`] about `what` (`"ttl"`,
 /// `"store URL"`, ...).
 pub fn assert_invalid_input(err: &Error, what: &str) {
