@@ -12,7 +12,7 @@ use azure_core::http::Request;
 use common::{Around, Injected};
 use leasehold::{
     backend::{AcquireOutcome, AcquireRequest, Backend, LeaseId},
-    Error, Key, LockOptions, LossReason, Owner, Store, WaitReason,
+    Error, LockOptions, LossReason, Store, WaitReason,
 };
 use leasehold_azure::AzureBackend;
 
@@ -20,12 +20,9 @@ const TTL: Duration = Duration::from_secs(15);
 
 fn request(key: &str, lease_id: &LeaseId, epoch: u64) -> AcquireRequest {
     AcquireRequest {
-        key: Key::new(key).unwrap(),
         lease_id: lease_id.clone(),
-        ttl: TTL,
-        owner: Owner::current(),
         data: Some("payload".into()),
-        epoch: Some(epoch),
+        ..leasehold::conformance::acquire_request(key, TTL, Some(epoch))
     }
 }
 
@@ -346,10 +343,20 @@ async fn container_deleted_under_a_holder_with_a_waiter() {
 async fn wrong_key_is_a_clear_error_without_the_key() {
     common::require_azurite!();
     let wrong = "V3JvbmdLZXlXcm9uZ0tleVdyb25nS2V5V3JvbmdLZXk=";
+    // The Azurite under test, with the wrong key.
+    let cs = match common::connection_string() {
+        dev if dev == "UseDevelopmentStorage=true" => common::dev_connection_string(),
+        cs => cs,
+    };
+    let with_wrong_key: Vec<String> = cs
+        .split(';')
+        .map(|part| match part.strip_prefix("AccountKey=") {
+            Some(_) => format!("AccountKey={wrong}"),
+            None => part.to_string(),
+        })
+        .collect();
     let backend = AzureBackend::builder()
-        .connection_string(format!(
-            "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={wrong};BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1"
-        ))
+        .connection_string(with_wrong_key.join(";"))
         .container(common::fresh_container())
         .build()
         .unwrap();
@@ -471,31 +478,14 @@ async fn awkward_keys_round_trip_through_list() {
     let store = Store::new(backend.clone());
     let keys = ["a.", "a./b", "a/../c", "a..b", "x:y_z-1"];
     for k in keys {
-        let g = store
-            .lock_with(k, LockOptions::new().ttl(TTL))
-            .unwrap()
-            .try_acquire()
-            .await
-            .unwrap();
+        let g = leasehold::conformance::take(&store, k, LockOptions::new().ttl(TTL)).await;
         g.release().await.unwrap();
     }
-    let all: Vec<String> = store
-        .list("")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|i| i.key.as_str().to_string())
-        .collect();
+    let all = common::listed_keys(&store, "").await;
     let mut expected: Vec<String> = keys.iter().map(|s| s.to_string()).collect();
     expected.sort();
     assert_eq!(all, expected);
-    let dotted: Vec<String> = store
-        .list("a.")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|i| i.key.as_str().to_string())
-        .collect();
+    let dotted = common::listed_keys(&store, "a.").await;
     assert_eq!(dotted, vec!["a.", "a..b", "a./b"]);
 }
 

@@ -88,13 +88,7 @@ async fn list_without_any_prefix_works() {
         backend.release(&lease).await.unwrap();
     }
     // The container's epoch marker is no key.
-    let keys: Vec<String> = store
-        .list("")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|i| i.key.as_str().to_string())
-        .collect();
+    let keys = common::listed_keys(&store, "").await;
     assert_eq!(keys, ["a", "b/c"]);
     assert_eq!(store.list("b/").await.unwrap().len(), 1);
     backend.delete_container().await.unwrap();
@@ -180,12 +174,7 @@ async fn break_reports_the_holder_whose_lease_it_ended() {
     let prefix = common::unique_prefix();
     let (breaker, faults) = faulty(&prefix).await;
     let other = common::shared(&prefix).await.build().unwrap();
-    let first = Store::new(other.clone())
-        .lock_with("k", opts("first"))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let first = leasehold::conformance::take(&Store::new(other.clone()), "k", opts("first")).await;
 
     let (about_to_tx, about_to_rx) = oneshot::channel();
     let (go_tx, go_rx) = oneshot::channel();
@@ -195,12 +184,8 @@ async fn break_reports_the_holder_whose_lease_it_ended() {
     // and "second" takes the key.
     about_to_rx.await.unwrap();
     first.release().await.unwrap();
-    let second = Store::new(other.clone())
-        .lock_with("k", opts("second"))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let second =
+        leasehold::conformance::take(&Store::new(other.clone()), "k", opts("second")).await;
     go_tx.send(()).unwrap();
 
     let broken = breaking
@@ -221,12 +206,8 @@ async fn a_breaking_lease_counts_as_held() {
     let prefix = common::unique_prefix();
     let (admin, faults) = faulty(&prefix).await;
     let holder = common::shared(&prefix).await.build().unwrap();
-    let guard = Store::new(holder.clone())
-        .lock_with("k", opts("holder"))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let guard =
+        leasehold::conformance::take(&Store::new(holder.clone()), "k", opts("holder")).await;
     faults.slow_break.store(true, Ordering::SeqCst);
     let admin_store = Store::new(admin);
     admin_store.break_lease("k").await.unwrap();
@@ -269,12 +250,12 @@ async fn a_retried_release_whose_first_try_landed_succeeds() {
     // taken) is still a loss: the record names the other holder.
     let lease = leasehold::conformance::raw_lease(&backend, "k", TTL).await;
     backend.release(&lease).await.unwrap();
-    let thief = Store::new(common::shared(&prefix).await.build().unwrap())
-        .lock_with("k", opts("thief"))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let thief = leasehold::conformance::take(
+        &Store::new(common::shared(&prefix).await.build().unwrap()),
+        "k",
+        opts("thief"),
+    )
+    .await;
     let err = backend.release(&lease).await.unwrap_err();
     assert!(err.is_lease_lost(), "{err}");
     drop(thief);

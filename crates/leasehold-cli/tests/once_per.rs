@@ -24,6 +24,21 @@ fn ttl(store: &str) -> &'static str {
     }
 }
 
+/// `leasehold ARGS -- sh -c 'echo ran >> "$D/ran"'`: a command that counts
+/// its runs in `$D/ran` (see [`lines`]).
+fn counted_run(env: &Env, args: &[&str]) -> Output {
+    env.output(&[args, &["--", "sh", "-c", r#"echo ran >> "$D/ran""#]].concat())
+}
+
+/// `run job --once-per 1h --ttl TTL OPTIONS -- COMMAND`, the store's TTL.
+fn hourly_job<'a>(store: &str, options: &[&'a str], command: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["run", "job", "--once-per", "1h", "--ttl", ttl(store)];
+    args.extend(options);
+    args.push("--");
+    args.extend(command);
+    args
+}
+
 /// The period of the test that lets it pass, in seconds: long enough that
 /// the second run certainly looks within it on a busy machine (a run there
 /// can take more than a second; on Azure the end is also stamped with the
@@ -150,20 +165,12 @@ fn five_at_once_run_the_command_once(store: &str) {
 fn failed_runs_are_retried_and_successes_skip(store: &str) {
     let Some(env) = warm(store) else { return };
     let run = |script: &str| {
-        env.output(&[
-            "run",
-            "job",
-            "--once-per",
-            "1h",
-            "--ttl",
-            ttl(store),
-            "--owner",
-            "vm-a",
-            "--",
-            "sh",
-            "-c",
-            &format!(r#"echo ran >> "$D/ran"; {script}"#),
-        ])
+        let script = format!(r#"echo ran >> "$D/ran"; {script}"#);
+        env.output(&hourly_job(
+            store,
+            &["--owner", "vm-a"],
+            &["sh", "-c", &script],
+        ))
     };
     // Failed: no success; the attempt is the last run.
     let out = run("exit 3");
@@ -179,16 +186,7 @@ fn failed_runs_are_retried_and_successes_skip(store: &str) {
     assert!(s["last_success"].is_null(), "{s}");
     assert_eq!(s["last_run"]["exit_code"], 128 + libc::SIGKILL, "{s}");
     // Not even started: the same.
-    let out = env.output(&[
-        "run",
-        "job",
-        "--once-per",
-        "1h",
-        "--ttl",
-        ttl(store),
-        "--",
-        "/nonexistent/cmd",
-    ]);
+    let out = env.output(&hourly_job(store, &[], &["/nonexistent/cmd"]));
     assert_eq!(out.code, Some(127), "{out:?}");
     assert!(status(&env, "job")["last_success"].is_null());
     // So the next run runs, and succeeds.
@@ -232,18 +230,10 @@ fn a_run_after_the_period_runs_again(store: &str) {
     let period = SHORT_PERIOD;
     let once_per = format!("{period}s");
     let run = || {
-        env.output(&[
-            "run",
-            "job",
-            "--once-per",
-            &once_per,
-            "--ttl",
-            ttl(store),
-            "--",
-            "sh",
-            "-c",
-            r#"echo ran >> "$D/ran""#,
-        ])
+        counted_run(
+            &env,
+            &["run", "job", "--once-per", &once_per, "--ttl", ttl(store)],
+        )
     };
     assert_eq!(run().code, Some(0));
     assert_eq!(run().code, Some(0));
@@ -269,18 +259,11 @@ fn a_run_after_the_period_runs_again(store: &str) {
 
 fn a_run_that_lost_its_lease_records_no_success(store: &str) {
     let Some(env) = warm(store) else { return };
-    let mut child = env.spawn(&[
-        "run",
-        "job",
-        "--once-per",
-        "1h",
-        "--ttl",
-        ttl(store),
-        "--",
-        "sh",
-        "-c",
-        "echo started; exec sleep 600",
-    ]);
+    let mut child = env.spawn(&hourly_job(
+        store,
+        &[],
+        &["sh", "-c", "echo started; exec sleep 600"],
+    ));
     let mut out = stdout_reader(&mut child);
     let line = read_line(&mut out);
     if line != "started" {
@@ -301,18 +284,7 @@ fn a_run_that_lost_its_lease_records_no_success(store: &str) {
         assert_eq!(s["last_run"]["outcome"], "lease_lost", "{s}");
     }
     // So the next run runs the command.
-    let next = env.output(&[
-        "run",
-        "job",
-        "--once-per",
-        "1h",
-        "--ttl",
-        ttl(store),
-        "--",
-        "sh",
-        "-c",
-        "echo again",
-    ]);
+    let next = env.output(&hourly_job(store, &[], &["sh", "-c", "echo again"]));
     assert_eq!(next.code, Some(0), "{next:?}");
     assert_eq!(next.stdout, "again\n");
 }
@@ -365,18 +337,7 @@ fn an_interrupted_run_records_no_success() {
 #[test]
 fn a_store_that_lost_its_data_runs_the_job() {
     let env = Env::new();
-    let run = || {
-        env.output(&[
-            "run",
-            "job",
-            "--once-per",
-            "1h",
-            "--",
-            "sh",
-            "-c",
-            r#"echo ran >> "$D/ran""#,
-        ])
-    };
+    let run = || counted_run(&env, &["run", "job", "--once-per", "1h"]);
     assert_eq!(run().code, Some(0));
     assert_eq!(run().code, Some(0));
     assert_eq!(lines(&env, "ran"), 1);

@@ -10,7 +10,7 @@ use common::Postgres;
 use leasehold::conformance::servers::suite::{self, ServerExpiry};
 use leasehold::{
     backend::{AcquireOutcome, Backend},
-    Key, LossReason, Store,
+    LossReason, Store,
 };
 use leasehold_postgres::PostgresBackendBuilder;
 
@@ -118,14 +118,7 @@ async fn restored_table_starts_a_new_epoch() {
     assert!(matches!(reason, LossReason::Revoked(_)), "{reason:?}");
     // A raw acquire in the old epoch is refused, and starts a new one.
     let b = open().await;
-    let req = leasehold::backend::AcquireRequest {
-        key: Key::new(&key).unwrap(),
-        lease_id: leasehold::backend::LeaseId::random(),
-        ttl,
-        owner: leasehold::Owner::current(),
-        data: None,
-        epoch: Some(before.epoch),
-    };
+    let req = leasehold::conformance::acquire_request(&key, ttl, Some(before.epoch));
     let outcome = b.try_acquire(&req).await.unwrap();
     let AcquireOutcome::OtherEpoch(after) = outcome else {
         panic!("granted on restored data: {outcome:?}");

@@ -11,7 +11,7 @@ use common::{PrivateServer, Redis};
 use leasehold::conformance::servers::suite::{self, ServerExpiry};
 use leasehold::{
     backend::{AcquireOutcome, Backend},
-    Key, Store,
+    Store,
 };
 use leasehold_redis::{redis, RedisBackendBuilder};
 
@@ -201,14 +201,8 @@ async fn grants_only_in_the_epoch_asked_for() {
     };
     let epoch = a.epoch().await.unwrap();
     let key = common::unique_key("epoch");
-    let req = leasehold::backend::AcquireRequest {
-        key: Key::new(&key).unwrap(),
-        lease_id: leasehold::backend::LeaseId::random(),
-        ttl: Duration::from_secs(2),
-        owner: leasehold::Owner::current(),
-        data: None,
-        epoch: Some(epoch.epoch - 1),
-    };
+    let stale = Some(epoch.epoch - 1);
+    let req = leasehold::conformance::acquire_request(&key, Duration::from_secs(2), stale);
     match a.try_acquire(&req).await.unwrap() {
         AcquireOutcome::OtherEpoch(e) => assert_eq!(e.epoch, epoch.epoch),
         other => panic!("granted in another epoch: {other:?}"),

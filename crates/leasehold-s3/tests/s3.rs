@@ -40,10 +40,9 @@ async fn etag(backend: &S3Backend, key: &str) -> String {
 /// gets the key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn renewals_change_the_etag_even_with_a_frozen_wall_clock() {
-    if !common::available() {
+    let Some(prefix) = common::prefix_of_its_own() else {
         return;
-    }
-    let prefix = common::unique_prefix();
+    };
     let frozen = SystemTime::now();
     let holder_backend = Arc::new(
         common::builder_for(common::BUCKET, &prefix)
@@ -162,10 +161,9 @@ async fn bucket_exists(bucket: &str) -> bool {
 /// default it is created, and a second backend uses it as it is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_bucket_is_created_only_when_allowed() {
-    if !common::available() {
+    let Some(bucket) = common::bucket_of_its_own() else {
         return;
-    }
-    let bucket = common::unique_bucket();
+    };
     let err = common::builder_for(&bucket, "")
         .creation(Creation::Never)
         .build()
@@ -203,10 +201,9 @@ async fn a_missing_bucket_is_created_only_when_allowed() {
 /// before anything is sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn opens_from_url() {
-    if !common::available() {
+    let Some(prefix) = common::prefix_of_its_own() else {
         return;
-    }
-    let prefix = common::unique_prefix();
+    };
     let url = format!(
         "s3://{}/{prefix}?region={}&endpoint={}&max_ttl=7s",
         common::BUCKET,
@@ -289,10 +286,9 @@ async fn a_key_deleted_by_hand_still_gets_greater_tokens() {
 /// after the holder was told lost, with a greater token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn bucket_deleted_under_a_live_holder() {
-    if !common::available() {
+    let Some(bucket) = common::bucket_of_its_own() else {
         return;
-    }
-    let bucket = common::unique_bucket();
+    };
     let backend = common::builder_for(&bucket, "")
         .creation(Creation::NewProven)
         .build()
@@ -331,10 +327,9 @@ leasehold::recreation_tests!(store_deleted_and_recreated);
 /// `test` on a store of its own, opened with a 30-minute max TTL, its
 /// objects deleted, and re-created with the default.
 async fn store_deleted_and_recreated(test: Recreation) {
-    if !common::available() {
+    let Some(prefix) = common::prefix_of_its_own() else {
         return;
-    }
-    let prefix = common::unique_prefix();
+    };
     let holder = open_store(&prefix, Duration::from_secs(30 * 60)).await;
     test.run(
         holder,
@@ -352,10 +347,9 @@ async fn store_deleted_and_recreated(test: Recreation) {
 /// process may have started the new epoch and been granted its key).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_holder_is_told_of_loss_once_the_epoch_marker_is_gone() {
-    if !common::available() {
+    let Some(prefix) = common::prefix_of_its_own() else {
         return;
-    }
-    let prefix = common::unique_prefix();
+    };
     let store = Store::new(common::fresh_backend(&prefix).await);
     let key = common::unique_key("marker-gone");
     let ttl = Duration::from_secs(4);
@@ -389,10 +383,9 @@ async fn a_holder_is_told_of_loss_once_the_epoch_marker_is_gone() {
 /// after its last one, which another process has been granted since.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_restored_copy_repeats_no_token_for_a_process_that_wrote_it() {
-    if !common::available() {
+    let Some(prefix) = common::prefix_of_its_own() else {
         return;
-    }
-    let prefix = common::unique_prefix();
+    };
     let first = common::fresh_backend(&prefix).await;
     let second = common::builder_for(common::BUCKET, &prefix)
         .build()
@@ -445,14 +438,7 @@ async fn a_restored_copy_repeats_no_token_for_a_process_that_wrote_it() {
             .unwrap();
     }
 
-    let req = leasehold::backend::AcquireRequest {
-        key: Key::new(&key).unwrap(),
-        lease_id: leasehold::backend::LeaseId::random(),
-        ttl,
-        owner: leasehold::Owner::current(),
-        data: None,
-        epoch: Some(lease.epoch),
-    };
+    let req = leasehold::conformance::acquire_request(&key, ttl, Some(lease.epoch));
     match first.try_acquire(&req).await.unwrap() {
         leasehold::backend::AcquireOutcome::Acquired(g) => assert!(
             g.fencing_token > later.fencing_token,
@@ -471,10 +457,9 @@ async fn a_restored_copy_repeats_no_token_for_a_process_that_wrote_it() {
 /// as any other, since a holder of a deleted key may still run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_store_over_left_objects_is_not_settled_at_once() {
-    if !common::available() {
+    let Some(prefix) = common::prefix_of_its_own() else {
         return;
-    }
-    let prefix = common::unique_prefix();
+    };
     let backend = common::fresh_backend(&prefix).await;
     assert!(backend.epoch().is_proven(), "a new prefix: proven");
     let lease = leasehold::conformance::raw_lease(&backend, "k", Duration::from_secs(5)).await;

@@ -96,6 +96,15 @@ pub async fn backend() -> Option<AzureBackend> {
     Some(backend)
 }
 
+/// The keys `store` lists under `prefix`, in its order.
+pub async fn listed_keys(store: &leasehold::Store, prefix: &str) -> Vec<String> {
+    let listed = store.list(prefix).await.unwrap();
+    listed
+        .into_iter()
+        .map(|i| i.key.as_str().to_string())
+        .collect()
+}
+
 /// A prefix no other test uses.
 pub fn unique_prefix() -> String {
     leasehold::conformance::servers::unique_name("t-")

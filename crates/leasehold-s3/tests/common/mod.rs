@@ -68,6 +68,12 @@ pub fn unique_prefix() -> String {
     servers::unique_name("run-")
 }
 
+/// A [`unique_prefix`] when the emulator is there; if not, `None` after
+/// saying so (see [`available`]).
+pub fn prefix_of_its_own() -> Option<String> {
+    available().then(unique_prefix)
+}
+
 /// A bucket name no other test uses.
 pub fn unique_bucket() -> String {
     servers::unique_name("leasehold-test-")
@@ -133,6 +139,12 @@ pub async fn objects(client: &Client, bucket: &str, prefix: &str) -> Vec<String>
     leasehold_s3::object_names(client, bucket, prefix, "list")
         .await
         .expect("list the store's objects")
+}
+
+/// A [`unique_bucket`] name when the emulator is there; if not, `None`
+/// after saying so (see [`available`]).
+pub fn bucket_of_its_own() -> Option<String> {
+    available().then(unique_bucket)
 }
 
 /// Deletes every object of the store under `prefix`, as

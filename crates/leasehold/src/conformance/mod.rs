@@ -235,17 +235,25 @@ fn other_process(store: &Store) -> Store {
     Store::with_clock(store.backend().clone(), store.clock().clone())
 }
 
+/// A request by this process for `key` with a new lease id, no data, for
+/// `ttl`, in `epoch` (`None`: a request that names no epoch, answered
+/// with the current one and granting nothing).
+pub fn acquire_request(key: &str, ttl: Duration, epoch: Option<u64>) -> AcquireRequest {
+    AcquireRequest {
+        key: Key::new(key).unwrap(),
+        lease_id: LeaseId::random(),
+        ttl,
+        owner: Owner::current(),
+        data: None,
+        epoch,
+    }
+}
+
 /// The store's current epoch, asked of `backend` directly (an acquire
 /// request naming no epoch grants nothing and answers the epoch).
 pub async fn current_epoch(backend: &dyn Backend) -> StoreEpoch {
-    let req = AcquireRequest {
-        key: Key::new("conformance/epoch-probe").unwrap(),
-        lease_id: LeaseId::random(),
-        ttl: backend.capabilities().min_ttl.max(Duration::from_secs(1)),
-        owner: Owner::current(),
-        data: None,
-        epoch: None,
-    };
+    let ttl = backend.capabilities().min_ttl.max(Duration::from_secs(1));
+    let req = acquire_request("conformance/epoch-probe", ttl, None);
     match backend.try_acquire(&req).await.unwrap() {
         AcquireOutcome::OtherEpoch(e) => e,
         other => panic!("a request naming no epoch must not be answered {other:?}"),
@@ -257,14 +265,7 @@ pub async fn current_epoch(backend: &dyn Backend) -> StoreEpoch {
 /// epoch without any quarantine. Panics if the key is held.
 pub async fn raw_lease(backend: &dyn Backend, key: &str, ttl: Duration) -> Lease {
     let epoch = current_epoch(backend).await.epoch;
-    let req = AcquireRequest {
-        key: Key::new(key).unwrap(),
-        lease_id: LeaseId::random(),
-        ttl,
-        owner: Owner::current(),
-        data: None,
-        epoch: Some(epoch),
-    };
+    let req = acquire_request(key, ttl, Some(epoch));
     match backend.try_acquire(&req).await.unwrap() {
         AcquireOutcome::Acquired(g) => Lease {
             key: req.key,

@@ -40,12 +40,8 @@ pub async fn holder_survives_lost_connections<F, Fut>(
     Fut: Future<Output = ()>,
 {
     let key = unique_name("conn-loss/");
-    let guard = store
-        .lock_with(&key, quick_polls(ttl).renew_interval(ttl / 5))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let guard =
+        crate::conformance::take(&store, &key, quick_polls(ttl).renew_interval(ttl / 5)).await;
     for _ in 0..cuts {
         cut().await;
         // Longer than the TTL in all: only renewals over new connections
@@ -56,22 +52,24 @@ pub async fn holder_survives_lost_connections<F, Fut>(
         !guard.is_lost(),
         "the holder lost its lease to a connection loss"
     );
-    let attempt = other
-        .lock_with(&key, quick_polls(ttl))
-        .unwrap()
-        .try_acquire()
-        .await;
-    assert!(matches!(attempt, Err(Error::Held { .. })), "{attempt:?}");
+    assert_held(&other, &key, quick_polls(ttl)).await;
     let token = guard.fencing_token();
     guard.release().await.unwrap();
-    let g2 = other
-        .lock_with(&key, quick_polls(ttl))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let g2 = crate::conformance::take(&other, &key, quick_polls(ttl)).await;
     assert!(g2.fencing_token() > token);
     g2.release().await.unwrap();
+}
+
+/// Two stores, over a backend `open` opens each: as two processes on the
+/// same store would have.
+pub async fn two_stores<B: Backend, F: Future<Output = B>>(open: impl Fn() -> F) -> (Store, Store) {
+    (Store::new(open().await), Store::new(open().await))
+}
+
+/// `store`'s one attempt at `key` with `options` is refused: it is held.
+async fn assert_held(store: &Store, key: &str, options: LockOptions) {
+    let attempt = store.lock_with(key, options).unwrap().try_acquire().await;
+    assert!(matches!(attempt, Err(Error::Held { .. })), "{attempt:?}");
 }
 
 /// Lock options for the restart tests: `ttl`, renewed 8 times a TTL.
@@ -109,12 +107,7 @@ pub async fn holder_survives_a_quick_restart(
         !guard.is_lost(),
         "the holder lost its lease over a restart of {took:?} (TTL {ttl:?})"
     );
-    let attempt = other
-        .lock_with(key, restart_opts(ttl))
-        .unwrap()
-        .try_acquire()
-        .await;
-    assert!(matches!(attempt, Err(Error::Held { .. })), "{attempt:?}");
+    assert_held(other, key, restart_opts(ttl)).await;
 }
 
 /// A long outage (`stop`, then `start` once the holder was told lost)
@@ -133,12 +126,7 @@ pub async fn long_outage_tells_the_holder_first<S, Fut>(
     Fut: Future<Output = ()>,
 {
     let first = guard.fencing_token();
-    let attempt = other
-        .lock_with(key, restart_opts(ttl))
-        .unwrap()
-        .try_acquire()
-        .await;
-    assert!(matches!(attempt, Err(Error::Held { .. })), "{attempt:?}");
+    assert_held(other, key, restart_opts(ttl)).await;
     let waiter = tokio::spawn({
         let other = other.clone();
         let key = key.to_string();
@@ -206,12 +194,7 @@ where
     set_expiry(key.clone(), ServerExpiry::InAnHour).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let store_b = Store::new(b);
-    let attempt = store_b
-        .lock_with(&key, quick_polls(Duration::from_secs(1)))
-        .unwrap()
-        .try_acquire()
-        .await;
-    assert!(matches!(attempt, Err(Error::Held { .. })), "{attempt:?}");
+    assert_held(&store_b, &key, quick_polls(Duration::from_secs(1))).await;
     let info = store_b.inspect(&key).await.unwrap();
     let left = info.holder.unwrap().expires_in.unwrap();
     assert!(left > Duration::from_secs(3000), "{left:?}");
