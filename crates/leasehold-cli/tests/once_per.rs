@@ -62,9 +62,7 @@ fn lines(env: &Env, name: &str) -> usize {
 }
 
 fn status(env: &Env, key: &str) -> serde_json::Value {
-    let out = env.output(&["status", key, "--json"]);
-    assert_eq!(out.code, Some(0), "{out:?}");
-    serde_json::from_str(&out.stdout).unwrap()
+    env.json(&["status", key, "--json"])
 }
 
 fn now_ms() -> u64 {

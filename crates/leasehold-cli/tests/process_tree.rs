@@ -118,9 +118,7 @@ fn signals_reach_the_whole_group(store: &str) {
     let mut args = vec!["run", "tree/signal", "--wait", "60s"];
     args.extend(lease(store));
     args.extend(["--", "sh", "-c", "sh \"$D/worker.sh\" & wait"]);
-    let mut holder = env.spawn(&args);
-    let mut out = stdout_reader(&mut holder);
-    assert_eq!(read_line(&mut out), "ready");
+    let (mut holder, mut out) = env.spawn_until(&args, "ready");
     kill(holder.id(), libc::SIGTERM);
     assert_eq!(read_line(&mut out), "got-term");
     let code = wait_with_timeout(&mut holder, Duration::from_secs(10));
@@ -404,9 +402,10 @@ fn child_of(parent: u32) -> i32 {
 
 /// Holds `key` with a command that says "held" and sleeps.
 fn hold(env: &Env, key: &str) -> std::process::Child {
-    let mut holder = env.spawn(&["run", key, "--", "sh", "-c", "echo held; exec sleep 300"]);
-    let mut out = stdout_reader(&mut holder);
-    assert_eq!(read_line(&mut out), "held");
+    let (holder, _out) = env.spawn_until(
+        &["run", key, "--", "sh", "-c", "echo held; exec sleep 300"],
+        "held",
+    );
     holder
 }
 

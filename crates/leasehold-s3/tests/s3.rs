@@ -263,12 +263,7 @@ async fn a_key_deleted_by_hand_still_gets_greater_tokens() {
         .unwrap();
     // Another process (which never saw the key) asks for it.
     let other = Store::new(common::backend().await.unwrap());
-    let g = other
-        .lock_with(&key, opts(Duration::from_secs(5)))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let g = leasehold::conformance::take(&other, &key, opts(Duration::from_secs(5))).await;
     assert!(
         g.fencing_token() > last,
         "token {} for the key's new object is not above the deleted one's {last}",

@@ -133,21 +133,8 @@ fn ten_processes_create_a_missing_store_at_once() {
 }
 
 fn read_line_starting(reader: &mut impl BufRead, prefix: &str) -> Vec<String> {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert!(
-            reader.read_line(&mut line).unwrap() > 0,
-            "child ended before printing {prefix:?}"
-        );
-        // libtest may print "test child ... " on the same line first.
-        if let Some(at) = line.find(prefix) {
-            return line[at + prefix.len()..]
-                .split_whitespace()
-                .map(str::to_string)
-                .collect();
-        }
-    }
+    let rest = leasehold::conformance::line_after(reader, prefix);
+    rest.split_whitespace().map(str::to_string).collect()
 }
 
 /// `rm leases.db*` under a holder in another process, with a waiter in a

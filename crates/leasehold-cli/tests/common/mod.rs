@@ -8,11 +8,36 @@ use std::path::PathBuf;
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
+use leasehold::conformance::servers::with_params;
+
 pub struct Env {
     pub dir: tempfile::TempDir,
     /// Another store than the test's own SQLite file, with the environment
     /// its URL needs (credentials).
     pub store: Option<(String, Vec<(String, String)>)>,
+}
+
+/// `$var`, the test server a store's tests use; if it is not set, `None`
+/// after a visible SKIPPED line (see `leasehold::conformance::skip`).
+fn test_var(store: &str, var: &str, server: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(value) => Some(value),
+        Err(_) => leasehold::conformance::skip(
+            store,
+            &format!("{var} is not set (scripts/test.sh sets it and starts {server})"),
+        ),
+    }
+}
+
+/// The credentials DynamoDB Local and moto are given in the tests.
+fn aws_test_credentials() -> Vec<(String, String)> {
+    vec![
+        ("AWS_ACCESS_KEY_ID".into(), "leaseholdtests".into()),
+        (
+            "AWS_SECRET_ACCESS_KEY".into(),
+            "leasehold-test-secret".into(),
+        ),
+    ]
 }
 
 impl Env {
@@ -34,9 +59,7 @@ impl Env {
         match store {
             "sqlite" => {}
             "azblob" => {
-                let Ok(cs) = std::env::var("LEASEHOLD_TEST_AZBLOB_CONNECTION_STRING") else {
-                    return leasehold::conformance::skip(store, "LEASEHOLD_TEST_AZBLOB_CONNECTION_STRING is not set (scripts/test.sh sets it and starts Azurite)");
-                };
+                let cs = test_var(store, "LEASEHOLD_TEST_AZBLOB_CONNECTION_STRING", "Azurite")?;
                 env.store = Some((
                     // A new container grants nothing for its store max TTL
                     // (the epoch quarantine): Azure's shortest, 15 s.
@@ -45,65 +68,38 @@ impl Env {
                 ));
             }
             "dynamodb" => {
-                let Ok(endpoint) = std::env::var("LEASEHOLD_TEST_DYNAMODB_ENDPOINT") else {
-                    return leasehold::conformance::skip(store, "LEASEHOLD_TEST_DYNAMODB_ENDPOINT is not set (scripts/test.sh sets it and starts DynamoDB Local)");
-                };
+                let endpoint =
+                    test_var(store, "LEASEHOLD_TEST_DYNAMODB_ENDPOINT", "DynamoDB Local")?;
                 env.store = Some((
                     // A new table grants nothing for its store max TTL
                     // (the epoch quarantine): keep that short.
                     format!(
                         "dynamodb://cli-{unique}?region=us-east-1&endpoint={endpoint}&max_ttl=2s"
                     ),
-                    vec![
-                        ("AWS_ACCESS_KEY_ID".into(), "leaseholdtests".into()),
-                        (
-                            "AWS_SECRET_ACCESS_KEY".into(),
-                            "leasehold-test-secret".into(),
-                        ),
-                    ],
+                    aws_test_credentials(),
                 ));
             }
-            "postgres" => {
-                let Ok(url) = std::env::var("LEASEHOLD_TEST_POSTGRES_URL") else {
-                    return leasehold::conformance::skip(store, "LEASEHOLD_TEST_POSTGRES_URL is not set (scripts/test.sh sets it and starts PostgreSQL)");
+            "postgres" | "redis" | "etcd" => {
+                let (var, server, own) = match store {
+                    "postgres" => ("POSTGRES", "PostgreSQL", format!("table=cli_{unique}")),
+                    "redis" => ("REDIS", "Redis", format!("prefix=cli-{unique}:")),
+                    _ => ("ETCD", "etcd", format!("prefix=cli-{unique}/")),
                 };
-                let sep = if url.contains('?') { '&' } else { '?' };
-                // A table of its own, quarantined for 2 s when new.
-                env.store = Some((format!("{url}{sep}table=cli_{unique}&max_ttl=2s"), vec![]));
-            }
-            "redis" => {
-                let Ok(url) = std::env::var("LEASEHOLD_TEST_REDIS_URL") else {
-                    return leasehold::conformance::skip(store, "LEASEHOLD_TEST_REDIS_URL is not set (scripts/test.sh sets it and starts Redis)");
-                };
-                let sep = if url.contains('?') { '&' } else { '?' };
-                // A key prefix of its own, quarantined for 2 s when new.
-                env.store = Some((format!("{url}{sep}prefix=cli-{unique}:&max_ttl=2s"), vec![]));
-            }
-            "etcd" => {
-                let Ok(url) = std::env::var("LEASEHOLD_TEST_ETCD_URL") else {
-                    return leasehold::conformance::skip(store, "LEASEHOLD_TEST_ETCD_URL is not set (scripts/test.sh sets it and starts etcd)");
-                };
-                let sep = if url.contains('?') { '&' } else { '?' };
-                // A prefix of its own, quarantined for 2 s when new.
-                env.store = Some((format!("{url}{sep}prefix=cli-{unique}/&max_ttl=2s"), vec![]));
+                let url = test_var(store, &format!("LEASEHOLD_TEST_{var}_URL"), server)?;
+                // A table or key prefix of its own, quarantined for 2 s
+                // when new.
+                let params = format!("{own}&max_ttl=2s");
+                env.store = Some((with_params(&url, &params), vec![]));
             }
             "s3" => {
-                let Ok(endpoint) = std::env::var("LEASEHOLD_TEST_S3_ENDPOINT") else {
-                    return leasehold::conformance::skip(store, "LEASEHOLD_TEST_S3_ENDPOINT is not set (scripts/test.sh sets it and starts moto)");
-                };
+                let endpoint = test_var(store, "LEASEHOLD_TEST_S3_ENDPOINT", "moto")?;
                 env.store = Some((
                     // A store (prefix) of its own, quarantined for 4 s (its
                     // max TTL, S3's shortest TTL) when new.
                     format!(
                         "s3://leasehold-cli-tests/cli-{unique}?region=us-east-1&endpoint={endpoint}&max_ttl=4s"
                     ),
-                    vec![
-                        ("AWS_ACCESS_KEY_ID".into(), "leaseholdtests".into()),
-                        (
-                            "AWS_SECRET_ACCESS_KEY".into(),
-                            "leasehold-test-secret".into(),
-                        ),
-                    ],
+                    aws_test_credentials(),
                 ));
             }
             other => panic!("unknown store {other}"),
@@ -142,6 +138,14 @@ impl Env {
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         }
+    }
+
+    /// Runs `leasehold ARGS` (a `--json` command) to completion: it exits 0
+    /// and prints JSON, returned.
+    pub fn json(&self, args: &[&str]) -> serde_json::Value {
+        let out = self.output(args);
+        assert_eq!(out.code, Some(0), "{args:?}: {out:?}");
+        serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {out:?}"))
     }
 
     /// Starts `leasehold ARGS` with piped stdout and stderr.

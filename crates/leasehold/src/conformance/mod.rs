@@ -320,6 +320,24 @@ where
     );
 }
 
+/// The rest of the next line of `out` with `prefix` in it, trimmed at its
+/// end: for a child test process's output, where the test harness may have
+/// printed `test child ... ` on the line first. Panics if the output ends
+/// first.
+pub fn line_after(out: &mut impl std::io::BufRead, prefix: &str) -> String {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "the child ended before printing {prefix:?}"
+        );
+        if let Some(at) = line.find(prefix) {
+            return line[at + prefix.len()..].trim_end().to_string();
+        }
+    }
+}
+
 /// Panics unless `err` is [`Error::InvalidInput`] about `what` (`"ttl"`,
 /// `"store URL"`, ...).
 pub fn assert_invalid_input(err: &Error, what: &str) {
@@ -361,6 +379,27 @@ pub fn sqlite_dump(path: &std::path::Path) -> String {
         }
     }
     out
+}
+
+/// The loss `lost` tells of comes within `ttl`, and is a revocation.
+async fn revoked_within(ttl: Duration, lost: impl std::future::Future<Output = crate::LossReason>) {
+    let reason = tokio::time::timeout(ttl, lost)
+        .await
+        .expect("loss noticed within one TTL");
+    assert!(
+        matches!(reason, crate::LossReason::Revoked(_)),
+        "{reason:?}"
+    );
+}
+
+/// A TTL longer than any test waits: the backend's max TTL, at most a
+/// minute.
+fn long_ttl(store: &Store) -> Duration {
+    store
+        .backend()
+        .capabilities()
+        .max_ttl
+        .min(Duration::from_secs(60))
 }
 
 fn assert_held(result: crate::Result<crate::LeaseGuard>) -> Option<Box<crate::HolderInfo>> {
