@@ -164,9 +164,7 @@ async fn a_missing_bucket_is_created_only_when_allowed() {
     let Some(bucket) = common::bucket_of_its_own() else {
         return;
     };
-    let err = common::builder_for(&bucket, "")
-        .creation(Creation::Never)
-        .build()
+    let err = common::open_bucket(&bucket, Creation::Never)
         .await
         .unwrap_err();
     assert!(matches!(err, Error::NoStore { .. }), "{err}");
@@ -188,11 +186,7 @@ async fn a_missing_bucket_is_created_only_when_allowed() {
     let backend = common::builder_for(&bucket, "").build().await.unwrap();
     assert!(bucket_exists(&bucket).await, "the bucket was not created");
     let epoch = backend.epoch().epoch;
-    let again = common::builder_for(&bucket, "")
-        .creation(Creation::Never)
-        .build()
-        .await
-        .unwrap();
+    let again = common::open_bucket(&bucket, Creation::Never).await.unwrap();
     assert_eq!(again.epoch().epoch, epoch, "the second backend's store");
     common::delete_bucket(&common::client().await, &bucket).await;
 }
@@ -284,9 +278,7 @@ async fn bucket_deleted_under_a_live_holder() {
     let Some(bucket) = common::bucket_of_its_own() else {
         return;
     };
-    let backend = common::builder_for(&bucket, "")
-        .creation(Creation::NewProven)
-        .build()
+    let backend = common::open_bucket(&bucket, Creation::NewProven)
         .await
         .unwrap();
     let before = backend.epoch().epoch;

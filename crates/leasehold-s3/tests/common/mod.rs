@@ -141,6 +141,11 @@ pub async fn objects(client: &Client, bucket: &str, prefix: &str) -> Vec<String>
         .expect("list the store's objects")
 }
 
+/// A backend on `bucket`, no prefix, opened with `creation`.
+pub async fn open_bucket(bucket: &str, creation: Creation) -> leasehold::Result<S3Backend> {
+    builder_for(bucket, "").creation(creation).build().await
+}
+
 /// A [`unique_bucket`] name when the emulator is there; if not, `None`
 /// after saying so (see [`available`]).
 pub fn bucket_of_its_own() -> Option<String> {
