@@ -8,34 +8,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use azure_core::http::policies::{Policy, PolicyResult};
-use azure_core::http::{Context, Request};
+use azure_core::http::Request;
+use common::{Around, Injected};
 use leasehold::{
     backend::{AcquireOutcome, AcquireRequest, Backend, LeaseId},
-    Error, Key, LockOptions, LossReason, Owner, Store, WaitReason,
+    Error, LockOptions, LossReason, Store, WaitReason,
 };
 use leasehold_azure::AzureBackend;
-
-macro_rules! require_azurite {
-    () => {
-        if let Err(why) = common::reachable().await {
-            if leasehold::conformance::skip::<()>("azblob", &why).is_none() {
-                return;
-            }
-        }
-    };
-}
 
 const TTL: Duration = Duration::from_secs(15);
 
 fn request(key: &str, lease_id: &LeaseId, epoch: u64) -> AcquireRequest {
     AcquireRequest {
-        key: Key::new(key).unwrap(),
         lease_id: lease_id.clone(),
-        ttl: TTL,
-        owner: Owner::current(),
         data: Some("payload".into()),
-        epoch: Some(epoch),
+        ..leasehold::conformance::acquire_request(key, TTL, Some(epoch))
     }
 }
 
@@ -57,42 +44,33 @@ struct Faults {
 }
 
 #[async_trait]
-impl Policy for Faults {
-    async fn send(
-        &self,
-        ctx: &Context,
-        request: &mut Request,
-        next: &[Arc<dyn Policy>],
-    ) -> PolicyResult {
+impl Around for Faults {
+    /// Whether the request is one whose answer may be lost.
+    type Seen = bool;
+
+    async fn before(&self, request: &mut Request) -> bool {
         self.sent.fetch_add(1, Ordering::SeqCst);
         let query = request.url().query().unwrap_or("").to_string();
-        let matches = {
-            let wanted = self.drop_query.lock().unwrap();
-            !wanted.is_empty() && query.contains(wanted.as_str())
-        };
-        let response = next[0].send(ctx, request, &next[1..]).await?;
-        if matches
+        let wanted = self.drop_query.lock().unwrap();
+        !wanted.is_empty() && query.contains(wanted.as_str())
+    }
+
+    fn lose_answer(&self, matches: bool) -> bool {
+        matches
             && self
                 .drop_answers
                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                 .is_ok()
-        {
-            return Err(azure_core::Error::with_message(
-                azure_core::error::ErrorKind::Io,
-                "injected fault: connection reset after the request was sent",
-            ));
-        }
-        Ok(response)
     }
 }
 
-fn faulty_backend() -> (AzureBackend, Arc<Faults>) {
+fn faulty_backend() -> (AzureBackend, Arc<Injected<Faults>>) {
     common::with_policy(common::builder())
 }
 
 /// A backend with request counting on the shared container (out of
 /// quarantine), under `prefix`.
-async fn counted_backend(prefix: &str) -> (AzureBackend, Arc<Faults>) {
+async fn counted_backend(prefix: &str) -> (AzureBackend, Arc<Injected<Faults>>) {
     common::with_policy(common::shared(prefix).await)
 }
 
@@ -102,7 +80,7 @@ async fn counted_backend(prefix: &str) -> (AzureBackend, Arc<Faults>) {
 /// holder's token is one more.
 #[tokio::test]
 async fn ambiguous_acquire_retry_gets_the_same_token() {
-    require_azurite!();
+    common::require_azurite!();
     let (backend, faults) = faulty_backend();
     // Straight from the backend (no quarantine): creates the container.
     let epoch = leasehold::conformance::current_epoch(&backend).await.epoch;
@@ -182,7 +160,7 @@ async fn ambiguous_acquire_retry_gets_the_same_token() {
 /// marker read, then the three.
 #[tokio::test]
 async fn request_counts() {
-    require_azurite!();
+    common::require_azurite!();
     let prefix = common::unique_prefix();
     let (backend, faults) = counted_backend(&prefix).await;
     let store = Store::new(backend.clone());
@@ -198,15 +176,10 @@ async fn request_counts() {
 
     // A new process, an existing key of this epoch.
     let (cold, cold_faults) = counted_backend(&prefix).await;
-    Store::new(cold.clone())
-        .lock_with("counted", LockOptions::new().ttl(TTL))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    let cold_store = Store::new(cold.clone());
+    let options = LockOptions::new().ttl(TTL);
+    let guard = leasehold::conformance::take(&cold_store, "counted", options).await;
+    guard.release().await.unwrap();
     assert_eq!(cold_faults.sent.load(Ordering::SeqCst), 5, "cold");
 
     // The first process again, after the other one held the key: its
@@ -246,7 +219,7 @@ async fn request_counts() {
 /// is noticed at the holder's next renewal, as a revocation.
 #[tokio::test]
 async fn lease_broken_from_outside_is_noticed_at_next_renewal() {
-    require_azurite!();
+    common::require_azurite!();
     let prefix = common::unique_prefix();
     let holder = common::shared(&prefix).await.build().unwrap();
     let admin = common::shared(&prefix).await.build().unwrap();
@@ -282,7 +255,7 @@ async fn lease_broken_from_outside_is_noticed_at_next_renewal() {
 /// waiter was granted token 1 at once, while the holder still ran.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn container_deleted_under_a_holder_with_a_waiter() {
-    require_azurite!();
+    common::require_azurite!();
     let container = common::fresh_container();
     let holder = common::builder().container(&container).build().unwrap();
     common::settled(&holder).await;
@@ -368,12 +341,22 @@ async fn container_deleted_under_a_holder_with_a_waiter() {
 /// echo the key.
 #[tokio::test]
 async fn wrong_key_is_a_clear_error_without_the_key() {
-    require_azurite!();
+    common::require_azurite!();
     let wrong = "V3JvbmdLZXlXcm9uZ0tleVdyb25nS2V5V3JvbmdLZXk=";
+    // The Azurite under test, with the wrong key.
+    let cs = match common::connection_string() {
+        dev if dev == "UseDevelopmentStorage=true" => common::dev_connection_string(),
+        cs => cs,
+    };
+    let with_wrong_key: Vec<String> = cs
+        .split(';')
+        .map(|part| match part.strip_prefix("AccountKey=") {
+            Some(_) => format!("AccountKey={wrong}"),
+            None => part.to_string(),
+        })
+        .collect();
     let backend = AzureBackend::builder()
-        .connection_string(format!(
-            "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={wrong};BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1"
-        ))
+        .connection_string(with_wrong_key.join(";"))
         .container(common::fresh_container())
         .build()
         .unwrap();
@@ -454,16 +437,7 @@ async fn bad_connection_strings_are_clear_errors() {
         .unwrap_err();
     assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
     let err = AzureBackend::from_url("azblob://").await.unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::InvalidInput {
-                what: "store URL",
-                ..
-            }
-        ),
-        "{err}"
-    );
+    leasehold::conformance::assert_invalid_input(&err, "store URL");
 }
 
 /// TTLs outside Azure's 15-60 s are rejected, naming the range.
@@ -498,37 +472,20 @@ async fn ttl_outside_azure_range_is_rejected_with_the_range() {
 /// valid blob names and list back correctly.
 #[tokio::test]
 async fn awkward_keys_round_trip_through_list() {
-    require_azurite!();
+    common::require_azurite!();
     let prefix = format!("{}/p.", common::unique_prefix());
     let backend = common::shared(&prefix).await.build().unwrap();
     let store = Store::new(backend.clone());
     let keys = ["a.", "a./b", "a/../c", "a..b", "x:y_z-1"];
     for k in keys {
-        let g = store
-            .lock_with(k, LockOptions::new().ttl(TTL))
-            .unwrap()
-            .try_acquire()
-            .await
-            .unwrap();
+        let g = leasehold::conformance::take(&store, k, LockOptions::new().ttl(TTL)).await;
         g.release().await.unwrap();
     }
-    let all: Vec<String> = store
-        .list("")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|i| i.key.as_str().to_string())
-        .collect();
+    let all = common::listed_keys(&store, "").await;
     let mut expected: Vec<String> = keys.iter().map(|s| s.to_string()).collect();
     expected.sort();
     assert_eq!(all, expected);
-    let dotted: Vec<String> = store
-        .list("a.")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|i| i.key.as_str().to_string())
-        .collect();
+    let dotted = common::listed_keys(&store, "a.").await;
     assert_eq!(dotted, vec!["a.", "a..b", "a./b"]);
 }
 
@@ -547,7 +504,7 @@ async fn a_restored_copy_of_the_container_is_a_new_epoch() {
     };
     use futures::TryStreamExt;
 
-    require_azurite!();
+    common::require_azurite!();
     let backend = common::builder().build().unwrap();
     common::settled(&backend).await;
     let old_epoch = backend.epoch().expect("learnt").epoch;
@@ -618,7 +575,7 @@ async fn a_restored_copy_of_the_container_is_a_new_epoch() {
 /// second nearly always, and the two containers' tokens would collide.)
 #[tokio::test]
 async fn a_container_re_created_at_once_has_a_later_epoch() {
-    require_azurite!();
+    common::require_azurite!();
     let container = common::fresh_container();
     let mut epochs = Vec::new();
     for _ in 0..3 {
@@ -635,7 +592,7 @@ async fn a_container_re_created_at_once_has_a_later_epoch() {
 /// quarantine), naming the max TTL.
 #[tokio::test]
 async fn a_ttl_above_the_recorded_max_ttl_is_refused_at_once() {
-    require_azurite!();
+    common::require_azurite!();
     // Writes the marker with the tests' 15 s.
     let first = common::builder().build().unwrap();
     assert_eq!(

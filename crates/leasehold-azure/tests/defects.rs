@@ -11,22 +11,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use azure_core::http::headers::HeaderName;
-use azure_core::http::policies::{Policy, PolicyResult};
-use azure_core::http::{Context, Request};
+use azure_core::http::Request;
+use common::{Around, Injected};
 use leasehold::{backend::Backend, Error, LockOptions, Store};
 use leasehold_azure::AzureBackend;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
-
-macro_rules! require_azurite {
-    () => {
-        if let Err(why) = common::reachable().await {
-            if leasehold::conformance::skip::<()>("azblob", &why).is_none() {
-                return;
-            }
-        }
-    };
-}
 
 const TTL: Duration = Duration::from_secs(15);
 const LEASE_ACTION: HeaderName = HeaderName::from_static("x-ms-lease-action");
@@ -49,13 +39,11 @@ struct LeaseFaults {
 }
 
 #[async_trait]
-impl Policy for LeaseFaults {
-    async fn send(
-        &self,
-        ctx: &Context,
-        request: &mut Request,
-        next: &[Arc<dyn Policy>],
-    ) -> PolicyResult {
+impl Around for LeaseFaults {
+    /// The request's lease action.
+    type Seen = Option<String>;
+
+    async fn before(&self, request: &mut Request) -> Option<String> {
         let action = request
             .headers()
             .get_optional_str(&LEASE_ACTION)
@@ -70,22 +58,19 @@ impl Policy for LeaseFaults {
                 let _ = go.await;
             }
         }
-        let response = next[0].send(ctx, request, &next[1..]).await?;
-        if action.as_deref() == Some("release") {
+        action
+    }
+
+    fn lose_answer(&self, action: Option<String>) -> bool {
+        action.as_deref() == Some("release") && {
             self.releases_sent.fetch_add(1, Ordering::SeqCst);
-            if self.drop_release_answer.swap(false, Ordering::SeqCst) {
-                return Err(azure_core::Error::with_message(
-                    azure_core::error::ErrorKind::Io,
-                    "injected fault: connection reset after the request was sent",
-                ));
-            }
+            self.drop_release_answer.swap(false, Ordering::SeqCst)
         }
-        Ok(response)
     }
 }
 
 /// A backend on the shared container under `prefix`, with the faults.
-async fn faulty(prefix: &str) -> (AzureBackend, Arc<LeaseFaults>) {
+async fn faulty(prefix: &str) -> (AzureBackend, Arc<Injected<LeaseFaults>>) {
     common::with_policy(common::shared(prefix).await)
 }
 
@@ -93,7 +78,7 @@ async fn faulty(prefix: &str) -> (AzureBackend, Arc<LeaseFaults>) {
 /// refused the request (403) because an empty `prefix=` was signed.
 #[tokio::test]
 async fn list_without_any_prefix_works() {
-    require_azurite!();
+    common::require_azurite!();
     let backend = common::builder().build().unwrap();
     let store = Store::new(backend.clone());
     // Straight from the backend: a new container's quarantine is not what
@@ -103,13 +88,7 @@ async fn list_without_any_prefix_works() {
         backend.release(&lease).await.unwrap();
     }
     // The container's epoch marker is no key.
-    let keys: Vec<String> = store
-        .list("")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|i| i.key.as_str().to_string())
-        .collect();
+    let keys = common::listed_keys(&store, "").await;
     assert_eq!(keys, ["a", "b/c"]);
     assert_eq!(store.list("b/").await.unwrap().len(), 1);
     backend.delete_container().await.unwrap();
@@ -191,16 +170,11 @@ async fn a_404_without_an_azure_error_code_is_an_error_not_no_blob() {
 /// whose lease it ended, never the earlier one.
 #[tokio::test]
 async fn break_reports_the_holder_whose_lease_it_ended() {
-    require_azurite!();
+    common::require_azurite!();
     let prefix = common::unique_prefix();
     let (breaker, faults) = faulty(&prefix).await;
     let other = common::shared(&prefix).await.build().unwrap();
-    let first = Store::new(other.clone())
-        .lock_with("k", opts("first"))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let first = leasehold::conformance::take(&Store::new(other.clone()), "k", opts("first")).await;
 
     let (about_to_tx, about_to_rx) = oneshot::channel();
     let (go_tx, go_rx) = oneshot::channel();
@@ -210,12 +184,8 @@ async fn break_reports_the_holder_whose_lease_it_ended() {
     // and "second" takes the key.
     about_to_rx.await.unwrap();
     first.release().await.unwrap();
-    let second = Store::new(other.clone())
-        .lock_with("k", opts("second"))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let second =
+        leasehold::conformance::take(&Store::new(other.clone()), "k", opts("second")).await;
     go_tx.send(()).unwrap();
 
     let broken = breaking
@@ -232,16 +202,12 @@ async fn break_reports_the_holder_whose_lease_it_ended() {
 /// held, and another acquirer is told held (not eight 412s and an error).
 #[tokio::test]
 async fn a_breaking_lease_counts_as_held() {
-    require_azurite!();
+    common::require_azurite!();
     let prefix = common::unique_prefix();
     let (admin, faults) = faulty(&prefix).await;
     let holder = common::shared(&prefix).await.build().unwrap();
-    let guard = Store::new(holder.clone())
-        .lock_with("k", opts("holder"))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let guard =
+        leasehold::conformance::take(&Store::new(holder.clone()), "k", opts("holder")).await;
     faults.slow_break.store(true, Ordering::SeqCst);
     let admin_store = Store::new(admin);
     admin_store.break_lease("k").await.unwrap();
@@ -265,7 +231,7 @@ async fn a_breaking_lease_counts_as_held() {
 /// lease. That is a successful release, not a lost lease.
 #[tokio::test]
 async fn a_retried_release_whose_first_try_landed_succeeds() {
-    require_azurite!();
+    common::require_azurite!();
     let prefix = common::unique_prefix();
     let (backend, faults) = faulty(&prefix).await;
     let store = Store::new(backend.clone());
@@ -284,12 +250,12 @@ async fn a_retried_release_whose_first_try_landed_succeeds() {
     // taken) is still a loss: the record names the other holder.
     let lease = leasehold::conformance::raw_lease(&backend, "k", TTL).await;
     backend.release(&lease).await.unwrap();
-    let thief = Store::new(common::shared(&prefix).await.build().unwrap())
-        .lock_with("k", opts("thief"))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let thief = leasehold::conformance::take(
+        &Store::new(common::shared(&prefix).await.build().unwrap()),
+        "k",
+        opts("thief"),
+    )
+    .await;
     let err = backend.release(&lease).await.unwrap_err();
     assert!(err.is_lease_lost(), "{err}");
     drop(thief);

@@ -16,34 +16,16 @@ use common::*;
 fn container_deleted_under_a_running_command() {
     let Some(env) = Env::on("azblob") else { return };
     // The container is new: the first holder waits out its quarantine.
-    let mut first = env.spawn(&sh(
-        "run lost/k --wait 60s --ttl 15s",
-        "echo $LEASEHOLD_FENCING_TOKEN; sleep 300 & echo $!; echo $$; wait",
-    ));
-    let mut out = stdout_reader(&mut first);
-    let first_token: u64 = read_line(&mut out).parse().expect("the first token");
-    let pids: Vec<i32> = (0..2)
-        .map(|_| read_line(&mut out).parse().expect("a pid"))
-        .collect();
-    std::thread::spawn(move || read_all(&mut out));
+    let mut first = env.spawn(&sh("run lost/k --wait 60s --ttl 15s", TREE));
+    let (first_token, pids) = token_and_pids(&mut first);
 
     // The second command looks for the first one's processes as soon as it
     // starts, then prints its own token.
-    let check = format!(
-        "for p in {} {}; do kill -0 $p 2>/dev/null && echo alive $p; done; echo $LEASEHOLD_FENCING_TOKEN",
-        pids[0], pids[1]
-    );
+    let check = tree_check(pids);
     // Warnings on: the store's new epoch is logged when first seen.
-    let mut second = env
-        .leasehold()
-        .env("RUST_LOG", "leasehold=warn")
-        .args([
-            "run", "lost/k", "--wait", "120s", "--ttl", "15s", "--", "sh", "-c", &check,
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut second = piped(env.leasehold().env("RUST_LOG", "leasehold=warn").args([
+        "run", "lost/k", "--wait", "120s", "--ttl", "15s", "--", "sh", "-c", &check,
+    ]));
     let mut second_err = std::io::BufReader::new(second.stderr.take().unwrap());
     loop {
         let line = read_line(&mut second_err);
@@ -84,22 +66,9 @@ fn container_deleted_under_a_running_command() {
     let stdout = read_all(second.stdout.as_mut().unwrap());
     let stderr = read_all(&mut second_err);
     assert_eq!(code, Some(0), "{stdout} {stderr}");
-    let mut lines = stdout.lines();
-    let token: u64 = lines
-        .next()
-        .and_then(|l| l.parse().ok())
-        .unwrap_or_else(|| panic!("the first command still ran when the second started: {stdout}"));
-    assert!(
-        token > first_token,
-        "token {token} after the container was lost, {first_token} before"
-    );
+    assert_new_token_and_no_tree(&stdout, first_token, "container");
     assert!(
         stderr.contains("new store epoch"),
         "the second run met the new container's epoch (and its quarantine): {stderr}"
-    );
-    assert_eq!(
-        lines.next(),
-        None,
-        "the first command's processes were gone: {stdout}"
     );
 }

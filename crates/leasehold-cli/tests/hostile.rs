@@ -21,12 +21,12 @@ async fn list_into_a_pipe_closed_early_ends_as_sigpipe_would_not_a_panic() {
     let store = env.store();
     // More than a pipe buffer (64 KiB) of output.
     for i in 0..3000 {
-        let g = store
-            .lock(&format!("jobs/a-rather-long-key-name-{i:05}"))
-            .unwrap()
-            .try_acquire()
-            .await
-            .unwrap();
+        let g = leasehold::conformance::take(
+            &store,
+            &format!("jobs/a-rather-long-key-name-{i:05}"),
+            Default::default(),
+        )
+        .await;
         g.release().await.unwrap();
     }
     let mut child = env.spawn(&["list"]);
@@ -356,9 +356,8 @@ fn sqlite_paths_that_cannot_be_a_store_file_say_why() {
 #[test]
 fn break_on_a_semaphore_key_names_its_held_slots() {
     let env = Env::new();
-    let mut permit = env.spawn(&sh("run pool --limit 2", "echo in; exec sleep 300"));
-    let mut out = stdout_reader(&mut permit);
-    assert_eq!(read_line(&mut out), "in");
+    let (mut permit, _out) =
+        env.spawn_until(&sh("run pool --limit 2", "echo in; exec sleep 300"), "in");
     let broke = env.output(&["break", "pool"]);
     assert_eq!(broke.code, Some(2), "{broke:?}");
     assert!(broke.stderr.contains("pool/:slot:"), "{broke:?}");
@@ -615,17 +614,14 @@ fn the_default_grace_fits_a_short_ttl_and_durations_are_quoted_exactly() {
     );
 }
 
+/// `leasehold --store URL ARGS` in an environment of its own.
+fn on_store(url: &str, args: &[&str]) -> Output {
+    Env::new().output(&[&["--store", url][..], args].concat())
+}
+
 #[test]
 fn errors_say_each_thing_once() {
-    let env = Env::new();
-    let out = env.output(&[
-        "--store",
-        "sqlite:/proc/none/x.db",
-        "run",
-        "k",
-        "--",
-        "true",
-    ]);
+    let out = on_store("sqlite:/proc/none/x.db", &["run", "k", "--", "true"]);
     assert_eq!(out.code, Some(1));
     assert_eq!(
         out.stderr
@@ -648,13 +644,10 @@ fn verbose_output_is_not_coloured_when_not_a_terminal() {
 
 #[test]
 fn a_repeated_dynamodb_parameter_is_an_error() {
-    let env = Env::new();
-    let out = env.output(&[
-        "--store",
+    let out = on_store(
         "dynamodb://locks?region=eu-west-1&region=us-east-1",
-        "status",
-        "k",
-    ]);
+        &["status", "k"],
+    );
     assert_eq!(out.code, Some(2), "{out:?}");
     assert!(
         out.stderr.contains("\"region\" is given more than once"),

@@ -14,7 +14,7 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{kill, read_line, stdout_reader, wait_with_timeout, Env};
+use common::{kill, piped, read_line, stdout_reader, wait_with_timeout, Env};
 
 /// The confirmation window the command's processes use (a test build
 /// reads it from the environment): the real one, so that a quarantine is
@@ -65,12 +65,27 @@ fn tool(cmd: &mut Command) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(f)
+/// With `env`'s credentials in this process's environment (where the
+/// stores' SDK clients read them), `look` at the backend `open` opens
+/// without creating a store: `None` when there is none (`Error::NoStore`).
+fn look_with_credentials<B, O, L>(
+    env: &Env,
+    open: impl FnOnce() -> O,
+    look: impl FnOnce(B) -> L,
+) -> Option<String>
+where
+    O: std::future::Future<Output = leasehold::Result<B>>,
+    L: std::future::Future<Output = Option<String>>,
+{
+    for (k, v) in &env.store.as_ref().unwrap().1 {
+        std::env::set_var(k, v);
+    }
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        match open().await {
+            Err(leasehold::Error::NoStore { .. }) => None,
+            other => look(other.unwrap()).await,
+        }
+    })
 }
 
 /// Everything the store holds, or `None` when it does not exist.
@@ -82,27 +97,7 @@ fn dump(store: &str, env: &Env) -> Option<String> {
             if !path.exists() {
                 return None;
             }
-            let conn = rusqlite::Connection::open_with_flags(
-                &path,
-                rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-            )
-            .unwrap();
-            let mut out = String::new();
-            for table in ["leasehold_leases", "leasehold_store"] {
-                let mut stmt = conn
-                    .prepare(&format!("SELECT * FROM {table} ORDER BY 1"))
-                    .unwrap();
-                let n = stmt.column_count();
-                let mut rows = stmt.query([]).unwrap();
-                while let Some(row) = rows.next().unwrap() {
-                    for i in 0..n {
-                        let v: rusqlite::types::Value = row.get(i).unwrap();
-                        out.push_str(&format!("{v:?}|"));
-                    }
-                    out.push('\n');
-                }
-            }
-            Some(out)
+            Some(leasehold::conformance::sqlite_dump(&path))
         }
         "postgres" => {
             let table = param(&url, "table");
@@ -166,20 +161,15 @@ fn dump(store: &str, env: &Env) -> Option<String> {
             ]));
             (!out.is_empty()).then_some(out)
         }
-        "dynamodb" => {
-            for (k, v) in &env.store.as_ref().unwrap().1 {
-                std::env::set_var(k, v);
-            }
-            block_on(async {
-                let backend = leasehold_dynamodb::DynamoDbBackend::builder_from_url(&url)
+        "dynamodb" => look_with_credentials(
+            env,
+            || {
+                leasehold_dynamodb::DynamoDbBackend::builder_from_url(&url)
                     .unwrap()
                     .creation(leasehold::Creation::Never)
                     .build()
-                    .await;
-                let backend = match backend {
-                    Err(leasehold::Error::NoStore { .. }) => return None,
-                    other => other.unwrap(),
-                };
+            },
+            |backend| async move {
                 let scan = backend
                     .client()
                     .scan()
@@ -198,47 +188,39 @@ fn dump(store: &str, env: &Env) -> Option<String> {
                     .collect();
                 items.sort();
                 Some(items.join("\n"))
-            })
-        }
-        "azblob" => {
-            for (k, v) in &env.store.as_ref().unwrap().1 {
-                std::env::set_var(k, v);
-            }
-            block_on(async {
-                use futures::TryStreamExt;
+            },
+        ),
+        "azblob" => look_with_credentials(
+            env,
+            || async {
                 let backend = leasehold_azure::AzureBackend::builder_from_url(&url)
                     .unwrap()
                     .creation(leasehold::Creation::Never)
                     .build()
                     .unwrap();
-                match backend.open_store().await {
-                    Err(leasehold::Error::NoStore { .. }) => return None,
-                    other => drop(other.unwrap()),
-                }
+                backend.open_store().await.map(|_| backend)
+            },
+            |backend| async move {
+                use futures::TryStreamExt;
                 let mut out = String::new();
                 let mut pages = backend.container_client().list_blobs(None).unwrap();
                 while let Some(item) = pages.try_next().await.unwrap() {
                     out.push_str(&format!("{item:?}\n"));
                 }
                 Some(out)
-            })
-        }
-        "s3" => {
-            for (k, v) in &env.store.as_ref().unwrap().1 {
-                std::env::set_var(k, v);
-            }
-            block_on(async {
-                // A backend that only looks: its client lists and reads
-                // every object of the store as an operator's would.
-                let backend = leasehold_s3::S3Backend::builder_from_url(&url)
+            },
+        ),
+        // A backend that only looks: its client lists and reads every
+        // object of the store as an operator's would.
+        "s3" => look_with_credentials(
+            env,
+            || {
+                leasehold_s3::S3Backend::builder_from_url(&url)
                     .unwrap()
                     .creation(leasehold::Creation::Never)
                     .build()
-                    .await;
-                let backend = match backend {
-                    Err(leasehold::Error::NoStore { .. }) => return None,
-                    other => other.unwrap(),
-                };
+            },
+            |backend| async move {
                 let client = backend.client();
                 let listed = client
                     .list_objects_v2()
@@ -266,8 +248,8 @@ fn dump(store: &str, env: &Env) -> Option<String> {
                     ));
                 }
                 (!out.is_empty()).then_some(out)
-            })
-        }
+            },
+        ),
         other => panic!("unknown store {other}"),
     }
 }
@@ -316,23 +298,20 @@ fn looking_at_a_store_changes_nothing(store: &str) {
         return;
     };
     assert_eq!(run(&env, &["init", "--new"]).code, Some(0));
-    let mut holder = env
-        .leasehold()
-        .env("LEASEHOLD_TEST_CONFIRMATION_WINDOW", WINDOW)
-        .args([
-            "run",
-            "--ttl",
-            TTL,
-            "k",
-            "--",
-            "sh",
-            "-c",
-            "echo go; exec sleep 120",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut holder = piped(
+        env.leasehold()
+            .env("LEASEHOLD_TEST_CONFIRMATION_WINDOW", WINDOW)
+            .args([
+                "run",
+                "--ttl",
+                TTL,
+                "k",
+                "--",
+                "sh",
+                "-c",
+                "echo go; exec sleep 120",
+            ]),
+    );
     assert_eq!(read_line(&mut stdout_reader(&mut holder)), "go");
     // No renewal while the store is compared (a frozen holder keeps its
     // lease until its TTL, far beyond this test).
@@ -399,23 +378,16 @@ fn init_reports_the_quarantine(store: &str) {
     // lease in its directory: hold one there, in another file.
     let mut neighbour = (store == "sqlite").then(|| {
         let other = format!("sqlite:{}", env.path("other.db").display());
-        let mut child = env
-            .leasehold()
-            .env("LEASEHOLD_STORE", &other)
-            .args([
-                "run",
-                "--ttl",
-                TTL,
-                "n",
-                "--",
-                "sh",
-                "-c",
-                "echo go; exec sleep 120",
-            ])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = piped(env.leasehold().env("LEASEHOLD_STORE", &other).args([
+            "run",
+            "--ttl",
+            TTL,
+            "n",
+            "--",
+            "sh",
+            "-c",
+            "echo go; exec sleep 120",
+        ]));
         assert_eq!(read_line(&mut stdout_reader(&mut child)), "go");
         child
     });
@@ -455,19 +427,7 @@ fn init_reports_the_quarantine(store: &str) {
     }
 }
 
-macro_rules! on_every_store {
-    ($($test:ident),+ $(,)?) => {
-        mod sqlite { $( #[test] fn $test() { super::$test("sqlite") } )+ }
-        mod azblob { $( #[test] fn $test() { super::$test("azblob") } )+ }
-        mod dynamodb { $( #[test] fn $test() { super::$test("dynamodb") } )+ }
-        mod postgres { $( #[test] fn $test() { super::$test("postgres") } )+ }
-        mod redis { $( #[test] fn $test() { super::$test("redis") } )+ }
-        mod etcd { $( #[test] fn $test() { super::$test("etcd") } )+ }
-        mod s3 { $( #[test] fn $test() { super::$test("s3") } )+ }
-    };
-}
-
-on_every_store!(
+common::on_every_store!(
     looking_at_a_missing_store_creates_nothing,
     looking_at_a_store_changes_nothing,
     init_new_settles_a_new_store_at_once,

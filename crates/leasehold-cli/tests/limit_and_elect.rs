@@ -51,9 +51,8 @@ rmdir "$D/slot-$LEASEHOLD_SLOT""#;
 #[test]
 fn run_with_a_full_semaphore_exits_75() {
     let env = Env::new();
-    let mut holder = env.spawn(&sh("run --limit 1 sem", "echo in; exec sleep 1000"));
-    let mut out = stdout_reader(&mut holder);
-    assert_eq!(read_line(&mut out), "in");
+    let (mut holder, _out) =
+        env.spawn_until(&sh("run --limit 1 sem", "echo in; exec sleep 1000"), "in");
     let full = env.output(&["run", "--limit", "1", "sem", "--", "true"]);
     assert_eq!(full.code, Some(75), "{full:?}");
     kill(holder.id(), libc::SIGTERM);

@@ -24,6 +24,21 @@ fn ttl(store: &str) -> &'static str {
     }
 }
 
+/// `leasehold ARGS -- sh -c 'echo ran >> "$D/ran"'`: a command that counts
+/// its runs in `$D/ran` (see [`lines`]).
+fn counted_run(env: &Env, args: &[&str]) -> Output {
+    env.output(&[args, &["--", "sh", "-c", r#"echo ran >> "$D/ran""#]].concat())
+}
+
+/// `run job --once-per 1h --ttl TTL OPTIONS -- COMMAND`, the store's TTL.
+fn hourly_job<'a>(store: &str, options: &[&'a str], command: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["run", "job", "--once-per", "1h", "--ttl", ttl(store)];
+    args.extend(options);
+    args.push("--");
+    args.extend(command);
+    args
+}
+
 /// The period of the test that lets it pass, in seconds: long enough that
 /// the second run certainly looks within it on a busy machine (a run there
 /// can take more than a second; on Azure the end is also stamped with the
@@ -47,9 +62,7 @@ fn lines(env: &Env, name: &str) -> usize {
 }
 
 fn status(env: &Env, key: &str) -> serde_json::Value {
-    let out = env.output(&["status", key, "--json"]);
-    assert_eq!(out.code, Some(0), "{out:?}");
-    serde_json::from_str(&out.stdout).unwrap()
+    env.json(&["status", key, "--json"])
 }
 
 fn now_ms() -> u64 {
@@ -150,20 +163,12 @@ fn five_at_once_run_the_command_once(store: &str) {
 fn failed_runs_are_retried_and_successes_skip(store: &str) {
     let Some(env) = warm(store) else { return };
     let run = |script: &str| {
-        env.output(&[
-            "run",
-            "job",
-            "--once-per",
-            "1h",
-            "--ttl",
-            ttl(store),
-            "--owner",
-            "vm-a",
-            "--",
-            "sh",
-            "-c",
-            &format!(r#"echo ran >> "$D/ran"; {script}"#),
-        ])
+        let script = format!(r#"echo ran >> "$D/ran"; {script}"#);
+        env.output(&hourly_job(
+            store,
+            &["--owner", "vm-a"],
+            &["sh", "-c", &script],
+        ))
     };
     // Failed: no success; the attempt is the last run.
     let out = run("exit 3");
@@ -179,16 +184,7 @@ fn failed_runs_are_retried_and_successes_skip(store: &str) {
     assert!(s["last_success"].is_null(), "{s}");
     assert_eq!(s["last_run"]["exit_code"], 128 + libc::SIGKILL, "{s}");
     // Not even started: the same.
-    let out = env.output(&[
-        "run",
-        "job",
-        "--once-per",
-        "1h",
-        "--ttl",
-        ttl(store),
-        "--",
-        "/nonexistent/cmd",
-    ]);
+    let out = env.output(&hourly_job(store, &[], &["/nonexistent/cmd"]));
     assert_eq!(out.code, Some(127), "{out:?}");
     assert!(status(&env, "job")["last_success"].is_null());
     // So the next run runs, and succeeds.
@@ -232,18 +228,10 @@ fn a_run_after_the_period_runs_again(store: &str) {
     let period = SHORT_PERIOD;
     let once_per = format!("{period}s");
     let run = || {
-        env.output(&[
-            "run",
-            "job",
-            "--once-per",
-            &once_per,
-            "--ttl",
-            ttl(store),
-            "--",
-            "sh",
-            "-c",
-            r#"echo ran >> "$D/ran""#,
-        ])
+        counted_run(
+            &env,
+            &["run", "job", "--once-per", &once_per, "--ttl", ttl(store)],
+        )
     };
     assert_eq!(run().code, Some(0));
     assert_eq!(run().code, Some(0));
@@ -269,18 +257,11 @@ fn a_run_after_the_period_runs_again(store: &str) {
 
 fn a_run_that_lost_its_lease_records_no_success(store: &str) {
     let Some(env) = warm(store) else { return };
-    let mut child = env.spawn(&[
-        "run",
-        "job",
-        "--once-per",
-        "1h",
-        "--ttl",
-        ttl(store),
-        "--",
-        "sh",
-        "-c",
-        "echo started; exec sleep 600",
-    ]);
+    let mut child = env.spawn(&hourly_job(
+        store,
+        &[],
+        &["sh", "-c", "echo started; exec sleep 600"],
+    ));
     let mut out = stdout_reader(&mut child);
     let line = read_line(&mut out);
     if line != "started" {
@@ -301,34 +282,9 @@ fn a_run_that_lost_its_lease_records_no_success(store: &str) {
         assert_eq!(s["last_run"]["outcome"], "lease_lost", "{s}");
     }
     // So the next run runs the command.
-    let next = env.output(&[
-        "run",
-        "job",
-        "--once-per",
-        "1h",
-        "--ttl",
-        ttl(store),
-        "--",
-        "sh",
-        "-c",
-        "echo again",
-    ]);
+    let next = env.output(&hourly_job(store, &[], &["sh", "-c", "echo again"]));
     assert_eq!(next.code, Some(0), "{next:?}");
     assert_eq!(next.stdout, "again\n");
-}
-
-macro_rules! on_every_store {
-    ($($name:ident),+) => {
-        mod sqlite { $( #[test] fn $name() { super::$name("sqlite") } )+ }
-        mod dynamodb { $( #[test] fn $name() { super::$name("dynamodb") } )+ }
-        mod azblob { $( #[test] fn $name() { super::$name("azblob") } )+ }
-        mod postgres { $( #[test] fn $name() { super::$name("postgres") } )+ }
-        mod redis { $( #[test] fn $name() { super::$name("redis") } )+ }
-        #[cfg(feature = "etcd")]
-        mod etcd { $( #[test] fn $name() { super::$name("etcd") } )+ }
-        #[cfg(feature = "s3")]
-        mod s3 { $( #[test] fn $name() { super::$name("s3") } )+ }
-    };
 }
 
 on_every_store!(
@@ -338,18 +294,33 @@ on_every_store!(
     a_run_that_lost_its_lease_records_no_success
 );
 
+/// `leasehold ARGS -- sh -c SCRIPT` (a script that prints `started`
+/// first), sent `signal` once its command started; with its stdout.
+fn signalled_once_started(
+    env: &Env,
+    args: &str,
+    script: &str,
+    signal: i32,
+) -> (
+    std::process::Child,
+    std::io::BufReader<std::process::ChildStdout>,
+) {
+    let (child, out) = env.spawn_until(&sh(args, script), "started");
+    kill(child.id(), signal);
+    (child, out)
+}
+
 /// Told to stop (SIGTERM forwarded), a command that exits 0 anyway has not
 /// succeeded: no success is recorded.
 #[test]
 fn an_interrupted_run_records_no_success() {
     let env = Env::new();
-    let mut child = env.spawn(&sh(
+    let (mut child, _out) = signalled_once_started(
+        &env,
         "run job --once-per 1h",
         "trap 'exit 0' TERM; echo started; while :; do sleep 0.1; done",
-    ));
-    let mut out = stdout_reader(&mut child);
-    assert_eq!(read_line(&mut out), "started");
-    kill(child.id(), libc::SIGTERM);
+        libc::SIGTERM,
+    );
     assert_eq!(
         wait_with_timeout(&mut child, Duration::from_secs(30)),
         Some(0)
@@ -364,18 +335,7 @@ fn an_interrupted_run_records_no_success() {
 #[test]
 fn a_store_that_lost_its_data_runs_the_job() {
     let env = Env::new();
-    let run = || {
-        env.output(&[
-            "run",
-            "job",
-            "--once-per",
-            "1h",
-            "--",
-            "sh",
-            "-c",
-            r#"echo ran >> "$D/ran""#,
-        ])
-    };
+    let run = || counted_run(&env, &["run", "job", "--once-per", "1h"]);
     assert_eq!(run().code, Some(0));
     assert_eq!(run().code, Some(0));
     assert_eq!(lines(&env, "ran"), 1);
@@ -438,13 +398,12 @@ fn once_per_usage_errors_exit_2_before_anything_runs() {
 #[test]
 fn a_killed_leasehold_records_nothing_and_the_next_attempt_runs() {
     let env = Env::new();
-    let mut child = env.spawn(&sh(
+    let (mut child, _out) = signalled_once_started(
+        &env,
         "run job --once-per 1h --ttl 2s",
         "echo started; exec sleep 600",
-    ));
-    let mut out = stdout_reader(&mut child);
-    assert_eq!(read_line(&mut out), "started");
-    kill(child.id(), libc::SIGKILL);
+        libc::SIGKILL,
+    );
     child.wait().unwrap();
     let s = status(&env, "job");
     assert!(

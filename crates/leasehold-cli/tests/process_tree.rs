@@ -118,9 +118,7 @@ fn signals_reach_the_whole_group(store: &str) {
     let mut args = vec!["run", "tree/signal", "--wait", "60s"];
     args.extend(lease(store));
     args.extend(["--", "sh", "-c", "sh \"$D/worker.sh\" & wait"]);
-    let mut holder = env.spawn(&args);
-    let mut out = stdout_reader(&mut holder);
-    assert_eq!(read_line(&mut out), "ready");
+    let (mut holder, mut out) = env.spawn_until(&args, "ready");
     kill(holder.id(), libc::SIGTERM);
     assert_eq!(read_line(&mut out), "got-term");
     let code = wait_with_timeout(&mut holder, Duration::from_secs(10));
@@ -129,20 +127,6 @@ fn signals_reach_the_whole_group(store: &str) {
         Some(128 + libc::SIGTERM),
         "the command's shell died of the forwarded SIGTERM"
     );
-}
-
-macro_rules! on_every_store {
-    ($($test:ident),+ $(,)?) => {
-        mod sqlite { $( #[test] fn $test() { super::$test("sqlite") } )+ }
-        mod azblob { $( #[test] fn $test() { super::$test("azblob") } )+ }
-        mod dynamodb { $( #[test] fn $test() { super::$test("dynamodb") } )+ }
-        mod postgres { $( #[test] fn $test() { super::$test("postgres") } )+ }
-        mod redis { $( #[test] fn $test() { super::$test("redis") } )+ }
-        #[cfg(feature = "etcd")]
-        mod etcd { $( #[test] fn $test() { super::$test("etcd") } )+ }
-        #[cfg(feature = "s3")]
-        mod s3 { $( #[test] fn $test() { super::$test("s3") } )+ }
-    };
 }
 
 on_every_store!(
@@ -418,9 +402,10 @@ fn child_of(parent: u32) -> i32 {
 
 /// Holds `key` with a command that says "held" and sleeps.
 fn hold(env: &Env, key: &str) -> std::process::Child {
-    let mut holder = env.spawn(&["run", key, "--", "sh", "-c", "echo held; exec sleep 300"]);
-    let mut out = stdout_reader(&mut holder);
-    assert_eq!(read_line(&mut out), "held");
+    let (holder, _out) = env.spawn_until(
+        &["run", key, "--", "sh", "-c", "echo held; exec sleep 300"],
+        "held",
+    );
     holder
 }
 

@@ -141,14 +141,11 @@ async fn a_lost_lease_stops_the_command_and_exits_76() {
 fn sigterm_is_forwarded_to_the_command() {
     let env = Env::new();
     let script = r#"trap "echo got TERM; exit 3" TERM; echo ready; while :; do sleep 0.05; done"#;
-    let mut holder = env.spawn(&["run", "k", "--", "sh", "-c", script]);
-    let mut out = stdout_reader(&mut holder);
-    assert_eq!(read_line(&mut out), "ready");
+    let (mut holder, mut out) = env.spawn_until(&["run", "k", "--", "sh", "-c", script], "ready");
     kill(holder.id(), libc::SIGTERM);
     assert_eq!(wait_with_timeout(&mut holder, 10 * SECS), Some(3));
     assert_eq!(read_line(&mut out), "got TERM");
-    let status = env.output(&["status", "k", "--json"]);
-    let json: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
+    let json = env.json(&["status", "k", "--json"]);
     assert!(
         json["holder"].is_null(),
         "released after the command ended: {json}"
@@ -299,8 +296,7 @@ fn a_grant_that_lands_after_an_interrupted_wait_is_released_before_exit() {
     db.execute_batch("ROLLBACK").unwrap();
     assert_eq!(wait_with_timeout(&mut waiter, 30 * SECS), Some(130));
     assert_eq!(read_all(waiter.stdout.as_mut().unwrap()), "");
-    let status = env.output(&["status", "k", "--json"]);
-    let json: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
+    let json = env.json(&["status", "k", "--json"]);
     assert!(
         json["holder"].is_null(),
         "the late grant was left held: {json}"
@@ -313,9 +309,10 @@ fn a_zero_wait_takes_a_free_lock_and_gives_up_on_a_held_one() {
     let free = env.output(&["run", "--wait", "0s", "k", "--", "echo", "ran"]);
     assert_eq!(free.code, Some(0), "{}", free.stderr);
     assert_eq!(free.stdout, "ran\n");
-    let mut holder = env.spawn(&["run", "k", "--", "sh", "-c", "echo ready; sleep 30"]);
-    let mut out = stdout_reader(&mut holder);
-    assert_eq!(read_line(&mut out), "ready");
+    let (mut holder, _out) = env.spawn_until(
+        &["run", "k", "--", "sh", "-c", "echo ready; sleep 30"],
+        "ready",
+    );
     let held = env.output(&["run", "--wait", "0s", "k", "--", "echo", "ran"]);
     assert_eq!(held.code, Some(75), "{}", held.stderr);
     assert!(held.stderr.contains("held by"), "{}", held.stderr);

@@ -40,9 +40,7 @@ fn status_list_break_elect_and_leader_work(store: &str) {
         script,
     ]);
     let token: u64 = read_line(&mut stdout_reader(&mut holder)).parse().unwrap();
-    let status = env.output(&["status", "jobs/a", "--json"]);
-    assert_eq!(status.code, Some(0), "{status:?}");
-    let json: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
+    let json = env.json(&["status", "jobs/a", "--json"]);
     assert_eq!(json["holder"]["owner"]["label"], holder_label, "{json}");
     assert_eq!(json["fencing_token"], token, "{json}");
     let list = env.output(&["list", "--prefix", "jobs/"]);
@@ -70,9 +68,7 @@ fn status_list_break_elect_and_leader_work(store: &str) {
         script,
     ]);
     let term: u64 = read_line(&mut stdout_reader(&mut leader)).parse().unwrap();
-    let out = env.output(&["leader", "svc", "--json"]);
-    assert_eq!(out.code, Some(0), "{out:?}");
-    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let json = env.json(&["leader", "svc", "--json"]);
     assert_eq!(json["owner"]["label"], leader_label, "{json}");
     assert_eq!(json["fencing_token"], term, "{json}");
     kill(leader.id(), libc::SIGTERM);
@@ -114,15 +110,6 @@ fn a_wrong_password_is_never_printed(store: &str) {
         // (PostgreSQL's own refusal names the user; the CLI adds nothing.)
         assert!(!stderr.contains(user), "{stderr}");
     }
-}
-
-macro_rules! on_every_server {
-    ($($test:ident),+ $(,)?) => {
-        mod postgres { $( #[test] fn $test() { super::$test("postgres") } )+ }
-        mod redis { $( #[test] fn $test() { super::$test("redis") } )+ }
-        #[cfg(feature = "etcd")]
-        mod etcd { $( #[test] fn $test() { super::$test("etcd") } )+ }
-    };
 }
 
 on_every_server!(

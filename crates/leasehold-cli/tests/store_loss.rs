@@ -23,32 +23,15 @@ fn file_deleted_under_a_frozen_holder_with_a_long_ttl() {
     let url = |max_ttl: &str| format!("sqlite:{}?max_ttl={max_ttl}", path.display());
 
     // A holder of a 4-minute lease on a store whose max TTL is 10 minutes.
-    let mut first = env
-        .leasehold()
-        .env("LEASEHOLD_STORE", url("10m"))
-        .env("LEASEHOLD_TEST_CONFIRMATION_WINDOW", WINDOW_SECS)
-        .args([
-            "run",
-            "lost/k",
-            "--ttl",
-            "240s",
-            "--grace",
-            "1s",
-            "--",
-            "sh",
-            "-c",
-            "echo $LEASEHOLD_FENCING_TOKEN; sleep 300 & echo $!; echo $$; wait",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = stdout_reader(&mut first);
-    let first_token: u64 = read_line(&mut out).parse().expect("the first token");
-    let pids: Vec<i32> = (0..2)
-        .map(|_| read_line(&mut out).parse().expect("a pid"))
-        .collect();
-    std::thread::spawn(move || read_all(&mut out));
+    let mut first = piped(
+        env.leasehold()
+            .env("LEASEHOLD_STORE", url("10m"))
+            .env("LEASEHOLD_TEST_CONFIRMATION_WINDOW", WINDOW_SECS)
+            .args([
+                "run", "lost/k", "--ttl", "240s", "--grace", "1s", "--", "sh", "-c", TREE,
+            ]),
+    );
+    let (first_token, pids) = token_and_pids(&mut first);
 
     // Cut off: it renews nothing from now on, and only its watchdog can
     // stop its command.
@@ -62,10 +45,7 @@ fn file_deleted_under_a_frozen_holder_with_a_long_ttl() {
 
     // A process with a short max TTL re-creates the store and runs the
     // key: its command looks for the first command's processes at once.
-    let check = format!(
-        "for p in {} {}; do kill -0 $p 2>/dev/null && echo alive $p; done; echo $LEASEHOLD_FENCING_TOKEN",
-        pids[0], pids[1]
-    );
+    let check = tree_check(pids);
     let second = env
         .leasehold()
         .env("LEASEHOLD_STORE", url("3s"))
@@ -78,16 +58,7 @@ fn file_deleted_under_a_frozen_holder_with_a_long_ttl() {
     let stdout = String::from_utf8_lossy(&second.stdout);
     let stderr = String::from_utf8_lossy(&second.stderr);
     assert_eq!(second.status.code(), Some(0), "{stdout} {stderr}");
-    let mut lines = stdout.lines();
-    let token: u64 = lines
-        .next()
-        .and_then(|l| l.parse().ok())
-        .unwrap_or_else(|| panic!("the first command still ran when the second started: {stdout}"));
-    assert!(
-        token > first_token,
-        "token {token} after the file was lost, {first_token} before"
-    );
-    assert_eq!(lines.next(), None, "{stdout}");
+    assert_new_token_and_no_tree(&stdout, first_token, "file");
 
     // Thawed, the first run finds its lease lost.
     drop(frozen);

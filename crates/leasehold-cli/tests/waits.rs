@@ -60,6 +60,23 @@ fn waiter(env: &Env) -> std::process::Child {
     env.spawn(&["run", "k", "--ttl", ttl(env), "--wait", "60s", "--", "true"])
 }
 
+/// An environment on `store` through a [`Proxy`], and that proxy, cut; or
+/// `None` (skipped) when the store's test server is not configured.
+fn cut_off(store: &str) -> Option<(Env, Proxy)> {
+    let mut env = Env::on(store)?;
+    let proxy = env.through_proxy().unwrap();
+    proxy.cut();
+    Some((env, proxy))
+}
+
+/// The store is back (`proxy` restored): the [`waiter`] runs its command
+/// and exits 0.
+fn runs_once_restored(proxy: &Proxy, waiter: std::process::Child, store: &str) {
+    proxy.restore();
+    let (code, stderr) = ended(waiter, Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{store}: {stderr}");
+}
+
 /// A [`waiter`]'s exit code and stderr, once it has ended (within `timeout`).
 fn ended(mut waiter: std::process::Child, timeout: Duration) -> (Option<i32>, String) {
     let code = wait_with_timeout(&mut waiter, timeout);
@@ -120,9 +137,7 @@ fn a_wait_rides_out_a_store_that_stops_answering_for_a_while() {
         proxy.cut();
         end(held);
         std::thread::sleep(Duration::from_secs(3));
-        proxy.restore();
-        let (code, stderr) = ended(waiter, Duration::from_secs(60));
-        assert_eq!(code, Some(0), "{store}: {stderr}");
+        runs_once_restored(&proxy, waiter, store);
     }
 }
 
@@ -132,11 +147,9 @@ fn a_wait_rides_out_a_store_that_stops_answering_for_a_while() {
 #[test]
 fn an_unreachable_store_is_exit_1_with_the_cause() {
     for store in SERVER_STORES {
-        let Some(mut env) = Env::on(store) else {
+        let Some((env, _proxy)) = cut_off(store) else {
             continue;
         };
-        let proxy = env.through_proxy().unwrap();
-        proxy.cut();
         let started = Instant::now();
         let out = env.output(&[
             "run",
@@ -175,9 +188,7 @@ fn a_wait_started_while_the_store_is_unreachable_runs_once_it_is_back() {
             waiter.try_wait().unwrap().is_none(),
             "{store}: gave up while the store was away"
         );
-        proxy.restore();
-        let (code, stderr) = ended(waiter, Duration::from_secs(60));
-        assert_eq!(code, Some(0), "{store}: {stderr}");
+        runs_once_restored(&proxy, waiter, store);
     }
 }
 
@@ -186,11 +197,9 @@ fn a_wait_started_while_the_store_is_unreachable_runs_once_it_is_back() {
 #[test]
 fn ctrl_c_while_the_store_does_not_answer_ends_leasehold() {
     for store in SERVER_STORES {
-        let Some(mut env) = Env::on(store) else {
+        let Some((env, proxy)) = cut_off(store) else {
             continue;
         };
-        let proxy = env.through_proxy().unwrap();
-        proxy.cut();
         let waiter = waiter(&env);
         // Until it has tried to reach the store at least once.
         let started = Instant::now();

@@ -233,10 +233,7 @@ async fn bad_region_endpoint_and_credentials_are_clear_errors() {
         .build()
         .await
         .unwrap_err();
-    assert!(
-        matches!(err, Error::InvalidInput { what: "region", .. }),
-        "{err}"
-    );
+    leasehold::conformance::assert_invalid_input(&err, "region");
     no_secret(&err);
     let bare = SdkConfig::builder()
         .behavior_version(BehaviorVersion::latest())
@@ -248,10 +245,7 @@ async fn bad_region_endpoint_and_credentials_are_clear_errors() {
         .build()
         .await
         .unwrap_err();
-    assert!(
-        matches!(err, Error::InvalidInput { what: "region", .. }),
-        "{err}"
-    );
+    leasehold::conformance::assert_invalid_input(&err, "region");
     assert!(err.to_string().contains("region="), "{err}");
     // Well-formed but unknown: its endpoint does not resolve.
     let err = DynamoDbBackend::builder(table)
@@ -273,16 +267,7 @@ async fn bad_region_endpoint_and_credentials_are_clear_errors() {
         .build()
         .await
         .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::Backend {
-                retryable: true,
-                ..
-            }
-        ),
-        "{err}"
-    );
+    leasehold::conformance::assert_backend_error(&err, true);
     let text = err.to_string();
     assert!(
         text.contains("could not reach DynamoDB") && text.contains("127.0.0.1:1"),
@@ -294,31 +279,13 @@ async fn bad_region_endpoint_and_credentials_are_clear_errors() {
     )
     .await
     .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::InvalidInput {
-                what: "endpoint",
-                ..
-            }
-        ),
-        "{err}"
-    );
+    leasehold::conformance::assert_invalid_input(&err, "endpoint");
     let err = DynamoDbBackend::from_url(&format!(
         "dynamodb://locks?region=us-east-1&endpoint=http://key:{SENTINEL}@127.0.0.1:8000"
     ))
     .await
     .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::InvalidInput {
-                what: "endpoint",
-                ..
-            }
-        ),
-        "{err}"
-    );
+    leasehold::conformance::assert_invalid_input(&err, "endpoint");
     no_secret(&err);
     let err = DynamoDbBackend::from_url(&format!(
         "dynamodb://locks?aws_secret_access_key={SENTINEL}"
@@ -336,16 +303,7 @@ async fn bad_region_endpoint_and_credentials_are_clear_errors() {
         .build()
         .await
         .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::Backend {
-                retryable: false,
-                ..
-            }
-        ),
-        "{err}"
-    );
+    leasehold::conformance::assert_backend_error(&err, false);
     assert!(err.to_string().contains("refused the credentials"), "{err}");
     no_secret(&err);
     let err = DynamoDbBackend::builder(table)
@@ -355,16 +313,7 @@ async fn bad_region_endpoint_and_credentials_are_clear_errors() {
         .build()
         .await
         .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::Backend {
-                retryable: false,
-                ..
-            }
-        ),
-        "{err}"
-    );
+    leasehold::conformance::assert_backend_error(&err, false);
     assert!(err.to_string().contains("no AWS credentials"), "{err}");
 
     // A working backend built with the secret never shows it either.
@@ -441,26 +390,12 @@ async fn table_deleted_under_a_live_holder() {
     assert!(after > before, "epoch {after} after {before}");
 }
 
-/// A holder of a 30-minute lease on a table opened with a max TTL of 30
-/// minutes; the table deleted; a process with the default max TTL
-/// re-creates it: it is not granted the key while the holder can still
-/// believe it holds (issue #28).
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn store_loss_quarantine_outlasts_a_longer_holder() {
-    table_deleted_and_recreated(Recreation::QuarantineOutlastsHolder).await;
-}
-
-/// The same, and the re-created table's grant has a greater token than the
-/// holder's: the table is deleted and created again within the second it
-/// was created in, and its epoch (the creation time in whole seconds)
-/// would repeat if the first grant had not waited for that second to end.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn store_recreated_at_once_issues_greater_tokens() {
-    table_deleted_and_recreated(Recreation::AtOnceGreaterTokens).await;
-}
+leasehold::recreation_tests!(table_deleted_and_recreated);
 
 /// `test` on a table of its own, opened with a 30-minute max TTL, deleted,
-/// and re-created with the default.
+/// and re-created with the default. Re-created at once, the table's epoch
+/// (the creation time in whole seconds) would repeat if the first grant had
+/// not waited for that second to end.
 async fn table_deleted_and_recreated(test: Recreation) {
     if !common::available() {
         return;

@@ -4,8 +4,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use leasehold::{
@@ -83,47 +82,26 @@ async fn skewed_clocks_never_both_hold_a_lock() {
     let store_b = Store::with_clock(Arc::new(b.build().await.unwrap()), clock_b);
     let key = common::unique_key("skew");
     let ttl = Duration::from_secs(1);
-    let inside = Arc::new(AtomicBool::new(false));
-    let tokens = Arc::new(Mutex::new(Vec::new()));
-    let mut tasks = Vec::new();
+    let mut locks = Vec::new();
     for store in [&store_a, &store_b] {
         for _ in 0..2 {
-            let lock = store
-                .lock_with(
-                    &key,
-                    LockOptions::new()
-                        .ttl(ttl)
-                        .poll_interval(Duration::from_millis(20), Duration::from_millis(60)),
-                )
-                .unwrap();
-            let inside = inside.clone();
-            let tokens = tokens.clone();
-            tasks.push(tokio::spawn(async move {
-                for _ in 0..2 {
-                    let guard = lock
-                        .acquire_timeout(Duration::from_secs(120))
-                        .await
-                        .unwrap();
-                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
-                    tokens.lock().unwrap().push(guard.fencing_token());
-                    // Longer than the TTL: only renewals keep the lease, and a
-                    // wrongful takeover would land inside this section.
-                    tokio::select! {
-                        _ = tokio::time::sleep(ttl * 3 / 2) => {}
-                        reason = guard.lost() => panic!("lease lost while renewing: {reason}"),
-                    }
-                    inside.store(false, Ordering::SeqCst);
-                    guard.release().await.unwrap();
-                }
-            }));
+            let options = LockOptions::new()
+                .ttl(ttl)
+                .poll_interval(Duration::from_millis(20), Duration::from_millis(60));
+            locks.push(store.lock_with(&key, options).unwrap());
         }
     }
-    for t in tasks {
-        t.await.unwrap();
-    }
-    let tokens = tokens.lock().unwrap();
-    assert_eq!(tokens.len(), 8);
-    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+    // 2 machines of 2 tasks, 2 rounds each: 8 grants.
+    leasehold::conformance::take_turns(locks, 2, move |guard| async move {
+        // Longer than the TTL: only renewals keep the lease, and a
+        // wrongful takeover would land inside this section.
+        tokio::select! {
+            _ = tokio::time::sleep(ttl * 3 / 2) => {}
+            reason = guard.lost() => panic!("lease lost while renewing: {reason}"),
+        }
+        guard
+    })
+    .await;
 }
 
 /// A holder that stops renewing is taken over only after its whole TTL has

@@ -46,17 +46,22 @@ fn opts() -> LockOptions {
     LockOptions::new().ttl(Duration::from_secs(2))
 }
 
+/// A store on `server`, opened with the right password.
+async fn open_with_the_password(server: &PrivateServer) -> Store {
+    let backend = EtcdBackendBuilder::from_url(&url(server, PASSWORD))
+        .unwrap()
+        .build()
+        .await
+        .expect("open with the right password");
+    Store::new(backend)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_and_password_open_the_store_and_take_a_lock() {
     let Some(server) = server_with_auth(300).await else {
         return;
     };
-    let backend = EtcdBackendBuilder::from_url(&url(&server, PASSWORD))
-        .unwrap()
-        .build()
-        .await
-        .expect("open with the right password");
-    let store = Store::new(backend);
+    let store = open_with_the_password(&server).await;
     // A new store: the wait covers its quarantine (max TTL 2 s).
     let guard = store
         .lock_with("k", opts())
@@ -81,12 +86,7 @@ async fn an_expired_auth_token_is_renewed_and_the_wait_succeeds() {
     let Some(server) = server_with_auth(1).await else {
         return;
     };
-    let backend = EtcdBackendBuilder::from_url(&url(&server, PASSWORD))
-        .unwrap()
-        .build()
-        .await
-        .expect("open with the right password");
-    let store = Store::new(backend);
+    let store = open_with_the_password(&server).await;
     // Idle for longer than the token's TTL (a server-side timer: nothing
     // to wait on but the time itself).
     tokio::time::sleep(Duration::from_millis(2500)).await;

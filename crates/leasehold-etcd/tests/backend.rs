@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use leasehold::conformance::current_epoch;
 use leasehold::conformance::servers::suite;
 use leasehold::{
-    backend::{AcquireOutcome, AcquireRequest, Backend, Lease, LeaseId},
-    Error, Key, Owner,
+    backend::{AcquireOutcome, Backend, Lease},
+    Error, Key,
 };
 use leasehold_etcd::{EtcdBackend, EtcdBackendBuilder};
 
@@ -110,20 +110,11 @@ async fn tokens_count_per_key_within_the_epoch() {
 /// timeout.
 #[tokio::test]
 async fn unreachable_server_fails_retryably() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let started = Instant::now();
-    let err = EtcdBackendBuilder::from_url(&format!("etcd://127.0.0.1:{port}"))
-        .unwrap()
-        .request_timeout(Duration::from_secs(1))
-        .build()
-        .await
-        .unwrap_err();
-    assert!(err.is_retryable(), "{err}");
-    assert!(started.elapsed() < Duration::from_secs(5));
+    suite::unreachable_server_fails_retryably::<common::Etcd>(
+        |port| format!("etcd://127.0.0.1:{port}"),
+        Duration::from_secs(5),
+    )
+    .await;
 }
 
 /// A user and password the server refuses (here: auth not enabled) fail
@@ -214,14 +205,8 @@ async fn an_attempt_on_a_held_key_is_one_request() {
     };
     let key = Key::new(common::unique_key("held-poll")).unwrap();
     let held = grant(&backend, &key, Duration::from_secs(5)).await;
-    let request = AcquireRequest {
-        key: key.clone(),
-        lease_id: LeaseId::random(),
-        ttl: Duration::from_secs(5),
-        owner: Owner::current(),
-        data: None,
-        epoch: Some(held.epoch),
-    };
+    let ttl = Duration::from_secs(5);
+    let request = leasehold::conformance::acquire_request(key.as_str(), ttl, Some(held.epoch));
     let before = backend.requests_sent();
     let outcome = backend.try_acquire(&request).await.unwrap();
     assert_eq!(backend.requests_sent() - before, 1);

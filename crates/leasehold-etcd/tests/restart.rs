@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::PrivateServer;
 use leasehold::conformance::servers::suite;
-use leasehold::{LossReason, Store};
+use leasehold::LossReason;
 
 /// Waits until the new store's epoch is older than its max TTL by the
 /// server's timer (so no process quarantines it). A restart extends that
@@ -38,8 +38,7 @@ async fn server_restart_holder_renews_or_is_told_lost() {
     let Some(server) = PrivateServer::start().await else {
         return;
     };
-    let a = Store::new(server.backend().await);
-    let b = Store::new(server.backend().await);
+    let (a, b) = suite::two_stores(|| server.backend()).await;
     settle(&server).await;
     let ttl = Duration::from_secs(8);
     let key = "restart/job";
@@ -65,8 +64,7 @@ async fn wiped_cluster_is_a_new_epoch() {
     let Some(server) = PrivateServer::start().await else {
         return;
     };
-    let a = Store::new(server.backend().await);
-    let b = Store::new(server.backend().await);
+    let (a, b) = suite::two_stores(|| server.backend()).await;
     let max_ttl = a.backend().capabilities().max_ttl;
     settle(&server).await;
     let ttl = Duration::from_secs(3);

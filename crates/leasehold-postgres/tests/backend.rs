@@ -10,7 +10,7 @@ use common::Postgres;
 use leasehold::conformance::servers::suite::{self, ServerExpiry};
 use leasehold::{
     backend::{AcquireOutcome, Backend},
-    Key, LossReason, Store,
+    LossReason, Store,
 };
 use leasehold_postgres::PostgresBackendBuilder;
 
@@ -118,29 +118,14 @@ async fn restored_table_starts_a_new_epoch() {
     assert!(matches!(reason, LossReason::Revoked(_)), "{reason:?}");
     // A raw acquire in the old epoch is refused, and starts a new one.
     let b = open().await;
-    let req = leasehold::backend::AcquireRequest {
-        key: Key::new(&key).unwrap(),
-        lease_id: leasehold::backend::LeaseId::random(),
-        ttl,
-        owner: leasehold::Owner::current(),
-        data: None,
-        epoch: Some(before.epoch),
-    };
+    let req = leasehold::conformance::acquire_request(&key, ttl, Some(before.epoch));
     let outcome = b.try_acquire(&req).await.unwrap();
     let AcquireOutcome::OtherEpoch(after) = outcome else {
         panic!("granted on restored data: {outcome:?}");
     };
-    assert!(after.epoch > before.epoch, "{after:?} vs {before:?}");
-    assert!(after.age.unwrap() < after.max_ttl, "{after:?}");
     // Through the core: quarantine, then a token above the old ones.
-    let guard = Store::new(b)
-        .lock_with(&key, suite::quick_polls(ttl))
-        .unwrap()
-        .acquire_timeout(common::MAX_TTL * 3)
-        .await
-        .unwrap();
-    assert!(guard.fencing_token() > first);
-    guard.release().await.unwrap();
+    let (epochs, wait) = ((&before, &after), common::MAX_TTL * 3);
+    suite::new_epoch_grants_above(b, &key, epochs, ttl, wait, first).await;
 }
 
 /// The password shows nowhere: not in the builder's or the backend's

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use common::PrivateServer;
 use leasehold::conformance::servers::suite;
-use leasehold::Store;
 
 /// A quick restart (shorter than the TTL): the holder renews over new
 /// connections and keeps its lease; nobody else is granted meanwhile. A
@@ -20,8 +19,7 @@ async fn server_restart_holder_renews_or_is_told_lost() {
     let Some(server) = PrivateServer::start().await else {
         return;
     };
-    let a = Store::new(server.backend().await);
-    let b = Store::new(server.backend().await);
+    let (a, b) = suite::two_stores(|| server.backend()).await;
     let epoch = a.backend().capabilities().max_ttl;
     // A new table: wait out its quarantine once.
     tokio::time::sleep(epoch + Duration::from_millis(100)).await;

@@ -32,26 +32,12 @@ async fn store_loss_forgets_runs() {
     leasehold::conformance::store_loss_forgets_runs(store, |_| flushall(&server)).await;
 }
 
-/// A holder of a 30-minute lease on a store opened with `?max_ttl=30m`;
-/// `FLUSHALL`; a process with the default max TTL re-creates the store: it
-/// is not granted the key while the holder can still believe it holds
-/// (issue #28).
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn store_loss_quarantine_outlasts_a_longer_holder() {
-    recreated_at_once(Recreation::QuarantineOutlastsHolder).await;
-}
-
-/// The same, and the re-created store's grant has a greater token than
-/// the holder's: the store is lost and started again within the second it
-/// was started in, and its epoch (the server clock's next second) would
-/// repeat if the first grant had not waited for that second to begin.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn store_recreated_at_once_issues_greater_tokens() {
-    recreated_at_once(Recreation::AtOnceGreaterTokens).await;
-}
+leasehold::recreation_tests!(recreated_at_once);
 
 /// `test` on a private server: a holder on a store opened with
 /// `?max_ttl=30m`, `FLUSHALL`, and the store re-created with the default.
+/// Re-created at once, the store's epoch (the server clock's next second)
+/// would repeat if the first grant had not waited for that second to begin.
 async fn recreated_at_once(test: Recreation) {
     let Some(server) = PrivateServer::start(false).await else {
         return;

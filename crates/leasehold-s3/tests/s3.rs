@@ -40,10 +40,9 @@ async fn etag(backend: &S3Backend, key: &str) -> String {
 /// gets the key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn renewals_change_the_etag_even_with_a_frozen_wall_clock() {
-    if !common::available() {
+    let Some(prefix) = common::prefix_of_its_own() else {
         return;
-    }
-    let prefix = common::unique_prefix();
+    };
     let frozen = SystemTime::now();
     let holder_backend = Arc::new(
         common::builder_for(common::BUCKET, &prefix)
@@ -162,13 +161,10 @@ async fn bucket_exists(bucket: &str) -> bool {
 /// default it is created, and a second backend uses it as it is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_bucket_is_created_only_when_allowed() {
-    if !common::available() {
+    let Some(bucket) = common::bucket_of_its_own() else {
         return;
-    }
-    let bucket = common::unique_bucket();
-    let err = common::builder_for(&bucket, "")
-        .creation(Creation::Never)
-        .build()
+    };
+    let err = common::open_bucket(&bucket, Creation::Never)
         .await
         .unwrap_err();
     assert!(matches!(err, Error::NoStore { .. }), "{err}");
@@ -190,11 +186,7 @@ async fn a_missing_bucket_is_created_only_when_allowed() {
     let backend = common::builder_for(&bucket, "").build().await.unwrap();
     assert!(bucket_exists(&bucket).await, "the bucket was not created");
     let epoch = backend.epoch().epoch;
-    let again = common::builder_for(&bucket, "")
-        .creation(Creation::Never)
-        .build()
-        .await
-        .unwrap();
+    let again = common::open_bucket(&bucket, Creation::Never).await.unwrap();
     assert_eq!(again.epoch().epoch, epoch, "the second backend's store");
     common::delete_bucket(&common::client().await, &bucket).await;
 }
@@ -203,10 +195,9 @@ async fn a_missing_bucket_is_created_only_when_allowed() {
 /// before anything is sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn opens_from_url() {
-    if !common::available() {
+    let Some(prefix) = common::prefix_of_its_own() else {
         return;
-    }
-    let prefix = common::unique_prefix();
+    };
     let url = format!(
         "s3://{}/{prefix}?region={}&endpoint={}&max_ttl=7s",
         common::BUCKET,
@@ -266,12 +257,7 @@ async fn a_key_deleted_by_hand_still_gets_greater_tokens() {
         .unwrap();
     // Another process (which never saw the key) asks for it.
     let other = Store::new(common::backend().await.unwrap());
-    let g = other
-        .lock_with(&key, opts(Duration::from_secs(5)))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let g = leasehold::conformance::take(&other, &key, opts(Duration::from_secs(5))).await;
     assert!(
         g.fencing_token() > last,
         "token {} for the key's new object is not above the deleted one's {last}",
@@ -289,13 +275,10 @@ async fn a_key_deleted_by_hand_still_gets_greater_tokens() {
 /// after the holder was told lost, with a greater token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn bucket_deleted_under_a_live_holder() {
-    if !common::available() {
+    let Some(bucket) = common::bucket_of_its_own() else {
         return;
-    }
-    let bucket = common::unique_bucket();
-    let backend = common::builder_for(&bucket, "")
-        .creation(Creation::NewProven)
-        .build()
+    };
+    let backend = common::open_bucket(&bucket, Creation::NewProven)
         .await
         .unwrap();
     let before = backend.epoch().epoch;
@@ -326,29 +309,14 @@ async fn open_store(prefix: &str, max_ttl: Duration) -> Arc<dyn Backend> {
     )
 }
 
-/// A holder of a 30-minute lease on a store opened with a max TTL of 30
-/// minutes; the store's objects deleted; a process with the default max
-/// TTL re-creates it: it is not granted the key while the holder can still
-/// believe it holds.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn store_loss_quarantine_outlasts_a_longer_holder() {
-    store_deleted_and_recreated(Recreation::QuarantineOutlastsHolder).await;
-}
-
-/// The same, the store lost and re-created within the second it was
-/// created in: the re-created store's grant has a greater token.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn store_recreated_at_once_issues_greater_tokens() {
-    store_deleted_and_recreated(Recreation::AtOnceGreaterTokens).await;
-}
+leasehold::recreation_tests!(store_deleted_and_recreated);
 
 /// `test` on a store of its own, opened with a 30-minute max TTL, its
 /// objects deleted, and re-created with the default.
 async fn store_deleted_and_recreated(test: Recreation) {
-    if !common::available() {
+    let Some(prefix) = common::prefix_of_its_own() else {
         return;
-    }
-    let prefix = common::unique_prefix();
+    };
     let holder = open_store(&prefix, Duration::from_secs(30 * 60)).await;
     test.run(
         holder,
@@ -366,10 +334,9 @@ async fn store_deleted_and_recreated(test: Recreation) {
 /// process may have started the new epoch and been granted its key).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_holder_is_told_of_loss_once_the_epoch_marker_is_gone() {
-    if !common::available() {
+    let Some(prefix) = common::prefix_of_its_own() else {
         return;
-    }
-    let prefix = common::unique_prefix();
+    };
     let store = Store::new(common::fresh_backend(&prefix).await);
     let key = common::unique_key("marker-gone");
     let ttl = Duration::from_secs(4);
@@ -403,10 +370,9 @@ async fn a_holder_is_told_of_loss_once_the_epoch_marker_is_gone() {
 /// after its last one, which another process has been granted since.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_restored_copy_repeats_no_token_for_a_process_that_wrote_it() {
-    if !common::available() {
+    let Some(prefix) = common::prefix_of_its_own() else {
         return;
-    }
-    let prefix = common::unique_prefix();
+    };
     let first = common::fresh_backend(&prefix).await;
     let second = common::builder_for(common::BUCKET, &prefix)
         .build()
@@ -459,14 +425,7 @@ async fn a_restored_copy_repeats_no_token_for_a_process_that_wrote_it() {
             .unwrap();
     }
 
-    let req = leasehold::backend::AcquireRequest {
-        key: Key::new(&key).unwrap(),
-        lease_id: leasehold::backend::LeaseId::random(),
-        ttl,
-        owner: leasehold::Owner::current(),
-        data: None,
-        epoch: Some(lease.epoch),
-    };
+    let req = leasehold::conformance::acquire_request(&key, ttl, Some(lease.epoch));
     match first.try_acquire(&req).await.unwrap() {
         leasehold::backend::AcquireOutcome::Acquired(g) => assert!(
             g.fencing_token > later.fencing_token,
@@ -485,10 +444,9 @@ async fn a_restored_copy_repeats_no_token_for_a_process_that_wrote_it() {
 /// as any other, since a holder of a deleted key may still run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_store_over_left_objects_is_not_settled_at_once() {
-    if !common::available() {
+    let Some(prefix) = common::prefix_of_its_own() else {
         return;
-    }
-    let prefix = common::unique_prefix();
+    };
     let backend = common::fresh_backend(&prefix).await;
     assert!(backend.epoch().is_proven(), "a new prefix: proven");
     let lease = leasehold::conformance::raw_lease(&backend, "k", Duration::from_secs(5)).await;

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use leasehold::backend::{AcquireOutcome, AcquireRequest, Backend, Lease, Wrapper};
-use leasehold::{Result, Store};
+use leasehold::{LockOptions, Result, Store};
 use tokio::sync::Notify;
 
 /// The memory backend, whose acquisitions and releases are answered only
@@ -67,15 +67,8 @@ async fn finish_background_waits_for_background_releases_to_end() {
 
     // A grant and a release first, so that this store knows the store's
     // epoch and its next attempt can be granted.
-    store
-        .lock("k")
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    let guard = leasehold::conformance::take(&store, "k", LockOptions::default()).await;
+    guard.release().await.unwrap();
     assert_eq!(backend.releases.load(Ordering::SeqCst), 1);
 
     // Nothing in the background: at once.

@@ -6,35 +6,12 @@
 use std::path::Path;
 use std::time::Duration;
 
-use leasehold::conformance::take;
+use leasehold::conformance::{sqlite_dump as dump, take};
 use leasehold::sqlite::SqliteBackend;
 use leasehold::{
     backend::{Backend, DEFAULT_STORE_MAX_TTL},
     Creation, Error, Store,
 };
-
-/// Every row of both tables, as text.
-fn dump(path: &Path) -> String {
-    let conn =
-        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .unwrap();
-    let mut out = String::new();
-    for table in ["leasehold_leases", "leasehold_store"] {
-        let mut stmt = conn
-            .prepare(&format!("SELECT * FROM {table} ORDER BY 1"))
-            .unwrap();
-        let n = stmt.column_count();
-        let mut rows = stmt.query([]).unwrap();
-        while let Some(row) = rows.next().unwrap() {
-            for i in 0..n {
-                let v: rusqlite::types::Value = row.get(i).unwrap();
-                out.push_str(&format!("{v:?}|"));
-            }
-            out.push('\n');
-        }
-    }
-    out
-}
 
 fn open(path: &Path, creation: Creation) -> leasehold::Result<SqliteBackend> {
     SqliteBackend::open_with(path, DEFAULT_STORE_MAX_TTL, creation)

@@ -5,7 +5,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
 use leasehold::sqlite::SqliteBackend;
@@ -25,6 +25,17 @@ fn spawn(role: &str, path: &Path) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
+}
+
+/// A child process in `role` on the store at `path`, its stdout, and the
+/// token of the grant it reported first.
+fn granted_holder(role: &str, path: &Path) -> (Child, BufReader<ChildStdout>, u64) {
+    let mut holder = spawn(role, path);
+    let mut holder_out = BufReader::new(holder.stdout.take().unwrap());
+    let first: u64 = read_line_starting(&mut holder_out, "granted ")[0]
+        .parse()
+        .unwrap();
+    (holder, holder_out, first)
 }
 
 fn now_ns() -> u128 {
@@ -122,21 +133,8 @@ fn ten_processes_create_a_missing_store_at_once() {
 }
 
 fn read_line_starting(reader: &mut impl BufRead, prefix: &str) -> Vec<String> {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert!(
-            reader.read_line(&mut line).unwrap() > 0,
-            "child ended before printing {prefix:?}"
-        );
-        // libtest may print "test child ... " on the same line first.
-        if let Some(at) = line.find(prefix) {
-            return line[at + prefix.len()..]
-                .split_whitespace()
-                .map(str::to_string)
-                .collect();
-        }
-    }
+    let rest = leasehold::conformance::line_after(reader, prefix);
+    rest.split_whitespace().map(str::to_string).collect()
 }
 
 /// `rm leases.db*` under a holder in another process, with a waiter in a
@@ -147,11 +145,7 @@ fn read_line_starting(reader: &mut impl BufRead, prefix: &str) -> Vec<String> {
 fn file_deleted_under_a_holder_in_another_process() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("leases.db");
-    let mut holder = spawn("hold-slow", &path);
-    let mut holder_out = BufReader::new(holder.stdout.take().unwrap());
-    let first: u64 = read_line_starting(&mut holder_out, "granted ")[0]
-        .parse()
-        .unwrap();
+    let (mut holder, mut holder_out, first) = granted_holder("hold-slow", &path);
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     }
@@ -186,11 +180,7 @@ fn file_deleted_under_a_holder_reached_through_a_symlink() {
     let path = real.path().join("leases.db");
     let link = other.path().join("leases.db");
     std::os::unix::fs::symlink(&path, &link).unwrap();
-    let mut holder = spawn("hold-slow", &path);
-    let mut holder_out = BufReader::new(holder.stdout.take().unwrap());
-    let first: u64 = read_line_starting(&mut holder_out, "granted ")[0]
-        .parse()
-        .unwrap();
+    let (holder, holder_out, first) = granted_holder("hold-slow", &path);
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     }
@@ -206,11 +196,7 @@ fn file_deleted_under_a_holder_reached_through_a_symlink() {
 fn a_file_last_written_under_another_boot_starts_an_epoch_with_quarantine() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("leases.db");
-    let mut holder = spawn("hold", &path);
-    let mut holder_out = BufReader::new(holder.stdout.take().unwrap());
-    let first: u64 = read_line_starting(&mut holder_out, "granted ")[0]
-        .parse()
-        .unwrap();
+    let (holder, holder_out, first) = granted_holder("hold", &path);
     {
         let conn = rusqlite::Connection::open(&path).unwrap();
         conn.busy_timeout(Duration::from_secs(5)).unwrap();

@@ -19,12 +19,7 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
 
 async fn take_turns(store: &Store, keys: std::ops::Range<u32>) {
     for i in keys {
-        let guard = store
-            .lock(&format!("k{i}"))
-            .unwrap()
-            .try_acquire()
-            .await
-            .unwrap();
+        let guard = leasehold::conformance::take(store, &format!("k{i}"), Default::default()).await;
         guard.release().await.unwrap();
     }
 }

@@ -67,18 +67,7 @@ fn child() {
 /// The rest of the child's next line that starts with `prefix` (the test
 /// harness prints lines of its own).
 fn line_starting(out: &mut impl BufRead, prefix: &str) -> String {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert!(
-            out.read_line(&mut line).unwrap() > 0,
-            "the child ended before {prefix:?}"
-        );
-        // The harness's "test child ... " may precede it on the line.
-        if let Some(at) = line.find(prefix) {
-            return line[at + prefix.len()..].trim_end().to_string();
-        }
-    }
+    leasehold::conformance::line_after(out, prefix)
 }
 
 /// Holds the key, starts a waiter polling every `poll`, releases once it

@@ -96,6 +96,15 @@ pub async fn backend() -> Option<AzureBackend> {
     Some(backend)
 }
 
+/// The keys `store` lists under `prefix`, in its order.
+pub async fn listed_keys(store: &leasehold::Store, prefix: &str) -> Vec<String> {
+    let listed = store.list(prefix).await.unwrap();
+    listed
+        .into_iter()
+        .map(|i| i.key.as_str().to_string())
+        .collect()
+}
+
 /// A prefix no other test uses.
 pub fn unique_prefix() -> String {
     leasehold::conformance::servers::unique_name("t-")
@@ -133,4 +142,63 @@ where
     let policy = std::sync::Arc::new(P::default());
     let backend = builder.per_try_policy(policy.clone()).build().unwrap();
     (backend, policy)
+}
+
+/// Skips the test (returns) when Azurite is not reachable, saying so (or
+/// fails it under `LEASEHOLD_REQUIRE_EMULATORS=1`).
+#[allow(unused_macros)]
+macro_rules! require_azurite {
+    () => {
+        if let Err(why) = common::reachable().await {
+            if leasehold::conformance::skip::<()>("azblob", &why).is_none() {
+                return;
+            }
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use require_azurite;
+
+/// What a test's fault injector does around each try of a request, as an
+/// [`Injected`] pipeline policy.
+#[async_trait::async_trait]
+pub trait Around: std::fmt::Debug + Default + Send + Sync + 'static {
+    /// What [`lose_answer`](Self::lose_answer) needs to know of the request.
+    type Seen: Send;
+    /// Before the request goes out (it may be changed, or held up).
+    async fn before(&self, request: &mut azure_core::http::Request) -> Self::Seen;
+    /// Once it was sent and answered: whether to lose the answer, as a
+    /// connection reset then would.
+    fn lose_answer(&self, seen: Self::Seen) -> bool;
+}
+
+/// The pipeline policy of an [`Around`] (which it derefs to).
+#[derive(Debug, Default)]
+pub struct Injected<A>(A);
+
+impl<A> std::ops::Deref for Injected<A> {
+    type Target = A;
+    fn deref(&self) -> &A {
+        &self.0
+    }
+}
+
+#[async_trait::async_trait]
+impl<A: Around> azure_core::http::policies::Policy for Injected<A> {
+    async fn send(
+        &self,
+        ctx: &azure_core::http::Context,
+        request: &mut azure_core::http::Request,
+        next: &[std::sync::Arc<dyn azure_core::http::policies::Policy>],
+    ) -> azure_core::http::policies::PolicyResult {
+        let seen = self.0.before(request).await;
+        let response = next[0].send(ctx, request, &next[1..]).await?;
+        if self.0.lose_answer(seen) {
+            return Err(azure_core::Error::with_message(
+                azure_core::error::ErrorKind::Io,
+                "injected fault: connection reset after the request was sent",
+            ));
+        }
+        Ok(response)
+    }
 }

@@ -8,11 +8,36 @@ use std::path::PathBuf;
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
+use leasehold::conformance::servers::with_params;
+
 pub struct Env {
     pub dir: tempfile::TempDir,
     /// Another store than the test's own SQLite file, with the environment
     /// its URL needs (credentials).
     pub store: Option<(String, Vec<(String, String)>)>,
+}
+
+/// `$var`, the test server a store's tests use; if it is not set, `None`
+/// after a visible SKIPPED line (see `leasehold::conformance::skip`).
+fn test_var(store: &str, var: &str, server: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(value) => Some(value),
+        Err(_) => leasehold::conformance::skip(
+            store,
+            &format!("{var} is not set (scripts/test.sh sets it and starts {server})"),
+        ),
+    }
+}
+
+/// The credentials DynamoDB Local and moto are given in the tests.
+fn aws_test_credentials() -> Vec<(String, String)> {
+    vec![
+        ("AWS_ACCESS_KEY_ID".into(), "leaseholdtests".into()),
+        (
+            "AWS_SECRET_ACCESS_KEY".into(),
+            "leasehold-test-secret".into(),
+        ),
+    ]
 }
 
 impl Env {
@@ -34,9 +59,7 @@ impl Env {
         match store {
             "sqlite" => {}
             "azblob" => {
-                let Ok(cs) = std::env::var("LEASEHOLD_TEST_AZBLOB_CONNECTION_STRING") else {
-                    return leasehold::conformance::skip(store, "LEASEHOLD_TEST_AZBLOB_CONNECTION_STRING is not set (scripts/test.sh sets it and starts Azurite)");
-                };
+                let cs = test_var(store, "LEASEHOLD_TEST_AZBLOB_CONNECTION_STRING", "Azurite")?;
                 env.store = Some((
                     // A new container grants nothing for its store max TTL
                     // (the epoch quarantine): Azure's shortest, 15 s.
@@ -45,65 +68,38 @@ impl Env {
                 ));
             }
             "dynamodb" => {
-                let Ok(endpoint) = std::env::var("LEASEHOLD_TEST_DYNAMODB_ENDPOINT") else {
-                    return leasehold::conformance::skip(store, "LEASEHOLD_TEST_DYNAMODB_ENDPOINT is not set (scripts/test.sh sets it and starts DynamoDB Local)");
-                };
+                let endpoint =
+                    test_var(store, "LEASEHOLD_TEST_DYNAMODB_ENDPOINT", "DynamoDB Local")?;
                 env.store = Some((
                     // A new table grants nothing for its store max TTL
                     // (the epoch quarantine): keep that short.
                     format!(
                         "dynamodb://cli-{unique}?region=us-east-1&endpoint={endpoint}&max_ttl=2s"
                     ),
-                    vec![
-                        ("AWS_ACCESS_KEY_ID".into(), "leaseholdtests".into()),
-                        (
-                            "AWS_SECRET_ACCESS_KEY".into(),
-                            "leasehold-test-secret".into(),
-                        ),
-                    ],
+                    aws_test_credentials(),
                 ));
             }
-            "postgres" => {
-                let Ok(url) = std::env::var("LEASEHOLD_TEST_POSTGRES_URL") else {
-                    return leasehold::conformance::skip(store, "LEASEHOLD_TEST_POSTGRES_URL is not set (scripts/test.sh sets it and starts PostgreSQL)");
+            "postgres" | "redis" | "etcd" => {
+                let (var, server, own) = match store {
+                    "postgres" => ("POSTGRES", "PostgreSQL", format!("table=cli_{unique}")),
+                    "redis" => ("REDIS", "Redis", format!("prefix=cli-{unique}:")),
+                    _ => ("ETCD", "etcd", format!("prefix=cli-{unique}/")),
                 };
-                let sep = if url.contains('?') { '&' } else { '?' };
-                // A table of its own, quarantined for 2 s when new.
-                env.store = Some((format!("{url}{sep}table=cli_{unique}&max_ttl=2s"), vec![]));
-            }
-            "redis" => {
-                let Ok(url) = std::env::var("LEASEHOLD_TEST_REDIS_URL") else {
-                    return leasehold::conformance::skip(store, "LEASEHOLD_TEST_REDIS_URL is not set (scripts/test.sh sets it and starts Redis)");
-                };
-                let sep = if url.contains('?') { '&' } else { '?' };
-                // A key prefix of its own, quarantined for 2 s when new.
-                env.store = Some((format!("{url}{sep}prefix=cli-{unique}:&max_ttl=2s"), vec![]));
-            }
-            "etcd" => {
-                let Ok(url) = std::env::var("LEASEHOLD_TEST_ETCD_URL") else {
-                    return leasehold::conformance::skip(store, "LEASEHOLD_TEST_ETCD_URL is not set (scripts/test.sh sets it and starts etcd)");
-                };
-                let sep = if url.contains('?') { '&' } else { '?' };
-                // A prefix of its own, quarantined for 2 s when new.
-                env.store = Some((format!("{url}{sep}prefix=cli-{unique}/&max_ttl=2s"), vec![]));
+                let url = test_var(store, &format!("LEASEHOLD_TEST_{var}_URL"), server)?;
+                // A table or key prefix of its own, quarantined for 2 s
+                // when new.
+                let params = format!("{own}&max_ttl=2s");
+                env.store = Some((with_params(&url, &params), vec![]));
             }
             "s3" => {
-                let Ok(endpoint) = std::env::var("LEASEHOLD_TEST_S3_ENDPOINT") else {
-                    return leasehold::conformance::skip(store, "LEASEHOLD_TEST_S3_ENDPOINT is not set (scripts/test.sh sets it and starts moto)");
-                };
+                let endpoint = test_var(store, "LEASEHOLD_TEST_S3_ENDPOINT", "moto")?;
                 env.store = Some((
                     // A store (prefix) of its own, quarantined for 4 s (its
                     // max TTL, S3's shortest TTL) when new.
                     format!(
                         "s3://leasehold-cli-tests/cli-{unique}?region=us-east-1&endpoint={endpoint}&max_ttl=4s"
                     ),
-                    vec![
-                        ("AWS_ACCESS_KEY_ID".into(), "leaseholdtests".into()),
-                        (
-                            "AWS_SECRET_ACCESS_KEY".into(),
-                            "leasehold-test-secret".into(),
-                        ),
-                    ],
+                    aws_test_credentials(),
                 ));
             }
             other => panic!("unknown store {other}"),
@@ -144,20 +140,41 @@ impl Env {
         }
     }
 
+    /// Runs `leasehold ARGS` (a `--json` command) to completion: it exits 0
+    /// and prints JSON, returned.
+    pub fn json(&self, args: &[&str]) -> serde_json::Value {
+        let out = self.output(args);
+        assert_eq!(out.code, Some(0), "{args:?}: {out:?}");
+        serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {out:?}"))
+    }
+
     /// Starts `leasehold ARGS` with piped stdout and stderr.
     pub fn spawn(&self, args: &[&str]) -> Child {
-        self.leasehold()
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
+        piped(self.leasehold().args(args))
+    }
+
+    /// Starts `leasehold ARGS` ([`spawn`](Self::spawn)) and reads the
+    /// first line of its stdout, which must be `line`; returns the child and
+    /// the rest of its stdout.
+    pub fn spawn_until(&self, args: &[&str], line: &str) -> (Child, BufReader<ChildStdout>) {
+        let mut child = self.spawn(args);
+        let mut out = stdout_reader(&mut child);
+        assert_eq!(read_line(&mut out), line, "{args:?}");
+        (child, out)
     }
 
     /// The same store, opened by the library in this test process.
     pub fn store(&self) -> leasehold::Store {
         leasehold::Store::open(&self.url()).unwrap()
     }
+}
+
+/// Starts `cmd` with piped stdout and stderr.
+pub fn piped(cmd: &mut Command) -> Child {
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
 }
 
 #[derive(Debug)]
@@ -167,7 +184,6 @@ pub struct Output {
     pub stderr: String,
 }
 
-/// Reads one line (blocking until the process writes it or closes).
 /// The arguments of `leasehold ARGS -- sh -c SCRIPT`: `args` split at white
 /// space (so no argument of it may hold a space), then the script.
 pub fn sh<'a>(args: &'a str, script: &'a str) -> Vec<&'a str> {
@@ -176,6 +192,7 @@ pub fn sh<'a>(args: &'a str, script: &'a str) -> Vec<&'a str> {
     all
 }
 
+/// Reads one line (blocking until the process writes it or closes).
 pub fn read_line(from: &mut BufReader<impl Read>) -> String {
     let mut line = String::new();
     from.read_line(&mut line).unwrap();
@@ -433,3 +450,85 @@ impl Env {
         std::thread::sleep(Duration::from_millis(2100));
     }
 }
+
+/// The store-loss tests' first command: prints its fencing token, the pid
+/// of a grandchild in the background and its own, and waits.
+pub const TREE: &str = "echo $LEASEHOLD_FENCING_TOKEN; sleep 300 & echo $!; echo $$; wait";
+
+/// What a [`TREE`] command printed: its token and the two pids (the rest of
+/// its stdout is drained in the background).
+pub fn token_and_pids(child: &mut Child) -> (u64, [i32; 2]) {
+    let mut out = stdout_reader(child);
+    let token: u64 = read_line(&mut out).parse().expect("the first token");
+    let pids = [(); 2].map(|_| read_line(&mut out).parse().expect("a pid"));
+    std::thread::spawn(move || read_all(&mut out));
+    (token, pids)
+}
+
+/// The store-loss tests' second command: says `alive PID` for each of
+/// `pids` still running when it starts, then prints its fencing token.
+pub fn tree_check(pids: [i32; 2]) -> String {
+    format!(
+        "for p in {} {}; do kill -0 $p 2>/dev/null && echo alive $p; done; echo $LEASEHOLD_FENCING_TOKEN",
+        pids[0], pids[1]
+    )
+}
+
+/// The stdout of a [`tree_check`] command run after the store was `lost`
+/// under a holder with token `first_token`: only a token, above that one
+/// (none of the first command's processes still ran).
+pub fn assert_new_token_and_no_tree(stdout: &str, first_token: u64, lost: &str) {
+    let mut lines = stdout.lines();
+    let token: u64 = lines
+        .next()
+        .and_then(|l| l.parse().ok())
+        .unwrap_or_else(|| panic!("the first command still ran when the second started: {stdout}"));
+    assert!(
+        token > first_token,
+        "token {token} after the {lost} was lost, {first_token} before"
+    );
+    assert_eq!(
+        lines.next(),
+        None,
+        "the first command's processes were gone: {stdout}"
+    );
+}
+
+/// For each store listed (`name` or `name if "feature"`), a module of that
+/// name with a `#[test]` for each test listed, calling the test function
+/// of the same name with the store's name.
+#[allow(unused_macros)]
+macro_rules! on_stores {
+    ([$($store:ident $(if $feature:literal)?),+ $(,)?] $tests:tt) => {
+        $( $crate::common::on_stores!(@one $store [$($feature)?] $tests); )+
+    };
+    (@one $store:ident [$($feature:literal)?] [$($test:ident),+ $(,)?]) => {
+        $(#[cfg(feature = $feature)])?
+        mod $store { $( #[test] fn $test() { super::$test(stringify!($store)) } )+ }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use on_stores;
+
+/// [`on_stores!`] on every store.
+#[allow(unused_macros)]
+macro_rules! on_every_store {
+    ($($test:ident),+ $(,)?) => {
+        $crate::common::on_stores!(
+            [sqlite, azblob, dynamodb, postgres, redis, etcd if "etcd", s3 if "s3"]
+            [$($test),+]
+        );
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use on_every_store;
+
+/// [`on_stores!`] on every store that is a server reached by URL.
+#[allow(unused_macros)]
+macro_rules! on_every_server {
+    ($($test:ident),+ $(,)?) => {
+        $crate::common::on_stores!([postgres, redis, etcd if "etcd"] [$($test),+]);
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use on_every_server;

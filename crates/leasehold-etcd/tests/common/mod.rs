@@ -12,15 +12,14 @@ use std::time::Duration;
 
 use leasehold::conformance::servers::store::ServerStore;
 use leasehold::conformance::servers::{self, ScriptServer};
-use leasehold::{backend::StoreEpoch, Result};
 use leasehold_etcd::{EtcdBackend, EtcdBackendBuilder};
 
 /// The etcd store, as the shared test set-up sees it.
 pub struct Etcd;
 
 impl ServerStore for Etcd {
-    type Backend = EtcdBackend;
-    type Builder = EtcdBackendBuilder;
+    leasehold::server_store_methods!(EtcdBackend, EtcdBackendBuilder);
+
     const NAME: &'static str = "etcd";
     const SERVER: &'static str = "etcd";
     const URL_VAR: &'static str = "LEASEHOLD_TEST_ETCD_URL";
@@ -30,24 +29,6 @@ impl ServerStore for Etcd {
 
     fn unique_namespace() -> String {
         format!("{}/", servers::unique_name("leasehold-test-"))
-    }
-    fn from_url(url: &str) -> Result<EtcdBackendBuilder> {
-        EtcdBackendBuilder::from_url(url)
-    }
-    fn wake_ups(builder: EtcdBackendBuilder, on: bool) -> EtcdBackendBuilder {
-        builder.wake_ups(on)
-    }
-    fn request_timeout(builder: EtcdBackendBuilder, t: Duration) -> EtcdBackendBuilder {
-        builder.request_timeout(t)
-    }
-    async fn build(builder: EtcdBackendBuilder) -> Result<EtcdBackend> {
-        builder.build().await
-    }
-    async fn epoch(backend: &EtcdBackend) -> Result<StoreEpoch> {
-        backend.epoch().await
-    }
-    async fn listening(backend: &EtcdBackend) {
-        backend.listening().await
     }
 }
 
@@ -140,18 +121,8 @@ pub async fn grant_in(
     ttl: Duration,
     epoch: u64,
 ) -> (leasehold::backend::Lease, leasehold::backend::Grant) {
-    use leasehold::{
-        backend::{AcquireOutcome, AcquireRequest, Backend, LeaseId},
-        Owner,
-    };
-    let request = AcquireRequest {
-        key: key.clone(),
-        lease_id: LeaseId::random(),
-        ttl,
-        owner: Owner::current(),
-        data: None,
-        epoch: Some(epoch),
-    };
+    use leasehold::backend::{AcquireOutcome, Backend};
+    let request = leasehold::conformance::acquire_request(key.as_str(), ttl, Some(epoch));
     match backend.try_acquire(&request).await.unwrap() {
         AcquireOutcome::Acquired(g) => (
             leasehold::backend::Lease {

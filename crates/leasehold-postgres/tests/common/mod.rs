@@ -9,19 +9,17 @@
 #![allow(dead_code)]
 
 use std::ops::Deref;
-use std::time::Duration;
 
 use leasehold::conformance::servers::store::ServerStore;
 use leasehold::conformance::servers::{self, ScriptServer};
-use leasehold::{backend::StoreEpoch, Result};
 use leasehold_postgres::{PostgresBackend, PostgresBackendBuilder};
 
 /// The PostgreSQL store, as the shared test set-up sees it.
 pub struct Postgres;
 
 impl ServerStore for Postgres {
-    type Backend = PostgresBackend;
-    type Builder = PostgresBackendBuilder;
+    leasehold::server_store_methods!(PostgresBackend, PostgresBackendBuilder);
+
     const NAME: &'static str = "postgres";
     const SERVER: &'static str = "PostgreSQL";
     const URL_VAR: &'static str = "LEASEHOLD_TEST_POSTGRES_URL";
@@ -32,24 +30,6 @@ impl ServerStore for Postgres {
 
     fn unique_namespace() -> String {
         servers::unique_name("leasehold_test_")
-    }
-    fn from_url(url: &str) -> Result<PostgresBackendBuilder> {
-        PostgresBackendBuilder::from_url(url)
-    }
-    fn wake_ups(builder: PostgresBackendBuilder, on: bool) -> PostgresBackendBuilder {
-        builder.wake_ups(on)
-    }
-    fn request_timeout(builder: PostgresBackendBuilder, t: Duration) -> PostgresBackendBuilder {
-        builder.request_timeout(t)
-    }
-    async fn build(builder: PostgresBackendBuilder) -> Result<PostgresBackend> {
-        builder.build().await
-    }
-    async fn epoch(backend: &PostgresBackend) -> Result<StoreEpoch> {
-        backend.epoch().await
-    }
-    async fn listening(backend: &PostgresBackend) {
-        backend.listening().await
     }
 }
 

@@ -11,19 +11,18 @@
 #![allow(dead_code)]
 
 use std::ops::Deref;
-use std::time::Duration;
 
 use leasehold::conformance::servers::store::ServerStore;
 use leasehold::conformance::servers::{self, ScriptServer};
-use leasehold::{backend::StoreEpoch, Result, Store};
+use leasehold::Store;
 use leasehold_redis::{redis, RedisBackend, RedisBackendBuilder};
 
 /// The Redis store, as the shared test set-up sees it.
 pub struct Redis;
 
 impl ServerStore for Redis {
-    type Backend = RedisBackend;
-    type Builder = RedisBackendBuilder;
+    leasehold::server_store_methods!(RedisBackend, RedisBackendBuilder);
+
     const NAME: &'static str = "redis";
     const SERVER: &'static str = "Redis";
     const URL_VAR: &'static str = "LEASEHOLD_TEST_REDIS_URL";
@@ -33,24 +32,6 @@ impl ServerStore for Redis {
 
     fn unique_namespace() -> String {
         format!("{}:", servers::unique_name("lh-test-"))
-    }
-    fn from_url(url: &str) -> Result<RedisBackendBuilder> {
-        RedisBackendBuilder::from_url(url)
-    }
-    fn wake_ups(builder: RedisBackendBuilder, on: bool) -> RedisBackendBuilder {
-        builder.wake_ups(on)
-    }
-    fn request_timeout(builder: RedisBackendBuilder, t: Duration) -> RedisBackendBuilder {
-        builder.request_timeout(t)
-    }
-    async fn build(builder: RedisBackendBuilder) -> Result<RedisBackend> {
-        builder.build().await
-    }
-    async fn epoch(backend: &RedisBackend) -> Result<StoreEpoch> {
-        backend.epoch().await
-    }
-    async fn listening(backend: &RedisBackend) {
-        backend.listening().await
     }
 }
 

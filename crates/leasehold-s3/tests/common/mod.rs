@@ -68,6 +68,12 @@ pub fn unique_prefix() -> String {
     servers::unique_name("run-")
 }
 
+/// A [`unique_prefix`] when the emulator is there; if not, `None` after
+/// saying so (see [`available`]).
+pub fn prefix_of_its_own() -> Option<String> {
+    available().then(unique_prefix)
+}
+
 /// A bucket name no other test uses.
 pub fn unique_bucket() -> String {
     servers::unique_name("leasehold-test-")
@@ -135,11 +141,27 @@ pub async fn objects(client: &Client, bucket: &str, prefix: &str) -> Vec<String>
         .expect("list the store's objects")
 }
 
+/// A backend on `bucket`, no prefix, opened with `creation`.
+pub async fn open_bucket(bucket: &str, creation: Creation) -> leasehold::Result<S3Backend> {
+    builder_for(bucket, "").creation(creation).build().await
+}
+
+/// A [`unique_bucket`] name when the emulator is there; if not, `None`
+/// after saying so (see [`available`]).
+pub fn bucket_of_its_own() -> Option<String> {
+    available().then(unique_bucket)
+}
+
 /// Deletes every object of the store under `prefix`, as
 /// `aws s3 rm --recursive` does (in listing order): the store's data lost.
 pub async fn delete_store(client: &Client, bucket: &str, prefix: &str) {
     let prefix = format!("{}/", prefix.trim_matches('/'));
-    for name in objects(client, bucket, &prefix).await {
+    delete_objects(client, bucket, &prefix).await;
+}
+
+/// Deletes every object under `prefix` in `bucket`, in listing order.
+async fn delete_objects(client: &Client, bucket: &str, prefix: &str) {
+    for name in objects(client, bucket, prefix).await {
         client
             .delete_object()
             .bucket(bucket)
@@ -152,15 +174,7 @@ pub async fn delete_store(client: &Client, bucket: &str, prefix: &str) {
 
 /// Empties and deletes `bucket`.
 pub async fn delete_bucket(client: &Client, bucket: &str) {
-    for name in objects(client, bucket, "").await {
-        client
-            .delete_object()
-            .bucket(bucket)
-            .key(&name)
-            .send()
-            .await
-            .expect("delete an object");
-    }
+    delete_objects(client, bucket, "").await;
     client
         .delete_bucket()
         .bucket(bucket)

@@ -252,12 +252,8 @@ pub async fn retry_with_same_lease_id_is_idempotent(store: Store) {
     let key = unique_key("retry");
     let epoch = current_epoch(store.backend().as_ref()).await.epoch;
     let req = AcquireRequest {
-        key: Key::new(&key).unwrap(),
-        lease_id: LeaseId::random(),
-        ttl: test_ttl(&store),
-        owner: Owner::current(),
         data: Some("d".into()),
-        epoch: Some(epoch),
+        ..acquire_request(&key, test_ttl(&store), Some(epoch))
     };
     let first = match store.backend().try_acquire(&req).await.unwrap() {
         AcquireOutcome::Acquired(g) => g,

@@ -235,17 +235,25 @@ fn other_process(store: &Store) -> Store {
     Store::with_clock(store.backend().clone(), store.clock().clone())
 }
 
+/// A request by this process for `key` with a new lease id, no data, for
+/// `ttl`, in `epoch` (`None`: a request that names no epoch, answered
+/// with the current one and granting nothing).
+pub fn acquire_request(key: &str, ttl: Duration, epoch: Option<u64>) -> AcquireRequest {
+    AcquireRequest {
+        key: Key::new(key).unwrap(),
+        lease_id: LeaseId::random(),
+        ttl,
+        owner: Owner::current(),
+        data: None,
+        epoch,
+    }
+}
+
 /// The store's current epoch, asked of `backend` directly (an acquire
 /// request naming no epoch grants nothing and answers the epoch).
 pub async fn current_epoch(backend: &dyn Backend) -> StoreEpoch {
-    let req = AcquireRequest {
-        key: Key::new("conformance/epoch-probe").unwrap(),
-        lease_id: LeaseId::random(),
-        ttl: backend.capabilities().min_ttl.max(Duration::from_secs(1)),
-        owner: Owner::current(),
-        data: None,
-        epoch: None,
-    };
+    let ttl = backend.capabilities().min_ttl.max(Duration::from_secs(1));
+    let req = acquire_request("conformance/epoch-probe", ttl, None);
     match backend.try_acquire(&req).await.unwrap() {
         AcquireOutcome::OtherEpoch(e) => e,
         other => panic!("a request naming no epoch must not be answered {other:?}"),
@@ -257,14 +265,7 @@ pub async fn current_epoch(backend: &dyn Backend) -> StoreEpoch {
 /// epoch without any quarantine. Panics if the key is held.
 pub async fn raw_lease(backend: &dyn Backend, key: &str, ttl: Duration) -> Lease {
     let epoch = current_epoch(backend).await.epoch;
-    let req = AcquireRequest {
-        key: Key::new(key).unwrap(),
-        lease_id: LeaseId::random(),
-        ttl,
-        owner: Owner::current(),
-        data: None,
-        epoch: Some(epoch),
-    };
+    let req = acquire_request(key, ttl, Some(epoch));
     match backend.try_acquire(&req).await.unwrap() {
         AcquireOutcome::Acquired(g) => Lease {
             key: req.key,
@@ -275,6 +276,130 @@ pub async fn raw_lease(backend: &dyn Backend, key: &str, ttl: Duration) -> Lease
         },
         other => panic!("{key} unexpectedly not granted: {other:?}"),
     }
+}
+
+/// Each of `locks` (on one key) taken `rounds` times in turn by a task of
+/// its own, each grant held through `hold` (which gives the guard back
+/// for its release): never two holders at once, and the tokens, in the
+/// order the grants came, grow. Panics otherwise.
+pub async fn take_turns<H, F>(locks: Vec<crate::Lock>, rounds: usize, hold: H)
+where
+    H: Fn(crate::LeaseGuard) -> F + Clone + Send + 'static,
+    F: std::future::Future<Output = crate::LeaseGuard> + Send,
+{
+    let inside = Arc::new(AtomicBool::new(false));
+    let tokens = Arc::new(Mutex::new(Vec::new()));
+    let grants = locks.len() * rounds;
+    let mut tasks = Vec::new();
+    for lock in locks {
+        let inside = inside.clone();
+        let tokens = tokens.clone();
+        let hold = hold.clone();
+        tasks.push(tokio::spawn(async move {
+            for _round in 0..rounds {
+                let guard = lock
+                    .acquire_timeout(Duration::from_secs(120))
+                    .await
+                    .unwrap();
+                assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                tokens.lock().unwrap().push(guard.fencing_token());
+                let guard = hold(guard).await;
+                inside.store(false, Ordering::SeqCst);
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let tokens = tokens.lock().unwrap();
+    assert_eq!(tokens.len(), grants);
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens out of order: {tokens:?}"
+    );
+}
+
+/// The rest of the next line of `out` with `prefix` in it, trimmed at its
+/// end: for a child test process's output, where the test harness may have
+/// printed `test child ... ` on the line first. Panics if the output ends
+/// first.
+pub fn line_after(out: &mut impl std::io::BufRead, prefix: &str) -> String {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "the child ended before printing {prefix:?}"
+        );
+        if let Some(at) = line.find(prefix) {
+            return line[at + prefix.len()..].trim_end().to_string();
+        }
+    }
+}
+
+/// Panics unless `err` is [`Error::InvalidInput`] about `what` (`"ttl"`,
+/// `"store URL"`, ...).
+pub fn assert_invalid_input(err: &Error, what: &str) {
+    assert!(
+        matches!(err, Error::InvalidInput { what: w, .. } if *w == what),
+        "not invalid {what}: {err}"
+    );
+}
+
+/// Panics unless `err` is [`Error::Backend`], retryable or not as
+/// `retryable` says.
+pub fn assert_backend_error(err: &Error, retryable: bool) {
+    assert!(
+        matches!(err, Error::Backend { retryable: r, .. } if *r == retryable),
+        "not a backend error with retryable: {retryable}: {err}"
+    );
+}
+
+/// Every row of a SQLite store's tables (the file at `path`, opened read
+/// only), as text: for tests that a store is left byte-for-byte as it was.
+#[cfg(feature = "sqlite")]
+pub fn sqlite_dump(path: &std::path::Path) -> String {
+    let conn =
+        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    let mut out = String::new();
+    for table in ["leasehold_leases", "leasehold_store"] {
+        let mut stmt = conn
+            .prepare(&format!("SELECT * FROM {table} ORDER BY 1"))
+            .unwrap();
+        let n = stmt.column_count();
+        let mut rows = stmt.query([]).unwrap();
+        while let Some(row) = rows.next().unwrap() {
+            for i in 0..n {
+                let v: rusqlite::types::Value = row.get(i).unwrap();
+                out.push_str(&format!("{v:?}|"));
+            }
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// The loss `lost` tells of comes within `ttl`, and is a revocation.
+async fn revoked_within(ttl: Duration, lost: impl std::future::Future<Output = crate::LossReason>) {
+    let reason = tokio::time::timeout(ttl, lost)
+        .await
+        .expect("loss noticed within one TTL");
+    assert!(
+        matches!(reason, crate::LossReason::Revoked(_)),
+        "{reason:?}"
+    );
+}
+
+/// A TTL longer than any test waits: the backend's max TTL, at most a
+/// minute.
+fn long_ttl(store: &Store) -> Duration {
+    store
+        .backend()
+        .capabilities()
+        .max_ttl
+        .min(Duration::from_secs(60))
 }
 
 fn assert_held(result: crate::Result<crate::LeaseGuard>) -> Option<Box<crate::HolderInfo>> {

@@ -33,6 +33,25 @@ fn assert_run(
     );
 }
 
+/// [`assert_run`]: the key's last success is that of `runner-a`'s lease
+/// with `token`, between `before` and `after`.
+fn assert_runner_a_succeeded(
+    info: &crate::KeyInfo,
+    token: u64,
+    before: std::time::SystemTime,
+    after: std::time::SystemTime,
+) {
+    let success = info.last_success.as_ref();
+    assert_run(
+        success,
+        RunOutcome::Succeeded,
+        token,
+        "runner-a",
+        before,
+        after,
+    );
+}
+
 /// A run released with success is the key's last success and last run,
 /// with its token, owner, times and exit code, as read through another
 /// "process" (a store sharing nothing in-process), and it is what
@@ -59,14 +78,7 @@ pub async fn run_success_recorded_and_read_elsewhere(store: Store) {
 
     let info = other.inspect(&key).await.unwrap();
     assert!(info.holder.is_none(), "release_with released the lease");
-    assert_run(
-        info.last_success.as_ref(),
-        RunOutcome::Succeeded,
-        token,
-        "runner-a",
-        before,
-        after,
-    );
+    assert_runner_a_succeeded(&info, token, before, after);
     assert_eq!(info.last_run, info.last_success);
     assert_eq!(info.last_run.as_ref().unwrap().exit_code, Some(0));
     let within = other
@@ -97,14 +109,7 @@ pub async fn runs_survive_release_expiry_and_break(store: Store) {
         .unwrap();
     let after = started_now();
     let check = |info: crate::KeyInfo, when: &str| {
-        assert_run(
-            info.last_success.as_ref(),
-            RunOutcome::Succeeded,
-            token,
-            "runner-a",
-            before,
-            after,
-        );
+        assert_runner_a_succeeded(&info, token, before, after);
         assert_eq!(info.last_run, info.last_success, "after {when}");
     };
 

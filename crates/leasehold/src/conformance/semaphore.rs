@@ -126,11 +126,7 @@ pub async fn semaphore_permits_freed_by_expiry(store: Store) {
 /// permit behind.
 pub async fn semaphore_dropped_acquire_leaves_no_permit(store: Store) {
     let key = unique_key("sem-cancel");
-    let long = store
-        .backend()
-        .capabilities()
-        .max_ttl
-        .min(Duration::from_secs(60));
+    let long = long_ttl(&store);
     let sem = |s: &Store| s.semaphore_with(&key, 2, opts(&store).ttl(long)).unwrap();
     // Dropped while waiting on a full semaphore.
     let a = sem(&store).try_acquire().await.unwrap();

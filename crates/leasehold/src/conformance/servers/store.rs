@@ -212,6 +212,37 @@ pub fn unique_namespace(prefix: &str, suffix: &str) -> String {
     format!("{}{suffix}", unique_name(prefix))
 }
 
+/// In an `impl ServerStore`, its `Backend` and `Builder` types and the
+/// builder methods for a store whose builder has the usual `from_url`,
+/// `wake_ups`, `request_timeout` and async `build`, and whose backend has
+/// async `epoch` and `listening`.
+#[macro_export]
+macro_rules! server_store_methods {
+    ($backend:ty, $builder:ty) => {
+        type Backend = $backend;
+        type Builder = $builder;
+
+        fn from_url(url: &str) -> $crate::Result<$builder> {
+            <$builder>::from_url(url)
+        }
+        fn wake_ups(builder: $builder, on: bool) -> $builder {
+            builder.wake_ups(on)
+        }
+        fn request_timeout(builder: $builder, t: std::time::Duration) -> $builder {
+            builder.request_timeout(t)
+        }
+        async fn build(builder: $builder) -> $crate::Result<$backend> {
+            builder.build().await
+        }
+        async fn epoch(backend: &$backend) -> $crate::Result<$crate::backend::StoreEpoch> {
+            backend.epoch().await
+        }
+        async fn listening(backend: &$backend) {
+            backend.listening().await
+        }
+    };
+}
+
 /// Writes, in a store's `tests/common/mod.rs`, the helpers its test files
 /// call (`url()`, `url_for(ns)`, `available()`, `builder_for(ns)`,
 /// `backend()`, `store()`, `settled(&b)`, `unique_key(test)`, `MAX_TTL`,

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::store::ServerStore;
 use super::unique_name;
-use crate::backend::Backend;
+use crate::backend::{Backend, StoreEpoch};
 use crate::error::{Error, LossReason};
 use crate::guard::LeaseGuard;
 use crate::key::Key;
@@ -40,12 +40,8 @@ pub async fn holder_survives_lost_connections<F, Fut>(
     Fut: Future<Output = ()>,
 {
     let key = unique_name("conn-loss/");
-    let guard = store
-        .lock_with(&key, quick_polls(ttl).renew_interval(ttl / 5))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let guard =
+        crate::conformance::take(&store, &key, quick_polls(ttl).renew_interval(ttl / 5)).await;
     for _ in 0..cuts {
         cut().await;
         // Longer than the TTL in all: only renewals over new connections
@@ -56,22 +52,24 @@ pub async fn holder_survives_lost_connections<F, Fut>(
         !guard.is_lost(),
         "the holder lost its lease to a connection loss"
     );
-    let attempt = other
-        .lock_with(&key, quick_polls(ttl))
-        .unwrap()
-        .try_acquire()
-        .await;
-    assert!(matches!(attempt, Err(Error::Held { .. })), "{attempt:?}");
+    assert_held(&other, &key, quick_polls(ttl)).await;
     let token = guard.fencing_token();
     guard.release().await.unwrap();
-    let g2 = other
-        .lock_with(&key, quick_polls(ttl))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let g2 = crate::conformance::take(&other, &key, quick_polls(ttl)).await;
     assert!(g2.fencing_token() > token);
     g2.release().await.unwrap();
+}
+
+/// Two stores, over a backend `open` opens each: as two processes on the
+/// same store would have.
+pub async fn two_stores<B: Backend, F: Future<Output = B>>(open: impl Fn() -> F) -> (Store, Store) {
+    (Store::new(open().await), Store::new(open().await))
+}
+
+/// `store`'s one attempt at `key` with `options` is refused: it is held.
+async fn assert_held(store: &Store, key: &str, options: LockOptions) {
+    let attempt = store.lock_with(key, options).unwrap().try_acquire().await;
+    assert!(matches!(attempt, Err(Error::Held { .. })), "{attempt:?}");
 }
 
 /// Lock options for the restart tests: `ttl`, renewed 8 times a TTL.
@@ -109,12 +107,7 @@ pub async fn holder_survives_a_quick_restart(
         !guard.is_lost(),
         "the holder lost its lease over a restart of {took:?} (TTL {ttl:?})"
     );
-    let attempt = other
-        .lock_with(key, restart_opts(ttl))
-        .unwrap()
-        .try_acquire()
-        .await;
-    assert!(matches!(attempt, Err(Error::Held { .. })), "{attempt:?}");
+    assert_held(other, key, restart_opts(ttl)).await;
 }
 
 /// A long outage (`stop`, then `start` once the holder was told lost)
@@ -133,12 +126,7 @@ pub async fn long_outage_tells_the_holder_first<S, Fut>(
     Fut: Future<Output = ()>,
 {
     let first = guard.fencing_token();
-    let attempt = other
-        .lock_with(key, restart_opts(ttl))
-        .unwrap()
-        .try_acquire()
-        .await;
-    assert!(matches!(attempt, Err(Error::Held { .. })), "{attempt:?}");
+    assert_held(other, key, restart_opts(ttl)).await;
     let waiter = tokio::spawn({
         let other = other.clone();
         let key = key.to_string();
@@ -206,12 +194,7 @@ where
     set_expiry(key.clone(), ServerExpiry::InAnHour).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let store_b = Store::new(b);
-    let attempt = store_b
-        .lock_with(&key, quick_polls(Duration::from_secs(1)))
-        .unwrap()
-        .try_acquire()
-        .await;
-    assert!(matches!(attempt, Err(Error::Held { .. })), "{attempt:?}");
+    assert_held(&store_b, &key, quick_polls(Duration::from_secs(1))).await;
     let info = store_b.inspect(&key).await.unwrap();
     let left = info.holder.unwrap().expires_in.unwrap();
     assert!(left > Duration::from_secs(3000), "{left:?}");
@@ -250,6 +233,51 @@ pub async fn password_is_never_printed<S: ServerStore>(
         "{refused}"
     );
     (err, password)
+}
+
+/// After the store was replaced under a lease with token `above` (its
+/// epoch `before`, now `after` as `backend` reads it): `after` is a newer
+/// epoch, still in its quarantine, and `key`, asked of `backend` through
+/// the core (TTL `ttl`, waiting up to `wait`), is granted with a greater
+/// token.
+pub async fn new_epoch_grants_above<B: Backend>(
+    backend: B,
+    key: &str,
+    (before, after): (&StoreEpoch, &StoreEpoch),
+    ttl: Duration,
+    wait: Duration,
+    above: u64,
+) {
+    assert!(after.epoch > before.epoch, "{after:?} vs {before:?}");
+    assert!(after.age.unwrap() < after.max_ttl, "{after:?}");
+    let guard = Store::new(backend)
+        .lock_with(key, quick_polls(ttl))
+        .unwrap()
+        .acquire_timeout(wait)
+        .await
+        .unwrap();
+    assert!(
+        guard.fencing_token() > above,
+        "token {} in the new epoch is not above {above}",
+        guard.fencing_token()
+    );
+    guard.release().await.unwrap();
+}
+
+/// Opening `S`'s backend on `url(port)`, a port where nothing listens,
+/// with a request timeout of a second: a retryable error, within `within`.
+/// Returns the error for the store's own checks.
+pub async fn unreachable_server_fails_retryably<S: ServerStore>(
+    url: impl FnOnce(u16) -> String,
+    within: Duration,
+) -> Error {
+    let url = url(super::free_port());
+    let started = Instant::now();
+    let builder = S::request_timeout(S::from_url(&url).unwrap(), Duration::from_secs(1));
+    let err = S::build(builder).await.unwrap_err();
+    assert!(err.is_retryable(), "{err}");
+    assert!(started.elapsed() < within, "{err}");
+    err
 }
 
 /// The token of a grant of key `k` to `store` (TTL 2 s, waiting up to
@@ -301,12 +329,7 @@ pub async fn request_counts<B: Backend>(
     backend.release(&warm).await.unwrap();
 
     let before = requests_sent(&backend);
-    let guard = store
-        .lock_with(&key, quick_polls(ttl))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let guard = crate::conformance::take(&store, &key, quick_polls(ttl)).await;
     guard.release().await.unwrap();
     assert_eq!(
         requests_sent(&backend) - before,
@@ -314,12 +337,8 @@ pub async fn request_counts<B: Backend>(
         "acquire + release"
     );
 
-    let guard = store
-        .lock_with(&key, quick_polls(ttl).owner_label("counter").data("d1"))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let labelled = quick_polls(ttl).owner_label("counter").data("d1");
+    let guard = crate::conformance::take(&store, &key, labelled).await;
     let before = requests_sent(&backend);
     let err = other
         .lock_with(&key, quick_polls(ttl))
@@ -381,4 +400,29 @@ impl Recreation {
             }
         }
     }
+}
+
+/// The two [`Recreation`] tests as `#[tokio::test]`s of the names the
+/// conformance suite gives them, each calling `$run` (an
+/// `async fn(Recreation)` that loses the store its own way) with its case.
+#[macro_export]
+macro_rules! recreation_tests {
+    ($run:path) => {
+        /// A holder of a 30-minute lease on a store opened with a max TTL of
+        /// 30 minutes; the store lost; a process with the default max TTL
+        /// re-creates it: it is not granted the key while the holder can
+        /// still believe it holds (issue #28).
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn store_loss_quarantine_outlasts_a_longer_holder() {
+            $run($crate::conformance::servers::suite::Recreation::QuarantineOutlastsHolder).await;
+        }
+
+        /// The same, the store lost and re-created within the second it
+        /// was created in: the re-created store's grant has a greater
+        /// token than the holder's.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn store_recreated_at_once_issues_greater_tokens() {
+            $run($crate::conformance::servers::suite::Recreation::AtOnceGreaterTokens).await;
+        }
+    };
 }
