@@ -43,6 +43,7 @@ use leasehold::{
 pub mod reexport {
     pub use aws_config::SdkConfig;
     pub use aws_credential_types::provider::ProvideCredentials;
+    pub use leasehold::backend::SharedClock;
 }
 
 /// The builder methods every AWS store's builder has (`region`,
@@ -96,6 +97,44 @@ macro_rules! aws_builder_methods {
         /// that.
         pub fn attempt_timeout(mut self, timeout: std::time::Duration) -> Self {
             self.aws.attempt_timeout = timeout;
+            self
+        }
+    };
+}
+
+/// A wall clock: the time of day, as [`SystemTime::now`] gives it.
+pub type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
+
+/// How long a waiter watches an unchanged lease beyond the holder's TTL
+/// (and a 0.1 % clock-rate allowance) before taking it over, unless the
+/// builder's `takeover_margin` says otherwise.
+pub const DEFAULT_TAKEOVER_MARGIN: Duration = Duration::from_millis(200);
+
+/// The builder methods of an AWS store whose waiters time takeovers on
+/// their own clocks, written once: expand it inside the `impl` of a builder
+/// that has the fields `clock: Option<SharedClock>`, `wall:
+/// Option<WallClock>` and `margin: Duration`, naming the methods (`clock`,
+/// `wall_clock`, `takeover_margin`), each after its own doc comment (what
+/// it means for that store).
+#[macro_export]
+macro_rules! takeover_builder_methods {
+    ($($(#[$doc:meta])* $method:ident;)*) => {
+        $($crate::takeover_builder_methods!(@method [$(#[$doc])*] $method);)*
+    };
+    (@method [$($doc:tt)*] clock) => {
+        $crate::takeover_builder_methods!(@set [$($doc)*] clock(clock: $crate::reexport::SharedClock) => clock = Some(clock));
+    };
+    (@method [$($doc:tt)*] wall_clock) => {
+        $crate::takeover_builder_methods!(@set [$($doc)*] wall_clock(wall: $crate::WallClock) => wall = Some(wall));
+    };
+    (@method [$($doc:tt)*] takeover_margin) => {
+        $crate::takeover_builder_methods!(@set [$($doc)*] takeover_margin(margin: ::std::time::Duration) => margin = margin);
+    };
+    // `name(param: Type)` sets `field` to `value`.
+    (@set [$($doc:tt)*] $name:ident($param:ident: $ty:ty) => $field:ident = $value:expr) => {
+        $($doc)*
+        pub fn $name(mut self, $param: $ty) -> Self {
+            self.$field = $value;
             self
         }
     };

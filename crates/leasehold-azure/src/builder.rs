@@ -100,18 +100,17 @@ impl AzureBackendBuilder {
         Self::default()
     }
 
-    /// What using the backend may do to the container (default
-    /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
-    /// `Never`, nothing is created or written but what `break_lease` does
-    /// (a missing container is [`Error::NoStore`](leasehold::Error::NoStore)
-    /// from [`AzureBackend::open_store`]); with `NewProven`, a container
-    /// this backend creates gets an epoch marker that says its epoch is
-    /// proven (see [`Creation::NewProven`](leasehold::Creation::NewProven)).
-    /// Building sends nothing either way: call
-    /// [`AzureBackend::open_store`] to look or create at once.
-    pub fn creation(mut self, creation: leasehold::Creation) -> Self {
-        self.creation = creation;
-        self
+    leasehold::store_builder_methods! {
+        /// What using the backend may do to the container (default
+        /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
+        /// `Never`, nothing is created or written but what `break_lease` does
+        /// (a missing container is [`Error::NoStore`](leasehold::Error::NoStore)
+        /// from [`AzureBackend::open_store`]); with `NewProven`, a container
+        /// this backend creates gets an epoch marker that says its epoch is
+        /// proven (see [`Creation::NewProven`](leasehold::Creation::NewProven)).
+        /// Building sends nothing either way: call
+        /// [`AzureBackend::open_store`] to look or create at once.
+        creation;
     }
 
     /// The container holding the lock blobs (created if missing).
@@ -120,10 +119,9 @@ impl AzureBackendBuilder {
         self
     }
 
-    /// A prefix for the lock blobs' names (`PREFIX/escaped-key`).
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
+    leasehold::store_builder_methods! {
+        /// A prefix for the lock blobs' names (`PREFIX/escaped-key`).
+        prefix;
     }
 
     /// The blob service endpoint, e.g. `https://ACCOUNT.blob.core.windows.net`
@@ -188,22 +186,17 @@ impl AzureBackendBuilder {
         self
     }
 
-    /// Timeout of one HTTP request (default 10 s; connect timeout 5 s).
-    pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = Some(timeout);
-        self
-    }
-
-    /// The store max TTL recorded in the container's epoch marker when this
-    /// backend is the one that writes it (a new container, or one without
-    /// a marker): no lease in the container may be longer. 15 s to 60 s;
-    /// default 60 s, Azure's longest finite lease. A container that already
-    /// has a marker keeps the max TTL it records. The quarantine of a new
-    /// container is one confirmation window whatever this says (see
-    /// [Store epoch](crate#store-epoch-and-quarantine)).
-    pub fn max_ttl(mut self, max_ttl: Duration) -> Self {
-        self.max_ttl = Some(max_ttl);
-        self
+    leasehold::store_builder_methods! {
+        /// Timeout of one HTTP request (default 10 s; connect timeout 5 s).
+        request_timeout;
+        /// The store max TTL recorded in the container's epoch marker when this
+        /// backend is the one that writes it (a new container, or one without
+        /// a marker): no lease in the container may be longer. 15 s to 60 s;
+        /// default 60 s, Azure's longest finite lease. A container that already
+        /// has a marker keeps the max TTL it records. The quarantine of a new
+        /// container is one confirmation window whatever this says (see
+        /// [Store epoch](crate#store-epoch-and-quarantine)).
+        max_ttl;
     }
 
     /// Fills what is unset from the environment, credentials in this order:

@@ -14,8 +14,6 @@ use leasehold_aws::{AwsOptions, EpochCell, RequestCounter, ServiceDate};
 
 use crate::{DynamoDbBackend, TakeoverMode, WallClock};
 
-const DEFAULT_MARGIN: Duration = Duration::from_millis(200);
-
 /// Builds a [`DynamoDbBackend`].
 ///
 /// ```no_run
@@ -69,7 +67,7 @@ impl DynamoDbBackendBuilder {
             clock: None,
             wall: None,
             takeover: TakeoverMode::Observe,
-            margin: DEFAULT_MARGIN,
+            margin: leasehold_aws::DEFAULT_TAKEOVER_MARGIN,
             max_ttl: leasehold::backend::DEFAULT_STORE_MAX_TTL,
             create_table: true,
             creation: leasehold::Creation::IfMissing,
@@ -78,20 +76,15 @@ impl DynamoDbBackendBuilder {
 
     leasehold_aws::aws_builder_methods!("DynamoDB Local (`http://127.0.0.1:8000`)");
 
-    /// The monotonic clock takeover observations are timed on (the system
-    /// clock unless set; tests inject a [`leasehold::backend::ManualClock`] or a
-    /// skewed clock).
-    pub fn clock(mut self, clock: SharedClock) -> Self {
-        self.clock = Some(clock);
-        self
-    }
-
-    /// The wall clock written into items (`acquired_ms`, `expires_ms`) and,
-    /// in [`TakeoverMode::TrustClocks`], compared with them. The system time
-    /// unless set; tests inject skewed ones.
-    pub fn wall_clock(mut self, wall: WallClock) -> Self {
-        self.wall = Some(wall);
-        self
+    leasehold_aws::takeover_builder_methods! {
+        /// The monotonic clock takeover observations are timed on (the system
+        /// clock unless set; tests inject a [`leasehold::backend::ManualClock`] or a
+        /// skewed clock).
+        clock;
+        /// The wall clock written into items (`acquired_ms`, `expires_ms`) and,
+        /// in [`TakeoverMode::TrustClocks`], compared with them. The system time
+        /// unless set; tests inject skewed ones.
+        wall_clock;
     }
 
     /// How a waiter decides that a holder is gone; see [`TakeoverMode`].
@@ -100,27 +93,25 @@ impl DynamoDbBackendBuilder {
         self
     }
 
-    /// Extra time a waiter watches an unchanged lease beyond the holder's
-    /// TTL (and a 0.1 % clock-rate allowance) before taking it over.
-    /// Default 200 ms.
-    pub fn takeover_margin(mut self, margin: Duration) -> Self {
-        self.margin = margin;
-        self
+    leasehold_aws::takeover_builder_methods! {
+        /// Extra time a waiter watches an unchanged lease beyond the holder's
+        /// TTL (and a 0.1 % clock-rate allowance) before taking it over.
+        /// Default 200 ms.
+        takeover_margin;
     }
 
-    /// The max TTL a table created by this backend records (default 60 s,
-    /// [`leasehold::backend::DEFAULT_STORE_MAX_TTL`]; 1 s to 24 h): no lease may be
-    /// longer, and after the table is deleted and re-created under a live
-    /// holder, grants wait one confirmation window whatever this says (the
-    /// quarantine, see the crate docs).
-    /// An existing table keeps the max TTL it recorded.
-    ///
-    /// (There is no item expiry: an item deleted by DynamoDB TTL would take
-    /// its fencing counter with it, and deciding when that is safe would
-    /// trust a holder's clock.)
-    pub fn max_ttl(mut self, max_ttl: Duration) -> Self {
-        self.max_ttl = max_ttl;
-        self
+    leasehold::store_builder_methods! {
+        /// The max TTL a table created by this backend records (default 60 s,
+        /// [`leasehold::backend::DEFAULT_STORE_MAX_TTL`]; 1 s to 24 h): no lease may be
+        /// longer, and after the table is deleted and re-created under a live
+        /// holder, grants wait one confirmation window whatever this says (the
+        /// quarantine, see the crate docs).
+        /// An existing table keeps the max TTL it recorded.
+        ///
+        /// (There is no item expiry: an item deleted by DynamoDB TTL would take
+        /// its fencing counter with it, and deciding when that is safe would
+        /// trust a holder's clock.)
+        max_ttl;
     }
 
     /// Whether to create the table when it does not exist (default: yes).
@@ -129,16 +120,15 @@ impl DynamoDbBackendBuilder {
         self
     }
 
-    /// What opening may do to the table (default
-    /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
-    /// `Never`, nothing is created or written (a missing table is
-    /// [`Error::NoStore`](leasehold::Error::NoStore), a missing epoch marker
-    /// item is not written); with `NewProven`, a table this backend
-    /// creates gets a marker item that says its epoch is proven (settled at
-    /// once, see [`Creation::NewProven`](leasehold::Creation::NewProven)).
-    pub fn creation(mut self, creation: leasehold::Creation) -> Self {
-        self.creation = creation;
-        self
+    leasehold::store_builder_methods! {
+        /// What opening may do to the table (default
+        /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
+        /// `Never`, nothing is created or written (a missing table is
+        /// [`Error::NoStore`](leasehold::Error::NoStore), a missing epoch marker
+        /// item is not written); with `NewProven`, a table this backend
+        /// creates gets a marker item that says its epoch is proven (settled at
+        /// once, see [`Creation::NewProven`](leasehold::Creation::NewProven)).
+        creation;
     }
 
     /// Loads the configuration, checks (or creates) the table and returns

@@ -144,18 +144,13 @@ impl EtcdBackendBuilder {
         Ok(b)
     }
 
-    /// The key prefix every key of this store lives under (default
-    /// [`DEFAULT_PREFIX`]; not empty). Two prefixes are two stores.
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// The max TTL a store created by this backend records (2 s to 24 h;
-    /// 60 s by default). An existing store keeps its own.
-    pub fn max_ttl(mut self, max_ttl: Duration) -> Self {
-        self.max_ttl = max_ttl;
-        self
+    leasehold::store_builder_methods! {
+        /// The key prefix every key of this store lives under (default
+        /// [`DEFAULT_PREFIX`]; not empty). Two prefixes are two stores.
+        prefix;
+        /// The max TTL a store created by this backend records (2 s to 24 h;
+        /// 60 s by default). An existing store keeps its own.
+        max_ttl;
     }
 
     /// Authenticate as `user` (etcd's auth must be enabled on the server).
@@ -171,17 +166,12 @@ impl EtcdBackendBuilder {
         self
     }
 
-    /// How long one request may take before it counts as failed
-    /// (retryable); 5 s by default.
-    pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
-        self
-    }
-
-    /// Whether waiters watch for releases (on by default). Off, they poll.
-    pub fn wake_ups(mut self, on: bool) -> Self {
-        self.wake_ups = on;
-        self
+    leasehold::store_builder_methods! {
+        /// How long one request may take before it counts as failed
+        /// (retryable); 5 s by default.
+        request_timeout;
+        /// Whether waiters watch for releases (on by default). Off, they poll.
+        wake_ups;
     }
 
     /// The key prefix.
@@ -206,16 +196,15 @@ impl EtcdBackendBuilder {
         Ok(())
     }
 
-    /// What opening may do to the store (default
-    /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
-    /// `Never`, nothing is written (a prefix without keys is
-    /// [`Error::NoStore`](leasehold::Error::NoStore)); with `NewProven`,
-    /// the marker of a new store (a prefix without keys) records that its
-    /// epoch is proven (see
-    /// [`Creation::NewProven`](leasehold::Creation::NewProven)).
-    pub fn creation(mut self, creation: leasehold::Creation) -> Self {
-        self.creation = creation;
-        self
+    leasehold::store_builder_methods! {
+        /// What opening may do to the store (default
+        /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
+        /// `Never`, nothing is written (a prefix without keys is
+        /// [`Error::NoStore`](leasehold::Error::NoStore)); with `NewProven`,
+        /// the marker of a new store (a prefix without keys) records that its
+        /// epoch is proven (see
+        /// [`Creation::NewProven`](leasehold::Creation::NewProven)).
+        creation;
     }
 
     /// Connects (checking that the cluster answers, and authenticating),

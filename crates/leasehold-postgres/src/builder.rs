@@ -210,14 +210,13 @@ impl PostgresBackendBuilder {
         self
     }
 
-    /// The max TTL a table created by this backend records (1 s to 24 h;
-    /// 60 s by default): no lease may be longer. An existing table keeps
-    /// its own. After the table is lost under a live holder grants wait one
-    /// confirmation window ([`leasehold::CONFIRMATION_WINDOW`]), whatever
-    /// this says.
-    pub fn max_ttl(mut self, max_ttl: Duration) -> Self {
-        self.max_ttl = max_ttl;
-        self
+    leasehold::store_builder_methods! {
+        /// The max TTL a table created by this backend records (1 s to 24 h;
+        /// 60 s by default): no lease may be longer. An existing table keeps
+        /// its own. After the table is lost under a live holder grants wait one
+        /// confirmation window ([`leasehold::CONFIRMATION_WINDOW`]), whatever
+        /// this says.
+        max_ttl;
     }
 
     /// When to use TLS.
@@ -239,19 +238,14 @@ impl PostgresBackendBuilder {
         self
     }
 
-    /// How long one request may take before it counts as failed (retryable)
-    /// and its connection is discarded (5 s by default).
-    pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
-        self
-    }
-
-    /// Whether waiters LISTEN for releases (on by default; needs a direct
-    /// or session-pooled connection, see the crate docs). Off, waiters only
-    /// poll.
-    pub fn wake_ups(mut self, on: bool) -> Self {
-        self.wake_ups = on;
-        self
+    leasehold::store_builder_methods! {
+        /// How long one request may take before it counts as failed (retryable)
+        /// and its connection is discarded (5 s by default).
+        request_timeout;
+        /// Whether waiters LISTEN for releases (on by default; needs a direct
+        /// or session-pooled connection, see the crate docs). Off, waiters only
+        /// poll.
+        wake_ups;
     }
 
     /// Whether statements are prepared once per connection (named prepared
@@ -293,16 +287,15 @@ impl PostgresBackendBuilder {
         Ok(())
     }
 
-    /// What opening may do to the table (default
-    /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
-    /// `Never`, nothing is created or written, ever (a missing table is
-    /// [`Error::NoStore`](leasehold::Error::NoStore); a missing or restored
-    /// epoch row is reported, not renewed); with `NewProven`, the epoch row
-    /// of a new, empty table records that its epoch is proven (see
-    /// [`Creation::NewProven`](leasehold::Creation::NewProven)).
-    pub fn creation(mut self, creation: leasehold::Creation) -> Self {
-        self.creation = creation;
-        self
+    leasehold::store_builder_methods! {
+        /// What opening may do to the table (default
+        /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
+        /// `Never`, nothing is created or written, ever (a missing table is
+        /// [`Error::NoStore`](leasehold::Error::NoStore); a missing or restored
+        /// epoch row is reported, not renewed); with `NewProven`, the epoch row
+        /// of a new, empty table records that its epoch is proven (see
+        /// [`Creation::NewProven`](leasehold::Creation::NewProven)).
+        creation;
     }
 
     /// Connects (checking that the server answers), creates the table if

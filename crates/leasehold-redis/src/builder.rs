@@ -140,22 +140,17 @@ impl RedisBackendBuilder {
         Ok(builder)
     }
 
-    /// The prefix of every Redis key (and the pub/sub channel) the store
-    /// uses ([`DEFAULT_PREFIX`] by default): stores with different prefixes
-    /// on one server are independent, each with its own epoch.
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// The max TTL a store started by this backend records (1 s to 24 h;
-    /// 60 s by default): no lease may be longer. An existing store keeps its
-    /// own. After the store's data is lost (or the server restarts or fails
-    /// over) grants wait one confirmation window
-    /// ([`leasehold::CONFIRMATION_WINDOW`]), whatever this says.
-    pub fn max_ttl(mut self, max_ttl: Duration) -> Self {
-        self.max_ttl = max_ttl;
-        self
+    leasehold::store_builder_methods! {
+        /// The prefix of every Redis key (and the pub/sub channel) the store
+        /// uses ([`DEFAULT_PREFIX`] by default): stores with different prefixes
+        /// on one server are independent, each with its own epoch.
+        prefix;
+        /// The max TTL a store started by this backend records (1 s to 24 h;
+        /// 60 s by default): no lease may be longer. An existing store keeps its
+        /// own. After the store's data is lost (or the server restarts or fails
+        /// over) grants wait one confirmation window
+        /// ([`leasehold::CONFIRMATION_WINDOW`]), whatever this says.
+        max_ttl;
     }
 
     /// A PEM file of CA certificates to trust for `rediss://` *instead of*
@@ -165,18 +160,13 @@ impl RedisBackendBuilder {
         self
     }
 
-    /// How long one request may take before it counts as failed
-    /// (retryable) and the connection is replaced (5 s by default).
-    pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
-        self
-    }
-
-    /// Whether waiters subscribe to releases (on by default). Off, waiters
-    /// only poll, and releases publish nothing.
-    pub fn wake_ups(mut self, on: bool) -> Self {
-        self.wake_ups = on;
-        self
+    leasehold::store_builder_methods! {
+        /// How long one request may take before it counts as failed
+        /// (retryable) and the connection is replaced (5 s by default).
+        request_timeout;
+        /// Whether waiters subscribe to releases (on by default). Off, waiters
+        /// only poll, and releases publish nothing.
+        wake_ups;
     }
 
     /// The key prefix as given.
@@ -206,16 +196,15 @@ impl RedisBackendBuilder {
         Ok(())
     }
 
-    /// What opening may do to the store (default
-    /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
-    /// `Never`, nothing is written (a prefix with neither epoch marker nor
-    /// key index is [`Error::NoStore`](leasehold::Error::NoStore); a marker
-    /// of another server process is reported, not renewed); with
-    /// `NewProven`, the marker of a new store records that its epoch is
-    /// proven (see [`Creation::NewProven`](leasehold::Creation::NewProven)).
-    pub fn creation(mut self, creation: leasehold::Creation) -> Self {
-        self.creation = creation;
-        self
+    leasehold::store_builder_methods! {
+        /// What opening may do to the store (default
+        /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
+        /// `Never`, nothing is written (a prefix with neither epoch marker nor
+        /// key index is [`Error::NoStore`](leasehold::Error::NoStore); a marker
+        /// of another server process is reported, not renewed); with
+        /// `NewProven`, the marker of a new store records that its epoch is
+        /// proven (see [`Creation::NewProven`](leasehold::Creation::NewProven)).
+        creation;
     }
 
     /// Connects (checking that the server answers and the password is

@@ -14,8 +14,6 @@ use leasehold_aws::{AwsOptions, RequestCounter};
 
 use crate::{S3Backend, WallClock};
 
-const DEFAULT_MARGIN: Duration = Duration::from_millis(200);
-
 /// Builds an [`S3Backend`].
 ///
 /// ```no_run
@@ -69,7 +67,7 @@ impl S3BackendBuilder {
             aws: AwsOptions::default(),
             clock: None,
             wall: None,
-            margin: DEFAULT_MARGIN,
+            margin: leasehold_aws::DEFAULT_TAKEOVER_MARGIN,
             max_ttl: leasehold::backend::DEFAULT_STORE_MAX_TTL,
             create_bucket: true,
             creation: leasehold::Creation::IfMissing,
@@ -78,42 +76,31 @@ impl S3BackendBuilder {
 
     leasehold_aws::aws_builder_methods!("an emulator (`http://127.0.0.1:45399`, moto) or an S3-compatible service; requests then use path-style addressing (`ENDPOINT/BUCKET/OBJECT`)");
 
-    /// Keep the store's objects under this prefix (a key-shaped path such
-    /// as `jobs/prod`; default: the bucket's root). Each prefix is a store
-    /// of its own, with its own epoch.
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
+    leasehold::store_builder_methods! {
+        /// Keep the store's objects under this prefix (a key-shaped path such
+        /// as `jobs/prod`; default: the bucket's root). Each prefix is a store
+        /// of its own, with its own epoch.
+        prefix;
     }
 
-    /// The monotonic clock takeover observations are timed on (the system
-    /// clock unless set; tests inject a [`leasehold::backend::ManualClock`]).
-    pub fn clock(mut self, clock: SharedClock) -> Self {
-        self.clock = Some(clock);
-        self
+    leasehold_aws::takeover_builder_methods! {
+        /// The monotonic clock takeover observations are timed on (the system
+        /// clock unless set; tests inject a [`leasehold::backend::ManualClock`]).
+        clock;
+        /// The wall clock written into records (`acquired_ms`, `expires_ms`,
+        /// for display only). The system time unless set.
+        wall_clock;
+        /// Extra time a waiter watches an unchanged lease beyond the holder's
+        /// TTL (and a 0.1 % clock-rate allowance) before taking it over.
+        /// Default 200 ms.
+        takeover_margin;
     }
 
-    /// The wall clock written into records (`acquired_ms`, `expires_ms`,
-    /// for display only). The system time unless set.
-    pub fn wall_clock(mut self, wall: WallClock) -> Self {
-        self.wall = Some(wall);
-        self
-    }
-
-    /// Extra time a waiter watches an unchanged lease beyond the holder's
-    /// TTL (and a 0.1 % clock-rate allowance) before taking it over.
-    /// Default 200 ms.
-    pub fn takeover_margin(mut self, margin: Duration) -> Self {
-        self.margin = margin;
-        self
-    }
-
-    /// The max TTL a store started by this backend records (default 60 s,
-    /// [`leasehold::backend::DEFAULT_STORE_MAX_TTL`]; 4 s to 24 h): no lease may be
-    /// longer. An existing store keeps the max TTL it recorded.
-    pub fn max_ttl(mut self, max_ttl: Duration) -> Self {
-        self.max_ttl = max_ttl;
-        self
+    leasehold::store_builder_methods! {
+        /// The max TTL a store started by this backend records (default 60 s,
+        /// [`leasehold::backend::DEFAULT_STORE_MAX_TTL`]; 4 s to 24 h): no lease may be
+        /// longer. An existing store keeps the max TTL it recorded.
+        max_ttl;
     }
 
     /// Whether to create the bucket when it does not exist (default: yes).
@@ -122,16 +109,15 @@ impl S3BackendBuilder {
         self
     }
 
-    /// What opening may do (default
-    /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
-    /// `Never`, nothing is created or written (a missing bucket or epoch
-    /// marker is [`Error::NoStore`](leasehold::Error::NoStore)); with
-    /// `NewProven`, a marker this backend writes says its epoch is proven
-    /// (settled at once, see
-    /// [`Creation::NewProven`](leasehold::Creation::NewProven)).
-    pub fn creation(mut self, creation: leasehold::Creation) -> Self {
-        self.creation = creation;
-        self
+    leasehold::store_builder_methods! {
+        /// What opening may do (default
+        /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
+        /// `Never`, nothing is created or written (a missing bucket or epoch
+        /// marker is [`Error::NoStore`](leasehold::Error::NoStore)); with
+        /// `NewProven`, a marker this backend writes says its epoch is proven
+        /// (settled at once, see
+        /// [`Creation::NewProven`](leasehold::Creation::NewProven)).
+        creation;
     }
 
     /// Loads the configuration, checks (or creates) the bucket, reads (or

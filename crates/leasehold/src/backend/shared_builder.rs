@@ -1,7 +1,10 @@
 //! What the stores' builders and backends do alike, written once: the
-//! URL's scheme, the max TTL's range, and the store's recorded max TTL as
+//! URL's scheme, the max TTL's range, the store's recorded max TTL as
 //! the backend last read it (the server stores'
-//! [`capabilities`](crate::backend::Backend::capabilities)).
+//! [`capabilities`](crate::backend::Backend::capabilities)), the builder
+//! methods every store has ([`store_builder_methods!`](crate::store_builder_methods))
+//! and `Debug` impls that show only some fields
+//! ([`debug_fields!`](crate::debug_fields)).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -63,4 +66,56 @@ impl RecordedMaxTtl {
             .shared_across_processes(true)
             .shared_across_machines(true)
     }
+}
+
+/// The builder methods the stores' builders have alike, written once:
+/// expand it inside the `impl` of a builder, naming the methods it has,
+/// each after its own doc comment (what it means for that store):
+///
+/// - `prefix`: `prefix(impl Into<String>)` sets the field `prefix`;
+/// - `max_ttl`: `max_ttl(Duration)` sets `max_ttl` (a `Duration`, or an
+///   `Option<Duration>` set to `Some`);
+/// - `request_timeout`: `request_timeout(Duration)` sets `request_timeout`
+///   (likewise);
+/// - `wake_ups`: `wake_ups(bool)` sets `wake_ups`;
+/// - `creation`: `creation(Creation)` sets `creation`.
+///
+/// ```ignore
+/// impl MyBuilder {
+///     leasehold::store_builder_methods! {
+///         /// The max TTL a store started by this backend records.
+///         max_ttl;
+///         /// What opening may do to the store.
+///         creation;
+///     }
+/// }
+/// ```
+#[macro_export]
+macro_rules! store_builder_methods {
+    ($($(#[$doc:meta])* $method:ident;)*) => {
+        $($crate::store_builder_methods!(@method [$(#[$doc])*] $method);)*
+    };
+    (@method [$($doc:tt)*] prefix) => {
+        $crate::store_builder_methods!(@set [$($doc)*] prefix(prefix: impl Into<String>) => prefix.into());
+    };
+    (@method [$($doc:tt)*] max_ttl) => {
+        $crate::store_builder_methods!(@set [$($doc)*] max_ttl(max_ttl: ::std::time::Duration) => max_ttl.into());
+    };
+    (@method [$($doc:tt)*] request_timeout) => {
+        $crate::store_builder_methods!(@set [$($doc)*] request_timeout(timeout: ::std::time::Duration) => timeout.into());
+    };
+    (@method [$($doc:tt)*] wake_ups) => {
+        $crate::store_builder_methods!(@set [$($doc)*] wake_ups(on: bool) => on);
+    };
+    (@method [$($doc:tt)*] creation) => {
+        $crate::store_builder_methods!(@set [$($doc)*] creation(creation: $crate::Creation) => creation);
+    };
+    // `name(param: Type)` sets the field `name` to `value`.
+    (@set [$($doc:tt)*] $name:ident($param:ident: $ty:ty) => $value:expr) => {
+        $($doc)*
+        pub fn $name(mut self, $param: $ty) -> Self {
+            self.$name = $value;
+            self
+        }
+    };
 }
