@@ -269,17 +269,8 @@ impl Default for AwsOptions {
     }
 }
 
-impl fmt::Debug for AwsOptions {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // No credentials, ever.
-        f.debug_struct("AwsOptions")
-            .field("region", &self.region)
-            .field("endpoint", &self.endpoint)
-            .field("profile", &self.profile)
-            .field("attempt_timeout", &self.attempt_timeout)
-            .finish_non_exhaustive()
-    }
-}
+// No credentials, ever.
+leasehold::debug_fields!(o: AwsOptions { region, endpoint, profile, attempt_timeout, .. });
 
 impl AwsOptions {
     /// Sets the credentials provider.

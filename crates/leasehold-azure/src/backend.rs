@@ -3,7 +3,6 @@
 //! are in `acquire.rs`).
 
 use std::collections::HashMap;
-use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -85,14 +84,9 @@ pub(crate) struct Inner {
     pub(crate) creation: leasehold::Creation,
 }
 
-impl fmt::Debug for AzureBackend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AzureBackend")
-            .field("container", &self.inner.container_name)
-            .field("prefix", &self.inner.prefix)
-            .finish_non_exhaustive()
-    }
-}
+leasehold::debug_fields!(b: AzureBackend {
+    container: b.inner.container_name, prefix: b.inner.prefix, ..
+});
 
 impl AzureBackend {
     /// A builder, for endpoints and credentials set in code.

@@ -1,7 +1,6 @@
 //! [`AzureBackendBuilder`]: endpoint, container, prefix and credentials, from
 //! code, a connection string, the environment or an `azblob://` URL.
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -74,25 +73,19 @@ pub struct AzureBackendBuilder {
     creation: leasehold::Creation,
 }
 
-impl fmt::Debug for AzureBackendBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AzureBackendBuilder")
-            .field("container", &self.container)
-            .field("prefix", &self.prefix)
-            .field("endpoint", &self.endpoint)
-            .field("account", &self.account)
-            .field("key", &self.key.as_ref().map(|_| "<redacted>"))
-            .field("sas", &self.sas.as_ref().map(|_| "<redacted>"))
-            .field(
-                "connection_string",
-                &self.connection_string.as_ref().map(|_| "<redacted>"),
-            )
-            .field("token_credential", &self.token.is_some())
-            .field("entra_id", &self.entra_id)
-            .field("max_ttl", &self.max_ttl)
-            .finish_non_exhaustive()
-    }
-}
+leasehold::debug_fields!(b: AzureBackendBuilder {
+    container,
+    prefix,
+    endpoint,
+    account,
+    key: b.key.as_ref().map(|_| "<redacted>"),
+    sas: b.sas.as_ref().map(|_| "<redacted>"),
+    connection_string: b.connection_string.as_ref().map(|_| "<redacted>"),
+    token_credential: b.token.is_some(),
+    entra_id,
+    max_ttl,
+    ..
+});
 
 impl AzureBackendBuilder {
     /// An empty builder.

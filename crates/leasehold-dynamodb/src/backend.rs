@@ -2,7 +2,6 @@
 //! The acquire path is in `acquire.rs`, run records in `runs.rs`, the
 //! table's epoch in `epoch.rs` and `table.rs`.
 
-use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -50,16 +49,7 @@ pub struct DynamoDbBackend {
     pub(crate) requests: leasehold_aws::RequestCounter,
 }
 
-impl fmt::Debug for DynamoDbBackend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DynamoDbBackend")
-            .field("table", &self.table)
-            .field("region", &self.region)
-            .field("endpoint", &self.endpoint)
-            .field("takeover", &self.takeover)
-            .finish_non_exhaustive()
-    }
-}
+leasehold::debug_fields!(b: DynamoDbBackend { table, region, endpoint, takeover, .. });
 
 impl DynamoDbBackend {
     /// The table name.

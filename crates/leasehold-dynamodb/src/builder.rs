@@ -1,6 +1,5 @@
 //! Building a [`DynamoDbBackend`]: from code or from a store URL.
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -40,17 +39,8 @@ pub struct DynamoDbBackendBuilder {
     pub(crate) creation: leasehold::Creation,
 }
 
-impl fmt::Debug for DynamoDbBackendBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // No credentials, ever.
-        f.debug_struct("DynamoDbBackendBuilder")
-            .field("table", &self.table)
-            .field("aws", &self.aws)
-            .field("takeover", &self.takeover)
-            .field("create_table", &self.create_table)
-            .finish_non_exhaustive()
-    }
-}
+// No credentials, ever.
+leasehold::debug_fields!(b: DynamoDbBackendBuilder { table, aws, takeover, create_table, .. });
 
 impl DynamoDbBackend {
     /// A builder for a backend on `table`.

@@ -1,7 +1,6 @@
 //! The [`Backend`] implementation: the protocol in the crate docs.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -98,15 +97,9 @@ impl Seen {
 /// empty beyond it: forgetting costs a failed comparison, one round trip).
 const SEEN_KEYS: usize = 4096;
 
-impl fmt::Debug for EtcdBackend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EtcdBackend")
-            .field("endpoints", &self.inner.endpoints)
-            .field("prefix", &self.inner.prefix)
-            .field("max_ttl", &self.inner.max_ttl)
-            .finish_non_exhaustive()
-    }
-}
+leasehold::debug_fields!(b: EtcdBackend {
+    endpoints: b.inner.endpoints, prefix: b.inner.prefix, max_ttl: b.inner.max_ttl, ..
+});
 
 /// What one read of a key returns: the store's marker, the key's record and
 /// holder, each with its etcd metadata, all at one revision.

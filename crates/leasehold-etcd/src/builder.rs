@@ -1,6 +1,5 @@
 //! Building an [`EtcdBackend`]: from a store URL, or in code.
 
-use std::fmt;
 use std::time::Duration;
 
 use leasehold::backend::params::{decode_percent, split_query, QuerySpec};
@@ -38,19 +37,9 @@ pub struct EtcdBackendBuilder {
     pub(crate) creation: leasehold::Creation,
 }
 
-impl fmt::Debug for EtcdBackendBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EtcdBackendBuilder")
-            .field("endpoints", &self.endpoints)
-            .field("tls", &self.tls)
-            .field("user", &self.user.as_ref().map(|(u, _)| u))
-            .field("prefix", &self.prefix)
-            .field("max_ttl", &self.max_ttl)
-            .field("request_timeout", &self.request_timeout)
-            .field("wake_ups", &self.wake_ups)
-            .finish()
-    }
-}
+leasehold::debug_fields!(b: EtcdBackendBuilder {
+    endpoints, tls, user: b.user.as_ref().map(|(u, _)| u), prefix, max_ttl, request_timeout, wake_ups
+});
 
 impl EtcdBackend {
     /// A builder for the cluster at `endpoints`.

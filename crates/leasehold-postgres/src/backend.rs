@@ -1,7 +1,6 @@
 //! The [`Backend`] implementation: one statement per operation (see the
 //! crate docs for the protocol).
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,14 +49,7 @@ pub(crate) struct Inner {
     pub(crate) creation: leasehold::Creation,
 }
 
-impl fmt::Debug for PostgresBackend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PostgresBackend")
-            .field("target", &self.inner.target)
-            .field("table", &self.inner.table)
-            .finish_non_exhaustive()
-    }
-}
+leasehold::debug_fields!(b: PostgresBackend { target: b.inner.target, table: b.inner.table, .. });
 
 /// A failed statement: the client's error (to look at its SQL state) or one
 /// of ours.

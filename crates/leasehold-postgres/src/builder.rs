@@ -1,7 +1,6 @@
 //! Building a [`PostgresBackend`]: from a store URL, the `PG*` environment
 //! variables, or in code.
 
-use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
@@ -81,22 +80,10 @@ pub struct PostgresBackendBuilder {
     pub(crate) creation: leasehold::Creation,
 }
 
-impl fmt::Debug for PostgresBackendBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // tokio_postgres::Config's Debug already redacts the password.
-        f.debug_struct("PostgresBackendBuilder")
-            .field("config", &self.config)
-            .field("table", &self.table)
-            .field("max_ttl", &self.max_ttl)
-            .field("ssl_mode", &self.ssl_mode)
-            .field("root_cert", &self.root_cert)
-            .field("pool_size", &self.pool_size)
-            .field("request_timeout", &self.request_timeout)
-            .field("wake_ups", &self.wake_ups)
-            .field("prepared", &self.prepared)
-            .finish()
-    }
-}
+// tokio_postgres::Config's Debug already redacts the password.
+leasehold::debug_fields!(b: PostgresBackendBuilder {
+    config, table, max_ttl, ssl_mode, root_cert, pool_size, request_timeout, wake_ups, prepared
+});
 
 impl PostgresBackend {
     /// A builder for the server `config` describes (see

@@ -1,7 +1,6 @@
 //! The [`Backend`] implementation: one Lua script per operation (see the
 //! crate docs for the protocol).
 
-use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -46,14 +45,7 @@ pub(crate) struct Inner {
     pub(crate) listener: Option<Listener>,
 }
 
-impl fmt::Debug for RedisBackend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisBackend")
-            .field("target", &self.inner.target)
-            .field("prefix", &self.inner.names.prefix)
-            .finish_non_exhaustive()
-    }
-}
+leasehold::debug_fields!(b: RedisBackend { target: b.inner.target, prefix: b.inner.names.prefix, .. });
 
 /// An optional string as the scripts take it: `''` for none, else `+`
 /// and the value.

@@ -1,6 +1,5 @@
 //! Building a [`RedisBackend`]: from a store URL or in code.
 
-use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -41,18 +40,9 @@ pub struct RedisBackendBuilder {
     pub(crate) creation: leasehold::Creation,
 }
 
-impl fmt::Debug for RedisBackendBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisBackendBuilder")
-            .field("target", &target_of(&self.info))
-            .field("tls_ca", &self.tls_ca)
-            .field("prefix", &self.prefix)
-            .field("max_ttl", &self.max_ttl)
-            .field("request_timeout", &self.request_timeout)
-            .field("wake_ups", &self.wake_ups)
-            .finish()
-    }
-}
+leasehold::debug_fields!(b: RedisBackendBuilder {
+    target: target_of(&b.info), tls_ca, prefix, max_ttl, request_timeout, wake_ups
+});
 
 /// `host:port/db` (with `tls` for TLS): never the user or password.
 pub(crate) fn target_of(info: &redis::ConnectionInfo) -> String {

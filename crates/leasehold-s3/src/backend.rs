@@ -1,7 +1,6 @@
 //! [`S3Backend`]: the protocol of the crate docs, request by request.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
@@ -58,16 +57,7 @@ pub struct S3Backend {
     pub(crate) requests: RequestCounter,
 }
 
-impl fmt::Debug for S3Backend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("S3Backend")
-            .field("bucket", &self.bucket)
-            .field("prefix", &self.prefix)
-            .field("region", &self.region)
-            .field("endpoint", &self.endpoint)
-            .finish_non_exhaustive()
-    }
-}
+leasehold::debug_fields!(b: S3Backend { bucket, prefix, region, endpoint, .. });
 
 /// What a read of one object found.
 pub(crate) enum Got {

@@ -1,6 +1,5 @@
 //! Building an [`S3Backend`]: from code or from a store URL.
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -41,16 +40,7 @@ pub struct S3BackendBuilder {
     pub(crate) creation: leasehold::Creation,
 }
 
-impl fmt::Debug for S3BackendBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("S3BackendBuilder")
-            .field("bucket", &self.bucket)
-            .field("prefix", &self.prefix)
-            .field("aws", &self.aws)
-            .field("create_bucket", &self.create_bucket)
-            .finish_non_exhaustive()
-    }
-}
+leasehold::debug_fields!(b: S3BackendBuilder { bucket, prefix, aws, create_bucket, .. });
 
 impl S3Backend {
     /// A builder for a backend on `bucket`.

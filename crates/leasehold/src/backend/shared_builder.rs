@@ -119,3 +119,39 @@ macro_rules! store_builder_methods {
         }
     };
 }
+
+/// `impl Debug` for a type that shows only some of its fields (the others
+/// hold secrets, or nothing worth showing), written once:
+/// `debug_fields!(b: Type { field, name: expr, .. })` shows `field` as it
+/// is and `name` as `expr` (in which `b` is the value shown), in that
+/// order, under the type's name; a closing `..` marks the output
+/// non-exhaustive.
+///
+/// ```
+/// struct Login { user: String, password: String, tries: u32 }
+/// leasehold::debug_fields!(b: Login { user, password: b.password.len(), .. });
+/// let login = Login { user: "me".into(), password: "hunter2".into(), tries: 1 };
+/// assert_eq!(format!("{login:?}"), r#"Login { user: "me", password: 7, .. }"#);
+/// ```
+#[macro_export]
+macro_rules! debug_fields {
+    ($this:ident: $ty:ident { $($fields:tt)* }) => {
+        impl ::std::fmt::Debug for $ty {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                let $this = self;
+                let mut out = f.debug_struct(::std::stringify!($ty));
+                $crate::debug_fields!(@fields out $this $($fields)*)
+            }
+        }
+    };
+    (@fields $out:ident $this:ident ..) => { $out.finish_non_exhaustive() };
+    (@fields $out:ident $this:ident) => { $out.finish() };
+    (@fields $out:ident $this:ident $name:ident: $value:expr $(, $($rest:tt)*)?) => {{
+        $out.field(::std::stringify!($name), &$value);
+        $crate::debug_fields!(@fields $out $this $($($rest)*)?)
+    }};
+    (@fields $out:ident $this:ident $name:ident $(, $($rest:tt)*)?) => {{
+        $out.field(::std::stringify!($name), &$this.$name);
+        $crate::debug_fields!(@fields $out $this $($($rest)*)?)
+    }};
+}
