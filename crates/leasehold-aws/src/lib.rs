@@ -33,8 +33,10 @@ use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use aws_smithy_types::timeout::TimeoutConfig;
 use aws_types::region::Region;
 use leasehold::{
-    backend::{AcquireOutcome, AcquireRequest, SharedClock, StoreEpoch},
-    Error, Result,
+    backend::{
+        params::QueryParams, AcquireOutcome, AcquireRequest, SharedClock, StoreEpoch, SystemClock,
+    },
+    Creation, Error, Result,
 };
 
 /// What [`aws_builder_methods!`] names, re-exported so that the macro
@@ -44,12 +46,14 @@ pub mod reexport {
     pub use aws_config::SdkConfig;
     pub use aws_credential_types::provider::ProvideCredentials;
     pub use leasehold::backend::SharedClock;
+    pub use leasehold::store_builder_methods;
+    pub use leasehold::Creation;
 }
 
 /// The builder methods every AWS store's builder has (`region`,
 /// `endpoint`, `profile`, `credentials_provider`, `sdk_config`,
 /// `attempt_timeout`), written once: expand it inside the `impl` of a
-/// builder that has an `aws: AwsOptions` field. `$emulator` names an
+/// builder that has an `options: StoreOptions` field. `$emulator` names an
 /// emulator's endpoint for the `endpoint` method's docs.
 #[macro_export]
 macro_rules! aws_builder_methods {
@@ -57,20 +61,20 @@ macro_rules! aws_builder_methods {
         /// The AWS region (otherwise the standard chain's: `AWS_REGION`,
         /// the profile, instance metadata).
         pub fn region(mut self, region: impl Into<String>) -> Self {
-            self.aws.region = Some(region.into());
+            self.options.aws.region = Some(region.into());
             self
         }
 
         #[doc = concat!("Another endpoint than AWS's, such as ", $emulator, ".")]
         pub fn endpoint(mut self, endpoint: impl Into<String>) -> Self {
-            self.aws.endpoint = Some(endpoint.into());
+            self.options.aws.endpoint = Some(endpoint.into());
             self
         }
 
         /// The AWS profile to read from the shared config and credentials
         /// files.
         pub fn profile(mut self, profile: impl Into<String>) -> Self {
-            self.aws.profile = Some(profile.into());
+            self.options.aws.profile = Some(profile.into());
             self
         }
 
@@ -80,7 +84,7 @@ macro_rules! aws_builder_methods {
             mut self,
             provider: impl $crate::reexport::ProvideCredentials + 'static,
         ) -> Self {
-            self.aws.set_credentials(provider);
+            self.options.aws.set_credentials(provider);
             self
         }
 
@@ -88,7 +92,7 @@ macro_rules! aws_builder_methods {
         /// standard one; region, endpoint and credentials set on this
         /// builder still override it.
         pub fn sdk_config(mut self, config: $crate::reexport::SdkConfig) -> Self {
-            self.aws.sdk_config = Some(config);
+            self.options.aws.sdk_config = Some(config);
             self
         }
 
@@ -96,7 +100,7 @@ macro_rules! aws_builder_methods {
         /// operation, with the SDK's retries, is limited to three times
         /// that.
         pub fn attempt_timeout(mut self, timeout: std::time::Duration) -> Self {
-            self.aws.attempt_timeout = timeout;
+            self.options.aws.attempt_timeout = timeout;
             self
         }
     };
@@ -110,32 +114,61 @@ pub type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
 /// builder's `takeover_margin` says otherwise.
 pub const DEFAULT_TAKEOVER_MARGIN: Duration = Duration::from_millis(200);
 
-/// The builder methods of an AWS store whose waiters time takeovers on
-/// their own clocks, written once: expand it inside the `impl` of a builder
-/// that has the fields `clock: Option<SharedClock>`, `wall:
-/// Option<WallClock>` and `margin: Duration`, naming the methods (`clock`,
-/// `wall_clock`, `takeover_margin`), each after its own doc comment (what
-/// it means for that store).
+/// The builder methods of an AWS store that set its [`StoreOptions`]
+/// other than where to connect, written once: expand it inside the `impl`
+/// of a builder that has an `options: StoreOptions` field, naming the
+/// methods it has (`clock`, `wall_clock`, `takeover_margin`, `max_ttl`,
+/// `create_table` or `create_bucket`, `creation`), each after its own doc
+/// comment (what it means for that store).
 #[macro_export]
-macro_rules! takeover_builder_methods {
+macro_rules! store_options_methods {
     ($($(#[$doc:meta])* $method:ident;)*) => {
-        $($crate::takeover_builder_methods!(@method [$(#[$doc])*] $method);)*
+        $($crate::store_options_methods!(@method [$(#[$doc])*] $method);)*
     };
     (@method [$($doc:tt)*] clock) => {
-        $crate::takeover_builder_methods!(@set [$($doc)*] clock(clock: $crate::reexport::SharedClock) => clock = Some(clock));
+        $crate::reexport::store_builder_methods!(@set [$($doc)*] clock(clock: $crate::reexport::SharedClock) => options.clock = Some(clock));
     };
     (@method [$($doc:tt)*] wall_clock) => {
-        $crate::takeover_builder_methods!(@set [$($doc)*] wall_clock(wall: $crate::WallClock) => wall = Some(wall));
+        $crate::reexport::store_builder_methods!(@set [$($doc)*] wall_clock(wall: $crate::WallClock) => options.wall = Some(wall));
     };
     (@method [$($doc:tt)*] takeover_margin) => {
-        $crate::takeover_builder_methods!(@set [$($doc)*] takeover_margin(margin: ::std::time::Duration) => margin = margin);
+        $crate::reexport::store_builder_methods!(@set [$($doc)*] takeover_margin(margin: ::std::time::Duration) => options.margin = margin);
     };
-    // `name(param: Type)` sets `field` to `value`.
-    (@set [$($doc:tt)*] $name:ident($param:ident: $ty:ty) => $field:ident = $value:expr) => {
-        $($doc)*
-        pub fn $name(mut self, $param: $ty) -> Self {
-            self.$field = $value;
-            self
+    (@method [$($doc:tt)*] max_ttl) => {
+        $crate::reexport::store_builder_methods!(@set [$($doc)*] max_ttl(max_ttl: ::std::time::Duration) => options.max_ttl = max_ttl);
+    };
+    (@method [$($doc:tt)*] create_table) => {
+        $crate::reexport::store_builder_methods!(@set [$($doc)*] create_table(create: bool) => options.create = create);
+    };
+    (@method [$($doc:tt)*] create_bucket) => {
+        $crate::reexport::store_builder_methods!(@set [$($doc)*] create_bucket(create: bool) => options.create = create);
+    };
+    (@method [$($doc:tt)*] creation) => {
+        $crate::reexport::store_builder_methods!(@set [$($doc)*] creation(creation: $crate::reexport::Creation) => options.creation = creation);
+    };
+}
+
+/// The accessors every AWS store's backend has (`region`,
+/// `requests_sent`, `client`), written once: expand it inside the `impl` of
+/// a backend that has the fields `settings: StoreSettings` and `client`
+/// (of the type `$client`, the service's SDK client).
+#[macro_export]
+macro_rules! aws_backend_methods {
+    ($client:ty) => {
+        /// The region requests are signed for.
+        pub fn region(&self) -> &str {
+            &self.settings.region
+        }
+
+        /// How many HTTP requests this backend has sent (every attempt,
+        /// the SDK's retries included), for metrics and tests.
+        pub fn requests_sent(&self) -> u64 {
+            self.settings.requests.get()
+        }
+
+        /// The SDK client, for anything leasehold does not do.
+        pub fn client(&self) -> &$client {
+            &self.client
         }
     };
 }
@@ -236,6 +269,113 @@ impl EpochCell {
     }
 }
 
+/// What every AWS store's builder holds besides its table or bucket:
+/// where and how to connect, the clocks takeovers are timed on, the
+/// takeover margin, the max TTL a new store records, whether the table or
+/// bucket may be created, and what opening may do.
+/// [`settings`](Self::settings) turns it into what the backend keeps.
+pub struct StoreOptions {
+    /// Region, endpoint, profile, credentials and timeouts.
+    pub aws: AwsOptions,
+    /// The monotonic clock (the system's unless set).
+    pub clock: Option<SharedClock>,
+    /// The wall clock (the system time unless set).
+    pub wall: Option<WallClock>,
+    /// See [`DEFAULT_TAKEOVER_MARGIN`].
+    pub margin: Duration,
+    /// The max TTL a store started by the backend records.
+    pub max_ttl: Duration,
+    /// Whether to create the table or bucket when it does not exist.
+    pub create: bool,
+    /// What opening may do.
+    pub creation: Creation,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            aws: AwsOptions::default(),
+            clock: None,
+            wall: None,
+            margin: DEFAULT_TAKEOVER_MARGIN,
+            max_ttl: leasehold::backend::DEFAULT_STORE_MAX_TTL,
+            create: true,
+            creation: Creation::IfMissing,
+        }
+    }
+}
+
+impl StoreOptions {
+    /// Takes the parameters every AWS store's URL has (`region`,
+    /// `endpoint`, `profile`, `max_ttl`, and `create` under the store's
+    /// name for it, such as `create_table`) from a parsed query.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a malformed `max_ttl` or `create`.
+    pub fn read_query(&mut self, query: &QueryParams, create: &str) -> Result<()> {
+        self.aws.read_query(query);
+        if let Some(max_ttl) = query.duration("max_ttl")? {
+            self.max_ttl = max_ttl;
+        }
+        if let Some(on) = query.boolean(create)? {
+            self.create = on;
+        }
+        Ok(())
+    }
+
+    /// What the backend keeps, for a client that signs for `region` and
+    /// counts its requests with `requests`: the clocks (the system's where
+    /// unset), whether it may create the table or bucket (only if
+    /// `creation` allows it), and an epoch 0 until the first read.
+    pub fn settings(self, region: String, requests: RequestCounter) -> StoreSettings {
+        let clock: SharedClock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
+        StoreSettings {
+            region,
+            endpoint: self.aws.endpoint,
+            epoch: EpochCell::new(clock.clone(), self.max_ttl),
+            clock,
+            wall: self.wall.unwrap_or_else(|| Arc::new(SystemTime::now)),
+            margin: self.margin,
+            max_ttl: self.max_ttl,
+            create: self.create && self.creation.creates(),
+            creation: self.creation,
+            requests,
+        }
+    }
+}
+
+/// What an AWS store's backend keeps of its builder's [`StoreOptions`].
+pub struct StoreSettings {
+    /// The region requests are signed for.
+    pub region: String,
+    /// Another endpoint than AWS's, if any.
+    pub endpoint: Option<String>,
+    /// The monotonic clock takeover observations are timed on.
+    pub clock: SharedClock,
+    /// The wall clock written into records.
+    pub wall: WallClock,
+    /// See [`DEFAULT_TAKEOVER_MARGIN`].
+    pub margin: Duration,
+    /// The max TTL a store created (or marked) by this backend records.
+    pub max_ttl: Duration,
+    /// Whether the table or bucket may be created.
+    pub create: bool,
+    /// What opening (and any later look at the epoch) may do.
+    pub creation: Creation,
+    /// The store's epoch as last read, and when (on `clock`).
+    pub epoch: EpochCell,
+    /// The requests sent.
+    pub requests: RequestCounter,
+}
+
+impl StoreSettings {
+    /// Adds where the backend tried to connect to an error from opening
+    /// `place` (such as `table "locks"`); see [`connect_error`].
+    pub fn connect_error(&self, err: Error, place: &str) -> Error {
+        connect_error(err, place, &self.region, self.endpoint.as_deref())
+    }
+}
+
 /// The settings every AWS store's builder takes: where to connect, as whom,
 /// and how long one attempt may take. [`load`](Self::load) turns them into
 /// an [`SdkConfig`], and the stores' client configurations start from it.
@@ -280,7 +420,7 @@ impl AwsOptions {
 
     /// Takes the parameters every AWS store's URL has (`region`,
     /// `endpoint`, `profile`) from a parsed query.
-    pub fn read_query(&mut self, query: &leasehold::backend::params::QueryParams) {
+    pub fn read_query(&mut self, query: &QueryParams) {
         for (name, field) in [
             ("region", &mut self.region),
             ("endpoint", &mut self.endpoint),

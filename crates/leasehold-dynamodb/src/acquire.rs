@@ -23,7 +23,7 @@ use crate::{DynamoDbBackend, TakeoverMode, MAX_TTL};
 impl DynamoDbBackend {
     pub(crate) async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         check_ttl(req.ttl)?;
-        let epoch = match self.epoch.admit(req, "table") {
+        let epoch = match self.settings.epoch.admit(req, "table") {
             Ok(epoch) => epoch,
             Err(answer) => return *answer,
         };
@@ -33,7 +33,7 @@ impl DynamoDbBackend {
         // further round follows a change seen on the item), and for the
         // first grant of a key (the item is created in a transaction).
         for _ in 0..4 {
-            let observed = self.observations.ripe(key, self.clock.now());
+            let observed = self.observations.ripe(key, self.settings.clock.now());
             let old = match self.grant(req, observed.as_deref(), epoch).await? {
                 Write::Done(item) => {
                     self.observations.forget(key);
@@ -72,11 +72,11 @@ impl DynamoDbBackend {
                     None => continue,
                 }
             }
-            holder = old.holder((self.wall)());
+            holder = old.holder((self.settings.wall)());
             let Some(rvn) = old.rvn.as_deref() else {
                 return Ok(AcquireOutcome::Held(holder));
             };
-            let now = self.clock.now();
+            let now = self.settings.clock.now();
             let ripe = self
                 .observations
                 .saw(key, rvn, self.observation_wait(lease.ttl), now);
@@ -91,7 +91,7 @@ impl DynamoDbBackend {
     /// How long a holder's version must stay unchanged before a takeover.
     fn observation_wait(&self, holder_ttl: Option<Duration>) -> Duration {
         let ttl = holder_ttl.unwrap_or(MAX_TTL);
-        ttl + ttl / 1000 + self.margin
+        ttl + ttl / 1000 + self.settings.margin
     }
 
     /// The SET and REMOVE parts that write `req`'s lease, its owner and its
@@ -102,7 +102,7 @@ impl DynamoDbBackend {
         req: &AcquireRequest,
         epoch: u64,
     ) -> (Vec<String>, Vec<String>) {
-        let now = (self.wall)();
+        let now = (self.settings.wall)();
         let mut set = vec![
             format!("{} = {}", e.n(EPOCH), e.v("epoch", n(epoch))),
             format!("{} = {}", e.n(record::RVN), e.v("rvn", s(new_rvn()))),
@@ -174,7 +174,8 @@ impl DynamoDbBackend {
             ));
         }
         if let TakeoverMode::TrustClocks { max_skew } = self.takeover {
-            let cutoff = unix_ms((self.wall)()).saturating_sub(max_skew.as_millis() as u64);
+            let cutoff =
+                unix_ms((self.settings.wall)()).saturating_sub(max_skew.as_millis() as u64);
             free.push_str(&format!(
                 " OR {} < {}",
                 e.n(record::EXPIRES_MS),

@@ -9,17 +9,15 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
 use leasehold::{
-    backend::{
-        AcquireOutcome, AcquireRequest, Backend, Capabilities, Lease, SharedClock, StoreEpoch,
-    },
+    backend::{AcquireOutcome, AcquireRequest, Backend, Capabilities, Lease, StoreEpoch},
     Error, HolderInfo, Key, KeyInfo, Result, RunRecord,
 };
-use leasehold_aws::EpochCell;
+use leasehold_aws::StoreSettings;
 
 use crate::error::{map_sdk, Message, BACKEND};
 use crate::record::{self, n, s, unix_ms, Expr, Stored};
 use crate::write::{lost, new_rvn, not_ours, update_expression, Write};
-use crate::{TakeoverMode, WallClock, MAX_TTL, MIN_TTL};
+use crate::{TakeoverMode, MAX_TTL, MIN_TTL};
 use leasehold::backend::Observations;
 
 /// A [`Backend`] on a DynamoDB table. See the [crate docs](crate) for the
@@ -30,26 +28,18 @@ use leasehold::backend::Observations;
 pub struct DynamoDbBackend {
     pub(crate) client: Client,
     pub(crate) table: String,
-    pub(crate) region: String,
-    pub(crate) endpoint: Option<String>,
-    pub(crate) clock: SharedClock,
-    pub(crate) wall: WallClock,
     pub(crate) takeover: TakeoverMode,
-    pub(crate) margin: Duration,
-    /// The max TTL a table created (or marked) by this backend records.
-    pub(crate) max_ttl: Duration,
-    pub(crate) create_table: bool,
-    /// What opening (and any later look at the epoch) may do to the table.
-    pub(crate) creation: leasehold::Creation,
-    /// The table's epoch as last read, and when (on `clock`).
-    /// The table's epoch as last read, and when (on `clock`).
-    pub(crate) epoch: EpochCell,
+    /// Region, endpoint, clocks, max TTL, creating the table, what opening
+    /// (and any later look at the epoch) may do to it, the table's epoch as
+    /// last read, requests sent.
+    pub(crate) settings: StoreSettings,
     pub(crate) dates: leasehold_aws::ServiceDate,
     pub(crate) observations: Observations,
-    pub(crate) requests: leasehold_aws::RequestCounter,
 }
 
-leasehold::debug_fields!(b: DynamoDbBackend { table, region, endpoint, takeover, .. });
+leasehold::debug_fields!(b: DynamoDbBackend {
+    table, region: b.settings.region, endpoint: b.settings.endpoint, takeover, ..
+});
 
 impl DynamoDbBackend {
     /// The table name.
@@ -57,37 +47,19 @@ impl DynamoDbBackend {
         &self.table
     }
 
-    /// The region requests are signed for.
-    pub fn region(&self) -> &str {
-        &self.region
-    }
-
-    /// How many HTTP requests this backend has sent (every attempt,
-    /// the SDK's retries included), for metrics and tests.
-    pub fn requests_sent(&self) -> u64 {
-        self.requests.get()
-    }
-
-    /// The SDK client, for anything leasehold does not do.
-    pub fn client(&self) -> &Client {
-        &self.client
-    }
+    leasehold_aws::aws_backend_methods!(Client);
 
     /// Adds where we tried to connect to an error from opening the table.
     pub(crate) fn connect_error(&self, err: Error) -> Error {
-        leasehold_aws::connect_error(
-            err,
-            &format!("table {:?}", self.table),
-            &self.region,
-            self.endpoint.as_deref(),
-        )
+        self.settings
+            .connect_error(err, &format!("table {:?}", self.table))
     }
 
     /// The table's store epoch (see the crate docs), as last read when the
     /// backend was built or found the table re-created; its age is as of
     /// now.
     pub fn epoch(&self) -> StoreEpoch {
-        self.epoch.get()
+        self.settings.epoch.get()
     }
 
     /// One conditional `UpdateItem` on `key`'s item.
@@ -135,7 +107,7 @@ impl DynamoDbBackend {
         returns: ReturnValue,
     ) -> Result<Write> {
         let mut e = Expr::default();
-        let now = (self.wall)();
+        let now = (self.settings.wall)();
         let set = vec![
             format!("{} = {}", e.n(record::RVN), e.v("rvn", s(new_rvn()))),
             format!(
@@ -273,7 +245,7 @@ impl Backend for DynamoDbBackend {
             .await
             .map_err(|e| map_sdk(&self.table, "inspect", e))?;
         match out.item {
-            Some(item) => Ok(Stored::decode(&item)?.info(key.clone(), (self.wall)())),
+            Some(item) => Ok(Stored::decode(&item)?.info(key.clone(), (self.settings.wall)())),
             None => Ok(KeyInfo::new(key.clone(), 0, None)),
         }
     }
@@ -299,7 +271,7 @@ impl Backend for DynamoDbBackend {
             )
             .await?
         {
-            Write::Done(old) => Ok(Stored::decode(&old)?.holder((self.wall)())),
+            Write::Done(old) => Ok(Stored::decode(&old)?.holder((self.settings.wall)())),
             Write::Refused(_) => Ok(None),
             Write::NoTable => Err(Error::backend(
                 BACKEND,
@@ -338,7 +310,7 @@ impl Backend for DynamoDbBackend {
                 let Ok(key) = Key::new(key.as_str()) else {
                     continue;
                 };
-                infos.push(Stored::decode(it)?.info(key, (self.wall)()));
+                infos.push(Stored::decode(it)?.info(key, (self.settings.wall)()));
             }
             match out.last_evaluated_key {
                 Some(k) if !k.is_empty() => start = Some(k),

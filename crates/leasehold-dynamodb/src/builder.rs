@@ -1,17 +1,11 @@
 //! Building a [`DynamoDbBackend`]: from code or from a store URL.
 
-use std::sync::Arc;
-use std::time::{Duration, SystemTime};
-
 use aws_sdk_dynamodb::config::Region;
 use leasehold::backend::shared_builder::check_max_ttl;
-use leasehold::{
-    backend::{SharedClock, SystemClock},
-    Error, Result,
-};
-use leasehold_aws::{AwsOptions, EpochCell, RequestCounter, ServiceDate};
+use leasehold::{Error, Result};
+use leasehold_aws::{RequestCounter, ServiceDate, StoreOptions};
 
-use crate::{DynamoDbBackend, TakeoverMode, WallClock};
+use crate::{DynamoDbBackend, TakeoverMode};
 
 /// Builds a [`DynamoDbBackend`].
 ///
@@ -28,19 +22,15 @@ use crate::{DynamoDbBackend, TakeoverMode, WallClock};
 #[must_use]
 pub struct DynamoDbBackendBuilder {
     pub(crate) table: String,
-    /// Region, endpoint, profile, credentials and timeouts.
-    pub(crate) aws: AwsOptions,
-    pub(crate) clock: Option<SharedClock>,
-    pub(crate) wall: Option<WallClock>,
     pub(crate) takeover: TakeoverMode,
-    pub(crate) margin: Duration,
-    pub(crate) max_ttl: Duration,
-    pub(crate) create_table: bool,
-    pub(crate) creation: leasehold::Creation,
+    /// Where and how to connect, clocks, max TTL, creating the table.
+    pub(crate) options: StoreOptions,
 }
 
 // No credentials, ever.
-leasehold::debug_fields!(b: DynamoDbBackendBuilder { table, aws, takeover, create_table, .. });
+leasehold::debug_fields!(b: DynamoDbBackendBuilder {
+    table, aws: b.options.aws, takeover, create_table: b.options.create, ..
+});
 
 impl DynamoDbBackend {
     /// A builder for a backend on `table`.
@@ -53,20 +43,14 @@ impl DynamoDbBackendBuilder {
     pub(crate) fn new(table: impl Into<String>) -> Self {
         DynamoDbBackendBuilder {
             table: table.into(),
-            aws: AwsOptions::default(),
-            clock: None,
-            wall: None,
             takeover: TakeoverMode::Observe,
-            margin: leasehold_aws::DEFAULT_TAKEOVER_MARGIN,
-            max_ttl: leasehold::backend::DEFAULT_STORE_MAX_TTL,
-            create_table: true,
-            creation: leasehold::Creation::IfMissing,
+            options: StoreOptions::default(),
         }
     }
 
     leasehold_aws::aws_builder_methods!("DynamoDB Local (`http://127.0.0.1:8000`)");
 
-    leasehold_aws::takeover_builder_methods! {
+    leasehold_aws::store_options_methods! {
         /// The monotonic clock takeover observations are timed on (the system
         /// clock unless set; tests inject a [`leasehold::backend::ManualClock`] or a
         /// skewed clock).
@@ -83,14 +67,11 @@ impl DynamoDbBackendBuilder {
         self
     }
 
-    leasehold_aws::takeover_builder_methods! {
+    leasehold_aws::store_options_methods! {
         /// Extra time a waiter watches an unchanged lease beyond the holder's
         /// TTL (and a 0.1 % clock-rate allowance) before taking it over.
         /// Default 200 ms.
         takeover_margin;
-    }
-
-    leasehold::store_builder_methods! {
         /// The max TTL a table created by this backend records (default 60 s,
         /// [`leasehold::backend::DEFAULT_STORE_MAX_TTL`]; 1 s to 24 h): no lease may be
         /// longer, and after the table is deleted and re-created under a live
@@ -102,15 +83,8 @@ impl DynamoDbBackendBuilder {
         /// its fencing counter with it, and deciding when that is safe would
         /// trust a holder's clock.)
         max_ttl;
-    }
-
-    /// Whether to create the table when it does not exist (default: yes).
-    pub fn create_table(mut self, create: bool) -> Self {
-        self.create_table = create;
-        self
-    }
-
-    leasehold::store_builder_methods! {
+        /// Whether to create the table when it does not exist (default: yes).
+        create_table;
         /// What opening may do to the table (default
         /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
         /// `Never`, nothing is created or written (a missing table is
@@ -135,46 +109,37 @@ impl DynamoDbBackendBuilder {
     /// build waits for.
     pub async fn build(self) -> Result<DynamoDbBackend> {
         validate_table(&self.table)?;
-        let sdk = self.aws.load().await?;
-        check_max_ttl(self.max_ttl, crate::MIN_TTL, crate::MAX_TTL)?;
+        let aws = &self.options.aws;
+        let sdk = aws.load().await?;
+        check_max_ttl(self.options.max_ttl, crate::MIN_TTL, crate::MAX_TTL)?;
         let requests = RequestCounter::default();
         let dates = ServiceDate::default();
         let mut config = aws_sdk_dynamodb::config::Builder::from(&sdk)
-            .timeout_config(self.aws.timeout_config())
+            .timeout_config(aws.timeout_config())
             .interceptor(requests.clone())
             .interceptor(dates.clone());
-        if let Some(region) = &self.aws.region {
+        if let Some(region) = &aws.region {
             config = config.region(Region::new(region.clone()));
         }
-        if let Some(endpoint) = &self.aws.endpoint {
+        if let Some(endpoint) = &aws.endpoint {
             config = config.endpoint_url(endpoint.clone());
         }
-        if let Some(creds) = &self.aws.credentials {
+        if let Some(creds) = &aws.credentials {
             config = config.credentials_provider(creds.clone());
         }
         let config = config.build();
-        let region = self.aws.region_of(config.region())?;
-        let clock: SharedClock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
+        let region = aws.region_of(config.region())?;
         let mut backend = DynamoDbBackend {
             client: aws_sdk_dynamodb::Client::from_conf(config),
             table: self.table,
-            region,
-            endpoint: self.aws.endpoint,
-            clock: clock.clone(),
-            wall: self.wall.unwrap_or_else(|| Arc::new(SystemTime::now)),
             takeover: self.takeover,
-            margin: self.margin,
-            max_ttl: self.max_ttl,
-            create_table: self.create_table && self.creation.creates(),
-            creation: self.creation,
-            epoch: EpochCell::new(clock.clone(), self.max_ttl),
+            settings: self.options.settings(region, requests),
             dates,
             observations: Default::default(),
-            requests,
         };
         backend.refresh_epoch().await?;
         // A table created again later is not the operator's new store.
-        backend.creation = backend.creation.after_open();
+        backend.settings.creation = backend.settings.creation.after_open();
         Ok(backend)
     }
 }

@@ -111,11 +111,11 @@ pub(crate) async fn marker(
                 )),
             ));
         }
-        if backend.creation == leasehold::Creation::Never {
+        if backend.settings.creation == leasehold::Creation::Never {
             // Looking writes nothing: the table's own epoch, as it is.
             return Ok((max_ttl, false));
         }
-        let proven = backend.creation == leasehold::Creation::NewProven;
+        let proven = backend.settings.creation == leasehold::Creation::NewProven;
         let mut put = backend
             .client
             .put_item()

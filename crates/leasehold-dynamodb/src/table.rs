@@ -21,8 +21,8 @@ impl DynamoDbBackend {
     /// Reads the table's epoch (re-creating a deleted table if the backend
     /// may create tables).
     pub(crate) async fn refresh_epoch(&self) -> Result<StoreEpoch> {
-        let epoch = ensure(self, self.create_table).await?;
-        self.epoch.set(epoch.clone());
+        let epoch = ensure(self, self.settings.create).await?;
+        self.settings.epoch.set(epoch.clone());
         Ok(epoch)
     }
 }
@@ -46,11 +46,12 @@ pub(crate) async fn ensure(backend: &DynamoDbBackend, create: bool) -> Result<St
     })?;
     let date = backend.dates.take();
     check_not_global(&backend.table, &table)?;
-    let epoch = crate::epoch::of_table(&table, date, backend.max_ttl)?;
+    let epoch = crate::epoch::of_table(&table, date, backend.settings.max_ttl)?;
     if let Some(left) = crate::epoch::first_second_left(&table, date) {
         tokio::time::sleep(left).await;
     }
-    let (max_ttl, proven) = crate::epoch::marker(backend, epoch.epoch, backend.max_ttl).await?;
+    let (max_ttl, proven) =
+        crate::epoch::marker(backend, epoch.epoch, backend.settings.max_ttl).await?;
     let epoch = leasehold::backend::StoreEpoch::new(epoch.epoch, max_ttl).with_age(epoch.age);
     Ok(if proven { epoch.proven() } else { epoch })
 }
@@ -80,17 +81,19 @@ async fn exists(backend: &DynamoDbBackend, create: bool) -> Result<()> {
             Ok(())
         }
         None if create => create_table(backend).await,
-        None if backend.creation == leasehold::Creation::Never => Err(Error::no_store(format!(
-            "table {:?} does not exist in {}",
-            backend.table, backend.region
-        ))),
+        None if backend.settings.creation == leasehold::Creation::Never => {
+            Err(Error::no_store(format!(
+                "table {:?} does not exist in {}",
+                backend.table, backend.settings.region
+            )))
+        }
         None => Err(Error::backend(
             BACKEND,
             "open",
             false,
             Message(format!(
                 "table {:?} does not exist in {} and create_table is off",
-                backend.table, backend.region
+                backend.table, backend.settings.region
             )),
         )),
     }
@@ -167,7 +170,7 @@ async fn create_table(backend: &DynamoDbBackend) -> Result<()> {
         .await;
     match result {
         Ok(_) => {
-            tracing::info!(table = %backend.table, region = %backend.region, "created the DynamoDB table");
+            tracing::info!(table = %backend.table, region = %backend.settings.region, "created the DynamoDB table");
             wait_active(backend).await?;
             Ok(())
         }

@@ -63,16 +63,10 @@ pub(crate) fn parse(url: &str) -> Result<DynamoDbBackendBuilder> {
     let (table, query) = PARAMS.parse_url(rest)?;
     let table = table.strip_suffix('/').unwrap_or(table);
     let mut builder = DynamoDbBackendBuilder::new(table);
-    builder.aws.read_query(&query);
     if let Some(max_skew) = query.duration("max_clock_skew")? {
         builder = builder.takeover(TakeoverMode::TrustClocks { max_skew });
     }
-    if let Some(max_ttl) = query.duration("max_ttl")? {
-        builder = builder.max_ttl(max_ttl);
-    }
-    if let Some(create) = query.boolean("create_table")? {
-        builder = builder.create_table(create);
-    }
+    builder.options.read_query(&query, "create_table")?;
     Ok(builder)
 }
 
@@ -102,27 +96,33 @@ mod tests {
     fn parses_every_parameter() {
         let b = parse("dynamodb://locks?region=eu-west-1&endpoint=http%3A%2F%2F127.0.0.1%3A8000&profile=dev&max_clock_skew=2s&create_table=false").unwrap();
         assert_eq!(b.table, "locks");
-        assert_eq!(b.aws.region.as_deref(), Some("eu-west-1"));
-        assert_eq!(b.aws.endpoint.as_deref(), Some("http://127.0.0.1:8000"));
-        assert_eq!(b.aws.profile.as_deref(), Some("dev"));
+        assert_eq!(b.options.aws.region.as_deref(), Some("eu-west-1"));
+        assert_eq!(
+            b.options.aws.endpoint.as_deref(),
+            Some("http://127.0.0.1:8000")
+        );
+        assert_eq!(b.options.aws.profile.as_deref(), Some("dev"));
         assert_eq!(
             b.takeover,
             TakeoverMode::TrustClocks {
                 max_skew: Duration::from_secs(2)
             }
         );
-        assert!(!b.create_table);
+        assert!(!b.options.create);
         let b = parse("dynamodb://locks?max_ttl=5m").unwrap();
-        assert_eq!(b.max_ttl, Duration::from_secs(300));
+        assert_eq!(b.options.max_ttl, Duration::from_secs(300));
     }
 
     #[test]
     fn unencoded_endpoint_and_bare_table() {
         let b = parse("dynamodb://locks?endpoint=http://127.0.0.1:8000&region=us-east-1").unwrap();
-        assert_eq!(b.aws.endpoint.as_deref(), Some("http://127.0.0.1:8000"));
+        assert_eq!(
+            b.options.aws.endpoint.as_deref(),
+            Some("http://127.0.0.1:8000")
+        );
         let b = parse("dynamodb://locks").unwrap();
         assert_eq!(b.table, "locks");
-        assert!(b.aws.region.is_none() && b.aws.endpoint.is_none());
+        assert!(b.options.aws.region.is_none() && b.options.aws.endpoint.is_none());
         assert_eq!(b.takeover, TakeoverMode::Observe);
     }
 
@@ -152,7 +152,7 @@ mod tests {
                 max_skew: Duration::from_secs(90)
             }
         );
-        assert_eq!(b.max_ttl, Duration::from_millis(250));
+        assert_eq!(b.options.max_ttl, Duration::from_millis(250));
         // A bare number was seconds before the grammar became humantime's.
         assert!(parse("dynamodb://locks?max_ttl=3").is_err());
     }
@@ -161,7 +161,7 @@ mod tests {
     fn create_table_takes_the_common_booleans() {
         for (text, want) in [("yes", true), ("off", false), ("0", false)] {
             let b = parse(&format!("dynamodb://locks?create_table={text}")).unwrap();
-            assert_eq!(b.create_table, want, "{text}");
+            assert_eq!(b.options.create, want, "{text}");
         }
     }
 }

@@ -13,15 +13,15 @@ use leasehold::backend::Observations;
 use leasehold::{
     backend::{
         epoch_at, epoch_token_base, next_token, AcquireOutcome, AcquireRequest, Backend,
-        Capabilities, Grant, Lease, SharedClock, StoreEpoch,
+        Capabilities, Grant, Lease, StoreEpoch,
     },
     Error, HolderInfo, Key, KeyInfo, LossReason, Result, RunRecord,
 };
-use leasehold_aws::{EpochCell, RequestCounter, ServiceDate};
+use leasehold_aws::{ServiceDate, StoreSettings};
 
 use crate::error::{code, map_sdk, status, Message, BACKEND};
 use crate::record::{nonce, unix_ms, Record, StoredLease};
-use crate::{WallClock, MAX_TTL, MIN_TTL};
+use crate::{MAX_TTL, MIN_TTL};
 
 /// Beyond this many keys remembered at once, the oldest entries are
 /// forgotten (the only cost: that key's next grant reads it first).
@@ -38,26 +38,19 @@ pub struct S3Backend {
     pub(crate) bucket: String,
     /// `""` or ending in `/`.
     pub(crate) prefix: String,
-    pub(crate) region: String,
-    pub(crate) endpoint: Option<String>,
-    pub(crate) clock: SharedClock,
-    pub(crate) wall: WallClock,
-    pub(crate) margin: Duration,
-    /// The max TTL a store created (marked) by this backend records.
-    pub(crate) max_ttl: Duration,
-    pub(crate) create_bucket: bool,
-    /// What opening (and any later look at the epoch) may do.
-    pub(crate) creation: leasehold::Creation,
-    /// The store's epoch as last read, and when (on `clock`).
-    pub(crate) epoch: EpochCell,
+    /// Region, endpoint, clocks, max TTL, creating the bucket, what opening
+    /// (and any later look at the epoch) may do, the store's epoch as last
+    /// read, requests sent.
+    pub(crate) settings: StoreSettings,
     /// The last write this process made to each key: its ETag and record
     /// (see "Requests" in the crate docs).
     known: Mutex<HashMap<String, (String, Record)>>,
     observations: Observations,
-    pub(crate) requests: RequestCounter,
 }
 
-leasehold::debug_fields!(b: S3Backend { bucket, prefix, region, endpoint, .. });
+leasehold::debug_fields!(b: S3Backend {
+    bucket, prefix, region: b.settings.region, endpoint: b.settings.endpoint, ..
+});
 
 /// What a read of one object found.
 pub(crate) enum Got {
@@ -126,37 +119,19 @@ fn check_ttl(ttl: Duration) -> Result<()> {
 }
 
 impl S3Backend {
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         client: Client,
         bucket: String,
         prefix: String,
-        region: String,
-        endpoint: Option<String>,
-        clock: SharedClock,
-        wall: WallClock,
-        margin: Duration,
-        max_ttl: Duration,
-        create_bucket: bool,
-        creation: leasehold::Creation,
-        requests: RequestCounter,
+        settings: StoreSettings,
     ) -> S3Backend {
         S3Backend {
-            epoch: EpochCell::new(clock.clone(), max_ttl),
             client,
             bucket,
             prefix,
-            region,
-            endpoint,
-            clock,
-            wall,
-            margin,
-            max_ttl,
-            create_bucket,
-            creation,
+            settings,
             known: Mutex::new(HashMap::new()),
             observations: Observations::default(),
-            requests,
         }
     }
 
@@ -170,21 +145,7 @@ impl S3Backend {
         &self.prefix
     }
 
-    /// The region requests are signed for.
-    pub fn region(&self) -> &str {
-        &self.region
-    }
-
-    /// How many HTTP requests this backend has sent (every attempt, the
-    /// SDK's retries included), for metrics and tests.
-    pub fn requests_sent(&self) -> u64 {
-        self.requests.get()
-    }
-
-    /// The SDK client, for anything leasehold does not do.
-    pub fn client(&self) -> &Client {
-        &self.client
-    }
+    leasehold_aws::aws_backend_methods!(Client);
 
     /// The name of `key`'s object.
     pub fn object_name(&self, key: &Key) -> String {
@@ -221,25 +182,21 @@ impl S3Backend {
     /// The store's epoch (see the crate docs), as last read when the
     /// backend was built or found the store changed; its age is as of now.
     pub fn epoch(&self) -> StoreEpoch {
-        self.epoch.get()
+        self.settings.epoch.get()
     }
 
     /// Reads the store's epoch again (creating the bucket and the marker
     /// if they are missing and the backend may).
     pub(crate) async fn refresh_epoch(&self) -> Result<StoreEpoch> {
         let epoch = crate::epoch::read_or_start(self).await?;
-        self.epoch.set(epoch.clone());
+        self.settings.epoch.set(epoch.clone());
         Ok(epoch)
     }
 
     /// Adds where we tried to connect to an error from opening the store.
     pub(crate) fn connect_error(&self, err: Error) -> Error {
-        leasehold_aws::connect_error(
-            err,
-            &format!("bucket {:?}", self.bucket),
-            &self.region,
-            self.endpoint.as_deref(),
-        )
+        self.settings
+            .connect_error(err, &format!("bucket {:?}", self.bucket))
     }
 
     /// Reads object `name`.
@@ -275,7 +232,7 @@ impl S3Backend {
                 })
             }
             Err(err) => {
-                let arrived = self.clock.now();
+                let arrived = self.settings.clock.now();
                 match err.as_service_error() {
                     Some(GetObjectError::NoSuchKey(_)) => Ok(Got::Missing {
                         date: date.take(),
@@ -388,12 +345,12 @@ impl S3Backend {
 
     /// How long a holder's version must stay unchanged before a takeover.
     fn observation_wait(&self, holder_ttl: Duration) -> Duration {
-        holder_ttl + holder_ttl / 1000 + self.margin
+        holder_ttl + holder_ttl / 1000 + self.settings.margin
     }
 
     /// `base` granted to `req` with `fence`, in `epoch`.
     fn granted(&self, base: &Record, req: &AcquireRequest, fence: u64, epoch: u64) -> Record {
-        let now = unix_ms((self.wall)());
+        let now = unix_ms((self.settings.wall)());
         let ttl_ms = req.ttl.as_millis() as u64;
         Record {
             nonce: nonce(),
@@ -417,7 +374,7 @@ impl S3Backend {
         let mut next = record.next();
         if let Some(lease) = &mut next.lease {
             lease.ttl_ms = ttl.as_millis() as u64;
-            lease.expires_ms = unix_ms((self.wall)()) + lease.ttl_ms;
+            lease.expires_ms = unix_ms((self.settings.wall)()) + lease.ttl_ms;
         }
         next
     }
@@ -544,7 +501,7 @@ impl Backend for S3Backend {
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         check_ttl(req.ttl)?;
-        let epoch = match self.epoch.admit(req, "store") {
+        let epoch = match self.settings.epoch.admit(req, "store") {
             Ok(epoch) => epoch,
             Err(answer) => return *answer,
         };
@@ -601,7 +558,7 @@ impl Backend for S3Backend {
                         ));
                     };
                     let base = epoch_at(date);
-                    let wait = (arrived + SECOND_PAST).saturating_sub(self.clock.now());
+                    let wait = (arrived + SECOND_PAST).saturating_sub(self.settings.clock.now());
                     if !wait.is_zero() {
                         tokio::time::sleep(wait).await;
                     }
@@ -622,11 +579,14 @@ impl Backend for S3Backend {
                         (etag, next)
                     } else {
                         if let Some(lease) = &record.lease {
-                            holder = record.holder((self.wall)());
+                            holder = record.holder((self.settings.wall)());
                             let wait = self.observation_wait(Duration::from_millis(lease.ttl_ms));
-                            let ripe =
-                                self.observations
-                                    .saw(key.as_str(), &etag, wait, self.clock.now());
+                            let ripe = self.observations.saw(
+                                key.as_str(),
+                                &etag,
+                                wait,
+                                self.settings.clock.now(),
+                            );
                             if !ripe {
                                 return Ok(AcquireOutcome::Held(holder));
                             }
@@ -734,7 +694,7 @@ impl Backend for S3Backend {
 
     async fn inspect(&self, key: &Key) -> Result<KeyInfo> {
         match self.read("inspect", &self.object_name(key)).await? {
-            Read::Found(_, record) => Ok(record.info(key.clone(), (self.wall)())),
+            Read::Found(_, record) => Ok(record.info(key.clone(), (self.settings.wall)())),
             Read::Missing { .. } => Ok(KeyInfo::new(key.clone(), 0, None)),
             Read::NoBucket => Err(Error::no_store(format!(
                 "bucket {:?} does not exist",
@@ -759,7 +719,7 @@ impl Backend for S3Backend {
             if record.lease.is_none() {
                 return Ok(None);
             }
-            let holder = record.holder((self.wall)());
+            let holder = record.holder((self.settings.wall)());
             let mut next = record.next();
             next.lease = None;
             next.released_by = None;
@@ -794,7 +754,7 @@ impl Backend for S3Backend {
         let mut infos = Vec::with_capacity(keys.len());
         for key in keys {
             if let Read::Found(_, record) = self.read("list", &self.object_name(&key)).await? {
-                infos.push(record.info(key, (self.wall)()));
+                infos.push(record.info(key, (self.settings.wall)()));
             }
         }
         infos.sort_by(|a, b| a.key.cmp(&b.key));

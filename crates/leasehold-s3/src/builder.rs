@@ -1,17 +1,11 @@
 //! Building an [`S3Backend`]: from code or from a store URL.
 
-use std::sync::Arc;
-use std::time::{Duration, SystemTime};
-
 use aws_sdk_s3::config::{Region, RequestChecksumCalculation, ResponseChecksumValidation};
 use leasehold::backend::shared_builder::check_max_ttl;
-use leasehold::{
-    backend::{SharedClock, SystemClock},
-    Error, Result,
-};
-use leasehold_aws::{AwsOptions, RequestCounter};
+use leasehold::{Error, Result};
+use leasehold_aws::{RequestCounter, StoreOptions};
 
-use crate::{S3Backend, WallClock};
+use crate::S3Backend;
 
 /// Builds an [`S3Backend`].
 ///
@@ -30,17 +24,13 @@ use crate::{S3Backend, WallClock};
 pub struct S3BackendBuilder {
     pub(crate) bucket: String,
     pub(crate) prefix: String,
-    /// Region, endpoint, profile, credentials and timeouts.
-    pub(crate) aws: AwsOptions,
-    pub(crate) clock: Option<SharedClock>,
-    pub(crate) wall: Option<WallClock>,
-    pub(crate) margin: Duration,
-    pub(crate) max_ttl: Duration,
-    pub(crate) create_bucket: bool,
-    pub(crate) creation: leasehold::Creation,
+    /// Where and how to connect, clocks, max TTL, creating the bucket.
+    pub(crate) options: StoreOptions,
 }
 
-leasehold::debug_fields!(b: S3BackendBuilder { bucket, prefix, aws, create_bucket, .. });
+leasehold::debug_fields!(b: S3BackendBuilder {
+    bucket, prefix, aws: b.options.aws, create_bucket: b.options.create, ..
+});
 
 impl S3Backend {
     /// A builder for a backend on `bucket`.
@@ -54,13 +44,7 @@ impl S3BackendBuilder {
         S3BackendBuilder {
             bucket: bucket.into(),
             prefix: String::new(),
-            aws: AwsOptions::default(),
-            clock: None,
-            wall: None,
-            margin: leasehold_aws::DEFAULT_TAKEOVER_MARGIN,
-            max_ttl: leasehold::backend::DEFAULT_STORE_MAX_TTL,
-            create_bucket: true,
-            creation: leasehold::Creation::IfMissing,
+            options: StoreOptions::default(),
         }
     }
 
@@ -73,7 +57,7 @@ impl S3BackendBuilder {
         prefix;
     }
 
-    leasehold_aws::takeover_builder_methods! {
+    leasehold_aws::store_options_methods! {
         /// The monotonic clock takeover observations are timed on (the system
         /// clock unless set; tests inject a [`leasehold::backend::ManualClock`]).
         clock;
@@ -84,22 +68,12 @@ impl S3BackendBuilder {
         /// TTL (and a 0.1 % clock-rate allowance) before taking it over.
         /// Default 200 ms.
         takeover_margin;
-    }
-
-    leasehold::store_builder_methods! {
         /// The max TTL a store started by this backend records (default 60 s,
         /// [`leasehold::backend::DEFAULT_STORE_MAX_TTL`]; 4 s to 24 h): no lease may be
         /// longer. An existing store keeps the max TTL it recorded.
         max_ttl;
-    }
-
-    /// Whether to create the bucket when it does not exist (default: yes).
-    pub fn create_bucket(mut self, create: bool) -> Self {
-        self.create_bucket = create;
-        self
-    }
-
-    leasehold::store_builder_methods! {
+        /// Whether to create the bucket when it does not exist (default: yes).
+        create_bucket;
         /// What opening may do (default
         /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
         /// `Never`, nothing is created or written (a missing bucket or epoch
@@ -122,47 +96,40 @@ impl S3BackendBuilder {
     pub async fn build(self) -> Result<S3Backend> {
         validate_bucket(&self.bucket)?;
         let prefix = leasehold::backend::names::object_prefix(&self.prefix)?;
-        check_max_ttl(self.max_ttl, crate::MIN_TTL, crate::MAX_TTL)?;
-        let sdk = self.aws.load().await?;
+        check_max_ttl(self.options.max_ttl, crate::MIN_TTL, crate::MAX_TTL)?;
+        let aws = &self.options.aws;
+        let sdk = aws.load().await?;
         let requests = RequestCounter::default();
         let mut config = aws_sdk_s3::config::Builder::from(&sdk)
-            .timeout_config(self.aws.timeout_config())
+            .timeout_config(aws.timeout_config())
             .interceptor(requests.clone())
             // Records are a few hundred bytes: no checksums beyond what
             // S3 requires (and no aws-chunked uploads).
             .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
             .response_checksum_validation(ResponseChecksumValidation::WhenRequired);
-        if let Some(region) = &self.aws.region {
+        if let Some(region) = &aws.region {
             config = config.region(Region::new(region.clone()));
         }
-        if let Some(endpoint) = &self.aws.endpoint {
+        if let Some(endpoint) = &aws.endpoint {
             config = config.endpoint_url(endpoint.clone()).force_path_style(true);
         }
-        if let Some(creds) = &self.aws.credentials {
+        if let Some(creds) = &aws.credentials {
             config = config.credentials_provider(creds.clone());
         }
         let config = config.build();
-        let region = self.aws.region_of(config.region())?;
+        let region = aws.region_of(config.region())?;
         let mut backend = S3Backend::new(
             aws_sdk_s3::Client::from_conf(config),
             self.bucket,
             prefix,
-            region,
-            self.aws.endpoint,
-            self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
-            self.wall.unwrap_or_else(|| Arc::new(SystemTime::now)),
-            self.margin,
-            self.max_ttl,
-            self.create_bucket && self.creation.creates(),
-            self.creation,
-            requests,
+            self.options.settings(region, requests),
         );
         backend
             .refresh_epoch()
             .await
             .map_err(|e| backend.connect_error(e))?;
         // A store started again later is not the operator's new store.
-        backend.creation = backend.creation.after_open();
+        backend.settings.creation = backend.settings.creation.after_open();
         Ok(backend)
     }
 }

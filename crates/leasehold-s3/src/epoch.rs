@@ -105,7 +105,7 @@ pub(crate) async fn read_or_start(backend: &S3Backend) -> Result<StoreEpoch> {
             }
             Got::Missing { date, arrived } => (date, arrived),
         };
-        if backend.creation == Creation::Never {
+        if backend.settings.creation == Creation::Never {
             return Err(Error::no_store(format!(
                 "no leasehold store at s3://{}/{} (no epoch marker)",
                 backend.bucket, backend.prefix
@@ -122,15 +122,16 @@ pub(crate) async fn read_or_start(backend: &S3Backend) -> Result<StoreEpoch> {
         // Written a second past the answer that said there is none, so
         // that its Last-Modified (the epoch) is in a later second than
         // every earlier marker's here (crate docs, "Epochs never repeat").
-        let wait = (arrived + SECOND_PAST).saturating_sub(backend.clock.now());
+        let wait = (arrived + SECOND_PAST).saturating_sub(backend.settings.clock.now());
         tokio::time::sleep(wait).await;
         // "No store existed here before" (`init --new`) is taken at its
         // word only where no object of one is left: objects without a
         // marker are a store being deleted, or restored, whose holders may
         // still run.
-        let proven = backend.creation == Creation::NewProven && !has_objects(backend).await?;
+        let proven =
+            backend.settings.creation == Creation::NewProven && !has_objects(backend).await?;
         let marker = Marker {
-            max_ttl_ms: backend.max_ttl.as_millis() as u64,
+            max_ttl_ms: backend.settings.max_ttl.as_millis() as u64,
             proven,
             nonce: crate::record::nonce(),
         };
@@ -204,10 +205,10 @@ async fn ensure_bucket(backend: &S3Backend) -> Result<()> {
         }
         Err(err) => return Err(backend.connect_error(map_sdk(bucket, "open", err))),
     }
-    if !backend.creation.creates() {
+    if !backend.settings.creation.creates() {
         return Err(Error::no_store(format!("bucket {bucket:?} does not exist")));
     }
-    if !backend.create_bucket {
+    if !backend.settings.create {
         return Err(Error::backend(
             BACKEND,
             "open",
@@ -218,17 +219,19 @@ async fn ensure_bucket(backend: &S3Backend) -> Result<()> {
         ));
     }
     let mut create = backend.client.create_bucket().bucket(bucket);
-    if backend.region != "us-east-1" {
+    if backend.settings.region != "us-east-1" {
         // Every region but us-east-1 wants to be named.
         create = create.create_bucket_configuration(
             CreateBucketConfiguration::builder()
-                .location_constraint(BucketLocationConstraint::from(backend.region.as_str()))
+                .location_constraint(BucketLocationConstraint::from(
+                    backend.settings.region.as_str(),
+                ))
                 .build(),
         );
     }
     match create.send().await {
         Ok(_) => {
-            tracing::info!(%bucket, region = %backend.region, "created the S3 bucket");
+            tracing::info!(%bucket, region = %backend.settings.region, "created the S3 bucket");
             Ok(())
         }
         // Someone else (or we, a moment ago) created it: use it.

@@ -58,13 +58,7 @@ pub(crate) fn parse(url: &str) -> Result<S3BackendBuilder> {
         ));
     }
     let mut builder = S3BackendBuilder::new(bucket).prefix(prefix);
-    builder.aws.read_query(&query);
-    if let Some(max_ttl) = query.duration("max_ttl")? {
-        builder = builder.max_ttl(max_ttl);
-    }
-    if let Some(create) = query.boolean("create_bucket")? {
-        builder = builder.create_bucket(create);
-    }
+    builder.options.read_query(&query, "create_bucket")?;
     Ok(builder)
 }
 
@@ -79,11 +73,14 @@ mod tests {
         let b = parse("s3://locks/jobs/prod?region=eu-west-1&endpoint=http%3A%2F%2F127.0.0.1%3A45399&profile=dev&max_ttl=5m&create_bucket=false").unwrap();
         assert_eq!(b.bucket, "locks");
         assert_eq!(b.prefix, "jobs/prod");
-        assert_eq!(b.aws.region.as_deref(), Some("eu-west-1"));
-        assert_eq!(b.aws.endpoint.as_deref(), Some("http://127.0.0.1:45399"));
-        assert_eq!(b.aws.profile.as_deref(), Some("dev"));
-        assert_eq!(b.max_ttl, Duration::from_secs(300));
-        assert!(!b.create_bucket);
+        assert_eq!(b.options.aws.region.as_deref(), Some("eu-west-1"));
+        assert_eq!(
+            b.options.aws.endpoint.as_deref(),
+            Some("http://127.0.0.1:45399")
+        );
+        assert_eq!(b.options.aws.profile.as_deref(), Some("dev"));
+        assert_eq!(b.options.max_ttl, Duration::from_secs(300));
+        assert!(!b.options.create);
     }
 
     #[test]
@@ -93,7 +90,7 @@ mod tests {
         assert_eq!(b.prefix, "");
         let b = parse("s3://locks/").unwrap();
         assert_eq!(b.prefix, "");
-        assert!(b.aws.region.is_none() && b.aws.endpoint.is_none());
+        assert!(b.options.aws.region.is_none() && b.options.aws.endpoint.is_none());
     }
 
     #[test]

@@ -96,25 +96,26 @@ macro_rules! store_builder_methods {
         $($crate::store_builder_methods!(@method [$(#[$doc])*] $method);)*
     };
     (@method [$($doc:tt)*] prefix) => {
-        $crate::store_builder_methods!(@set [$($doc)*] prefix(prefix: impl Into<String>) => prefix.into());
+        $crate::store_builder_methods!(@set [$($doc)*] prefix(prefix: impl Into<String>) => prefix = prefix.into());
     };
     (@method [$($doc:tt)*] max_ttl) => {
-        $crate::store_builder_methods!(@set [$($doc)*] max_ttl(max_ttl: ::std::time::Duration) => max_ttl.into());
+        $crate::store_builder_methods!(@set [$($doc)*] max_ttl(max_ttl: ::std::time::Duration) => max_ttl = max_ttl.into());
     };
     (@method [$($doc:tt)*] request_timeout) => {
-        $crate::store_builder_methods!(@set [$($doc)*] request_timeout(timeout: ::std::time::Duration) => timeout.into());
+        $crate::store_builder_methods!(@set [$($doc)*] request_timeout(timeout: ::std::time::Duration) => request_timeout = timeout.into());
     };
     (@method [$($doc:tt)*] wake_ups) => {
-        $crate::store_builder_methods!(@set [$($doc)*] wake_ups(on: bool) => on);
+        $crate::store_builder_methods!(@set [$($doc)*] wake_ups(on: bool) => wake_ups = on);
     };
     (@method [$($doc:tt)*] creation) => {
-        $crate::store_builder_methods!(@set [$($doc)*] creation(creation: $crate::Creation) => creation);
+        $crate::store_builder_methods!(@set [$($doc)*] creation(creation: $crate::Creation) => creation = creation);
     };
-    // `name(param: Type)` sets the field `name` to `value`.
-    (@set [$($doc:tt)*] $name:ident($param:ident: $ty:ty) => $value:expr) => {
+    // `name(param: Type)` sets the field at `path` to `value` (also for
+    // other crates' builder macros, such as leasehold-aws's).
+    (@set [$($doc:tt)*] $name:ident($param:ident: $ty:ty) => $($path:ident).+ = $value:expr) => {
         $($doc)*
         pub fn $name(mut self, $param: $ty) -> Self {
-            self.$name = $value;
+            self.$($path).+ = $value;
             self
         }
     };
