@@ -23,6 +23,7 @@ use crate::builder::{self, AzureBackendBuilder};
 use crate::error::{RequestError, Secrets, NAME};
 use crate::record::Record;
 use leasehold::backend::names;
+use leasehold::backend::shared_builder::shared_capabilities;
 
 use crate::{epoch, record, MAX_TTL, MIN_TTL};
 
@@ -410,9 +411,7 @@ impl Backend for AzureBackend {
             .known_epoch()
             .map_or(self.inner.max_ttl, |e| e.max_ttl)
             .clamp(MIN_TTL, MAX_TTL);
-        Capabilities::new(MIN_TTL, max_ttl)
-            .shared_across_processes(true)
-            .shared_across_machines(true)
+        shared_capabilities(MIN_TTL, max_ttl)
     }
 
     /// The epoch [`open_store`](AzureBackend::open_store) learnt, if it

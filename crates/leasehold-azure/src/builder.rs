@@ -9,6 +9,7 @@ use azure_core::http::policies::Policy;
 use azure_core::http::{ClientOptions, ExponentialRetryOptions, RetryOptions, Transport, Url};
 use azure_storage_blob::{BlobContainerClient, BlobContainerClientOptions};
 use leasehold::backend::params::{split_query, QuerySpec};
+use leasehold::backend::shared_builder::check_range;
 use leasehold::{Error, Result};
 
 use crate::credential::{Credential, SharedKeyPolicy};
@@ -251,14 +252,11 @@ impl AzureBackendBuilder {
         validate_container(&container)?;
         let prefix = leasehold::backend::names::object_prefix(&self.prefix)?;
         let max_ttl = self.max_ttl.unwrap_or(crate::MAX_TTL);
-        if !(crate::MIN_TTL..=crate::MAX_TTL).contains(&max_ttl) {
-            return Err(Error::invalid(
-                "max_ttl",
-                format!(
-                    "{max_ttl:?} is outside Azure's lease range of 15 s to 60 s (the store max TTL bounds every lease)"
-                ),
-            ));
-        }
+        check_range("max_ttl", max_ttl, crate::MIN_TTL, crate::MAX_TTL, || {
+            format!(
+                "{max_ttl:?} is outside Azure's lease range of 15 s to 60 s (the store max TTL bounds every lease)"
+            )
+        })?;
 
         let (endpoint, credential) = self.resolve()?;
         let endpoint = endpoint.trim_end_matches('/').to_string();

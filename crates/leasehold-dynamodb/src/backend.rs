@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
+use leasehold::backend::shared_builder::shared_capabilities;
 use leasehold::{
     backend::{AcquireOutcome, AcquireRequest, Backend, Capabilities, Lease, StoreEpoch},
     Error, HolderInfo, Key, KeyInfo, Result, RunRecord,
@@ -159,9 +160,7 @@ impl Backend for DynamoDbBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new(MIN_TTL, self.epoch().max_ttl.min(MAX_TTL))
-            .shared_across_processes(true)
-            .shared_across_machines(true)
+        shared_capabilities(MIN_TTL, self.epoch().max_ttl.min(MAX_TTL))
             .takeover_needs_observation(self.takeover == TakeoverMode::Observe)
     }
 

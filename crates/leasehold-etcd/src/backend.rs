@@ -8,9 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use leasehold::{
-    backend::{
-        AcquireOutcome, AcquireRequest, Backend, Capabilities, Lease, ReleaseWatch, StoreEpoch,
-    },
+    backend::{AcquireOutcome, AcquireRequest, Backend, Capabilities, Lease, StoreEpoch},
     Error, HolderInfo, Key, KeyInfo, LossReason, Result, RunRecord,
 };
 
@@ -25,7 +23,7 @@ use crate::grpc::mvccpb::KeyValue;
 use crate::grpc::{self, Connection};
 use crate::record::{from_json, key_info, EpochMarker, HolderRecord, KeyRecord};
 use crate::MIN_TTL;
-use leasehold::backend::Listener;
+use leasehold::backend::shared_builder::{shared_capabilities, ServerCommon};
 
 /// How often one call retries a transaction that lost a race before it
 /// answers `Held` (or a retryable error).
@@ -39,14 +37,13 @@ pub struct EtcdBackend {
 }
 
 pub(crate) struct Inner {
-    /// The store's epoch as read while opening.
-    pub(crate) opened: std::sync::OnceLock<leasehold::backend::EpochRead>,
+    /// The store's epoch as read while opening; the listener for releases.
+    pub(crate) common: ServerCommon,
     pub(crate) conn: Connection,
     pub(crate) endpoints: Vec<String>,
     pub(crate) prefix: String,
     pub(crate) max_ttl: Duration,
     pub(crate) request_timeout: Duration,
-    pub(crate) listener: Option<Listener>,
     /// Requests sent through [`EtcdBackend::call`] (every unary request;
     /// not the release watch).
     pub(crate) requests: AtomicU64,
@@ -149,10 +146,7 @@ impl EtcdBackend {
                 other => break other?,
             }
         };
-        let _ = backend
-            .inner
-            .opened
-            .set(leasehold::backend::EpochRead::now(epoch));
+        backend.inner.common.opened(epoch);
         Ok(backend)
     }
 
@@ -209,9 +203,7 @@ impl EtcdBackend {
     /// Waits until this backend watches for releases (started on the first
     /// wait otherwise). Returns at once when wake-ups are off.
     pub async fn listening(&self) {
-        if let Some(l) = &self.inner.listener {
-            l.listening().await;
-        }
+        self.inner.common.listening().await;
     }
 
     pub(crate) fn marker_key(&self) -> String {
@@ -422,9 +414,7 @@ impl Backend for EtcdBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new(MIN_TTL, self.inner.max_ttl)
-            .shared_across_processes(true)
-            .shared_across_machines(true)
+        shared_capabilities(MIN_TTL, self.inner.max_ttl)
     }
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<AcquireOutcome> {
@@ -538,14 +528,5 @@ impl Backend for EtcdBackend {
         self.write_run(lease, run).await
     }
 
-    fn epoch_at_open(&self) -> Option<StoreEpoch> {
-        self.inner
-            .opened
-            .get()
-            .map(leasehold::backend::EpochRead::as_of_now)
-    }
-
-    fn watch_release(&self, keys: &[Key]) -> Option<ReleaseWatch> {
-        self.inner.listener.as_ref()?.watch(keys)
-    }
+    leasehold::server_backend_methods!(inner.common);
 }

@@ -8,6 +8,7 @@ use leasehold::{backend::DEFAULT_STORE_MAX_TTL, Error, Result};
 
 use std::sync::atomic::AtomicU64;
 
+use leasehold::backend::shared_builder::ServerCommon;
 use leasehold::backend::Listener;
 
 use crate::backend::{EtcdBackend, Inner};
@@ -226,9 +227,8 @@ impl EtcdBackendBuilder {
             prefix: self.prefix,
             max_ttl: self.max_ttl,
             request_timeout: self.request_timeout,
-            listener,
+            common: ServerCommon::new(listener),
             requests: AtomicU64::new(0),
-            opened: Default::default(),
             creation: self.creation,
             sessions: Default::default(),
             seen: Default::default(),

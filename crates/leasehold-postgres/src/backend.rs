@@ -17,7 +17,7 @@ use crate::record;
 use crate::statements::Statements;
 use crate::MIN_TTL;
 use leasehold::backend::shared_builder::RecordedMaxTtl;
-use leasehold::backend::Listener;
+use leasehold::backend::shared_builder::ServerCommon;
 
 /// The PostgreSQL [`Backend`]. See the [crate docs](crate) for the protocol.
 /// Cheap to clone (the pool is shared).
@@ -28,8 +28,8 @@ pub struct PostgresBackend {
 
 /// What a backend is made of (the builder sets it up).
 pub(crate) struct Inner {
-    /// The store's epoch as read while opening.
-    pub(crate) opened: std::sync::OnceLock<leasehold::backend::EpochRead>,
+    /// The store's epoch as read while opening; the listener for releases.
+    pub(crate) common: ServerCommon,
     pub(crate) pool: Pool,
     pub(crate) table: String,
     pub(crate) sql: Statements,
@@ -43,8 +43,6 @@ pub(crate) struct Inner {
     pub(crate) prepared: bool,
     /// `host:port/db`, for Debug (never the user or password).
     pub(crate) target: String,
-    /// LISTENs for releases, when wake-ups are on.
-    pub(crate) listener: Option<Listener>,
     /// What opening (and any later settling) may do to the table.
     pub(crate) creation: leasehold::Creation,
 }
@@ -81,10 +79,7 @@ impl PostgresBackend {
             inner: Arc::new(inner),
         };
         let row = backend.check_epoch("open").await?;
-        let _ = backend
-            .inner
-            .opened
-            .set(leasehold::backend::EpochRead::now(row.store_epoch()));
+        backend.inner.common.opened(row.store_epoch());
         Ok(backend)
     }
 
@@ -115,9 +110,7 @@ impl PostgresBackend {
     /// # Cancel safety
     /// Cancel safe: the listening goes on.
     pub async fn listening(&self) {
-        if let Some(l) = &self.inner.listener {
-            l.listening().await;
-        }
+        self.inner.common.listening().await;
     }
 
     /// A pooled connection, within `deadline`.
@@ -390,16 +383,7 @@ impl Backend for PostgresBackend {
         }
     }
 
-    fn epoch_at_open(&self) -> Option<StoreEpoch> {
-        self.inner
-            .opened
-            .get()
-            .map(leasehold::backend::EpochRead::as_of_now)
-    }
-
-    fn watch_release(&self, keys: &[Key]) -> Option<leasehold::backend::ReleaseWatch> {
-        self.inner.listener.as_ref()?.watch(keys)
-    }
+    leasehold::server_backend_methods!(inner.common);
 
     async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {
         const OP: &str = "list";

@@ -6,7 +6,9 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use leasehold::backend::params::{split_query, QuerySpec};
-use leasehold::backend::shared_builder::{check_max_ttl, split_scheme, RecordedMaxTtl};
+use leasehold::backend::shared_builder::{
+    check_max_ttl, split_scheme, RecordedMaxTtl, ServerCommon,
+};
 use leasehold::{backend::DEFAULT_STORE_MAX_TTL, Error, Result};
 use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 
@@ -334,9 +336,8 @@ impl PostgresBackendBuilder {
             request_timeout: self.request_timeout,
             prepared: self.prepared.unwrap_or(self.wake_ups),
             target,
-            listener,
+            common: ServerCommon::new(listener),
             creation: self.creation,
-            opened: Default::default(),
         })
         .await
     }

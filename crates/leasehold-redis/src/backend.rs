@@ -15,7 +15,7 @@ use crate::record::{self, array, num, text, Names};
 use crate::scripts::Scripts;
 use crate::MIN_TTL;
 use leasehold::backend::shared_builder::RecordedMaxTtl;
-use leasehold::backend::Listener;
+use leasehold::backend::shared_builder::ServerCommon;
 
 /// The Redis [`Backend`]. See the [crate docs](crate) for the protocol.
 /// Cheap to clone (the connection is shared).
@@ -26,8 +26,8 @@ pub struct RedisBackend {
 
 /// What a backend is made of (the builder sets it up).
 pub(crate) struct Inner {
-    /// The store's epoch as read while opening.
-    pub(crate) opened: std::sync::OnceLock<leasehold::backend::EpochRead>,
+    /// The store's epoch as read while opening; the listener for releases.
+    pub(crate) common: ServerCommon,
     pub(crate) client: redis::Client,
     pub(crate) manager_config: ConnectionManagerConfig,
     /// The connection, and how many times it was replaced.
@@ -41,8 +41,6 @@ pub(crate) struct Inner {
     pub(crate) request_timeout: Duration,
     /// `host:port/db`, for Debug (never the user or password).
     pub(crate) target: String,
-    /// Subscribes to releases, when wake-ups are on.
-    pub(crate) listener: Option<Listener>,
 }
 
 leasehold::debug_fields!(b: RedisBackend { target: b.inner.target, prefix: b.inner.names.prefix, .. });
@@ -65,10 +63,7 @@ impl RedisBackend {
         };
         backend.refuse_eviction().await?;
         let epoch = backend.check_epoch(creation).await?;
-        let _ = backend
-            .inner
-            .opened
-            .set(leasehold::backend::EpochRead::now(epoch));
+        backend.inner.common.opened(epoch);
         Ok(backend)
     }
 
@@ -120,9 +115,7 @@ impl RedisBackend {
     /// # Cancel safety
     /// Cancel safe: the subscription goes on.
     pub async fn listening(&self) {
-        if let Some(l) = &self.inner.listener {
-            l.listening().await;
-        }
+        self.inner.common.listening().await;
     }
 
     /// A server that evicts keys without a TTL when memory runs out could
@@ -231,7 +224,7 @@ impl RedisBackend {
     }
 
     fn channel(&self) -> &str {
-        if self.inner.listener.is_some() {
+        if self.inner.common.listener().is_some() {
             &self.inner.names.channel
         } else {
             ""
@@ -411,16 +404,7 @@ impl Backend for RedisBackend {
         })
     }
 
-    fn epoch_at_open(&self) -> Option<StoreEpoch> {
-        self.inner
-            .opened
-            .get()
-            .map(leasehold::backend::EpochRead::as_of_now)
-    }
-
-    fn watch_release(&self, keys: &[Key]) -> Option<leasehold::backend::ReleaseWatch> {
-        self.inner.listener.as_ref()?.watch(keys)
-    }
+    leasehold::server_backend_methods!(inner.common);
 
     async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {
         const OP: &str = "list";

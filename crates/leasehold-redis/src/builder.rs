@@ -4,7 +4,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use leasehold::backend::params::QuerySpec;
-use leasehold::backend::shared_builder::{check_max_ttl, split_scheme, RecordedMaxTtl};
+use leasehold::backend::shared_builder::{
+    check_max_ttl, split_scheme, RecordedMaxTtl, ServerCommon,
+};
 use leasehold::{backend::DEFAULT_STORE_MAX_TTL, Error, Result};
 use redis::{ConnectionAddr, IntoConnectionInfo};
 
@@ -267,8 +269,7 @@ impl RedisBackendBuilder {
             store_max_ttl: RecordedMaxTtl::new(self.max_ttl),
             request_timeout: self.request_timeout,
             target: target_of(&self.info),
-            listener,
-            opened: Default::default(),
+            common: ServerCommon::new(listener),
         };
         RedisBackend::open(inner, self.creation).await
     }

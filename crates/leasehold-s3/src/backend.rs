@@ -9,6 +9,7 @@ use aws_sdk_s3::operation::get_object::GetObjectError;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::Client;
 use leasehold::backend::names;
+use leasehold::backend::shared_builder::{check_range, shared_capabilities};
 use leasehold::backend::Observations;
 use leasehold::{
     backend::{
@@ -108,14 +109,9 @@ fn not_ours(record: &Record) -> String {
 }
 
 fn check_ttl(ttl: Duration) -> Result<()> {
-    if (MIN_TTL..=MAX_TTL).contains(&ttl) {
-        Ok(())
-    } else {
-        Err(Error::invalid(
-            "ttl",
-            format!("{ttl:?} is outside the S3 backend's range of {MIN_TTL:?} to {MAX_TTL:?}"),
-        ))
-    }
+    check_range("ttl", ttl, MIN_TTL, MAX_TTL, || {
+        format!("{ttl:?} is outside the S3 backend's range of {MIN_TTL:?} to {MAX_TTL:?}")
+    })
 }
 
 impl S3Backend {
@@ -487,9 +483,7 @@ impl Backend for S3Backend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new(MIN_TTL, self.epoch().max_ttl.min(MAX_TTL))
-            .shared_across_processes(true)
-            .shared_across_machines(true)
+        shared_capabilities(MIN_TTL, self.epoch().max_ttl.min(MAX_TTL))
             .takeover_needs_observation(true)
     }
 

@@ -7,10 +7,11 @@
 //! ([`debug_fields!`](crate::debug_fields)).
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::backend::Capabilities;
-use crate::{Error, Result};
+use crate::backend::{Capabilities, EpochRead, Listener, ReleaseWatch, StoreEpoch};
+use crate::{Error, Key, Result};
 
 /// The scheme and the rest of a store URL `SCHEME://REST` whose scheme is
 /// one of `schemes`.
@@ -29,14 +30,35 @@ pub fn split_scheme<'a>(url: &'a str, schemes: &[&str], form: &str) -> Result<(&
 /// # Errors
 /// [`Error::InvalidInput`] ("max ttl") naming the value and the range.
 pub fn check_max_ttl(max_ttl: Duration, min: Duration, max: Duration) -> Result<()> {
-    if (min..=max).contains(&max_ttl) {
+    check_range("max ttl", max_ttl, min, max, || {
+        format!("{max_ttl:?} is outside {min:?}..={max:?}")
+    })
+}
+
+/// Checks that `value` (of the parameter `what`) is within `min..=max`.
+///
+/// # Errors
+/// [`Error::InvalidInput`] (`what`, the message `message` writes).
+pub fn check_range(
+    what: &'static str,
+    value: Duration,
+    min: Duration,
+    max: Duration,
+    message: impl FnOnce() -> String,
+) -> Result<()> {
+    if (min..=max).contains(&value) {
         Ok(())
     } else {
-        Err(Error::invalid(
-            "max ttl",
-            format!("{max_ttl:?} is outside {min:?}..={max:?}"),
-        ))
+        Err(Error::invalid(what, message()))
     }
+}
+
+/// The capabilities of a store shared across processes and machines (every
+/// store but memory and SQLite): leases from `min_ttl` to `max_ttl`.
+pub fn shared_capabilities(min_ttl: Duration, max_ttl: Duration) -> Capabilities {
+    Capabilities::new(min_ttl, max_ttl)
+        .shared_across_processes(true)
+        .shared_across_machines(true)
 }
 
 /// A store's recorded max TTL as the backend last read it (in ms).
@@ -62,10 +84,76 @@ impl RecordedMaxTtl {
     /// A server store's capabilities: leases from `min_ttl` to the max TTL
     /// as last read, shared across processes and machines.
     pub fn capabilities(&self, min_ttl: Duration) -> Capabilities {
-        Capabilities::new(min_ttl, self.get())
-            .shared_across_processes(true)
-            .shared_across_machines(true)
+        shared_capabilities(min_ttl, self.get())
     }
+}
+
+/// What a server store's backend keeps alike: the store's epoch as read
+/// while opening, and the listener for releases when wake-ups are on. The
+/// backend's [`Backend`](crate::backend::Backend) methods that ask for them
+/// are [`server_backend_methods!`](crate::server_backend_methods).
+#[derive(Debug, Default)]
+pub struct ServerCommon {
+    opened: OnceLock<EpochRead>,
+    listener: Option<Listener>,
+}
+
+impl ServerCommon {
+    /// With `listener` for releases (none: waiters only poll).
+    pub fn new(listener: Option<Listener>) -> Self {
+        ServerCommon {
+            opened: OnceLock::new(),
+            listener,
+        }
+    }
+
+    /// Keeps `epoch`, read just now while opening (the first one only).
+    pub fn opened(&self, epoch: StoreEpoch) {
+        let _ = self.opened.set(EpochRead::now(epoch));
+    }
+
+    /// The epoch read while opening, its age as of now.
+    pub fn epoch_at_open(&self) -> Option<StoreEpoch> {
+        self.opened.get().map(EpochRead::as_of_now)
+    }
+
+    /// The listener for releases, when wake-ups are on.
+    pub fn listener(&self) -> Option<&Listener> {
+        self.listener.as_ref()
+    }
+
+    /// A watch for the release of `keys`, when wake-ups are on.
+    pub fn watch_release(&self, keys: &[Key]) -> Option<ReleaseWatch> {
+        self.listener.as_ref()?.watch(keys)
+    }
+
+    /// Waits until the listener listens (started on the first wait
+    /// otherwise); at once when wake-ups are off.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the listening goes on.
+    pub async fn listening(&self) {
+        if let Some(l) = &self.listener {
+            l.listening().await;
+        }
+    }
+}
+
+/// The [`Backend`](crate::backend::Backend) methods a server store's
+/// backend answers from its [`ServerCommon`] (`epoch_at_open`,
+/// `watch_release`), written once: expand it inside the backend's `impl
+/// Backend`, naming the field path of its `ServerCommon` from `self`.
+#[macro_export]
+macro_rules! server_backend_methods {
+    ($($path:ident).+) => {
+        fn epoch_at_open(&self) -> Option<$crate::backend::StoreEpoch> {
+            self.$($path).+.epoch_at_open()
+        }
+
+        fn watch_release(&self, keys: &[$crate::Key]) -> Option<$crate::backend::ReleaseWatch> {
+            self.$($path).+.watch_release(keys)
+        }
+    };
 }
 
 /// The builder methods the stores' builders have alike, written once:
