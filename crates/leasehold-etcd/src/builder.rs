@@ -1,10 +1,8 @@
 //! Building an [`EtcdBackend`]: from a store URL, or in code.
 
-use std::time::Duration;
-
 use leasehold::backend::params::{decode_percent, split_query, QuerySpec};
-use leasehold::backend::shared_builder::{check_max_ttl, split_scheme};
-use leasehold::{backend::DEFAULT_STORE_MAX_TTL, Error, Result};
+use leasehold::backend::shared_builder::{check_max_ttl, split_scheme, ServerOptions};
+use leasehold::{Error, Result};
 
 use std::sync::atomic::AtomicU64;
 
@@ -32,14 +30,18 @@ pub struct EtcdBackendBuilder {
     pub(crate) tls: bool,
     pub(crate) user: Option<(String, String)>,
     pub(crate) prefix: String,
-    pub(crate) max_ttl: Duration,
-    pub(crate) request_timeout: Duration,
-    pub(crate) wake_ups: bool,
-    pub(crate) creation: leasehold::Creation,
+    /// Max TTL, request timeout, wake-ups, creation.
+    pub(crate) options: ServerOptions,
 }
 
 leasehold::debug_fields!(b: EtcdBackendBuilder {
-    endpoints, tls, user: b.user.as_ref().map(|(u, _)| u), prefix, max_ttl, request_timeout, wake_ups
+    endpoints,
+    tls,
+    user: b.user.as_ref().map(|(u, _)| u),
+    prefix,
+    max_ttl: b.options.max_ttl,
+    request_timeout: b.options.request_timeout,
+    wake_ups: b.options.wake_ups
 });
 
 impl EtcdBackend {
@@ -67,10 +69,7 @@ impl EtcdBackendBuilder {
             tls: false,
             user: None,
             prefix: DEFAULT_PREFIX.to_string(),
-            max_ttl: DEFAULT_STORE_MAX_TTL,
-            request_timeout: Duration::from_secs(5),
-            wake_ups: true,
-            creation: leasehold::Creation::IfMissing,
+            options: ServerOptions::default(),
         }
     }
 
@@ -124,12 +123,7 @@ impl EtcdBackendBuilder {
         if let Some(prefix) = query.string("prefix") {
             b.prefix = prefix.to_string();
         }
-        if let Some(max_ttl) = query.duration("max_ttl")? {
-            b.max_ttl = max_ttl;
-        }
-        if let Some(on) = query.boolean("wake_ups")? {
-            b.wake_ups = on;
-        }
+        b.options.read_query(&query)?;
         b.check()?;
         Ok(b)
     }
@@ -138,6 +132,10 @@ impl EtcdBackendBuilder {
         /// The key prefix every key of this store lives under (default
         /// [`DEFAULT_PREFIX`]; not empty). Two prefixes are two stores.
         prefix;
+    }
+
+    leasehold::store_builder_methods! {
+        in options;
         /// The max TTL a store created by this backend records (2 s to 24 h;
         /// 60 s by default). An existing store keeps its own.
         max_ttl;
@@ -157,6 +155,7 @@ impl EtcdBackendBuilder {
     }
 
     leasehold::store_builder_methods! {
+        in options;
         /// How long one request may take before it counts as failed
         /// (retryable); 5 s by default.
         request_timeout;
@@ -176,7 +175,7 @@ impl EtcdBackendBuilder {
         if self.prefix.is_empty() {
             return Err(Error::invalid("prefix", "must not be empty"));
         }
-        check_max_ttl(self.max_ttl, MIN_TTL, MAX_TTL)?;
+        check_max_ttl(self.options.max_ttl, MIN_TTL, MAX_TTL)?;
         if self.tls && !cfg!(feature = "tls") {
             return Err(Error::invalid(
                 WHAT,
@@ -187,6 +186,7 @@ impl EtcdBackendBuilder {
     }
 
     leasehold::store_builder_methods! {
+        in options;
         /// What opening may do to the store (default
         /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
         /// `Never`, nothing is written (a prefix without keys is
@@ -212,24 +212,25 @@ impl EtcdBackendBuilder {
             .map(|e| format!("{scheme}://{e}"))
             .collect();
         let conn = tokio::time::timeout(
-            self.request_timeout,
-            Connection::connect(&urls, self.request_timeout, self.user.clone()),
+            self.options.request_timeout,
+            Connection::connect(&urls, self.options.request_timeout, self.user.clone()),
         )
         .await
-        .map_err(|_| error::timed_out("connect", self.request_timeout))?
+        .map_err(|_| error::timed_out("connect", self.options.request_timeout))?
         .map_err(error::connect)?;
         let listener = self
+            .options
             .wake_ups
             .then(|| Listener::new(Deletions::new(conn.clone(), format!("{}h/", self.prefix))));
         EtcdBackend::open(Inner {
             conn,
             endpoints: self.endpoints,
             prefix: self.prefix,
-            max_ttl: self.max_ttl,
-            request_timeout: self.request_timeout,
+            max_ttl: self.options.max_ttl,
+            request_timeout: self.options.request_timeout,
             common: ServerCommon::new(listener),
             requests: AtomicU64::new(0),
-            creation: self.creation,
+            creation: self.options.creation,
             sessions: Default::default(),
             seen: Default::default(),
             held: Default::default(),
@@ -251,7 +252,10 @@ fn decode(s: &str) -> Result<String> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+    use leasehold::backend::shared_builder::{assert_debug_hides, assert_refused_without};
 
     #[test]
     fn url_parts_and_parameters() {
@@ -262,22 +266,22 @@ mod tests {
         assert_eq!(b.endpoints, ["10.0.0.1:2379", "10.0.0.2:2379"]);
         assert_eq!(b.user, Some(("me".into(), "s@cret".into())));
         assert_eq!(b.prefix, "jobs/");
-        assert_eq!(b.max_ttl, Duration::from_secs(300));
-        assert!(!b.wake_ups && !b.tls);
+        assert_eq!(b.options.max_ttl, Duration::from_secs(300));
+        assert!(!b.options.wake_ups && !b.tls);
         // Query values are form-decoded; a password's `+` stays a `+`.
         let b =
             EtcdBackendBuilder::from_url("etcd://me:a+b@h:1?prefix=a%2Fb+c/&wake_ups=no").unwrap();
         assert_eq!(b.user, Some(("me".into(), "a+b".into())));
         assert_eq!(b.prefix, "a/b c/");
-        assert!(!b.wake_ups);
+        assert!(!b.options.wake_ups);
         let b = EtcdBackendBuilder::from_url("etcd://127.0.0.1:2379/").unwrap();
         assert_eq!(b.prefix, DEFAULT_PREFIX);
-        assert!(b.user.is_none() && b.wake_ups);
+        assert!(b.user.is_none() && b.options.wake_ups);
     }
 
     #[test]
     fn bad_urls_are_refused_without_the_password() {
-        for url in [
+        let urls = [
             "etcd://u:hunter22@h",
             "etcd://u:hunter22@h:notaport",
             "etcd://u:hunter22@h:2379?bogus=1",
@@ -291,19 +295,13 @@ mod tests {
             "etcd://u:hunter22@h:2379,",
             "redis://u:hunter22@h:2379",
             "etcd:u:hunter22@h:2379",
-        ] {
-            let err = EtcdBackendBuilder::from_url(url).unwrap_err();
-            let text = format!("{err} {err:?}");
-            assert!(matches!(err, Error::InvalidInput { .. }), "{url}: {text}");
-            assert!(!text.contains("hunter22"), "{url}: {text}");
-        }
+        ];
+        assert_refused_without(&urls, "hunter22", EtcdBackendBuilder::from_url);
     }
 
     #[test]
     fn debug_never_shows_the_password() {
         let b = EtcdBackendBuilder::from_url("etcd://u:hunter22@h:1").unwrap();
-        let text = format!("{b:?}");
-        assert!(!text.contains("hunter22"), "{text}");
-        assert!(text.contains("prefix"), "{text}");
+        assert_debug_hides(&b, "hunter22", "prefix");
     }
 }

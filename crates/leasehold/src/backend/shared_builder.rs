@@ -10,8 +10,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::backend::{Capabilities, EpochRead, Listener, ReleaseWatch, StoreEpoch};
-use crate::{Error, Key, Result};
+use crate::backend::params::QueryParams;
+use crate::backend::{
+    Capabilities, EpochRead, Listener, ReleaseWatch, StoreEpoch, DEFAULT_STORE_MAX_TTL,
+};
+use crate::{Creation, Error, Key, Result};
 
 /// The scheme and the rest of a store URL `SCHEME://REST` whose scheme is
 /// one of `schemes`.
@@ -61,6 +64,36 @@ pub fn shared_capabilities(min_ttl: Duration, max_ttl: Duration) -> Capabilities
         .shared_across_machines(true)
 }
 
+/// For the stores' tests: `parse` refuses every URL of `urls` as
+/// [`Error::InvalidInput`], and the error (its `Display` and `Debug`) never
+/// holds `secret`.
+///
+/// # Panics
+/// When a URL is accepted, refused otherwise, or its error shows `secret`.
+#[doc(hidden)]
+pub fn assert_refused_without<T>(urls: &[&str], secret: &str, parse: impl Fn(&str) -> Result<T>) {
+    for url in urls {
+        let Err(err) = parse(url) else {
+            panic!("{url}: accepted");
+        };
+        let text = format!("{err} {err:?}");
+        assert!(matches!(err, Error::InvalidInput { .. }), "{url}: {text}");
+        assert!(!text.contains(secret), "{url}: {text}");
+    }
+}
+
+/// For the stores' tests: `value`'s `Debug` shows `shown` but never
+/// `secret`.
+///
+/// # Panics
+/// When it does not.
+#[doc(hidden)]
+pub fn assert_debug_hides(value: &dyn std::fmt::Debug, secret: &str, shown: &str) {
+    let text = format!("{value:?}");
+    assert!(!text.contains(secret), "{text}");
+    assert!(text.contains(shown), "{text}");
+}
+
 /// A store's recorded max TTL as the backend last read it (in ms).
 #[derive(Debug)]
 pub struct RecordedMaxTtl(AtomicU64);
@@ -85,6 +118,49 @@ impl RecordedMaxTtl {
     /// as last read, shared across processes and machines.
     pub fn capabilities(&self, min_ttl: Duration) -> Capabilities {
         shared_capabilities(min_ttl, self.get())
+    }
+}
+
+/// What every server store's builder (PostgreSQL, Redis, etcd) takes
+/// alike: the max TTL a new store records, how long one request may take,
+/// whether waiters hear of releases, and what opening may do.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// The max TTL a store started by the backend records (default
+    /// [`DEFAULT_STORE_MAX_TTL`]).
+    pub max_ttl: Duration,
+    /// How long one request may take (default 5 s).
+    pub request_timeout: Duration,
+    /// Whether waiters hear of releases (default: yes).
+    pub wake_ups: bool,
+    /// What opening may do (default [`Creation::IfMissing`]).
+    pub creation: Creation,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            max_ttl: DEFAULT_STORE_MAX_TTL,
+            request_timeout: Duration::from_secs(5),
+            wake_ups: true,
+            creation: Creation::IfMissing,
+        }
+    }
+}
+
+impl ServerOptions {
+    /// Takes `max_ttl` and `wake_ups` from a store URL's parsed query.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a malformed value.
+    pub fn read_query(&mut self, query: &QueryParams) -> Result<()> {
+        if let Some(max_ttl) = query.duration("max_ttl")? {
+            self.max_ttl = max_ttl;
+        }
+        if let Some(on) = query.boolean("wake_ups")? {
+            self.wake_ups = on;
+        }
+        Ok(())
     }
 }
 
@@ -158,7 +234,9 @@ macro_rules! server_backend_methods {
 
 /// The builder methods the stores' builders have alike, written once:
 /// expand it inside the `impl` of a builder, naming the methods it has,
-/// each after its own doc comment (what it means for that store):
+/// each after its own doc comment (what it means for that store), after
+/// `in PATH;` when the fields are in a field of the builder (such as its
+/// [`ServerOptions`]):
 ///
 /// - `prefix`: `prefix(impl Into<String>)` sets the field `prefix`;
 /// - `max_ttl`: `max_ttl(Duration)` sets `max_ttl` (a `Duration`, or an
@@ -180,23 +258,20 @@ macro_rules! server_backend_methods {
 /// ```
 #[macro_export]
 macro_rules! store_builder_methods {
-    ($($(#[$doc:meta])* $method:ident;)*) => {
-        $($crate::store_builder_methods!(@method [$(#[$doc])*] $method);)*
+    (@method [$($doc:tt)*] [$($path:tt)*] prefix) => {
+        $crate::store_builder_methods!(@set [$($doc)*] prefix(prefix: impl Into<String>) => $($path)* prefix = prefix.into());
     };
-    (@method [$($doc:tt)*] prefix) => {
-        $crate::store_builder_methods!(@set [$($doc)*] prefix(prefix: impl Into<String>) => prefix = prefix.into());
+    (@method [$($doc:tt)*] [$($path:tt)*] max_ttl) => {
+        $crate::store_builder_methods!(@set [$($doc)*] max_ttl(max_ttl: ::std::time::Duration) => $($path)* max_ttl = max_ttl.into());
     };
-    (@method [$($doc:tt)*] max_ttl) => {
-        $crate::store_builder_methods!(@set [$($doc)*] max_ttl(max_ttl: ::std::time::Duration) => max_ttl = max_ttl.into());
+    (@method [$($doc:tt)*] [$($path:tt)*] request_timeout) => {
+        $crate::store_builder_methods!(@set [$($doc)*] request_timeout(timeout: ::std::time::Duration) => $($path)* request_timeout = timeout.into());
     };
-    (@method [$($doc:tt)*] request_timeout) => {
-        $crate::store_builder_methods!(@set [$($doc)*] request_timeout(timeout: ::std::time::Duration) => request_timeout = timeout.into());
+    (@method [$($doc:tt)*] [$($path:tt)*] wake_ups) => {
+        $crate::store_builder_methods!(@set [$($doc)*] wake_ups(on: bool) => $($path)* wake_ups = on);
     };
-    (@method [$($doc:tt)*] wake_ups) => {
-        $crate::store_builder_methods!(@set [$($doc)*] wake_ups(on: bool) => wake_ups = on);
-    };
-    (@method [$($doc:tt)*] creation) => {
-        $crate::store_builder_methods!(@set [$($doc)*] creation(creation: $crate::Creation) => creation = creation);
+    (@method [$($doc:tt)*] [$($path:tt)*] creation) => {
+        $crate::store_builder_methods!(@set [$($doc)*] creation(creation: $crate::Creation) => $($path)* creation = creation);
     };
     // `name(param: Type)` sets the field at `path` to `value` (also for
     // other crates' builder macros, such as leasehold-aws's).
@@ -206,6 +281,17 @@ macro_rules! store_builder_methods {
             self.$($path).+ = $value;
             self
         }
+    };
+    (@each [$($path:tt)*]) => {};
+    (@each [$($path:tt)*] $(#[$doc:meta])* $method:ident; $($rest:tt)*) => {
+        $crate::store_builder_methods!(@method [$(#[$doc])*] [$($path)*] $method);
+        $crate::store_builder_methods!(@each [$($path)*] $($rest)*);
+    };
+    (in $($path:ident).+; $($rest:tt)*) => {
+        $crate::store_builder_methods!(@each [$($path .)+] $($rest)*);
+    };
+    ($($rest:tt)*) => {
+        $crate::store_builder_methods!(@each [] $($rest)*);
     };
 }
 
