@@ -104,38 +104,14 @@ impl DynamoDbBackend {
     ) -> (Vec<String>, Vec<String>) {
         let now = (self.settings.wall)();
         let mut set = vec![
-            format!("{} = {}", e.n(EPOCH), e.v("epoch", n(epoch))),
-            format!("{} = {}", e.n(record::RVN), e.v("rvn", s(new_rvn()))),
-            format!(
-                "{} = {}",
-                e.n(record::LEASE_ID),
-                e.v("lid", s(req.lease_id.as_str()))
-            ),
-            format!(
-                "{} = {}",
-                e.n(record::OWNER_HOST),
-                e.v("host", s(&req.owner.host))
-            ),
-            format!(
-                "{} = {}",
-                e.n(record::OWNER_PID),
-                e.v("pid", n(req.owner.pid))
-            ),
-            format!(
-                "{} = {}",
-                e.n(record::TTL_MS),
-                e.v("ttl", n(req.ttl.as_millis()))
-            ),
-            format!(
-                "{} = {}",
-                e.n(record::ACQUIRED_MS),
-                e.v("now", n(unix_ms(now)))
-            ),
-            format!(
-                "{} = {}",
-                e.n(record::EXPIRES_MS),
-                e.v("exp", n(unix_ms(now + req.ttl)))
-            ),
+            e.equals(EPOCH, "epoch", n(epoch)),
+            e.equals(record::RVN, "rvn", s(new_rvn())),
+            e.equals(record::LEASE_ID, "lid", s(req.lease_id.as_str())),
+            e.equals(record::OWNER_HOST, "host", s(&req.owner.host)),
+            e.equals(record::OWNER_PID, "pid", n(req.owner.pid)),
+            e.equals(record::TTL_MS, "ttl", n(req.ttl.as_millis())),
+            e.equals(record::ACQUIRED_MS, "now", n(unix_ms(now))),
+            e.equals(record::EXPIRES_MS, "exp", n(unix_ms(now + req.ttl))),
         ];
         let mut remove = vec![e.n(record::RELEASED_BY)];
         for (attr, value) in [
@@ -143,7 +119,7 @@ impl DynamoDbBackend {
             (record::DATA, &req.data),
         ] {
             match value {
-                Some(v) => set.push(format!("{} = {}", e.n(attr), e.v(attr, s(v)))),
+                Some(v) => set.push(e.equals(attr, attr, s(v))),
                 None => remove.push(e.n(attr)),
             }
         }
@@ -204,11 +180,7 @@ impl DynamoDbBackend {
         let mut e = Expr::default();
         let (mut set, remove) = self.lease_update(&mut e, req, epoch);
         let first = leasehold::backend::next_token(0, epoch);
-        set.push(format!(
-            "{} = {}",
-            e.n(record::FENCE),
-            e.v("first", n(first))
-        ));
+        set.push(e.equals(record::FENCE, "first", n(first)));
         let key_attr = e.n(record::KEY);
         let update = Update::builder()
             .table_name(&self.table)

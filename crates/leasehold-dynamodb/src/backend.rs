@@ -110,24 +110,12 @@ impl DynamoDbBackend {
         let mut e = Expr::default();
         let now = (self.settings.wall)();
         let set = vec![
-            format!("{} = {}", e.n(record::RVN), e.v("rvn", s(new_rvn()))),
-            format!(
-                "{} = {}",
-                e.n(record::TTL_MS),
-                e.v("ttl", n(ttl.as_millis()))
-            ),
-            format!(
-                "{} = {}",
-                e.n(record::EXPIRES_MS),
-                e.v("exp", n(unix_ms(now + ttl)))
-            ),
+            e.equals(record::RVN, "rvn", s(new_rvn())),
+            e.equals(record::TTL_MS, "ttl", n(ttl.as_millis())),
+            e.equals(record::EXPIRES_MS, "exp", n(unix_ms(now + ttl))),
         ];
         let remove = Vec::new();
-        let condition = format!(
-            "{} = {}",
-            e.n(record::LEASE_ID),
-            e.v("lid", s(lease_id.as_str()))
-        );
+        let condition = e.equals(record::LEASE_ID, "lid", s(lease_id.as_str()));
         self.update(
             operation,
             key.as_str(),
@@ -196,7 +184,7 @@ impl Backend for DynamoDbBackend {
         let mut e = Expr::default();
         let lid = e.v("lid", s(lease.lease_id.as_str()));
         let set = vec![
-            format!("{} = {}", e.n(record::RVN), e.v("rvn", s(new_rvn()))),
+            e.equals(record::RVN, "rvn", s(new_rvn())),
             format!("{} = {lid}", e.n(record::RELEASED_BY)),
         ];
         let remove: Vec<String> = record::LEASE_ATTRS.iter().map(|a| e.n(a)).collect();
@@ -251,11 +239,7 @@ impl Backend for DynamoDbBackend {
 
     async fn break_lease(&self, key: &Key) -> Result<Option<HolderInfo>> {
         let mut e = Expr::default();
-        let set = vec![format!(
-            "{} = {}",
-            e.n(record::RVN),
-            e.v("rvn", s(new_rvn()))
-        )];
+        let set = vec![e.equals(record::RVN, "rvn", s(new_rvn()))];
         let mut remove: Vec<String> = record::LEASE_ATTRS.iter().map(|a| e.n(a)).collect();
         remove.push(e.n(record::RELEASED_BY));
         let condition = format!("attribute_exists({})", e.n(record::LEASE_ID));
