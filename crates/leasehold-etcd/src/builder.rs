@@ -132,13 +132,9 @@ impl EtcdBackendBuilder {
         /// The key prefix every key of this store lives under (default
         /// [`DEFAULT_PREFIX`]; not empty). Two prefixes are two stores.
         prefix;
-    }
-
-    leasehold::store_builder_methods! {
-        in options;
         /// The max TTL a store created by this backend records (2 s to 24 h;
         /// 60 s by default). An existing store keeps its own.
-        max_ttl;
+        max_ttl in options;
     }
 
     /// Authenticate as `user` (etcd's auth must be enabled on the server).
@@ -155,17 +151,13 @@ impl EtcdBackendBuilder {
     }
 
     leasehold::store_builder_methods! {
-        in options;
         /// How long one request may take before it counts as failed
         /// (retryable); 5 s by default.
-        request_timeout;
+        request_timeout in options;
         /// Whether waiters watch for releases (on by default). Off, they poll.
-        wake_ups;
-    }
-
-    /// The key prefix.
-    pub fn prefix_name(&self) -> &str {
-        &self.prefix
+        wake_ups in options;
+        /// The key prefix.
+        prefix_name;
     }
 
     pub(crate) fn check(&self) -> Result<()> {
@@ -186,7 +178,6 @@ impl EtcdBackendBuilder {
     }
 
     leasehold::store_builder_methods! {
-        in options;
         /// What opening may do to the store (default
         /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
         /// `Never`, nothing is written (a prefix without keys is
@@ -194,7 +185,7 @@ impl EtcdBackendBuilder {
         /// the marker of a new store (a prefix without keys) records that its
         /// epoch is proven (see
         /// [`Creation::NewProven`](leasehold::Creation::NewProven)).
-        creation;
+        creation in options;
     }
 
     /// Connects (checking that the cluster answers, and authenticating),

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::{Object, Pool};
-use leasehold::backend::{AcquireOutcome, AcquireRequest, Backend, Capabilities, Grant, Lease};
+use leasehold::backend::{AcquireOutcome, AcquireRequest, Backend, Grant, Lease};
 use leasehold::{backend::StoreEpoch, Error, HolderInfo, Key, KeyInfo, LossReason, Result};
 use tokio::time::{timeout_at, Instant};
 use tokio_postgres::types::{ToSql, Type};
@@ -238,10 +238,6 @@ impl Backend for PostgresBackend {
         NAME
     }
 
-    fn capabilities(&self) -> Capabilities {
-        self.inner.store_max_ttl.capabilities(MIN_TTL)
-    }
-
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         const OP: &str = "acquire";
         let Some(epoch) = req.epoch else {
@@ -383,7 +379,7 @@ impl Backend for PostgresBackend {
         }
     }
 
-    leasehold::server_backend_methods!(inner.common);
+    leasehold::server_backend_methods!(inner.common, capabilities: inner.store_max_ttl, MIN_TTL);
 
     async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {
         const OP: &str = "list";

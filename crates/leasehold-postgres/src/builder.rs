@@ -24,42 +24,33 @@ use crate::{MAX_TTL, MIN_TTL};
 
 const WHAT: &str = "store URL";
 /// The query parameters of a `postgres://` URL: leasehold's own
-/// ([`OWN_PARAMS`]), then those passed on to the client.
-const PARAMS: QuerySpec = QuerySpec::new(
-    "postgres",
-    &[
-        "table",
-        "sslmode",
-        "sslrootcert",
-        "max_ttl",
-        "wake_ups",
-        "prepared",
-        "connect_timeout",
-        "application_name",
-        "options",
-        "keepalives",
-        "keepalives_idle",
-        "target_session_attrs",
-        "channel_binding",
-        "load_balance_hosts",
-        "hostaddr",
-        "host",
-        "port",
-        "user",
-        "dbname",
-        "password",
-    ],
-);
-/// The parameters of [`PARAMS`] that leasehold reads; `tokio_postgres`
-/// reads the others.
-const OWN_PARAMS: &[&str] = &[
+/// ([`OWN_PARAMS`], the first six), then those passed on to the client.
+const ALL_PARAMS: &[&str] = &[
     "table",
     "sslmode",
     "sslrootcert",
     "max_ttl",
     "wake_ups",
     "prepared",
+    "connect_timeout",
+    "application_name",
+    "options",
+    "keepalives",
+    "keepalives_idle",
+    "target_session_attrs",
+    "channel_binding",
+    "load_balance_hosts",
+    "hostaddr",
+    "host",
+    "port",
+    "user",
+    "dbname",
+    "password",
 ];
+const PARAMS: QuerySpec = QuerySpec::new("postgres", ALL_PARAMS);
+/// The parameters of [`ALL_PARAMS`] that leasehold reads; `tokio_postgres`
+/// reads the others.
+const OWN_PARAMS: &[&str] = ALL_PARAMS.split_at(6).0;
 const FORM: &str = "the form is postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?table=NAME&sslmode=disable|prefer|require|verify-ca|verify-full&sslrootcert=PATH&max_ttl=DURATION&wake_ups=on|off&prepared=on|off] (or postgresql://); the PG* environment variables fill in what it omits";
 
 /// The default table name.
@@ -198,13 +189,12 @@ impl PostgresBackendBuilder {
     }
 
     leasehold::store_builder_methods! {
-        in options;
         /// The max TTL a table created by this backend records (1 s to 24 h;
         /// 60 s by default): no lease may be longer. An existing table keeps
         /// its own. After the table is lost under a live holder grants wait one
         /// confirmation window ([`leasehold::CONFIRMATION_WINDOW`]), whatever
         /// this says.
-        max_ttl;
+        max_ttl in options;
     }
 
     /// When to use TLS.
@@ -227,14 +217,13 @@ impl PostgresBackendBuilder {
     }
 
     leasehold::store_builder_methods! {
-        in options;
         /// How long one request may take before it counts as failed (retryable)
         /// and its connection is discarded (5 s by default).
-        request_timeout;
+        request_timeout in options;
         /// Whether waiters LISTEN for releases (on by default; needs a direct
         /// or session-pooled connection, see the crate docs). Off, waiters only
         /// poll.
-        wake_ups;
+        wake_ups in options;
     }
 
     /// Whether statements are prepared once per connection (named prepared
@@ -277,7 +266,6 @@ impl PostgresBackendBuilder {
     }
 
     leasehold::store_builder_methods! {
-        in options;
         /// What opening may do to the table (default
         /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
         /// `Never`, nothing is created or written, ever (a missing table is
@@ -285,7 +273,7 @@ impl PostgresBackendBuilder {
         /// epoch row is reported, not renewed); with `NewProven`, the epoch row
         /// of a new, empty table records that its epoch is proven (see
         /// [`Creation::NewProven`](leasehold::Creation::NewProven)).
-        creation;
+        creation in options;
     }
 
     /// Connects (checking that the server answers), creates the table if

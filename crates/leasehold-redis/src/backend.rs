@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use leasehold::backend::{AcquireOutcome, AcquireRequest, Backend, Capabilities, Grant, Lease};
+use leasehold::backend::{AcquireOutcome, AcquireRequest, Backend, Grant, Lease};
 use leasehold::{backend::StoreEpoch, Error, HolderInfo, Key, KeyInfo, LossReason, Result};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, ScriptInvocation, Value};
@@ -277,10 +277,6 @@ impl Backend for RedisBackend {
         NAME
     }
 
-    fn capabilities(&self) -> Capabilities {
-        self.inner.store_max_ttl.capabilities(MIN_TTL)
-    }
-
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         const OP: &str = "acquire";
         if req.ttl < MIN_TTL {
@@ -404,7 +400,7 @@ impl Backend for RedisBackend {
         })
     }
 
-    leasehold::server_backend_methods!(inner.common);
+    leasehold::server_backend_methods!(inner.common, capabilities: inner.store_max_ttl, MIN_TTL);
 
     async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {
         const OP: &str = "list";

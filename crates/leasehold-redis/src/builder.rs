@@ -132,16 +132,12 @@ impl RedisBackendBuilder {
         /// uses ([`DEFAULT_PREFIX`] by default): stores with different prefixes
         /// on one server are independent, each with its own epoch.
         prefix;
-    }
-
-    leasehold::store_builder_methods! {
-        in options;
         /// The max TTL a store started by this backend records (1 s to 24 h;
         /// 60 s by default): no lease may be longer. An existing store keeps its
         /// own. After the store's data is lost (or the server restarts or fails
         /// over) grants wait one confirmation window
         /// ([`leasehold::CONFIRMATION_WINDOW`]), whatever this says.
-        max_ttl;
+        max_ttl in options;
     }
 
     /// A PEM file of CA certificates to trust for `rediss://` *instead of*
@@ -152,18 +148,14 @@ impl RedisBackendBuilder {
     }
 
     leasehold::store_builder_methods! {
-        in options;
         /// How long one request may take before it counts as failed
         /// (retryable) and the connection is replaced (5 s by default).
-        request_timeout;
+        request_timeout in options;
         /// Whether waiters subscribe to releases (on by default). Off, waiters
         /// only poll, and releases publish nothing.
-        wake_ups;
-    }
-
-    /// The key prefix as given.
-    pub fn prefix_name(&self) -> &str {
-        &self.prefix
+        wake_ups in options;
+        /// The key prefix as given.
+        prefix_name;
     }
 
     /// The connection settings (their `Debug` hides the password).
@@ -189,7 +181,6 @@ impl RedisBackendBuilder {
     }
 
     leasehold::store_builder_methods! {
-        in options;
         /// What opening may do to the store (default
         /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
         /// `Never`, nothing is written (a prefix with neither epoch marker nor
@@ -197,7 +188,7 @@ impl RedisBackendBuilder {
         /// of another server process is reported, not renewed); with
         /// `NewProven`, the marker of a new store records that its epoch is
         /// proven (see [`Creation::NewProven`](leasehold::Creation::NewProven)).
-        creation;
+        creation in options;
     }
 
     /// Connects (checking that the server answers and the password is

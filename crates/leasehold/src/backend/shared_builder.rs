@@ -218,9 +218,18 @@ impl ServerCommon {
 /// The [`Backend`](crate::backend::Backend) methods a server store's
 /// backend answers from its [`ServerCommon`] (`epoch_at_open`,
 /// `watch_release`), written once: expand it inside the backend's `impl
-/// Backend`, naming the field path of its `ServerCommon` from `self`.
+/// Backend`, naming the field path of its `ServerCommon` from `self`; with
+/// `capabilities: PATH, MIN_TTL`, also `capabilities` from the
+/// [`RecordedMaxTtl`] at `PATH` ([`RecordedMaxTtl::capabilities`]).
 #[macro_export]
 macro_rules! server_backend_methods {
+    ($($path:ident).+, capabilities: $($recorded:ident).+, $min_ttl:expr) => {
+        fn capabilities(&self) -> $crate::backend::Capabilities {
+            self.$($recorded).+.capabilities($min_ttl)
+        }
+
+        $crate::server_backend_methods!($($path).+);
+    };
     ($($path:ident).+) => {
         fn epoch_at_open(&self) -> Option<$crate::backend::StoreEpoch> {
             self.$($path).+.epoch_at_open()
@@ -234,11 +243,12 @@ macro_rules! server_backend_methods {
 
 /// The builder methods the stores' builders have alike, written once:
 /// expand it inside the `impl` of a builder, naming the methods it has,
-/// each after its own doc comment (what it means for that store), after
-/// `in PATH;` when the fields are in a field of the builder (such as its
+/// each after its own doc comment (what it means for that store), with `in
+/// PATH` when the field is in a field of the builder (such as its
 /// [`ServerOptions`]):
 ///
 /// - `prefix`: `prefix(impl Into<String>)` sets the field `prefix`;
+/// - `prefix_name`: `prefix_name()` returns it;
 /// - `max_ttl`: `max_ttl(Duration)` sets `max_ttl` (a `Duration`, or an
 ///   `Option<Duration>` set to `Some`);
 /// - `request_timeout`: `request_timeout(Duration)` sets `request_timeout`
@@ -250,7 +260,7 @@ macro_rules! server_backend_methods {
 /// impl MyBuilder {
 ///     leasehold::store_builder_methods! {
 ///         /// The max TTL a store started by this backend records.
-///         max_ttl;
+///         max_ttl in options;
 ///         /// What opening may do to the store.
 ///         creation;
 ///     }
@@ -273,6 +283,12 @@ macro_rules! store_builder_methods {
     (@method [$($doc:tt)*] [$($path:tt)*] creation) => {
         $crate::store_builder_methods!(@set [$($doc)*] creation(creation: $crate::Creation) => $($path)* creation = creation);
     };
+    (@method [$($doc:tt)*] [$($path:tt)*] prefix_name) => {
+        $($doc)*
+        pub fn prefix_name(&self) -> &str {
+            &self.$($path)* prefix
+        }
+    };
     // `name(param: Type)` sets the field at `path` to `value` (also for
     // other crates' builder macros, such as leasehold-aws's).
     (@set [$($doc:tt)*] $name:ident($param:ident: $ty:ty) => $($path:ident).+ = $value:expr) => {
@@ -282,16 +298,13 @@ macro_rules! store_builder_methods {
             self
         }
     };
-    (@each [$($path:tt)*]) => {};
-    (@each [$($path:tt)*] $(#[$doc:meta])* $method:ident; $($rest:tt)*) => {
-        $crate::store_builder_methods!(@method [$(#[$doc])*] [$($path)*] $method);
-        $crate::store_builder_methods!(@each [$($path)*] $($rest)*);
-    };
-    (in $($path:ident).+; $($rest:tt)*) => {
-        $crate::store_builder_methods!(@each [$($path .)+] $($rest)*);
+    (@each) => {};
+    (@each $(#[$doc:meta])* $method:ident $(in $($path:ident).+)?; $($rest:tt)*) => {
+        $crate::store_builder_methods!(@method [$(#[$doc])*] [$($($path .)+)?] $method);
+        $crate::store_builder_methods!(@each $($rest)*);
     };
     ($($rest:tt)*) => {
-        $crate::store_builder_methods!(@each [] $($rest)*);
+        $crate::store_builder_methods!(@each $($rest)*);
     };
 }
 
