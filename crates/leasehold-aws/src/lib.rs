@@ -636,22 +636,40 @@ pub struct Service {
     pub auth_codes: &'static [&'static str],
     /// The error code that means the store's table or bucket is missing.
     pub not_found_code: &'static str,
+    /// How messages name the table or bucket (such as `table "locks"`).
+    pub place: fn(&str) -> String,
 }
+
+impl Service {
+    /// Maps an SDK failure of `operation` on the table or bucket `name`
+    /// into a [`leasehold::Error`] ([`map_sdk`]).
+    pub fn map_sdk<E: ServiceError>(
+        &self,
+        name: &str,
+        operation: &'static str,
+        err: SdkError<E, HttpResponse>,
+    ) -> Error {
+        map_sdk(self, &(self.place)(name), operation, err)
+    }
+}
+
+/// What an SDK operation's error is ([`map_sdk`] reads its code and
+/// message); every SDK operation's error type is one.
+pub trait ServiceError: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static {}
+
+impl<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static> ServiceError for E {}
 
 /// Maps an SDK failure of `operation` on `what` (the table or bucket, as
 /// the messages should name it) into a [`leasehold::Error`].
 ///
 /// The text comes from the SDK's error chain, which names the failure (and
 /// the service's code and message) but never the credentials.
-pub fn map_sdk<E>(
+pub fn map_sdk<E: ServiceError>(
     service: &Service,
     what: &str,
     operation: &'static str,
     err: SdkError<E, HttpResponse>,
-) -> Error
-where
-    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-{
+) -> Error {
     let chain = match &err {
         SdkError::ServiceError(se) => {
             let code = se.err().code().unwrap_or("unknown error");

@@ -15,7 +15,7 @@ use leasehold::{
 
 use crate::backend::check_ttl;
 use crate::epoch::{EPOCH, MARKER_KEY};
-use crate::error::{map_sdk, BACKEND};
+use crate::error::{BACKEND, SERVICE};
 use crate::record::{self, n, s, unix_ms, Expr, Stored};
 use crate::write::{new_rvn, update_expression, Write};
 use crate::{DynamoDbBackend, TakeoverMode, MAX_TTL};
@@ -227,7 +227,7 @@ impl DynamoDbBackend {
                 Some(TransactWriteItemsError::ResourceNotFoundException(_)) => {
                     Ok(Created::OtherEpoch)
                 }
-                _ => Err(map_sdk(&self.table, "acquire", err)),
+                _ => Err(SERVICE.map_sdk(&self.table, "acquire", err)),
             },
         }
     }

@@ -15,7 +15,7 @@ use leasehold::{
 };
 use leasehold_aws::StoreSettings;
 
-use crate::error::{map_sdk, Message, BACKEND};
+use crate::error::{Message, BACKEND, SERVICE};
 use crate::record::{self, n, s, unix_ms, Expr, Stored};
 use crate::write::{lost, new_rvn, not_ours, update_expression, Write};
 use crate::{TakeoverMode, MAX_TTL, MIN_TTL};
@@ -93,7 +93,7 @@ impl DynamoDbBackend {
                     Ok(Write::Refused(c.item().cloned()))
                 }
                 Some(UpdateItemError::ResourceNotFoundException(_)) => Ok(Write::NoTable),
-                _ => Err(map_sdk(&self.table, operation, err)),
+                _ => Err(SERVICE.map_sdk(&self.table, operation, err)),
             },
         }
     }
@@ -230,7 +230,7 @@ impl Backend for DynamoDbBackend {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| map_sdk(&self.table, "inspect", e))?;
+            .map_err(|e| SERVICE.map_sdk(&self.table, "inspect", e))?;
         match out.item {
             Some(item) => Ok(Stored::decode(&item)?.info(key.clone(), (self.settings.wall)())),
             None => Ok(KeyInfo::new(key.clone(), 0, None)),
@@ -284,7 +284,7 @@ impl Backend for DynamoDbBackend {
             let out = scan
                 .send()
                 .await
-                .map_err(|e| map_sdk(&self.table, "list", e))?;
+                .map_err(|e| SERVICE.map_sdk(&self.table, "list", e))?;
             for it in out.items() {
                 let Some(key) = it.get(record::KEY).and_then(|k| k.as_s().ok()) else {
                     continue;

@@ -11,7 +11,7 @@ use leasehold::{
     Error, Result,
 };
 
-use crate::error::{map_sdk, Message, BACKEND};
+use crate::error::{Message, BACKEND, SERVICE};
 use crate::record::{self, n, s, Item};
 use crate::DynamoDbBackend;
 
@@ -141,7 +141,7 @@ pub(crate) async fn marker(
             {
                 continue
             }
-            Err(e) => return Err(map_sdk(&backend.table, "open", e)),
+            Err(e) => return Err(SERVICE.map_sdk(&backend.table, "open", e)),
         }
     }
     Err(Error::backend(
@@ -161,7 +161,7 @@ async fn read_marker(backend: &DynamoDbBackend) -> Result<Option<Item>> {
         .consistent_read(true)
         .send()
         .await
-        .map_err(|e| map_sdk(&backend.table, "open", e))?;
+        .map_err(|e| SERVICE.map_sdk(&backend.table, "open", e))?;
     Ok(out.item)
 }
 

@@ -10,7 +10,7 @@ use aws_sdk_dynamodb::types::{
 };
 use leasehold::{backend::StoreEpoch, Error, Result};
 
-use crate::error::{map_sdk, Message, BACKEND};
+use crate::error::{Message, BACKEND, SERVICE};
 use crate::record::KEY;
 use crate::DynamoDbBackend;
 
@@ -116,7 +116,7 @@ async fn describe(backend: &DynamoDbBackend) -> Result<Option<TableDescription>>
         {
             Ok(None)
         }
-        Err(e) => Err(backend.connect_error(map_sdk(&backend.table, "open", e))),
+        Err(e) => Err(backend.connect_error(SERVICE.map_sdk(&backend.table, "open", e))),
     }
 }
 
@@ -195,7 +195,7 @@ async fn create_table(backend: &DynamoDbBackend) -> Result<()> {
                 )),
             }
         }
-        Err(e) => Err(map_sdk(&backend.table, "create table", e)),
+        Err(e) => Err(SERVICE.map_sdk(&backend.table, "create table", e)),
     }
 }
 

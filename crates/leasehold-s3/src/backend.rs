@@ -20,7 +20,7 @@ use leasehold::{
 };
 use leasehold_aws::{ServiceDate, StoreSettings};
 
-use crate::error::{code, map_sdk, status, Message, BACKEND};
+use crate::error::{code, status, Message, BACKEND, SERVICE};
 use crate::record::{nonce, unix_ms, Record, StoredLease};
 use crate::{MAX_TTL, MIN_TTL};
 
@@ -169,7 +169,7 @@ impl S3Backend {
                 .key(name)
                 .send()
                 .await
-                .map_err(|e| map_sdk(&self.bucket, "delete store", e))?;
+                .map_err(|e| SERVICE.map_sdk(&self.bucket, "delete store", e))?;
         }
         self.known.lock().unwrap_or_else(|e| e.into_inner()).clear();
         Ok(names.len())
@@ -235,7 +235,7 @@ impl S3Backend {
                         arrived,
                     }),
                     _ if code(&err) == Some("NoSuchBucket") => Ok(Got::NoBucket),
-                    _ => Err(map_sdk(&self.bucket, operation, err)),
+                    _ => Err(SERVICE.map_sdk(&self.bucket, operation, err)),
                 }
             }
         }
@@ -270,7 +270,7 @@ impl S3Backend {
                 | (_, Some("NoSuchKey"))
                 | (Some(409), Some("ConditionalRequestConflict")) => Ok(Put::Refused),
                 (_, Some("NoSuchBucket")) => Ok(Put::NoBucket),
-                _ => Err(map_sdk(&self.bucket, operation, err)),
+                _ => Err(SERVICE.map_sdk(&self.bucket, operation, err)),
             },
         }
     }
@@ -290,7 +290,7 @@ impl S3Backend {
         {
             Ok(_) => Ok(()),
             Err(err) if matches!(status(&err), Some(412) | Some(404)) => Ok(()),
-            Err(err) => Err(map_sdk(&self.bucket, "open", err)),
+            Err(err) => Err(SERVICE.map_sdk(&self.bucket, "open", err)),
         }
     }
 
@@ -779,7 +779,7 @@ pub async fn object_names(
             .set_continuation_token(token.take())
             .send()
             .await
-            .map_err(|e| map_sdk(bucket, op, e))?;
+            .map_err(|e| SERVICE.map_sdk(bucket, op, e))?;
         names.extend(
             out.contents()
                 .iter()

@@ -10,7 +10,7 @@ use leasehold::{
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{Cond, Got, Put, S3Backend, SECOND_PAST};
-use crate::error::{code, map_sdk, status, Message, BACKEND};
+use crate::error::{code, status, Message, BACKEND, SERVICE};
 
 /// The marker's name under the prefix. `!` never occurs in a key (nor in
 /// an escaped one), so no key maps to it and `list` skips it; and it sorts
@@ -177,7 +177,7 @@ async fn has_objects(backend: &S3Backend) -> Result<bool> {
         .max_keys(1)
         .send()
         .await
-        .map_err(|e| map_sdk(&backend.bucket, "open", e))?;
+        .map_err(|e| SERVICE.map_sdk(&backend.bucket, "open", e))?;
     let found = !listed.contents().is_empty();
     if found {
         tracing::warn!(bucket = %backend.bucket, prefix = %backend.prefix, "no epoch marker, but objects of a store are here: the new epoch is quarantined, not settled at once");
@@ -203,7 +203,7 @@ async fn ensure_bucket(backend: &S3Backend) -> Result<()> {
                 )),
             ))
         }
-        Err(err) => return Err(backend.connect_error(map_sdk(bucket, "open", err))),
+        Err(err) => return Err(backend.connect_error(SERVICE.map_sdk(bucket, "open", err))),
     }
     if !backend.settings.creation.creates() {
         return Err(Error::no_store(format!("bucket {bucket:?} does not exist")));
@@ -244,6 +244,6 @@ async fn ensure_bucket(backend: &S3Backend) -> Result<()> {
                 "bucket {bucket:?} does not exist, and the credentials may not create it (s3:CreateBucket): create it, or allow that"
             )),
         )),
-        Err(err) => Err(map_sdk(bucket, "create bucket", err)),
+        Err(err) => Err(SERVICE.map_sdk(bucket, "create bucket", err)),
     }
 }
