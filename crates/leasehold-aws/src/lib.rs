@@ -32,6 +32,7 @@ use aws_smithy_types::date_time::{DateTime, Format};
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use aws_smithy_types::timeout::TimeoutConfig;
 use aws_types::region::Region;
+use leasehold::backend::shared_builder::require;
 use leasehold::{
     backend::{
         params::QueryParams, AcquireOutcome, AcquireRequest, SharedClock, StoreEpoch, SystemClock,
@@ -517,14 +518,9 @@ pub fn validate_region(region: &str) -> Result<()> {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && !region.starts_with('-')
         && !region.ends_with('-');
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid(
-            "region",
-            format!("{region:?} is not an AWS region name (such as us-east-1)"),
-        ))
-    }
+    require("region", ok, || {
+        format!("{region:?} is not an AWS region name (such as us-east-1)")
+    })
 }
 
 /// An endpoint is an `http://` or `https://` URL with a host and no user

@@ -9,7 +9,7 @@ use azure_core::http::policies::Policy;
 use azure_core::http::{ClientOptions, ExponentialRetryOptions, RetryOptions, Transport, Url};
 use azure_storage_blob::{BlobContainerClient, BlobContainerClientOptions};
 use leasehold::backend::params::{split_query, QuerySpec};
-use leasehold::backend::shared_builder::check_range;
+use leasehold::backend::shared_builder::{check_range, require};
 use leasehold::{Error, Result};
 
 use crate::credential::{Credential, SharedKeyPolicy};
@@ -524,14 +524,9 @@ fn validate_container(name: &str) -> Result<()> {
         && !name.starts_with('-')
         && !name.ends_with('-')
         && !name.contains("--");
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid(
-            "container",
-            format!("{name:?}: Azure container names are 3-63 characters of a-z, 0-9 and single '-', starting and ending with a letter or digit"),
-        ))
-    }
+    require("container", ok, || {
+        format!("{name:?}: Azure container names are 3-63 characters of a-z, 0-9 and single '-', starting and ending with a letter or digit")
+    })
 }
 
 /// What an `azblob://CONTAINER[/PREFIX][?max_ttl=DURATION]` URL says.

@@ -1,8 +1,8 @@
 //! Building a [`DynamoDbBackend`]: from code or from a store URL.
 
 use aws_sdk_dynamodb::config::Region;
-use leasehold::backend::shared_builder::check_max_ttl;
-use leasehold::{Error, Result};
+use leasehold::backend::shared_builder::{check_max_ttl, require};
+use leasehold::Result;
 use leasehold_aws::{RequestCounter, ServiceDate, StoreOptions};
 
 use crate::{DynamoDbBackend, TakeoverMode};
@@ -99,8 +99,9 @@ impl DynamoDbBackendBuilder {
     /// the backend.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] for a bad table name, region or endpoint, or
-    /// a table whose key schema is not leasehold's; [`Error::Backend`] when
+    /// [`Error::InvalidInput`](leasehold::Error::InvalidInput) for a bad
+    /// table name, region or endpoint, or a table whose key schema is not
+    /// leasehold's; [`Error::Backend`](leasehold::Error::Backend) when
     /// DynamoDB cannot be reached, refuses the credentials, or the table is
     /// missing and may not be created. No error repeats a credential.
     ///
@@ -150,26 +151,18 @@ fn validate_table(table: &str) -> Result<()> {
         && table
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid(
-            "table name",
-            format!(
-                "{table:?} is not a DynamoDB table name (3-255 characters from A-Z a-z 0-9 _ - .)"
-            ),
-        ))
-    }
+    require("table name", ok, || {
+        format!("{table:?} is not a DynamoDB table name (3-255 characters from A-Z a-z 0-9 _ - .)")
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use leasehold::backend::shared_builder::assert_names;
 
     #[test]
     fn names() {
-        assert!(validate_table("locks").is_ok());
-        assert!(validate_table("lo").is_err());
-        assert!(validate_table("bad name").is_err());
+        assert_names(validate_table, &["locks"], &["lo", "bad name"]);
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use leasehold::backend::params::{split_query, QuerySpec};
 use leasehold::backend::shared_builder::{
-    check_max_ttl, split_scheme, RecordedMaxTtl, ServerCommon, ServerOptions,
+    check_max_ttl, require, split_scheme, RecordedMaxTtl, ServerCommon, ServerOptions,
 };
 use leasehold::{Error, Result};
 use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
@@ -252,15 +252,12 @@ impl PostgresBackendBuilder {
     }
 
     pub(crate) fn check(&self) -> Result<()> {
-        if !valid_table(&self.table) {
-            return Err(Error::invalid(
-                "table",
-                format!(
-                    "{:?}: use lowercase letters, digits and _ (not starting with a digit, at most 63), optionally SCHEMA.TABLE",
-                    self.table
-                ),
-            ));
-        }
+        require("table", valid_table(&self.table), || {
+            format!(
+                "{:?}: use lowercase letters, digits and _ (not starting with a digit, at most 63), optionally SCHEMA.TABLE",
+                self.table
+            )
+        })?;
         check_max_ttl(self.options.max_ttl, MIN_TTL, MAX_TTL)?;
         Ok(())
     }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use leasehold::backend::params::QuerySpec;
 use leasehold::backend::shared_builder::{
-    check_max_ttl, split_scheme, RecordedMaxTtl, ServerCommon, ServerOptions,
+    check_max_ttl, require, split_scheme, RecordedMaxTtl, ServerCommon, ServerOptions,
 };
 use leasehold::{Error, Result};
 use redis::{ConnectionAddr, IntoConnectionInfo};
@@ -164,18 +164,14 @@ impl RedisBackendBuilder {
     }
 
     pub(crate) fn check(&self) -> Result<()> {
-        if self.prefix.is_empty()
-            || self.prefix.len() > 200
-            || !self.prefix.chars().all(|c| c.is_ascii_graphic())
-        {
-            return Err(Error::invalid(
-                "prefix",
-                format!(
-                    "{:?}: use 1 to 200 printable ASCII characters without spaces",
-                    self.prefix
-                ),
-            ));
-        }
+        let ok = (1..=200).contains(&self.prefix.len())
+            && self.prefix.chars().all(|c| c.is_ascii_graphic());
+        require("prefix", ok, || {
+            format!(
+                "{:?}: use 1 to 200 printable ASCII characters without spaces",
+                self.prefix
+            )
+        })?;
         check_max_ttl(self.options.max_ttl, MIN_TTL, MAX_TTL)?;
         Ok(())
     }

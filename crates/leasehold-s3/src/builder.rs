@@ -1,8 +1,8 @@
 //! Building an [`S3Backend`]: from code or from a store URL.
 
 use aws_sdk_s3::config::{Region, RequestChecksumCalculation, ResponseChecksumValidation};
-use leasehold::backend::shared_builder::check_max_ttl;
-use leasehold::{Error, Result};
+use leasehold::backend::shared_builder::{check_max_ttl, require};
+use leasehold::Result;
 use leasehold_aws::{RequestCounter, StoreOptions};
 
 use crate::S3Backend;
@@ -88,9 +88,11 @@ impl S3BackendBuilder {
     /// starts) the store's epoch and returns the backend.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] for a bad bucket name, prefix, region or
-    /// endpoint; [`Error::NoStore`] for a missing bucket or store with
-    /// [`Creation::Never`](leasehold::Creation::Never); [`Error::Backend`]
+    /// [`Error::InvalidInput`](leasehold::Error::InvalidInput) for a bad
+    /// bucket name, prefix, region or endpoint;
+    /// [`Error::NoStore`](leasehold::Error::NoStore) for a missing bucket or
+    /// store with [`Creation::Never`](leasehold::Creation::Never);
+    /// [`Error::Backend`](leasehold::Error::Backend)
     /// when S3 cannot be reached, refuses the credentials, or the bucket is
     /// missing and may not be created. No error repeats a credential.
     pub async fn build(self) -> Result<S3Backend> {
@@ -144,26 +146,19 @@ fn validate_bucket(bucket: &str) -> Result<()> {
         && bucket.starts_with(|c: char| c.is_ascii_alphanumeric())
         && bucket.ends_with(|c: char| c.is_ascii_alphanumeric())
         && !bucket.contains("..");
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid(
-            "bucket",
-            format!("{bucket:?} is not an S3 bucket name (3-63 characters from a-z 0-9 . -, starting and ending with a letter or digit)"),
-        ))
-    }
+    require("bucket", ok, || {
+        format!("{bucket:?} is not an S3 bucket name (3-63 characters from a-z 0-9 . -, starting and ending with a letter or digit)")
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use leasehold::backend::shared_builder::assert_names;
 
     #[test]
     fn bucket_names() {
-        assert!(validate_bucket("my-locks").is_ok());
-        assert!(validate_bucket("a.b-c1").is_ok());
-        for bad in ["ab", "My-Locks", "-locks", "locks-", "a..b", "a_b", "a/b"] {
-            assert!(validate_bucket(bad).is_err(), "{bad}");
-        }
+        let bad = ["ab", "My-Locks", "-locks", "locks-", "a..b", "a_b", "a/b"];
+        assert_names(validate_bucket, &["my-locks", "a.b-c1"], &bad);
     }
 }

@@ -49,7 +49,16 @@ pub fn check_range(
     max: Duration,
     message: impl FnOnce() -> String,
 ) -> Result<()> {
-    if (min..=max).contains(&value) {
+    require(what, (min..=max).contains(&value), message)
+}
+
+/// `Ok` when `ok`, else [`Error::InvalidInput`] (`what`, the message
+/// `message` writes): the end of the stores' checks of names and values.
+///
+/// # Errors
+/// As said.
+pub fn require(what: &'static str, ok: bool, message: impl FnOnce() -> String) -> Result<()> {
+    if ok {
         Ok(())
     } else {
         Err(Error::invalid(what, message()))
@@ -79,6 +88,21 @@ pub fn assert_refused_without<T>(urls: &[&str], secret: &str, parse: impl Fn(&st
         let text = format!("{err} {err:?}");
         assert!(matches!(err, Error::InvalidInput { .. }), "{url}: {text}");
         assert!(!text.contains(secret), "{url}: {text}");
+    }
+}
+
+/// For the stores' tests: `check` accepts every name of `good` and refuses
+/// every name of `bad`.
+///
+/// # Panics
+/// When it does not.
+#[doc(hidden)]
+pub fn assert_names(check: impl Fn(&str) -> Result<()>, good: &[&str], bad: &[&str]) {
+    for name in good {
+        assert!(check(name).is_ok(), "{name}");
+    }
+    for name in bad {
+        assert!(check(name).is_err(), "{name}");
     }
 }
 
