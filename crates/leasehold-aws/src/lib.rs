@@ -35,7 +35,8 @@ use aws_types::region::Region;
 use leasehold::backend::shared_builder::require;
 use leasehold::{
     backend::{
-        params::QueryParams, AcquireOutcome, AcquireRequest, SharedClock, StoreEpoch, SystemClock,
+        params::{QueryParams, QuerySpec},
+        AcquireOutcome, AcquireRequest, SharedClock, StoreEpoch, SystemClock,
     },
     Creation, Error, Result,
 };
@@ -504,6 +505,32 @@ impl AwsOptions {
         validate_region(&region)?;
         Ok(region)
     }
+}
+
+/// Splits an AWS store's URL `SCHEME://REST?QUERY` (`spec`'s store name
+/// is the scheme) and parses its query: `REST` and the parameters.
+///
+/// # Errors
+/// [`Error::InvalidInput`] ("store URL") for another scheme (saying that
+/// `name`, such as "a DynamoDB store URL", starts with the scheme, then
+/// `form`), or as [`QuerySpec::parse`].
+pub fn parse_store_url<'u>(
+    url: &'u str,
+    spec: &QuerySpec,
+    name: &str,
+    form: &str,
+) -> Result<(&'u str, QueryParams)> {
+    let scheme = spec.store();
+    let rest = url
+        .strip_prefix(scheme)
+        .and_then(|rest| rest.strip_prefix("://"))
+        .ok_or_else(|| {
+            Error::invalid(
+                "store URL",
+                format!("{name} starts with {scheme}://; {form}"),
+            )
+        })?;
+    spec.parse_url(rest)
 }
 
 /// Region names look like `us-east-1`: lowercase letters, digits and

@@ -1,12 +1,12 @@
 //! Parsing `dynamodb://TABLE?region=…&endpoint=…` store URLs.
 
 use leasehold::backend::params::QuerySpec;
-use leasehold::{Error, Result};
+use leasehold::Result;
+use leasehold_aws::parse_store_url;
 
 use crate::builder::DynamoDbBackendBuilder;
 use crate::{DynamoDbBackend, TakeoverMode};
 
-const WHAT: &str = "store URL";
 const FORM: &str = "the form is dynamodb://TABLE?region=REGION&endpoint=URL&profile=NAME&max_clock_skew=DURATION&max_ttl=DURATION&create_table=true|false, every parameter optional";
 /// The query parameters of a `dynamodb://` URL.
 const PARAMS: QuerySpec = QuerySpec::new(
@@ -43,31 +43,21 @@ impl DynamoDbBackend {
     ///
     /// # Errors
     /// As [`from_url`](Self::from_url), for the URL's form.
+    ///
+    /// Nothing is contacted yet. Error messages name the offending parameter
+    /// but never repeat values that could be secret (only the table name,
+    /// region and endpoint are echoed, and an endpoint carrying user info is
+    /// refused without being repeated).
     pub fn builder_from_url(url: &str) -> Result<DynamoDbBackendBuilder> {
-        parse(url)
+        let (table, query) = parse_store_url(url, &PARAMS, "a DynamoDB store URL", FORM)?;
+        let table = table.strip_suffix('/').unwrap_or(table);
+        let mut builder = DynamoDbBackendBuilder::new(table);
+        if let Some(max_skew) = query.duration("max_clock_skew")? {
+            builder = builder.takeover(TakeoverMode::TrustClocks { max_skew });
+        }
+        builder.options.read_query(&query, "create_table")?;
+        Ok(builder)
     }
-}
-
-/// Turns a store URL into a builder (nothing is contacted yet).
-///
-/// Error messages name the offending parameter but never repeat values that
-/// could be secret (only the table name, region and endpoint are echoed, and
-/// an endpoint carrying user info is refused without being repeated).
-pub(crate) fn parse(url: &str) -> Result<DynamoDbBackendBuilder> {
-    let rest = url.strip_prefix("dynamodb://").ok_or_else(|| {
-        Error::invalid(
-            WHAT,
-            format!("a DynamoDB store URL starts with dynamodb://; {FORM}"),
-        )
-    })?;
-    let (table, query) = PARAMS.parse_url(rest)?;
-    let table = table.strip_suffix('/').unwrap_or(table);
-    let mut builder = DynamoDbBackendBuilder::new(table);
-    if let Some(max_skew) = query.duration("max_clock_skew")? {
-        builder = builder.takeover(TakeoverMode::TrustClocks { max_skew });
-    }
-    builder.options.read_query(&query, "create_table")?;
-    Ok(builder)
 }
 
 #[cfg(test)]
@@ -75,6 +65,11 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use leasehold::Error;
+
+    fn parse(url: &str) -> Result<DynamoDbBackendBuilder> {
+        DynamoDbBackend::builder_from_url(url)
+    }
 
     #[test]
     fn a_repeated_parameter_is_an_error_not_an_override() {

@@ -2,6 +2,7 @@
 
 use leasehold::backend::params::QuerySpec;
 use leasehold::{Error, Result};
+use leasehold_aws::parse_store_url;
 
 use crate::builder::S3BackendBuilder;
 use crate::S3Backend;
@@ -34,32 +35,24 @@ impl S3Backend {
     ///
     /// # Errors
     /// As [`from_url`](Self::from_url), for the URL's form.
+    ///
+    /// Nothing is contacted yet. Error messages name the offending parameter
+    /// but never repeat values that could be secret (only the bucket,
+    /// prefix, region and endpoint are echoed, and an endpoint carrying user
+    /// info is refused without being repeated).
     pub fn builder_from_url(url: &str) -> Result<S3BackendBuilder> {
-        parse(url)
+        let (path, query) = parse_store_url(url, &PARAMS, "an S3 store URL", FORM)?;
+        let (bucket, prefix) = path.split_once('/').unwrap_or((path, ""));
+        if bucket.is_empty() {
+            return Err(Error::invalid(
+                WHAT,
+                format!("the URL names no bucket; {FORM}"),
+            ));
+        }
+        let mut builder = S3BackendBuilder::new(bucket).prefix(prefix);
+        builder.options.read_query(&query, "create_bucket")?;
+        Ok(builder)
     }
-}
-
-/// Turns a store URL into a builder (nothing is contacted yet).
-///
-/// Error messages name the offending parameter but never repeat values
-/// that could be secret (only the bucket, prefix, region and endpoint are
-/// echoed, and an endpoint carrying user info is refused without being
-/// repeated).
-pub(crate) fn parse(url: &str) -> Result<S3BackendBuilder> {
-    let rest = url.strip_prefix("s3://").ok_or_else(|| {
-        Error::invalid(WHAT, format!("an S3 store URL starts with s3://; {FORM}"))
-    })?;
-    let (path, query) = PARAMS.parse_url(rest)?;
-    let (bucket, prefix) = path.split_once('/').unwrap_or((path, ""));
-    if bucket.is_empty() {
-        return Err(Error::invalid(
-            WHAT,
-            format!("the URL names no bucket; {FORM}"),
-        ));
-    }
-    let mut builder = S3BackendBuilder::new(bucket).prefix(prefix);
-    builder.options.read_query(&query, "create_bucket")?;
-    Ok(builder)
 }
 
 #[cfg(test)]
@@ -67,6 +60,10 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    fn parse(url: &str) -> Result<S3BackendBuilder> {
+        S3Backend::builder_from_url(url)
+    }
 
     #[test]
     fn parses_every_parameter() {
