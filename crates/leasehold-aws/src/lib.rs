@@ -420,6 +420,16 @@ impl AwsOptions {
         self.credentials = Some(SharedCredentialsProvider::new(provider));
     }
 
+    /// The region, endpoint and profile, for tests.
+    #[doc(hidden)]
+    pub fn names(&self) -> (Option<&str>, Option<&str>, Option<&str>) {
+        (
+            self.region.as_deref(),
+            self.endpoint.as_deref(),
+            self.profile.as_deref(),
+        )
+    }
+
     /// Takes the parameters every AWS store's URL has (`region`,
     /// `endpoint`, `profile`) from a parsed query.
     pub fn read_query(&mut self, query: &QueryParams) {

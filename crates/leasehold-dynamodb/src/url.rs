@@ -67,13 +67,11 @@ mod tests {
     use super::*;
     use leasehold::Error;
 
-    fn parse(url: &str) -> Result<DynamoDbBackendBuilder> {
-        DynamoDbBackend::builder_from_url(url)
-    }
-
     #[test]
     fn a_repeated_parameter_is_an_error_not_an_override() {
-        let Err(err) = parse("dynamodb://locks?region=eu-west-1&region=us-east-1") else {
+        let Err(err) =
+            DynamoDbBackend::builder_from_url("dynamodb://locks?region=eu-west-1&region=us-east-1")
+        else {
             panic!("a repeated region was accepted");
         };
         let text = err.to_string();
@@ -89,14 +87,14 @@ mod tests {
 
     #[test]
     fn parses_every_parameter() {
-        let b = parse("dynamodb://locks?region=eu-west-1&endpoint=http%3A%2F%2F127.0.0.1%3A8000&profile=dev&max_clock_skew=2s&create_table=false").unwrap();
+        let b = DynamoDbBackend::builder_from_url("dynamodb://locks?region=eu-west-1&endpoint=http%3A%2F%2F127.0.0.1%3A8000&profile=dev&max_clock_skew=2s&create_table=false").unwrap();
         assert_eq!(b.table, "locks");
-        assert_eq!(b.options.aws.region.as_deref(), Some("eu-west-1"));
-        assert_eq!(
-            b.options.aws.endpoint.as_deref(),
-            Some("http://127.0.0.1:8000")
+        let names = (
+            Some("eu-west-1"),
+            Some("http://127.0.0.1:8000"),
+            Some("dev"),
         );
-        assert_eq!(b.options.aws.profile.as_deref(), Some("dev"));
+        assert_eq!(b.options.aws.names(), names);
         assert_eq!(
             b.takeover,
             TakeoverMode::TrustClocks {
@@ -104,18 +102,21 @@ mod tests {
             }
         );
         assert!(!b.options.create);
-        let b = parse("dynamodb://locks?max_ttl=5m").unwrap();
+        let b = DynamoDbBackend::builder_from_url("dynamodb://locks?max_ttl=5m").unwrap();
         assert_eq!(b.options.max_ttl, Duration::from_secs(300));
     }
 
     #[test]
     fn unencoded_endpoint_and_bare_table() {
-        let b = parse("dynamodb://locks?endpoint=http://127.0.0.1:8000&region=us-east-1").unwrap();
+        let b = DynamoDbBackend::builder_from_url(
+            "dynamodb://locks?endpoint=http://127.0.0.1:8000&region=us-east-1",
+        )
+        .unwrap();
         assert_eq!(
             b.options.aws.endpoint.as_deref(),
             Some("http://127.0.0.1:8000")
         );
-        let b = parse("dynamodb://locks").unwrap();
+        let b = DynamoDbBackend::builder_from_url("dynamodb://locks").unwrap();
         assert_eq!(b.table, "locks");
         assert!(b.options.aws.region.is_none() && b.options.aws.endpoint.is_none());
         assert_eq!(b.takeover, TakeoverMode::Observe);
@@ -123,7 +124,8 @@ mod tests {
 
     #[test]
     fn unknown_parameters_are_named_not_echoed() {
-        let err = parse("dynamodb://locks?secret_key=hunter2").unwrap_err();
+        let err =
+            DynamoDbBackend::builder_from_url("dynamodb://locks?secret_key=hunter2").unwrap_err();
         let text = err.to_string();
         assert!(text.contains("secret_key"), "{text}");
         assert!(!text.contains("hunter2"), "{text}");
@@ -132,15 +134,18 @@ mod tests {
 
     #[test]
     fn bad_forms() {
-        assert!(parse("dynamo://locks").is_err());
-        assert!(parse("dynamodb://locks?max_clock_skew=soon").is_err());
-        assert!(parse("dynamodb://locks?create_table=maybe").is_err());
-        assert!(parse("dynamodb://locks?endpoint=%zz").is_err());
+        assert!(DynamoDbBackend::builder_from_url("dynamo://locks").is_err());
+        assert!(DynamoDbBackend::builder_from_url("dynamodb://locks?max_clock_skew=soon").is_err());
+        assert!(DynamoDbBackend::builder_from_url("dynamodb://locks?create_table=maybe").is_err());
+        assert!(DynamoDbBackend::builder_from_url("dynamodb://locks?endpoint=%zz").is_err());
     }
 
     #[test]
     fn durations_need_a_unit() {
-        let b = parse("dynamodb://locks?max_clock_skew=1m30s&max_ttl=250ms").unwrap();
+        let b = DynamoDbBackend::builder_from_url(
+            "dynamodb://locks?max_clock_skew=1m30s&max_ttl=250ms",
+        )
+        .unwrap();
         assert_eq!(
             b.takeover,
             TakeoverMode::TrustClocks {
@@ -149,13 +154,15 @@ mod tests {
         );
         assert_eq!(b.options.max_ttl, Duration::from_millis(250));
         // A bare number was seconds before the grammar became humantime's.
-        assert!(parse("dynamodb://locks?max_ttl=3").is_err());
+        assert!(DynamoDbBackend::builder_from_url("dynamodb://locks?max_ttl=3").is_err());
     }
 
     #[test]
     fn create_table_takes_the_common_booleans() {
         for (text, want) in [("yes", true), ("off", false), ("0", false)] {
-            let b = parse(&format!("dynamodb://locks?create_table={text}")).unwrap();
+            let b =
+                DynamoDbBackend::builder_from_url(&format!("dynamodb://locks?create_table={text}"))
+                    .unwrap();
             assert_eq!(b.options.create, want, "{text}");
         }
     }

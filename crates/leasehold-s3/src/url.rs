@@ -61,49 +61,45 @@ mod tests {
 
     use super::*;
 
-    fn parse(url: &str) -> Result<S3BackendBuilder> {
-        S3Backend::builder_from_url(url)
-    }
-
     #[test]
     fn parses_every_parameter() {
-        let b = parse("s3://locks/jobs/prod?region=eu-west-1&endpoint=http%3A%2F%2F127.0.0.1%3A45399&profile=dev&max_ttl=5m&create_bucket=false").unwrap();
+        let b = S3Backend::builder_from_url("s3://locks/jobs/prod?region=eu-west-1&endpoint=http%3A%2F%2F127.0.0.1%3A45399&profile=dev&max_ttl=5m&create_bucket=false").unwrap();
         assert_eq!(b.bucket, "locks");
         assert_eq!(b.prefix, "jobs/prod");
-        assert_eq!(b.options.aws.region.as_deref(), Some("eu-west-1"));
-        assert_eq!(
-            b.options.aws.endpoint.as_deref(),
-            Some("http://127.0.0.1:45399")
+        let names = (
+            Some("eu-west-1"),
+            Some("http://127.0.0.1:45399"),
+            Some("dev"),
         );
-        assert_eq!(b.options.aws.profile.as_deref(), Some("dev"));
+        assert_eq!(b.options.aws.names(), names);
         assert_eq!(b.options.max_ttl, Duration::from_secs(300));
         assert!(!b.options.create);
     }
 
     #[test]
     fn bare_bucket() {
-        let b = parse("s3://locks").unwrap();
+        let b = S3Backend::builder_from_url("s3://locks").unwrap();
         assert_eq!(b.bucket, "locks");
         assert_eq!(b.prefix, "");
-        let b = parse("s3://locks/").unwrap();
+        let b = S3Backend::builder_from_url("s3://locks/").unwrap();
         assert_eq!(b.prefix, "");
         assert!(b.options.aws.region.is_none() && b.options.aws.endpoint.is_none());
     }
 
     #[test]
     fn bad_forms_are_named_not_echoed() {
-        assert!(parse("s4://locks").is_err());
-        assert!(parse("s3://").is_err());
-        assert!(parse("s3:///prefix").is_err());
-        assert!(parse("s3://locks?max_ttl=3").is_err());
-        assert!(parse("s3://locks?create_bucket=maybe").is_err());
-        let err = parse("s3://locks?secret_key=hunter2").unwrap_err();
+        assert!(S3Backend::builder_from_url("s4://locks").is_err());
+        assert!(S3Backend::builder_from_url("s3://").is_err());
+        assert!(S3Backend::builder_from_url("s3:///prefix").is_err());
+        assert!(S3Backend::builder_from_url("s3://locks?max_ttl=3").is_err());
+        assert!(S3Backend::builder_from_url("s3://locks?create_bucket=maybe").is_err());
+        let err = S3Backend::builder_from_url("s3://locks?secret_key=hunter2").unwrap_err();
         let text = err.to_string();
         assert!(
             text.contains("secret_key") && !text.contains("hunter2"),
             "{text}"
         );
-        let err = parse("s3://locks?region=a&region=b").unwrap_err();
+        let err = S3Backend::builder_from_url("s3://locks?region=a&region=b").unwrap_err();
         assert!(err.to_string().contains("more than once"), "{err}");
     }
 }
