@@ -674,6 +674,17 @@ pub struct Service {
 }
 
 impl Service {
+    /// A failure of `operation` the store itself finds (no SDK error),
+    /// with `text` saying what.
+    pub fn error(
+        &self,
+        operation: &'static str,
+        retryable: bool,
+        text: impl Into<String>,
+    ) -> Error {
+        Error::backend(self.backend, operation, retryable, Message(text.into()))
+    }
+
     /// Maps an SDK failure of `operation` on the table or bucket `name`
     /// into a [`leasehold::Error`] ([`map_sdk`]).
     pub fn map_sdk<E: ServiceError>(

@@ -15,7 +15,7 @@ use leasehold::{
 };
 use leasehold_aws::StoreSettings;
 
-use crate::error::{Message, BACKEND, SERVICE};
+use crate::error::{BACKEND, SERVICE};
 use crate::record::{self, n, s, unix_ms, Expr, Stored};
 use crate::write::{lost, new_rvn, not_ours, update_expression, Write};
 use crate::{TakeoverMode, MAX_TTL, MIN_TTL};
@@ -256,11 +256,10 @@ impl Backend for DynamoDbBackend {
         {
             Write::Done(old) => Ok(Stored::decode(&old)?.holder((self.settings.wall)())),
             Write::Refused(_) => Ok(None),
-            Write::NoTable => Err(Error::backend(
-                BACKEND,
+            Write::NoTable => Err(SERVICE.error(
                 "break",
                 false,
-                Message(format!("table {:?} does not exist", self.table)),
+                format!("table {:?} does not exist", self.table),
             )),
         }
     }

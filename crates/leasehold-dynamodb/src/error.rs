@@ -3,8 +3,6 @@
 
 use leasehold_aws::Service;
 
-pub(crate) use leasehold_aws::Message;
-
 pub(crate) const BACKEND: &str = "dynamodb";
 
 /// DynamoDB's error codes and how messages name the table: `SERVICE.map_sdk`

@@ -10,7 +10,7 @@ use aws_sdk_dynamodb::types::{
 };
 use leasehold::{backend::StoreEpoch, Error, Result};
 
-use crate::error::{Message, BACKEND, SERVICE};
+use crate::error::{BACKEND, SERVICE};
 use crate::record::KEY;
 use crate::DynamoDbBackend;
 
@@ -34,14 +34,10 @@ pub(crate) async fn ensure(backend: &DynamoDbBackend, create: bool) -> Result<St
     exists(backend, create).await?;
     let _ = backend.dates.take();
     let table = describe(backend).await?.ok_or_else(|| {
-        Error::backend(
-            BACKEND,
+        SERVICE.error(
             "open",
             true,
-            Message(format!(
-                "table {:?} vanished while being opened",
-                backend.table
-            )),
+            format!("table {:?} vanished while being opened", backend.table),
         )
     })?;
     let date = backend.dates.take();
@@ -87,14 +83,13 @@ async fn exists(backend: &DynamoDbBackend, create: bool) -> Result<()> {
                 backend.table, backend.settings.region
             )))
         }
-        None => Err(Error::backend(
-            BACKEND,
+        None => Err(SERVICE.error(
             "open",
             false,
-            Message(format!(
+            format!(
                 "table {:?} does not exist in {} and create_table is off",
                 backend.table, backend.settings.region
-            )),
+            ),
         )),
     }
 }
@@ -184,14 +179,10 @@ async fn create_table(backend: &DynamoDbBackend) -> Result<()> {
             wait_active(backend).await?;
             match describe(backend).await? {
                 Some(table) => check_schema(&backend.table, &table),
-                None => Err(Error::backend(
-                    BACKEND,
+                None => Err(SERVICE.error(
                     "create table",
                     true,
-                    Message(format!(
-                        "table {:?} vanished while being created",
-                        backend.table
-                    )),
+                    format!("table {:?} vanished while being created", backend.table),
                 )),
             }
         }
@@ -209,14 +200,13 @@ async fn wait_active(backend: &DynamoDbBackend) -> Result<()> {
             }
         }
         if started.elapsed() > ACTIVE_TIMEOUT {
-            return Err(Error::backend(
-                BACKEND,
+            return Err(SERVICE.error(
                 "create table",
                 true,
-                Message(format!(
+                format!(
                     "table {:?} did not become ACTIVE within {ACTIVE_TIMEOUT:?}",
                     backend.table
-                )),
+                ),
             ));
         }
         // DynamoDB has no table-status notification to await: poll,

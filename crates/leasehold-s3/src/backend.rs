@@ -20,7 +20,7 @@ use leasehold::{
 };
 use leasehold_aws::{ServiceDate, StoreSettings};
 
-use crate::error::{code, status, Message, BACKEND, SERVICE};
+use crate::error::{code, status, BACKEND, SERVICE};
 use crate::record::{nonce, unix_ms, Record, StoredLease};
 use crate::{MAX_TTL, MIN_TTL};
 
@@ -457,12 +457,7 @@ impl S3Backend {
                 }
             }
         }
-        Err(Error::backend(
-            BACKEND,
-            operation,
-            true,
-            Message("the key's object kept changing".into()),
-        ))
+        Err(SERVICE.error(operation, true, "the key's object kept changing"))
     }
 }
 
@@ -544,11 +539,10 @@ impl Backend for S3Backend {
                     // only once that second is over (crate docs, "A key's
                     // first object").
                     let Some(date) = date else {
-                        return Err(Error::backend(
-                            BACKEND,
+                        return Err(SERVICE.error(
                             "acquire",
                             false,
-                            Message("S3 answered without a Date header".into()),
+                            "S3 answered without a Date header",
                         ));
                     };
                     let base = epoch_at(date);
@@ -729,12 +723,7 @@ impl Backend for S3Backend {
                 Put::NoBucket => return Ok(None),
             }
         }
-        Err(Error::backend(
-            BACKEND,
-            "break",
-            true,
-            Message("the key's object kept changing".into()),
-        ))
+        Err(SERVICE.error("break", true, "the key's object kept changing"))
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {

@@ -10,7 +10,7 @@ use leasehold::{
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{Cond, Got, Put, S3Backend, SECOND_PAST};
-use crate::error::{code, status, Message, BACKEND, SERVICE};
+use crate::error::{code, status, SERVICE};
 
 /// The marker's name under the prefix. `!` never occurs in a key (nor in
 /// an escaped one), so no key maps to it and `list` skips it; and it sorts
@@ -56,21 +56,15 @@ fn parse(
     date: Option<SystemTime>,
 ) -> Result<StoreEpoch> {
     let marker: Marker = serde_json::from_slice(body).map_err(|e| {
-        Error::backend(
-            BACKEND,
-            "epoch",
-            false,
-            Message(format!(
+        SERVICE.error("epoch", false, format!(
                 "the store's epoch marker ({MARKER}) is not leasehold's ({e}); is the prefix used by something else?"
-            )),
-        )
+            ))
     })?;
     let Some(last_modified) = last_modified else {
-        return Err(Error::backend(
-            BACKEND,
+        return Err(SERVICE.error(
             "epoch",
             true,
-            Message("S3 answered the epoch marker's read without Last-Modified".into()),
+            "S3 answered the epoch marker's read without Last-Modified",
         ));
     };
     let age = date.map(|d| {
@@ -112,12 +106,7 @@ pub(crate) async fn read_or_start(backend: &S3Backend) -> Result<StoreEpoch> {
             )));
         }
         let Some(missing_at) = missing_at else {
-            return Err(Error::backend(
-                BACKEND,
-                "open",
-                false,
-                Message("S3 answered without a Date header".into()),
-            ));
+            return Err(SERVICE.error("open", false, "S3 answered without a Date header"));
         };
         // Written a second past the answer that said there is none, so
         // that its Last-Modified (the epoch) is in a later second than
@@ -159,12 +148,7 @@ pub(crate) async fn read_or_start(backend: &S3Backend) -> Result<StoreEpoch> {
             Put::Refused | Put::NoBucket => {}
         }
     }
-    Err(Error::backend(
-        BACKEND,
-        "open",
-        true,
-        Message("the store's epoch marker kept changing".into()),
-    ))
+    Err(SERVICE.error("open", true, "the store's epoch marker kept changing"))
 }
 
 /// Whether any object is under the store's prefix.
@@ -194,14 +178,9 @@ async fn ensure_bucket(backend: &S3Backend) -> Result<()> {
         Ok(_) => return Ok(()),
         Err(err) if status(&err) == Some(404) => {}
         Err(err) if status(&err) == Some(403) => {
-            return Err(Error::backend(
-                BACKEND,
-                "open",
-                false,
-                Message(format!(
+            return Err(SERVICE.error("open", false, format!(
                     "S3 refused to say whether bucket {bucket:?} exists (403): the credentials need s3:ListBucket on it (or it is another account's bucket)"
-                )),
-            ))
+                )))
         }
         Err(err) => return Err(backend.connect_error(SERVICE.map_sdk(bucket, "open", err))),
     }
@@ -209,13 +188,10 @@ async fn ensure_bucket(backend: &S3Backend) -> Result<()> {
         return Err(Error::no_store(format!("bucket {bucket:?} does not exist")));
     }
     if !backend.settings.create {
-        return Err(Error::backend(
-            BACKEND,
+        return Err(SERVICE.error(
             "open",
             false,
-            Message(format!(
-                "bucket {bucket:?} does not exist and create_bucket is off"
-            )),
+            format!("bucket {bucket:?} does not exist and create_bucket is off"),
         ));
     }
     let mut create = backend.client.create_bucket().bucket(bucket);
@@ -236,14 +212,9 @@ async fn ensure_bucket(backend: &S3Backend) -> Result<()> {
         }
         // Someone else (or we, a moment ago) created it: use it.
         Err(err) if code(&err) == Some("BucketAlreadyOwnedByYou") => Ok(()),
-        Err(err) if status(&err) == Some(403) => Err(Error::backend(
-            BACKEND,
-            "open",
-            false,
-            Message(format!(
+        Err(err) if status(&err) == Some(403) => Err(SERVICE.error("open", false, format!(
                 "bucket {bucket:?} does not exist, and the credentials may not create it (s3:CreateBucket): create it, or allow that"
-            )),
-        )),
+            ))),
         Err(err) => Err(SERVICE.map_sdk(bucket, "create bucket", err)),
     }
 }

@@ -5,8 +5,6 @@ use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use leasehold_aws::Service;
 
-pub(crate) use leasehold_aws::Message;
-
 pub(crate) const BACKEND: &str = "s3";
 
 /// S3's error codes and how messages name the bucket: `SERVICE.map_sdk`
