@@ -47,7 +47,7 @@ use leasehold::{
 pub mod reexport {
     pub use aws_config::SdkConfig;
     pub use aws_credential_types::provider::ProvideCredentials;
-    pub use leasehold::backend::SharedClock;
+    pub use leasehold::backend::{SharedClock, StoreEpoch};
     pub use leasehold::store_builder_methods;
     pub use leasehold::Creation;
 }
@@ -171,6 +171,26 @@ macro_rules! aws_backend_methods {
         /// The SDK client, for anything leasehold does not do.
         pub fn client(&self) -> &$client {
             &self.client
+        }
+    };
+}
+
+/// The [`Backend`](leasehold::backend::Backend) methods every AWS store's
+/// backend answers alike (`name`; `epoch_at_open`, from its
+/// [`StoreSettings`]), written once: expand it inside the backend's `impl
+/// Backend` (of a backend with a `settings: StoreSettings` field), giving
+/// the store's name.
+#[macro_export]
+macro_rules! aws_backend_trait_methods {
+    ($name:expr) => {
+        fn name(&self) -> &'static str {
+            $name
+        }
+
+        /// The epoch read while building (its age as of now): the store's
+        /// first attempt names it, and a proven epoch is cleared at once.
+        fn epoch_at_open(&self) -> Option<$crate::reexport::StoreEpoch> {
+            Some(self.settings.epoch.get())
         }
     };
 }

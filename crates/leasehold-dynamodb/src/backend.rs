@@ -143,19 +143,11 @@ pub(crate) fn check_ttl(ttl: Duration) -> Result<()> {
 
 #[async_trait]
 impl Backend for DynamoDbBackend {
-    fn name(&self) -> &'static str {
-        BACKEND
-    }
+    leasehold_aws::aws_backend_trait_methods!(BACKEND);
 
     fn capabilities(&self) -> Capabilities {
         shared_capabilities(MIN_TTL, self.epoch().max_ttl.min(MAX_TTL))
             .takeover_needs_observation(self.takeover == TakeoverMode::Observe)
-    }
-
-    /// The epoch read while building (its age as of now): the store's
-    /// first attempt names it, and a proven epoch is cleared at once.
-    fn epoch_at_open(&self) -> Option<StoreEpoch> {
-        Some(self.epoch())
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {

@@ -409,9 +409,7 @@ impl EtcdBackend {
 
 #[async_trait]
 impl Backend for EtcdBackend {
-    fn name(&self) -> &'static str {
-        NAME
-    }
+    leasehold::server_backend_methods!(NAME, inner.common);
 
     fn capabilities(&self) -> Capabilities {
         shared_capabilities(MIN_TTL, self.inner.max_ttl)
@@ -527,6 +525,4 @@ impl Backend for EtcdBackend {
     async fn record_run(&self, lease: &Lease, run: &RunRecord) -> Result<()> {
         self.write_run(lease, run).await
     }
-
-    leasehold::server_backend_methods!(inner.common);
 }

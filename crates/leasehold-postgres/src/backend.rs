@@ -234,9 +234,7 @@ fn why_not_ours(row: &Row, lease: &Lease) -> String {
 
 #[async_trait]
 impl Backend for PostgresBackend {
-    fn name(&self) -> &'static str {
-        NAME
-    }
+    leasehold::server_backend_methods!(NAME, inner.common, capabilities: inner.store_max_ttl, MIN_TTL);
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         const OP: &str = "acquire";
@@ -378,8 +376,6 @@ impl Backend for PostgresBackend {
             Err(f) => Err(f.into_error(OP)),
         }
     }
-
-    leasehold::server_backend_methods!(inner.common, capabilities: inner.store_max_ttl, MIN_TTL);
 
     async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {
         const OP: &str = "list";

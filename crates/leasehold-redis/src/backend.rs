@@ -273,9 +273,7 @@ fn why_not_ours(op: &'static str, key: &Key, reply: &Value) -> Error {
 
 #[async_trait]
 impl Backend for RedisBackend {
-    fn name(&self) -> &'static str {
-        NAME
-    }
+    leasehold::server_backend_methods!(NAME, inner.common, capabilities: inner.store_max_ttl, MIN_TTL);
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         const OP: &str = "acquire";
@@ -399,8 +397,6 @@ impl Backend for RedisBackend {
             _ => None,
         })
     }
-
-    leasehold::server_backend_methods!(inner.common, capabilities: inner.store_max_ttl, MIN_TTL);
 
     async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {
         const OP: &str = "list";

@@ -473,19 +473,11 @@ enum Read {
 
 #[async_trait]
 impl Backend for S3Backend {
-    fn name(&self) -> &'static str {
-        BACKEND
-    }
+    leasehold_aws::aws_backend_trait_methods!(BACKEND);
 
     fn capabilities(&self) -> Capabilities {
         shared_capabilities(MIN_TTL, self.epoch().max_ttl.min(MAX_TTL))
             .takeover_needs_observation(true)
-    }
-
-    /// The epoch read while building (its age as of now): the store's
-    /// first attempt names it, and a proven epoch is cleared at once.
-    fn epoch_at_open(&self) -> Option<StoreEpoch> {
-        Some(self.epoch())
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {

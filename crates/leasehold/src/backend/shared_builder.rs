@@ -240,21 +240,26 @@ impl ServerCommon {
 }
 
 /// The [`Backend`](crate::backend::Backend) methods a server store's
-/// backend answers from its [`ServerCommon`] (`epoch_at_open`,
-/// `watch_release`), written once: expand it inside the backend's `impl
-/// Backend`, naming the field path of its `ServerCommon` from `self`; with
-/// `capabilities: PATH, MIN_TTL`, also `capabilities` from the
-/// [`RecordedMaxTtl`] at `PATH` ([`RecordedMaxTtl::capabilities`]).
+/// backend answers alike (`name`, and from its [`ServerCommon`]
+/// `epoch_at_open` and `watch_release`), written once: expand it inside the
+/// backend's `impl Backend`, giving the store's name and the field path of
+/// its `ServerCommon` from `self`; with `capabilities: PATH, MIN_TTL`, also
+/// `capabilities` from the [`RecordedMaxTtl`] at `PATH`
+/// ([`RecordedMaxTtl::capabilities`]).
 #[macro_export]
 macro_rules! server_backend_methods {
-    ($($path:ident).+, capabilities: $($recorded:ident).+, $min_ttl:expr) => {
+    ($name:expr, $($path:ident).+, capabilities: $($recorded:ident).+, $min_ttl:expr) => {
+        $crate::server_backend_methods!($name, $($path).+);
+
         fn capabilities(&self) -> $crate::backend::Capabilities {
             self.$($recorded).+.capabilities($min_ttl)
         }
-
-        $crate::server_backend_methods!($($path).+);
     };
-    ($($path:ident).+) => {
+    ($name:expr, $($path:ident).+) => {
+        fn name(&self) -> &'static str {
+            $name
+        }
+
         fn epoch_at_open(&self) -> Option<$crate::backend::StoreEpoch> {
             self.$($path).+.epoch_at_open()
         }
