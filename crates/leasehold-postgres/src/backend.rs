@@ -176,15 +176,20 @@ impl PostgresBackend {
     }
 
     /// Runs a statement on `lease`'s key that answers whether it was done
-    /// and, if not, why: the lease is lost unless it was.
+    /// and, if not, why: the lease is lost unless it was. Its parameters
+    /// are the key and the lease's id, then `more`.
     async fn on_lease(
         &self,
         op: &'static str,
         sql: &str,
         lease: &Lease,
-        params: &Params<'_>,
+        more: &Params<'_>,
     ) -> Result<()> {
-        let row = match self.one(op, sql, params).await {
+        let (key, lease_id) = (lease.key.as_str(), lease.lease_id.as_str());
+        let mut params: Vec<(&(dyn ToSql + Sync), Type)> =
+            vec![(&key, Type::TEXT), (&lease_id, Type::TEXT)];
+        params.extend_from_slice(more);
+        let row = match self.one(op, sql, &params).await {
             Ok(row) => row,
             Err(f) if f.missing_table() => {
                 return Err(lost(
@@ -302,28 +307,14 @@ impl Backend for PostgresBackend {
             OP,
             &self.inner.sql.renew,
             lease,
-            &[
-                (&lease.key.as_str(), Type::TEXT),
-                (&lease.lease_id.as_str(), Type::TEXT),
-                (&epoch, Type::INT8),
-                (&ttl_ms, Type::INT8),
-            ],
+            &[(&epoch, Type::INT8), (&ttl_ms, Type::INT8)],
         )
         .await
     }
 
     async fn release(&self, lease: &Lease) -> Result<()> {
         const OP: &str = "release";
-        self.on_lease(
-            OP,
-            &self.inner.sql.release,
-            lease,
-            &[
-                (&lease.key.as_str(), Type::TEXT),
-                (&lease.lease_id.as_str(), Type::TEXT),
-            ],
-        )
-        .await
+        self.on_lease(OP, &self.inner.sql.release, lease, &[]).await
     }
 
     async fn record_run(&self, lease: &Lease, run: &leasehold::RunRecord) -> Result<()> {
@@ -336,8 +327,6 @@ impl Backend for PostgresBackend {
             &self.inner.sql.record_run,
             lease,
             &[
-                (&lease.key.as_str(), Type::TEXT),
-                (&lease.lease_id.as_str(), Type::TEXT),
                 (&stored.as_str(), Type::TEXT),
                 (&token, Type::INT8),
                 (&succeeded, Type::BOOL),
