@@ -27,10 +27,11 @@ impl DynamoDbBackend {
     /// then checks the table or creates it.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] for a malformed URL, table name, region or
-    /// endpoint (naming what is wrong, never repeating a possible secret);
-    /// [`Error::Backend`] when DynamoDB cannot be reached or refuses the
-    /// credentials.
+    /// [`Error::InvalidInput`](leasehold::Error::InvalidInput) for a
+    /// malformed URL, table name, region or endpoint (naming what is wrong,
+    /// never repeating a possible secret);
+    /// [`Error::Backend`](leasehold::Error::Backend) when DynamoDB cannot be
+    /// reached or refuses the credentials.
     ///
     /// # Cancel safety
     /// As [`DynamoDbBackendBuilder::build`].
