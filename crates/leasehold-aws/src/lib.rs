@@ -32,9 +32,13 @@ use aws_smithy_types::date_time::{DateTime, Format};
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use aws_smithy_types::timeout::TimeoutConfig;
 use aws_types::region::Region;
+use leasehold::backend::shared_builder::require;
 use leasehold::{
-    backend::{AcquireOutcome, AcquireRequest, SharedClock, StoreEpoch},
-    Error, Result,
+    backend::{
+        params::{QueryParams, QuerySpec},
+        AcquireOutcome, AcquireRequest, SharedClock, StoreEpoch, SystemClock,
+    },
+    Creation, Error, Result,
 };
 
 /// What [`aws_builder_methods!`] names, re-exported so that the macro
@@ -43,12 +47,15 @@ use leasehold::{
 pub mod reexport {
     pub use aws_config::SdkConfig;
     pub use aws_credential_types::provider::ProvideCredentials;
+    pub use leasehold::backend::{SharedClock, StoreEpoch};
+    pub use leasehold::store_builder_methods;
+    pub use leasehold::Creation;
 }
 
 /// The builder methods every AWS store's builder has (`region`,
 /// `endpoint`, `profile`, `credentials_provider`, `sdk_config`,
 /// `attempt_timeout`), written once: expand it inside the `impl` of a
-/// builder that has an `aws: AwsOptions` field. `$emulator` names an
+/// builder that has an `options: StoreOptions` field. `$emulator` names an
 /// emulator's endpoint for the `endpoint` method's docs.
 #[macro_export]
 macro_rules! aws_builder_methods {
@@ -56,20 +63,20 @@ macro_rules! aws_builder_methods {
         /// The AWS region (otherwise the standard chain's: `AWS_REGION`,
         /// the profile, instance metadata).
         pub fn region(mut self, region: impl Into<String>) -> Self {
-            self.aws.region = Some(region.into());
+            self.options.aws.region = Some(region.into());
             self
         }
 
         #[doc = concat!("Another endpoint than AWS's, such as ", $emulator, ".")]
         pub fn endpoint(mut self, endpoint: impl Into<String>) -> Self {
-            self.aws.endpoint = Some(endpoint.into());
+            self.options.aws.endpoint = Some(endpoint.into());
             self
         }
 
         /// The AWS profile to read from the shared config and credentials
         /// files.
         pub fn profile(mut self, profile: impl Into<String>) -> Self {
-            self.aws.profile = Some(profile.into());
+            self.options.aws.profile = Some(profile.into());
             self
         }
 
@@ -79,7 +86,7 @@ macro_rules! aws_builder_methods {
             mut self,
             provider: impl $crate::reexport::ProvideCredentials + 'static,
         ) -> Self {
-            self.aws.set_credentials(provider);
+            self.options.aws.set_credentials(provider);
             self
         }
 
@@ -87,7 +94,7 @@ macro_rules! aws_builder_methods {
         /// standard one; region, endpoint and credentials set on this
         /// builder still override it.
         pub fn sdk_config(mut self, config: $crate::reexport::SdkConfig) -> Self {
-            self.aws.sdk_config = Some(config);
+            self.options.aws.sdk_config = Some(config);
             self
         }
 
@@ -95,8 +102,95 @@ macro_rules! aws_builder_methods {
         /// operation, with the SDK's retries, is limited to three times
         /// that.
         pub fn attempt_timeout(mut self, timeout: std::time::Duration) -> Self {
-            self.aws.attempt_timeout = timeout;
+            self.options.aws.attempt_timeout = timeout;
             self
+        }
+    };
+}
+
+/// A wall clock: the time of day, as [`SystemTime::now`] gives it.
+pub type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
+
+/// How long a waiter watches an unchanged lease beyond the holder's TTL
+/// (and a 0.1 % clock-rate allowance) before taking it over, unless the
+/// builder's `takeover_margin` says otherwise.
+pub const DEFAULT_TAKEOVER_MARGIN: Duration = Duration::from_millis(200);
+
+/// The builder methods of an AWS store that set its [`StoreOptions`]
+/// other than where to connect, written once: expand it inside the `impl`
+/// of a builder that has an `options: StoreOptions` field, naming the
+/// methods it has (`clock`, `wall_clock`, `takeover_margin`, `max_ttl`,
+/// `create_table` or `create_bucket`, `creation`), each after its own doc
+/// comment (what it means for that store).
+#[macro_export]
+macro_rules! store_options_methods {
+    ($($(#[$doc:meta])* $method:ident;)*) => {
+        $($crate::store_options_methods!(@method [$(#[$doc])*] $method);)*
+    };
+    (@method [$($doc:tt)*] clock) => {
+        $crate::reexport::store_builder_methods!(@set [$($doc)*] clock(clock: $crate::reexport::SharedClock) => options.clock = Some(clock));
+    };
+    (@method [$($doc:tt)*] wall_clock) => {
+        $crate::reexport::store_builder_methods!(@set [$($doc)*] wall_clock(wall: $crate::WallClock) => options.wall = Some(wall));
+    };
+    (@method [$($doc:tt)*] takeover_margin) => {
+        $crate::reexport::store_builder_methods!(@set [$($doc)*] takeover_margin(margin: ::std::time::Duration) => options.margin = margin);
+    };
+    (@method [$($doc:tt)*] max_ttl) => {
+        $crate::reexport::store_builder_methods!(@set [$($doc)*] max_ttl(max_ttl: ::std::time::Duration) => options.max_ttl = max_ttl);
+    };
+    (@method [$($doc:tt)*] create_table) => {
+        $crate::reexport::store_builder_methods!(@set [$($doc)*] create_table(create: bool) => options.create = create);
+    };
+    (@method [$($doc:tt)*] create_bucket) => {
+        $crate::reexport::store_builder_methods!(@set [$($doc)*] create_bucket(create: bool) => options.create = create);
+    };
+    (@method [$($doc:tt)*] creation) => {
+        $crate::reexport::store_builder_methods!(@set [$($doc)*] creation(creation: $crate::reexport::Creation) => options.creation = creation);
+    };
+}
+
+/// The accessors every AWS store's backend has (`region`,
+/// `requests_sent`, `client`), written once: expand it inside the `impl` of
+/// a backend that has the fields `settings: StoreSettings` and `client`
+/// (of the type `$client`, the service's SDK client).
+#[macro_export]
+macro_rules! aws_backend_methods {
+    ($client:ty) => {
+        /// The region requests are signed for.
+        pub fn region(&self) -> &str {
+            &self.settings.region
+        }
+
+        /// How many HTTP requests this backend has sent (every attempt,
+        /// the SDK's retries included), for metrics and tests.
+        pub fn requests_sent(&self) -> u64 {
+            self.settings.requests.get()
+        }
+
+        /// The SDK client, for anything leasehold does not do.
+        pub fn client(&self) -> &$client {
+            &self.client
+        }
+    };
+}
+
+/// The [`Backend`](leasehold::backend::Backend) methods every AWS store's
+/// backend answers alike (`name`; `epoch_at_open`, from its
+/// [`StoreSettings`]), written once: expand it inside the backend's `impl
+/// Backend` (of a backend with a `settings: StoreSettings` field), giving
+/// the store's name.
+#[macro_export]
+macro_rules! aws_backend_trait_methods {
+    ($name:expr) => {
+        fn name(&self) -> &'static str {
+            $name
+        }
+
+        /// The epoch read while building (its age as of now): the store's
+        /// first attempt names it, and a proven epoch is cleared at once.
+        fn epoch_at_open(&self) -> Option<$crate::reexport::StoreEpoch> {
+            Some(self.settings.epoch.get())
         }
     };
 }
@@ -197,6 +291,113 @@ impl EpochCell {
     }
 }
 
+/// What every AWS store's builder holds besides its table or bucket:
+/// where and how to connect, the clocks takeovers are timed on, the
+/// takeover margin, the max TTL a new store records, whether the table or
+/// bucket may be created, and what opening may do.
+/// [`settings`](Self::settings) turns it into what the backend keeps.
+pub struct StoreOptions {
+    /// Region, endpoint, profile, credentials and timeouts.
+    pub aws: AwsOptions,
+    /// The monotonic clock (the system's unless set).
+    pub clock: Option<SharedClock>,
+    /// The wall clock (the system time unless set).
+    pub wall: Option<WallClock>,
+    /// See [`DEFAULT_TAKEOVER_MARGIN`].
+    pub margin: Duration,
+    /// The max TTL a store started by the backend records.
+    pub max_ttl: Duration,
+    /// Whether to create the table or bucket when it does not exist.
+    pub create: bool,
+    /// What opening may do.
+    pub creation: Creation,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            aws: AwsOptions::default(),
+            clock: None,
+            wall: None,
+            margin: DEFAULT_TAKEOVER_MARGIN,
+            max_ttl: leasehold::backend::DEFAULT_STORE_MAX_TTL,
+            create: true,
+            creation: Creation::IfMissing,
+        }
+    }
+}
+
+impl StoreOptions {
+    /// Takes the parameters every AWS store's URL has (`region`,
+    /// `endpoint`, `profile`, `max_ttl`, and `create` under the store's
+    /// name for it, such as `create_table`) from a parsed query.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a malformed `max_ttl` or `create`.
+    pub fn read_query(&mut self, query: &QueryParams, create: &str) -> Result<()> {
+        self.aws.read_query(query);
+        if let Some(max_ttl) = query.duration("max_ttl")? {
+            self.max_ttl = max_ttl;
+        }
+        if let Some(on) = query.boolean(create)? {
+            self.create = on;
+        }
+        Ok(())
+    }
+
+    /// What the backend keeps, for a client that signs for `region` and
+    /// counts its requests with `requests`: the clocks (the system's where
+    /// unset), whether it may create the table or bucket (only if
+    /// `creation` allows it), and an epoch 0 until the first read.
+    pub fn settings(self, region: String, requests: RequestCounter) -> StoreSettings {
+        let clock: SharedClock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
+        StoreSettings {
+            region,
+            endpoint: self.aws.endpoint,
+            epoch: EpochCell::new(clock.clone(), self.max_ttl),
+            clock,
+            wall: self.wall.unwrap_or_else(|| Arc::new(SystemTime::now)),
+            margin: self.margin,
+            max_ttl: self.max_ttl,
+            create: self.create && self.creation.creates(),
+            creation: self.creation,
+            requests,
+        }
+    }
+}
+
+/// What an AWS store's backend keeps of its builder's [`StoreOptions`].
+pub struct StoreSettings {
+    /// The region requests are signed for.
+    pub region: String,
+    /// Another endpoint than AWS's, if any.
+    pub endpoint: Option<String>,
+    /// The monotonic clock takeover observations are timed on.
+    pub clock: SharedClock,
+    /// The wall clock written into records.
+    pub wall: WallClock,
+    /// See [`DEFAULT_TAKEOVER_MARGIN`].
+    pub margin: Duration,
+    /// The max TTL a store created (or marked) by this backend records.
+    pub max_ttl: Duration,
+    /// Whether the table or bucket may be created.
+    pub create: bool,
+    /// What opening (and any later look at the epoch) may do.
+    pub creation: Creation,
+    /// The store's epoch as last read, and when (on `clock`).
+    pub epoch: EpochCell,
+    /// The requests sent.
+    pub requests: RequestCounter,
+}
+
+impl StoreSettings {
+    /// Adds where the backend tried to connect to an error from opening
+    /// `place` (such as `table "locks"`); see [`connect_error`].
+    pub fn connect_error(&self, err: Error, place: &str) -> Error {
+        connect_error(err, place, &self.region, self.endpoint.as_deref())
+    }
+}
+
 /// The settings every AWS store's builder takes: where to connect, as whom,
 /// and how long one attempt may take. [`load`](Self::load) turns them into
 /// an [`SdkConfig`], and the stores' client configurations start from it.
@@ -230,17 +431,8 @@ impl Default for AwsOptions {
     }
 }
 
-impl fmt::Debug for AwsOptions {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // No credentials, ever.
-        f.debug_struct("AwsOptions")
-            .field("region", &self.region)
-            .field("endpoint", &self.endpoint)
-            .field("profile", &self.profile)
-            .field("attempt_timeout", &self.attempt_timeout)
-            .finish_non_exhaustive()
-    }
-}
+// No credentials, ever.
+leasehold::debug_fields!(o: AwsOptions { region, endpoint, profile, attempt_timeout, .. });
 
 impl AwsOptions {
     /// Sets the credentials provider.
@@ -248,9 +440,19 @@ impl AwsOptions {
         self.credentials = Some(SharedCredentialsProvider::new(provider));
     }
 
+    /// The region, endpoint and profile, for tests.
+    #[doc(hidden)]
+    pub fn names(&self) -> (Option<&str>, Option<&str>, Option<&str>) {
+        (
+            self.region.as_deref(),
+            self.endpoint.as_deref(),
+            self.profile.as_deref(),
+        )
+    }
+
     /// Takes the parameters every AWS store's URL has (`region`,
     /// `endpoint`, `profile`) from a parsed query.
-    pub fn read_query(&mut self, query: &leasehold::backend::params::QueryParams) {
+    pub fn read_query(&mut self, query: &QueryParams) {
         for (name, field) in [
             ("region", &mut self.region),
             ("endpoint", &mut self.endpoint),
@@ -335,6 +537,32 @@ impl AwsOptions {
     }
 }
 
+/// Splits an AWS store's URL `SCHEME://REST?QUERY` (`spec`'s store name
+/// is the scheme) and parses its query: `REST` and the parameters.
+///
+/// # Errors
+/// [`Error::InvalidInput`] ("store URL") for another scheme (saying that
+/// `name`, such as "a DynamoDB store URL", starts with the scheme, then
+/// `form`), or as [`QuerySpec::parse`].
+pub fn parse_store_url<'u>(
+    url: &'u str,
+    spec: &QuerySpec,
+    name: &str,
+    form: &str,
+) -> Result<(&'u str, QueryParams)> {
+    let scheme = spec.store();
+    let rest = url
+        .strip_prefix(scheme)
+        .and_then(|rest| rest.strip_prefix("://"))
+        .ok_or_else(|| {
+            Error::invalid(
+                "store URL",
+                format!("{name} starts with {scheme}://; {form}"),
+            )
+        })?;
+    spec.parse_url(rest)
+}
+
 /// Region names look like `us-east-1`: lowercase letters, digits and
 /// hyphens. Anything else would end up in a host name.
 ///
@@ -347,14 +575,9 @@ pub fn validate_region(region: &str) -> Result<()> {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && !region.starts_with('-')
         && !region.ends_with('-');
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid(
-            "region",
-            format!("{region:?} is not an AWS region name (such as us-east-1)"),
-        ))
-    }
+    require("region", ok, || {
+        format!("{region:?} is not an AWS region name (such as us-east-1)")
+    })
 }
 
 /// An endpoint is an `http://` or `https://` URL with a host and no user
@@ -466,22 +689,51 @@ pub struct Service {
     pub auth_codes: &'static [&'static str],
     /// The error code that means the store's table or bucket is missing.
     pub not_found_code: &'static str,
+    /// How messages name the table or bucket (such as `table "locks"`).
+    pub place: fn(&str) -> String,
 }
+
+impl Service {
+    /// A failure of `operation` the store itself finds (no SDK error),
+    /// with `text` saying what.
+    pub fn error(
+        &self,
+        operation: &'static str,
+        retryable: bool,
+        text: impl Into<String>,
+    ) -> Error {
+        Error::backend(self.backend, operation, retryable, Message(text.into()))
+    }
+
+    /// Maps an SDK failure of `operation` on the table or bucket `name`
+    /// into a [`leasehold::Error`] ([`map_sdk`]).
+    pub fn map_sdk<E: ServiceError>(
+        &self,
+        name: &str,
+        operation: &'static str,
+        err: SdkError<E, HttpResponse>,
+    ) -> Error {
+        map_sdk(self, &(self.place)(name), operation, err)
+    }
+}
+
+/// What an SDK operation's error is ([`map_sdk`] reads its code and
+/// message); every SDK operation's error type is one.
+pub trait ServiceError: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static {}
+
+impl<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static> ServiceError for E {}
 
 /// Maps an SDK failure of `operation` on `what` (the table or bucket, as
 /// the messages should name it) into a [`leasehold::Error`].
 ///
 /// The text comes from the SDK's error chain, which names the failure (and
 /// the service's code and message) but never the credentials.
-pub fn map_sdk<E>(
+pub fn map_sdk<E: ServiceError>(
     service: &Service,
     what: &str,
     operation: &'static str,
     err: SdkError<E, HttpResponse>,
-) -> Error
-where
-    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-{
+) -> Error {
     let chain = match &err {
         SdkError::ServiceError(se) => {
             let code = se.err().code().unwrap_or("unknown error");

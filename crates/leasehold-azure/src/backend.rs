@@ -3,7 +3,6 @@
 //! are in `acquire.rs`).
 
 use std::collections::HashMap;
-use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -24,6 +23,7 @@ use crate::builder::{self, AzureBackendBuilder};
 use crate::error::{RequestError, Secrets, NAME};
 use crate::record::Record;
 use leasehold::backend::names;
+use leasehold::backend::shared_builder::shared_capabilities;
 
 use crate::{epoch, record, MAX_TTL, MIN_TTL};
 
@@ -85,14 +85,9 @@ pub(crate) struct Inner {
     pub(crate) creation: leasehold::Creation,
 }
 
-impl fmt::Debug for AzureBackend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AzureBackend")
-            .field("container", &self.inner.container_name)
-            .field("prefix", &self.inner.prefix)
-            .finish_non_exhaustive()
-    }
-}
+leasehold::debug_fields!(b: AzureBackend {
+    container: b.inner.container_name, prefix: b.inner.prefix, ..
+});
 
 impl AzureBackend {
     /// A builder, for endpoints and credentials set in code.
@@ -416,9 +411,7 @@ impl Backend for AzureBackend {
             .known_epoch()
             .map_or(self.inner.max_ttl, |e| e.max_ttl)
             .clamp(MIN_TTL, MAX_TTL);
-        Capabilities::new(MIN_TTL, max_ttl)
-            .shared_across_processes(true)
-            .shared_across_machines(true)
+        shared_capabilities(MIN_TTL, max_ttl)
     }
 
     /// The epoch [`open_store`](AzureBackend::open_store) learnt, if it

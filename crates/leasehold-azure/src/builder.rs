@@ -1,7 +1,6 @@
 //! [`AzureBackendBuilder`]: endpoint, container, prefix and credentials, from
 //! code, a connection string, the environment or an `azblob://` URL.
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,6 +9,7 @@ use azure_core::http::policies::Policy;
 use azure_core::http::{ClientOptions, ExponentialRetryOptions, RetryOptions, Transport, Url};
 use azure_storage_blob::{BlobContainerClient, BlobContainerClientOptions};
 use leasehold::backend::params::{split_query, QuerySpec};
+use leasehold::backend::shared_builder::{check_range, require};
 use leasehold::{Error, Result};
 
 use crate::credential::{Credential, SharedKeyPolicy};
@@ -74,25 +74,19 @@ pub struct AzureBackendBuilder {
     creation: leasehold::Creation,
 }
 
-impl fmt::Debug for AzureBackendBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AzureBackendBuilder")
-            .field("container", &self.container)
-            .field("prefix", &self.prefix)
-            .field("endpoint", &self.endpoint)
-            .field("account", &self.account)
-            .field("key", &self.key.as_ref().map(|_| "<redacted>"))
-            .field("sas", &self.sas.as_ref().map(|_| "<redacted>"))
-            .field(
-                "connection_string",
-                &self.connection_string.as_ref().map(|_| "<redacted>"),
-            )
-            .field("token_credential", &self.token.is_some())
-            .field("entra_id", &self.entra_id)
-            .field("max_ttl", &self.max_ttl)
-            .finish_non_exhaustive()
-    }
-}
+leasehold::debug_fields!(b: AzureBackendBuilder {
+    container,
+    prefix,
+    endpoint,
+    account,
+    key: b.key.as_ref().map(|_| "<redacted>"),
+    sas: b.sas.as_ref().map(|_| "<redacted>"),
+    connection_string: b.connection_string.as_ref().map(|_| "<redacted>"),
+    token_credential: b.token.is_some(),
+    entra_id,
+    max_ttl,
+    ..
+});
 
 impl AzureBackendBuilder {
     /// An empty builder.
@@ -100,18 +94,17 @@ impl AzureBackendBuilder {
         Self::default()
     }
 
-    /// What using the backend may do to the container (default
-    /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
-    /// `Never`, nothing is created or written but what `break_lease` does
-    /// (a missing container is [`Error::NoStore`](leasehold::Error::NoStore)
-    /// from [`AzureBackend::open_store`]); with `NewProven`, a container
-    /// this backend creates gets an epoch marker that says its epoch is
-    /// proven (see [`Creation::NewProven`](leasehold::Creation::NewProven)).
-    /// Building sends nothing either way: call
-    /// [`AzureBackend::open_store`] to look or create at once.
-    pub fn creation(mut self, creation: leasehold::Creation) -> Self {
-        self.creation = creation;
-        self
+    leasehold::store_builder_methods! {
+        /// What using the backend may do to the container (default
+        /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
+        /// `Never`, nothing is created or written but what `break_lease` does
+        /// (a missing container is [`Error::NoStore`](leasehold::Error::NoStore)
+        /// from [`AzureBackend::open_store`]); with `NewProven`, a container
+        /// this backend creates gets an epoch marker that says its epoch is
+        /// proven (see [`Creation::NewProven`](leasehold::Creation::NewProven)).
+        /// Building sends nothing either way: call
+        /// [`AzureBackend::open_store`] to look or create at once.
+        creation;
     }
 
     /// The container holding the lock blobs (created if missing).
@@ -120,10 +113,9 @@ impl AzureBackendBuilder {
         self
     }
 
-    /// A prefix for the lock blobs' names (`PREFIX/escaped-key`).
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
+    leasehold::store_builder_methods! {
+        /// A prefix for the lock blobs' names (`PREFIX/escaped-key`).
+        prefix;
     }
 
     /// The blob service endpoint, e.g. `https://ACCOUNT.blob.core.windows.net`
@@ -188,22 +180,17 @@ impl AzureBackendBuilder {
         self
     }
 
-    /// Timeout of one HTTP request (default 10 s; connect timeout 5 s).
-    pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = Some(timeout);
-        self
-    }
-
-    /// The store max TTL recorded in the container's epoch marker when this
-    /// backend is the one that writes it (a new container, or one without
-    /// a marker): no lease in the container may be longer. 15 s to 60 s;
-    /// default 60 s, Azure's longest finite lease. A container that already
-    /// has a marker keeps the max TTL it records. The quarantine of a new
-    /// container is one confirmation window whatever this says (see
-    /// [Store epoch](crate#store-epoch-and-quarantine)).
-    pub fn max_ttl(mut self, max_ttl: Duration) -> Self {
-        self.max_ttl = Some(max_ttl);
-        self
+    leasehold::store_builder_methods! {
+        /// Timeout of one HTTP request (default 10 s; connect timeout 5 s).
+        request_timeout;
+        /// The store max TTL recorded in the container's epoch marker when this
+        /// backend is the one that writes it (a new container, or one without
+        /// a marker): no lease in the container may be longer. 15 s to 60 s;
+        /// default 60 s, Azure's longest finite lease. A container that already
+        /// has a marker keeps the max TTL it records. The quarantine of a new
+        /// container is one confirmation window whatever this says (see
+        /// [Store epoch](crate#store-epoch-and-quarantine)).
+        max_ttl;
     }
 
     /// Fills what is unset from the environment, credentials in this order:
@@ -265,14 +252,11 @@ impl AzureBackendBuilder {
         validate_container(&container)?;
         let prefix = leasehold::backend::names::object_prefix(&self.prefix)?;
         let max_ttl = self.max_ttl.unwrap_or(crate::MAX_TTL);
-        if !(crate::MIN_TTL..=crate::MAX_TTL).contains(&max_ttl) {
-            return Err(Error::invalid(
-                "max_ttl",
-                format!(
-                    "{max_ttl:?} is outside Azure's lease range of 15 s to 60 s (the store max TTL bounds every lease)"
-                ),
-            ));
-        }
+        check_range("max_ttl", max_ttl, crate::MIN_TTL, crate::MAX_TTL, || {
+            format!(
+                "{max_ttl:?} is outside Azure's lease range of 15 s to 60 s (the store max TTL bounds every lease)"
+            )
+        })?;
 
         let (endpoint, credential) = self.resolve()?;
         let endpoint = endpoint.trim_end_matches('/').to_string();
@@ -540,14 +524,9 @@ fn validate_container(name: &str) -> Result<()> {
         && !name.starts_with('-')
         && !name.ends_with('-')
         && !name.contains("--");
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid(
-            "container",
-            format!("{name:?}: Azure container names are 3-63 characters of a-z, 0-9 and single '-', starting and ending with a letter or digit"),
-        ))
-    }
+    require("container", ok, || {
+        format!("{name:?}: Azure container names are 3-63 characters of a-z, 0-9 and single '-', starting and ending with a letter or digit")
+    })
 }
 
 /// What an `azblob://CONTAINER[/PREFIX][?max_ttl=DURATION]` URL says.

@@ -72,13 +72,7 @@ impl SharedKeyPolicy {
     }
 }
 
-impl fmt::Debug for SharedKeyPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SharedKeyPolicy")
-            .field("account", &self.account)
-            .finish_non_exhaustive()
-    }
-}
+leasehold::debug_fields!(p: SharedKeyPolicy { account, .. });
 
 #[async_trait]
 impl Policy for SharedKeyPolicy {

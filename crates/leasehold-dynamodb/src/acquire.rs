@@ -15,7 +15,7 @@ use leasehold::{
 
 use crate::backend::check_ttl;
 use crate::epoch::{EPOCH, MARKER_KEY};
-use crate::error::{map_sdk, BACKEND};
+use crate::error::{BACKEND, SERVICE};
 use crate::record::{self, n, s, unix_ms, Expr, Stored};
 use crate::write::{new_rvn, update_expression, Write};
 use crate::{DynamoDbBackend, TakeoverMode, MAX_TTL};
@@ -23,7 +23,7 @@ use crate::{DynamoDbBackend, TakeoverMode, MAX_TTL};
 impl DynamoDbBackend {
     pub(crate) async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         check_ttl(req.ttl)?;
-        let epoch = match self.epoch.admit(req, "table") {
+        let epoch = match self.settings.epoch.admit(req, "table") {
             Ok(epoch) => epoch,
             Err(answer) => return *answer,
         };
@@ -33,7 +33,7 @@ impl DynamoDbBackend {
         // further round follows a change seen on the item), and for the
         // first grant of a key (the item is created in a transaction).
         for _ in 0..4 {
-            let observed = self.observations.ripe(key, self.clock.now());
+            let observed = self.observations.ripe(key, self.settings.clock.now());
             let old = match self.grant(req, observed.as_deref(), epoch).await? {
                 Write::Done(item) => {
                     self.observations.forget(key);
@@ -72,11 +72,11 @@ impl DynamoDbBackend {
                     None => continue,
                 }
             }
-            holder = old.holder((self.wall)());
+            holder = old.holder((self.settings.wall)());
             let Some(rvn) = old.rvn.as_deref() else {
                 return Ok(AcquireOutcome::Held(holder));
             };
-            let now = self.clock.now();
+            let now = self.settings.clock.now();
             let ripe = self
                 .observations
                 .saw(key, rvn, self.observation_wait(lease.ttl), now);
@@ -91,7 +91,7 @@ impl DynamoDbBackend {
     /// How long a holder's version must stay unchanged before a takeover.
     fn observation_wait(&self, holder_ttl: Option<Duration>) -> Duration {
         let ttl = holder_ttl.unwrap_or(MAX_TTL);
-        ttl + ttl / 1000 + self.margin
+        ttl + ttl / 1000 + self.settings.margin
     }
 
     /// The SET and REMOVE parts that write `req`'s lease, its owner and its
@@ -102,40 +102,16 @@ impl DynamoDbBackend {
         req: &AcquireRequest,
         epoch: u64,
     ) -> (Vec<String>, Vec<String>) {
-        let now = (self.wall)();
+        let now = (self.settings.wall)();
         let mut set = vec![
-            format!("{} = {}", e.n(EPOCH), e.v("epoch", n(epoch))),
-            format!("{} = {}", e.n(record::RVN), e.v("rvn", s(new_rvn()))),
-            format!(
-                "{} = {}",
-                e.n(record::LEASE_ID),
-                e.v("lid", s(req.lease_id.as_str()))
-            ),
-            format!(
-                "{} = {}",
-                e.n(record::OWNER_HOST),
-                e.v("host", s(&req.owner.host))
-            ),
-            format!(
-                "{} = {}",
-                e.n(record::OWNER_PID),
-                e.v("pid", n(req.owner.pid))
-            ),
-            format!(
-                "{} = {}",
-                e.n(record::TTL_MS),
-                e.v("ttl", n(req.ttl.as_millis()))
-            ),
-            format!(
-                "{} = {}",
-                e.n(record::ACQUIRED_MS),
-                e.v("now", n(unix_ms(now)))
-            ),
-            format!(
-                "{} = {}",
-                e.n(record::EXPIRES_MS),
-                e.v("exp", n(unix_ms(now + req.ttl)))
-            ),
+            e.equals(EPOCH, "epoch", n(epoch)),
+            e.equals(record::RVN, "rvn", s(new_rvn())),
+            e.equals(record::LEASE_ID, "lid", s(req.lease_id.as_str())),
+            e.equals(record::OWNER_HOST, "host", s(&req.owner.host)),
+            e.equals(record::OWNER_PID, "pid", n(req.owner.pid)),
+            e.equals(record::TTL_MS, "ttl", n(req.ttl.as_millis())),
+            e.equals(record::ACQUIRED_MS, "now", n(unix_ms(now))),
+            e.equals(record::EXPIRES_MS, "exp", n(unix_ms(now + req.ttl))),
         ];
         let mut remove = vec![e.n(record::RELEASED_BY)];
         for (attr, value) in [
@@ -143,7 +119,7 @@ impl DynamoDbBackend {
             (record::DATA, &req.data),
         ] {
             match value {
-                Some(v) => set.push(format!("{} = {}", e.n(attr), e.v(attr, s(v)))),
+                Some(v) => set.push(e.equals(attr, attr, s(v))),
                 None => remove.push(e.n(attr)),
             }
         }
@@ -174,7 +150,8 @@ impl DynamoDbBackend {
             ));
         }
         if let TakeoverMode::TrustClocks { max_skew } = self.takeover {
-            let cutoff = unix_ms((self.wall)()).saturating_sub(max_skew.as_millis() as u64);
+            let cutoff =
+                unix_ms((self.settings.wall)()).saturating_sub(max_skew.as_millis() as u64);
             free.push_str(&format!(
                 " OR {} < {}",
                 e.n(record::EXPIRES_MS),
@@ -203,11 +180,7 @@ impl DynamoDbBackend {
         let mut e = Expr::default();
         let (mut set, remove) = self.lease_update(&mut e, req, epoch);
         let first = leasehold::backend::next_token(0, epoch);
-        set.push(format!(
-            "{} = {}",
-            e.n(record::FENCE),
-            e.v("first", n(first))
-        ));
+        set.push(e.equals(record::FENCE, "first", n(first)));
         let key_attr = e.n(record::KEY);
         let update = Update::builder()
             .table_name(&self.table)
@@ -254,7 +227,7 @@ impl DynamoDbBackend {
                 Some(TransactWriteItemsError::ResourceNotFoundException(_)) => {
                     Ok(Created::OtherEpoch)
                 }
-                _ => Err(map_sdk(&self.table, "acquire", err)),
+                _ => Err(SERVICE.map_sdk(&self.table, "acquire", err)),
             },
         }
     }

@@ -2,25 +2,23 @@
 //! The acquire path is in `acquire.rs`, run records in `runs.rs`, the
 //! table's epoch in `epoch.rs` and `table.rs`.
 
-use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
+use leasehold::backend::shared_builder::shared_capabilities;
 use leasehold::{
-    backend::{
-        AcquireOutcome, AcquireRequest, Backend, Capabilities, Lease, SharedClock, StoreEpoch,
-    },
+    backend::{AcquireOutcome, AcquireRequest, Backend, Capabilities, Lease, StoreEpoch},
     Error, HolderInfo, Key, KeyInfo, Result, RunRecord,
 };
-use leasehold_aws::EpochCell;
+use leasehold_aws::StoreSettings;
 
-use crate::error::{map_sdk, Message, BACKEND};
+use crate::error::{BACKEND, SERVICE};
 use crate::record::{self, n, s, unix_ms, Expr, Stored};
 use crate::write::{lost, new_rvn, not_ours, update_expression, Write};
-use crate::{TakeoverMode, WallClock, MAX_TTL, MIN_TTL};
+use crate::{TakeoverMode, MAX_TTL, MIN_TTL};
 use leasehold::backend::Observations;
 
 /// A [`Backend`] on a DynamoDB table. See the [crate docs](crate) for the
@@ -31,35 +29,18 @@ use leasehold::backend::Observations;
 pub struct DynamoDbBackend {
     pub(crate) client: Client,
     pub(crate) table: String,
-    pub(crate) region: String,
-    pub(crate) endpoint: Option<String>,
-    pub(crate) clock: SharedClock,
-    pub(crate) wall: WallClock,
     pub(crate) takeover: TakeoverMode,
-    pub(crate) margin: Duration,
-    /// The max TTL a table created (or marked) by this backend records.
-    pub(crate) max_ttl: Duration,
-    pub(crate) create_table: bool,
-    /// What opening (and any later look at the epoch) may do to the table.
-    pub(crate) creation: leasehold::Creation,
-    /// The table's epoch as last read, and when (on `clock`).
-    /// The table's epoch as last read, and when (on `clock`).
-    pub(crate) epoch: EpochCell,
+    /// Region, endpoint, clocks, max TTL, creating the table, what opening
+    /// (and any later look at the epoch) may do to it, the table's epoch as
+    /// last read, requests sent.
+    pub(crate) settings: StoreSettings,
     pub(crate) dates: leasehold_aws::ServiceDate,
     pub(crate) observations: Observations,
-    pub(crate) requests: leasehold_aws::RequestCounter,
 }
 
-impl fmt::Debug for DynamoDbBackend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DynamoDbBackend")
-            .field("table", &self.table)
-            .field("region", &self.region)
-            .field("endpoint", &self.endpoint)
-            .field("takeover", &self.takeover)
-            .finish_non_exhaustive()
-    }
-}
+leasehold::debug_fields!(b: DynamoDbBackend {
+    table, region: b.settings.region, endpoint: b.settings.endpoint, takeover, ..
+});
 
 impl DynamoDbBackend {
     /// The table name.
@@ -67,37 +48,19 @@ impl DynamoDbBackend {
         &self.table
     }
 
-    /// The region requests are signed for.
-    pub fn region(&self) -> &str {
-        &self.region
-    }
-
-    /// How many HTTP requests this backend has sent (every attempt,
-    /// the SDK's retries included), for metrics and tests.
-    pub fn requests_sent(&self) -> u64 {
-        self.requests.get()
-    }
-
-    /// The SDK client, for anything leasehold does not do.
-    pub fn client(&self) -> &Client {
-        &self.client
-    }
+    leasehold_aws::aws_backend_methods!(Client);
 
     /// Adds where we tried to connect to an error from opening the table.
     pub(crate) fn connect_error(&self, err: Error) -> Error {
-        leasehold_aws::connect_error(
-            err,
-            &format!("table {:?}", self.table),
-            &self.region,
-            self.endpoint.as_deref(),
-        )
+        self.settings
+            .connect_error(err, &format!("table {:?}", self.table))
     }
 
     /// The table's store epoch (see the crate docs), as last read when the
     /// backend was built or found the table re-created; its age is as of
     /// now.
     pub fn epoch(&self) -> StoreEpoch {
-        self.epoch.get()
+        self.settings.epoch.get()
     }
 
     /// One conditional `UpdateItem` on `key`'s item.
@@ -130,7 +93,7 @@ impl DynamoDbBackend {
                     Ok(Write::Refused(c.item().cloned()))
                 }
                 Some(UpdateItemError::ResourceNotFoundException(_)) => Ok(Write::NoTable),
-                _ => Err(map_sdk(&self.table, operation, err)),
+                _ => Err(SERVICE.map_sdk(&self.table, operation, err)),
             },
         }
     }
@@ -145,26 +108,14 @@ impl DynamoDbBackend {
         returns: ReturnValue,
     ) -> Result<Write> {
         let mut e = Expr::default();
-        let now = (self.wall)();
+        let now = (self.settings.wall)();
         let set = vec![
-            format!("{} = {}", e.n(record::RVN), e.v("rvn", s(new_rvn()))),
-            format!(
-                "{} = {}",
-                e.n(record::TTL_MS),
-                e.v("ttl", n(ttl.as_millis()))
-            ),
-            format!(
-                "{} = {}",
-                e.n(record::EXPIRES_MS),
-                e.v("exp", n(unix_ms(now + ttl)))
-            ),
+            e.equals(record::RVN, "rvn", s(new_rvn())),
+            e.equals(record::TTL_MS, "ttl", n(ttl.as_millis())),
+            e.equals(record::EXPIRES_MS, "exp", n(unix_ms(now + ttl))),
         ];
         let remove = Vec::new();
-        let condition = format!(
-            "{} = {}",
-            e.n(record::LEASE_ID),
-            e.v("lid", s(lease_id.as_str()))
-        );
+        let condition = e.equals(record::LEASE_ID, "lid", s(lease_id.as_str()));
         self.update(
             operation,
             key.as_str(),
@@ -192,21 +143,11 @@ pub(crate) fn check_ttl(ttl: Duration) -> Result<()> {
 
 #[async_trait]
 impl Backend for DynamoDbBackend {
-    fn name(&self) -> &'static str {
-        BACKEND
-    }
+    leasehold_aws::aws_backend_trait_methods!(BACKEND);
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new(MIN_TTL, self.epoch().max_ttl.min(MAX_TTL))
-            .shared_across_processes(true)
-            .shared_across_machines(true)
+        shared_capabilities(MIN_TTL, self.epoch().max_ttl.min(MAX_TTL))
             .takeover_needs_observation(self.takeover == TakeoverMode::Observe)
-    }
-
-    /// The epoch read while building (its age as of now): the store's
-    /// first attempt names it, and a proven epoch is cleared at once.
-    fn epoch_at_open(&self) -> Option<StoreEpoch> {
-        Some(self.epoch())
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
@@ -235,7 +176,7 @@ impl Backend for DynamoDbBackend {
         let mut e = Expr::default();
         let lid = e.v("lid", s(lease.lease_id.as_str()));
         let set = vec![
-            format!("{} = {}", e.n(record::RVN), e.v("rvn", s(new_rvn()))),
+            e.equals(record::RVN, "rvn", s(new_rvn())),
             format!("{} = {lid}", e.n(record::RELEASED_BY)),
         ];
         let remove: Vec<String> = record::LEASE_ATTRS.iter().map(|a| e.n(a)).collect();
@@ -281,20 +222,16 @@ impl Backend for DynamoDbBackend {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| map_sdk(&self.table, "inspect", e))?;
+            .map_err(|e| SERVICE.map_sdk(&self.table, "inspect", e))?;
         match out.item {
-            Some(item) => Ok(Stored::decode(&item)?.info(key.clone(), (self.wall)())),
+            Some(item) => Ok(Stored::decode(&item)?.info(key.clone(), (self.settings.wall)())),
             None => Ok(KeyInfo::new(key.clone(), 0, None)),
         }
     }
 
     async fn break_lease(&self, key: &Key) -> Result<Option<HolderInfo>> {
         let mut e = Expr::default();
-        let set = vec![format!(
-            "{} = {}",
-            e.n(record::RVN),
-            e.v("rvn", s(new_rvn()))
-        )];
+        let set = vec![e.equals(record::RVN, "rvn", s(new_rvn()))];
         let mut remove: Vec<String> = record::LEASE_ATTRS.iter().map(|a| e.n(a)).collect();
         remove.push(e.n(record::RELEASED_BY));
         let condition = format!("attribute_exists({})", e.n(record::LEASE_ID));
@@ -309,13 +246,12 @@ impl Backend for DynamoDbBackend {
             )
             .await?
         {
-            Write::Done(old) => Ok(Stored::decode(&old)?.holder((self.wall)())),
+            Write::Done(old) => Ok(Stored::decode(&old)?.holder((self.settings.wall)())),
             Write::Refused(_) => Ok(None),
-            Write::NoTable => Err(Error::backend(
-                BACKEND,
+            Write::NoTable => Err(SERVICE.error(
                 "break",
                 false,
-                Message(format!("table {:?} does not exist", self.table)),
+                format!("table {:?} does not exist", self.table),
             )),
         }
     }
@@ -339,7 +275,7 @@ impl Backend for DynamoDbBackend {
             let out = scan
                 .send()
                 .await
-                .map_err(|e| map_sdk(&self.table, "list", e))?;
+                .map_err(|e| SERVICE.map_sdk(&self.table, "list", e))?;
             for it in out.items() {
                 let Some(key) = it.get(record::KEY).and_then(|k| k.as_s().ok()) else {
                     continue;
@@ -348,7 +284,7 @@ impl Backend for DynamoDbBackend {
                 let Ok(key) = Key::new(key.as_str()) else {
                     continue;
                 };
-                infos.push(Stored::decode(it)?.info(key, (self.wall)()));
+                infos.push(Stored::decode(it)?.info(key, (self.settings.wall)()));
             }
             match out.last_evaluated_key {
                 Some(k) if !k.is_empty() => start = Some(k),

@@ -1,20 +1,11 @@
 //! Building a [`DynamoDbBackend`]: from code or from a store URL.
 
-use std::fmt;
-use std::sync::Arc;
-use std::time::{Duration, SystemTime};
-
 use aws_sdk_dynamodb::config::Region;
-use leasehold::backend::shared_builder::check_max_ttl;
-use leasehold::{
-    backend::{SharedClock, SystemClock},
-    Error, Result,
-};
-use leasehold_aws::{AwsOptions, EpochCell, RequestCounter, ServiceDate};
+use leasehold::backend::shared_builder::{check_max_ttl, require};
+use leasehold::Result;
+use leasehold_aws::{RequestCounter, ServiceDate, StoreOptions};
 
-use crate::{DynamoDbBackend, TakeoverMode, WallClock};
-
-const DEFAULT_MARGIN: Duration = Duration::from_millis(200);
+use crate::{DynamoDbBackend, TakeoverMode};
 
 /// Builds a [`DynamoDbBackend`].
 ///
@@ -31,28 +22,15 @@ const DEFAULT_MARGIN: Duration = Duration::from_millis(200);
 #[must_use]
 pub struct DynamoDbBackendBuilder {
     pub(crate) table: String,
-    /// Region, endpoint, profile, credentials and timeouts.
-    pub(crate) aws: AwsOptions,
-    pub(crate) clock: Option<SharedClock>,
-    pub(crate) wall: Option<WallClock>,
     pub(crate) takeover: TakeoverMode,
-    pub(crate) margin: Duration,
-    pub(crate) max_ttl: Duration,
-    pub(crate) create_table: bool,
-    pub(crate) creation: leasehold::Creation,
+    /// Where and how to connect, clocks, max TTL, creating the table.
+    pub(crate) options: StoreOptions,
 }
 
-impl fmt::Debug for DynamoDbBackendBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // No credentials, ever.
-        f.debug_struct("DynamoDbBackendBuilder")
-            .field("table", &self.table)
-            .field("aws", &self.aws)
-            .field("takeover", &self.takeover)
-            .field("create_table", &self.create_table)
-            .finish_non_exhaustive()
-    }
-}
+// No credentials, ever.
+leasehold::debug_fields!(b: DynamoDbBackendBuilder {
+    table, aws: b.options.aws, takeover, create_table: b.options.create, ..
+});
 
 impl DynamoDbBackend {
     /// A builder for a backend on `table`.
@@ -65,33 +43,22 @@ impl DynamoDbBackendBuilder {
     pub(crate) fn new(table: impl Into<String>) -> Self {
         DynamoDbBackendBuilder {
             table: table.into(),
-            aws: AwsOptions::default(),
-            clock: None,
-            wall: None,
             takeover: TakeoverMode::Observe,
-            margin: DEFAULT_MARGIN,
-            max_ttl: leasehold::backend::DEFAULT_STORE_MAX_TTL,
-            create_table: true,
-            creation: leasehold::Creation::IfMissing,
+            options: StoreOptions::default(),
         }
     }
 
     leasehold_aws::aws_builder_methods!("DynamoDB Local (`http://127.0.0.1:8000`)");
 
-    /// The monotonic clock takeover observations are timed on (the system
-    /// clock unless set; tests inject a [`leasehold::backend::ManualClock`] or a
-    /// skewed clock).
-    pub fn clock(mut self, clock: SharedClock) -> Self {
-        self.clock = Some(clock);
-        self
-    }
-
-    /// The wall clock written into items (`acquired_ms`, `expires_ms`) and,
-    /// in [`TakeoverMode::TrustClocks`], compared with them. The system time
-    /// unless set; tests inject skewed ones.
-    pub fn wall_clock(mut self, wall: WallClock) -> Self {
-        self.wall = Some(wall);
-        self
+    leasehold_aws::store_options_methods! {
+        /// The monotonic clock takeover observations are timed on (the system
+        /// clock unless set; tests inject a [`leasehold::backend::ManualClock`] or a
+        /// skewed clock).
+        clock;
+        /// The wall clock written into items (`acquired_ms`, `expires_ms`) and,
+        /// in [`TakeoverMode::TrustClocks`], compared with them. The system time
+        /// unless set; tests inject skewed ones.
+        wall_clock;
     }
 
     /// How a waiter decides that a holder is gone; see [`TakeoverMode`].
@@ -100,53 +67,41 @@ impl DynamoDbBackendBuilder {
         self
     }
 
-    /// Extra time a waiter watches an unchanged lease beyond the holder's
-    /// TTL (and a 0.1 % clock-rate allowance) before taking it over.
-    /// Default 200 ms.
-    pub fn takeover_margin(mut self, margin: Duration) -> Self {
-        self.margin = margin;
-        self
-    }
-
-    /// The max TTL a table created by this backend records (default 60 s,
-    /// [`leasehold::backend::DEFAULT_STORE_MAX_TTL`]; 1 s to 24 h): no lease may be
-    /// longer, and after the table is deleted and re-created under a live
-    /// holder, grants wait one confirmation window whatever this says (the
-    /// quarantine, see the crate docs).
-    /// An existing table keeps the max TTL it recorded.
-    ///
-    /// (There is no item expiry: an item deleted by DynamoDB TTL would take
-    /// its fencing counter with it, and deciding when that is safe would
-    /// trust a holder's clock.)
-    pub fn max_ttl(mut self, max_ttl: Duration) -> Self {
-        self.max_ttl = max_ttl;
-        self
-    }
-
-    /// Whether to create the table when it does not exist (default: yes).
-    pub fn create_table(mut self, create: bool) -> Self {
-        self.create_table = create;
-        self
-    }
-
-    /// What opening may do to the table (default
-    /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
-    /// `Never`, nothing is created or written (a missing table is
-    /// [`Error::NoStore`](leasehold::Error::NoStore), a missing epoch marker
-    /// item is not written); with `NewProven`, a table this backend
-    /// creates gets a marker item that says its epoch is proven (settled at
-    /// once, see [`Creation::NewProven`](leasehold::Creation::NewProven)).
-    pub fn creation(mut self, creation: leasehold::Creation) -> Self {
-        self.creation = creation;
-        self
+    leasehold_aws::store_options_methods! {
+        /// Extra time a waiter watches an unchanged lease beyond the holder's
+        /// TTL (and a 0.1 % clock-rate allowance) before taking it over.
+        /// Default 200 ms.
+        takeover_margin;
+        /// The max TTL a table created by this backend records (default 60 s,
+        /// [`leasehold::backend::DEFAULT_STORE_MAX_TTL`]; 1 s to 24 h): no lease may be
+        /// longer, and after the table is deleted and re-created under a live
+        /// holder, grants wait one confirmation window whatever this says (the
+        /// quarantine, see the crate docs).
+        /// An existing table keeps the max TTL it recorded.
+        ///
+        /// (There is no item expiry: an item deleted by DynamoDB TTL would take
+        /// its fencing counter with it, and deciding when that is safe would
+        /// trust a holder's clock.)
+        max_ttl;
+        /// Whether to create the table when it does not exist (default: yes).
+        create_table;
+        /// What opening may do to the table (default
+        /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
+        /// `Never`, nothing is created or written (a missing table is
+        /// [`Error::NoStore`](leasehold::Error::NoStore), a missing epoch marker
+        /// item is not written); with `NewProven`, a table this backend
+        /// creates gets a marker item that says its epoch is proven (settled at
+        /// once, see [`Creation::NewProven`](leasehold::Creation::NewProven)).
+        creation;
     }
 
     /// Loads the configuration, checks (or creates) the table and returns
     /// the backend.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] for a bad table name, region or endpoint, or
-    /// a table whose key schema is not leasehold's; [`Error::Backend`] when
+    /// [`Error::InvalidInput`](leasehold::Error::InvalidInput) for a bad
+    /// table name, region or endpoint, or a table whose key schema is not
+    /// leasehold's; [`Error::Backend`](leasehold::Error::Backend) when
     /// DynamoDB cannot be reached, refuses the credentials, or the table is
     /// missing and may not be created. No error repeats a credential.
     ///
@@ -155,46 +110,37 @@ impl DynamoDbBackendBuilder {
     /// build waits for.
     pub async fn build(self) -> Result<DynamoDbBackend> {
         validate_table(&self.table)?;
-        let sdk = self.aws.load().await?;
-        check_max_ttl(self.max_ttl, crate::MIN_TTL, crate::MAX_TTL)?;
+        let aws = &self.options.aws;
+        let sdk = aws.load().await?;
+        check_max_ttl(self.options.max_ttl, crate::MIN_TTL, crate::MAX_TTL)?;
         let requests = RequestCounter::default();
         let dates = ServiceDate::default();
         let mut config = aws_sdk_dynamodb::config::Builder::from(&sdk)
-            .timeout_config(self.aws.timeout_config())
+            .timeout_config(aws.timeout_config())
             .interceptor(requests.clone())
             .interceptor(dates.clone());
-        if let Some(region) = &self.aws.region {
+        if let Some(region) = &aws.region {
             config = config.region(Region::new(region.clone()));
         }
-        if let Some(endpoint) = &self.aws.endpoint {
+        if let Some(endpoint) = &aws.endpoint {
             config = config.endpoint_url(endpoint.clone());
         }
-        if let Some(creds) = &self.aws.credentials {
+        if let Some(creds) = &aws.credentials {
             config = config.credentials_provider(creds.clone());
         }
         let config = config.build();
-        let region = self.aws.region_of(config.region())?;
-        let clock: SharedClock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
+        let region = aws.region_of(config.region())?;
         let mut backend = DynamoDbBackend {
             client: aws_sdk_dynamodb::Client::from_conf(config),
             table: self.table,
-            region,
-            endpoint: self.aws.endpoint,
-            clock: clock.clone(),
-            wall: self.wall.unwrap_or_else(|| Arc::new(SystemTime::now)),
             takeover: self.takeover,
-            margin: self.margin,
-            max_ttl: self.max_ttl,
-            create_table: self.create_table && self.creation.creates(),
-            creation: self.creation,
-            epoch: EpochCell::new(clock.clone(), self.max_ttl),
+            settings: self.options.settings(region, requests),
             dates,
             observations: Default::default(),
-            requests,
         };
         backend.refresh_epoch().await?;
         // A table created again later is not the operator's new store.
-        backend.creation = backend.creation.after_open();
+        backend.settings.creation = backend.settings.creation.after_open();
         Ok(backend)
     }
 }
@@ -205,26 +151,18 @@ fn validate_table(table: &str) -> Result<()> {
         && table
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid(
-            "table name",
-            format!(
-                "{table:?} is not a DynamoDB table name (3-255 characters from A-Z a-z 0-9 _ - .)"
-            ),
-        ))
-    }
+    require("table name", ok, || {
+        format!("{table:?} is not a DynamoDB table name (3-255 characters from A-Z a-z 0-9 _ - .)")
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use leasehold::backend::shared_builder::assert_names;
 
     #[test]
     fn names() {
-        assert!(validate_table("locks").is_ok());
-        assert!(validate_table("lo").is_err());
-        assert!(validate_table("bad name").is_err());
+        assert_names(validate_table, &["locks"], &["lo", "bad name"]);
     }
 }

@@ -8,10 +8,10 @@ use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::TableDescription;
 use leasehold::{
     backend::{epoch_at, StoreEpoch},
-    Error, Result,
+    Result,
 };
 
-use crate::error::{map_sdk, Message, BACKEND};
+use crate::error::SERVICE;
 use crate::record::{self, n, s, Item};
 use crate::DynamoDbBackend;
 
@@ -37,11 +37,10 @@ pub(crate) fn of_table(
         .creation_date_time()
         .and_then(|d| SystemTime::try_from(*d).ok())
         .ok_or_else(|| {
-            Error::backend(
-                BACKEND,
+            SERVICE.error(
                 "open",
                 true,
-                Message("DescribeTable did not say when the table was created".into()),
+                "DescribeTable did not say when the table was created",
             )
         })?;
     // `Date` has whole seconds, truncated: an age measured with it is at
@@ -101,21 +100,16 @@ pub(crate) async fn marker(
             }
             // A marker of another epoch cannot be in this table (it was
             // created with the table): refuse rather than guess.
-            return Err(Error::backend(
-                BACKEND,
-                "open",
-                false,
-                Message(format!(
+            return Err(SERVICE.error("open", false, format!(
                     "the table's epoch marker says epoch {:?}, the table's creation time says {epoch}; is the table used by something else?",
                     get_u64(&item, EPOCH)
-                )),
-            ));
+                )));
         }
-        if backend.creation == leasehold::Creation::Never {
+        if backend.settings.creation == leasehold::Creation::Never {
             // Looking writes nothing: the table's own epoch, as it is.
             return Ok((max_ttl, false));
         }
-        let proven = backend.creation == leasehold::Creation::NewProven;
+        let proven = backend.settings.creation == leasehold::Creation::NewProven;
         let mut put = backend
             .client
             .put_item()
@@ -141,15 +135,10 @@ pub(crate) async fn marker(
             {
                 continue
             }
-            Err(e) => return Err(map_sdk(&backend.table, "open", e)),
+            Err(e) => return Err(SERVICE.map_sdk(&backend.table, "open", e)),
         }
     }
-    Err(Error::backend(
-        BACKEND,
-        "open",
-        true,
-        Message("the epoch marker kept changing".into()),
-    ))
+    Err(SERVICE.error("open", true, "the epoch marker kept changing"))
 }
 
 async fn read_marker(backend: &DynamoDbBackend) -> Result<Option<Item>> {
@@ -161,7 +150,7 @@ async fn read_marker(backend: &DynamoDbBackend) -> Result<Option<Item>> {
         .consistent_read(true)
         .send()
         .await
-        .map_err(|e| map_sdk(&backend.table, "open", e))?;
+        .map_err(|e| SERVICE.map_sdk(&backend.table, "open", e))?;
     Ok(out.item)
 }
 

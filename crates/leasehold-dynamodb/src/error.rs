@@ -1,17 +1,13 @@
 //! Every SDK error becomes a [`leasehold::Error`] here, in one place (the
 //! mapping itself is leasehold-aws's, shared with the S3 store).
 
-use aws_sdk_dynamodb::config::http::HttpResponse;
-use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
-use leasehold::Error;
 use leasehold_aws::Service;
-
-pub(crate) use leasehold_aws::Message;
 
 pub(crate) const BACKEND: &str = "dynamodb";
 
-/// DynamoDB's error codes.
-const SERVICE: Service = Service {
+/// DynamoDB's error codes and how messages name the table: `SERVICE.map_sdk`
+/// maps an SDK failure of an operation on a table.
+pub(crate) const SERVICE: Service = Service {
     backend: BACKEND,
     name: "DynamoDB",
     retryable_codes: &[
@@ -35,21 +31,5 @@ const SERVICE: Service = Service {
         "InvalidClientTokenId",
     ],
     not_found_code: "ResourceNotFoundException",
+    place: |table| format!("table {table:?} (or it is not ACTIVE)"),
 };
-
-/// Maps an SDK failure of `operation` on `table`.
-pub(crate) fn map_sdk<E>(
-    table: &str,
-    operation: &'static str,
-    err: SdkError<E, HttpResponse>,
-) -> Error
-where
-    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-{
-    leasehold_aws::map_sdk(
-        &SERVICE,
-        &format!("table {table:?} (or it is not ACTIVE)"),
-        operation,
-        err,
-    )
-}

@@ -229,7 +229,7 @@ mod table;
 mod url;
 mod write;
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 pub use backend::DynamoDbBackend;
 pub use builder::DynamoDbBackendBuilder;
@@ -239,8 +239,8 @@ pub use aws_config;
 /// Re-exported for building credentials providers and SDK configurations.
 pub use aws_sdk_dynamodb;
 
-/// A wall clock: the time of day, as [`SystemTime::now`] gives it.
-pub type WallClock = std::sync::Arc<dyn Fn() -> SystemTime + Send + Sync>;
+#[doc(inline)]
+pub use leasehold_aws::WallClock;
 
 /// Shortest TTL this backend accepts.
 pub const MIN_TTL: Duration = Duration::from_secs(1);

@@ -77,6 +77,12 @@ impl Expr {
         placeholder
     }
 
+    /// `#attr = :name`: the attribute `attr` set to `value` (in a SET
+    /// clause) or compared with it (in a condition).
+    pub(crate) fn equals(&mut self, attr: &str, name: &str, value: AttributeValue) -> String {
+        format!("{} = {}", self.n(attr), self.v(name, value))
+    }
+
     pub(crate) fn names(&self) -> Option<HashMap<String, String>> {
         (!self.names.is_empty()).then(|| self.names.clone())
     }

@@ -18,7 +18,7 @@ impl DynamoDbBackend {
         let stored = e.v("run", s(&text));
         let token = e.v("token", n(run.fencing_token));
         let mut set = vec![
-            format!("{} = {}", e.n(record::RVN), e.v("rvn", s(new_rvn()))),
+            e.equals(record::RVN, "rvn", s(new_rvn())),
             format!("{} = {stored}", e.n(record::LAST_RUN)),
             format!("{} = {token}", e.n(record::LAST_RUN_TOKEN)),
         ];

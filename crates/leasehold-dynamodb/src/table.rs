@@ -10,7 +10,7 @@ use aws_sdk_dynamodb::types::{
 };
 use leasehold::{backend::StoreEpoch, Error, Result};
 
-use crate::error::{map_sdk, Message, BACKEND};
+use crate::error::{BACKEND, SERVICE};
 use crate::record::KEY;
 use crate::DynamoDbBackend;
 
@@ -21,8 +21,8 @@ impl DynamoDbBackend {
     /// Reads the table's epoch (re-creating a deleted table if the backend
     /// may create tables).
     pub(crate) async fn refresh_epoch(&self) -> Result<StoreEpoch> {
-        let epoch = ensure(self, self.create_table).await?;
-        self.epoch.set(epoch.clone());
+        let epoch = ensure(self, self.settings.create).await?;
+        self.settings.epoch.set(epoch.clone());
         Ok(epoch)
     }
 }
@@ -34,23 +34,20 @@ pub(crate) async fn ensure(backend: &DynamoDbBackend, create: bool) -> Result<St
     exists(backend, create).await?;
     let _ = backend.dates.take();
     let table = describe(backend).await?.ok_or_else(|| {
-        Error::backend(
-            BACKEND,
+        SERVICE.error(
             "open",
             true,
-            Message(format!(
-                "table {:?} vanished while being opened",
-                backend.table
-            )),
+            format!("table {:?} vanished while being opened", backend.table),
         )
     })?;
     let date = backend.dates.take();
     check_not_global(&backend.table, &table)?;
-    let epoch = crate::epoch::of_table(&table, date, backend.max_ttl)?;
+    let epoch = crate::epoch::of_table(&table, date, backend.settings.max_ttl)?;
     if let Some(left) = crate::epoch::first_second_left(&table, date) {
         tokio::time::sleep(left).await;
     }
-    let (max_ttl, proven) = crate::epoch::marker(backend, epoch.epoch, backend.max_ttl).await?;
+    let (max_ttl, proven) =
+        crate::epoch::marker(backend, epoch.epoch, backend.settings.max_ttl).await?;
     let epoch = leasehold::backend::StoreEpoch::new(epoch.epoch, max_ttl).with_age(epoch.age);
     Ok(if proven { epoch.proven() } else { epoch })
 }
@@ -80,18 +77,19 @@ async fn exists(backend: &DynamoDbBackend, create: bool) -> Result<()> {
             Ok(())
         }
         None if create => create_table(backend).await,
-        None if backend.creation == leasehold::Creation::Never => Err(Error::no_store(format!(
-            "table {:?} does not exist in {}",
-            backend.table, backend.region
-        ))),
-        None => Err(Error::backend(
-            BACKEND,
+        None if backend.settings.creation == leasehold::Creation::Never => {
+            Err(Error::no_store(format!(
+                "table {:?} does not exist in {}",
+                backend.table, backend.settings.region
+            )))
+        }
+        None => Err(SERVICE.error(
             "open",
             false,
-            Message(format!(
+            format!(
                 "table {:?} does not exist in {} and create_table is off",
-                backend.table, backend.region
-            )),
+                backend.table, backend.settings.region
+            ),
         )),
     }
 }
@@ -113,7 +111,7 @@ async fn describe(backend: &DynamoDbBackend) -> Result<Option<TableDescription>>
         {
             Ok(None)
         }
-        Err(e) => Err(backend.connect_error(map_sdk(&backend.table, "open", e))),
+        Err(e) => Err(backend.connect_error(SERVICE.map_sdk(&backend.table, "open", e))),
     }
 }
 
@@ -167,7 +165,7 @@ async fn create_table(backend: &DynamoDbBackend) -> Result<()> {
         .await;
     match result {
         Ok(_) => {
-            tracing::info!(table = %backend.table, region = %backend.region, "created the DynamoDB table");
+            tracing::info!(table = %backend.table, region = %backend.settings.region, "created the DynamoDB table");
             wait_active(backend).await?;
             Ok(())
         }
@@ -181,18 +179,14 @@ async fn create_table(backend: &DynamoDbBackend) -> Result<()> {
             wait_active(backend).await?;
             match describe(backend).await? {
                 Some(table) => check_schema(&backend.table, &table),
-                None => Err(Error::backend(
-                    BACKEND,
+                None => Err(SERVICE.error(
                     "create table",
                     true,
-                    Message(format!(
-                        "table {:?} vanished while being created",
-                        backend.table
-                    )),
+                    format!("table {:?} vanished while being created", backend.table),
                 )),
             }
         }
-        Err(e) => Err(map_sdk(&backend.table, "create table", e)),
+        Err(e) => Err(SERVICE.map_sdk(&backend.table, "create table", e)),
     }
 }
 
@@ -206,14 +200,13 @@ async fn wait_active(backend: &DynamoDbBackend) -> Result<()> {
             }
         }
         if started.elapsed() > ACTIVE_TIMEOUT {
-            return Err(Error::backend(
-                BACKEND,
+            return Err(SERVICE.error(
                 "create table",
                 true,
-                Message(format!(
+                format!(
                     "table {:?} did not become ACTIVE within {ACTIVE_TIMEOUT:?}",
                     backend.table
-                )),
+                ),
             ));
         }
         // DynamoDB has no table-status notification to await: poll,

@@ -1,12 +1,12 @@
 //! Parsing `dynamodb://TABLE?region=…&endpoint=…` store URLs.
 
 use leasehold::backend::params::QuerySpec;
-use leasehold::{Error, Result};
+use leasehold::Result;
+use leasehold_aws::parse_store_url;
 
 use crate::builder::DynamoDbBackendBuilder;
 use crate::{DynamoDbBackend, TakeoverMode};
 
-const WHAT: &str = "store URL";
 const FORM: &str = "the form is dynamodb://TABLE?region=REGION&endpoint=URL&profile=NAME&max_clock_skew=DURATION&max_ttl=DURATION&create_table=true|false, every parameter optional";
 /// The query parameters of a `dynamodb://` URL.
 const PARAMS: QuerySpec = QuerySpec::new(
@@ -27,10 +27,11 @@ impl DynamoDbBackend {
     /// then checks the table or creates it.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] for a malformed URL, table name, region or
-    /// endpoint (naming what is wrong, never repeating a possible secret);
-    /// [`Error::Backend`] when DynamoDB cannot be reached or refuses the
-    /// credentials.
+    /// [`Error::InvalidInput`](leasehold::Error::InvalidInput) for a
+    /// malformed URL, table name, region or endpoint (naming what is wrong,
+    /// never repeating a possible secret);
+    /// [`Error::Backend`](leasehold::Error::Backend) when DynamoDB cannot be
+    /// reached or refuses the credentials.
     ///
     /// # Cancel safety
     /// As [`DynamoDbBackendBuilder::build`].
@@ -43,37 +44,21 @@ impl DynamoDbBackend {
     ///
     /// # Errors
     /// As [`from_url`](Self::from_url), for the URL's form.
+    ///
+    /// Nothing is contacted yet. Error messages name the offending parameter
+    /// but never repeat values that could be secret (only the table name,
+    /// region and endpoint are echoed, and an endpoint carrying user info is
+    /// refused without being repeated).
     pub fn builder_from_url(url: &str) -> Result<DynamoDbBackendBuilder> {
-        parse(url)
+        let (table, query) = parse_store_url(url, &PARAMS, "a DynamoDB store URL", FORM)?;
+        let table = table.strip_suffix('/').unwrap_or(table);
+        let mut builder = DynamoDbBackendBuilder::new(table);
+        if let Some(max_skew) = query.duration("max_clock_skew")? {
+            builder = builder.takeover(TakeoverMode::TrustClocks { max_skew });
+        }
+        builder.options.read_query(&query, "create_table")?;
+        Ok(builder)
     }
-}
-
-/// Turns a store URL into a builder (nothing is contacted yet).
-///
-/// Error messages name the offending parameter but never repeat values that
-/// could be secret (only the table name, region and endpoint are echoed, and
-/// an endpoint carrying user info is refused without being repeated).
-pub(crate) fn parse(url: &str) -> Result<DynamoDbBackendBuilder> {
-    let rest = url.strip_prefix("dynamodb://").ok_or_else(|| {
-        Error::invalid(
-            WHAT,
-            format!("a DynamoDB store URL starts with dynamodb://; {FORM}"),
-        )
-    })?;
-    let (table, query) = PARAMS.parse_url(rest)?;
-    let table = table.strip_suffix('/').unwrap_or(table);
-    let mut builder = DynamoDbBackendBuilder::new(table);
-    builder.aws.read_query(&query);
-    if let Some(max_skew) = query.duration("max_clock_skew")? {
-        builder = builder.takeover(TakeoverMode::TrustClocks { max_skew });
-    }
-    if let Some(max_ttl) = query.duration("max_ttl")? {
-        builder = builder.max_ttl(max_ttl);
-    }
-    if let Some(create) = query.boolean("create_table")? {
-        builder = builder.create_table(create);
-    }
-    Ok(builder)
 }
 
 #[cfg(test)]
@@ -81,10 +66,13 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use leasehold::Error;
 
     #[test]
     fn a_repeated_parameter_is_an_error_not_an_override() {
-        let Err(err) = parse("dynamodb://locks?region=eu-west-1&region=us-east-1") else {
+        let Err(err) =
+            DynamoDbBackend::builder_from_url("dynamodb://locks?region=eu-west-1&region=us-east-1")
+        else {
             panic!("a repeated region was accepted");
         };
         let text = err.to_string();
@@ -100,35 +88,45 @@ mod tests {
 
     #[test]
     fn parses_every_parameter() {
-        let b = parse("dynamodb://locks?region=eu-west-1&endpoint=http%3A%2F%2F127.0.0.1%3A8000&profile=dev&max_clock_skew=2s&create_table=false").unwrap();
+        let b = DynamoDbBackend::builder_from_url("dynamodb://locks?region=eu-west-1&endpoint=http%3A%2F%2F127.0.0.1%3A8000&profile=dev&max_clock_skew=2s&create_table=false").unwrap();
         assert_eq!(b.table, "locks");
-        assert_eq!(b.aws.region.as_deref(), Some("eu-west-1"));
-        assert_eq!(b.aws.endpoint.as_deref(), Some("http://127.0.0.1:8000"));
-        assert_eq!(b.aws.profile.as_deref(), Some("dev"));
+        let names = (
+            Some("eu-west-1"),
+            Some("http://127.0.0.1:8000"),
+            Some("dev"),
+        );
+        assert_eq!(b.options.aws.names(), names);
         assert_eq!(
             b.takeover,
             TakeoverMode::TrustClocks {
                 max_skew: Duration::from_secs(2)
             }
         );
-        assert!(!b.create_table);
-        let b = parse("dynamodb://locks?max_ttl=5m").unwrap();
-        assert_eq!(b.max_ttl, Duration::from_secs(300));
+        assert!(!b.options.create);
+        let b = DynamoDbBackend::builder_from_url("dynamodb://locks?max_ttl=5m").unwrap();
+        assert_eq!(b.options.max_ttl, Duration::from_secs(300));
     }
 
     #[test]
     fn unencoded_endpoint_and_bare_table() {
-        let b = parse("dynamodb://locks?endpoint=http://127.0.0.1:8000&region=us-east-1").unwrap();
-        assert_eq!(b.aws.endpoint.as_deref(), Some("http://127.0.0.1:8000"));
-        let b = parse("dynamodb://locks").unwrap();
+        let b = DynamoDbBackend::builder_from_url(
+            "dynamodb://locks?endpoint=http://127.0.0.1:8000&region=us-east-1",
+        )
+        .unwrap();
+        assert_eq!(
+            b.options.aws.endpoint.as_deref(),
+            Some("http://127.0.0.1:8000")
+        );
+        let b = DynamoDbBackend::builder_from_url("dynamodb://locks").unwrap();
         assert_eq!(b.table, "locks");
-        assert!(b.aws.region.is_none() && b.aws.endpoint.is_none());
+        assert!(b.options.aws.region.is_none() && b.options.aws.endpoint.is_none());
         assert_eq!(b.takeover, TakeoverMode::Observe);
     }
 
     #[test]
     fn unknown_parameters_are_named_not_echoed() {
-        let err = parse("dynamodb://locks?secret_key=hunter2").unwrap_err();
+        let err =
+            DynamoDbBackend::builder_from_url("dynamodb://locks?secret_key=hunter2").unwrap_err();
         let text = err.to_string();
         assert!(text.contains("secret_key"), "{text}");
         assert!(!text.contains("hunter2"), "{text}");
@@ -137,31 +135,36 @@ mod tests {
 
     #[test]
     fn bad_forms() {
-        assert!(parse("dynamo://locks").is_err());
-        assert!(parse("dynamodb://locks?max_clock_skew=soon").is_err());
-        assert!(parse("dynamodb://locks?create_table=maybe").is_err());
-        assert!(parse("dynamodb://locks?endpoint=%zz").is_err());
+        assert!(DynamoDbBackend::builder_from_url("dynamo://locks").is_err());
+        assert!(DynamoDbBackend::builder_from_url("dynamodb://locks?max_clock_skew=soon").is_err());
+        assert!(DynamoDbBackend::builder_from_url("dynamodb://locks?create_table=maybe").is_err());
+        assert!(DynamoDbBackend::builder_from_url("dynamodb://locks?endpoint=%zz").is_err());
     }
 
     #[test]
     fn durations_need_a_unit() {
-        let b = parse("dynamodb://locks?max_clock_skew=1m30s&max_ttl=250ms").unwrap();
+        let b = DynamoDbBackend::builder_from_url(
+            "dynamodb://locks?max_clock_skew=1m30s&max_ttl=250ms",
+        )
+        .unwrap();
         assert_eq!(
             b.takeover,
             TakeoverMode::TrustClocks {
                 max_skew: Duration::from_secs(90)
             }
         );
-        assert_eq!(b.max_ttl, Duration::from_millis(250));
+        assert_eq!(b.options.max_ttl, Duration::from_millis(250));
         // A bare number was seconds before the grammar became humantime's.
-        assert!(parse("dynamodb://locks?max_ttl=3").is_err());
+        assert!(DynamoDbBackend::builder_from_url("dynamodb://locks?max_ttl=3").is_err());
     }
 
     #[test]
     fn create_table_takes_the_common_booleans() {
         for (text, want) in [("yes", true), ("off", false), ("0", false)] {
-            let b = parse(&format!("dynamodb://locks?create_table={text}")).unwrap();
-            assert_eq!(b.create_table, want, "{text}");
+            let b =
+                DynamoDbBackend::builder_from_url(&format!("dynamodb://locks?create_table={text}"))
+                    .unwrap();
+            assert_eq!(b.options.create, want, "{text}");
         }
     }
 }

@@ -1,7 +1,6 @@
 //! The [`Backend`] implementation: the protocol in the crate docs.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -9,9 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use leasehold::{
-    backend::{
-        AcquireOutcome, AcquireRequest, Backend, Capabilities, Lease, ReleaseWatch, StoreEpoch,
-    },
+    backend::{AcquireOutcome, AcquireRequest, Backend, Capabilities, Lease, StoreEpoch},
     Error, HolderInfo, Key, KeyInfo, LossReason, Result, RunRecord,
 };
 
@@ -26,7 +23,7 @@ use crate::grpc::mvccpb::KeyValue;
 use crate::grpc::{self, Connection};
 use crate::record::{from_json, key_info, EpochMarker, HolderRecord, KeyRecord};
 use crate::MIN_TTL;
-use leasehold::backend::Listener;
+use leasehold::backend::shared_builder::{shared_capabilities, ServerCommon};
 
 /// How often one call retries a transaction that lost a race before it
 /// answers `Held` (or a retryable error).
@@ -40,14 +37,13 @@ pub struct EtcdBackend {
 }
 
 pub(crate) struct Inner {
-    /// The store's epoch as read while opening.
-    pub(crate) opened: std::sync::OnceLock<leasehold::backend::EpochRead>,
+    /// The store's epoch as read while opening; the listener for releases.
+    pub(crate) common: ServerCommon,
     pub(crate) conn: Connection,
     pub(crate) endpoints: Vec<String>,
     pub(crate) prefix: String,
     pub(crate) max_ttl: Duration,
     pub(crate) request_timeout: Duration,
-    pub(crate) listener: Option<Listener>,
     /// Requests sent through [`EtcdBackend::call`] (every unary request;
     /// not the release watch).
     pub(crate) requests: AtomicU64,
@@ -98,15 +94,9 @@ impl Seen {
 /// empty beyond it: forgetting costs a failed comparison, one round trip).
 const SEEN_KEYS: usize = 4096;
 
-impl fmt::Debug for EtcdBackend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EtcdBackend")
-            .field("endpoints", &self.inner.endpoints)
-            .field("prefix", &self.inner.prefix)
-            .field("max_ttl", &self.inner.max_ttl)
-            .finish_non_exhaustive()
-    }
-}
+leasehold::debug_fields!(b: EtcdBackend {
+    endpoints: b.inner.endpoints, prefix: b.inner.prefix, max_ttl: b.inner.max_ttl, ..
+});
 
 /// What one read of a key returns: the store's marker, the key's record and
 /// holder, each with its etcd metadata, all at one revision.
@@ -156,10 +146,7 @@ impl EtcdBackend {
                 other => break other?,
             }
         };
-        let _ = backend
-            .inner
-            .opened
-            .set(leasehold::backend::EpochRead::now(epoch));
+        backend.inner.common.opened(epoch);
         Ok(backend)
     }
 
@@ -216,9 +203,7 @@ impl EtcdBackend {
     /// Waits until this backend watches for releases (started on the first
     /// wait otherwise). Returns at once when wake-ups are off.
     pub async fn listening(&self) {
-        if let Some(l) = &self.inner.listener {
-            l.listening().await;
-        }
+        self.inner.common.listening().await;
     }
 
     pub(crate) fn marker_key(&self) -> String {
@@ -424,14 +409,10 @@ impl EtcdBackend {
 
 #[async_trait]
 impl Backend for EtcdBackend {
-    fn name(&self) -> &'static str {
-        NAME
-    }
+    leasehold::server_backend_methods!(NAME, inner.common);
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new(MIN_TTL, self.inner.max_ttl)
-            .shared_across_processes(true)
-            .shared_across_machines(true)
+        shared_capabilities(MIN_TTL, self.inner.max_ttl)
     }
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<AcquireOutcome> {
@@ -543,16 +524,5 @@ impl Backend for EtcdBackend {
 
     async fn record_run(&self, lease: &Lease, run: &RunRecord) -> Result<()> {
         self.write_run(lease, run).await
-    }
-
-    fn epoch_at_open(&self) -> Option<StoreEpoch> {
-        self.inner
-            .opened
-            .get()
-            .map(leasehold::backend::EpochRead::as_of_now)
-    }
-
-    fn watch_release(&self, keys: &[Key]) -> Option<ReleaseWatch> {
-        self.inner.listener.as_ref()?.watch(keys)
     }
 }

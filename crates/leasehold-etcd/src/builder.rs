@@ -1,14 +1,12 @@
 //! Building an [`EtcdBackend`]: from a store URL, or in code.
 
-use std::fmt;
-use std::time::Duration;
-
 use leasehold::backend::params::{decode_percent, split_query, QuerySpec};
-use leasehold::backend::shared_builder::{check_max_ttl, split_scheme};
-use leasehold::{backend::DEFAULT_STORE_MAX_TTL, Error, Result};
+use leasehold::backend::shared_builder::{check_max_ttl, split_scheme, ServerOptions};
+use leasehold::{Error, Result};
 
 use std::sync::atomic::AtomicU64;
 
+use leasehold::backend::shared_builder::ServerCommon;
 use leasehold::backend::Listener;
 
 use crate::backend::{EtcdBackend, Inner};
@@ -32,25 +30,19 @@ pub struct EtcdBackendBuilder {
     pub(crate) tls: bool,
     pub(crate) user: Option<(String, String)>,
     pub(crate) prefix: String,
-    pub(crate) max_ttl: Duration,
-    pub(crate) request_timeout: Duration,
-    pub(crate) wake_ups: bool,
-    pub(crate) creation: leasehold::Creation,
+    /// Max TTL, request timeout, wake-ups, creation.
+    pub(crate) options: ServerOptions,
 }
 
-impl fmt::Debug for EtcdBackendBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EtcdBackendBuilder")
-            .field("endpoints", &self.endpoints)
-            .field("tls", &self.tls)
-            .field("user", &self.user.as_ref().map(|(u, _)| u))
-            .field("prefix", &self.prefix)
-            .field("max_ttl", &self.max_ttl)
-            .field("request_timeout", &self.request_timeout)
-            .field("wake_ups", &self.wake_ups)
-            .finish()
-    }
-}
+leasehold::debug_fields!(b: EtcdBackendBuilder {
+    endpoints,
+    tls,
+    user: b.user.as_ref().map(|(u, _)| u),
+    prefix,
+    max_ttl: b.options.max_ttl,
+    request_timeout: b.options.request_timeout,
+    wake_ups: b.options.wake_ups
+});
 
 impl EtcdBackend {
     /// A builder for the cluster at `endpoints`.
@@ -77,10 +69,7 @@ impl EtcdBackendBuilder {
             tls: false,
             user: None,
             prefix: DEFAULT_PREFIX.to_string(),
-            max_ttl: DEFAULT_STORE_MAX_TTL,
-            request_timeout: Duration::from_secs(5),
-            wake_ups: true,
-            creation: leasehold::Creation::IfMissing,
+            options: ServerOptions::default(),
         }
     }
 
@@ -134,28 +123,18 @@ impl EtcdBackendBuilder {
         if let Some(prefix) = query.string("prefix") {
             b.prefix = prefix.to_string();
         }
-        if let Some(max_ttl) = query.duration("max_ttl")? {
-            b.max_ttl = max_ttl;
-        }
-        if let Some(on) = query.boolean("wake_ups")? {
-            b.wake_ups = on;
-        }
+        b.options.read_query(&query)?;
         b.check()?;
         Ok(b)
     }
 
-    /// The key prefix every key of this store lives under (default
-    /// [`DEFAULT_PREFIX`]; not empty). Two prefixes are two stores.
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// The max TTL a store created by this backend records (2 s to 24 h;
-    /// 60 s by default). An existing store keeps its own.
-    pub fn max_ttl(mut self, max_ttl: Duration) -> Self {
-        self.max_ttl = max_ttl;
-        self
+    leasehold::store_builder_methods! {
+        /// The key prefix every key of this store lives under (default
+        /// [`DEFAULT_PREFIX`]; not empty). Two prefixes are two stores.
+        prefix;
+        /// The max TTL a store created by this backend records (2 s to 24 h;
+        /// 60 s by default). An existing store keeps its own.
+        max_ttl in options;
     }
 
     /// Authenticate as `user` (etcd's auth must be enabled on the server).
@@ -171,22 +150,14 @@ impl EtcdBackendBuilder {
         self
     }
 
-    /// How long one request may take before it counts as failed
-    /// (retryable); 5 s by default.
-    pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
-        self
-    }
-
-    /// Whether waiters watch for releases (on by default). Off, they poll.
-    pub fn wake_ups(mut self, on: bool) -> Self {
-        self.wake_ups = on;
-        self
-    }
-
-    /// The key prefix.
-    pub fn prefix_name(&self) -> &str {
-        &self.prefix
+    leasehold::store_builder_methods! {
+        /// How long one request may take before it counts as failed
+        /// (retryable); 5 s by default.
+        request_timeout in options;
+        /// Whether waiters watch for releases (on by default). Off, they poll.
+        wake_ups in options;
+        /// The key prefix.
+        prefix_name;
     }
 
     pub(crate) fn check(&self) -> Result<()> {
@@ -196,7 +167,7 @@ impl EtcdBackendBuilder {
         if self.prefix.is_empty() {
             return Err(Error::invalid("prefix", "must not be empty"));
         }
-        check_max_ttl(self.max_ttl, MIN_TTL, MAX_TTL)?;
+        check_max_ttl(self.options.max_ttl, MIN_TTL, MAX_TTL)?;
         if self.tls && !cfg!(feature = "tls") {
             return Err(Error::invalid(
                 WHAT,
@@ -206,16 +177,15 @@ impl EtcdBackendBuilder {
         Ok(())
     }
 
-    /// What opening may do to the store (default
-    /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
-    /// `Never`, nothing is written (a prefix without keys is
-    /// [`Error::NoStore`](leasehold::Error::NoStore)); with `NewProven`,
-    /// the marker of a new store (a prefix without keys) records that its
-    /// epoch is proven (see
-    /// [`Creation::NewProven`](leasehold::Creation::NewProven)).
-    pub fn creation(mut self, creation: leasehold::Creation) -> Self {
-        self.creation = creation;
-        self
+    leasehold::store_builder_methods! {
+        /// What opening may do to the store (default
+        /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
+        /// `Never`, nothing is written (a prefix without keys is
+        /// [`Error::NoStore`](leasehold::Error::NoStore)); with `NewProven`,
+        /// the marker of a new store (a prefix without keys) records that its
+        /// epoch is proven (see
+        /// [`Creation::NewProven`](leasehold::Creation::NewProven)).
+        creation in options;
     }
 
     /// Connects (checking that the cluster answers, and authenticating),
@@ -233,25 +203,25 @@ impl EtcdBackendBuilder {
             .map(|e| format!("{scheme}://{e}"))
             .collect();
         let conn = tokio::time::timeout(
-            self.request_timeout,
-            Connection::connect(&urls, self.request_timeout, self.user.clone()),
+            self.options.request_timeout,
+            Connection::connect(&urls, self.options.request_timeout, self.user.clone()),
         )
         .await
-        .map_err(|_| error::timed_out("connect", self.request_timeout))?
+        .map_err(|_| error::timed_out("connect", self.options.request_timeout))?
         .map_err(error::connect)?;
         let listener = self
+            .options
             .wake_ups
             .then(|| Listener::new(Deletions::new(conn.clone(), format!("{}h/", self.prefix))));
         EtcdBackend::open(Inner {
             conn,
             endpoints: self.endpoints,
             prefix: self.prefix,
-            max_ttl: self.max_ttl,
-            request_timeout: self.request_timeout,
-            listener,
+            max_ttl: self.options.max_ttl,
+            request_timeout: self.options.request_timeout,
+            common: ServerCommon::new(listener),
             requests: AtomicU64::new(0),
-            opened: Default::default(),
-            creation: self.creation,
+            creation: self.options.creation,
             sessions: Default::default(),
             seen: Default::default(),
             held: Default::default(),
@@ -273,7 +243,10 @@ fn decode(s: &str) -> Result<String> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+    use leasehold::backend::shared_builder::{assert_debug_hides, assert_refused_without};
 
     #[test]
     fn url_parts_and_parameters() {
@@ -284,22 +257,22 @@ mod tests {
         assert_eq!(b.endpoints, ["10.0.0.1:2379", "10.0.0.2:2379"]);
         assert_eq!(b.user, Some(("me".into(), "s@cret".into())));
         assert_eq!(b.prefix, "jobs/");
-        assert_eq!(b.max_ttl, Duration::from_secs(300));
-        assert!(!b.wake_ups && !b.tls);
+        assert_eq!(b.options.max_ttl, Duration::from_secs(300));
+        assert!(!b.options.wake_ups && !b.tls);
         // Query values are form-decoded; a password's `+` stays a `+`.
         let b =
             EtcdBackendBuilder::from_url("etcd://me:a+b@h:1?prefix=a%2Fb+c/&wake_ups=no").unwrap();
         assert_eq!(b.user, Some(("me".into(), "a+b".into())));
         assert_eq!(b.prefix, "a/b c/");
-        assert!(!b.wake_ups);
+        assert!(!b.options.wake_ups);
         let b = EtcdBackendBuilder::from_url("etcd://127.0.0.1:2379/").unwrap();
         assert_eq!(b.prefix, DEFAULT_PREFIX);
-        assert!(b.user.is_none() && b.wake_ups);
+        assert!(b.user.is_none() && b.options.wake_ups);
     }
 
     #[test]
     fn bad_urls_are_refused_without_the_password() {
-        for url in [
+        let urls = [
             "etcd://u:hunter22@h",
             "etcd://u:hunter22@h:notaport",
             "etcd://u:hunter22@h:2379?bogus=1",
@@ -313,19 +286,13 @@ mod tests {
             "etcd://u:hunter22@h:2379,",
             "redis://u:hunter22@h:2379",
             "etcd:u:hunter22@h:2379",
-        ] {
-            let err = EtcdBackendBuilder::from_url(url).unwrap_err();
-            let text = format!("{err} {err:?}");
-            assert!(matches!(err, Error::InvalidInput { .. }), "{url}: {text}");
-            assert!(!text.contains("hunter22"), "{url}: {text}");
-        }
+        ];
+        assert_refused_without(&urls, "hunter22", EtcdBackendBuilder::from_url);
     }
 
     #[test]
     fn debug_never_shows_the_password() {
         let b = EtcdBackendBuilder::from_url("etcd://u:hunter22@h:1").unwrap();
-        let text = format!("{b:?}");
-        assert!(!text.contains("hunter22"), "{text}");
-        assert!(text.contains("prefix"), "{text}");
+        assert_debug_hides(&b, "hunter22", "prefix");
     }
 }

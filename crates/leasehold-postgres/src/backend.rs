@@ -1,13 +1,12 @@
 //! The [`Backend`] implementation: one statement per operation (see the
 //! crate docs for the protocol).
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::{Object, Pool};
-use leasehold::backend::{AcquireOutcome, AcquireRequest, Backend, Capabilities, Grant, Lease};
+use leasehold::backend::{AcquireOutcome, AcquireRequest, Backend, Grant, Lease};
 use leasehold::{backend::StoreEpoch, Error, HolderInfo, Key, KeyInfo, LossReason, Result};
 use tokio::time::{timeout_at, Instant};
 use tokio_postgres::types::{ToSql, Type};
@@ -18,7 +17,7 @@ use crate::record;
 use crate::statements::Statements;
 use crate::MIN_TTL;
 use leasehold::backend::shared_builder::RecordedMaxTtl;
-use leasehold::backend::Listener;
+use leasehold::backend::shared_builder::ServerCommon;
 
 /// The PostgreSQL [`Backend`]. See the [crate docs](crate) for the protocol.
 /// Cheap to clone (the pool is shared).
@@ -29,8 +28,8 @@ pub struct PostgresBackend {
 
 /// What a backend is made of (the builder sets it up).
 pub(crate) struct Inner {
-    /// The store's epoch as read while opening.
-    pub(crate) opened: std::sync::OnceLock<leasehold::backend::EpochRead>,
+    /// The store's epoch as read while opening; the listener for releases.
+    pub(crate) common: ServerCommon,
     pub(crate) pool: Pool,
     pub(crate) table: String,
     pub(crate) sql: Statements,
@@ -44,20 +43,11 @@ pub(crate) struct Inner {
     pub(crate) prepared: bool,
     /// `host:port/db`, for Debug (never the user or password).
     pub(crate) target: String,
-    /// LISTENs for releases, when wake-ups are on.
-    pub(crate) listener: Option<Listener>,
     /// What opening (and any later settling) may do to the table.
     pub(crate) creation: leasehold::Creation,
 }
 
-impl fmt::Debug for PostgresBackend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PostgresBackend")
-            .field("target", &self.inner.target)
-            .field("table", &self.inner.table)
-            .finish_non_exhaustive()
-    }
-}
+leasehold::debug_fields!(b: PostgresBackend { target: b.inner.target, table: b.inner.table, .. });
 
 /// A failed statement: the client's error (to look at its SQL state) or one
 /// of ours.
@@ -89,10 +79,7 @@ impl PostgresBackend {
             inner: Arc::new(inner),
         };
         let row = backend.check_epoch("open").await?;
-        let _ = backend
-            .inner
-            .opened
-            .set(leasehold::backend::EpochRead::now(row.store_epoch()));
+        backend.inner.common.opened(row.store_epoch());
         Ok(backend)
     }
 
@@ -123,9 +110,7 @@ impl PostgresBackend {
     /// # Cancel safety
     /// Cancel safe: the listening goes on.
     pub async fn listening(&self) {
-        if let Some(l) = &self.inner.listener {
-            l.listening().await;
-        }
+        self.inner.common.listening().await;
     }
 
     /// A pooled connection, within `deadline`.
@@ -191,15 +176,20 @@ impl PostgresBackend {
     }
 
     /// Runs a statement on `lease`'s key that answers whether it was done
-    /// and, if not, why: the lease is lost unless it was.
+    /// and, if not, why: the lease is lost unless it was. Its parameters
+    /// are the key and the lease's id, then `more`.
     async fn on_lease(
         &self,
         op: &'static str,
         sql: &str,
         lease: &Lease,
-        params: &Params<'_>,
+        more: &Params<'_>,
     ) -> Result<()> {
-        let row = match self.one(op, sql, params).await {
+        let (key, lease_id) = (lease.key.as_str(), lease.lease_id.as_str());
+        let mut params: Vec<(&(dyn ToSql + Sync), Type)> =
+            vec![(&key, Type::TEXT), (&lease_id, Type::TEXT)];
+        params.extend_from_slice(more);
+        let row = match self.one(op, sql, &params).await {
             Ok(row) => row,
             Err(f) if f.missing_table() => {
                 return Err(lost(
@@ -249,13 +239,7 @@ fn why_not_ours(row: &Row, lease: &Lease) -> String {
 
 #[async_trait]
 impl Backend for PostgresBackend {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.store_max_ttl.capabilities(MIN_TTL)
-    }
+    leasehold::server_backend_methods!(NAME, inner.common, capabilities: inner.store_max_ttl, MIN_TTL);
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         const OP: &str = "acquire";
@@ -323,28 +307,14 @@ impl Backend for PostgresBackend {
             OP,
             &self.inner.sql.renew,
             lease,
-            &[
-                (&lease.key.as_str(), Type::TEXT),
-                (&lease.lease_id.as_str(), Type::TEXT),
-                (&epoch, Type::INT8),
-                (&ttl_ms, Type::INT8),
-            ],
+            &[(&epoch, Type::INT8), (&ttl_ms, Type::INT8)],
         )
         .await
     }
 
     async fn release(&self, lease: &Lease) -> Result<()> {
         const OP: &str = "release";
-        self.on_lease(
-            OP,
-            &self.inner.sql.release,
-            lease,
-            &[
-                (&lease.key.as_str(), Type::TEXT),
-                (&lease.lease_id.as_str(), Type::TEXT),
-            ],
-        )
-        .await
+        self.on_lease(OP, &self.inner.sql.release, lease, &[]).await
     }
 
     async fn record_run(&self, lease: &Lease, run: &leasehold::RunRecord) -> Result<()> {
@@ -357,8 +327,6 @@ impl Backend for PostgresBackend {
             &self.inner.sql.record_run,
             lease,
             &[
-                (&lease.key.as_str(), Type::TEXT),
-                (&lease.lease_id.as_str(), Type::TEXT),
                 (&stored.as_str(), Type::TEXT),
                 (&token, Type::INT8),
                 (&succeeded, Type::BOOL),
@@ -396,17 +364,6 @@ impl Backend for PostgresBackend {
             Err(f) if f.missing_table() => Ok(None),
             Err(f) => Err(f.into_error(OP)),
         }
-    }
-
-    fn epoch_at_open(&self) -> Option<StoreEpoch> {
-        self.inner
-            .opened
-            .get()
-            .map(leasehold::backend::EpochRead::as_of_now)
-    }
-
-    fn watch_release(&self, keys: &[Key]) -> Option<leasehold::backend::ReleaseWatch> {
-        self.inner.listener.as_ref()?.watch(keys)
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {

@@ -1,14 +1,15 @@
 //! Building a [`PostgresBackend`]: from a store URL, the `PG*` environment
 //! variables, or in code.
 
-use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
 use leasehold::backend::params::{split_query, QuerySpec};
-use leasehold::backend::shared_builder::{check_max_ttl, split_scheme, RecordedMaxTtl};
-use leasehold::{backend::DEFAULT_STORE_MAX_TTL, Error, Result};
+use leasehold::backend::shared_builder::{
+    check_max_ttl, require, split_scheme, RecordedMaxTtl, ServerCommon, ServerOptions,
+};
+use leasehold::{Error, Result};
 use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
@@ -23,42 +24,33 @@ use crate::{MAX_TTL, MIN_TTL};
 
 const WHAT: &str = "store URL";
 /// The query parameters of a `postgres://` URL: leasehold's own
-/// ([`OWN_PARAMS`]), then those passed on to the client.
-const PARAMS: QuerySpec = QuerySpec::new(
-    "postgres",
-    &[
-        "table",
-        "sslmode",
-        "sslrootcert",
-        "max_ttl",
-        "wake_ups",
-        "prepared",
-        "connect_timeout",
-        "application_name",
-        "options",
-        "keepalives",
-        "keepalives_idle",
-        "target_session_attrs",
-        "channel_binding",
-        "load_balance_hosts",
-        "hostaddr",
-        "host",
-        "port",
-        "user",
-        "dbname",
-        "password",
-    ],
-);
-/// The parameters of [`PARAMS`] that leasehold reads; `tokio_postgres`
-/// reads the others.
-const OWN_PARAMS: &[&str] = &[
+/// ([`OWN_PARAMS`], the first six), then those passed on to the client.
+const ALL_PARAMS: &[&str] = &[
     "table",
     "sslmode",
     "sslrootcert",
     "max_ttl",
     "wake_ups",
     "prepared",
+    "connect_timeout",
+    "application_name",
+    "options",
+    "keepalives",
+    "keepalives_idle",
+    "target_session_attrs",
+    "channel_binding",
+    "load_balance_hosts",
+    "hostaddr",
+    "host",
+    "port",
+    "user",
+    "dbname",
+    "password",
 ];
+const PARAMS: QuerySpec = QuerySpec::new("postgres", ALL_PARAMS);
+/// The parameters of [`ALL_PARAMS`] that leasehold reads; `tokio_postgres`
+/// reads the others.
+const OWN_PARAMS: &[&str] = ALL_PARAMS.split_at(6).0;
 const FORM: &str = "the form is postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?table=NAME&sslmode=disable|prefer|require|verify-ca|verify-full&sslrootcert=PATH&max_ttl=DURATION&wake_ups=on|off&prepared=on|off] (or postgresql://); the PG* environment variables fill in what it omits";
 
 /// The default table name.
@@ -70,33 +62,27 @@ pub const DEFAULT_TABLE: &str = "leasehold_leases";
 pub struct PostgresBackendBuilder {
     pub(crate) config: tokio_postgres::Config,
     pub(crate) table: String,
-    pub(crate) max_ttl: Duration,
     pub(crate) ssl_mode: SslMode,
     pub(crate) root_cert: Option<PathBuf>,
     pub(crate) pool_size: usize,
-    pub(crate) request_timeout: Duration,
-    pub(crate) wake_ups: bool,
     /// `None`: as `wake_ups`.
     pub(crate) prepared: Option<bool>,
-    pub(crate) creation: leasehold::Creation,
+    /// Max TTL, request timeout, wake-ups, creation.
+    pub(crate) options: ServerOptions,
 }
 
-impl fmt::Debug for PostgresBackendBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // tokio_postgres::Config's Debug already redacts the password.
-        f.debug_struct("PostgresBackendBuilder")
-            .field("config", &self.config)
-            .field("table", &self.table)
-            .field("max_ttl", &self.max_ttl)
-            .field("ssl_mode", &self.ssl_mode)
-            .field("root_cert", &self.root_cert)
-            .field("pool_size", &self.pool_size)
-            .field("request_timeout", &self.request_timeout)
-            .field("wake_ups", &self.wake_ups)
-            .field("prepared", &self.prepared)
-            .finish()
-    }
-}
+// tokio_postgres::Config's Debug already redacts the password.
+leasehold::debug_fields!(b: PostgresBackendBuilder {
+    config,
+    table,
+    max_ttl: b.options.max_ttl,
+    ssl_mode,
+    root_cert,
+    pool_size,
+    request_timeout: b.options.request_timeout,
+    wake_ups: b.options.wake_ups,
+    prepared
+});
 
 impl PostgresBackend {
     /// A builder for the server `config` describes (see
@@ -126,14 +112,11 @@ impl PostgresBackendBuilder {
         PostgresBackendBuilder {
             config,
             table: DEFAULT_TABLE.to_string(),
-            max_ttl: DEFAULT_STORE_MAX_TTL,
             ssl_mode: SslMode::default(),
             root_cert: None,
             pool_size: 4,
-            request_timeout: Duration::from_secs(5),
-            wake_ups: true,
             prepared: None,
-            creation: leasehold::Creation::IfMissing,
+            options: ServerOptions::default(),
         }
     }
 
@@ -188,14 +171,9 @@ impl PostgresBackendBuilder {
         if let Some(table) = query.string("table") {
             builder = builder.table(table);
         }
-        if let Some(max_ttl) = query.duration("max_ttl")? {
-            builder = builder.max_ttl(max_ttl);
-        }
         builder.ssl_mode = ssl_mode.unwrap_or_default();
         builder.root_cert = root_cert;
-        if let Some(on) = query.boolean("wake_ups")? {
-            builder.wake_ups = on;
-        }
+        builder.options.read_query(&query)?;
         if let Some(on) = query.boolean("prepared")? {
             builder.prepared = Some(on);
         }
@@ -210,14 +188,13 @@ impl PostgresBackendBuilder {
         self
     }
 
-    /// The max TTL a table created by this backend records (1 s to 24 h;
-    /// 60 s by default): no lease may be longer. An existing table keeps
-    /// its own. After the table is lost under a live holder grants wait one
-    /// confirmation window ([`leasehold::CONFIRMATION_WINDOW`]), whatever
-    /// this says.
-    pub fn max_ttl(mut self, max_ttl: Duration) -> Self {
-        self.max_ttl = max_ttl;
-        self
+    leasehold::store_builder_methods! {
+        /// The max TTL a table created by this backend records (1 s to 24 h;
+        /// 60 s by default): no lease may be longer. An existing table keeps
+        /// its own. After the table is lost under a live holder grants wait one
+        /// confirmation window ([`leasehold::CONFIRMATION_WINDOW`]), whatever
+        /// this says.
+        max_ttl in options;
     }
 
     /// When to use TLS.
@@ -239,19 +216,14 @@ impl PostgresBackendBuilder {
         self
     }
 
-    /// How long one request may take before it counts as failed (retryable)
-    /// and its connection is discarded (5 s by default).
-    pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
-        self
-    }
-
-    /// Whether waiters LISTEN for releases (on by default; needs a direct
-    /// or session-pooled connection, see the crate docs). Off, waiters only
-    /// poll.
-    pub fn wake_ups(mut self, on: bool) -> Self {
-        self.wake_ups = on;
-        self
+    leasehold::store_builder_methods! {
+        /// How long one request may take before it counts as failed (retryable)
+        /// and its connection is discarded (5 s by default).
+        request_timeout in options;
+        /// Whether waiters LISTEN for releases (on by default; needs a direct
+        /// or session-pooled connection, see the crate docs). Off, waiters only
+        /// poll.
+        wake_ups in options;
     }
 
     /// Whether statements are prepared once per connection (named prepared
@@ -280,29 +252,25 @@ impl PostgresBackendBuilder {
     }
 
     pub(crate) fn check(&self) -> Result<()> {
-        if !valid_table(&self.table) {
-            return Err(Error::invalid(
-                "table",
-                format!(
-                    "{:?}: use lowercase letters, digits and _ (not starting with a digit, at most 63), optionally SCHEMA.TABLE",
-                    self.table
-                ),
-            ));
-        }
-        check_max_ttl(self.max_ttl, MIN_TTL, MAX_TTL)?;
+        require("table", valid_table(&self.table), || {
+            format!(
+                "{:?}: use lowercase letters, digits and _ (not starting with a digit, at most 63), optionally SCHEMA.TABLE",
+                self.table
+            )
+        })?;
+        check_max_ttl(self.options.max_ttl, MIN_TTL, MAX_TTL)?;
         Ok(())
     }
 
-    /// What opening may do to the table (default
-    /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
-    /// `Never`, nothing is created or written, ever (a missing table is
-    /// [`Error::NoStore`](leasehold::Error::NoStore); a missing or restored
-    /// epoch row is reported, not renewed); with `NewProven`, the epoch row
-    /// of a new, empty table records that its epoch is proven (see
-    /// [`Creation::NewProven`](leasehold::Creation::NewProven)).
-    pub fn creation(mut self, creation: leasehold::Creation) -> Self {
-        self.creation = creation;
-        self
+    leasehold::store_builder_methods! {
+        /// What opening may do to the table (default
+        /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
+        /// `Never`, nothing is created or written, ever (a missing table is
+        /// [`Error::NoStore`](leasehold::Error::NoStore); a missing or restored
+        /// epoch row is reported, not renewed); with `NewProven`, the epoch row
+        /// of a new, empty table records that its epoch is proven (see
+        /// [`Creation::NewProven`](leasehold::Creation::NewProven)).
+        creation in options;
     }
 
     /// Connects (checking that the server answers), creates the table if
@@ -322,7 +290,7 @@ impl PostgresBackendBuilder {
         });
         let tls = tls::connector(self.ssl_mode, self.root_cert.as_deref())?;
         let target = target_of(&config);
-        let channel = self.wake_ups.then(|| listen::channel(&self.table));
+        let channel = self.options.wake_ups.then(|| listen::channel(&self.table));
         let listener = channel.clone().map(|channel| {
             Listener::new(Announcements {
                 config: config.clone(),
@@ -340,23 +308,22 @@ impl PostgresBackendBuilder {
         let pool = Pool::builder(manager)
             .max_size(self.pool_size)
             .runtime(Runtime::Tokio1)
-            .wait_timeout(Some(self.request_timeout))
-            .create_timeout(Some(self.request_timeout))
-            .recycle_timeout(Some(self.request_timeout))
+            .wait_timeout(Some(self.options.request_timeout))
+            .create_timeout(Some(self.options.request_timeout))
+            .recycle_timeout(Some(self.options.request_timeout))
             .build()
             .map_err(|e| Error::backend(NAME, "open", false, e.to_string()))?;
         PostgresBackend::open(Inner {
             pool,
             sql: Statements::new(&self.table, channel.as_deref()),
             table: self.table,
-            max_ttl: self.max_ttl,
-            store_max_ttl: RecordedMaxTtl::new(self.max_ttl),
-            request_timeout: self.request_timeout,
-            prepared: self.prepared.unwrap_or(self.wake_ups),
+            max_ttl: self.options.max_ttl,
+            store_max_ttl: RecordedMaxTtl::new(self.options.max_ttl),
+            request_timeout: self.options.request_timeout,
+            prepared: self.prepared.unwrap_or(self.options.wake_ups),
             target,
-            listener,
-            creation: self.creation,
-            opened: Default::default(),
+            common: ServerCommon::new(listener),
+            creation: self.options.creation,
         })
         .await
     }
@@ -440,6 +407,7 @@ fn valid_table(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use leasehold::backend::shared_builder::{assert_debug_hides, assert_refused_without};
 
     fn parse(url: &str, env: &[(&str, &str)]) -> Result<PostgresBackendBuilder> {
         PostgresBackendBuilder::from_url_and_env(url, |name| {
@@ -449,30 +417,29 @@ mod tests {
         })
     }
 
+    /// `url` parsed without environment.
+    fn parse_ok(url: &str) -> PostgresBackendBuilder {
+        parse(url, &[]).unwrap()
+    }
+
     #[test]
     fn url_parts_and_parameters() {
-        let b = parse(
-            "postgres://me:s3cret@db.example:6543/app?table=locks.leases&sslmode=verify-full&max_ttl=5m&application_name=x",
-            &[],
-        )
-        .unwrap();
+        let b = parse_ok("postgres://me:s3cret@db.example:6543/app?table=locks.leases&sslmode=verify-full&max_ttl=5m&application_name=x");
         assert_eq!(b.config.get_user(), Some("me"));
         assert_eq!(b.config.get_password(), Some(&b"s3cret"[..]));
         assert_eq!(b.config.get_dbname(), Some("app"));
         assert_eq!(b.config.get_ports(), &[6543]);
         assert_eq!(b.table, "locks.leases");
         assert_eq!(b.ssl_mode, SslMode::VerifyFull);
-        assert_eq!(b.max_ttl, Duration::from_secs(300));
+        assert_eq!(b.options.max_ttl, Duration::from_secs(300));
         assert_eq!(b.config.get_application_name(), Some("x"));
-        assert!(b.wake_ups);
-        assert!(!parse("postgres://h/d?wake_ups=off", &[]).unwrap().wake_ups);
+        assert!(b.options.wake_ups);
+        assert!(!parse_ok("postgres://h/d?wake_ups=off").options.wake_ups);
         assert!(parse("postgres://h/d?wake_ups=maybe", &[]).is_err());
         // Prepared statements follow wake-ups unless told.
-        assert_eq!(parse("postgres://h/d", &[]).unwrap().prepared, None);
+        assert_eq!(parse_ok("postgres://h/d").prepared, None);
         assert_eq!(
-            parse("postgres://h/d?wake_ups=off&prepared=on", &[])
-                .unwrap()
-                .prepared,
+            parse_ok("postgres://h/d?wake_ups=off&prepared=on").prepared,
             Some(true)
         );
         assert!(parse("postgres://h/d?prepared=maybe", &[]).is_err());
@@ -481,14 +448,12 @@ mod tests {
 
     #[test]
     fn client_parameters_reach_the_client_decoded_once() {
-        let b = parse(
+        let b = parse_ok(
             "postgres://u@h/d?application_name=night+job%2B1%25&password=p%26w%3Dx+y&wake_ups=no",
-            &[],
-        )
-        .unwrap();
+        );
         assert_eq!(b.config.get_application_name(), Some("night job+1%"));
         assert_eq!(b.config.get_password(), Some(&b"p&w=x y"[..]));
-        assert!(!b.wake_ups);
+        assert!(!b.options.wake_ups);
     }
 
     #[test]
@@ -517,7 +482,7 @@ mod tests {
 
     #[test]
     fn bad_urls_are_refused_without_the_password() {
-        for url in [
+        let urls = [
             "postgres://u:hunter22@h/d?table=Bad-Name",
             "postgres://u:hunter22@h/d?table=1x",
             "postgres://u:hunter22@h/d?sslmode=maybe",
@@ -530,19 +495,13 @@ mod tests {
             "postgres://u:hunter22@h:notaport/d",
             "mysql://u:hunter22@h/d",
             "postgres:u:hunter22@h/d",
-        ] {
-            let err = parse(url, &[]).unwrap_err();
-            let text = format!("{err} {err:?}");
-            assert!(matches!(err, Error::InvalidInput { .. }), "{url}: {text}");
-            assert!(!text.contains("hunter22"), "{url}: {text}");
-        }
+        ];
+        assert_refused_without(&urls, "hunter22", |url| parse(url, &[]));
     }
 
     #[test]
     fn debug_never_shows_the_password() {
         let b = parse("postgres://u:hunter22@h/d", &[("PGPASSWORD", "x")]).unwrap();
-        let text = format!("{b:?}");
-        assert!(!text.contains("hunter22"), "{text}");
-        assert!(text.contains("table"), "{text}");
+        assert_debug_hides(&b, "hunter22", "table");
     }
 }

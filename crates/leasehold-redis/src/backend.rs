@@ -1,12 +1,11 @@
 //! The [`Backend`] implementation: one Lua script per operation (see the
 //! crate docs for the protocol).
 
-use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use leasehold::backend::{AcquireOutcome, AcquireRequest, Backend, Capabilities, Grant, Lease};
+use leasehold::backend::{AcquireOutcome, AcquireRequest, Backend, Grant, Lease};
 use leasehold::{backend::StoreEpoch, Error, HolderInfo, Key, KeyInfo, LossReason, Result};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, ScriptInvocation, Value};
@@ -16,7 +15,7 @@ use crate::record::{self, array, num, text, Names};
 use crate::scripts::Scripts;
 use crate::MIN_TTL;
 use leasehold::backend::shared_builder::RecordedMaxTtl;
-use leasehold::backend::Listener;
+use leasehold::backend::shared_builder::ServerCommon;
 
 /// The Redis [`Backend`]. See the [crate docs](crate) for the protocol.
 /// Cheap to clone (the connection is shared).
@@ -27,8 +26,8 @@ pub struct RedisBackend {
 
 /// What a backend is made of (the builder sets it up).
 pub(crate) struct Inner {
-    /// The store's epoch as read while opening.
-    pub(crate) opened: std::sync::OnceLock<leasehold::backend::EpochRead>,
+    /// The store's epoch as read while opening; the listener for releases.
+    pub(crate) common: ServerCommon,
     pub(crate) client: redis::Client,
     pub(crate) manager_config: ConnectionManagerConfig,
     /// The connection, and how many times it was replaced.
@@ -42,18 +41,9 @@ pub(crate) struct Inner {
     pub(crate) request_timeout: Duration,
     /// `host:port/db`, for Debug (never the user or password).
     pub(crate) target: String,
-    /// Subscribes to releases, when wake-ups are on.
-    pub(crate) listener: Option<Listener>,
 }
 
-impl fmt::Debug for RedisBackend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisBackend")
-            .field("target", &self.inner.target)
-            .field("prefix", &self.inner.names.prefix)
-            .finish_non_exhaustive()
-    }
-}
+leasehold::debug_fields!(b: RedisBackend { target: b.inner.target, prefix: b.inner.names.prefix, .. });
 
 /// An optional string as the scripts take it: `''` for none, else `+`
 /// and the value.
@@ -73,10 +63,7 @@ impl RedisBackend {
         };
         backend.refuse_eviction().await?;
         let epoch = backend.check_epoch(creation).await?;
-        let _ = backend
-            .inner
-            .opened
-            .set(leasehold::backend::EpochRead::now(epoch));
+        backend.inner.common.opened(epoch);
         Ok(backend)
     }
 
@@ -128,9 +115,7 @@ impl RedisBackend {
     /// # Cancel safety
     /// Cancel safe: the subscription goes on.
     pub async fn listening(&self) {
-        if let Some(l) = &self.inner.listener {
-            l.listening().await;
-        }
+        self.inner.common.listening().await;
     }
 
     /// A server that evicts keys without a TTL when memory runs out could
@@ -239,7 +224,7 @@ impl RedisBackend {
     }
 
     fn channel(&self) -> &str {
-        if self.inner.listener.is_some() {
+        if self.inner.common.listener().is_some() {
             &self.inner.names.channel
         } else {
             ""
@@ -288,13 +273,7 @@ fn why_not_ours(op: &'static str, key: &Key, reply: &Value) -> Error {
 
 #[async_trait]
 impl Backend for RedisBackend {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.store_max_ttl.capabilities(MIN_TTL)
-    }
+    leasehold::server_backend_methods!(NAME, inner.common, capabilities: inner.store_max_ttl, MIN_TTL);
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         const OP: &str = "acquire";
@@ -417,17 +396,6 @@ impl Backend for RedisBackend {
             Some(1) => items.get(1).and_then(record::holder),
             _ => None,
         })
-    }
-
-    fn epoch_at_open(&self) -> Option<StoreEpoch> {
-        self.inner
-            .opened
-            .get()
-            .map(leasehold::backend::EpochRead::as_of_now)
-    }
-
-    fn watch_release(&self, keys: &[Key]) -> Option<leasehold::backend::ReleaseWatch> {
-        self.inner.listener.as_ref()?.watch(keys)
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {

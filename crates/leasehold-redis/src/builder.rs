@@ -1,12 +1,13 @@
 //! Building a [`RedisBackend`]: from a store URL or in code.
 
-use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use leasehold::backend::params::QuerySpec;
-use leasehold::backend::shared_builder::{check_max_ttl, split_scheme, RecordedMaxTtl};
-use leasehold::{backend::DEFAULT_STORE_MAX_TTL, Error, Result};
+use leasehold::backend::shared_builder::{
+    check_max_ttl, require, split_scheme, RecordedMaxTtl, ServerCommon, ServerOptions,
+};
+use leasehold::{Error, Result};
 use redis::{ConnectionAddr, IntoConnectionInfo};
 
 use std::sync::Mutex;
@@ -35,24 +36,18 @@ pub struct RedisBackendBuilder {
     pub(crate) info: redis::ConnectionInfo,
     pub(crate) tls_ca: Option<PathBuf>,
     pub(crate) prefix: String,
-    pub(crate) max_ttl: Duration,
-    pub(crate) request_timeout: Duration,
-    pub(crate) wake_ups: bool,
-    pub(crate) creation: leasehold::Creation,
+    /// Max TTL, request timeout, wake-ups, creation.
+    pub(crate) options: ServerOptions,
 }
 
-impl fmt::Debug for RedisBackendBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisBackendBuilder")
-            .field("target", &target_of(&self.info))
-            .field("tls_ca", &self.tls_ca)
-            .field("prefix", &self.prefix)
-            .field("max_ttl", &self.max_ttl)
-            .field("request_timeout", &self.request_timeout)
-            .field("wake_ups", &self.wake_ups)
-            .finish()
-    }
-}
+leasehold::debug_fields!(b: RedisBackendBuilder {
+    target: target_of(&b.info),
+    tls_ca,
+    prefix,
+    max_ttl: b.options.max_ttl,
+    request_timeout: b.options.request_timeout,
+    wake_ups: b.options.wake_ups
+});
 
 /// `host:port/db` (with `tls` for TLS): never the user or password.
 pub(crate) fn target_of(info: &redis::ConnectionInfo) -> String {
@@ -90,10 +85,7 @@ impl RedisBackendBuilder {
             info,
             tls_ca: None,
             prefix: DEFAULT_PREFIX.to_string(),
-            max_ttl: DEFAULT_STORE_MAX_TTL,
-            request_timeout: Duration::from_secs(5),
-            wake_ups: true,
-            creation: leasehold::Creation::IfMissing,
+            options: ServerOptions::default(),
         }
     }
 
@@ -129,33 +121,23 @@ impl RedisBackendBuilder {
         if let Some(prefix) = query.string("prefix") {
             builder = builder.prefix(prefix);
         }
-        if let Some(max_ttl) = query.duration("max_ttl")? {
-            builder = builder.max_ttl(max_ttl);
-        }
-        if let Some(on) = query.boolean("wake_ups")? {
-            builder = builder.wake_ups(on);
-        }
+        builder.options.read_query(&query)?;
         builder.tls_ca = tls_ca;
         builder.check()?;
         Ok(builder)
     }
 
-    /// The prefix of every Redis key (and the pub/sub channel) the store
-    /// uses ([`DEFAULT_PREFIX`] by default): stores with different prefixes
-    /// on one server are independent, each with its own epoch.
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// The max TTL a store started by this backend records (1 s to 24 h;
-    /// 60 s by default): no lease may be longer. An existing store keeps its
-    /// own. After the store's data is lost (or the server restarts or fails
-    /// over) grants wait one confirmation window
-    /// ([`leasehold::CONFIRMATION_WINDOW`]), whatever this says.
-    pub fn max_ttl(mut self, max_ttl: Duration) -> Self {
-        self.max_ttl = max_ttl;
-        self
+    leasehold::store_builder_methods! {
+        /// The prefix of every Redis key (and the pub/sub channel) the store
+        /// uses ([`DEFAULT_PREFIX`] by default): stores with different prefixes
+        /// on one server are independent, each with its own epoch.
+        prefix;
+        /// The max TTL a store started by this backend records (1 s to 24 h;
+        /// 60 s by default): no lease may be longer. An existing store keeps its
+        /// own. After the store's data is lost (or the server restarts or fails
+        /// over) grants wait one confirmation window
+        /// ([`leasehold::CONFIRMATION_WINDOW`]), whatever this says.
+        max_ttl in options;
     }
 
     /// A PEM file of CA certificates to trust for `rediss://` *instead of*
@@ -165,23 +147,15 @@ impl RedisBackendBuilder {
         self
     }
 
-    /// How long one request may take before it counts as failed
-    /// (retryable) and the connection is replaced (5 s by default).
-    pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
-        self
-    }
-
-    /// Whether waiters subscribe to releases (on by default). Off, waiters
-    /// only poll, and releases publish nothing.
-    pub fn wake_ups(mut self, on: bool) -> Self {
-        self.wake_ups = on;
-        self
-    }
-
-    /// The key prefix as given.
-    pub fn prefix_name(&self) -> &str {
-        &self.prefix
+    leasehold::store_builder_methods! {
+        /// How long one request may take before it counts as failed
+        /// (retryable) and the connection is replaced (5 s by default).
+        request_timeout in options;
+        /// Whether waiters subscribe to releases (on by default). Off, waiters
+        /// only poll, and releases publish nothing.
+        wake_ups in options;
+        /// The key prefix as given.
+        prefix_name;
     }
 
     /// The connection settings (their `Debug` hides the password).
@@ -190,32 +164,27 @@ impl RedisBackendBuilder {
     }
 
     pub(crate) fn check(&self) -> Result<()> {
-        if self.prefix.is_empty()
-            || self.prefix.len() > 200
-            || !self.prefix.chars().all(|c| c.is_ascii_graphic())
-        {
-            return Err(Error::invalid(
-                "prefix",
-                format!(
-                    "{:?}: use 1 to 200 printable ASCII characters without spaces",
-                    self.prefix
-                ),
-            ));
-        }
-        check_max_ttl(self.max_ttl, MIN_TTL, MAX_TTL)?;
+        let ok = (1..=200).contains(&self.prefix.len())
+            && self.prefix.chars().all(|c| c.is_ascii_graphic());
+        require("prefix", ok, || {
+            format!(
+                "{:?}: use 1 to 200 printable ASCII characters without spaces",
+                self.prefix
+            )
+        })?;
+        check_max_ttl(self.options.max_ttl, MIN_TTL, MAX_TTL)?;
         Ok(())
     }
 
-    /// What opening may do to the store (default
-    /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
-    /// `Never`, nothing is written (a prefix with neither epoch marker nor
-    /// key index is [`Error::NoStore`](leasehold::Error::NoStore); a marker
-    /// of another server process is reported, not renewed); with
-    /// `NewProven`, the marker of a new store records that its epoch is
-    /// proven (see [`Creation::NewProven`](leasehold::Creation::NewProven)).
-    pub fn creation(mut self, creation: leasehold::Creation) -> Self {
-        self.creation = creation;
-        self
+    leasehold::store_builder_methods! {
+        /// What opening may do to the store (default
+        /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
+        /// `Never`, nothing is written (a prefix with neither epoch marker nor
+        /// key index is [`Error::NoStore`](leasehold::Error::NoStore); a marker
+        /// of another server process is reported, not renewed); with
+        /// `NewProven`, the marker of a new store records that its epoch is
+        /// proven (see [`Creation::NewProven`](leasehold::Creation::NewProven)).
+        creation in options;
     }
 
     /// Connects (checking that the server answers and the password is
@@ -256,23 +225,23 @@ impl RedisBackendBuilder {
         }
         .map_err(|e| error::client(OP, e))?;
         let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.request_timeout))
-            .set_response_timeout(Some(self.request_timeout))
+            .set_connection_timeout(Some(self.options.request_timeout))
+            .set_response_timeout(Some(self.options.request_timeout))
             .set_number_of_retries(2)
             .set_min_delay(Duration::from_millis(50))
             .set_max_delay(Duration::from_secs(1));
         let manager = match tokio::time::timeout(
-            self.request_timeout * 2,
+            self.options.request_timeout * 2,
             ConnectionManager::new_with_config(client.clone(), manager_config.clone()),
         )
         .await
         {
             Ok(Ok(m)) => m,
             Ok(Err(e)) => return Err(error::client(OP, e)),
-            Err(_) => return Err(error::timed_out(OP, self.request_timeout * 2)),
+            Err(_) => return Err(error::timed_out(OP, self.options.request_timeout * 2)),
         };
         let names = Names::new(&self.prefix);
-        let listener = self.wake_ups.then(|| {
+        let listener = self.options.wake_ups.then(|| {
             Listener::new(Announcements {
                 client: client.clone(),
                 channel: names.channel.clone(),
@@ -284,14 +253,13 @@ impl RedisBackendBuilder {
             conn: Mutex::new((0, manager)),
             names,
             scripts: Scripts::new(),
-            max_ttl: self.max_ttl,
-            store_max_ttl: RecordedMaxTtl::new(self.max_ttl),
-            request_timeout: self.request_timeout,
+            max_ttl: self.options.max_ttl,
+            store_max_ttl: RecordedMaxTtl::new(self.options.max_ttl),
+            request_timeout: self.options.request_timeout,
             target: target_of(&self.info),
-            listener,
-            opened: Default::default(),
+            common: ServerCommon::new(listener),
         };
-        RedisBackend::open(inner, self.creation).await
+        RedisBackend::open(inner, self.options.creation).await
     }
 }
 
@@ -308,6 +276,7 @@ fn install_crypto_provider() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use leasehold::backend::shared_builder::{assert_debug_hides, assert_refused_without};
 
     #[test]
     fn url_parts_and_parameters() {
@@ -321,15 +290,15 @@ mod tests {
         assert_eq!(s.db(), 3);
         assert_eq!(target_of(&b.info), "cache.example:6380/3");
         assert_eq!(b.prefix, "jobs:");
-        assert_eq!(b.max_ttl, Duration::from_secs(300));
-        assert!(!b.wake_ups);
+        assert_eq!(b.options.max_ttl, Duration::from_secs(300));
+        assert!(!b.options.wake_ups);
         let b = RedisBackendBuilder::from_url("redis://h?prefix=a%3Ab:&wake_ups=0").unwrap();
         assert_eq!(b.prefix, "a:b:");
-        assert!(!b.wake_ups);
+        assert!(!b.options.wake_ups);
         let b = RedisBackendBuilder::from_url("redis://h").unwrap();
         assert_eq!(target_of(&b.info), "h:6379/0");
         assert_eq!(b.prefix, DEFAULT_PREFIX);
-        assert!(b.wake_ups);
+        assert!(b.options.wake_ups);
         let b = RedisBackendBuilder::from_url("rediss://:pw@h:1?tls_ca=/x.pem").unwrap();
         assert_eq!(target_of(&b.info), "tls h:1/0");
         assert_eq!(b.info.redis_settings().password(), Some("pw"));
@@ -338,7 +307,7 @@ mod tests {
 
     #[test]
     fn bad_urls_are_refused_without_the_password() {
-        for url in [
+        let urls = [
             "redis://u:hunter22@h/0?prefix=has space",
             "redis://u:hunter22@h/0?max_ttl=forever",
             "redis://u:hunter22@h/0?max_ttl=100ms",
@@ -353,19 +322,13 @@ mod tests {
             "redis://u:hunter22@/0",
             "mysql://u:hunter22@h/d",
             "redis:u:hunter22@h/d",
-        ] {
-            let err = RedisBackendBuilder::from_url(url).unwrap_err();
-            let text = format!("{err} {err:?}");
-            assert!(matches!(err, Error::InvalidInput { .. }), "{url}: {text}");
-            assert!(!text.contains("hunter22"), "{url}: {text}");
-        }
+        ];
+        assert_refused_without(&urls, "hunter22", RedisBackendBuilder::from_url);
     }
 
     #[test]
     fn debug_never_shows_the_password() {
         let b = RedisBackendBuilder::from_url("redis://u:hunter22@h/0").unwrap();
-        let text = format!("{b:?}");
-        assert!(!text.contains("hunter22"), "{text}");
-        assert!(text.contains("h:6379/0"), "{text}");
+        assert_debug_hides(&b, "hunter22", "h:6379/0");
     }
 }

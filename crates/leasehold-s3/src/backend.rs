@@ -1,7 +1,6 @@
 //! [`S3Backend`]: the protocol of the crate docs, request by request.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
@@ -10,19 +9,20 @@ use aws_sdk_s3::operation::get_object::GetObjectError;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::Client;
 use leasehold::backend::names;
+use leasehold::backend::shared_builder::{check_range, shared_capabilities};
 use leasehold::backend::Observations;
 use leasehold::{
     backend::{
         epoch_at, epoch_token_base, next_token, AcquireOutcome, AcquireRequest, Backend,
-        Capabilities, Grant, Lease, SharedClock, StoreEpoch,
+        Capabilities, Grant, Lease, StoreEpoch,
     },
     Error, HolderInfo, Key, KeyInfo, LossReason, Result, RunRecord,
 };
-use leasehold_aws::{EpochCell, RequestCounter, ServiceDate};
+use leasehold_aws::{ServiceDate, StoreSettings};
 
-use crate::error::{code, map_sdk, status, Message, BACKEND};
+use crate::error::{code, status, BACKEND, SERVICE};
 use crate::record::{nonce, unix_ms, Record, StoredLease};
-use crate::{WallClock, MAX_TTL, MIN_TTL};
+use crate::{MAX_TTL, MIN_TTL};
 
 /// Beyond this many keys remembered at once, the oldest entries are
 /// forgotten (the only cost: that key's next grant reads it first).
@@ -39,35 +39,19 @@ pub struct S3Backend {
     pub(crate) bucket: String,
     /// `""` or ending in `/`.
     pub(crate) prefix: String,
-    pub(crate) region: String,
-    pub(crate) endpoint: Option<String>,
-    pub(crate) clock: SharedClock,
-    pub(crate) wall: WallClock,
-    pub(crate) margin: Duration,
-    /// The max TTL a store created (marked) by this backend records.
-    pub(crate) max_ttl: Duration,
-    pub(crate) create_bucket: bool,
-    /// What opening (and any later look at the epoch) may do.
-    pub(crate) creation: leasehold::Creation,
-    /// The store's epoch as last read, and when (on `clock`).
-    pub(crate) epoch: EpochCell,
+    /// Region, endpoint, clocks, max TTL, creating the bucket, what opening
+    /// (and any later look at the epoch) may do, the store's epoch as last
+    /// read, requests sent.
+    pub(crate) settings: StoreSettings,
     /// The last write this process made to each key: its ETag and record
     /// (see "Requests" in the crate docs).
     known: Mutex<HashMap<String, (String, Record)>>,
     observations: Observations,
-    pub(crate) requests: RequestCounter,
 }
 
-impl fmt::Debug for S3Backend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("S3Backend")
-            .field("bucket", &self.bucket)
-            .field("prefix", &self.prefix)
-            .field("region", &self.region)
-            .field("endpoint", &self.endpoint)
-            .finish_non_exhaustive()
-    }
-}
+leasehold::debug_fields!(b: S3Backend {
+    bucket, prefix, region: b.settings.region, endpoint: b.settings.endpoint, ..
+});
 
 /// What a read of one object found.
 pub(crate) enum Got {
@@ -125,48 +109,25 @@ fn not_ours(record: &Record) -> String {
 }
 
 fn check_ttl(ttl: Duration) -> Result<()> {
-    if (MIN_TTL..=MAX_TTL).contains(&ttl) {
-        Ok(())
-    } else {
-        Err(Error::invalid(
-            "ttl",
-            format!("{ttl:?} is outside the S3 backend's range of {MIN_TTL:?} to {MAX_TTL:?}"),
-        ))
-    }
+    check_range("ttl", ttl, MIN_TTL, MAX_TTL, || {
+        format!("{ttl:?} is outside the S3 backend's range of {MIN_TTL:?} to {MAX_TTL:?}")
+    })
 }
 
 impl S3Backend {
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         client: Client,
         bucket: String,
         prefix: String,
-        region: String,
-        endpoint: Option<String>,
-        clock: SharedClock,
-        wall: WallClock,
-        margin: Duration,
-        max_ttl: Duration,
-        create_bucket: bool,
-        creation: leasehold::Creation,
-        requests: RequestCounter,
+        settings: StoreSettings,
     ) -> S3Backend {
         S3Backend {
-            epoch: EpochCell::new(clock.clone(), max_ttl),
             client,
             bucket,
             prefix,
-            region,
-            endpoint,
-            clock,
-            wall,
-            margin,
-            max_ttl,
-            create_bucket,
-            creation,
+            settings,
             known: Mutex::new(HashMap::new()),
             observations: Observations::default(),
-            requests,
         }
     }
 
@@ -180,21 +141,7 @@ impl S3Backend {
         &self.prefix
     }
 
-    /// The region requests are signed for.
-    pub fn region(&self) -> &str {
-        &self.region
-    }
-
-    /// How many HTTP requests this backend has sent (every attempt, the
-    /// SDK's retries included), for metrics and tests.
-    pub fn requests_sent(&self) -> u64 {
-        self.requests.get()
-    }
-
-    /// The SDK client, for anything leasehold does not do.
-    pub fn client(&self) -> &Client {
-        &self.client
-    }
+    leasehold_aws::aws_backend_methods!(Client);
 
     /// The name of `key`'s object.
     pub fn object_name(&self, key: &Key) -> String {
@@ -222,7 +169,7 @@ impl S3Backend {
                 .key(name)
                 .send()
                 .await
-                .map_err(|e| map_sdk(&self.bucket, "delete store", e))?;
+                .map_err(|e| SERVICE.map_sdk(&self.bucket, "delete store", e))?;
         }
         self.known.lock().unwrap_or_else(|e| e.into_inner()).clear();
         Ok(names.len())
@@ -231,25 +178,21 @@ impl S3Backend {
     /// The store's epoch (see the crate docs), as last read when the
     /// backend was built or found the store changed; its age is as of now.
     pub fn epoch(&self) -> StoreEpoch {
-        self.epoch.get()
+        self.settings.epoch.get()
     }
 
     /// Reads the store's epoch again (creating the bucket and the marker
     /// if they are missing and the backend may).
     pub(crate) async fn refresh_epoch(&self) -> Result<StoreEpoch> {
         let epoch = crate::epoch::read_or_start(self).await?;
-        self.epoch.set(epoch.clone());
+        self.settings.epoch.set(epoch.clone());
         Ok(epoch)
     }
 
     /// Adds where we tried to connect to an error from opening the store.
     pub(crate) fn connect_error(&self, err: Error) -> Error {
-        leasehold_aws::connect_error(
-            err,
-            &format!("bucket {:?}", self.bucket),
-            &self.region,
-            self.endpoint.as_deref(),
-        )
+        self.settings
+            .connect_error(err, &format!("bucket {:?}", self.bucket))
     }
 
     /// Reads object `name`.
@@ -285,14 +228,14 @@ impl S3Backend {
                 })
             }
             Err(err) => {
-                let arrived = self.clock.now();
+                let arrived = self.settings.clock.now();
                 match err.as_service_error() {
                     Some(GetObjectError::NoSuchKey(_)) => Ok(Got::Missing {
                         date: date.take(),
                         arrived,
                     }),
                     _ if code(&err) == Some("NoSuchBucket") => Ok(Got::NoBucket),
-                    _ => Err(map_sdk(&self.bucket, operation, err)),
+                    _ => Err(SERVICE.map_sdk(&self.bucket, operation, err)),
                 }
             }
         }
@@ -327,7 +270,7 @@ impl S3Backend {
                 | (_, Some("NoSuchKey"))
                 | (Some(409), Some("ConditionalRequestConflict")) => Ok(Put::Refused),
                 (_, Some("NoSuchBucket")) => Ok(Put::NoBucket),
-                _ => Err(map_sdk(&self.bucket, operation, err)),
+                _ => Err(SERVICE.map_sdk(&self.bucket, operation, err)),
             },
         }
     }
@@ -347,7 +290,7 @@ impl S3Backend {
         {
             Ok(_) => Ok(()),
             Err(err) if matches!(status(&err), Some(412) | Some(404)) => Ok(()),
-            Err(err) => Err(map_sdk(&self.bucket, "open", err)),
+            Err(err) => Err(SERVICE.map_sdk(&self.bucket, "open", err)),
         }
     }
 
@@ -398,12 +341,12 @@ impl S3Backend {
 
     /// How long a holder's version must stay unchanged before a takeover.
     fn observation_wait(&self, holder_ttl: Duration) -> Duration {
-        holder_ttl + holder_ttl / 1000 + self.margin
+        holder_ttl + holder_ttl / 1000 + self.settings.margin
     }
 
     /// `base` granted to `req` with `fence`, in `epoch`.
     fn granted(&self, base: &Record, req: &AcquireRequest, fence: u64, epoch: u64) -> Record {
-        let now = unix_ms((self.wall)());
+        let now = unix_ms((self.settings.wall)());
         let ttl_ms = req.ttl.as_millis() as u64;
         Record {
             nonce: nonce(),
@@ -427,7 +370,7 @@ impl S3Backend {
         let mut next = record.next();
         if let Some(lease) = &mut next.lease {
             lease.ttl_ms = ttl.as_millis() as u64;
-            lease.expires_ms = unix_ms((self.wall)()) + lease.ttl_ms;
+            lease.expires_ms = unix_ms((self.settings.wall)()) + lease.ttl_ms;
         }
         next
     }
@@ -514,12 +457,7 @@ impl S3Backend {
                 }
             }
         }
-        Err(Error::backend(
-            BACKEND,
-            operation,
-            true,
-            Message("the key's object kept changing".into()),
-        ))
+        Err(SERVICE.error(operation, true, "the key's object kept changing"))
     }
 }
 
@@ -535,26 +473,16 @@ enum Read {
 
 #[async_trait]
 impl Backend for S3Backend {
-    fn name(&self) -> &'static str {
-        BACKEND
-    }
+    leasehold_aws::aws_backend_trait_methods!(BACKEND);
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new(MIN_TTL, self.epoch().max_ttl.min(MAX_TTL))
-            .shared_across_processes(true)
-            .shared_across_machines(true)
+        shared_capabilities(MIN_TTL, self.epoch().max_ttl.min(MAX_TTL))
             .takeover_needs_observation(true)
-    }
-
-    /// The epoch read while building (its age as of now): the store's
-    /// first attempt names it, and a proven epoch is cleared at once.
-    fn epoch_at_open(&self) -> Option<StoreEpoch> {
-        Some(self.epoch())
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         check_ttl(req.ttl)?;
-        let epoch = match self.epoch.admit(req, "store") {
+        let epoch = match self.settings.epoch.admit(req, "store") {
             Ok(epoch) => epoch,
             Err(answer) => return *answer,
         };
@@ -603,15 +531,14 @@ impl Backend for S3Backend {
                     // only once that second is over (crate docs, "A key's
                     // first object").
                     let Some(date) = date else {
-                        return Err(Error::backend(
-                            BACKEND,
+                        return Err(SERVICE.error(
                             "acquire",
                             false,
-                            Message("S3 answered without a Date header".into()),
+                            "S3 answered without a Date header",
                         ));
                     };
                     let base = epoch_at(date);
-                    let wait = (arrived + SECOND_PAST).saturating_sub(self.clock.now());
+                    let wait = (arrived + SECOND_PAST).saturating_sub(self.settings.clock.now());
                     if !wait.is_zero() {
                         tokio::time::sleep(wait).await;
                     }
@@ -632,11 +559,14 @@ impl Backend for S3Backend {
                         (etag, next)
                     } else {
                         if let Some(lease) = &record.lease {
-                            holder = record.holder((self.wall)());
+                            holder = record.holder((self.settings.wall)());
                             let wait = self.observation_wait(Duration::from_millis(lease.ttl_ms));
-                            let ripe =
-                                self.observations
-                                    .saw(key.as_str(), &etag, wait, self.clock.now());
+                            let ripe = self.observations.saw(
+                                key.as_str(),
+                                &etag,
+                                wait,
+                                self.settings.clock.now(),
+                            );
                             if !ripe {
                                 return Ok(AcquireOutcome::Held(holder));
                             }
@@ -744,7 +674,7 @@ impl Backend for S3Backend {
 
     async fn inspect(&self, key: &Key) -> Result<KeyInfo> {
         match self.read("inspect", &self.object_name(key)).await? {
-            Read::Found(_, record) => Ok(record.info(key.clone(), (self.wall)())),
+            Read::Found(_, record) => Ok(record.info(key.clone(), (self.settings.wall)())),
             Read::Missing { .. } => Ok(KeyInfo::new(key.clone(), 0, None)),
             Read::NoBucket => Err(Error::no_store(format!(
                 "bucket {:?} does not exist",
@@ -769,7 +699,7 @@ impl Backend for S3Backend {
             if record.lease.is_none() {
                 return Ok(None);
             }
-            let holder = record.holder((self.wall)());
+            let holder = record.holder((self.settings.wall)());
             let mut next = record.next();
             next.lease = None;
             next.released_by = None;
@@ -785,12 +715,7 @@ impl Backend for S3Backend {
                 Put::NoBucket => return Ok(None),
             }
         }
-        Err(Error::backend(
-            BACKEND,
-            "break",
-            true,
-            Message("the key's object kept changing".into()),
-        ))
+        Err(SERVICE.error("break", true, "the key's object kept changing"))
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {
@@ -804,7 +729,7 @@ impl Backend for S3Backend {
         let mut infos = Vec::with_capacity(keys.len());
         for key in keys {
             if let Read::Found(_, record) = self.read("list", &self.object_name(&key)).await? {
-                infos.push(record.info(key, (self.wall)()));
+                infos.push(record.info(key, (self.settings.wall)()));
             }
         }
         infos.sort_by(|a, b| a.key.cmp(&b.key));
@@ -835,7 +760,7 @@ pub async fn object_names(
             .set_continuation_token(token.take())
             .send()
             .await
-            .map_err(|e| map_sdk(bucket, op, e))?;
+            .map_err(|e| SERVICE.map_sdk(bucket, op, e))?;
         names.extend(
             out.contents()
                 .iter()

@@ -1,20 +1,11 @@
 //! Building an [`S3Backend`]: from code or from a store URL.
 
-use std::fmt;
-use std::sync::Arc;
-use std::time::{Duration, SystemTime};
-
 use aws_sdk_s3::config::{Region, RequestChecksumCalculation, ResponseChecksumValidation};
-use leasehold::backend::shared_builder::check_max_ttl;
-use leasehold::{
-    backend::{SharedClock, SystemClock},
-    Error, Result,
-};
-use leasehold_aws::{AwsOptions, RequestCounter};
+use leasehold::backend::shared_builder::{check_max_ttl, require};
+use leasehold::Result;
+use leasehold_aws::{RequestCounter, StoreOptions};
 
-use crate::{S3Backend, WallClock};
-
-const DEFAULT_MARGIN: Duration = Duration::from_millis(200);
+use crate::S3Backend;
 
 /// Builds an [`S3Backend`].
 ///
@@ -33,26 +24,13 @@ const DEFAULT_MARGIN: Duration = Duration::from_millis(200);
 pub struct S3BackendBuilder {
     pub(crate) bucket: String,
     pub(crate) prefix: String,
-    /// Region, endpoint, profile, credentials and timeouts.
-    pub(crate) aws: AwsOptions,
-    pub(crate) clock: Option<SharedClock>,
-    pub(crate) wall: Option<WallClock>,
-    pub(crate) margin: Duration,
-    pub(crate) max_ttl: Duration,
-    pub(crate) create_bucket: bool,
-    pub(crate) creation: leasehold::Creation,
+    /// Where and how to connect, clocks, max TTL, creating the bucket.
+    pub(crate) options: StoreOptions,
 }
 
-impl fmt::Debug for S3BackendBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("S3BackendBuilder")
-            .field("bucket", &self.bucket)
-            .field("prefix", &self.prefix)
-            .field("aws", &self.aws)
-            .field("create_bucket", &self.create_bucket)
-            .finish_non_exhaustive()
-    }
-}
+leasehold::debug_fields!(b: S3BackendBuilder {
+    bucket, prefix, aws: b.options.aws, create_bucket: b.options.create, ..
+});
 
 impl S3Backend {
     /// A builder for a backend on `bucket`.
@@ -66,127 +44,94 @@ impl S3BackendBuilder {
         S3BackendBuilder {
             bucket: bucket.into(),
             prefix: String::new(),
-            aws: AwsOptions::default(),
-            clock: None,
-            wall: None,
-            margin: DEFAULT_MARGIN,
-            max_ttl: leasehold::backend::DEFAULT_STORE_MAX_TTL,
-            create_bucket: true,
-            creation: leasehold::Creation::IfMissing,
+            options: StoreOptions::default(),
         }
     }
 
     leasehold_aws::aws_builder_methods!("an emulator (`http://127.0.0.1:45399`, moto) or an S3-compatible service; requests then use path-style addressing (`ENDPOINT/BUCKET/OBJECT`)");
 
-    /// Keep the store's objects under this prefix (a key-shaped path such
-    /// as `jobs/prod`; default: the bucket's root). Each prefix is a store
-    /// of its own, with its own epoch.
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
+    leasehold::store_builder_methods! {
+        /// Keep the store's objects under this prefix (a key-shaped path such
+        /// as `jobs/prod`; default: the bucket's root). Each prefix is a store
+        /// of its own, with its own epoch.
+        prefix;
     }
 
-    /// The monotonic clock takeover observations are timed on (the system
-    /// clock unless set; tests inject a [`leasehold::backend::ManualClock`]).
-    pub fn clock(mut self, clock: SharedClock) -> Self {
-        self.clock = Some(clock);
-        self
-    }
-
-    /// The wall clock written into records (`acquired_ms`, `expires_ms`,
-    /// for display only). The system time unless set.
-    pub fn wall_clock(mut self, wall: WallClock) -> Self {
-        self.wall = Some(wall);
-        self
-    }
-
-    /// Extra time a waiter watches an unchanged lease beyond the holder's
-    /// TTL (and a 0.1 % clock-rate allowance) before taking it over.
-    /// Default 200 ms.
-    pub fn takeover_margin(mut self, margin: Duration) -> Self {
-        self.margin = margin;
-        self
-    }
-
-    /// The max TTL a store started by this backend records (default 60 s,
-    /// [`leasehold::backend::DEFAULT_STORE_MAX_TTL`]; 4 s to 24 h): no lease may be
-    /// longer. An existing store keeps the max TTL it recorded.
-    pub fn max_ttl(mut self, max_ttl: Duration) -> Self {
-        self.max_ttl = max_ttl;
-        self
-    }
-
-    /// Whether to create the bucket when it does not exist (default: yes).
-    pub fn create_bucket(mut self, create: bool) -> Self {
-        self.create_bucket = create;
-        self
-    }
-
-    /// What opening may do (default
-    /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
-    /// `Never`, nothing is created or written (a missing bucket or epoch
-    /// marker is [`Error::NoStore`](leasehold::Error::NoStore)); with
-    /// `NewProven`, a marker this backend writes says its epoch is proven
-    /// (settled at once, see
-    /// [`Creation::NewProven`](leasehold::Creation::NewProven)).
-    pub fn creation(mut self, creation: leasehold::Creation) -> Self {
-        self.creation = creation;
-        self
+    leasehold_aws::store_options_methods! {
+        /// The monotonic clock takeover observations are timed on (the system
+        /// clock unless set; tests inject a [`leasehold::backend::ManualClock`]).
+        clock;
+        /// The wall clock written into records (`acquired_ms`, `expires_ms`,
+        /// for display only). The system time unless set.
+        wall_clock;
+        /// Extra time a waiter watches an unchanged lease beyond the holder's
+        /// TTL (and a 0.1 % clock-rate allowance) before taking it over.
+        /// Default 200 ms.
+        takeover_margin;
+        /// The max TTL a store started by this backend records (default 60 s,
+        /// [`leasehold::backend::DEFAULT_STORE_MAX_TTL`]; 4 s to 24 h): no lease may be
+        /// longer. An existing store keeps the max TTL it recorded.
+        max_ttl;
+        /// Whether to create the bucket when it does not exist (default: yes).
+        create_bucket;
+        /// What opening may do (default
+        /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
+        /// `Never`, nothing is created or written (a missing bucket or epoch
+        /// marker is [`Error::NoStore`](leasehold::Error::NoStore)); with
+        /// `NewProven`, a marker this backend writes says its epoch is proven
+        /// (settled at once, see
+        /// [`Creation::NewProven`](leasehold::Creation::NewProven)).
+        creation;
     }
 
     /// Loads the configuration, checks (or creates) the bucket, reads (or
     /// starts) the store's epoch and returns the backend.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] for a bad bucket name, prefix, region or
-    /// endpoint; [`Error::NoStore`] for a missing bucket or store with
-    /// [`Creation::Never`](leasehold::Creation::Never); [`Error::Backend`]
+    /// [`Error::InvalidInput`](leasehold::Error::InvalidInput) for a bad
+    /// bucket name, prefix, region or endpoint;
+    /// [`Error::NoStore`](leasehold::Error::NoStore) for a missing bucket or
+    /// store with [`Creation::Never`](leasehold::Creation::Never);
+    /// [`Error::Backend`](leasehold::Error::Backend)
     /// when S3 cannot be reached, refuses the credentials, or the bucket is
     /// missing and may not be created. No error repeats a credential.
     pub async fn build(self) -> Result<S3Backend> {
         validate_bucket(&self.bucket)?;
         let prefix = leasehold::backend::names::object_prefix(&self.prefix)?;
-        check_max_ttl(self.max_ttl, crate::MIN_TTL, crate::MAX_TTL)?;
-        let sdk = self.aws.load().await?;
+        check_max_ttl(self.options.max_ttl, crate::MIN_TTL, crate::MAX_TTL)?;
+        let aws = &self.options.aws;
+        let sdk = aws.load().await?;
         let requests = RequestCounter::default();
         let mut config = aws_sdk_s3::config::Builder::from(&sdk)
-            .timeout_config(self.aws.timeout_config())
+            .timeout_config(aws.timeout_config())
             .interceptor(requests.clone())
             // Records are a few hundred bytes: no checksums beyond what
             // S3 requires (and no aws-chunked uploads).
             .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
             .response_checksum_validation(ResponseChecksumValidation::WhenRequired);
-        if let Some(region) = &self.aws.region {
+        if let Some(region) = &aws.region {
             config = config.region(Region::new(region.clone()));
         }
-        if let Some(endpoint) = &self.aws.endpoint {
+        if let Some(endpoint) = &aws.endpoint {
             config = config.endpoint_url(endpoint.clone()).force_path_style(true);
         }
-        if let Some(creds) = &self.aws.credentials {
+        if let Some(creds) = &aws.credentials {
             config = config.credentials_provider(creds.clone());
         }
         let config = config.build();
-        let region = self.aws.region_of(config.region())?;
+        let region = aws.region_of(config.region())?;
         let mut backend = S3Backend::new(
             aws_sdk_s3::Client::from_conf(config),
             self.bucket,
             prefix,
-            region,
-            self.aws.endpoint,
-            self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
-            self.wall.unwrap_or_else(|| Arc::new(SystemTime::now)),
-            self.margin,
-            self.max_ttl,
-            self.create_bucket && self.creation.creates(),
-            self.creation,
-            requests,
+            self.options.settings(region, requests),
         );
         backend
             .refresh_epoch()
             .await
             .map_err(|e| backend.connect_error(e))?;
         // A store started again later is not the operator's new store.
-        backend.creation = backend.creation.after_open();
+        backend.settings.creation = backend.settings.creation.after_open();
         Ok(backend)
     }
 }
@@ -201,26 +146,19 @@ fn validate_bucket(bucket: &str) -> Result<()> {
         && bucket.starts_with(|c: char| c.is_ascii_alphanumeric())
         && bucket.ends_with(|c: char| c.is_ascii_alphanumeric())
         && !bucket.contains("..");
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid(
-            "bucket",
-            format!("{bucket:?} is not an S3 bucket name (3-63 characters from a-z 0-9 . -, starting and ending with a letter or digit)"),
-        ))
-    }
+    require("bucket", ok, || {
+        format!("{bucket:?} is not an S3 bucket name (3-63 characters from a-z 0-9 . -, starting and ending with a letter or digit)")
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use leasehold::backend::shared_builder::assert_names;
 
     #[test]
     fn bucket_names() {
-        assert!(validate_bucket("my-locks").is_ok());
-        assert!(validate_bucket("a.b-c1").is_ok());
-        for bad in ["ab", "My-Locks", "-locks", "locks-", "a..b", "a_b", "a/b"] {
-            assert!(validate_bucket(bad).is_err(), "{bad}");
-        }
+        let bad = ["ab", "My-Locks", "-locks", "locks-", "a..b", "a_b", "a/b"];
+        assert_names(validate_bucket, &["my-locks", "a.b-c1"], &bad);
     }
 }

@@ -10,7 +10,7 @@ use leasehold::{
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{Cond, Got, Put, S3Backend, SECOND_PAST};
-use crate::error::{code, map_sdk, status, Message, BACKEND};
+use crate::error::{code, status, SERVICE};
 
 /// The marker's name under the prefix. `!` never occurs in a key (nor in
 /// an escaped one), so no key maps to it and `list` skips it; and it sorts
@@ -56,21 +56,15 @@ fn parse(
     date: Option<SystemTime>,
 ) -> Result<StoreEpoch> {
     let marker: Marker = serde_json::from_slice(body).map_err(|e| {
-        Error::backend(
-            BACKEND,
-            "epoch",
-            false,
-            Message(format!(
+        SERVICE.error("epoch", false, format!(
                 "the store's epoch marker ({MARKER}) is not leasehold's ({e}); is the prefix used by something else?"
-            )),
-        )
+            ))
     })?;
     let Some(last_modified) = last_modified else {
-        return Err(Error::backend(
-            BACKEND,
+        return Err(SERVICE.error(
             "epoch",
             true,
-            Message("S3 answered the epoch marker's read without Last-Modified".into()),
+            "S3 answered the epoch marker's read without Last-Modified",
         ));
     };
     let age = date.map(|d| {
@@ -105,32 +99,28 @@ pub(crate) async fn read_or_start(backend: &S3Backend) -> Result<StoreEpoch> {
             }
             Got::Missing { date, arrived } => (date, arrived),
         };
-        if backend.creation == Creation::Never {
+        if backend.settings.creation == Creation::Never {
             return Err(Error::no_store(format!(
                 "no leasehold store at s3://{}/{} (no epoch marker)",
                 backend.bucket, backend.prefix
             )));
         }
         let Some(missing_at) = missing_at else {
-            return Err(Error::backend(
-                BACKEND,
-                "open",
-                false,
-                Message("S3 answered without a Date header".into()),
-            ));
+            return Err(SERVICE.error("open", false, "S3 answered without a Date header"));
         };
         // Written a second past the answer that said there is none, so
         // that its Last-Modified (the epoch) is in a later second than
         // every earlier marker's here (crate docs, "Epochs never repeat").
-        let wait = (arrived + SECOND_PAST).saturating_sub(backend.clock.now());
+        let wait = (arrived + SECOND_PAST).saturating_sub(backend.settings.clock.now());
         tokio::time::sleep(wait).await;
         // "No store existed here before" (`init --new`) is taken at its
         // word only where no object of one is left: objects without a
         // marker are a store being deleted, or restored, whose holders may
         // still run.
-        let proven = backend.creation == Creation::NewProven && !has_objects(backend).await?;
+        let proven =
+            backend.settings.creation == Creation::NewProven && !has_objects(backend).await?;
         let marker = Marker {
-            max_ttl_ms: backend.max_ttl.as_millis() as u64,
+            max_ttl_ms: backend.settings.max_ttl.as_millis() as u64,
             proven,
             nonce: crate::record::nonce(),
         };
@@ -158,12 +148,7 @@ pub(crate) async fn read_or_start(backend: &S3Backend) -> Result<StoreEpoch> {
             Put::Refused | Put::NoBucket => {}
         }
     }
-    Err(Error::backend(
-        BACKEND,
-        "open",
-        true,
-        Message("the store's epoch marker kept changing".into()),
-    ))
+    Err(SERVICE.error("open", true, "the store's epoch marker kept changing"))
 }
 
 /// Whether any object is under the store's prefix.
@@ -176,7 +161,7 @@ async fn has_objects(backend: &S3Backend) -> Result<bool> {
         .max_keys(1)
         .send()
         .await
-        .map_err(|e| map_sdk(&backend.bucket, "open", e))?;
+        .map_err(|e| SERVICE.map_sdk(&backend.bucket, "open", e))?;
     let found = !listed.contents().is_empty();
     if found {
         tracing::warn!(bucket = %backend.bucket, prefix = %backend.prefix, "no epoch marker, but objects of a store are here: the new epoch is quarantined, not settled at once");
@@ -193,54 +178,43 @@ async fn ensure_bucket(backend: &S3Backend) -> Result<()> {
         Ok(_) => return Ok(()),
         Err(err) if status(&err) == Some(404) => {}
         Err(err) if status(&err) == Some(403) => {
-            return Err(Error::backend(
-                BACKEND,
-                "open",
-                false,
-                Message(format!(
+            return Err(SERVICE.error("open", false, format!(
                     "S3 refused to say whether bucket {bucket:?} exists (403): the credentials need s3:ListBucket on it (or it is another account's bucket)"
-                )),
-            ))
+                )))
         }
-        Err(err) => return Err(backend.connect_error(map_sdk(bucket, "open", err))),
+        Err(err) => return Err(backend.connect_error(SERVICE.map_sdk(bucket, "open", err))),
     }
-    if !backend.creation.creates() {
+    if !backend.settings.creation.creates() {
         return Err(Error::no_store(format!("bucket {bucket:?} does not exist")));
     }
-    if !backend.create_bucket {
-        return Err(Error::backend(
-            BACKEND,
+    if !backend.settings.create {
+        return Err(SERVICE.error(
             "open",
             false,
-            Message(format!(
-                "bucket {bucket:?} does not exist and create_bucket is off"
-            )),
+            format!("bucket {bucket:?} does not exist and create_bucket is off"),
         ));
     }
     let mut create = backend.client.create_bucket().bucket(bucket);
-    if backend.region != "us-east-1" {
+    if backend.settings.region != "us-east-1" {
         // Every region but us-east-1 wants to be named.
         create = create.create_bucket_configuration(
             CreateBucketConfiguration::builder()
-                .location_constraint(BucketLocationConstraint::from(backend.region.as_str()))
+                .location_constraint(BucketLocationConstraint::from(
+                    backend.settings.region.as_str(),
+                ))
                 .build(),
         );
     }
     match create.send().await {
         Ok(_) => {
-            tracing::info!(%bucket, region = %backend.region, "created the S3 bucket");
+            tracing::info!(%bucket, region = %backend.settings.region, "created the S3 bucket");
             Ok(())
         }
         // Someone else (or we, a moment ago) created it: use it.
         Err(err) if code(&err) == Some("BucketAlreadyOwnedByYou") => Ok(()),
-        Err(err) if status(&err) == Some(403) => Err(Error::backend(
-            BACKEND,
-            "open",
-            false,
-            Message(format!(
+        Err(err) if status(&err) == Some(403) => Err(SERVICE.error("open", false, format!(
                 "bucket {bucket:?} does not exist, and the credentials may not create it (s3:CreateBucket): create it, or allow that"
-            )),
-        )),
-        Err(err) => Err(map_sdk(bucket, "create bucket", err)),
+            ))),
+        Err(err) => Err(SERVICE.map_sdk(bucket, "create bucket", err)),
     }
 }

@@ -3,15 +3,13 @@
 
 use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
-use leasehold::Error;
 use leasehold_aws::Service;
-
-pub(crate) use leasehold_aws::Message;
 
 pub(crate) const BACKEND: &str = "s3";
 
-/// S3's error codes.
-const SERVICE: Service = Service {
+/// S3's error codes and how messages name the bucket: `SERVICE.map_sdk`
+/// maps an SDK failure of an operation in a bucket.
+pub(crate) const SERVICE: Service = Service {
     backend: BACKEND,
     name: "S3",
     retryable_codes: &[
@@ -36,19 +34,8 @@ const SERVICE: Service = Service {
         "AccountProblem",
     ],
     not_found_code: "NoSuchBucket",
+    place: |bucket| format!("bucket {bucket:?}"),
 };
-
-/// Maps an SDK failure of `operation` in `bucket`.
-pub(crate) fn map_sdk<E>(
-    bucket: &str,
-    operation: &'static str,
-    err: SdkError<E, HttpResponse>,
-) -> Error
-where
-    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-{
-    leasehold_aws::map_sdk(&SERVICE, &format!("bucket {bucket:?}"), operation, err)
-}
 
 /// The service's error code of a failure, if it has one.
 pub(crate) fn code<E: ProvideErrorMetadata>(err: &SdkError<E, HttpResponse>) -> Option<&str> {

@@ -247,7 +247,7 @@ mod error;
 mod record;
 mod url;
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 #[doc(hidden)]
 pub use backend::object_names;
@@ -259,8 +259,8 @@ pub use aws_config;
 /// Re-exported for building credentials providers and SDK configurations.
 pub use aws_sdk_s3;
 
-/// A wall clock: the time of day, as [`SystemTime::now`] gives it.
-pub type WallClock = std::sync::Arc<dyn Fn() -> SystemTime + Send + Sync>;
+#[doc(inline)]
+pub use leasehold_aws::WallClock;
 
 /// Shortest TTL this backend accepts.
 pub const MIN_TTL: Duration = Duration::from_secs(4);

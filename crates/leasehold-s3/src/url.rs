@@ -2,6 +2,7 @@
 
 use leasehold::backend::params::QuerySpec;
 use leasehold::{Error, Result};
+use leasehold_aws::parse_store_url;
 
 use crate::builder::S3BackendBuilder;
 use crate::S3Backend;
@@ -34,38 +35,24 @@ impl S3Backend {
     ///
     /// # Errors
     /// As [`from_url`](Self::from_url), for the URL's form.
+    ///
+    /// Nothing is contacted yet. Error messages name the offending parameter
+    /// but never repeat values that could be secret (only the bucket,
+    /// prefix, region and endpoint are echoed, and an endpoint carrying user
+    /// info is refused without being repeated).
     pub fn builder_from_url(url: &str) -> Result<S3BackendBuilder> {
-        parse(url)
+        let (path, query) = parse_store_url(url, &PARAMS, "an S3 store URL", FORM)?;
+        let (bucket, prefix) = path.split_once('/').unwrap_or((path, ""));
+        if bucket.is_empty() {
+            return Err(Error::invalid(
+                WHAT,
+                format!("the URL names no bucket; {FORM}"),
+            ));
+        }
+        let mut builder = S3BackendBuilder::new(bucket).prefix(prefix);
+        builder.options.read_query(&query, "create_bucket")?;
+        Ok(builder)
     }
-}
-
-/// Turns a store URL into a builder (nothing is contacted yet).
-///
-/// Error messages name the offending parameter but never repeat values
-/// that could be secret (only the bucket, prefix, region and endpoint are
-/// echoed, and an endpoint carrying user info is refused without being
-/// repeated).
-pub(crate) fn parse(url: &str) -> Result<S3BackendBuilder> {
-    let rest = url.strip_prefix("s3://").ok_or_else(|| {
-        Error::invalid(WHAT, format!("an S3 store URL starts with s3://; {FORM}"))
-    })?;
-    let (path, query) = PARAMS.parse_url(rest)?;
-    let (bucket, prefix) = path.split_once('/').unwrap_or((path, ""));
-    if bucket.is_empty() {
-        return Err(Error::invalid(
-            WHAT,
-            format!("the URL names no bucket; {FORM}"),
-        ));
-    }
-    let mut builder = S3BackendBuilder::new(bucket).prefix(prefix);
-    builder.aws.read_query(&query);
-    if let Some(max_ttl) = query.duration("max_ttl")? {
-        builder = builder.max_ttl(max_ttl);
-    }
-    if let Some(create) = query.boolean("create_bucket")? {
-        builder = builder.create_bucket(create);
-    }
-    Ok(builder)
 }
 
 #[cfg(test)]
@@ -76,40 +63,43 @@ mod tests {
 
     #[test]
     fn parses_every_parameter() {
-        let b = parse("s3://locks/jobs/prod?region=eu-west-1&endpoint=http%3A%2F%2F127.0.0.1%3A45399&profile=dev&max_ttl=5m&create_bucket=false").unwrap();
+        let b = S3Backend::builder_from_url("s3://locks/jobs/prod?region=eu-west-1&endpoint=http%3A%2F%2F127.0.0.1%3A45399&profile=dev&max_ttl=5m&create_bucket=false").unwrap();
         assert_eq!(b.bucket, "locks");
         assert_eq!(b.prefix, "jobs/prod");
-        assert_eq!(b.aws.region.as_deref(), Some("eu-west-1"));
-        assert_eq!(b.aws.endpoint.as_deref(), Some("http://127.0.0.1:45399"));
-        assert_eq!(b.aws.profile.as_deref(), Some("dev"));
-        assert_eq!(b.max_ttl, Duration::from_secs(300));
-        assert!(!b.create_bucket);
+        let names = (
+            Some("eu-west-1"),
+            Some("http://127.0.0.1:45399"),
+            Some("dev"),
+        );
+        assert_eq!(b.options.aws.names(), names);
+        assert_eq!(b.options.max_ttl, Duration::from_secs(300));
+        assert!(!b.options.create);
     }
 
     #[test]
     fn bare_bucket() {
-        let b = parse("s3://locks").unwrap();
+        let b = S3Backend::builder_from_url("s3://locks").unwrap();
         assert_eq!(b.bucket, "locks");
         assert_eq!(b.prefix, "");
-        let b = parse("s3://locks/").unwrap();
+        let b = S3Backend::builder_from_url("s3://locks/").unwrap();
         assert_eq!(b.prefix, "");
-        assert!(b.aws.region.is_none() && b.aws.endpoint.is_none());
+        assert!(b.options.aws.region.is_none() && b.options.aws.endpoint.is_none());
     }
 
     #[test]
     fn bad_forms_are_named_not_echoed() {
-        assert!(parse("s4://locks").is_err());
-        assert!(parse("s3://").is_err());
-        assert!(parse("s3:///prefix").is_err());
-        assert!(parse("s3://locks?max_ttl=3").is_err());
-        assert!(parse("s3://locks?create_bucket=maybe").is_err());
-        let err = parse("s3://locks?secret_key=hunter2").unwrap_err();
+        assert!(S3Backend::builder_from_url("s4://locks").is_err());
+        assert!(S3Backend::builder_from_url("s3://").is_err());
+        assert!(S3Backend::builder_from_url("s3:///prefix").is_err());
+        assert!(S3Backend::builder_from_url("s3://locks?max_ttl=3").is_err());
+        assert!(S3Backend::builder_from_url("s3://locks?create_bucket=maybe").is_err());
+        let err = S3Backend::builder_from_url("s3://locks?secret_key=hunter2").unwrap_err();
         let text = err.to_string();
         assert!(
             text.contains("secret_key") && !text.contains("hunter2"),
             "{text}"
         );
-        let err = parse("s3://locks?region=a&region=b").unwrap_err();
+        let err = S3Backend::builder_from_url("s3://locks?region=a&region=b").unwrap_err();
         assert!(err.to_string().contains("more than once"), "{err}");
     }
 }

@@ -125,13 +125,7 @@ pub struct Connection {
     user: Option<Arc<(String, String)>>,
 }
 
-impl std::fmt::Debug for Connection {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Connection")
-            .field("user", &self.user.as_ref().map(|u| &u.0))
-            .finish_non_exhaustive()
-    }
-}
+leasehold::debug_fields!(c: Connection { user: c.user.as_ref().map(|u| &u.0), .. });
 
 impl Connection {
     /// A channel to `urls` (`http://HOST:PORT` or, with this crate's
@@ -382,21 +376,20 @@ pub fn get(key: impl Into<Vec<u8>>) -> RequestOp {
 
 /// A `Range` of every key starting with `prefix`.
 pub fn get_prefix(prefix: impl Into<Vec<u8>>) -> RequestOp {
-    let key = prefix.into();
-    op(Op::RequestRange(RangeRequest {
-        range_end: prefix_end(&key),
-        key,
-        ..Default::default()
-    }))
+    range_prefix(prefix.into(), false)
 }
 
 /// A `Range` that only counts the keys starting with `prefix`.
 pub fn count_prefix(prefix: impl Into<Vec<u8>>) -> RequestOp {
-    let key = prefix.into();
+    range_prefix(prefix.into(), true)
+}
+
+/// A `Range` of every key starting with `key`, or of their count.
+fn range_prefix(key: Vec<u8>, count_only: bool) -> RequestOp {
     op(Op::RequestRange(RangeRequest {
         range_end: prefix_end(&key),
         key,
-        count_only: true,
+        count_only,
         ..Default::default()
     }))
 }
@@ -429,6 +422,17 @@ pub fn delete_prefix(prefix: impl Into<Vec<u8>>) -> RequestOp {
     }))
 }
 
+/// The comparison `target(key) == value`.
+fn equal(key: Vec<u8>, target: CompareTarget, value: TargetUnion) -> Compare {
+    Compare {
+        result: CompareResult::Equal as i32,
+        target: target as i32,
+        key,
+        target_union: Some(value),
+        ..Default::default()
+    }
+}
+
 fn op(request: Op) -> RequestOp {
     RequestOp {
         request: Some(request),
@@ -438,37 +442,31 @@ fn op(request: Op) -> RequestOp {
 /// The comparison `create_revision(key) == revision` (0: the key does not
 /// exist).
 pub fn created_at(key: impl Into<Vec<u8>>, revision: i64) -> Compare {
-    Compare {
-        result: CompareResult::Equal as i32,
-        target: CompareTarget::Create as i32,
-        key: key.into(),
-        target_union: Some(TargetUnion::CreateRevision(revision)),
-        ..Default::default()
-    }
+    equal(
+        key.into(),
+        CompareTarget::Create,
+        TargetUnion::CreateRevision(revision),
+    )
 }
 
 /// The comparison `mod_revision(key) == revision` (0: the key does not
 /// exist).
 pub fn modified_at(key: impl Into<Vec<u8>>, revision: i64) -> Compare {
-    Compare {
-        result: CompareResult::Equal as i32,
-        target: CompareTarget::Mod as i32,
-        key: key.into(),
-        target_union: Some(TargetUnion::ModRevision(revision)),
-        ..Default::default()
-    }
+    equal(
+        key.into(),
+        CompareTarget::Mod,
+        TargetUnion::ModRevision(revision),
+    )
 }
 
 /// The comparison `value(key) == value` (false when the key does not
 /// exist: etcd fails a value comparison on a missing key).
 pub fn value_is(key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Compare {
-    Compare {
-        result: CompareResult::Equal as i32,
-        target: CompareTarget::Value as i32,
-        key: key.into(),
-        target_union: Some(TargetUnion::Value(value.into())),
-        ..Default::default()
-    }
+    equal(
+        key.into(),
+        CompareTarget::Value,
+        TargetUnion::Value(value.into()),
+    )
 }
 
 /// The count of a `Range` response (0 for any other).

@@ -2,8 +2,7 @@
 -- store's epoch marker, KEYS[2] (where used) the key's record. Numbers
 -- are written with int(): Lua's tostring would print 1e+15.
 local ORIGIN_S = 1704067200
-local RUN_ID = nil
-local REPLID = nil
+local INFO = {}
 
 local function int(n)
   return string.format('%.0f', n)
@@ -15,13 +14,18 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- The hex field `name` of the INFO `section`, asked for once a script.
+local function info(section, name)
+  if not INFO[name] then
+    INFO[name] = string.match(redis.call('INFO', section), name .. ':(%x+)')
+  end
+  return INFO[name]
+end
+
 -- This server process's run id: new at every start, and different on a
 -- promoted replica.
 local function run_id()
-  if not RUN_ID then
-    RUN_ID = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
-  end
-  return RUN_ID
+  return info('server', 'run_id')
 end
 
 -- This server's replication history: a new id whenever it becomes a
@@ -29,10 +33,7 @@ end
 -- as a replica. A demoted primary that resynchronised from its replica and
 -- was promoted again (failback) keeps its run_id, but not this.
 local function replid()
-  if not REPLID then
-    REPLID = string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)')
-  end
-  return REPLID
+  return info('replication', 'master_replid')
 end
 
 -- The store's epoch if the marker was written by this very server
