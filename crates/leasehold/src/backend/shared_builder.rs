@@ -2,9 +2,12 @@
 //! URL's scheme, the max TTL's range, the store's recorded max TTL as
 //! the backend last read it (the server stores'
 //! [`capabilities`](crate::backend::Backend::capabilities)), the builder
-//! methods every store has ([`store_builder_methods!`](crate::store_builder_methods))
-//! and `Debug` impls that show only some fields
-//! ([`debug_fields!`](crate::debug_fields)).
+//! methods every store has (`leasehold::store_builder_methods!`), the
+//! backend methods the server stores share
+//! (`leasehold::server_backend_methods!`) and `Debug` impls that show only
+//! some fields (`leasehold::debug_fields!`). The three macros are
+//! `#[macro_export]`ed, so they live at the crate root; they are hidden
+//! there (the root is for users) and documented in this file's source.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -191,7 +194,7 @@ impl ServerOptions {
 /// What a server store's backend keeps alike: the store's epoch as read
 /// while opening, and the listener for releases when wake-ups are on. The
 /// backend's [`Backend`](crate::backend::Backend) methods that ask for them
-/// are [`server_backend_methods!`](crate::server_backend_methods).
+/// are written by `leasehold::server_backend_methods!` (this file).
 #[derive(Debug, Default)]
 pub struct ServerCommon {
     opened: OnceLock<EpochRead>,
@@ -246,6 +249,9 @@ impl ServerCommon {
 /// its `ServerCommon` from `self`; with `capabilities: PATH, MIN_TTL`, also
 /// `capabilities` from the [`RecordedMaxTtl`] at `PATH`
 /// ([`RecordedMaxTtl::capabilities`]).
+// For store authors: hidden at the crate root, where `macro_export` puts
+// it (the root is for users; see the module docs).
+#[doc(hidden)]
 #[macro_export]
 macro_rules! server_backend_methods {
     ($name:expr, $($path:ident).+, capabilities: $($recorded:ident).+, $min_ttl:expr) => {
@@ -295,6 +301,9 @@ macro_rules! server_backend_methods {
 ///     }
 /// }
 /// ```
+// For store authors: hidden at the crate root, where `macro_export` puts
+// it (the root is for users; see the module docs).
+#[doc(hidden)]
 #[macro_export]
 macro_rules! store_builder_methods {
     (@method [$($doc:tt)*] [$($path:tt)*] prefix) => {
@@ -350,6 +359,9 @@ macro_rules! store_builder_methods {
 /// let login = Login { user: "me".into(), password: "hunter2".into(), tries: 1 };
 /// assert_eq!(format!("{login:?}"), r#"Login { user: "me", password: 7, .. }"#);
 /// ```
+// For store authors: hidden at the crate root, where `macro_export` puts
+// it (the root is for users; see the module docs).
+#[doc(hidden)]
 #[macro_export]
 macro_rules! debug_fields {
     ($this:ident: $ty:ident { $($fields:tt)* }) => {
