@@ -638,15 +638,31 @@ fn every_store_scheme_has_a_section_and_an_example() {
 }
 
 /// The query parameters a store's URL parser accepts: the strings of the
-/// list in the first `QuerySpec::new("STORE", &[...])` in `file` (every
-/// store declares its parameters so, for `leasehold::backend::params`).
+/// list in the first `QuerySpec::new("STORE", &[...])` in `file`, or of the
+/// list `const LIST: &[&str] = &[...]` it names (every store declares its
+/// parameters so, for `leasehold::backend::params`).
 fn spec_parameters(file: &str) -> BTreeSet<String> {
     let source = read(file);
     let start = source
         .find("QuerySpec::new(")
         .unwrap_or_else(|| panic!("no `QuerySpec::new(` in {file}"));
-    let spec = &source[start..];
-    let list = &spec[spec.find("&[").expect("a parameter list") + 2..];
+    let args = &source[start + "QuerySpec::new(".len()..];
+    let args = &args[args.find(',').expect("a second argument") + 1..];
+    let list = match args.trim_start().strip_prefix("&[") {
+        Some(list) => list,
+        None => {
+            let name: String = args
+                .trim_start()
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            let decl = format!("const {name}: &[&str] = &[");
+            let at = source
+                .find(&decl)
+                .unwrap_or_else(|| panic!("{file}: no `{decl}` for the QuerySpec's list"));
+            &source[at + decl.len()..]
+        }
+    };
     let list = &list[..list.find(']').expect("the end of the parameter list")];
     between(list, '"').into_iter().collect()
 }
