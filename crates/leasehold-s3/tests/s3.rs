@@ -40,6 +40,7 @@ async fn etag(backend: &S3Backend, key: &str) -> String {
 /// gets the key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn renewals_change_the_etag_even_with_a_frozen_wall_clock() {
+    let _emulator = common::EMULATOR.read().await;
     let Some(prefix) = common::prefix_of_its_own() else {
         return;
     };
@@ -84,6 +85,11 @@ async fn renewals_change_the_etag_even_with_a_frozen_wall_clock() {
         .await;
     match got {
         Err(Error::TimedOut { .. }) => {}
+        Ok(g) if holder.is_lost() => panic!(
+            "the holder lost its lease ({:?}) and a waiter took the key (token {}): the emulator answered too slowly for this test to say anything",
+            holder.loss_reason(),
+            g.fencing_token()
+        ),
         Ok(g) => panic!(
             "a waiter took the key (token {}) from a live holder (token {}): a stale If-Match matched",
             g.fencing_token(),
@@ -100,6 +106,7 @@ async fn renewals_change_the_etag_even_with_a_frozen_wall_clock() {
 /// losses and change nothing for B; B waited at least A's TTL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn stale_holder_renew_after_takeover_fails() {
+    let _emulator = common::EMULATOR.read().await;
     let Some(a) = common::backend().await else {
         return;
     };
@@ -133,6 +140,7 @@ async fn stale_holder_renew_after_takeover_fails() {
 /// try-acquire costs one and names the holder.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_counts() {
+    let _emulator = common::EMULATOR.read().await;
     let Some(backend) = common::backend().await else {
         return;
     };
@@ -161,6 +169,7 @@ async fn bucket_exists(bucket: &str) -> bool {
 /// default it is created, and a second backend uses it as it is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_bucket_is_created_only_when_allowed() {
+    let _emulator = common::EMULATOR.read().await;
     let Some(bucket) = common::bucket_of_its_own() else {
         return;
     };
@@ -195,6 +204,7 @@ async fn a_missing_bucket_is_created_only_when_allowed() {
 /// before anything is sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn opens_from_url() {
+    let _emulator = common::EMULATOR.read().await;
     let Some(prefix) = common::prefix_of_its_own() else {
         return;
     };
@@ -233,6 +243,7 @@ async fn opens_from_url() {
 /// of the deleted one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_deleted_by_hand_still_gets_greater_tokens() {
+    let _emulator = common::EMULATOR.read().await;
     let Some(backend) = common::backend().await else {
         return;
     };
@@ -275,6 +286,7 @@ async fn a_key_deleted_by_hand_still_gets_greater_tokens() {
 /// after the holder was told lost, with a greater token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn bucket_deleted_under_a_live_holder() {
+    let _emulator = common::EMULATOR.read().await;
     let Some(bucket) = common::bucket_of_its_own() else {
         return;
     };
@@ -314,6 +326,7 @@ leasehold::recreation_tests!(store_deleted_and_recreated);
 /// `test` on a store of its own, opened with a 30-minute max TTL, its
 /// objects deleted, and re-created with the default.
 async fn store_deleted_and_recreated(test: Recreation) {
+    let _emulator = common::EMULATOR.read().await;
     let Some(prefix) = common::prefix_of_its_own() else {
         return;
     };
@@ -334,6 +347,7 @@ async fn store_deleted_and_recreated(test: Recreation) {
 /// process may have started the new epoch and been granted its key).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_holder_is_told_of_loss_once_the_epoch_marker_is_gone() {
+    let _emulator = common::EMULATOR.read().await;
     let Some(prefix) = common::prefix_of_its_own() else {
         return;
     };
@@ -370,6 +384,7 @@ async fn a_holder_is_told_of_loss_once_the_epoch_marker_is_gone() {
 /// after its last one, which another process has been granted since.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_restored_copy_repeats_no_token_for_a_process_that_wrote_it() {
+    let _emulator = common::EMULATOR.read().await;
     let Some(prefix) = common::prefix_of_its_own() else {
         return;
     };
@@ -444,6 +459,7 @@ async fn a_restored_copy_repeats_no_token_for_a_process_that_wrote_it() {
 /// as any other, since a holder of a deleted key may still run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_store_over_left_objects_is_not_settled_at_once() {
+    let _emulator = common::EMULATOR.read().await;
     let Some(prefix) = common::prefix_of_its_own() else {
         return;
     };
@@ -476,6 +492,8 @@ async fn a_new_store_over_left_objects_is_not_settled_at_once() {
 /// say nothing about leasehold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_emulator_applies_conditional_writes_one_at_a_time() {
+    // Alone: its floods would slow the other tests' renewals past their TTLs.
+    let _alone = common::EMULATOR.write().await;
     if !common::available() {
         return;
     }

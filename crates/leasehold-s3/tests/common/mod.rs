@@ -186,3 +186,11 @@ pub async fn delete_bucket(client: &Client, bucket: &str) {
 pub fn unique_key(test: &str) -> String {
     servers::unique_name(&format!("{test}/"))
 }
+
+/// The emulator, shared by this binary's tests (`read`) except by the check
+/// that floods it with simultaneous writes (`write`): behind the test
+/// command's one-request-at-a-time moto, its floods queued the other tests'
+/// requests for seconds, past their TTLs (a renewal landed too late and a
+/// live holder lost its lease; a key's first grant answered after its
+/// deadline).
+pub static EMULATOR: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
