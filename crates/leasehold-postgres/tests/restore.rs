@@ -8,23 +8,16 @@
 mod common;
 
 use common::PrivateServer;
+use leasehold::conformance::servers::admin_tool;
 use leasehold::conformance::servers::suite::next_token as token;
 use leasehold::Store;
 
 async fn psql(server: &PrivateServer, args: &[&str]) -> String {
-    let out = tokio::process::Command::new("psql")
-        .arg(server.url().split('?').next().unwrap())
+    let mut cmd = std::process::Command::new("psql");
+    cmd.arg(server.url().split('?').next().unwrap())
         .args(["-v", "ON_ERROR_STOP=1", "-Atq"])
-        .args(args)
-        .output()
-        .await
-        .expect("run psql");
-    assert!(
-        out.status.success(),
-        "psql {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+        .args(args);
+    admin_tool(cmd).await.trim().to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -37,18 +30,12 @@ async fn a_dump_restored_into_another_cluster_never_repeats_a_token() {
     let before_dump = token(&on_old).await;
 
     let dump = std::env::temp_dir().join(format!("leasehold-dump-{}.sql", old.port));
-    let out = tokio::process::Command::new("pg_dump")
+    let mut pg_dump = std::process::Command::new("pg_dump");
+    pg_dump
         .arg(format!("--dbname={}", old.url().split('?').next().unwrap()))
         .args(["--no-owner", "--table", "leasehold_leases", "--file"])
-        .arg(&dump)
-        .output()
-        .await
-        .expect("run pg_dump");
-    assert!(
-        out.status.success(),
-        "pg_dump: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .arg(&dump);
+    admin_tool(pg_dump).await;
     let after_dump = token(&on_old).await;
     assert!(after_dump > before_dump);
 

@@ -19,28 +19,23 @@ pub const REGION: &str = "us-east-1";
 pub const ACCESS_KEY: &str = "leaseholdtests";
 pub const SECRET_KEY: &str = "leasehold-test-secret-0f1e2d3c";
 
-pub fn endpoint() -> String {
-    servers::server_url("LEASEHOLD_TEST_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000")
-}
+/// DynamoDB Local, started by `scripts/dynamodb-local.sh`.
+pub const EMULATOR: servers::Emulator = servers::Emulator {
+    store: "dynamodb",
+    name: "DynamoDB Local",
+    script: "dynamodb-local",
+    var: "LEASEHOLD_TEST_DYNAMODB_ENDPOINT",
+    default: "http://127.0.0.1:8000",
+};
 
-/// Whether something accepts TCP connections at the endpoint.
-pub fn reachable() -> Result<(), String> {
-    servers::reachable(
-        &endpoint(),
-        80,
-        "DynamoDB Local",
-        "dynamodb-local",
-        "LEASEHOLD_TEST_DYNAMODB_ENDPOINT",
-    )
+pub fn endpoint() -> String {
+    EMULATOR.endpoint()
 }
 
 /// Whether the emulator is there; if not, says so (or fails the test under
 /// `LEASEHOLD_REQUIRE_EMULATORS=1`).
 pub fn available() -> bool {
-    match reachable() {
-        Ok(()) => true,
-        Err(why) => leasehold::conformance::skip::<()>("dynamodb", &why).is_some(),
-    }
+    EMULATOR.available()
 }
 
 pub fn credentials() -> Credentials {
@@ -73,10 +68,7 @@ pub const MAX_TTL: Duration = Duration::from_secs(10);
 /// A builder for the emulator on the run's table, or `None` (skipped) when
 /// the emulator is not there.
 pub fn builder() -> Option<DynamoDbBackendBuilder> {
-    match reachable() {
-        Ok(()) => Some(builder_for(table())),
-        Err(why) => leasehold::conformance::skip("dynamodb", &why),
-    }
+    EMULATOR.then(|| builder_for(table()))
 }
 
 /// A backend on the run's table, or `None` (skipped), once the table is

@@ -47,19 +47,11 @@ pub async fn etcdctl(args: &[&str]) -> String {
 
 /// [`etcdctl`] against the server at `endpoint` (`HOST:PORT`).
 pub async fn etcdctl_at(endpoint: &str, args: &[&str]) -> String {
-    let out = tokio::process::Command::new("etcdctl")
-        .env("ETCDCTL_API", "3")
+    let mut cmd = std::process::Command::new("etcdctl");
+    cmd.env("ETCDCTL_API", "3")
         .arg(format!("--endpoints=http://{endpoint}"))
-        .args(args)
-        .output()
-        .await
-        .expect("run etcdctl");
-    assert!(
-        out.status.success(),
-        "etcdctl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+        .args(args);
+    servers::admin_tool(cmd).await
 }
 
 /// An etcd of a test's own (started with `scripts/etcd.sh` on ports of its

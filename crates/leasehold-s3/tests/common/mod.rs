@@ -30,28 +30,23 @@ pub const BUCKET: &str = "leasehold-tests";
 /// store.
 pub const MAX_TTL: Duration = Duration::from_secs(10);
 
-pub fn endpoint() -> String {
-    servers::server_url("LEASEHOLD_TEST_S3_ENDPOINT", "http://127.0.0.1:45399")
-}
+/// moto, started by `scripts/moto.sh`.
+pub const MOTO: servers::Emulator = servers::Emulator {
+    store: "s3",
+    name: "S3 emulator (moto)",
+    script: "moto",
+    var: "LEASEHOLD_TEST_S3_ENDPOINT",
+    default: "http://127.0.0.1:45399",
+};
 
-/// Whether something accepts TCP connections at the endpoint.
-pub fn reachable() -> Result<(), String> {
-    servers::reachable(
-        &endpoint(),
-        80,
-        "S3 emulator (moto)",
-        "moto",
-        "LEASEHOLD_TEST_S3_ENDPOINT",
-    )
+pub fn endpoint() -> String {
+    MOTO.endpoint()
 }
 
 /// Whether the emulator is there; if not, says so (or fails the test under
 /// `LEASEHOLD_REQUIRE_EMULATORS=1`).
 pub fn available() -> bool {
-    match reachable() {
-        Ok(()) => true,
-        Err(why) => leasehold::conformance::skip::<()>("s3", &why).is_some(),
-    }
+    MOTO.available()
 }
 
 pub fn credentials() -> Credentials {
@@ -95,10 +90,7 @@ pub fn builder_for(bucket: &str, prefix: &str) -> S3BackendBuilder {
 /// backend of the run writes its epoch marker as proven (no quarantine),
 /// which is what `leasehold init --new` states for such a store.
 pub fn builder() -> Option<S3BackendBuilder> {
-    match reachable() {
-        Ok(()) => Some(builder_for(BUCKET, prefix()).creation(Creation::NewProven)),
-        Err(why) => leasehold::conformance::skip("s3", &why),
-    }
+    MOTO.then(|| builder_for(BUCKET, prefix()).creation(Creation::NewProven))
 }
 
 /// A backend on the run's store, or `None` (skipped).

@@ -94,6 +94,75 @@ pub fn installed(program: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
+/// Runs an administrator's tool (`psql`, `pg_dump`, `etcdctl`, ...) to
+/// its end, as an operator would, off the async threads; returns its
+/// standard output. Panics, with the command line and the tool's standard
+/// error, if it cannot be run or fails.
+// Not an `async fn`: the build script takes every `pub async fn` at the
+// start of a line in this folder for a conformance test.
+#[allow(clippy::manual_async_fn)]
+pub fn admin_tool(mut cmd: std::process::Command) -> impl std::future::Future<Output = String> {
+    async move {
+        let shown = format!("{cmd:?}");
+        let out = tokio::task::spawn_blocking(move || cmd.output())
+            .await
+            .expect("the tool's task")
+            .unwrap_or_else(|e| panic!("cannot run {shown}: {e}"));
+        assert!(
+            out.status.success(),
+            "{shown}: {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+/// An emulator the tests reach at an endpoint URL given by an environment
+/// variable (DynamoDB Local, moto for S3): where it is, and whether it is
+/// there (if not, the tests are skipped, or fail under
+/// `LEASEHOLD_REQUIRE_EMULATORS=1`, see [`skip`](super::skip)).
+#[derive(Debug, Clone, Copy)]
+pub struct Emulator {
+    /// The store's name, as skip messages give it (`"s3"`).
+    pub store: &'static str,
+    /// What the emulator is called in messages (`"S3 emulator (moto)"`).
+    pub name: &'static str,
+    /// The script that starts it: `scripts/{script}.sh start`.
+    pub script: &'static str,
+    /// The variable that gives its endpoint.
+    pub var: &'static str,
+    /// The endpoint when the variable is not set (where the script runs it).
+    pub default: &'static str,
+}
+
+impl Emulator {
+    /// Its endpoint URL.
+    pub fn endpoint(&self) -> String {
+        server_url(self.var, self.default)
+    }
+
+    /// Whether something accepts TCP connections at the endpoint; if not,
+    /// why, and how to start it.
+    pub fn reachable(&self) -> Result<(), String> {
+        reachable(&self.endpoint(), 80, self.name, self.script, self.var)
+    }
+
+    /// `Some(make())` when the emulator is there; else `None`, after saying
+    /// so (or failing the test, see [`skip`](super::skip)).
+    pub fn then<T>(&self, make: impl FnOnce() -> T) -> Option<T> {
+        match self.reachable() {
+            Ok(()) => Some(make()),
+            Err(why) => super::skip(self.store, &why),
+        }
+    }
+
+    /// Whether the emulator is there (see [`then`](Self::then)).
+    pub fn available(&self) -> bool {
+        self.then(|| ()).is_some()
+    }
+}
+
 /// A server of a test's own, run by one of the repository's scripts
 /// (`scripts/NAME.sh start|stop|...`) on a port of its own, with its data
 /// in a fresh temporary directory, both passed to the script through the
