@@ -467,6 +467,9 @@ a fencing token and works the same on every store.\n",
             c.ratio,
             verdict(c.ratio <= 2.0)
         );
+        if c.parts.len() == crate::figures::cli::PARTS.len() {
+            cli_parts(&mut s, c);
+        }
         if c.binary_bytes > 0 {
             let _ = writeln!(
                 s,
@@ -564,4 +567,45 @@ fn middle_half(ratios: &[f64]) -> String {
         0 => "–".into(),
         n => format!("{n}: {:.2}–{:.2}", sorted[n / 4], sorted[(3 * n) / 4]),
     }
+}
+
+/// Figure 5's ladder: what each command adds to the one before, and the
+/// durable floor measured on its own.
+fn cli_parts(s: &mut String, c: &crate::results::Cli) {
+    let _ = writeln!(
+        s,
+        "What a run is made of, measured in the same rounds (each round runs the commands in \
+another order; median of {} each): each command does a part more than the one before.\n\n\
+| command | what it adds | wall time | more than the row before |\n|---|---|---|---|",
+        c.runs
+    );
+    let mut before: Option<f64> = None;
+    for (part, (_, adds)) in c.parts.iter().zip(crate::figures::cli::PARTS) {
+        let more = before.map_or("–".to_string(), |b| format!("{:+.2} ms", part.ms - b));
+        let _ = writeln!(s, "| {} | {adds} | {:.2} ms | {more} |", part.name, part.ms);
+        before = Some(part.ms);
+    }
+    let [exec, version, status, run] = [0, 1, 2, 3].map(|i| c.parts[i].ms);
+    let durable = c.synced_append_ms + c.synced_dir_ms;
+    let rest = run - status - durable - exec;
+    let _ = writeln!(
+        s,
+        "\nThe durable part on its own, in the same rounds: a 4 KiB append to a file and \
+`fdatasync` (the acquisition's WAL commit at `synchronous=FULL`) took {:.2} ms, an `fsync` of \
+the directory (SQLite's, at a connection's first write to a new WAL) {:.2} ms: {durable:.2} ms \
+in all. So of the {:.2} ms that `run` takes over `status`, {durable:.2} ms are the disk's and \
+{exec:.2} ms the command's own fork/exec (as `true` alone); the other {rest:.2} ms are the two \
+transactions' CPU and the watchdog's work. Loading the binary (`--version` over `true`): \
+{:.2} ms; the runtime and opening SQLite (`status` over `--version`): {:.2} ms. A lock with \
+leasehold's guarantees on SQLite cannot skip the disk, the command's fork/exec or opening the \
+database: `flock` + {durable:.2} ms + {exec:.2} ms = {:.2} ms, {:.1}× `flock`, is the floor of \
+this design on this machine before any of leasehold's own work.\n",
+        c.synced_append_ms,
+        c.synced_dir_ms,
+        run - status,
+        version - exec,
+        status - version,
+        c.flock_ms + durable + exec,
+        (c.flock_ms + durable + exec) / c.flock_ms,
+    );
 }

@@ -161,6 +161,23 @@ pub struct Cli {
     pub binary_bytes: u64,
     #[serde(default)]
     pub binary_profile: String,
+    /// The ladder of figure 5 (`figures::cli::PARTS`): each command's
+    /// median wall time.
+    #[serde(default)]
+    pub parts: Vec<CliPart>,
+    /// A 4 KiB append to a file and `fdatasync`, median.
+    #[serde(default)]
+    pub synced_append_ms: f64,
+    /// An `fsync` of the directory, median.
+    #[serde(default)]
+    pub synced_dir_ms: f64,
+}
+
+/// One rung of figure 5's ladder.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct CliPart {
+    pub name: String,
+    pub ms: f64,
 }
 
 /// Figure 6, one peer.

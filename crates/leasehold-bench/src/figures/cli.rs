@@ -1,14 +1,44 @@
-//! Figure 5: `leasehold run` against `flock`.
+//! Figure 5: `leasehold run` against `flock`, and what a run is made of.
+//!
+//! Besides the two commands, each round times a ladder of commands that
+//! each do a part more of what `leasehold run` does (an exec of `true`;
+//! `leasehold --version`: loading the binary; `leasehold status`: the
+//! runtime, opening SQLite and one read), and the durable floor measured
+//! directly (a synced append to a file and a synced directory, as the
+//! acquisition's commit makes), so the page can say, part by part, where
+//! the time goes.
 
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::process::Stdio;
 use std::time::Instant;
 
 use anyhow::{anyhow, bail};
 
 use super::harness::Run;
-use crate::results::Cli;
+use crate::results::{Cli, CliPart};
 use crate::stats::median;
 use crate::sys::sibling_binary;
+
+/// The ladder, in the order the page lists it: (name, what it adds).
+pub const PARTS: [(&str, &str); 4] = [
+    (
+        "`true`",
+        "a fork/exec of a small binary by the harness: the floor of any command",
+    ),
+    (
+        "`leasehold --version`",
+        "loading the leasehold binary (the dynamic loader, its relocations, page faults) and parsing the command line",
+    ),
+    (
+        "`leasehold --store sqlite:FILE status k`",
+        "a tokio runtime, opening SQLite (WAL, the store's epoch read) and one read",
+    ),
+    (
+        "`leasehold --store sqlite:FILE run k -- true`",
+        "the acquisition and release transactions, the spare watchdog and the command's fork/exec",
+    ),
+];
 
 impl Run {
     pub async fn cli(&self) -> anyhow::Result<Cli> {
@@ -23,6 +53,8 @@ impl Run {
             .unwrap_or_default();
         let db = self.dir.join("cli.db");
         let lockfile = self.dir.join("cli.lock");
+        let synced = self.dir.join("cli.synced");
+        let dir = self.dir.clone();
         let store = format!("sqlite:{}", db.display());
         let time = |mut cmd: std::process::Command| -> anyhow::Result<f64> {
             let t = Instant::now();
@@ -32,31 +64,72 @@ impl Run {
             }
             Ok(t.elapsed().as_secs_f64() * 1000.0)
         };
-        let leasehold = move || {
+        let leasehold = move |args: &[&str]| {
             let mut c = std::process::Command::new(&bin);
-            c.args(["--store", &store, "run", "bench-cli", "--", "true"]);
+            c.args(args);
             c
         };
-        let flock = move || {
-            let mut c = std::process::Command::new("flock");
-            c.arg(&lockfile).arg("true");
-            c
-        };
+        let commands: [Box<dyn Fn() -> std::process::Command + Send>; 5] = [
+            Box::new(move || {
+                let mut c = std::process::Command::new("flock");
+                c.arg(&lockfile).arg("true");
+                c
+            }),
+            Box::new(|| std::process::Command::new("true")),
+            Box::new({
+                let leasehold = leasehold.clone();
+                move || leasehold(&["--version"])
+            }),
+            Box::new({
+                let (leasehold, store) = (leasehold.clone(), store.clone());
+                move || leasehold(&["--store", &store, "status", "bench-cli"])
+            }),
+            Box::new(move || leasehold(&["--store", &store, "run", "bench-cli", "--", "true"])),
+        ];
         let runs = self.plan.cli_runs;
         tokio::task::spawn_blocking(move || {
-            time(leasehold())?; // creates the database
-            time(flock())?;
-            let (mut l, mut f) = (Vec::new(), Vec::new());
-            for i in 0..runs {
-                if i % 2 == 0 {
-                    l.push(time(leasehold())?);
-                    f.push(time(flock())?);
-                } else {
-                    f.push(time(flock())?);
-                    l.push(time(leasehold())?);
-                }
+            time(commands[4]())?; // creates the database
+            for c in &commands {
+                time(c())?;
             }
-            let (lm, fm) = (median(&l).unwrap_or(0.0), median(&f).unwrap_or(0.0));
+            let mut times: Vec<Vec<f64>> = vec![Vec::new(); commands.len()];
+            let (mut append, mut dir_sync) = (Vec::new(), Vec::new());
+            let mut file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .mode(0o600)
+                .open(&synced)?;
+            for i in 0..runs {
+                // Each round in another order, so no command always follows
+                // the same one.
+                for j in 0..commands.len() {
+                    let k = (i + j) % commands.len();
+                    times[k].push(time(commands[k]())?);
+                }
+                // The acquisition's durable part, on its own: a page
+                // appended and synced (SQLite's WAL commit at
+                // synchronous=FULL), and the directory synced (SQLite does
+                // so at a connection's first write to a new WAL).
+                let t = Instant::now();
+                file.write_all(&[0u8; 4096])?;
+                file.sync_data()?;
+                append.push(t.elapsed().as_secs_f64() * 1000.0);
+                let t = Instant::now();
+                std::fs::File::open(&dir)?.sync_all()?;
+                dir_sync.push(t.elapsed().as_secs_f64() * 1000.0);
+            }
+            drop(file);
+            let _ = std::fs::remove_file(&synced);
+            let m = |v: &[f64]| median(v).unwrap_or(0.0);
+            let (fm, lm) = (m(&times[0]), m(&times[4]));
+            let parts = PARTS
+                .iter()
+                .zip(&times[1..])
+                .map(|((name, _), t)| CliPart {
+                    name: name.to_string(),
+                    ms: m(t),
+                })
+                .collect();
             Ok(Cli {
                 runs,
                 leasehold_ms: lm,
@@ -64,6 +137,9 @@ impl Run {
                 ratio: lm / fm,
                 binary_bytes,
                 binary_profile,
+                parts,
+                synced_append_ms: m(&append),
+                synced_dir_ms: m(&dir_sync),
             })
         })
         .await?

@@ -2,7 +2,7 @@
 //! comparison in the same run.
 
 mod cleanup;
-mod cli;
+pub mod cli;
 mod contention;
 mod handoff;
 mod harness;
