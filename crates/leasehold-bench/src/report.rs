@@ -467,7 +467,7 @@ a fencing token and works the same on every store.\n",
             c.ratio,
             verdict(c.ratio <= 2.0)
         );
-        if c.parts.len() == crate::figures::cli::PARTS.len() {
+        if c.parts.len() == crate::results::CLI_PARTS.len() {
             cli_parts(&mut s, c);
         }
         if c.binary_bytes > 0 {
@@ -580,7 +580,7 @@ another order; median of {} each): each command does a part more than the one be
         c.runs
     );
     let mut before: Option<f64> = None;
-    for (part, (_, adds)) in c.parts.iter().zip(crate::figures::cli::PARTS) {
+    for (part, (_, adds)) in c.parts.iter().zip(crate::results::CLI_PARTS) {
         let more = before.map_or("–".to_string(), |b| format!("{:+.2} ms", part.ms - b));
         let _ = writeln!(s, "| {} | {adds} | {:.2} ms | {more} |", part.name, part.ms);
         before = Some(part.ms);

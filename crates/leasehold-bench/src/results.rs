@@ -161,7 +161,7 @@ pub struct Cli {
     pub binary_bytes: u64,
     #[serde(default)]
     pub binary_profile: String,
-    /// The ladder of figure 5 (`figures::cli::PARTS`): each command's
+    /// The ladder of figure 5 ([`CLI_PARTS`]): each command's
     /// median wall time.
     #[serde(default)]
     pub parts: Vec<CliPart>,
@@ -172,6 +172,27 @@ pub struct Cli {
     #[serde(default)]
     pub synced_dir_ms: f64,
 }
+
+/// Figure 5's ladder (`figures::cli`), in the order the page lists it:
+/// (the command, what it adds to the one before).
+pub const CLI_PARTS: [(&str, &str); 4] = [
+    (
+        "`true`",
+        "a fork/exec of a small binary by the harness: the floor of any command",
+    ),
+    (
+        "`leasehold --version`",
+        "loading the leasehold binary (the dynamic loader, its relocations, page faults) and parsing the command line",
+    ),
+    (
+        "`leasehold --store sqlite:FILE status k`",
+        "a tokio runtime, opening SQLite (WAL, the store's epoch read) and one read",
+    ),
+    (
+        "`leasehold --store sqlite:FILE run k -- true`",
+        "the acquisition and release transactions, the spare watchdog and the command's fork/exec",
+    ),
+];
 
 /// One rung of figure 5's ladder.
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]

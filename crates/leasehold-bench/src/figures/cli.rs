@@ -16,29 +16,9 @@ use std::time::Instant;
 use anyhow::{anyhow, bail};
 
 use super::harness::Run;
-use crate::results::{Cli, CliPart};
+use crate::results::{Cli, CliPart, CLI_PARTS};
 use crate::stats::median;
 use crate::sys::sibling_binary;
-
-/// The ladder, in the order the page lists it: (name, what it adds).
-pub const PARTS: [(&str, &str); 4] = [
-    (
-        "`true`",
-        "a fork/exec of a small binary by the harness: the floor of any command",
-    ),
-    (
-        "`leasehold --version`",
-        "loading the leasehold binary (the dynamic loader, its relocations, page faults) and parsing the command line",
-    ),
-    (
-        "`leasehold --store sqlite:FILE status k`",
-        "a tokio runtime, opening SQLite (WAL, the store's epoch read) and one read",
-    ),
-    (
-        "`leasehold --store sqlite:FILE run k -- true`",
-        "the acquisition and release transactions, the spare watchdog and the command's fork/exec",
-    ),
-];
 
 impl Run {
     pub async fn cli(&self) -> anyhow::Result<Cli> {
@@ -122,7 +102,7 @@ impl Run {
             let _ = std::fs::remove_file(&synced);
             let m = |v: &[f64]| median(v).unwrap_or(0.0);
             let (fm, lm) = (m(&times[0]), m(&times[4]));
-            let parts = PARTS
+            let parts = CLI_PARTS
                 .iter()
                 .zip(&times[1..])
                 .map(|((name, _), t)| CliPart {
