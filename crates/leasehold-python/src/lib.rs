@@ -435,11 +435,9 @@ impl Kind {
     async fn acquire(
         &self,
         wait: leasehold::Wait,
-        waits: &AtomicU64,
+        mut waiting: impl FnMut() + Send,
     ) -> leasehold::Result<Granted> {
-        let on_wait = |_: leasehold::WaitReason<'_>| {
-            waits.fetch_add(1, Ordering::Relaxed);
-        };
+        let on_wait = |_: leasehold::WaitReason<'_>| waiting();
         Ok(match self {
             Kind::Lock(l) => Granted {
                 guard: l.acquire_reporting(wait, on_wait).await?,
@@ -538,9 +536,12 @@ impl Target {
         let waits = AtomicU64::new(0);
         let mut told = false;
         let kind = self.kind.clone();
+        let count = || {
+            waits.fetch_add(1, Ordering::Relaxed);
+        };
         let got = self
             .home
-            .block_on_interruptible(py, kind.acquire(wait, &waits), |py| {
+            .block_on_interruptible(py, kind.acquire(wait, count), |py| {
                 if !told && waits.load(Ordering::Relaxed) > 0 {
                     told = true;
                     if let Some(cb) = &on_wait {
@@ -566,16 +567,32 @@ impl Target {
     /// Starts taking it on the runtime; `done(ok, value)` is called (on a
     /// runtime thread, with the GIL) with the Held or the exception. The
     /// returned Pending cancels it.
-    #[pyo3(signature = (wait, done))]
-    fn acquire_start(&self, wait: Option<f64>, done: Py<PyAny>) -> PyResult<Pending> {
+    /// `on_wait()` is called once (on a runtime thread, with the GIL) if
+    /// the first attempt finds it taken.
+    #[pyo3(signature = (wait, on_wait, done))]
+    fn acquire_start(
+        &self,
+        wait: Option<f64>,
+        on_wait: Option<Py<PyAny>>,
+        done: Py<PyAny>,
+    ) -> PyResult<Pending> {
         self.home.check("lock")?;
         let wait = wait_of(wait)?;
         let kind = self.kind.clone();
         let home = self.home;
         let url = self.url.clone();
         let task = self.home.rt.spawn(async move {
-            let waits = AtomicU64::new(0);
-            let got = kind.acquire(wait, &waits).await;
+            let mut on_wait = on_wait;
+            let waiting = move || {
+                if let Some(cb) = on_wait.take() {
+                    Python::attach(|py| {
+                        if let Err(e) = cb.call0(py) {
+                            e.write_unraisable(py, None);
+                        }
+                    });
+                }
+            };
+            let got = kind.acquire(wait, waiting).await;
             Python::attach(|py| {
                 let args = match got {
                     Ok(granted) => match Py::new(py, Held::new(granted, home, url.clone())) {

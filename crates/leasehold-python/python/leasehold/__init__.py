@@ -400,9 +400,9 @@ class _Target:
         native = self._native.try_acquire()
         return None if native is None else self._held(native)
 
-    def _acquire_async(self, wait: Any) -> "_AsyncAcquire":
+    def _acquire_async(self, wait: Any, on_wait: Optional[Callable[[], Any]] = None) -> "_AsyncAcquire":
         secs = self._wait if wait is _DEFAULT else _secs(wait, "wait")
-        return _AsyncAcquire(self, secs)
+        return _AsyncAcquire(self, secs, on_wait)
 
     def __enter__(self) -> Held:
         held = self._acquire(_DEFAULT, None)
@@ -455,11 +455,14 @@ class Lock(_Target):
         the store grants nothing yet)."""
         return self._try_acquire()
 
-    def acquire_async(self, wait: Optional[Duration] = _DEFAULT) -> "_AsyncAcquire":
+    def acquire_async(
+        self, wait: Optional[Duration] = _DEFAULT, *, on_wait: Optional[Callable[[], Any]] = None
+    ) -> "_AsyncAcquire":
         """``acquire`` for asyncio: ``await lock.acquire_async(5)`` or
         ``async with lock.acquire_async(5) as held:``. Cancelling the task
-        gives the wait up; nothing stays held."""
-        return self._acquire_async(wait)
+        gives the wait up; nothing stays held. ``on_wait()`` is called once,
+        on the event loop, if the first attempt finds it taken."""
+        return self._acquire_async(wait, on_wait)
 
     def holder(self) -> Optional[Holder]:
         """Who holds the lock now, or None."""
@@ -478,9 +481,11 @@ class Semaphore(_Target):
         """One attempt: a permit, or None when every slot is held."""
         return self._try_acquire()
 
-    def acquire_async(self, wait: Optional[Duration] = _DEFAULT) -> "_AsyncAcquire":
+    def acquire_async(
+        self, wait: Optional[Duration] = _DEFAULT, *, on_wait: Optional[Callable[[], Any]] = None
+    ) -> "_AsyncAcquire":
         """``acquire`` for asyncio, as ``Lock.acquire_async``."""
-        return self._acquire_async(wait)
+        return self._acquire_async(wait, on_wait)
 
     def holders(self) -> List[Holder]:
         """Who holds the slots now."""
@@ -499,9 +504,11 @@ class Election(_Target):
         """One attempt: the leadership, or None when someone else leads."""
         return self._try_acquire()
 
-    def campaign_async(self, wait: Optional[Duration] = _DEFAULT) -> "_AsyncAcquire":
+    def campaign_async(
+        self, wait: Optional[Duration] = _DEFAULT, *, on_wait: Optional[Callable[[], Any]] = None
+    ) -> "_AsyncAcquire":
         """``campaign`` for asyncio."""
-        return self._acquire_async(wait)
+        return self._acquire_async(wait, on_wait)
 
     def leader(self) -> Optional[Holder]:
         """Who leads now (with the data they published), or None."""
@@ -545,13 +552,25 @@ async def _run_async(start: Callable[..., Any], *args: Any) -> Any:
 class _AsyncAcquire:
     """An acquisition for asyncio: awaitable, and an async context manager."""
 
-    def __init__(self, target: _Target, wait: Optional[float]) -> None:
+    def __init__(self, target: _Target, wait: Optional[float], on_wait: Optional[Callable[[], Any]]) -> None:
         self._target = target
         self._wait = wait
+        self._on_wait = on_wait
         self._held: Optional[Held] = None
 
     async def _get(self) -> Held:
-        native = await _run_async(self._target._native.acquire_start, self._wait)
+        on_wait = None
+        if self._on_wait is not None:
+            loop = asyncio.get_running_loop()
+            callback = self._on_wait
+
+            def on_wait() -> None:  # on a leasehold thread
+                try:
+                    loop.call_soon_threadsafe(callback)
+                except RuntimeError:
+                    pass  # the loop is closed
+
+        native = await _run_async(self._target._native.acquire_start, self._wait, on_wait)
         return self._target._held(native)
 
     def __await__(self) -> Iterator[Any]:
