@@ -141,7 +141,10 @@ def test_a_cancelled_async_wait_leaves_nothing_held(store_env: Env) -> None:
     async def main() -> None:
         holder = await store.lock(key, ttl=store_env.ttl).acquire_async()
         waiting = asyncio.Event()
-        waiter = asyncio.ensure_future(_take(store, key, store_env.ttl, waiting))
+        # Another Store: waits on a lease of this same Store queue in the
+        # process before any attempt (no on_wait).
+        other = store_env.open()
+        waiter = asyncio.ensure_future(_take(other, key, store_env.ttl, waiting))
         await asyncio.wait_for(waiting.wait(), timeout=30)
         waiter.cancel()
         with pytest.raises(asyncio.CancelledError):

@@ -33,6 +33,7 @@ import atexit
 import datetime
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, List, Optional, Union
 
@@ -257,6 +258,7 @@ class Held:
 
     def __init__(self, native: Any) -> None:
         self._native = native
+        _live.add(self)
 
     @property
     def key(self) -> str:
@@ -616,10 +618,22 @@ class OncePer:
             held._native.release_with(exc_type is None, self._started)
 
 
+# Every Held not yet garbage collected, for the release at exit.
+_live: "weakref.WeakSet[Held]" = weakref.WeakSet()
+
+
 def _finish_background() -> None:
-    # Releases of guards dropped without a release (garbage collected,
-    # a wait given up by Ctrl-C) finish before the process exits.
+    # Leases still held at exit are released, and releases left in the
+    # background (guards garbage collected, a wait given up by Ctrl-C)
+    # finish, before the process exits (up to 5 s). Not in a forked child:
+    # those leases are the parent's.
     try:
+        for held in list(_live):
+            if held._native.released is False:
+                try:
+                    held._native.release_background()
+                except Error:
+                    pass
         _native.finish_background(5.0)
     except BaseException:
         pass
