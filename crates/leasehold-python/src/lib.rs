@@ -85,6 +85,17 @@ fn runtime() -> PyResult<&'static Runtime> {
         if owner == pid {
             return Ok(rt);
         }
+        // A child of fork() of a process that used leasehold: the library's
+        // own threads (the runtime's, the lease timer's, SQLite's wake-up
+        // watcher) were not copied, and its process-wide state refers to
+        // them; a store opened here would wait on timers that never fire.
+        return Err(UsageError::new_err(format!(
+            "leasehold was used in process {owner} before it forked this process ({pid}): \
+             its threads do not survive fork(), so it cannot be used in a forked child; \
+             open stores only in the processes that use them, and fork (or start \
+             multiprocessing/gunicorn workers) before the first use, or use the \"spawn\" \
+             or \"forkserver\" start method"
+        )));
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -235,6 +246,35 @@ fn open(py: Python<'_>, url: Option<String>) -> PyResult<Store> {
         inner: ManuallyDrop::new(store),
         home,
         url: url.unwrap_or_default(),
+        shown,
+    })
+}
+
+/// Creates the store at `url` (as `leasehold init`), or opens it if one
+/// exists already (nothing changed). With `new`, the caller states that no
+/// store existed there before: the new store's epoch is settled at once,
+/// without the quarantine a new store otherwise has.
+#[pyfunction]
+#[pyo3(signature = (url=None, new=false))]
+fn init(py: Python<'_>, url: Option<String>, new: bool) -> PyResult<Store> {
+    use leasehold_stores::Access;
+    let home = Home::here()?;
+    let given = url.clone().unwrap_or_default();
+    let shown = leasehold_stores::redact(leasehold_stores::effective_url(url.as_deref()));
+    let store = home.block_on(py, async {
+        match leasehold_stores::open_with(url.as_deref(), Access::Look).await {
+            Ok(_) => leasehold_stores::open_with(url.as_deref(), Access::Lease).await,
+            Err(leasehold::Error::NoStore { .. }) => {
+                leasehold_stores::open_with(url.as_deref(), Access::Create { proven: new }).await
+            }
+            Err(e) => Err(e),
+        }
+    })?;
+    let store = store.map_err(|e| to_py(e, &given))?;
+    Ok(Store {
+        inner: ManuallyDrop::new(store),
+        home,
+        url: given,
         shown,
     })
 }
@@ -959,6 +999,7 @@ fn _leasehold(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("StoreError", py.get_type::<StoreError>())?;
     m.add("UsageError", py.get_type::<UsageError>())?;
     m.add_function(wrap_pyfunction!(open, m)?)?;
+    m.add_function(wrap_pyfunction!(init, m)?)?;
     m.add_function(wrap_pyfunction!(parse_duration, m)?)?;
     m.add_function(wrap_pyfunction!(finish_background, m)?)?;
     m.add_function(wrap_pyfunction!(runtime_pid, m)?)?;

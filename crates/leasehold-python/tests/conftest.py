@@ -119,9 +119,8 @@ def store_env(request: pytest.FixtureRequest, _tmp: str, monkeypatch: pytest.Mon
         env = _make(name, _tmp)
         for k, v in env.env.items():
             os.environ[k] = v
-        # Waits out the new store's quarantine once, here, not in a test.
-        lock = env.open().lock("quarantine", ttl=env.ttl)
-        lock.acquire(wait=60).release()
+        # A new store of our own: no earlier one existed, no quarantine.
+        leasehold.init(env.url, new=True)
         _envs[name] = env
     yield env
 

@@ -20,8 +20,11 @@ work must be stopped for sure, run it under ``leasehold run`` (the CLI),
 which stops the command itself; or pass ``abort_on_loss=True``, which ends
 the whole process at the loss.
 
-A store does not survive ``fork()``: open it in the process that uses it
-(after the fork). Used in a forked child, every object raises ``UsageError``.
+leasehold does not survive ``fork()``: a forked child of a process that used
+it (opened a store) gets ``UsageError`` from every call, and nothing the
+parent holds is released or renewed by the child. Fork (start
+multiprocessing or gunicorn workers) before the first use, or use the
+"spawn" or "forkserver" start method.
 
 See docs/python.md.
 """
@@ -42,6 +45,7 @@ from ._leasehold import Error, LeaseLost, StoreError, Timeout, UsageError
 
 __all__ = [
     "open",
+    "init",
     "Store",
     "Lock",
     "Semaphore",
@@ -149,6 +153,15 @@ def open(url: Optional[str] = None) -> "Store":  # noqa: A001 (mirrors leasehold
     ``s3://…``, ``dynamodb://…``, ``azblob://…``); None: the default SQLite
     file. Credentials come from the environment, as for the CLI."""
     return Store(_native.open(url))
+
+
+def init(url: Optional[str] = None, *, new: bool = False) -> "Store":
+    """Creates the store ``url`` names (``leasehold init``), or opens it if it
+    exists (nothing changed). A new store grants nothing for a while (the
+    quarantine: holders of any lost earlier store's data must have stopped);
+    with ``new=True`` you state that no store existed there before, and its
+    epoch is settled at once."""
+    return Store(_native.init(url, new))
 
 
 class Store:
