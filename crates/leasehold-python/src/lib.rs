@@ -176,9 +176,17 @@ impl Home {
             }
             if let Err(e) = py.check_signals().and_then(|()| tick(py)) {
                 // Dropped inside the runtime: a lease granted to a request
-                // in flight is released in the background there.
-                let _entered = rt.enter();
-                drop(fut);
+                // in flight is released in the background there; that
+                // release ends (up to SETTLE) before the error is raised.
+                {
+                    let _entered = rt.enter();
+                    drop(fut);
+                }
+                py.detach(|| {
+                    rt.block_on(async {
+                        let _ = tokio::time::timeout(SETTLE, leasehold::finish_background()).await;
+                    })
+                });
                 return Err(e);
             }
         }
@@ -307,6 +315,23 @@ fn finish_background(py: Python<'_>, timeout: f64) -> PyResult<()> {
         rt.block_on(async {
             let _ = tokio::time::timeout(timeout, leasehold::finish_background()).await;
         })
+    });
+    Ok(())
+}
+
+/// Calls `done()` (on a runtime thread, with the GIL) once the releases
+/// left in the background (dropped guards, cancelled acquisitions) have
+/// ended, or after 5 s.
+#[pyfunction]
+fn settle(done: Py<PyAny>) -> PyResult<()> {
+    let home = Home::here()?;
+    home.rt.spawn(async move {
+        let _ = tokio::time::timeout(SETTLE, leasehold::finish_background()).await;
+        Python::attach(|py| {
+            if let Err(e) = done.call0(py) {
+                e.write_unraisable(py, None);
+            }
+        });
     });
     Ok(())
 }
@@ -647,8 +672,31 @@ impl Target {
             });
         });
         Ok(Pending {
-            abort: task.abort_handle(),
+            task: Mutex::new(Some(task)),
+            rt: self.home.rt,
         })
+    }
+
+    /// For the benchmark (scripts/python-bench.py): acquire + release
+    /// cycles of this lock in a Rust loop (no Python between them) for
+    /// `seconds`, on this thread as a Rust program's `block_on` would run
+    /// them; the number of cycles.
+    fn bench_rust_cycles(&self, py: Python<'_>, seconds: f64) -> PyResult<u64> {
+        self.home.check("lock")?;
+        let Kind::Lock(lock) = &*self.kind else {
+            return Err(UsageError::new_err("the benchmark runs on a lock"));
+        };
+        let span = duration("seconds", seconds)?;
+        let got = self.home.block_on(py, async move {
+            let start = std::time::Instant::now();
+            let mut cycles = 0u64;
+            while start.elapsed() < span {
+                lock.acquire().await?.release().await?;
+                cycles += 1;
+            }
+            Ok::<_, leasehold::Error>(cycles)
+        })?;
+        got.map_err(|e| to_py(e, &self.url))
     }
 
     /// Who holds the key (a lock's or election's holder; a semaphore's
@@ -676,14 +724,32 @@ impl Target {
 /// An async operation under way on the runtime.
 #[pyclass(frozen, module = "leasehold._leasehold")]
 struct Pending {
-    abort: tokio::task::AbortHandle,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    rt: &'static Runtime,
 }
+
+/// How long a cancellation waits for the releases it started.
+const SETTLE: Duration = Duration::from_secs(5);
 
 #[pymethods]
 impl Pending {
-    /// Cancels it (if it has not completed): nothing it took stays held.
-    fn cancel(&self) {
-        self.abort.abort();
+    /// Cancels it (if it has not completed), then calls `done()` (on a
+    /// runtime thread, with the GIL) once the operation has stopped: a
+    /// lease it was granted is being released in the background then
+    /// (see `settle`).
+    fn cancel(&self, done: Py<PyAny>) {
+        let task = self.task.lock().unwrap_or_else(|e| e.into_inner()).take();
+        self.rt.spawn(async move {
+            if let Some(task) = task {
+                task.abort();
+                let _ = task.await;
+            }
+            Python::attach(|py| {
+                if let Err(e) = done.call0(py) {
+                    e.write_unraisable(py, None);
+                }
+            });
+        });
     }
 }
 
@@ -700,7 +766,7 @@ struct Held {
     /// which ends the loss watchers.
     released: CancellationToken,
     /// Whether the lease was lost before it was released.
-    lost_before_release: AtomicBool,
+    lost_before_release: Arc<AtomicBool>,
     reason: Mutex<Option<String>>,
     home: Home,
     url: String,
@@ -715,7 +781,7 @@ impl Held {
             slot: granted.slot,
             lost: guard.lost_token(),
             released: CancellationToken::new(),
-            lost_before_release: AtomicBool::new(false),
+            lost_before_release: Arc::new(AtomicBool::new(false)),
             reason: Mutex::new(None),
             guard: Mutex::new(Some(guard)),
             home,
@@ -728,11 +794,11 @@ impl Held {
         self.home.check("lease")?;
         let taken = self.guard.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(guard) = &taken {
-            self.released.cancel();
             if let Some(reason) = guard.loss_reason() {
                 self.lost_before_release.store(true, Ordering::Relaxed);
                 *self.reason.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.to_string());
             }
+            self.released.cancel();
         }
         Ok(taken)
     }
@@ -918,11 +984,17 @@ impl Held {
             }
         };
         let key = self.key.clone();
+        let lost_first = self.lost_before_release.clone();
         self.home.rt.spawn(async move {
             if guard_reason.is_none() {
                 tokio::select! {
                     biased;
-                    _ = released.cancelled() => return,
+                    // Released: the callback runs only if the lease was
+                    // lost first (seen by the holder before the renewal
+                    // task marked it).
+                    _ = released.cancelled() => if !lost_first.load(Ordering::Relaxed) {
+                        return;
+                    },
                     _ = lost.cancelled() => {}
                 }
             }
@@ -1002,6 +1074,7 @@ fn _leasehold(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(init, m)?)?;
     m.add_function(wrap_pyfunction!(parse_duration, m)?)?;
     m.add_function(wrap_pyfunction!(finish_background, m)?)?;
+    m.add_function(wrap_pyfunction!(settle, m)?)?;
     m.add_function(wrap_pyfunction!(runtime_pid, m)?)?;
     m.add_class::<Store>()?;
     m.add_class::<Target>()?;

@@ -57,19 +57,21 @@ import os, sys, time, leasehold
 key, ttl = sys.argv[1], float(sys.argv[2])
 store = leasehold.open(os.environ["LEASEHOLD_URL"])
 held = store.lock(key, ttl=ttl).acquire(wait=60)
-held.on_loss(lambda reason: print("callback", time.monotonic(), flush=True))
-print("acquired", held.token, flush=True)
+def say(*words):  # one write per line: the callback's thread prints too
+    os.write(1, (" ".join(map(str, words)) + "\n").encode())
+held.on_loss(lambda reason: say("callback", time.monotonic()))
+say("acquired", held.token)
 while True:
     t = time.monotonic()
     if held.lost:
-        print("lost", time.monotonic(), flush=True)
+        say("lost", time.monotonic())
         break
-    print("work", t, flush=True)
+    say("work", t)
     time.sleep(0.05)  # a step of the work
 try:
     held.release()
 except leasehold.LeaseLost:
-    print("release raised LeaseLost", flush=True)
+    say("release raised LeaseLost")
 """
 
 NEXT_HOLDER = r"""
@@ -142,9 +144,9 @@ def test_loss_is_signalled_while_renewals_hang_before_the_next_grant(sqlite_env:
 
 WAITER = r"""
 import os, sys, leasehold
-key = sys.argv[1]
+key, ttl = sys.argv[1], float(sys.argv[2])
 store = leasehold.open(os.environ["LEASEHOLD_URL"])
-store.lock(key).acquire(wait=120, on_wait=lambda: print("waiting", flush=True))
+store.lock(key, ttl=ttl).acquire(wait=120, on_wait=lambda: print("waiting", flush=True))
 print("acquired", flush=True)
 """
 
@@ -153,7 +155,7 @@ def test_ctrl_c_during_a_wait_raises_keyboard_interrupt_and_holds_nothing(store_
     store = store_env.open()
     key = store_env.key("sigint")
     held = store.lock(key, ttl=store_env.ttl).acquire(wait=30)
-    waiter = store_env.child(WAITER, key)
+    waiter = store_env.child(WAITER, key, str(store_env.ttl))
     try:
         assert read_line(waiter, "waiting") == "waiting"
         waiter.send_signal(signal.SIGINT)

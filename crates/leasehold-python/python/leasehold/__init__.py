@@ -560,8 +560,27 @@ async def _run_async(start: Callable[..., Any], *args: Any) -> Any:
         return await fut
     except asyncio.CancelledError:
         if pending is not None:
-            pending.cancel()
+            # Stop the operation; a lease it was granted meanwhile is
+            # released (by settle() above if it had completed, in the
+            # background otherwise); re-raise once those releases ended.
+            await _signalled(loop, pending.cancel)
+            await _signalled(loop, _native.settle)
         raise
+
+
+async def _signalled(loop: asyncio.AbstractEventLoop, start: Callable[[Callable[[], None]], Any]) -> None:
+    """Awaits a native operation that calls back, from a leasehold thread,
+    when it is over."""
+    over = loop.create_future()
+
+    def done() -> None:  # on a leasehold thread
+        try:
+            loop.call_soon_threadsafe(lambda: over.done() or over.set_result(None))
+        except RuntimeError:
+            pass  # the loop is closed
+
+    start(done)
+    await asyncio.shield(over)
 
 
 class _AsyncAcquire:
