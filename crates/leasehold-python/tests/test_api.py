@@ -97,15 +97,22 @@ def test_once_per_runs_once_per_period_and_records_failures(store_env: Env) -> N
 def test_a_broken_lease_is_lost_and_signalled(store_env: Env) -> None:
     store = store_env.open()
     key = store_env.key("broken")
-    lost = threading.Event()
+    lost, told = threading.Event(), threading.Event()
     reasons: list[str] = []
-    held = store.lock(key, ttl=store_env.ttl, on_loss=reasons.append).acquire(wait=30)
+
+    def on_loss(reason: str) -> None:
+        reasons.append(reason)
+        told.set()
+
+    held = store.lock(key, ttl=store_env.ttl, on_loss=on_loss).acquire(wait=30)
     held.on_loss(lambda reason: lost.set())
     assert store.break_lease(key) is not None
-    # The guard notices at its next renewal (a third of the TTL).
+    # The guard notices at its next renewal (a third of the TTL); both
+    # callbacks run.
     assert lost.wait(timeout=store_env.ttl * 3), "no loss signalled"
+    assert told.wait(timeout=store_env.ttl * 3), "the lock's on_loss did not run"
     assert held.lost
-    assert reasons and held.loss_reason
+    assert len(reasons) == 1 and held.loss_reason
     with pytest.raises(leasehold.LeaseLost):
         held.check()
     with pytest.raises(leasehold.LeaseLost):
