@@ -388,8 +388,8 @@ impl Store {
 #[pymethods]
 impl Store {
     /// The store's URL without its secrets.
-    #[getter]
-    fn url(&self) -> &str {
+    #[getter(url)]
+    fn shown_url(&self) -> &str {
         &self.shown
     }
 
