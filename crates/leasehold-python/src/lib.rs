@@ -969,7 +969,8 @@ impl Held {
         Ok(())
     }
 
-    /// Calls `callback(reason)` once, on a leasehold thread, when the lease
+    /// Calls `callback(reason)` once, on a thread of leasehold's (a blocking
+    /// thread of the runtime, not a worker), when the lease
     /// is lost (at once if it is already); never after a release that came
     /// first.
     fn on_loss(&self, callback: Py<PyAny>) -> PyResult<()> {
@@ -999,10 +1000,14 @@ impl Held {
                 }
             }
             let reason = guard_reason.unwrap_or_else(|| format!("lease on {key} lost"));
-            Python::attach(|py| {
-                if let Err(e) = callback.call1(py, (reason,)) {
-                    e.write_unraisable(py, None);
-                }
+            // On a blocking thread: the callback is the user's, and a slow
+            // one must not hold up a worker (and the renewals it runs).
+            let _ = tokio::task::spawn_blocking(move || {
+                Python::attach(|py| {
+                    if let Err(e) = callback.call1(py, (reason,)) {
+                        e.write_unraisable(py, None);
+                    }
+                })
             });
         });
         Ok(())
