@@ -53,13 +53,17 @@ def test_processes_exclude_each_other_and_tokens_grow(store_env: Env, tmp_path) 
 # whether the lease is still held, and prints "work T" only if it is (so the
 # lease was valid at or after T); prints "lost T" and stops once it is not.
 FROZEN_HOLDER = r"""
-import os, sys, time, leasehold
+import os, sys, threading, time, leasehold
 key, ttl = sys.argv[1], float(sys.argv[2])
 store = leasehold.open(os.environ["LEASEHOLD_URL"])
 held = store.lock(key, ttl=ttl).acquire(wait=60)
 def say(*words):  # one write per line: the callback's thread prints too
     os.write(1, (" ".join(map(str, words)) + "\n").encode())
-held.on_loss(lambda reason: say("callback", time.monotonic()))
+called = threading.Event()
+def on_loss(reason):
+    say("callback", time.monotonic())
+    called.set()
+held.on_loss(on_loss)
 say("acquired", held.token)
 while True:
     t = time.monotonic()
@@ -72,6 +76,7 @@ try:
     held.release()
 except leasehold.LeaseLost:
     say("release raised LeaseLost")
+called.wait(timeout=30)  # the callback runs on a thread of its own
 """
 
 NEXT_HOLDER = r"""
