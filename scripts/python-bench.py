@@ -9,7 +9,8 @@ same library, the same build and the same store, no Python between
 cycles). Short rounds alternate which loop goes first; the ratio is the
 median of the rounds' ratios (Python / Rust), as in docs/benchmarks.md.
 
-    python scripts/python-bench.py sqlite:/tmp/bench.db postgres://... [--rounds 16 --seconds 0.25]
+    python scripts/python-bench.py [--new] [--rounds 16 --seconds 0.25] [--out FILE] \\
+        SQLite=sqlite:/tmp/bench.db PostgreSQL=postgres://... redis://...
 
 Run it with the `leasehold` package installed (built with which profile
 is the caller's to say: see docs/benchmarks.md).
@@ -33,8 +34,10 @@ def python_cycles(lock: "leasehold.Lock", seconds: float) -> int:
     return cycles
 
 
-def measure(url: str, rounds: int, seconds: float) -> dict:
-    store = leasehold.open(url)
+def measure(url: str, rounds: int, seconds: float, new: bool) -> dict:
+    # --new: the caller states the stores are new (`leasehold init --new`),
+    # so they grant at once, without a new store's quarantine.
+    store = leasehold.init(url, new=True) if new else leasehold.open(url)
     lock = store.lock(f"bench-{uuid.uuid4().hex[:8]}")
     lock.acquire().release()  # warm: connections, the store's epoch
     py_rates, rust_rates, ratios = [], [], []
@@ -85,6 +88,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=0.25)
     parser.add_argument("--build", default="the package as installed", help="what build this is, for the page")
     parser.add_argument("--out", help="write the section (markdown) here too")
+    parser.add_argument("--new", action="store_true", help="the stores are new: create them settled (leasehold init --new)")
     args = parser.parse_args()
     lines = [
         "| store | Python cycles/s | Rust cycles/s | ratio | rounds: middle half | target ≥ 0.8× |",
@@ -92,8 +96,12 @@ def main() -> int:
     ]
     for line in lines:
         print(line, flush=True)
-    for url in args.urls:
-        r = measure(url, args.rounds, args.seconds)
+    for arg in args.urls:
+        # LABEL=URL names the store in the table (else its URL, redacted).
+        label, _, url = arg.partition("=") if "=" in arg.split(":", 1)[0] else ("", "", arg)
+        r = measure(url, args.rounds, args.seconds, args.new)
+        if label:
+            r["store"] = label
         met = "**met**" if r["ratio"] >= 0.8 else "**missed**"
         line = (
             f"| {r['store']} | {r['python']:.0f} | {r['rust']:.0f} | **{r['ratio']:.2f}×** "
