@@ -16,12 +16,14 @@
 //!   future through the loop's `call_soon_threadsafe` (done in Python).
 //!
 //! # Fork
-//! A tokio runtime does not survive `fork()`: its threads are not copied.
-//! Every object records the process that made it; used in another process
-//! (a child of `os.fork()`, `multiprocessing` with the fork start method,
-//! gunicorn's workers), it raises `UsageError` telling to open the store in
-//! that process, and when it is garbage collected there it is forgotten, not
-//! dropped: nothing the parent holds is released or renewed by the child.
+//! leasehold's threads (the runtime's, the lease timer's, SQLite's wake-up
+//! watcher) do not survive `fork()`, and its process-wide state refers to
+//! them. Every object records the process that made it; used in another
+//! process (a child of `os.fork()`, `multiprocessing` with the fork start
+//! method, gunicorn's preloaded workers) it raises `UsageError`, and so
+//! does `open()` in a child of a process that had used leasehold; when it
+//! is garbage collected there it is forgotten, not dropped: nothing the
+//! parent holds is released or renewed by the child.
 //!
 //! # What is not guaranteed
 //! A Python thread cannot be stopped from outside: the loss of a lease is
