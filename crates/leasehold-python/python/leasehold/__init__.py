@@ -327,7 +327,10 @@ class Held:
     def cancel_on_loss(self, task: "Optional[asyncio.Task[Any]]" = None) -> None:
         """Cancels ``task`` (by default the current asyncio task) when the
         lease is lost; its ``await`` raises ``asyncio.CancelledError``."""
-        loop = asyncio.get_running_loop()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise UsageError("cancel_on_loss() needs a running event loop: call it from a task") from None
         target = task if task is not None else asyncio.current_task()
         if target is None:
             raise UsageError("cancel_on_loss() needs a task: call it from one, or pass it")
