@@ -7,7 +7,8 @@
 # of protoc fails (scripts/bare-build.sh, first, while the target directory
 # of a clean clone is still empty), runs every test with the emulators
 # required (a missing emulator fails the run instead of skipping; test
-# binaries three at a time, scripts/run-tests.sh), and stops the emulators
+# binaries three at a time, scripts/run-tests.sh), the Python bindings'
+# tests (scripts/python-test.sh), and stops the emulators
 # again. Each step's time is printed at the end.
 #
 #   scripts/test.sh            # everything
@@ -91,6 +92,10 @@ if [[ ${#args[@]} -eq 0 ]]; then
 fi
 RUN_TESTS_SKIP="$skip" scripts/run-tests.sh "${args[@]}" -- --test-threads=8
 step "the tests"
+# The Python bindings: built into .cache/python-venv (dev profile, reusing
+# the tests' build), pytest on every store (scripts/python-test.sh).
+scripts/python-test.sh
+step "python"
 # The PostgreSQL store again, through PgBouncer in transaction mode: one
 # statement per operation, no session state (wake-ups off: LISTEN needs a
 # session). The binaries built above, run again.

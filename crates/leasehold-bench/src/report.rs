@@ -551,9 +551,15 @@ cycles, then a handoff to a waiter in another process (held 0.1–0.2 s, then re
     if let Ok(section) = std::fs::read_to_string(setup) {
         let _ = writeln!(s, "{}\n", section.trim_end());
     }
+    // Section 8, the Python package against Rust, likewise:
+    // scripts/python-bench.py writes it.
+    let python = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/python-bench.md");
+    if let Ok(section) = std::fs::read_to_string(python) {
+        let _ = writeln!(s, "{}\n", section.trim_end());
+    }
     let _ = writeln!(
         s,
-        "## Reproduce\n\n```sh\nscripts/bench.sh          # this page and its chart (several minutes)\nscripts/bench.sh --tiny   # a few seconds, to a temporary directory (CI)\nscripts/bench.sh --stores s3 --only 1,2,3 --out DIR   # some stores and figures only\nscripts/setup-times.sh    # section 7 (half an hour)\n```"
+        "## Reproduce\n\n```sh\nscripts/bench.sh          # this page and its chart (several minutes)\nscripts/bench.sh --tiny   # a few seconds, to a temporary directory (CI)\nscripts/bench.sh --stores s3 --only 1,2,3 --out DIR   # some stores and figures only\nscripts/setup-times.sh    # section 7 (half an hour)\nscripts/python-bench.py --out docs/python-bench.md sqlite:PATH URL   # section 8 (with the package installed)\n```"
     );
     s
 }

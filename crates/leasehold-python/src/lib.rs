@@ -1,0 +1,1091 @@
+//! The native half of the `leasehold` Python package (`leasehold._leasehold`):
+//! stores, locks, semaphores, elections and their guards, over the Rust
+//! library. The Python half (`python/leasehold/__init__.py`) gives them their
+//! idiomatic form (context managers, `async with`, durations); this module is
+//! its only caller.
+//!
+//! # What runs where
+//! * Each process has one tokio runtime (two worker threads), made when it
+//!   first opens a store. Renewals run there, without the GIL.
+//! * Blocking calls release the GIL. A wait for a lease runs on the calling
+//!   thread in slices of [`SLICE`]; between slices it takes the GIL back and
+//!   runs Python's signal handlers, so Ctrl-C (KeyboardInterrupt) ends the
+//!   wait: the acquisition is dropped, which is cancel safe (a lease granted
+//!   to a request in flight is released), and nothing stays held.
+//! * Async acquisitions run as tasks on the runtime and complete an asyncio
+//!   future through the loop's `call_soon_threadsafe` (done in Python).
+//!
+//! # Fork
+//! leasehold's threads (the runtime's, the lease timer's, SQLite's wake-up
+//! watcher) do not survive `fork()`, and its process-wide state refers to
+//! them. Every object records the process that made it; used in another
+//! process (a child of `os.fork()`, `multiprocessing` with the fork start
+//! method, gunicorn's preloaded workers) it raises `UsageError`, and so
+//! does `open()` in a child of a process that had used leasehold; when it
+//! is garbage collected there it is forgotten, not dropped: nothing the
+//! parent holds is released or renewed by the child.
+//!
+//! # What is not guaranteed
+//! A Python thread cannot be stopped from outside: the loss of a lease is
+//! *signalled* (a callback, `held.lost`, an asyncio task cancelled), and the
+//! code that holds it must stop on that signal. `leasehold run` stops a
+//! command for sure.
+
+use std::future::Future;
+use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use leasehold::{HolderInfo, KeyInfo, LeaseGuard, LockOptions, LossPolicy, RunRecord, RunReport};
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use tokio::runtime::Runtime;
+use tokio_util::sync::CancellationToken;
+
+create_exception!(
+    _leasehold,
+    Error,
+    PyException,
+    "Every error leasehold raises."
+);
+create_exception!(_leasehold, Timeout, Error, "The wait for a lease ran out.");
+create_exception!(
+    _leasehold,
+    LeaseLost,
+    Error,
+    "The lease is lost: it expired before it could be renewed, was broken, or taken over."
+);
+create_exception!(
+    _leasehold,
+    StoreError,
+    Error,
+    "The store failed, does not exist, or grants nothing yet (quarantine)."
+);
+create_exception!(
+    _leasehold,
+    UsageError,
+    Error,
+    "leasehold was called wrongly: a bad key, duration, URL or size, or a store used after fork."
+);
+
+/// How long a blocking wait runs without the GIL before it looks at
+/// Python's signals (Ctrl-C) again.
+const SLICE: Duration = Duration::from_millis(50);
+
+/// This process's runtime, made at the first use in this process (a child
+/// of `fork()` makes its own). Never dropped: dropping a runtime joins its
+/// threads, which a forked child does not have.
+static RUNTIME: Mutex<Option<(u32, &'static Runtime)>> = Mutex::new(None);
+
+fn runtime() -> PyResult<&'static Runtime> {
+    let pid = std::process::id();
+    let mut slot = RUNTIME.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((owner, rt)) = *slot {
+        if owner == pid {
+            return Ok(rt);
+        }
+        // A child of fork() of a process that used leasehold: the library's
+        // own threads (the runtime's, the lease timer's, SQLite's wake-up
+        // watcher) were not copied, and its process-wide state refers to
+        // them; a store opened here would wait on timers that never fire.
+        return Err(UsageError::new_err(format!(
+            "leasehold was used in process {owner} before it forked this process ({pid}): \
+             its threads do not survive fork(), so it cannot be used in a forked child; \
+             open stores only in the processes that use them, and fork (or start \
+             multiprocessing/gunicorn workers) before the first use, or use the \"spawn\" \
+             or \"forkserver\" start method"
+        )));
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("leasehold")
+        .enable_all()
+        .build()
+        .map_err(|e| StoreError::new_err(format!("cannot start leasehold's runtime: {e}")))?;
+    let rt: &'static Runtime = Box::leak(Box::new(rt));
+    *slot = Some((pid, rt));
+    Ok(rt)
+}
+
+/// The process an object was made in, and its runtime.
+#[derive(Clone, Copy)]
+struct Home {
+    pid: u32,
+    rt: &'static Runtime,
+}
+
+impl Home {
+    fn here() -> PyResult<Home> {
+        Ok(Home {
+            pid: std::process::id(),
+            rt: runtime()?,
+        })
+    }
+
+    fn is_here(&self) -> bool {
+        self.pid == std::process::id()
+    }
+
+    /// Refuses use in another process than the one that made the object.
+    fn check(&self, what: &str) -> PyResult<()> {
+        if self.is_here() {
+            return Ok(());
+        }
+        Err(UsageError::new_err(format!(
+            "this {what} belongs to process {} and this is process {} (a fork of it): \
+             a store does not survive fork(); open the store again in this process, after the fork",
+            self.pid,
+            std::process::id()
+        )))
+    }
+
+    /// Runs `fut` to completion on this thread, without the GIL.
+    fn block_on<F>(&self, py: Python<'_>, fut: F) -> PyResult<F::Output>
+    where
+        F: Future + Send,
+        F::Output: Send,
+    {
+        refuse_runtime_thread()?;
+        let rt = self.rt;
+        Ok(py.detach(|| rt.block_on(fut)))
+    }
+
+    /// Runs `fut` to completion on this thread, without the GIL, in slices
+    /// with Python's signal handlers and `tick` run between them. If either
+    /// raises, `fut` is dropped (cancelled) and the error returned.
+    fn block_on_interruptible<F>(
+        &self,
+        py: Python<'_>,
+        fut: F,
+        mut tick: impl FnMut(Python<'_>) -> PyResult<()>,
+    ) -> PyResult<F::Output>
+    where
+        F: Future + Send,
+        F::Output: Send,
+    {
+        refuse_runtime_thread()?;
+        let rt = self.rt;
+        let mut fut = Box::pin(fut);
+        loop {
+            let done = py.detach(|| {
+                rt.block_on(async { tokio::time::timeout(SLICE, fut.as_mut()).await.ok() })
+            });
+            if let Some(out) = done {
+                return Ok(out);
+            }
+            if let Err(e) = py.check_signals().and_then(|()| tick(py)) {
+                // Dropped inside the runtime: a lease granted to a request
+                // in flight is released in the background there; that
+                // release ends (up to SETTLE) before the error is raised.
+                {
+                    let _entered = rt.enter();
+                    drop(fut);
+                }
+                py.detach(|| {
+                    rt.block_on(async {
+                        let _ = tokio::time::timeout(SETTLE, leasehold::finish_background()).await;
+                    })
+                });
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// A blocking call from one of the runtime's own threads (a loss callback
+/// that calls back into leasehold) would block the runtime on itself.
+fn refuse_runtime_thread() -> PyResult<()> {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return Err(UsageError::new_err(
+            "a blocking leasehold call from a leasehold callback (an on_loss callback runs on \
+             leasehold's own thread): set an event or schedule the work elsewhere instead",
+        ));
+    }
+    Ok(())
+}
+
+fn duration(what: &str, secs: f64) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(secs).map_err(|_| {
+        UsageError::new_err(format!(
+            "invalid {what}: {secs} s (expected a duration of zero or more seconds)"
+        ))
+    })
+}
+
+/// A leasehold error as the matching Python exception, secrets of `url`
+/// scrubbed from its message.
+fn to_py(err: leasehold::Error, url: &str) -> PyErr {
+    use leasehold::Error as E;
+    let message = leasehold_stores::scrub(&error_chain(&err), Some(url));
+    match err {
+        E::TimedOut { .. } => Timeout::new_err(message),
+        E::LeaseLost { .. } => LeaseLost::new_err(message),
+        E::InvalidInput { .. } | E::NotSupported(_) => UsageError::new_err(message),
+        _ => StoreError::new_err(message),
+    }
+}
+
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(s) = source {
+        let more = s.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = s.source();
+    }
+    text
+}
+
+/// Opens the store `url` names (`None`: the default SQLite file), with the
+/// same URLs as the `leasehold` command.
+#[pyfunction]
+#[pyo3(signature = (url=None))]
+fn open(py: Python<'_>, url: Option<String>) -> PyResult<Store> {
+    let home = Home::here()?;
+    let shown = leasehold_stores::redact(leasehold_stores::effective_url(url.as_deref()));
+    let effective = url.clone().unwrap_or_else(|| "sqlite:".into());
+    let opened = home.block_on(py, leasehold_stores::open(Some(effective.as_str())))?;
+    let store = opened.map_err(|e| to_py(e, url.as_deref().unwrap_or("")))?;
+    Ok(Store {
+        inner: ManuallyDrop::new(store),
+        home,
+        url: url.unwrap_or_default(),
+        shown,
+    })
+}
+
+/// Creates the store at `url` (as `leasehold init`), or opens it if one
+/// exists already (nothing changed). With `new`, the caller states that no
+/// store existed there before: the new store's epoch is settled at once,
+/// without the quarantine a new store otherwise has.
+#[pyfunction]
+#[pyo3(signature = (url=None, new=false))]
+fn init(py: Python<'_>, url: Option<String>, new: bool) -> PyResult<Store> {
+    use leasehold_stores::Access;
+    let home = Home::here()?;
+    let given = url.clone().unwrap_or_default();
+    let shown = leasehold_stores::redact(leasehold_stores::effective_url(url.as_deref()));
+    let store = home.block_on(py, async {
+        match leasehold_stores::open_with(url.as_deref(), Access::Look).await {
+            Ok(_) => leasehold_stores::open_with(url.as_deref(), Access::Lease).await,
+            Err(leasehold::Error::NoStore { .. }) => {
+                leasehold_stores::open_with(url.as_deref(), Access::Create { proven: new }).await
+            }
+            Err(e) => Err(e),
+        }
+    })?;
+    let store = store.map_err(|e| to_py(e, &given))?;
+    Ok(Store {
+        inner: ManuallyDrop::new(store),
+        home,
+        url: given,
+        shown,
+    })
+}
+
+/// A duration in the `leasehold` command's syntax ("30s", "500ms", "5m"),
+/// in seconds.
+#[pyfunction]
+fn parse_duration(text: &str) -> PyResult<f64> {
+    humantime::parse_duration(text.trim())
+        .map(|d| d.as_secs_f64())
+        .map_err(|e| {
+            UsageError::new_err(format!(
+                "invalid duration {text:?}: {e} (expected e.g. 30s, 500ms, 5m)"
+            ))
+        })
+}
+
+/// Waits (up to `timeout` seconds) for the releases that dropped guards
+/// left in the background; called at exit.
+#[pyfunction]
+fn finish_background(py: Python<'_>, timeout: f64) -> PyResult<()> {
+    let Some((pid, rt)) = *RUNTIME.lock().unwrap_or_else(|e| e.into_inner()) else {
+        return Ok(());
+    };
+    if pid != std::process::id() || tokio::runtime::Handle::try_current().is_ok() {
+        return Ok(());
+    }
+    let timeout = duration("timeout", timeout)?;
+    py.detach(|| {
+        rt.block_on(async {
+            let _ = tokio::time::timeout(timeout, leasehold::finish_background()).await;
+        })
+    });
+    Ok(())
+}
+
+/// Calls `done()` (on a runtime thread, with the GIL) once the releases
+/// left in the background (dropped guards, cancelled acquisitions) have
+/// ended, or after 5 s.
+#[pyfunction]
+fn settle(done: Py<PyAny>) -> PyResult<()> {
+    let home = Home::here()?;
+    home.rt.spawn(async move {
+        let _ = tokio::time::timeout(SETTLE, leasehold::finish_background()).await;
+        Python::attach(|py| {
+            if let Err(e) = done.call0(py) {
+                e.write_unraisable(py, None);
+            }
+        });
+    });
+    Ok(())
+}
+
+/// The pid of the process an object belongs to (for tests of fork).
+#[pyfunction]
+fn runtime_pid() -> Option<u32> {
+    RUNTIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .map(|(pid, _)| pid)
+}
+
+#[pyclass(frozen, module = "leasehold._leasehold")]
+struct Store {
+    inner: ManuallyDrop<leasehold::Store>,
+    home: Home,
+    /// As given, for scrubbing messages.
+    url: String,
+    /// Without secrets, for showing.
+    shown: String,
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        // SAFETY: not used again.
+        let store = unsafe { ManuallyDrop::take(&mut self.inner) };
+        if self.home.is_here() {
+            let _entered = self.home.rt.enter();
+            drop(store);
+        } else {
+            // In a forked child: the parent's connections and runtime are
+            // not this process's to close.
+            std::mem::forget(store);
+        }
+    }
+}
+
+impl Store {
+    fn err(&self, e: leasehold::Error) -> PyErr {
+        to_py(e, &self.url)
+    }
+
+    fn run<T: Send>(
+        &self,
+        py: Python<'_>,
+        fut: impl Future<Output = leasehold::Result<T>> + Send,
+    ) -> PyResult<T> {
+        self.home.check("store")?;
+        self.home.block_on(py, fut)?.map_err(|e| self.err(e))
+    }
+}
+
+#[pymethods]
+impl Store {
+    /// The store's URL without its secrets.
+    #[getter(url)]
+    fn shown_url(&self) -> &str {
+        &self.shown
+    }
+
+    /// The pid of the process that opened the store.
+    #[getter]
+    fn pid(&self) -> u32 {
+        self.home.pid
+    }
+
+    /// A lock (`kind` "lock"), semaphore ("semaphore", with `limit`) or
+    /// election ("election") on `key`.
+    #[pyo3(signature = (kind, key, limit=1, ttl=None, data=None, label=None, abort_on_loss=false, renew_interval=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn target(
+        slf: Bound<'_, Self>,
+        kind: &str,
+        key: &str,
+        limit: u32,
+        ttl: Option<f64>,
+        data: Option<String>,
+        label: Option<String>,
+        abort_on_loss: bool,
+        renew_interval: Option<f64>,
+    ) -> PyResult<Target> {
+        let this = slf.get();
+        this.home.check("store")?;
+        let mut options = LockOptions::new();
+        if let Some(ttl) = ttl {
+            options = options.ttl(duration("ttl", ttl)?);
+        }
+        if let Some(every) = renew_interval {
+            options = options.renew_interval(duration("renew_interval", every)?);
+        }
+        if let Some(data) = data {
+            options = options.data(data);
+        }
+        if let Some(label) = label {
+            options = options.owner_label(label);
+        }
+        if abort_on_loss {
+            options = options.loss_policy(LossPolicy::Abort);
+        }
+        let store = &*this.inner;
+        let kind = match kind {
+            "lock" => Kind::Lock(store.lock_with(key, options).map_err(|e| this.err(e))?),
+            "semaphore" => Kind::Semaphore(
+                store
+                    .semaphore_with(key, limit, options)
+                    .map_err(|e| this.err(e))?,
+            ),
+            "election" => {
+                Kind::Election(store.election_with(key, options).map_err(|e| this.err(e))?)
+            }
+            other => return Err(UsageError::new_err(format!("unknown kind {other:?}"))),
+        };
+        Ok(Target {
+            kind: Arc::new(kind),
+            home: this.home,
+            url: this.url.clone(),
+            store: slf.clone().unbind(),
+        })
+    }
+
+    /// What the store holds for `key`, as a dict.
+    fn status<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyDict>> {
+        let info = self.run(py, self.inner.inspect(key))?;
+        key_info(py, &info)
+    }
+
+    /// Every key whose name starts with `prefix`, as dicts.
+    fn list<'py>(&self, py: Python<'py>, prefix: &str) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let infos = self.run(py, self.inner.list(prefix))?;
+        infos.iter().map(|i| key_info(py, i)).collect()
+    }
+
+    /// Ends any lease on `key`; the holder it ended, as a dict, or None.
+    fn break_lease<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let broken = self.run(py, self.inner.break_lease(key))?;
+        broken.as_ref().map(|h| holder_info(py, h)).transpose()
+    }
+
+    /// The key's last success if it ended less than `period` seconds ago.
+    fn last_success_within<'py>(
+        &self,
+        py: Python<'py>,
+        key: &str,
+        period: f64,
+    ) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let period = duration("period", period)?;
+        let found = self.run(py, self.inner.last_success_within(key, period))?;
+        found.as_ref().map(|r| run_record(py, r)).transpose()
+    }
+}
+
+enum Kind {
+    Lock(leasehold::Lock),
+    Semaphore(leasehold::Semaphore),
+    Election(leasehold::Election),
+}
+
+/// A lease granted: its guard and what the kind adds.
+struct Granted {
+    guard: LeaseGuard,
+    slot: Option<u32>,
+}
+
+impl Kind {
+    async fn acquire(
+        &self,
+        wait: leasehold::Wait,
+        mut waiting: impl FnMut() + Send,
+    ) -> leasehold::Result<Granted> {
+        let on_wait = |_: leasehold::WaitReason<'_>| waiting();
+        Ok(match self {
+            Kind::Lock(l) => Granted {
+                guard: l.acquire_reporting(wait, on_wait).await?,
+                slot: None,
+            },
+            Kind::Semaphore(s) => {
+                let permit = s.acquire_reporting(wait, on_wait).await?;
+                Granted {
+                    slot: Some(permit.slot()),
+                    guard: permit.into_guard(),
+                }
+            }
+            Kind::Election(e) => Granted {
+                guard: e.campaign_reporting(wait, on_wait).await?.into_guard(),
+                slot: None,
+            },
+        })
+    }
+
+    /// One attempt; `None` when the key is taken or the store grants
+    /// nothing yet (quarantine).
+    async fn try_acquire(&self) -> leasehold::Result<Option<Granted>> {
+        let got = match self {
+            Kind::Lock(l) => l
+                .try_acquire()
+                .await
+                .map(|guard| Granted { guard, slot: None }),
+            Kind::Semaphore(s) => s.try_acquire().await.map(|p| Granted {
+                slot: Some(p.slot()),
+                guard: p.into_guard(),
+            }),
+            Kind::Election(e) => e.try_campaign().await.map(|l| Granted {
+                guard: l.into_guard(),
+                slot: None,
+            }),
+        };
+        match got {
+            Ok(g) => Ok(Some(g)),
+            Err(leasehold::Error::Held { .. } | leasehold::Error::Quarantined { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn key(&self) -> String {
+        match self {
+            Kind::Lock(l) => l.key().to_string(),
+            Kind::Semaphore(s) => s.key().to_string(),
+            Kind::Election(e) => e.key().to_string(),
+        }
+    }
+}
+
+/// A lock, semaphore or election of a store.
+#[pyclass(frozen, module = "leasehold._leasehold")]
+struct Target {
+    kind: Arc<Kind>,
+    home: Home,
+    url: String,
+    /// Keeps the store (and its backend) alive while this is.
+    #[allow(dead_code)]
+    store: Py<Store>,
+}
+
+impl Target {
+    fn held(&self, granted: Granted) -> Held {
+        Held::new(granted, self.home, self.url.clone())
+    }
+}
+
+fn wait_of(wait: Option<f64>) -> PyResult<leasehold::Wait> {
+    Ok(match wait {
+        None => leasehold::Wait::Forever,
+        Some(secs) => leasehold::Wait::Timeout(duration("wait", secs)?),
+    })
+}
+
+#[pymethods]
+impl Target {
+    #[getter]
+    fn key(&self) -> String {
+        self.kind.key()
+    }
+
+    /// Takes it, waiting up to `wait` seconds (None: as long as it takes).
+    /// `on_wait()` is called (from this thread) the first time an attempt
+    /// finds it taken.
+    #[pyo3(signature = (wait=None, on_wait=None))]
+    fn acquire(
+        &self,
+        py: Python<'_>,
+        wait: Option<f64>,
+        on_wait: Option<Py<PyAny>>,
+    ) -> PyResult<Held> {
+        self.home.check("lock")?;
+        let wait = wait_of(wait)?;
+        let waits = AtomicU64::new(0);
+        let mut told = false;
+        let kind = self.kind.clone();
+        let count = || {
+            waits.fetch_add(1, Ordering::Relaxed);
+        };
+        let got = self
+            .home
+            .block_on_interruptible(py, kind.acquire(wait, count), |py| {
+                if !told && waits.load(Ordering::Relaxed) > 0 {
+                    told = true;
+                    if let Some(cb) = &on_wait {
+                        cb.call0(py)?;
+                    }
+                }
+                Ok(())
+            })?;
+        let granted = got.map_err(|e| to_py(e, &self.url))?;
+        Ok(self.held(granted))
+    }
+
+    /// One attempt: a Held, or None when it is taken.
+    fn try_acquire(&self, py: Python<'_>) -> PyResult<Option<Held>> {
+        self.home.check("lock")?;
+        let kind = self.kind.clone();
+        let got = self
+            .home
+            .block_on(py, async move { kind.try_acquire().await })?;
+        Ok(got.map_err(|e| to_py(e, &self.url))?.map(|g| self.held(g)))
+    }
+
+    /// Starts taking it on the runtime; `done(ok, value)` is called (on a
+    /// runtime thread, with the GIL) with the Held or the exception. The
+    /// returned Pending cancels it.
+    /// `on_wait()` is called once (on a runtime thread, with the GIL) if
+    /// the first attempt finds it taken.
+    #[pyo3(signature = (wait, on_wait, done))]
+    fn acquire_start(
+        &self,
+        wait: Option<f64>,
+        on_wait: Option<Py<PyAny>>,
+        done: Py<PyAny>,
+    ) -> PyResult<Pending> {
+        self.home.check("lock")?;
+        let wait = wait_of(wait)?;
+        let kind = self.kind.clone();
+        let home = self.home;
+        let url = self.url.clone();
+        let task = self.home.rt.spawn(async move {
+            let mut on_wait = on_wait;
+            let waiting = move || {
+                if let Some(cb) = on_wait.take() {
+                    Python::attach(|py| {
+                        if let Err(e) = cb.call0(py) {
+                            e.write_unraisable(py, None);
+                        }
+                    });
+                }
+            };
+            let got = kind.acquire(wait, waiting).await;
+            Python::attach(|py| {
+                let args = match got {
+                    Ok(granted) => match Py::new(py, Held::new(granted, home, url.clone())) {
+                        Ok(held) => (true, held.into_any()),
+                        Err(e) => (false, e.into_value(py).into_any()),
+                    },
+                    Err(e) => (false, to_py(e, &url).into_value(py).into_any()),
+                };
+                if let Err(e) = done.call1(py, args) {
+                    e.write_unraisable(py, None);
+                }
+            });
+        });
+        Ok(Pending {
+            task: Mutex::new(Some(task)),
+            rt: self.home.rt,
+        })
+    }
+
+    /// For the benchmark (scripts/python-bench.py): acquire + release
+    /// cycles of this lock in a Rust loop (no Python between them) for
+    /// `seconds`, on this thread as a Rust program's `block_on` would run
+    /// them; the number of cycles.
+    fn bench_rust_cycles(&self, py: Python<'_>, seconds: f64) -> PyResult<u64> {
+        self.home.check("lock")?;
+        let Kind::Lock(lock) = &*self.kind else {
+            return Err(UsageError::new_err("the benchmark runs on a lock"));
+        };
+        let span = duration("seconds", seconds)?;
+        let got = self.home.block_on(py, async move {
+            let start = std::time::Instant::now();
+            let mut cycles = 0u64;
+            while start.elapsed() < span {
+                lock.acquire().await?.release().await?;
+                cycles += 1;
+            }
+            Ok::<_, leasehold::Error>(cycles)
+        })?;
+        got.map_err(|e| to_py(e, &self.url))
+    }
+
+    /// Who holds the key (a lock's or election's holder; a semaphore's
+    /// slots' holders), as a list of dicts.
+    fn holders<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        self.home.check("lock")?;
+        let kind = self.kind.clone();
+        let got = self.home.block_on(py, async move {
+            match &*kind {
+                Kind::Lock(l) => l.inspect().await.map(|i| i.holder.into_iter().collect()),
+                Kind::Election(e) => e.leader().await.map(|h| h.into_iter().collect()),
+                Kind::Semaphore(s) => s.inspect().await.map(|slots| {
+                    slots
+                        .into_iter()
+                        .filter_map(|s| s.info.holder)
+                        .collect::<Vec<_>>()
+                }),
+            }
+        })?;
+        let holders: Vec<HolderInfo> = got.map_err(|e| to_py(e, &self.url))?;
+        holders.iter().map(|h| holder_info(py, h)).collect()
+    }
+}
+
+/// An async operation under way on the runtime.
+#[pyclass(frozen, module = "leasehold._leasehold")]
+struct Pending {
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    rt: &'static Runtime,
+}
+
+/// How long a cancellation waits for the releases it started.
+const SETTLE: Duration = Duration::from_secs(5);
+
+#[pymethods]
+impl Pending {
+    /// Cancels it (if it has not completed), then calls `done()` (on a
+    /// runtime thread, with the GIL) once the operation has stopped: a
+    /// lease it was granted is being released in the background then
+    /// (see `settle`).
+    fn cancel(&self, done: Py<PyAny>) {
+        let task = self.task.lock().unwrap_or_else(|e| e.into_inner()).take();
+        self.rt.spawn(async move {
+            if let Some(task) = task {
+                task.abort();
+                let _ = task.await;
+            }
+            Python::attach(|py| {
+                if let Err(e) = done.call0(py) {
+                    e.write_unraisable(py, None);
+                }
+            });
+        });
+    }
+}
+
+/// A lease held: the guard renews it on the runtime until released.
+#[pyclass(frozen, module = "leasehold._leasehold")]
+struct Held {
+    guard: Mutex<Option<LeaseGuard>>,
+    key: String,
+    token: u64,
+    slot: Option<u32>,
+    /// Cancelled when the lease is lost.
+    lost: CancellationToken,
+    /// Cancelled when the guard is released (before the release starts),
+    /// which ends the loss watchers.
+    released: CancellationToken,
+    /// Whether the lease was lost before it was released.
+    lost_before_release: Arc<AtomicBool>,
+    reason: Mutex<Option<String>>,
+    home: Home,
+    url: String,
+}
+
+impl Held {
+    fn new(granted: Granted, home: Home, url: String) -> Held {
+        let guard = granted.guard;
+        Held {
+            key: guard.key().to_string(),
+            token: guard.fencing_token(),
+            slot: granted.slot,
+            lost: guard.lost_token(),
+            released: CancellationToken::new(),
+            lost_before_release: Arc::new(AtomicBool::new(false)),
+            reason: Mutex::new(None),
+            guard: Mutex::new(Some(guard)),
+            home,
+            url,
+        }
+    }
+
+    /// Takes the guard out for its release; None if it was released.
+    fn take(&self) -> PyResult<Option<LeaseGuard>> {
+        self.home.check("lease")?;
+        let taken = self.guard.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(guard) = &taken {
+            if let Some(reason) = guard.loss_reason() {
+                self.lost_before_release.store(true, Ordering::Relaxed);
+                *self.reason.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.to_string());
+            }
+            self.released.cancel();
+        }
+        Ok(taken)
+    }
+
+    fn loss_reason_now(&self) -> Option<String> {
+        match &*self.guard.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(guard) => guard.loss_reason().map(|r| r.to_string()),
+            None => self
+                .reason
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        }
+    }
+
+    fn lost_error(&self, reason: &str) -> PyErr {
+        LeaseLost::new_err(format!("lease on {} lost: {reason}", self.key))
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let guard = self
+            .guard
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(guard) = guard {
+            if self.home.is_here() {
+                // Released in the background on the runtime.
+                self.released.cancel();
+                let _entered = self.home.rt.enter();
+                drop(guard);
+            } else {
+                // The parent's lease, in a forked child: not this
+                // process's to release or renew.
+                std::mem::forget(guard);
+            }
+        }
+    }
+}
+
+#[pymethods]
+impl Held {
+    /// The key held (a semaphore's slot key for a permit).
+    #[getter]
+    fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The fencing token of this grant.
+    #[getter]
+    fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// A semaphore permit's slot; None otherwise.
+    #[getter]
+    fn slot(&self) -> Option<u32> {
+        self.slot
+    }
+
+    /// Whether the lease is lost (checked against the clock now). False
+    /// after a release that came before any loss.
+    #[getter]
+    fn lost(&self) -> bool {
+        match &*self.guard.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(guard) => guard.is_lost(),
+            None => self.lost_before_release.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Whether the lease was released.
+    #[getter]
+    fn released(&self) -> bool {
+        self.released.is_cancelled()
+    }
+
+    /// Why the lease is lost, or None.
+    #[getter]
+    fn loss_reason(&self) -> Option<String> {
+        self.loss_reason_now()
+    }
+
+    /// Raises LeaseLost if the lease is lost, UsageError if released.
+    fn check(&self) -> PyResult<()> {
+        self.home.check("lease")?;
+        if let Some(reason) = self.loss_reason_now() {
+            return Err(self.lost_error(&reason));
+        }
+        if self.released.is_cancelled() {
+            return Err(UsageError::new_err(format!(
+                "the lease on {} was released",
+                self.key
+            )));
+        }
+        Ok(())
+    }
+
+    /// Seconds the lease is certainly still ours without another renewal.
+    fn valid_for(&self) -> f64 {
+        match &*self.guard.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(guard) => guard.valid_for().as_secs_f64(),
+            None => 0.0,
+        }
+    }
+
+    /// Ends the lease; raises LeaseLost if it was lost first. A second
+    /// release does nothing.
+    fn release(&self, py: Python<'_>) -> PyResult<()> {
+        let Some(guard) = self.take()? else {
+            return Ok(());
+        };
+        self.home
+            .block_on(py, guard.release())?
+            .map_err(|e| to_py(e, &self.url))
+    }
+
+    /// Records a run (succeeded or failed, started at `started_at` Unix
+    /// seconds), then ends the lease (`leasehold run --once-per`'s record).
+    fn release_with(&self, py: Python<'_>, succeeded: bool, started_at: f64) -> PyResult<()> {
+        let Some(guard) = self.take()? else {
+            return Err(UsageError::new_err(format!(
+                "the lease on {} was already released",
+                self.key
+            )));
+        };
+        let started = UNIX_EPOCH + duration("started_at", started_at)?;
+        let report = if succeeded {
+            RunReport::succeeded(started)
+        } else {
+            RunReport::failed(started)
+        };
+        self.home
+            .block_on(py, guard.release_with(report))?
+            .map_err(|e| to_py(e, &self.url))
+    }
+
+    /// Starts the release on the runtime; `done(ok, value)` is called as
+    /// for `Target.acquire_start` (value None when it went well).
+    fn release_start(&self, done: Py<PyAny>) -> PyResult<()> {
+        let Some(guard) = self.take()? else {
+            Python::attach(|py| done.call1(py, (true, py.None())))?;
+            return Ok(());
+        };
+        let url = self.url.clone();
+        self.home.rt.spawn(async move {
+            let result = guard.release().await;
+            Python::attach(|py| {
+                let args = match result {
+                    Ok(()) => (true, py.None()),
+                    Err(e) => (false, to_py(e, &url).into_value(py).into_any()),
+                };
+                if let Err(e) = done.call1(py, args) {
+                    e.write_unraisable(py, None);
+                }
+            });
+        });
+        Ok(())
+    }
+
+    /// Releases in the background, without waiting.
+    fn release_background(&self) -> PyResult<()> {
+        if let Some(guard) = self.take()? {
+            let _entered = self.home.rt.enter();
+            drop(guard);
+        }
+        Ok(())
+    }
+
+    /// Calls `callback(reason)` once, on a thread of leasehold's (a blocking
+    /// thread of the runtime, not a worker), when the lease
+    /// is lost (at once if it is already); never after a release that came
+    /// first.
+    fn on_loss(&self, callback: Py<PyAny>) -> PyResult<()> {
+        self.home.check("lease")?;
+        let lost = self.lost.clone();
+        let released = self.released.clone();
+        let guard_reason = {
+            let guard = self.guard.lock().unwrap_or_else(|e| e.into_inner());
+            match &*guard {
+                Some(g) => g.loss_reason().map(|r| r.to_string()),
+                None => return Ok(()),
+            }
+        };
+        let key = self.key.clone();
+        let lost_first = self.lost_before_release.clone();
+        self.home.rt.spawn(async move {
+            if guard_reason.is_none() {
+                tokio::select! {
+                    biased;
+                    // Released: the callback runs only if the lease was
+                    // lost first (seen by the holder before the renewal
+                    // task marked it).
+                    _ = released.cancelled() => if !lost_first.load(Ordering::Relaxed) {
+                        return;
+                    },
+                    _ = lost.cancelled() => {}
+                }
+            }
+            let reason = guard_reason.unwrap_or_else(|| format!("lease on {key} lost"));
+            // On a blocking thread: the callback is the user's, and a slow
+            // one must not hold up a worker (and the renewals it runs).
+            let _ = tokio::task::spawn_blocking(move || {
+                Python::attach(|py| {
+                    if let Err(e) = callback.call1(py, (reason,)) {
+                        e.write_unraisable(py, None);
+                    }
+                })
+            });
+        });
+        Ok(())
+    }
+}
+
+fn unix_secs(t: SystemTime) -> f64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+fn holder_info<'py>(py: Python<'py>, h: &HolderInfo) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("host", &h.owner.host)?;
+    d.set_item("pid", h.owner.pid)?;
+    d.set_item("label", &h.owner.label)?;
+    d.set_item("data", &h.data)?;
+    d.set_item("token", h.fencing_token)?;
+    d.set_item("acquired_at", h.acquired_at.map(unix_secs))?;
+    d.set_item("expires_in", h.expires_in.map(|d| d.as_secs_f64()))?;
+    d.set_item("ttl", h.ttl.map(|d| d.as_secs_f64()))?;
+    Ok(d)
+}
+
+fn run_record<'py>(py: Python<'py>, r: &RunRecord) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("succeeded", r.succeeded())?;
+    d.set_item("outcome", format!("{:?}", r.outcome))?;
+    d.set_item("started_at", unix_secs(r.started_at))?;
+    d.set_item("ended_at", unix_secs(r.ended_at))?;
+    d.set_item("token", r.fencing_token)?;
+    d.set_item("host", &r.owner.host)?;
+    d.set_item("pid", r.owner.pid)?;
+    Ok(d)
+}
+
+fn key_info<'py>(py: Python<'py>, i: &KeyInfo) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("key", i.key.to_string())?;
+    d.set_item("token", i.fencing_token)?;
+    d.set_item(
+        "holder",
+        i.holder.as_ref().map(|h| holder_info(py, h)).transpose()?,
+    )?;
+    d.set_item(
+        "last_success",
+        i.last_success
+            .as_ref()
+            .map(|r| run_record(py, r))
+            .transpose()?,
+    )?;
+    d.set_item(
+        "last_run",
+        i.last_run.as_ref().map(|r| run_record(py, r)).transpose()?,
+    )?;
+    Ok(d)
+}
+
+#[pymodule]
+fn _leasehold(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("Error", py.get_type::<Error>())?;
+    m.add("Timeout", py.get_type::<Timeout>())?;
+    m.add("LeaseLost", py.get_type::<LeaseLost>())?;
+    m.add("StoreError", py.get_type::<StoreError>())?;
+    m.add("UsageError", py.get_type::<UsageError>())?;
+    m.add_function(wrap_pyfunction!(open, m)?)?;
+    m.add_function(wrap_pyfunction!(init, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_duration, m)?)?;
+    m.add_function(wrap_pyfunction!(finish_background, m)?)?;
+    m.add_function(wrap_pyfunction!(settle, m)?)?;
+    m.add_function(wrap_pyfunction!(runtime_pid, m)?)?;
+    m.add_class::<Store>()?;
+    m.add_class::<Target>()?;
+    m.add_class::<Held>()?;
+    m.add_class::<Pending>()?;
+    Ok(())
+}
