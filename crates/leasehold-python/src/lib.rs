@@ -1004,13 +1004,14 @@ impl Held {
             let reason = guard_reason.unwrap_or_else(|| format!("lease on {key} lost"));
             // On a blocking thread: the callback is the user's, and a slow
             // one must not hold up a worker (and the renewals it runs).
-            let _ = tokio::task::spawn_blocking(move || {
+            // Not awaited: the handle is dropped and the call runs on.
+            drop(tokio::task::spawn_blocking(move || {
                 Python::attach(|py| {
                     if let Err(e) = callback.call1(py, (reason,)) {
                         e.write_unraisable(py, None);
                     }
                 })
-            });
+            }));
         });
         Ok(())
     }
