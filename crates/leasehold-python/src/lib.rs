@@ -409,7 +409,9 @@ impl Store {
         slf: Bound<'_, Self>,
         kind: &str,
         key: &str,
-        limit: u32,
+        // Any Python int: a negative or huge limit is a usage error like
+        // zero, not an OverflowError from the conversion.
+        limit: i64,
         ttl: Option<f64>,
         data: Option<String>,
         label: Option<String>,
@@ -437,11 +439,19 @@ impl Store {
         let store = &*this.inner;
         let kind = match kind {
             "lock" => Kind::Lock(store.lock_with(key, options).map_err(|e| this.err(e))?),
-            "semaphore" => Kind::Semaphore(
-                store
-                    .semaphore_with(key, limit, options)
-                    .map_err(|e| this.err(e))?,
-            ),
+            "semaphore" => {
+                let limit = u32::try_from(limit).map_err(|_| {
+                    UsageError::new_err(format!(
+                        "invalid semaphore limit: {limit} is not in 1..={}",
+                        leasehold::MAX_SEMAPHORE_LIMIT
+                    ))
+                })?;
+                Kind::Semaphore(
+                    store
+                        .semaphore_with(key, limit, options)
+                        .map_err(|e| this.err(e))?,
+                )
+            }
             "election" => {
                 Kind::Election(store.election_with(key, options).map_err(|e| this.err(e))?)
             }

@@ -180,6 +180,9 @@ def test_durations_and_usage_errors() -> None:
             store.lock("k", ttl=bad)  # type: ignore[arg-type]
     with pytest.raises(leasehold.UsageError):
         store.lock("k", ttl="0.01s").acquire()
+    for limit in [0, -3, 2**40, 1001]:
+        with pytest.raises(leasehold.UsageError, match="semaphore limit"):
+            store.semaphore("k", limit=limit)
     for ttl in ["2s", 2, 2.0, datetime.timedelta(seconds=2)]:
         with store.lock("k", ttl=ttl) as held:
             assert 0 < held.valid_for() <= 2
