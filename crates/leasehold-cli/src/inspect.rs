@@ -15,13 +15,17 @@ use crate::describe::{ago, describe_run, held_for, short};
 use crate::exit::EXIT_USAGE;
 use crate::output::{clean, print};
 
-/// `status --json`: the key's record, and the slots when KEY is a
-/// semaphore's key, that is, has no record of its own (empty otherwise).
+/// `status --json`: the key's record, the slots when KEY is a
+/// semaphore's key, that is, has no record of its own (empty otherwise),
+/// and the reader slots on record (`run --shared`).
 #[derive(Serialize)]
 struct Status<'a> {
     #[serde(flatten)]
     info: &'a KeyInfo,
     slots: &'a [SlotInfo],
+    readers: &'a [SlotInfo],
+    /// The key's holder is a writer waiting for readers to finish.
+    writer_waiting: bool,
 }
 
 pub async fn status(store: &Store, key: &str, json: bool) -> anyhow::Result<ExitCode> {
@@ -33,14 +37,22 @@ pub async fn status(store: &Store, key: &str, json: bool) -> anyhow::Result<Exit
         Ok(sem) if info.fencing_token == 0 => sem.inspect().await?,
         _ => Vec::new(),
     };
+    // Its readers (`run --shared`), if the key can have any: one list.
+    let readers = match key.len() <= leasehold::MAX_RW_LOCK_KEY_LEN {
+        true => store.rw_lock(key)?.inspect().await?.readers,
+        false => Vec::new(),
+    };
+    let holding = readers.iter().filter(|r| r.info.holder.is_some()).count();
     if json {
         let status = Status {
             info: &info,
             slots: &slots,
+            readers: &readers,
+            writer_waiting: info.holder.is_some() && holding > 0,
         };
         print(&(serde_json::to_string_pretty(&status)? + "\n"))?;
     } else {
-        print(&describe(&info, &slots))?;
+        print(&describe(&info, &slots, &readers))?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -156,10 +168,23 @@ pub async fn leader(store: &Store, key: &str, json: bool) -> anyhow::Result<Exit
     Ok(ExitCode::SUCCESS)
 }
 
-/// A multi-line, human description of a key (and its semaphore slots).
-fn describe(info: &KeyInfo, slots: &[SlotInfo]) -> String {
+/// A multi-line, human description of a key (and its semaphore slots and
+/// readers).
+fn describe(info: &KeyInfo, slots: &[SlotInfo], readers: &[SlotInfo]) -> String {
     let mut out = format!("key:           {}\n", info.key);
+    let holding: Vec<&SlotInfo> = readers.iter().filter(|r| r.info.holder.is_some()).collect();
     match &info.holder {
+        None if !holding.is_empty() => {
+            let _ = writeln!(out, "state:         shared by {} readers", holding.len());
+        }
+        Some(h) if !holding.is_empty() => {
+            let _ = writeln!(
+                out,
+                "state:         held by a writer waiting for {} readers to finish",
+                holding.len()
+            );
+            describe_holder(&mut out, h, "");
+        }
         None if !slots.is_empty() => {
             let held = slots.iter().filter(|s| s.info.holder.is_some()).count();
             let _ = writeln!(
@@ -192,6 +217,12 @@ fn describe(info: &KeyInfo, slots: &[SlotInfo]) -> String {
                 outcome(run.outcome),
                 describe_run(run)
             );
+        }
+    }
+    for reader in holding {
+        let _ = writeln!(out, "reader {}:", reader.slot);
+        if let Some(h) = &reader.info.holder {
+            describe_holder(&mut out, h, "  ");
         }
     }
     for slot in slots {
