@@ -38,9 +38,14 @@ pub async fn status(store: &Store, key: &str, json: bool) -> anyhow::Result<Exit
         _ => Vec::new(),
     };
     // Its readers (`run --shared`), if the key can have any: one list.
-    let readers = match key.len() <= leasehold::MAX_RW_LOCK_KEY_LEN {
-        true => store.rw_lock(key)?.inspect().await?.readers,
-        false => Vec::new(),
+    // Only looks: a TTL the store accepts (as `leader`). A key that cannot
+    // have readers (too long, or a slot key itself) has none.
+    let caps = store.backend().capabilities();
+    let ttl = leasehold::DEFAULT_TTL.clamp(caps.min_ttl, caps.max_ttl);
+    let opts = leasehold::LockOptions::new().ttl(ttl);
+    let readers = match store.rw_lock_with(key, leasehold::DEFAULT_MAX_READERS, opts) {
+        Ok(rw) => rw.readers().await?,
+        Err(_) => Vec::new(),
     };
     let holding = readers.iter().filter(|r| r.info.holder.is_some()).count();
     if json {

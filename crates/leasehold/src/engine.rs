@@ -425,11 +425,12 @@ impl Engine {
                     return Err(timed_out());
                 }
             }
-            let round = match kept.take() {
-                // A writer waiting for readers asks the gate again, with
-                // the key it keeps (unless that lease is lost meanwhile).
-                Some(g) if !g.guard.is_lost() => Ok(Round::Granted(g)),
-                _ => {
+            // A writer waiting for readers asks the gate again, with the
+            // key it keeps, unless that lease is lost meanwhile (then it is
+            // let go here, and the key asked for again).
+            let round = match kept.take().filter(|g| !g.guard.is_lost()) {
+                Some(g) => Ok(Round::Granted(g)),
+                None => {
                     let Some(round) = until(give_up, self.round(&mut slots, &mut queue)).await
                     else {
                         return Err(self.wait_error(&mut outcome, started));

@@ -83,6 +83,10 @@
 //! * [`Semaphore`]: at most N holders of a key at once
 //!   ([`Store::semaphore`]); each [`SemaphorePermit`] is a lease guard on
 //!   one of N slot keys.
+//! * [`RwLock`]: a reader-writer lock on a key ([`Store::rw_lock`]):
+//!   readers share ([`read`](RwLock::read) and its kin), a writer
+//!   ([`write`](RwLock::write)) excludes everyone, with writer preference;
+//!   both give a [`LeaseGuard`].
 //! * [`Election`]: leader election on a key ([`Store::election`]):
 //!   [`campaign`](Election::campaign) for a [`Leadership`],
 //!   [`leader`](Election::leader) to see who leads and what they published,

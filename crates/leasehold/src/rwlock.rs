@@ -271,8 +271,19 @@ impl RwLock {
     /// # Errors
     /// Backend failures.
     pub async fn inspect(&self) -> Result<RwLockInfo> {
+        let writer = self.writer.store().backend().inspect(self.key()).await?;
+        let readers = self.readers().await?;
+        Ok(RwLockInfo { writer, readers })
+    }
+
+    /// Every reader slot the store has a record of, held or not, in slot
+    /// order, including slots at or above the maximum (left by readers
+    /// with a larger one). One `list` request.
+    ///
+    /// # Errors
+    /// Backend failures.
+    pub async fn readers(&self) -> Result<Vec<SlotInfo>> {
         let store = self.writer.store();
-        let writer = store.backend().inspect(self.key()).await?;
         let prefix = format!("{}{READ_SEGMENT}", self.key());
         let mut readers: Vec<SlotInfo> = store
             .list(&prefix)
@@ -285,7 +296,7 @@ impl RwLock {
             })
             .collect();
         readers.sort_by_key(|s| s.slot);
-        Ok(RwLockInfo { writer, readers })
+        Ok(readers)
     }
 
     crate::waits::waits! {
