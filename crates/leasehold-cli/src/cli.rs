@@ -15,8 +15,8 @@ Limits:
   KEY       1-256 characters from A-Z a-z 0-9 . _ : / - with no leading,
             trailing or doubled '/'; a segment starting with ':slot:' or
             ':read:' is reserved for semaphore slots (KEY/:slot:N) and
-            readers (KEY/:read:N). With --limit or --shared, KEY is at
-            most 246 characters.
+            readers (KEY/:read:N). With --limit or --shared, KEY is
+            at most 246 characters.
   --ttl     sqlite: 100ms to 24h; azblob: 15s to 60s (whole seconds);
             dynamodb, postgres, redis: 1s to 24h; s3: 4s to 24h; etcd: 2s
             to 24h (whole seconds on the server, rounded up); and never

@@ -38,12 +38,10 @@ pub async fn status(store: &Store, key: &str, json: bool) -> anyhow::Result<Exit
         _ => Vec::new(),
     };
     // Its readers (`run --shared`), if the key can have any: one list.
-    // Only looks: a TTL the store accepts (as `leader`). A key that cannot
-    // have readers (too long, or a slot key itself) has none.
-    let caps = store.backend().capabilities();
-    let ttl = leasehold::DEFAULT_TTL.clamp(caps.min_ttl, caps.max_ttl);
-    let opts = leasehold::LockOptions::new().ttl(ttl);
-    let readers = match store.rw_lock_with(key, leasehold::DEFAULT_MAX_READERS, opts) {
+    // A key that cannot have readers (too long, or a slot key itself) has
+    // none.
+    let readers = match store.rw_lock_with(key, leasehold::DEFAULT_MAX_READERS, look_options(store))
+    {
         Ok(rw) => rw.readers().await?,
         Err(_) => Vec::new(),
     };
@@ -134,6 +132,30 @@ pub async fn break_lease(store: &Store, key: &str) -> anyhow::Result<ExitCode> {
                 );
                 return Ok(ExitCode::from(EXIT_USAGE));
             }
+            // Nor do the readers of KEY (`run --shared`): each holds a
+            // reader slot of its own.
+            let readers = match store.rw_lock_with(
+                key,
+                leasehold::DEFAULT_MAX_READERS,
+                look_options(store),
+            ) {
+                Ok(rw) => rw.readers().await.unwrap_or_default(),
+                Err(_) => Vec::new(),
+            };
+            let held: Vec<String> = readers
+                .iter()
+                .filter_map(|s| {
+                    let h = s.info.holder.as_ref()?;
+                    Some(format!("{} (held by {})", s.info.key, clean(&h.owner)))
+                })
+                .collect();
+            if !held.is_empty() {
+                say!(
+                    "{key} is held by readers (`run --shared`): nothing was broken; each holds a reader slot, broken one at a time with `leasehold break {key}/:read:N`: {}",
+                    held.join(", ")
+                );
+                return Ok(ExitCode::from(EXIT_USAGE));
+            }
             print(&format!("{key} was not held\n"))?
         }
     }
@@ -180,13 +202,17 @@ fn describe(info: &KeyInfo, slots: &[SlotInfo], readers: &[SlotInfo]) -> String 
     let holding: Vec<&SlotInfo> = readers.iter().filter(|r| r.info.holder.is_some()).collect();
     match &info.holder {
         None if !holding.is_empty() => {
-            let _ = writeln!(out, "state:         shared by {} readers", holding.len());
+            let _ = writeln!(
+                out,
+                "state:         shared by {}",
+                readers_word(holding.len())
+            );
         }
         Some(h) if !holding.is_empty() => {
             let _ = writeln!(
                 out,
-                "state:         held by a writer waiting for {} readers to finish",
-                holding.len()
+                "state:         held by a writer waiting for {} to finish",
+                readers_word(holding.len())
             );
             describe_holder(&mut out, h, "");
         }
@@ -258,6 +284,20 @@ fn describe_holder(out: &mut String, h: &HolderInfo, indent: &str) {
     }
     if let Some(left) = h.expires_in {
         let _ = writeln!(out, "{indent}expires in:    {} unless renewed", short(left));
+    }
+}
+
+/// Options for a lock type made only to look: a TTL the store accepts.
+fn look_options(store: &Store) -> leasehold::LockOptions {
+    let caps = store.backend().capabilities();
+    leasehold::LockOptions::new().ttl(leasehold::DEFAULT_TTL.clamp(caps.min_ttl, caps.max_ttl))
+}
+
+/// "1 reader", "2 readers".
+fn readers_word(n: usize) -> String {
+    match n {
+        1 => "1 reader".to_string(),
+        n => format!("{n} readers"),
     }
 }
 

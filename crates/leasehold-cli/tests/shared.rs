@@ -61,7 +61,7 @@ fn a_waiting_plain_run_goes_before_later_shared_runs() {
     );
     let status = env.output(&["status", "k"]);
     assert!(
-        status.stdout.contains("shared by 1 readers") && status.stdout.contains("reader-1"),
+        status.stdout.contains("shared by 1 reader\n") && status.stdout.contains("reader-1"),
         "{status:?}"
     );
 
@@ -82,7 +82,7 @@ fn a_waiting_plain_run_goes_before_later_shared_runs() {
     assert!(
         status
             .stdout
-            .contains("held by a writer waiting for 1 readers"),
+            .contains("held by a writer waiting for 1 reader to finish"),
         "{status:?}"
     );
 
@@ -101,6 +101,36 @@ fn a_waiting_plain_run_goes_before_later_shared_runs() {
     assert_eq!(wait_with_timeout(&mut later, 60 * SECS), Some(0));
     let order = std::fs::read_to_string(env.path("order")).unwrap();
     assert_eq!(order, "w\nr\n");
+}
+
+/// `break KEY` while only readers hold it breaks nothing, names their
+/// reader slots and exits 2; `break` of a reader slot ends that reader's
+/// lease, and its run is stopped (76).
+#[test]
+fn break_names_the_readers_and_breaks_a_reader_slot() {
+    let env = Env::new();
+    let (mut reader, _out) = env.spawn_until(
+        &sh(
+            "run --shared --ttl 2s --grace 200ms k",
+            "echo in; exec sleep 1000",
+        ),
+        "in",
+    );
+    let out = env.output(&["break", "k"]);
+    assert_eq!(out.code, Some(2), "{out:?}");
+    let slot = out
+        .stderr
+        .split_whitespace()
+        .find(|w| {
+            w.strip_prefix("k/:read:")
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .unwrap_or_else(|| panic!("no reader slot named: {out:?}"))
+        .to_string();
+    assert!(alive(reader.id() as i32));
+    let out = env.output(&["break", &slot]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert_eq!(wait_with_timeout(&mut reader, 10 * SECS), Some(76));
 }
 
 /// `--shared` with `--limit` or `--once-per` is a usage error (exit 2)
