@@ -13,9 +13,10 @@ use crate::describe::exact;
 const AFTER_HELP: &str = "\
 Limits:
   KEY       1-256 characters from A-Z a-z 0-9 . _ : / - with no leading,
-            trailing or doubled '/'; a segment starting with ':slot:' is
-            reserved for semaphore slots (KEY/:slot:N). With --limit, KEY
-            is at most 246 characters.
+            trailing or doubled '/'; a segment starting with ':slot:' or
+            ':read:' is reserved for semaphore slots (KEY/:slot:N) and
+            readers (KEY/:read:N). With --limit or --shared, KEY is
+            at most 246 characters.
   --ttl     sqlite: 100ms to 24h; azblob: 15s to 60s (whole seconds);
             dynamodb, postgres, redis: 1s to 24h; s3: 4s to 24h; etcd: 2s
             to 24h (whole seconds on the server, rounded up); and never
@@ -27,6 +28,7 @@ Limits:
             shorter
   --limit   1 to 1000
   --once-per  a duration above zero (30m, 12h); not with --limit
+  --shared  not with --limit or --once-per
   --owner   at most 128 bytes;  --data: at most 1024 bytes
 
 Environment:
@@ -252,6 +254,14 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", allow_hyphen_values = true)]
     pub limit: Option<u32>,
 
+    /// Hold KEY as one of its readers (a reader-writer lock on KEY):
+    /// --shared runs of KEY run at the same time (up to 16), and a plain
+    /// run of KEY, its writer, excludes them all. Once a plain run waits,
+    /// --shared runs that start after it wait behind it; those already
+    /// running finish first. Not with --limit or --once-per.
+    #[arg(long, conflicts_with_all = ["limit", "once_per"])]
+    pub shared: bool,
+
     /// Run CMD at most once per DURATION (e.g. 12h), across every machine
     /// sharing the store: after obtaining the lock, if a run of KEY
     /// succeeded (CMD exited 0 under the lock) and ended less than DURATION
@@ -426,6 +436,11 @@ pub async fn validate(command: &Command) -> anyhow::Result<Access> {
         Command::Run(args) => {
             let opts = lock_options(&args.lease, scratch.confirmation_window())?;
             match args.limit {
+                None if args.shared => drop(scratch.rw_lock_with(
+                    &args.lease.key,
+                    leasehold::DEFAULT_MAX_READERS,
+                    opts,
+                )?),
                 None => drop(scratch.lock_with(&args.lease.key, opts)?),
                 Some(n) => drop(scratch.semaphore_with(&args.lease.key, n, opts)?),
             }
@@ -531,6 +546,7 @@ mod tests {
             format!("at most {} bytes", leasehold::MAX_LABEL_LEN),
             format!("at most {} bytes", leasehold::MAX_DATA_LEN),
             format!("at most {} characters", leasehold::MAX_SEMAPHORE_KEY_LEN),
+            format!("at most {} characters", leasehold::MAX_RW_LOCK_KEY_LEN),
             format!("1-{} characters", leasehold::MAX_KEY_LEN),
         ] {
             assert!(AFTER_HELP.contains(&limit), "{limit}");

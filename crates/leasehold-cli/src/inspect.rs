@@ -15,13 +15,17 @@ use crate::describe::{ago, describe_run, held_for, short};
 use crate::exit::EXIT_USAGE;
 use crate::output::{clean, print};
 
-/// `status --json`: the key's record, and the slots when KEY is a
-/// semaphore's key, that is, has no record of its own (empty otherwise).
+/// `status --json`: the key's record, the slots when KEY is a
+/// semaphore's key, that is, has no record of its own (empty otherwise),
+/// and the reader slots on record (`run --shared`).
 #[derive(Serialize)]
 struct Status<'a> {
     #[serde(flatten)]
     info: &'a KeyInfo,
     slots: &'a [SlotInfo],
+    readers: &'a [SlotInfo],
+    /// The key's holder is a writer waiting for readers to finish.
+    writer_waiting: bool,
 }
 
 pub async fn status(store: &Store, key: &str, json: bool) -> anyhow::Result<ExitCode> {
@@ -33,14 +37,25 @@ pub async fn status(store: &Store, key: &str, json: bool) -> anyhow::Result<Exit
         Ok(sem) if info.fencing_token == 0 => sem.inspect().await?,
         _ => Vec::new(),
     };
+    // Its readers (`run --shared`), if the key can have any: one list.
+    // A key that cannot have readers (too long, or a slot key itself) has
+    // none.
+    let readers = match store.rw_lock_with(key, leasehold::DEFAULT_MAX_READERS, look_options(store))
+    {
+        Ok(rw) => rw.readers().await?,
+        Err(_) => Vec::new(),
+    };
+    let holding = readers.iter().filter(|r| r.info.holder.is_some()).count();
     if json {
         let status = Status {
             info: &info,
             slots: &slots,
+            readers: &readers,
+            writer_waiting: info.holder.is_some() && holding > 0,
         };
         print(&(serde_json::to_string_pretty(&status)? + "\n"))?;
     } else {
-        print(&describe(&info, &slots))?;
+        print(&describe(&info, &slots, &readers))?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -117,6 +132,30 @@ pub async fn break_lease(store: &Store, key: &str) -> anyhow::Result<ExitCode> {
                 );
                 return Ok(ExitCode::from(EXIT_USAGE));
             }
+            // Nor do the readers of KEY (`run --shared`): each holds a
+            // reader slot of its own.
+            let readers = match store.rw_lock_with(
+                key,
+                leasehold::DEFAULT_MAX_READERS,
+                look_options(store),
+            ) {
+                Ok(rw) => rw.readers().await.unwrap_or_default(),
+                Err(_) => Vec::new(),
+            };
+            let held: Vec<String> = readers
+                .iter()
+                .filter_map(|s| {
+                    let h = s.info.holder.as_ref()?;
+                    Some(format!("{} (held by {})", s.info.key, clean(&h.owner)))
+                })
+                .collect();
+            if !held.is_empty() {
+                say!(
+                    "{key} is held by readers (`run --shared`): nothing was broken; each holds a reader slot, broken one at a time with `leasehold break {key}/:read:N`: {}",
+                    held.join(", ")
+                );
+                return Ok(ExitCode::from(EXIT_USAGE));
+            }
             print(&format!("{key} was not held\n"))?
         }
     }
@@ -156,10 +195,27 @@ pub async fn leader(store: &Store, key: &str, json: bool) -> anyhow::Result<Exit
     Ok(ExitCode::SUCCESS)
 }
 
-/// A multi-line, human description of a key (and its semaphore slots).
-fn describe(info: &KeyInfo, slots: &[SlotInfo]) -> String {
+/// A multi-line, human description of a key (and its semaphore slots and
+/// readers).
+fn describe(info: &KeyInfo, slots: &[SlotInfo], readers: &[SlotInfo]) -> String {
     let mut out = format!("key:           {}\n", info.key);
+    let holding: Vec<&SlotInfo> = readers.iter().filter(|r| r.info.holder.is_some()).collect();
     match &info.holder {
+        None if !holding.is_empty() => {
+            let _ = writeln!(
+                out,
+                "state:         shared by {}",
+                readers_word(holding.len())
+            );
+        }
+        Some(h) if !holding.is_empty() => {
+            let _ = writeln!(
+                out,
+                "state:         held by a writer waiting for {} to finish",
+                readers_word(holding.len())
+            );
+            describe_holder(&mut out, h, "");
+        }
         None if !slots.is_empty() => {
             let held = slots.iter().filter(|s| s.info.holder.is_some()).count();
             let _ = writeln!(
@@ -194,6 +250,12 @@ fn describe(info: &KeyInfo, slots: &[SlotInfo]) -> String {
             );
         }
     }
+    for reader in holding {
+        let _ = writeln!(out, "reader {}:", reader.slot);
+        if let Some(h) = &reader.info.holder {
+            describe_holder(&mut out, h, "  ");
+        }
+    }
     for slot in slots {
         let _ = writeln!(out, "slot {}:", slot.slot);
         match &slot.info.holder {
@@ -222,6 +284,20 @@ fn describe_holder(out: &mut String, h: &HolderInfo, indent: &str) {
     }
     if let Some(left) = h.expires_in {
         let _ = writeln!(out, "{indent}expires in:    {} unless renewed", short(left));
+    }
+}
+
+/// Options for a lock type made only to look: a TTL the store accepts.
+fn look_options(store: &Store) -> leasehold::LockOptions {
+    let caps = store.backend().capabilities();
+    leasehold::LockOptions::new().ttl(leasehold::DEFAULT_TTL.clamp(caps.min_ttl, caps.max_ttl))
+}
+
+/// "1 reader", "2 readers".
+fn readers_word(n: usize) -> String {
+    match n {
+        1 => "1 reader".to_string(),
+        n => format!("{n} readers"),
     }
 }
 

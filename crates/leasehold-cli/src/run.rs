@@ -31,25 +31,28 @@ async fn acquire_and_run(store: &Store, args: &RunArgs) -> anyhow::Result<RunRes
     // (whose slot key is another key): `run KEY` and `run KEY --limit 1`
     // exclude each other. It still says slot 0.
     let limit = args.limit.filter(|n| *n > 1);
-    match limit {
-        None => drop(store.lock_with(&lease.key, plain)?),
-        Some(n) => drop(store.semaphore_with(&lease.key, n, plain)?),
+    let side = Side::of(args, limit);
+    match (side, limit) {
+        (Side::Reader | Side::Writer, _) => {
+            drop(store.rw_lock_with(&lease.key, MAX_READERS, plain)?)
+        }
+        (Side::Lock, None) => drop(store.lock_with(&lease.key, plain)?),
+        (Side::Lock, Some(n)) => drop(store.semaphore_with(&lease.key, n, plain)?),
     }
     let opts = lock_options(lease, store.confirmation_window())?;
     let mut signals = Signals::new()?;
 
     // One attempt, or (`--wait`) waiting while the status line says why:
-    // the same for the lock and the semaphore, whose methods share names.
+    // the same for the lock, the semaphore and either side of the
+    // reader-writer lock, whose methods differ only in name.
     macro_rules! take {
-        ($lock:expr) => {
+        ($lock:expr, $try_:ident, $reporting:ident) => {
             match args.wait {
-                None => $lock.try_acquire().await,
+                None => $lock.$try_().await,
                 Some(wait) => {
                     let mut status = StatusLine::new(&lease.key);
                     let r = $lock
-                        .acquire_reporting(wait, |reason| {
-                            status.show(&describe_wait(reason, limit))
-                        })
+                        .$reporting(wait, |reason| status.show(&describe_wait(reason, limit)))
                         .await;
                     status.clear();
                     r
@@ -58,14 +61,22 @@ async fn acquire_and_run(store: &Store, args: &RunArgs) -> anyhow::Result<RunRes
         };
     }
     let acquiring = async {
-        match limit {
-            None => {
-                let lock = store.lock_with(&lease.key, opts)?;
-                take!(lock).map(|g| (g, args.limit.map(|_| 0)))
+        match (side, limit) {
+            (Side::Reader, _) => {
+                let rw = store.rw_lock_with(&lease.key, MAX_READERS, opts)?;
+                take!(rw, try_read, read_reporting).map(|g| (g, None))
             }
-            Some(n) => {
+            (Side::Writer, _) => {
+                let rw = store.rw_lock_with(&lease.key, MAX_READERS, opts)?;
+                take!(rw, try_write, write_reporting).map(|g| (g, args.limit.map(|_| 0)))
+            }
+            (Side::Lock, None) => {
+                let lock = store.lock_with(&lease.key, opts)?;
+                take!(lock, try_acquire, acquire_reporting).map(|g| (g, args.limit.map(|_| 0)))
+            }
+            (Side::Lock, Some(n)) => {
                 let sem = store.semaphore_with(&lease.key, n, opts)?;
-                take!(sem)
+                take!(sem, try_acquire, acquire_reporting)
                     .map(|p| (p.slot(), p))
                     .map(|(slot, p)| (p.into_guard(), Some(slot)))
             }
@@ -101,8 +112,18 @@ async fn acquire_and_run(store: &Store, args: &RunArgs) -> anyhow::Result<RunRes
         }
         Err(Error::TimedOut { waited, .. }) => {
             let now = store.inspect(&lease.key).await.ok();
-            let by = match (args.limit, now) {
+            let readers = match side {
+                Side::Writer => store
+                    .rw_lock_with(&lease.key, MAX_READERS, LockOptions::new().ttl(lease.ttl))?
+                    .inspect()
+                    .await
+                    .map(|i| i.holding_readers().count())
+                    .unwrap_or(0),
+                _ => 0,
+            };
+            let by = match (limit, now) {
                 (Some(n), _) => format!("all {n} permits held"),
+                (None, _) if readers > 0 => format!("{readers} --shared runs hold it"),
                 // A wait shorter than opening the store sends nothing.
                 (None, Some(info)) if info.holder.is_none() => "free now".to_string(),
                 (None, info) => format!(
@@ -163,6 +184,34 @@ async fn acquire_and_run(store: &Store, args: &RunArgs) -> anyhow::Result<RunRes
     let outcome = supervise(&guard, lease, &env, &mut signals).await?;
     let run = args.once_per.map(|_| run_report(started_at, &outcome));
     Ok(finish(guard, result, outcome, run).await)
+}
+
+/// How many `--shared` runs of a key run at once.
+const MAX_READERS: u32 = leasehold::DEFAULT_MAX_READERS;
+
+/// Which hold `run` takes on KEY.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    /// `--shared`: a reader of the reader-writer lock on KEY.
+    Reader,
+    /// A plain run: the writer of the reader-writer lock on KEY (the lease
+    /// on KEY a lock takes, granted only once no `--shared` run holds).
+    Writer,
+    /// A semaphore permit (`--limit N`, N > 1), or the lock on a key too
+    /// long to have readers (so no `--shared` run can hold it).
+    Lock,
+}
+
+impl Side {
+    fn of(args: &RunArgs, limit: Option<u32>) -> Side {
+        if args.shared {
+            Side::Reader
+        } else if limit.is_none() && args.lease.key.len() <= leasehold::MAX_RW_LOCK_KEY_LEN {
+            Side::Writer
+        } else {
+            Side::Lock
+        }
+    }
 }
 
 /// How a run ended, for the store's run records (`--once-per`): a success
@@ -341,6 +390,8 @@ fn quarantine_message(key: &str, epoch: u64, remaining: Duration, window: Durati
 pub fn describe_wait(reason: WaitReason<'_>, limit: Option<u32>) -> String {
     match reason {
         WaitReason::Held(holders) => match limit {
+            // A plain run waiting for `--shared` runs hears of each.
+            None if holders.len() > 1 => format!("held by {}", describe_holders(holders)),
             None => format!("held by {}", describe_holder(holders.first())),
             Some(n) => format!("all {n} permits held ({})", describe_holders(holders)),
         },

@@ -892,7 +892,9 @@ async fn json_output_has_the_documented_shapes() {
             "key",
             "last_run",
             "last_success",
-            "slots"
+            "readers",
+            "slots",
+            "writer_waiting"
         ]
     );
     assert_eq!(keys_of(&status["holder"]), holder_fields);

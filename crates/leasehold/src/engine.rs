@@ -1,5 +1,6 @@
 //! The acquisition engine: the one wait loop under [`Lock`](crate::Lock),
-//! [`Semaphore`](crate::Semaphore) and [`Election`](crate::Election).
+//! [`Semaphore`](crate::Semaphore), [`Election`](crate::Election) and both
+//! sides of [`RwLock`](crate::RwLock).
 //!
 //! An [`Engine`] takes a lease on one of its *slots*: a lock or an election
 //! has one slot (its key), a semaphore of limit N has N (its slot keys).
@@ -54,6 +55,15 @@
 //!   intervals, since a process holding the key all along never sees the
 //!   others waiting. So passes go round the processes that want the key; a
 //!   key only one process uses waits a moment once every few polls.
+//! * **Gates.** An engine may have a [`Gate`]: a read of other keys that a
+//!   grant must pass before it is handed out (a reader-writer lock's
+//!   sides; the `rwlock` module says why that is safe). It is checked right
+//!   after the grant, inside the same rounds: a reader that fails it gives
+//!   its slot back and waits as if its key were held, watching the writer
+//!   key; a writer that fails it keeps its grant across rounds (renewed as
+//!   any guard, released if the wait ends or its future is dropped) and
+//!   waits on the reader slots' releases. Engines without a gate (locks,
+//!   semaphores, elections) send exactly what they sent before.
 //! * **How a wait ends without a lease:** with the last store failure if the
 //!   store failed since it last answered (an unreachable store is not a
 //!   holder), or a failure saying it never answered, else
@@ -65,7 +75,9 @@ use std::time::Duration;
 use tokio::sync::OwnedMutexGuard;
 use tracing::Instrument;
 
-use crate::backend::{AcquireOutcome, AcquireRequest, Backend, HolderInfo, Lease, LeaseId, Owner};
+use crate::backend::{
+    epoch_token_base, AcquireOutcome, AcquireRequest, Backend, HolderInfo, Lease, LeaseId, Owner,
+};
 use crate::clock::SharedClock;
 use crate::detach::{spawn_background, Detachable};
 use crate::epoch::Clearance;
@@ -137,6 +149,55 @@ pub(crate) struct Engine {
     /// Where this process's waiters queue and are woken (the key's own for a
     /// lock, one shared by every slot of a semaphore).
     queue: Arc<LocalKey>,
+    /// What a grant must also pass before it is handed out (the sides of a
+    /// reader-writer lock); `None` for locks, semaphores and elections.
+    gate: Option<Gate>,
+}
+
+/// What a grant must also pass before the engine hands it out: the two
+/// sides of a [`RwLock`](crate::RwLock) (see the `rwlock` module for why
+/// this is safe). Checked right after a grant, inside the wait loop, so
+/// waiting, deadlines, wake-ups and cancel safety are the engine's own.
+#[derive(Debug)]
+pub(crate) enum Gate {
+    /// A reader (the engine's slots are the reader slots): granted only if
+    /// the writer key, read after the slot was granted, is free. Otherwise
+    /// the slot is given back and the wait goes on, watching the writer key.
+    Reader {
+        /// The writer key.
+        writer: Key,
+    },
+    /// A writer (the engine's slot is the writer key): granted only if no
+    /// reader slot (a key starting with `readers`), read after the writer
+    /// key was granted, is held. Otherwise the writer keeps the key (so new
+    /// readers wait behind it) and the wait goes on, watching `slots`.
+    Writer {
+        /// The reader slots' common prefix (`KEY/:read:`).
+        readers: String,
+        /// The reader slots this engine's lock uses, for wake-ups.
+        slots: Box<[Key]>,
+    },
+}
+
+/// What the gate read in the store.
+enum Check {
+    /// Free; the highest fencing token seen on the keys read.
+    Free(u64),
+    /// Held by these.
+    Held(Vec<HolderInfo>),
+}
+
+/// What the gate made of a grant.
+// Moved once per gate check, as `Round` is.
+#[allow(clippy::large_enum_variant)]
+enum Gated {
+    Pass(Granted),
+    /// Held back: the grant is kept (a writer waiting for readers) or was
+    /// given back (a reader); `missed` says why.
+    Blocked {
+        kept: Option<Granted>,
+        missed: Missed,
+    },
 }
 
 /// Per slot, during one wait: the lease id an ambiguous failure may have
@@ -160,6 +221,8 @@ struct Missed {
     other_epoch: bool,
     /// A grant came too late and was let go: try again at once.
     late: bool,
+    /// The [`Gate`] held back a grant: wait for the keys it watches.
+    gated: bool,
 }
 
 // A round's result is moved once, at the end of the round: boxing the
@@ -182,6 +245,18 @@ impl Engine {
         opts: ResolvedOptions,
         kind: Kind,
     ) -> Self {
+        Self::gated(store, name, slots, opts, kind, None)
+    }
+
+    /// [`new`](Self::new), with a [`Gate`] every grant must pass.
+    pub(crate) fn gated(
+        store: Store,
+        name: Key,
+        slots: Vec<Key>,
+        opts: ResolvedOptions,
+        kind: Kind,
+        gate: Option<Gate>,
+    ) -> Self {
         let mut owner = Owner::current();
         owner.label = opts.label.clone();
         let queue = match slots.as_slice() {
@@ -196,6 +271,7 @@ impl Engine {
             owner,
             kind,
             queue,
+            gate,
         }
     }
 
@@ -232,7 +308,20 @@ impl Engine {
     async fn round_now(&self) -> Result<Round> {
         let mut queue = self.queue.gate.clone().try_lock_owned().ok();
         let mut slots = self.fresh_slots();
-        self.round(&mut slots, &mut queue).await
+        match self.round(&mut slots, &mut queue).await? {
+            Round::Granted(g) => match self.pass_gate(g).await? {
+                Gated::Pass(g) => Ok(Round::Granted(g)),
+                Gated::Blocked { kept, missed } => {
+                    if let Some(kept) = kept {
+                        // One attempt only: a writer does not wait for
+                        // readers here.
+                        let _ = kept.guard.release().await;
+                    }
+                    Ok(Round::Missed(missed))
+                }
+            },
+            missed => Ok(missed),
+        }
     }
 
     /// One round of attempts, without waiting; recorded in metrics.
@@ -288,20 +377,39 @@ impl Engine {
         // round that misses (see the module docs).
         let mut watching = false;
         let mut watch = None;
+        // A writer's grant kept while readers still hold (see [`Gate`]), and
+        // whether the last miss was the gate's (so the keys to watch are
+        // the gate's).
+        let mut kept: Option<Granted> = None;
+        let mut gated = false;
+        let gate_local = self.gate_local();
         loop {
             let released = self.queue.released.notified();
             tokio::pin!(released);
             released.as_mut().enable();
-            let give_way = self.queue.give_way(
-                self.opts.poll_max,
-                CONTENDED_FOR,
-                self.opts.poll_max * PROBE_POLLS,
-            );
+            // A release, by a guard of this process, of what the gate waits
+            // for (a reader: the writer key; a writer: a reader slot).
+            let gate_released = gate_local.as_ref().map(|l| l.released.notified());
+            tokio::pin!(gate_released);
+            if let Some(n) = gate_released.as_mut().as_pin_mut() {
+                n.enable();
+            }
+            let give_way = kept.is_none()
+                && self.queue.give_way(
+                    self.opts.poll_max,
+                    CONTENDED_FOR,
+                    self.opts.poll_max * PROBE_POLLS,
+                );
+            let watched = if gated {
+                self.gate_watch()
+            } else {
+                &self.slots
+            };
             // A release by another process, where the backend can tell
             // (registered before the round, so none is missed).
             let remote = match watch.take() {
                 Some(w) => Some(w),
-                None if watching || give_way => self.store.backend().watch_release(&self.slots),
+                None if watching || give_way => self.store.backend().watch_release(watched),
                 None => None,
             };
             if give_way {
@@ -317,16 +425,49 @@ impl Engine {
                     return Err(timed_out());
                 }
             }
-            let Some(round) = until(give_up, self.round(&mut slots, &mut queue)).await else {
-                return Err(self.wait_error(&mut outcome, started));
+            // A writer waiting for readers asks the gate again, with the
+            // key it keeps, unless that lease is lost meanwhile (then it is
+            // let go here, and the key asked for again).
+            let round = match kept.take().filter(|g| !g.guard.is_lost()) {
+                Some(g) => Ok(Round::Granted(g)),
+                None => {
+                    let Some(round) = until(give_up, self.round(&mut slots, &mut queue)).await
+                    else {
+                        return Err(self.wait_error(&mut outcome, started));
+                    };
+                    round
+                }
             };
             let missed = match round? {
                 Round::Granted(g) => {
-                    tracing::debug!(slot = g.slot, token = g.guard.fencing_token(), waited = ?started.elapsed(), "acquired");
-                    return Ok(g);
+                    // Past its deadline, the gate's check is not even sent
+                    // (the grant is dropped, so released).
+                    match until(give_up, self.pass_gate(g)).await {
+                        None => return Err(self.wait_error(&mut outcome, started)),
+                        Some(Err(e)) => return Err(e),
+                        Some(Ok(Gated::Pass(g))) => {
+                            tracing::debug!(slot = g.slot, token = g.guard.fencing_token(), waited = ?started.elapsed(), "acquired");
+                            return Ok(g);
+                        }
+                        Some(Ok(Gated::Blocked { kept: k, missed })) => {
+                            kept = k;
+                            missed
+                        }
+                    }
                 }
                 Round::Missed(missed) => missed,
             };
+            if missed.gated {
+                // A reader that gave its slot back rang its own queue: only
+                // a release after this one wakes it.
+                released.set(self.queue.released.notified());
+                released.as_mut().enable();
+            }
+            if missed.gated != gated {
+                // Waiting on other keys now: watch those.
+                gated = missed.gated;
+                watching = false;
+            }
             if missed.held && !watching {
                 // The first round that found the key held: watch from now on
                 // (an uncontended acquire never starts the backend's
@@ -334,8 +475,13 @@ impl Engine {
                 // once more at once, in case the key was released before the
                 // watch was registered.
                 watching = true;
-                if remote.is_none() && missed.quarantine.is_none() && !missed.late {
-                    watch = self.store.backend().watch_release(&self.slots);
+                if (remote.is_none() || gated) && missed.quarantine.is_none() && !missed.late {
+                    let keys = if gated {
+                        self.gate_watch()
+                    } else {
+                        &self.slots
+                    };
+                    watch = self.store.backend().watch_release(keys);
                     if watch.is_some() {
                         outcome.held();
                         continue;
@@ -369,6 +515,9 @@ impl Engine {
             tokio::select! {
                 _ = tokio::time::sleep(pause) => {}
                 _ = released => tracing::trace!("woken by a local release"),
+                _ = async { match gate_released.as_mut().as_pin_mut() { Some(n) => n.await, None => std::future::pending().await } } => {
+                    tracing::trace!("woken by a local release of what the gate waits for");
+                }
                 _ = async { match remote { Some(w) => w.await, None => std::future::pending().await } } => {
                     tracing::trace!("woken by a release elsewhere");
                 }
@@ -418,6 +567,187 @@ impl Engine {
             outcome.answered = true;
         }
         outcome.take_error(self.store.backend().name(), &self.name, started.elapsed())
+    }
+
+    /// The local state rung when what the gate waits for is released by a
+    /// guard of this process: the writer key's (a reader), the reader
+    /// slots' group (a writer; reader guards ring it).
+    fn gate_local(&self) -> Option<Arc<LocalKey>> {
+        match &self.gate {
+            None => None,
+            Some(Gate::Reader { writer }) => Some(self.store.local_key(writer)),
+            Some(Gate::Writer { .. }) => Some(self.store.local_group(&self.name)),
+        }
+    }
+
+    /// The keys whose release the gate waits for.
+    fn gate_watch(&self) -> &[Key] {
+        match &self.gate {
+            None => &self.slots,
+            Some(Gate::Reader { writer }) => std::slice::from_ref(writer),
+            Some(Gate::Writer { slots, .. }) => slots,
+        }
+    }
+
+    /// Checks a grant against the engine's [`Gate`], if it has one. The
+    /// store is read after the grant (the order the `rwlock` module's
+    /// safety argument rests on). A reader that passes shows the writer
+    /// key's token (see [`RwLock`](crate::RwLock#fencing-tokens)).
+    async fn pass_gate(&self, g: Granted) -> Result<Gated> {
+        let Some(gate) = &self.gate else {
+            return Ok(Gated::Pass(g));
+        };
+        let mut missed = Missed {
+            gated: true,
+            ..Missed::default()
+        };
+        let checked = match gate {
+            Gate::Reader { writer } => self.writer_free(writer).await,
+            Gate::Writer { readers, .. } => self.readers_free(readers).await,
+        };
+        let reader = matches!(gate, Gate::Reader { .. });
+        match checked {
+            Ok(Check::Free(seen)) if !g.guard.is_lost() => {
+                if reader {
+                    g.guard
+                        .show_fencing_token(seen.max(epoch_token_base(g.guard.lease_epoch())));
+                }
+                Ok(Gated::Pass(g))
+            }
+            Ok(Check::Free(_)) => {
+                // The check outlasted the grant's safety deadline: start
+                // afresh, as with a late grant.
+                drop(g);
+                missed.late = true;
+                missed.failure = Some(Error::backend(
+                    self.store.backend().name(),
+                    "acquire",
+                    true,
+                    "the store answered after the lease's safety deadline",
+                ));
+                Ok(Gated::Blocked { kept: None, missed })
+            }
+            Ok(Check::Held(holders)) => {
+                missed.held = true;
+                missed.holders = holders;
+                if reader {
+                    // A writer holds or waits: give the slot back, so that
+                    // the writer's own check finds it free.
+                    let _ = g.guard.release().await;
+                    Ok(Gated::Blocked { kept: None, missed })
+                } else {
+                    Ok(Gated::Blocked {
+                        kept: Some(g),
+                        missed,
+                    })
+                }
+            }
+            Err(err) if err.is_retryable() || matches!(err, Error::Quarantined { .. }) => {
+                // Not known to be free: not granted. A writer keeps its key
+                // and asks again.
+                missed.failure = Some(err);
+                if reader {
+                    let _ = g.guard.release().await;
+                    Ok(Gated::Blocked { kept: None, missed })
+                } else {
+                    Ok(Gated::Blocked {
+                        kept: Some(g),
+                        missed,
+                    })
+                }
+            }
+            Err(err) => {
+                let _ = g.guard.release().await;
+                Err(err)
+            }
+        }
+    }
+
+    /// Whether the writer key is free, read now; if so, with the highest
+    /// token seen on it.
+    async fn writer_free(&self, writer: &Key) -> Result<Check> {
+        let info = self.store.backend().inspect(writer).await?;
+        match info.holder {
+            None => Ok(Check::Free(info.fencing_token)),
+            Some(holder) => match self.probe(writer, &holder).await? {
+                Some(token) => Ok(Check::Free(info.fencing_token.max(token))),
+                None => Ok(Check::Held(vec![holder])),
+            },
+        }
+    }
+
+    /// Whether no reader slot (key `readers` + a number, whatever the
+    /// number: also slots of readers with a larger limit) is held, read
+    /// now.
+    async fn readers_free(&self, readers: &str) -> Result<Check> {
+        let mut holders = Vec::new();
+        for info in self.store.backend().list(readers).await? {
+            let Some(n) = info.key.as_str().strip_prefix(readers) else {
+                continue;
+            };
+            if n.parse::<u32>().map(|n| n.to_string()).as_deref() != Ok(n) {
+                continue;
+            }
+            let Some(holder) = info.holder else {
+                continue;
+            };
+            if self.probe(&info.key, &holder).await?.is_none() {
+                holders.push(holder);
+            }
+        }
+        if holders.is_empty() {
+            Ok(Check::Free(0))
+        } else {
+            Ok(Check::Held(holders))
+        }
+    }
+
+    /// Whether a key `inspect` or `list` describes with a holder is held
+    /// after all, by the store's own rule for taking a key over, which a
+    /// read does not apply everywhere: where takeover needs an observation
+    /// (S3, DynamoDB), a read shows a dead holder's record as held until
+    /// someone takes it over, and a holder reported with no time left may
+    /// be past its expiry. Then one attempt is made on the key (which also
+    /// counts towards an observation); if granted, the key is given back at
+    /// once and it was free: `Some(its token)`. `None`: held.
+    async fn probe(&self, key: &Key, holder: &HolderInfo) -> Result<Option<u64>> {
+        let observe = self
+            .store
+            .backend()
+            .capabilities()
+            .takeover_needs_observation;
+        let expired = holder.expires_in.is_some_and(|d| d.is_zero());
+        if !observe && !expired {
+            return Ok(None);
+        }
+        let mut pending = PendingLease::new(
+            self.store.backend().clone(),
+            Lease {
+                key: key.clone(),
+                lease_id: LeaseId::random(),
+                ttl: self.opts.ttl,
+                fencing_token: 0,
+                epoch: 0,
+            },
+        );
+        match self.attempt(key, &mut pending.lease).await {
+            Ok(AcquireOutcome::Acquired(grant)) => {
+                pending.lease.fencing_token = grant.fencing_token;
+                if self.store.backend().release(&pending.lease).await.is_err() {
+                    pending.arm();
+                }
+                Ok(Some(grant.fencing_token))
+            }
+            Ok(AcquireOutcome::Held(_) | AcquireOutcome::OtherEpoch(_)) => Ok(None),
+            Err(err) => {
+                if err.is_retryable() {
+                    // Maybe granted without our hearing: released in the
+                    // background when `pending` drops.
+                    pending.arm();
+                }
+                Err(err)
+            }
+        }
     }
 
     fn fresh_slots(&self) -> Vec<Option<SlotState>> {

@@ -23,7 +23,9 @@ use crate::runs::{RunOutcome, RunRecord, RunReport};
 #[derive(Debug)]
 pub(crate) struct GuardState {
     pub key: Key,
-    pub fencing_token: u64,
+    /// The token the guard shows: the lease's own, or, for a reader of a
+    /// [`RwLock`](crate::RwLock), the one its gate worked out.
+    fencing_token: AtomicU64,
     pub clock: SharedClock,
     /// Safety deadline on `clock`, in nanoseconds: past it the lease counts
     /// as lost.
@@ -53,7 +55,7 @@ impl GuardState {
     fn new(parts: &mut GuardParts, deadline: Duration) -> Self {
         GuardState {
             key: parts.lease.key.clone(),
-            fencing_token: parts.lease.fencing_token,
+            fencing_token: AtomicU64::new(parts.lease.fencing_token),
             clock: parts.clock.clone(),
             deadline_nanos: AtomicU64::new(deadline.as_nanos() as u64),
             deadline_tx: watch::Sender::new(deadline),
@@ -140,7 +142,7 @@ impl GuardState {
         if self.reason.set(reason.clone()).is_err() {
             return;
         }
-        tracing::warn!(key = %self.key, token = self.fencing_token, %reason, "lease lost");
+        tracing::warn!(key = %self.key, token = self.fencing_token.load(Ordering::Relaxed), %reason, "lease lost");
         if self.policy == LossPolicy::Abort {
             tracing::error!(key = %self.key, "aborting the process: lease lost and the loss policy is Abort");
             eprintln!(
@@ -323,7 +325,7 @@ impl std::fmt::Debug for LeaseGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LeaseGuard")
             .field("key", &self.state.key)
-            .field("fencing_token", &self.state.fencing_token)
+            .field("fencing_token", &self.fencing_token())
             .field("lost", &self.state.loss_reason())
             .finish_non_exhaustive()
     }
@@ -383,8 +385,22 @@ impl LeaseGuard {
     /// The fencing token of this acquisition: strictly greater than every
     /// token issued for this key before, by anyone. Pass it to the resource
     /// you protect so it can reject writes from stale holders.
+    ///
+    /// A reader of a [`RwLock`](crate::RwLock) shows the token of the lock's
+    /// key instead (see [its docs](crate::RwLock#fencing-tokens)).
     pub fn fencing_token(&self) -> u64 {
-        self.state.fencing_token
+        self.state.fencing_token.load(Ordering::Relaxed)
+    }
+
+    /// Shows `token` as this guard's fencing token from now on (a reader of
+    /// a reader-writer lock, before the guard is handed out).
+    pub(crate) fn show_fencing_token(&self, token: u64) {
+        self.state.fencing_token.store(token, Ordering::Relaxed);
+    }
+
+    /// The store epoch the lease was granted in.
+    pub(crate) fn lease_epoch(&self) -> u64 {
+        self.holding.as_ref().map_or(0, |h| h.lease.epoch)
     }
 
     /// Whether the lease is lost. Checks the safety deadline against the

@@ -83,6 +83,10 @@
 //! * [`Semaphore`]: at most N holders of a key at once
 //!   ([`Store::semaphore`]); each [`SemaphorePermit`] is a lease guard on
 //!   one of N slot keys.
+//! * [`RwLock`]: a reader-writer lock on a key ([`Store::rw_lock`]):
+//!   readers share ([`read`](RwLock::read) and its kin), a writer
+//!   ([`write`](RwLock::write)) excludes everyone, with writer preference;
+//!   both give a [`LeaseGuard`].
 //! * [`Election`]: leader election on a key ([`Store::election`]):
 //!   [`campaign`](Election::campaign) for a [`Leadership`],
 //!   [`leader`](Election::leader) to see who leads and what they published,
@@ -110,7 +114,7 @@
 //! # Metrics
 //! leasehold counts acquire attempts and outcomes, wait and hold times,
 //! renewals and their failures, and losses, labelled by backend and by kind
-//! (lock, semaphore, election), through the [`metrics`] facade:
+//! (lock, semaphore, election, read, write), through the [`metrics`] facade:
 //! install any recorder to collect them; none is installed for you. The
 //! names are listed in [`metric`].
 
@@ -135,6 +139,7 @@ pub mod metric;
 mod options;
 mod renewal;
 mod runs;
+mod rwlock;
 mod semaphore;
 mod setters;
 #[cfg(feature = "sqlite")]
@@ -163,6 +168,7 @@ pub use options::{
     MAX_LABEL_LEN, MIN_SAFETY_MARGIN,
 };
 pub use runs::{RunOutcome, RunRecord, RunReport};
+pub use rwlock::{RwLock, RwLockInfo, DEFAULT_MAX_READERS, MAX_RW_LOCK_KEY_LEN};
 pub use semaphore::{
     Semaphore, SemaphorePermit, SlotInfo, MAX_SEMAPHORE_KEY_LEN, MAX_SEMAPHORE_LIMIT,
 };

@@ -8,8 +8,9 @@
 //! * `backend`: the store's [`Backend::name`](crate::backend::Backend::name)
 //!   (`"memory"`, `"sqlite"`, `"azblob"`, `"dynamodb"`, ...);
 //! * `kind`: what the lease is for: `"lock"` ([`Lock`](crate::Lock)),
-//!   `"semaphore"` (a [`Semaphore`](crate::Semaphore) permit) or
-//!   `"election"` (an [`Election`](crate::Election) leadership).
+//!   `"semaphore"` (a [`Semaphore`](crate::Semaphore) permit),
+//!   `"election"` (an [`Election`](crate::Election) leadership), `"read"`
+//!   and `"write"` (the sides of an [`RwLock`](crate::RwLock)).
 //!
 //! | name | type | extra label | what |
 //! | --- | --- | --- | --- |
@@ -105,6 +106,8 @@ pub(crate) enum Kind {
     Lock,
     Semaphore,
     Election,
+    Read,
+    Write,
 }
 
 impl Kind {
@@ -113,6 +116,8 @@ impl Kind {
             Kind::Lock => "lock",
             Kind::Semaphore => "semaphore",
             Kind::Election => "election",
+            Kind::Read => "read",
+            Kind::Write => "write",
         }
     }
 }

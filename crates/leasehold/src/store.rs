@@ -16,6 +16,7 @@ use crate::memory::MemoryBackend;
 use crate::metric::Kind;
 use crate::options::{LockOptions, ResolvedOptions};
 use crate::runs::RunRecord;
+use crate::rwlock::RwLock;
 use crate::semaphore::Semaphore;
 
 /// A lease store: where locks live. Cheap to clone; clones share one
@@ -276,6 +277,37 @@ impl Store {
         Semaphore::new(self.clone(), key, limit, resolved)
     }
 
+    /// A [`RwLock`] on `key` admitting [`DEFAULT_MAX_READERS`](crate::DEFAULT_MAX_READERS)
+    /// readers at once, with default [`LockOptions`].
+    ///
+    /// # Errors
+    /// As [`rw_lock_with`](Self::rw_lock_with).
+    pub fn rw_lock(&self, key: &str) -> Result<RwLock> {
+        self.rw_lock_with(key, crate::DEFAULT_MAX_READERS, LockOptions::default())
+    }
+
+    /// A [`RwLock`] on `key` admitting `max_readers` readers at once; both
+    /// sides' leases are taken with `options` (TTL, renewal, owner label
+    /// and data).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] if the key breaks the [key rule](Key), has a
+    /// segment starting with `:slot:` or `:read:`, or is longer than
+    /// [`MAX_RW_LOCK_KEY_LEN`](crate::MAX_RW_LOCK_KEY_LEN) (what: `"rw lock
+    /// key"`), if `max_readers` is 0 or above
+    /// [`MAX_SEMAPHORE_LIMIT`](crate::MAX_SEMAPHORE_LIMIT) (what: `"max
+    /// readers"`), or if the options do not fit together or with the
+    /// backend.
+    pub fn rw_lock_with(
+        &self,
+        key: &str,
+        max_readers: u32,
+        options: LockOptions,
+    ) -> Result<RwLock> {
+        let (key, resolved) = self.resolve(key, options)?;
+        RwLock::new(self.clone(), key, max_readers, resolved)
+    }
+
     /// An [`Election`] on `key` with default [`LockOptions`].
     ///
     /// # Errors
@@ -365,6 +397,12 @@ fn refuse_slot_key(key: &Key) -> Result<()> {
         return Err(Error::invalid(
             "key",
             format!("{key:?} has a segment starting with \":slot:\", which names a semaphore slot (KEY/:slot:N); such keys are reserved for semaphores"),
+        ));
+    }
+    if key.as_str().split('/').any(|seg| seg.starts_with(":read:")) {
+        return Err(Error::invalid(
+            "key",
+            format!("{key:?} has a segment starting with \":read:\", which names a reader slot of a reader-writer lock (KEY/:read:N); such keys are reserved for reader-writer locks"),
         ));
     }
     Ok(())

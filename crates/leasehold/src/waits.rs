@@ -8,14 +8,18 @@
 //! [`Election`]: crate::Election
 
 /// Expands, inside `impl $type`, to the four waits. The type has a method
-/// `fn engine(&self) -> &Engine` and one `fn grant(&self, Granted) -> $guard`.
+/// `fn engine(&self) -> &Engine` and one `fn grant(&self, Granted) -> $guard`
+/// (or the two named by `via: [engine, grant]`, for a type with two
+/// engines, as [`RwLock`](crate::RwLock) has).
 ///
 /// - `$noun`: what is taken, for the docs ("the lock", "a permit",
 ///   "leadership");
 /// - `$make`: an expression on `store` that makes one of the type, in the
 ///   examples;
 /// - `$end`: the guard's method that gives it back, in the examples;
-/// - `$held`: what `Error::Held` says, for the docs.
+/// - `$held`: what `Error::Held` says, for the docs;
+/// - `again`: the methods (one attempt, with a timeout) that find it taken
+///   in the examples, and what the first example says of it.
 macro_rules! waits {
     (
         guard: $guard:ty,
@@ -24,6 +28,27 @@ macro_rules! waits {
         make: $make:literal,
         end: $end:ident,
         names: [$try_:ident, $forever:ident, $timeout:ident, $reporting:ident] $(,)?
+    ) => {
+        $crate::waits::waits! {
+            guard: $guard,
+            noun: $noun,
+            held: $held,
+            make: $make,
+            end: $end,
+            names: [$try_, $forever, $timeout, $reporting],
+            via: [engine, grant],
+            again: [$try_, $timeout, "Another attempt, even from this process, finds it taken."],
+        }
+    };
+    (
+        guard: $guard:ty,
+        noun: $noun:literal,
+        held: $held:literal,
+        make: $make:literal,
+        end: $end:ident,
+        names: [$try_:ident, $forever:ident, $timeout:ident, $reporting:ident],
+        via: [$engine:ident, $grant:ident],
+        again: [$again:ident, $again_timeout:ident, $again_says:literal] $(,)?
     ) => {
         #[doc = concat!("Takes ", $noun, " if it is free now, with one attempt, without waiting.")]
         ///
@@ -45,15 +70,15 @@ macro_rules! waits {
         /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
         #[doc = concat!("let x = ", $make, ";")]
         #[doc = concat!("let held = x.", stringify!($try_), "().await?;")]
-        /// // Another attempt, even from this process, finds it taken.
-        #[doc = concat!("let again = x.", stringify!($try_), "().await;")]
+        #[doc = concat!("// ", $again_says)]
+        #[doc = concat!("let again = x.", stringify!($again), "().await;")]
         /// assert!(matches!(again, Err(leasehold::Error::Held { .. })));
         #[doc = concat!("held.", stringify!($end), "().await?;")]
         /// # Ok(())
         /// # }
         /// ```
         pub async fn $try_(&self) -> Result<$guard> {
-            Ok(self.grant(self.engine().try_acquire().await?))
+            Ok(self.$grant(self.$engine().try_acquire().await?))
         }
 
         #[doc = concat!("Takes ", $noun, ", waiting as long as it takes (see")]
@@ -119,7 +144,7 @@ macro_rules! waits {
         /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
         #[doc = concat!("let x = ", $make, ";")]
         #[doc = concat!("let held = x.", stringify!($timeout), "(Duration::from_secs(60)).await?;")]
-        #[doc = concat!("let waited = x.", stringify!($timeout), "(Duration::from_millis(50)).await;")]
+        #[doc = concat!("let waited = x.", stringify!($again_timeout), "(Duration::from_millis(50)).await;")]
         /// assert!(matches!(waited, Err(leasehold::Error::TimedOut { .. })));
         #[doc = concat!("held.", stringify!($end), "().await?;")]
         /// # Ok(())
@@ -167,7 +192,7 @@ macro_rules! waits {
             wait: impl Into<$crate::Wait>,
             mut on_wait: impl FnMut($crate::WaitReason<'_>),
         ) -> Result<$guard> {
-            Ok(self.grant(self.engine().acquire(wait.into(), &mut on_wait).await?))
+            Ok(self.$grant(self.$engine().acquire(wait.into(), &mut on_wait).await?))
         }
     };
 }

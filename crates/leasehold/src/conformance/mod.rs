@@ -8,8 +8,8 @@
 //! `takeover_needs_observation`).
 //!
 //! One file per part: the backend contract (`contract.rs`), locks,
-//! semaphores, elections, run records, and store loss (`loss.rs`, run only
-//! for backends that can say how their data is lost). Every `pub async fn`
+//! semaphores, reader-writer locks, elections, run records, and store loss
+//! (`loss.rs`, run only for backends that can say how their data is lost). Every `pub async fn`
 //! in those files is a test: `build.rs` lists them for
 //! [`conformance_tests!`](crate::conformance_tests), so declaring a test is
 //! all it takes to run it on every backend.
@@ -87,6 +87,7 @@ mod lock;
 mod loss;
 mod mixed;
 mod runs;
+mod rwlock;
 mod semaphore;
 pub mod servers;
 
@@ -96,6 +97,7 @@ pub use lock::*;
 pub use loss::*;
 pub use mixed::*;
 pub use runs::*;
+pub use rwlock::*;
 pub use semaphore::*;
 
 /// Runs the wake-up tests for a backend that wakes other processes'

@@ -1,0 +1,438 @@
+//! [`RwLock`]: a reader-writer lock on one key of a store, with writer
+//! preference.
+//!
+//! # What is stored
+//! Nothing new: ordinary leases, taken by the one acquisition engine (see
+//! the crate's `engine` module) with a *gate* checked after each grant.
+//!
+//! * The **writer** holds the lock's key `KEY` itself: the same lease a
+//!   [`Lock`](crate::Lock) on `KEY` takes, with `KEY`'s fencing counter.
+//! * A **reader** holds one of R *reader slots* `KEY/:read:0` …
+//!   `KEY/:read:{R-1}` (R = the lock's maximum number of readers), as a
+//!   semaphore permit holds a slot.
+//!
+//! # The two sides, in store operations
+//! * **Reader**: (1) take a free reader slot S (a grant); then (2) read
+//!   `KEY` ([`inspect`](crate::backend::Backend::inspect)). If `KEY` has
+//!   no holder, the reader holds the lock (as long as its lease on S).
+//!   If it has one (a writer holding, or waiting for readers to go), the
+//!   reader gives S back and waits, watching `KEY`'s release.
+//! * **Writer**: (1) take `KEY` (a grant); then (2) read the reader slots
+//!   ([`list`](crate::backend::Backend::list)`("KEY/:read:")`). If none is
+//!   held, the writer holds the lock. If some are, the writer **keeps
+//!   `KEY`** (renewed as any lease) and waits, watching the slots'
+//!   releases and reading them again, until none is held or its wait runs
+//!   out (then it gives `KEY` back). Keeping `KEY` is the writer
+//!   preference: every reader that comes after finds `KEY` held at its
+//!   step (2) and waits behind the writer, while readers already holding
+//!   finish (or are lost at their TTL) before the writer is granted.
+//!
+//! # Why a reader and a writer never both believe they hold
+//! Each side writes its own mark (step 1, a grant) *before* it reads the
+//! other's (step 2), and every store is linearizable for these operations
+//! (a grant, a read and a consistent list see every grant that completed
+//! before them). Suppose a reader and a writer both passed step 2 while
+//! both leases were live. The reader's read of `KEY` found it free, so the
+//! writer's grant of `KEY` took effect after that read (or the writer's
+//! lease had ended before it, and the writer was told lost first), hence
+//! after the reader's grant of S, which came before the read. The
+//! writer's read of the slots came after its own grant, so after the
+//! reader's grant of S, and found S held (unless the reader's lease had
+//! ended, and the reader was told lost first): the writer did not pass.
+//! Contradiction. Two writers exclude each other on `KEY` as two
+//! [`Lock`](crate::Lock)s do. What a guard is told about loss is the
+//! engine's, unchanged: each side's guard is its own lease's (a reader's
+//! on its slot, a writer's on `KEY`), renewed, and lost by its own clock
+//! before the store lets anyone else take that lease over. A read that
+//! finds a holder is only taken as "held" where the store's own takeover
+//! rule agrees: where taking a key over needs an observation (S3,
+//! DynamoDB), a read shows a dead holder's record until someone takes it
+//! over, so the gate then makes one ordinary attempt on that key (counting
+//! towards the observation) and, if granted, gives it back at once and
+//! counts the key free. So a dead reader or writer blocks the other side
+//! for its TTL (two TTLs where takeover needs an observation), not for
+//! good. Tests: the conformance suite's `rw_lock_*` tests, on every store;
+//! `rw_lock_reader_and_writer_never_overlap` races readers and writers in
+//! several processes.
+//!
+//! # Fencing tokens
+//! A writer's token is `KEY`'s: [`next_token`](crate::backend::next_token)
+//! over `KEY`'s counter, strictly greater than every token issued for
+//! `KEY` before. A reader's token is `max(T, epoch << 22)`, where `T` is
+//! `KEY`'s last issued token as its step (2) read it (with any attempt the
+//! gate made on `KEY`), and the epoch is its own grant's store epoch. So a
+//! writer granted after a reader has a greater token than that reader (the
+//! writer's grant of `KEY` took effect after the reader's read, and a
+//! later epoch's tokens are above every earlier epoch's); readers that
+//! share a writer-free stretch share its token, which is the token of the
+//! last writer before them (readers do not advance `KEY`'s counter).
+//!
+//! # What a plain lock on `KEY` is
+//! A [`Lock`](crate::Lock) on `KEY` takes the same lease as the writer, so
+//! readers wait for it, but it does not wait for readers already holding:
+//! use [`RwLock::write`] for that. (`leasehold run KEY` takes the writer's
+//! side, so it and `leasehold run --shared KEY` exclude each other.)
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::backend::KeyInfo;
+use crate::engine::{Engine, Gate, Granted};
+use crate::error::{Error, Result};
+use crate::guard::LeaseGuard;
+use crate::key::{Key, MAX_KEY_LEN};
+use crate::metric::Kind;
+use crate::options::ResolvedOptions;
+use crate::semaphore::{SlotInfo, MAX_SEMAPHORE_LIMIT};
+use crate::store::Store;
+
+/// How many readers an [`RwLock`] admits at once unless told otherwise.
+pub const DEFAULT_MAX_READERS: u32 = 16;
+
+/// What goes between a reader-writer lock's key and a reader slot number.
+pub(crate) const READ_SEGMENT: &str = "/:read:";
+
+/// The longest reader-writer lock key, so that every reader slot key
+/// (`KEY/:read:999` at most) obeys the key rule.
+pub const MAX_RW_LOCK_KEY_LEN: usize = MAX_KEY_LEN - READ_SEGMENT.len() - 3;
+
+/// A reader-writer lock: any number of readers up to a maximum, or one
+/// writer, across every process that uses the same store, with writer
+/// preference. Made by [`Store::rw_lock`] or [`Store::rw_lock_with`].
+///
+/// * A writer excludes every reader and every other writer.
+/// * Readers share, up to [`max_readers`](Self::max_readers) at once.
+/// * Writer preference: once a writer waits, readers that come after wait
+///   behind it; readers already holding finish (or are lost) before the
+///   writer is granted.
+/// * A dead reader's or writer's hold ends at its TTL (two TTLs where the
+///   store's takeover needs an observation).
+/// * Both sides' guards are [`LeaseGuard`]s: renewed in the background,
+///   lost (and told so, by [`lost`](LeaseGuard::lost)) before anyone else
+///   can take over, released on drop. A reader's guard holds a reader slot
+///   (its [`key`](LeaseGuard::key) is `KEY/:read:N`), a writer's holds
+///   `KEY` itself.
+/// * A writer's fencing token is greater than every token granted for the
+///   key before it, readers' included; readers may share a token (see
+///   [Fencing tokens](#fencing-tokens)).
+///
+/// The waits have the shape of [`Lock`](crate::Lock)'s (one attempt, as long
+/// as it takes, up to a timeout, reporting), are cancel safe, and release a
+/// grant that arrives too late, as every lock type's do: they are the same
+/// engine's.
+///
+/// ```
+/// # async fn demo() -> leasehold::Result<()> {
+/// use std::time::Duration;
+/// let store = leasehold::Store::open("memory:")?;
+/// let config = store.rw_lock("config")?;
+/// let a = config.read_timeout(Duration::from_secs(60)).await?;
+/// let b = config.read_timeout(Duration::from_secs(60)).await?; // readers share
+/// assert!(config.try_write().await.is_err());
+/// drop((a, b));
+/// let w = config.write_timeout(Duration::from_secs(60)).await?;
+/// println!("writing with token {}", w.fencing_token());
+/// w.release().await?;
+/// # Ok(()) }
+/// ```
+///
+/// # How it works
+/// The writer holds the lease on `KEY`; each reader holds a lease on one
+/// of the reader slots `KEY/:read:N`. A reader, once granted its slot,
+/// reads `KEY` and gives the slot back if a writer holds or waits; a
+/// writer, once granted `KEY`, reads the reader slots and keeps `KEY`
+/// while it waits for them to be free. Each side writes before it reads
+/// the other's, which is why they never both hold; the argument is written
+/// out at the top of this type's source module (`rwlock.rs`). The reader
+/// segment `:read:` is reserved as `:slot:` is: no lock, semaphore or
+/// reader-writer lock key may have a segment starting with it. A key is at
+/// most [`MAX_RW_LOCK_KEY_LEN`] characters, the maximum number of readers
+/// at most [`MAX_SEMAPHORE_LIMIT`]. Processes that disagree on the maximum
+/// admit up to the largest; a writer waits for readers on every slot.
+///
+/// # Fencing tokens
+/// A writer's token is the key's own, strictly greater than every token
+/// issued for `KEY` before. A reader's token is the key's last issued token
+/// when the reader was granted (the last writer's), or the first token of
+/// its store epoch less one if that is greater: a later writer's token is
+/// greater than it, and readers between two writers share it. A resource
+/// that fences readers and writers accepts a reader's token when it is at
+/// least the greatest it has seen, and a writer's when it is greater.
+#[derive(Debug, Clone)]
+pub struct RwLock {
+    reader: Arc<Engine>,
+    writer: Arc<Engine>,
+}
+
+/// What the store holds for a reader-writer lock: its key (the writer's
+/// lease) and its reader slots.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct RwLockInfo {
+    /// What the store holds for the key itself: its holder is the writer
+    /// (holding, or waiting for readers if some reader slot is held too).
+    pub writer: KeyInfo,
+    /// Every reader slot the store has a record of, held or not, in slot
+    /// order.
+    pub readers: Vec<SlotInfo>,
+}
+
+impl RwLockInfo {
+    /// The reader slots held now.
+    pub fn holding_readers(&self) -> impl Iterator<Item = &SlotInfo> {
+        self.readers.iter().filter(|s| s.info.holder.is_some())
+    }
+
+    /// Whether a writer holds the key while readers still hold slots: it is
+    /// waiting for them to finish, and new readers wait behind it.
+    pub fn writer_waiting(&self) -> bool {
+        self.writer.holder.is_some() && self.holding_readers().next().is_some()
+    }
+}
+
+impl RwLock {
+    pub(crate) fn new(
+        store: Store,
+        key: Key,
+        max_readers: u32,
+        opts: ResolvedOptions,
+    ) -> Result<Self> {
+        if max_readers == 0 || max_readers > MAX_SEMAPHORE_LIMIT {
+            return Err(Error::invalid(
+                "max readers",
+                format!("{max_readers} is not in 1..={MAX_SEMAPHORE_LIMIT}"),
+            ));
+        }
+        if key.as_str().len() > MAX_RW_LOCK_KEY_LEN {
+            return Err(Error::invalid(
+                "rw lock key",
+                format!(
+                    "the key is {} characters long; a reader-writer lock key may have at most {MAX_RW_LOCK_KEY_LEN}, leaving room for the reader slot keys (KEY{READ_SEGMENT}N) under the {MAX_KEY_LEN}-character key limit",
+                    key.as_str().len()
+                ),
+            ));
+        }
+        let slots: Vec<Key> = (0..max_readers).map(|n| reader_key(&key, n)).collect();
+        let reader = Engine::gated(
+            store.clone(),
+            key.clone(),
+            slots.clone(),
+            opts.clone(),
+            Kind::Read,
+            Some(Gate::Reader {
+                writer: key.clone(),
+            }),
+        );
+        let writer = Engine::gated(
+            store,
+            key.clone(),
+            vec![key.clone()],
+            opts,
+            Kind::Write,
+            Some(Gate::Writer {
+                readers: format!("{key}{READ_SEGMENT}"),
+                slots: slots.into(),
+            }),
+        );
+        Ok(RwLock {
+            reader: Arc::new(reader),
+            writer: Arc::new(writer),
+        })
+    }
+
+    /// The lock's key (the writer's lease).
+    pub fn key(&self) -> &Key {
+        self.writer.name()
+    }
+
+    /// How many readers it admits at once.
+    pub fn max_readers(&self) -> u32 {
+        self.reader.slots().len() as u32
+    }
+
+    /// The key of reader slot `slot` (`KEY/:read:N`), also beyond the
+    /// maximum.
+    pub fn reader_key(&self, slot: u32) -> Key {
+        reader_key(self.key(), slot)
+    }
+
+    /// The lease TTL of both sides.
+    pub fn ttl(&self) -> Duration {
+        self.writer.ttl()
+    }
+
+    /// What the store holds for the key and its reader slots now: an
+    /// `inspect` of the key and a `list` of the slots. The holders are as
+    /// the store reports them (where takeover needs an observation, a dead
+    /// holder shows until someone takes it over).
+    ///
+    /// # Errors
+    /// Backend failures.
+    pub async fn inspect(&self) -> Result<RwLockInfo> {
+        let writer = self.writer.store().backend().inspect(self.key()).await?;
+        let readers = self.readers().await?;
+        Ok(RwLockInfo { writer, readers })
+    }
+
+    /// Every reader slot the store has a record of, held or not, in slot
+    /// order, including slots at or above the maximum (left by readers
+    /// with a larger one). One `list` request.
+    ///
+    /// # Errors
+    /// Backend failures.
+    pub async fn readers(&self) -> Result<Vec<SlotInfo>> {
+        let store = self.writer.store();
+        let prefix = format!("{}{READ_SEGMENT}", self.key());
+        let mut readers: Vec<SlotInfo> = store
+            .list(&prefix)
+            .await?
+            .into_iter()
+            .filter_map(|info| {
+                let n = info.key.as_str().strip_prefix(&prefix)?;
+                let slot: u32 = n.parse().ok()?;
+                (slot.to_string() == n).then_some(SlotInfo { slot, info })
+            })
+            .collect();
+        readers.sort_by_key(|s| s.slot);
+        Ok(readers)
+    }
+
+    crate::waits::waits! {
+        guard: LeaseGuard,
+        noun: "a read hold (shared with other readers)",
+        held: "when a writer holds or waits (with the writer's description), or every reader slot is held",
+        make: "store.rw_lock(\"config\")?",
+        end: release,
+        names: [try_read, read, read_timeout, read_reporting],
+        via: [reader_engine, grant_read],
+        again: [try_write, write_timeout, "A writer, even in this process, finds it taken."],
+    }
+
+    crate::waits::waits! {
+        guard: LeaseGuard,
+        noun: "the write hold (exclusive: no readers, no other writer)",
+        held: "when another writer holds the key (with its description) or readers hold (with theirs)",
+        make: "store.rw_lock(\"config\")?",
+        end: release,
+        names: [try_write, write, write_timeout, write_reporting],
+        via: [writer_engine, grant_write],
+        again: [try_read, read_timeout, "A reader, even in this process, finds it taken."],
+    }
+
+    fn reader_engine(&self) -> &Engine {
+        &self.reader
+    }
+
+    fn writer_engine(&self) -> &Engine {
+        &self.writer
+    }
+
+    fn grant_read(&self, granted: Granted) -> LeaseGuard {
+        tracing::debug!(key = %self.key(), slot = granted.slot, token = granted.guard.fencing_token(), "read hold acquired");
+        granted.guard
+    }
+
+    fn grant_write(&self, granted: Granted) -> LeaseGuard {
+        granted.guard
+    }
+}
+
+fn reader_key(key: &Key, slot: u32) -> Key {
+    Key::new(format!("{key}{READ_SEGMENT}{slot}"))
+        .expect("a key within MAX_RW_LOCK_KEY_LEN makes valid reader slot keys")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::LockOptions;
+
+    fn fast() -> LockOptions {
+        LockOptions::new()
+            .ttl(Duration::from_secs(5))
+            .poll_interval(Duration::from_millis(5), Duration::from_millis(10))
+    }
+
+    #[test]
+    fn reader_keys_are_documented_and_valid() {
+        let k = Key::new("jobs/config").unwrap();
+        assert_eq!(reader_key(&k, 3).as_str(), "jobs/config/:read:3");
+        let longest = Key::new("k".repeat(MAX_RW_LOCK_KEY_LEN)).unwrap();
+        assert_eq!(
+            reader_key(&longest, MAX_SEMAPHORE_LIMIT - 1).as_str().len(),
+            MAX_KEY_LEN
+        );
+    }
+
+    #[tokio::test]
+    async fn bad_limits_long_keys_and_reserved_segments_are_clear_errors() {
+        let s = Store::open("memory:").unwrap();
+        for n in [0, MAX_SEMAPHORE_LIMIT + 1] {
+            let err = s.rw_lock_with("k", n, fast()).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    Error::InvalidInput {
+                        what: "max readers",
+                        ..
+                    }
+                ),
+                "{err}"
+            );
+        }
+        let err = s.rw_lock(&"k".repeat(MAX_RW_LOCK_KEY_LEN + 1)).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::InvalidInput {
+                    what: "rw lock key",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        s.rw_lock(&"k".repeat(MAX_RW_LOCK_KEY_LEN)).unwrap();
+        for key in ["a/:read:0", "a/:read:x/b"] {
+            assert!(matches!(
+                s.lock(key).unwrap_err(),
+                Error::InvalidInput { what: "key", .. }
+            ));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_local_writer_release_wakes_a_local_reader_at_once() {
+        let s = Store::open("memory:").unwrap();
+        // Polls far apart: only the local wake-up can be quick.
+        let rw = s
+            .rw_lock_with(
+                "k",
+                2,
+                fast().poll_interval(Duration::from_secs(30), Duration::from_secs(30)),
+            )
+            .unwrap();
+        let w = rw.try_write().await.unwrap();
+        let (held_tx, held_rx) = tokio::sync::oneshot::channel();
+        let reader = {
+            let rw = rw.clone();
+            let mut held_tx = Some(held_tx);
+            tokio::spawn(async move {
+                rw.read_reporting(Duration::from_secs(20), |_| {
+                    if let Some(tx) = held_tx.take() {
+                        let _ = tx.send(());
+                    }
+                })
+                .await
+            })
+        };
+        held_rx.await.unwrap();
+        let started = tokio::time::Instant::now();
+        let token = w.fencing_token();
+        w.release().await.unwrap();
+        let r = reader.await.unwrap().unwrap();
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert_eq!(r.fencing_token(), token);
+    }
+}
