@@ -10,7 +10,15 @@ cycles). Short rounds alternate which loop goes first; the ratio is the
 median of the rounds' ratios (Python / Rust), as in docs/benchmarks.md.
 
     python scripts/python-bench.py [--new] [--rounds 16 --seconds 0.25] [--out FILE] \\
-        SQLite=sqlite:/tmp/bench.db PostgreSQL=postgres://... redis://...
+        SQLite=sqlite:/tmp/bench.db PostgreSQL=postgres://... redis://... \\
+        [--peer redis-py=redis://... --peer pg-advisory=postgres://... \\
+         --peer dynamodb-lock=http://127.0.0.1:8000 --peer azure-lease=CONNECTION_STRING]
+
+With --peer, the same rounds also run the lock most Python code takes on
+that store (the peers of docs/benchmarks.md, figure 6) against leasehold's
+Python cycles on the same server, in the same process (the peer's own
+library needs to be installed: redis, psycopg, python-dynamodb-lock and
+boto3, azure-storage-blob).
 
 Run it with the `leasehold` package installed (built with which profile
 is the caller's to say: see docs/benchmarks.md).
@@ -34,36 +42,169 @@ def python_cycles(lock: "leasehold.Lock", seconds: float) -> int:
     return cycles
 
 
-def measure(url: str, rounds: int, seconds: float, new: bool) -> dict:
-    # --new: the caller states the stores are new (`leasehold init --new`),
-    # so they grant at once, without a new store's quarantine.
-    store = leasehold.init(url, new=True) if new else leasehold.open(url)
-    lock = store.lock(f"bench-{uuid.uuid4().hex[:8]}")
-    lock.acquire().release()  # warm: connections, the store's epoch
-    py_rates, rust_rates, ratios = [], [], []
+def alternate(rounds: int, seconds: float, ours, theirs) -> dict:
+    """`rounds` short rounds of two cycle loops (each `fn(seconds) ->
+    cycles`), alternating which goes first; their rates' medians and the
+    median of the rounds' ratios (ours / theirs)."""
+    our_rates, their_rates, ratios = [], [], []
     for i in range(rounds):
-        order = ["py", "rust"] if i % 2 == 0 else ["rust", "py"]
+        order = [ours, theirs] if i % 2 == 0 else [theirs, ours]
         rate = {}
-        for which in order:
+        for loop in order:
             start = time.perf_counter()
-            if which == "py":
-                n = python_cycles(lock, seconds)
-            else:
-                n = lock._native.bench_rust_cycles(seconds)
-            rate[which] = n / (time.perf_counter() - start)
-        py_rates.append(rate["py"])
-        rust_rates.append(rate["rust"])
-        ratios.append(rate["py"] / rate["rust"])
+            n = loop(seconds)
+            rate[id(loop)] = n / (time.perf_counter() - start)
+        our_rates.append(rate[id(ours)])
+        their_rates.append(rate[id(theirs)])
+        ratios.append(rate[id(ours)] / rate[id(theirs)])
     q = statistics.quantiles(ratios, n=4)
     return {
-        "store": store.url,
-        "python": statistics.median(py_rates),
-        "rust": statistics.median(rust_rates),
+        "ours": statistics.median(our_rates),
+        "theirs": statistics.median(their_rates),
         "ratio": statistics.median(ratios),
         "q1": q[0],
         "q3": q[2],
         "rounds": rounds,
     }
+
+
+def our_lock(url: str, new: bool):
+    # --new: the caller states the stores are new (`leasehold init --new`),
+    # so they grant at once, without a new store's quarantine.
+    store = leasehold.init(url, new=True) if new else leasehold.open(url)
+    lock = store.lock(f"bench-{uuid.uuid4().hex[:8]}")
+    lock.acquire().release()  # warm: connections, the store's epoch
+    return store, lock
+
+
+def measure(url: str, rounds: int, seconds: float, new: bool) -> dict:
+    store, lock = our_lock(url, new)
+    r = alternate(
+        rounds,
+        seconds,
+        lambda s: python_cycles(lock, s),
+        lambda s: lock._native.bench_rust_cycles(s),
+    )
+    return {"store": store.url, "python": r["ours"], "rust": r["theirs"], **r}
+
+
+def cycles_of(cycle):
+    """A loop of `cycle()` (one acquire + release) for `seconds`."""
+
+    def loop(seconds: float) -> int:
+        n = 0
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            cycle()
+            n += 1
+        return n
+
+    return loop
+
+
+def peer_redis_py(url: str):
+    import redis
+
+    lock = redis.Redis.from_url(url.split("?")[0]).lock(f"peer-{uuid.uuid4().hex[:8]}", timeout=30)
+
+    def cycle():
+        if not lock.acquire(blocking=False):
+            raise RuntimeError("uncontended acquire failed")
+        lock.release()
+
+    return cycle
+
+
+def peer_pg_advisory(url: str):
+    import psycopg
+
+    conn = psycopg.connect(url.split("?")[0], autocommit=True)
+    key = 74_210_101
+
+    def cycle():
+        conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+        conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+    return cycle
+
+
+def peer_dynamodb_lock(endpoint: str):
+    import os
+
+    import boto3
+    from python_dynamodb_lock.python_dynamodb_lock import DynamoDBLockClient
+
+    def local(make):
+        return make(
+            "dynamodb",
+            endpoint_url=endpoint,
+            region_name=os.environ.get("AWS_REGION", "us-east-1"),
+            aws_access_key_id=os.environ.get("AWS_ACCESS_KEY_ID", "local"),
+            aws_secret_access_key=os.environ.get("AWS_SECRET_ACCESS_KEY", "local"),
+        )
+
+    table = "peer_pylock_" + uuid.uuid4().hex[:8]
+    low = local(boto3.client)
+    DynamoDBLockClient.create_dynamodb_table(low, table_name=table)
+    low.get_waiter("table_exists").wait(TableName=table)
+    client = DynamoDBLockClient(local(boto3.resource), table_name=table)
+
+    def cycle():
+        client.release_lock(client.acquire_lock("cycles"))
+
+    return cycle
+
+
+def peer_azure_lease(connection_string: str):
+    from azure.storage.blob import BlobServiceClient
+
+    service = BlobServiceClient.from_connection_string(connection_string)
+    container = service.get_container_client("peer" + uuid.uuid4().hex[:12])
+    container.create_container()
+    blob = container.get_blob_client("lock")
+    blob.upload_blob(b"")
+
+    def cycle():
+        blob.acquire_lease(lease_duration=30).release()
+
+    return cycle
+
+
+def azure_url(connection_string: str) -> str:
+    import os
+
+    # leasehold's azblob store reads the account from the environment.
+    os.environ["AZURE_STORAGE_CONNECTION_STRING"] = connection_string
+    return f"azblob://lh-pybench-{uuid.uuid4().hex[:8]}"
+
+
+# --peer KIND=WHERE: (the peer, its store, how it is made, leasehold's URL
+# for the same server given WHERE).
+PEERS = {
+    "redis-py": ("redis-py Lock", "Redis", peer_redis_py, lambda w: w),
+    "pg-advisory": ("session advisory lock, psycopg", "PostgreSQL", peer_pg_advisory, lambda w: w),
+    "dynamodb-lock": (
+        "python-dynamodb-lock",
+        "DynamoDB Local",
+        peer_dynamodb_lock,
+        lambda w: f"dynamodb://lh-pybench-{uuid.uuid4().hex[:8]}?endpoint={w}&region=us-east-1",
+    ),
+    "azure-lease": (
+        "azure-storage-blob BlobLeaseClient",
+        "Azurite",
+        peer_azure_lease,
+        lambda w: azure_url(w),
+    ),
+}
+
+
+PEER_SECTION = """
+Against the lock most Python code takes on each store (the peers of
+figure 6, which give less: no fencing token, and on Redis and PostgreSQL
+no loss signal before takeover), in the same process on the same server,
+the same alternating rounds: leasehold's Python cycles / the peer's.
+
+"""
 
 
 SECTION = """## 8. Python
@@ -89,6 +230,7 @@ def main() -> int:
     parser.add_argument("--build", default="the package as installed", help="what build this is, for the page")
     parser.add_argument("--out", help="write the section (markdown) here too")
     parser.add_argument("--new", action="store_true", help="the stores are new: create them settled (leasehold init --new)")
+    parser.add_argument("--peer", action="append", default=[], metavar="KIND=WHERE", help=f"also against a peer: {', '.join(PEERS)}")
     args = parser.parse_args()
     lines = [
         "| store | Python cycles/s | Rust cycles/s | ratio | rounds: middle half | target ≥ 0.8× |",
@@ -109,11 +251,33 @@ def main() -> int:
         )
         lines.append(line)
         print(line, flush=True)
+    peer_lines = []
+    if args.peer:
+        peer_lines = [
+            "| peer | store | leasehold (Python) cycles/s | peer cycles/s | leasehold / peer | rounds: middle half |",
+            "|---|---|---|---|---|---|",
+        ]
+        print(PEER_SECTION + "\n".join(peer_lines), flush=True)
+    for arg in args.peer:
+        kind, _, where = arg.partition("=")
+        if kind not in PEERS or not where:
+            parser.error(f"--peer {arg!r}: expected KIND=WHERE, KIND one of {', '.join(PEERS)}")
+        name, store_name, make, url_for = PEERS[kind]
+        _, lock = our_lock(url_for(where), args.new)
+        r = alternate(args.rounds, args.seconds, lambda s: python_cycles(lock, s), cycles_of(make(where)))
+        line = (
+            f"| {name} | {store_name} | {r['ours']:.0f} | {r['theirs']:.0f} | **{r['ratio']:.2f}×** "
+            f"| {r['rounds']}: {r['q1']:.2f}–{r['q3']:.2f} |"
+        )
+        peer_lines.append(line)
+        print(line, flush=True)
     if args.out:
         when = time.strftime("%Y-%m-%d", time.gmtime())
         with open(args.out, "w") as f:
             f.write(SECTION.format(rounds=args.rounds, seconds=args.seconds, when=when, build=args.build))
             f.write("\n".join(lines) + "\n")
+            if peer_lines:
+                f.write(PEER_SECTION + "\n".join(peer_lines) + "\n")
     return 0
 
 
