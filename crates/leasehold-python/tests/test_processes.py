@@ -147,8 +147,13 @@ def test_loss_is_signalled_while_renewals_hang_before_the_next_grant(sqlite_env:
     assert max(work) < float(granted_at)
 
 
+# Python raises KeyboardInterrupt on SIGINT only if SIGINT was not ignored
+# when it started, and a test command run in the background (nohup, a CI
+# runner, `cmd &` in a script) starts its children with SIGINT ignored: the
+# waiter sets Python's own handler, as an interactive Python has it.
 WAITER = r"""
-import os, sys, leasehold
+import os, signal, sys, leasehold
+signal.signal(signal.SIGINT, signal.default_int_handler)
 key, ttl = sys.argv[1], float(sys.argv[2])
 store = leasehold.open(os.environ["LEASEHOLD_URL"])
 store.lock(key, ttl=ttl).acquire(wait=120, on_wait=lambda: print("waiting", flush=True))
