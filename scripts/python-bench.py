@@ -25,6 +25,7 @@ is the caller's to say: see docs/benchmarks.md).
 """
 
 import argparse
+import pathlib
 import statistics
 import sys
 import time
@@ -129,19 +130,15 @@ def peer_pg_advisory(url: str):
 
 
 def peer_dynamodb_lock(endpoint: str):
-    import os
-
     import boto3
     from python_dynamodb_lock.python_dynamodb_lock import DynamoDBLockClient
 
-    def local(make):
-        return make(
-            "dynamodb",
-            endpoint_url=endpoint,
-            region_name=os.environ.get("AWS_REGION", "us-east-1"),
-            aws_access_key_id=os.environ.get("AWS_ACCESS_KEY_ID", "local"),
-            aws_secret_access_key=os.environ.get("AWS_SECRET_ACCESS_KEY", "local"),
-        )
+    # DynamoDB Local's clients as figure 6's peer makes them (scripts/peers).
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "peers"))
+    import dynamodb_lock
+
+    dynamodb_lock.ENDPOINT = endpoint
+    local = dynamodb_lock.local
 
     table = "peer_pylock_" + uuid.uuid4().hex[:8]
     low = local(boto3.client)

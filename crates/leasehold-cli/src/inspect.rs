@@ -118,13 +118,7 @@ pub async fn break_lease(store: &Store, key: &str) -> anyhow::Result<ExitCode> {
                 Ok(sem) => sem.inspect().await.unwrap_or_default(),
                 Err(_) => Vec::new(),
             };
-            let held: Vec<String> = slots
-                .iter()
-                .filter_map(|s| {
-                    let h = s.info.holder.as_ref()?;
-                    Some(format!("{} (held by {})", s.info.key, clean(&h.owner)))
-                })
-                .collect();
+            let held = held_slots(&slots);
             if !held.is_empty() {
                 say!(
                     "{key} is a semaphore (`run --limit`): nothing was broken; its permits are its slot keys, broken one at a time with `leasehold break {key}/:slot:N`: {}",
@@ -142,13 +136,7 @@ pub async fn break_lease(store: &Store, key: &str) -> anyhow::Result<ExitCode> {
                 Ok(rw) => rw.readers().await.unwrap_or_default(),
                 Err(_) => Vec::new(),
             };
-            let held: Vec<String> = readers
-                .iter()
-                .filter_map(|s| {
-                    let h = s.info.holder.as_ref()?;
-                    Some(format!("{} (held by {})", s.info.key, clean(&h.owner)))
-                })
-                .collect();
+            let held = held_slots(&readers);
             if !held.is_empty() {
                 say!(
                     "{key} is held by readers (`run --shared`): nothing was broken; each holds a reader slot, broken one at a time with `leasehold break {key}/:read:N`: {}",
@@ -310,4 +298,16 @@ fn outcome(outcome: RunOutcome) -> &'static str {
         RunOutcome::LeaseLost => "lease lost",
         _ => "unknown",
     }
+}
+
+/// The held ones of a semaphore's or a reader-writer lock's slots, as
+/// `KEY (held by OWNER)`, for `break`'s refusal.
+fn held_slots(slots: &[leasehold::SlotInfo]) -> Vec<String> {
+    slots
+        .iter()
+        .filter_map(|s| {
+            let h = s.info.holder.as_ref()?;
+            Some(format!("{} (held by {})", s.info.key, clean(&h.owner)))
+        })
+        .collect()
 }

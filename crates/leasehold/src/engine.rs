@@ -628,37 +628,34 @@ impl Engine {
                 Ok(Gated::Blocked { kept: None, missed })
             }
             Ok(Check::Held(holders)) => {
+                // A reader: a writer holds or waits; its slot is given back,
+                // so that the writer's own check finds it free.
                 missed.held = true;
                 missed.holders = holders;
-                if reader {
-                    // A writer holds or waits: give the slot back, so that
-                    // the writer's own check finds it free.
-                    let _ = g.guard.release().await;
-                    Ok(Gated::Blocked { kept: None, missed })
-                } else {
-                    Ok(Gated::Blocked {
-                        kept: Some(g),
-                        missed,
-                    })
-                }
+                Ok(Self::held_back(g, missed, reader).await)
             }
             Err(err) if err.is_retryable() || matches!(err, Error::Quarantined { .. }) => {
-                // Not known to be free: not granted. A writer keeps its key
-                // and asks again.
+                // Not known to be free: not granted.
                 missed.failure = Some(err);
-                if reader {
-                    let _ = g.guard.release().await;
-                    Ok(Gated::Blocked { kept: None, missed })
-                } else {
-                    Ok(Gated::Blocked {
-                        kept: Some(g),
-                        missed,
-                    })
-                }
+                Ok(Self::held_back(g, missed, reader).await)
             }
             Err(err) => {
                 let _ = g.guard.release().await;
                 Err(err)
+            }
+        }
+    }
+
+    /// A grant the gate held back: a reader gives its slot back; a writer
+    /// keeps its key (so later readers wait behind it) and asks again.
+    async fn held_back(g: Granted, missed: Missed, reader: bool) -> Gated {
+        if reader {
+            let _ = g.guard.release().await;
+            Gated::Blocked { kept: None, missed }
+        } else {
+            Gated::Blocked {
+                kept: Some(g),
+                missed,
             }
         }
     }
