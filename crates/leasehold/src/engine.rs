@@ -717,16 +717,7 @@ impl Engine {
         if !observe && !expired {
             return Ok(None);
         }
-        let mut pending = PendingLease::new(
-            self.store.backend().clone(),
-            Lease {
-                key: key.clone(),
-                lease_id: LeaseId::random(),
-                ttl: self.opts.ttl,
-                fencing_token: 0,
-                epoch: 0,
-            },
-        );
+        let mut pending = self.fresh_lease(key);
         match self.attempt(key, &mut pending.lease).await {
             Ok(AcquireOutcome::Acquired(grant)) => {
                 pending.lease.fencing_token = grant.fencing_token;
@@ -881,18 +872,23 @@ impl Engine {
         }
     }
 
+    /// A lease on `key` with a new id, not yet asked for.
+    fn fresh_lease(&self, key: &Key) -> PendingLease {
+        PendingLease::new(
+            self.store.backend().clone(),
+            Lease {
+                key: key.clone(),
+                lease_id: LeaseId::random(),
+                ttl: self.opts.ttl,
+                fencing_token: 0,
+                epoch: 0,
+            },
+        )
+    }
+
     fn slot_state(&self, key: &Key) -> SlotState {
         SlotState {
-            pending: PendingLease::new(
-                self.store.backend().clone(),
-                Lease {
-                    key: key.clone(),
-                    lease_id: LeaseId::random(),
-                    ttl: self.opts.ttl,
-                    fencing_token: 0,
-                    epoch: 0,
-                },
-            ),
+            pending: self.fresh_lease(key),
             anchor: None,
         }
     }
