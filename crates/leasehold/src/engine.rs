@@ -87,6 +87,7 @@ use crate::key::Key;
 use crate::local::LocalKey;
 use crate::metric::{Kind, Labels};
 use crate::options::{ResolvedOptions, Wait};
+use crate::semaphore::{numbered_slots, SlotInfo};
 use crate::store::Store;
 
 /// How recently another process must have held a key for a local waiter to
@@ -619,12 +620,7 @@ impl Engine {
                 // afresh, as with a late grant.
                 drop(g);
                 missed.late = true;
-                missed.failure = Some(Error::backend(
-                    self.store.backend().name(),
-                    "acquire",
-                    true,
-                    "the store answered after the lease's safety deadline",
-                ));
+                missed.failure = Some(self.late_grant());
                 Ok(Gated::Blocked { kept: None, missed })
             }
             Ok(Check::Held(holders)) => {
@@ -678,13 +674,8 @@ impl Engine {
     /// now.
     async fn readers_free(&self, readers: &str) -> Result<Check> {
         let mut holders = Vec::new();
-        for info in self.store.backend().list(readers).await? {
-            let Some(n) = info.key.as_str().strip_prefix(readers) else {
-                continue;
-            };
-            if n.parse::<u32>().map(|n| n.to_string()).as_deref() != Ok(n) {
-                continue;
-            }
+        let listed = self.store.backend().list(readers).await?;
+        for SlotInfo { info, .. } in numbered_slots(readers, listed) {
             let Some(holder) = info.holder else {
                 continue;
             };
@@ -791,12 +782,7 @@ impl Engine {
                         state.pending.arm();
                         slots[i] = None;
                         missed.late = true;
-                        missed.failure = Some(Error::backend(
-                            self.store.backend().name(),
-                            "acquire",
-                            true,
-                            "the store answered after the lease's safety deadline",
-                        ));
+                        missed.failure = Some(self.late_grant());
                         continue;
                     }
                     let gate = if own_queue { queue.take() } else { gate };
@@ -870,6 +856,17 @@ impl Engine {
                 holder: missed.holders.into_iter().next().map(Box::new),
             },
         }
+    }
+
+    /// Why a grant past its safety deadline was let go (retryable: the
+    /// wait starts afresh with a new lease id).
+    fn late_grant(&self) -> Error {
+        Error::backend(
+            self.store.backend().name(),
+            "acquire",
+            true,
+            "the store answered after the lease's safety deadline",
+        )
     }
 
     /// A lease on `key` with a new id, not yet asked for.

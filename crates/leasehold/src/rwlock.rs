@@ -85,7 +85,7 @@ use crate::guard::LeaseGuard;
 use crate::key::{Key, MAX_KEY_LEN};
 use crate::metric::Kind;
 use crate::options::ResolvedOptions;
-use crate::semaphore::{SlotInfo, MAX_SEMAPHORE_LIMIT};
+use crate::semaphore::{numbered_slots, SlotInfo, MAX_SEMAPHORE_LIMIT};
 use crate::store::Store;
 
 /// How many readers an [`RwLock`] admits at once unless told otherwise.
@@ -285,18 +285,7 @@ impl RwLock {
     pub async fn readers(&self) -> Result<Vec<SlotInfo>> {
         let store = self.writer.store();
         let prefix = format!("{}{READ_SEGMENT}", self.key());
-        let mut readers: Vec<SlotInfo> = store
-            .list(&prefix)
-            .await?
-            .into_iter()
-            .filter_map(|info| {
-                let n = info.key.as_str().strip_prefix(&prefix)?;
-                let slot: u32 = n.parse().ok()?;
-                (slot.to_string() == n).then_some(SlotInfo { slot, info })
-            })
-            .collect();
-        readers.sort_by_key(|s| s.slot);
-        Ok(readers)
+        Ok(numbered_slots(&prefix, store.list(&prefix).await?))
     }
 
     crate::waits::waits! {

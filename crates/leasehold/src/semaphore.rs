@@ -172,21 +172,8 @@ impl Semaphore {
     /// Backend failures.
     pub async fn inspect(&self) -> Result<Vec<SlotInfo>> {
         let prefix = format!("{}{SLOT_SEGMENT}", self.key());
-        let mut slots: Vec<SlotInfo> = self
-            .engine
-            .store()
-            .list(&prefix)
-            .await?
-            .into_iter()
-            .filter_map(|info| {
-                let n = info.key.as_str().strip_prefix(&prefix)?;
-                // Only canonical numbers: "007" is no slot of ours.
-                let slot: u32 = n.parse().ok()?;
-                (slot.to_string() == n).then_some(SlotInfo { slot, info })
-            })
-            .collect();
-        slots.sort_by_key(|s| s.slot);
-        Ok(slots)
+        let listed = self.engine.store().list(&prefix).await?;
+        Ok(numbered_slots(&prefix, listed))
     }
 
     crate::waits::waits! {
@@ -252,6 +239,22 @@ impl SemaphorePermit {
     pub async fn release(self) -> Result<()> {
         self.guard.release().await
     }
+}
+
+/// Of the keys listed under `prefix`, the numbered slots (`PREFIX{N}`: a
+/// semaphore's `KEY/:slot:N`, a reader-writer lock's `KEY/:read:N`), in
+/// slot order. Only canonical numbers: "007" is no slot of ours.
+pub(crate) fn numbered_slots(prefix: &str, listed: Vec<KeyInfo>) -> Vec<SlotInfo> {
+    let mut slots: Vec<SlotInfo> = listed
+        .into_iter()
+        .filter_map(|info| {
+            let n = info.key.as_str().strip_prefix(prefix)?;
+            let slot: u32 = n.parse().ok()?;
+            (slot.to_string() == n).then_some(SlotInfo { slot, info })
+        })
+        .collect();
+    slots.sort_by_key(|s| s.slot);
+    slots
 }
 
 #[cfg(test)]
