@@ -131,9 +131,13 @@ mixed_settings() {
 }
 
 # Holders: the CI run keeps the defaults; the long run contends on more keys
-# so that it reaches 10,000 acquisitions a store in reasonable time.
-holders=()
-[[ $mode == long ]] && holders=(--workers 12 --cli-workers 4 --forking 2 --misbehaving 4 --keys 6)
+# so that it reaches 10,000 acquisitions a store in reasonable time. Both
+# have reader-writer locks (issue 33): on the keys of the first library
+# worker(s) and of the first `leasehold run` loop, those take read holds
+# (`run --shared`), and every other holder of those keys the write hold (a
+# plain `leasehold run` is the writer); the other keys have plain locks.
+holders=(--readers 1 --shared-runs 1)
+[[ $mode == long ]] && holders=(--workers 12 --cli-workers 4 --forking 2 --misbehaving 4 --keys 6 --readers 4 --shared-runs 1)
 [[ -n "${TORTURE_HOLDERS:-}" ]] && holders=(${TORTURE_HOLDERS})
 
 # `leasehold run` holders whose command forks background workers, and the
@@ -307,6 +311,13 @@ if [[ $mode == short ]]; then
         --store "sqlite:$work/epochless.db?max_ttl=2s" --duration 12s --ttl 1s \
         --cli-workers 0 --keys 1 --faults loss --fault-every 3s --inject-bug epochless-tokens \
         --witness "$work/epochless-witness"
+    # The checker must catch readers let in beside a writer (reads of the
+    # writer's key that miss its holder).
+    echo "== torture: a bug injected on purpose (readers-ignore-writer) must fail the run" >&2
+    must_catch "the injected bug" "$work/readers.md" \
+        "$bin/leasehold-torture" run --store "sqlite:$work/readers.db" --duration 8s --ttl 1s \
+        --cli-workers 0 --keys 1 --readers 3 --faults "" --inject-bug readers-ignore-writer \
+        --witness "$work/readers-witness"
     # The mixed variant must catch holders that trust a lease for their
     # whole TTL and quarantine a new store for their own max TTL (the
     # behaviour before issue 28's fix, injected as old-window). On Redis: a

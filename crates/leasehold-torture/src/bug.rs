@@ -25,6 +25,12 @@
 //! still name the real token. The checker must flag the token order
 //! across the loss.
 //!
+//! `readers-ignore-writer` wraps a real backend and describes every key as
+//! free when read (`inspect`), as a store
+//! whose reads miss recent writes would: a reader of a reader-writer lock
+//! then passes its check of the writer's key while a writer holds it. The
+//! checker must flag the reader and the writer working at once.
+//!
 //! Never used outside `leasehold-torture run --inject-bug`.
 
 use std::collections::{HashMap, HashSet};
@@ -36,12 +42,20 @@ use leasehold::{Result, Store};
 use rand::Rng;
 
 /// The bugs `--inject-bug` knows.
-pub const BUGS: &[&str] = &["grant-held", "old-window", "epochless-tokens"];
+pub const BUGS: &[&str] = &[
+    "grant-held",
+    "old-window",
+    "epochless-tokens",
+    "readers-ignore-writer",
+];
 
 /// Whether `bug` wraps the library workers' backend (the others are made by
 /// the coordinator, in the holders' environment).
 pub fn wraps_backend(bug: &str) -> bool {
-    matches!(bug, "grant-held" | "epochless-tokens")
+    matches!(
+        bug,
+        "grant-held" | "epochless-tokens" | "readers-ignore-writer"
+    )
 }
 
 /// Whether `bug` takes the holders' confirmation window away (see the
@@ -61,6 +75,9 @@ pub fn inject(store: Store, bug: &str) -> anyhow::Result<Store> {
         "epochless-tokens" => Ok(Store::new(EpochlessTokens {
             inner: store.backend().clone(),
             real: Arc::default(),
+        })),
+        "readers-ignore-writer" => Ok(Store::new(ReadersIgnoreWriter {
+            inner: store.backend().clone(),
         })),
         _ => anyhow::bail!("unknown bug {bug:?}; known: {}", BUGS.join(", ")),
     }
@@ -175,5 +192,24 @@ impl Wrapper for EpochlessTokens {
 
     async fn record_run(&self, lease: &Lease, run: &leasehold::RunRecord) -> Result<()> {
         self.inner.record_run(&self.real(lease), run).await
+    }
+}
+
+/// A backend whose reads of a key show no holder (see the module docs).
+#[derive(Debug)]
+pub struct ReadersIgnoreWriter {
+    inner: Arc<dyn Backend>,
+}
+
+#[async_trait]
+impl Wrapper for ReadersIgnoreWriter {
+    fn inner(&self) -> &dyn Backend {
+        self.inner.as_ref()
+    }
+
+    async fn inspect(&self, key: &leasehold::Key) -> Result<leasehold::backend::KeyInfo> {
+        let mut info = self.inner.inspect(key).await?;
+        info.holder = None;
+        Ok(info)
     }
 }

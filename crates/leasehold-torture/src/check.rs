@@ -38,6 +38,17 @@
 //!   wrote more than [`Limits::kill_grace`] after its `leasehold run` was
 //!   SIGKILLed.
 //!
+//! Reader-writer locks: a section written by a reader (its records are
+//! marked shared) may overlap other readers' sections, and nothing else
+//! changes for it. Two sections *conflict* unless both are readers, and the
+//! overlap and fenced-overlap rules apply to conflicting pairs only. Token
+//! order for readers (who share the last writer's token) is: a writer's
+//! token above every token of a section that began before it, readers'
+//! included; a reader's token not below that of any writer that began
+//! before it (readers that began before it may have a greater one: a writer
+//! that gave up waiting for readers raised the key's counter without
+//! writing).
+//!
 //! It also measures, for every handover from a holder that did not end
 //! normally (and whose lease was not broken), the margin by which the old holder's last write preceded the new
 //! holder's first, and the time from each fault to the next holder's first
@@ -113,6 +124,8 @@ struct Section {
     key: String,
     token: u64,
     worker: String,
+    /// A reader's section (of a reader-writer lock).
+    shared: bool,
     /// First and last ordinary write (the held interval).
     begin: Option<u64>,
     stop: u64,
@@ -141,6 +154,11 @@ pub struct LateWrites {
 pub struct Findings {
     pub operations: usize,
     pub acquisitions: usize,
+    /// Of `acquisitions`, those of readers.
+    pub read_acquisitions: usize,
+    /// Pairs of readers' sections whose held intervals overlapped (readers
+    /// sharing the key: shows sharing happened).
+    pub shared_reads: usize,
     pub faults: BTreeMap<String, usize>,
     /// Of `faults`, those aimed at a `leasehold run` holder.
     pub faults_on_run: BTreeMap<String, usize>,
@@ -266,6 +284,7 @@ pub fn check(records: &[Record], limits: Limits) -> Findings {
                     key: r.key.clone(),
                     token: r.token,
                     worker: r.worker.clone(),
+                    shared: r.shared,
                     ..Section::default()
                 });
                 current.insert(id, sections.len() - 1);
@@ -340,6 +359,13 @@ pub fn check(records: &[Record], limits: Limits) -> Findings {
         // held nothing.
         let mut secs: Vec<Section> = all.into_iter().filter(|s| s.begin.is_some()).collect();
         f.acquisitions += secs.len();
+        f.read_acquisitions += secs.iter().filter(|s| s.shared).count();
+        for (j, b) in secs.iter().enumerate().filter(|(_, b)| b.shared) {
+            f.shared_reads += secs[..j]
+                .iter()
+                .filter(|a| a.shared && a.stop > b.begin.unwrap_or(0))
+                .count();
+        }
         secs.sort_by_key(|s| s.begin);
         f.granted_during_loss += secs
             .iter()
@@ -348,9 +374,11 @@ pub fn check(records: &[Record], limits: Limits) -> Findings {
         token_order(&mut f, &key, &secs, &transitions);
         for (j, b) in secs.iter().enumerate() {
             let start = b.begin.unwrap_or(0);
-            // Every earlier section still holding when `b` began.
+            // Every earlier section still holding when `b` began, of those
+            // that exclude it (readers share).
+            let earlier = || secs[..j].iter().filter(|a| conflict(a, b));
             let mut predecessor: Option<&Section> = None;
-            for a in &secs[..j] {
+            for a in earlier() {
                 if a.stop <= start {
                     if predecessor.is_none_or(|p| a.stop >= p.stop) {
                         predecessor = Some(a);
@@ -373,8 +401,8 @@ pub fn check(records: &[Record], limits: Limits) -> Findings {
                 } else {
                     f.across_store_loss += usize::from(a.epoch != b.epoch);
                     f.overlaps.push(format!(
-                        "{key}: token {} ({}, epoch {}) held until {} ns, after token {} ({}, epoch {}) began at {} ns",
-                        a.token, a.worker, a.epoch, a.stop, b.token, b.worker, b.epoch, start
+                        "{key}: token {} ({}{}, epoch {}) held until {} ns, after token {} ({}{}, epoch {}) began at {} ns",
+                        a.token, a.worker, reader(a), a.epoch, a.stop, b.token, b.worker, reader(b), b.epoch, start
                     ));
                 }
             }
@@ -382,7 +410,7 @@ pub fn check(records: &[Record], limits: Limits) -> Findings {
                 // A broken holder's successor starts at once by design: its
                 // gap is no safety margin.
                 let broken = breaks.contains_key(&(key.as_str(), p.epoch, p.token));
-                if !p.ended && !broken && secs[..j].iter().all(|a| a.stop <= start) {
+                if !p.ended && !broken && earlier().all(|a| a.stop <= start) {
                     f.lost_handover_margins
                         .push(Duration::from_nanos(start - p.stop));
                 }
@@ -415,23 +443,52 @@ pub fn check(records: &[Record], limits: Limits) -> Findings {
     f
 }
 
+/// Whether two sections exclude each other: unless both are readers.
+fn conflict(a: &Section, b: &Section) -> bool {
+    !(a.shared && b.shared)
+}
+
 /// Tokens must grow in the order sections began, across store epochs too:
-/// each section's token above the greatest that began before it (not
-/// checked for a section that began while a store loss was under way).
+/// a writer's (every holder's but a reader's) token above the greatest of
+/// any section that began before it, a reader's not below the greatest of
+/// a writer's that began before it (not checked for a section that began
+/// while a store loss was under way).
 fn token_order(f: &mut Findings, key: &str, secs: &[Section], transitions: &HashSet<u64>) {
     let mut greatest: Option<&Section> = None;
+    let mut greatest_writer: Option<&Section> = None;
     for b in secs {
-        if let Some(a) = greatest.filter(|_| !transitions.contains(&b.epoch)) {
-            if b.token <= a.token {
+        // A writer: strictly above any; a reader: not below a writer.
+        let above = if b.shared { greatest_writer } else { greatest };
+        if let Some(a) = above.filter(|_| !transitions.contains(&b.epoch)) {
+            if b.token < a.token || (b.token == a.token && !b.shared) {
                 f.token_order.push(format!(
-                    "{key}: token {} ({}, epoch {}) began after token {} ({}, epoch {})",
-                    b.token, b.worker, b.epoch, a.token, a.worker, a.epoch
+                    "{key}: token {} ({}{}, epoch {}) began after token {} ({}{}, epoch {})",
+                    b.token,
+                    b.worker,
+                    reader(b),
+                    b.epoch,
+                    a.token,
+                    a.worker,
+                    reader(a),
+                    a.epoch
                 ));
             }
         }
         if greatest.is_none_or(|a| b.token > a.token) {
             greatest = Some(b);
         }
+        if !b.shared && greatest_writer.is_none_or(|a| b.token > a.token) {
+            greatest_writer = Some(b);
+        }
+    }
+}
+
+/// How a violation's message names a reader's section.
+fn reader(s: &Section) -> &'static str {
+    if s.shared {
+        ", a reader"
+    } else {
+        ""
     }
 }
 
@@ -441,7 +498,7 @@ fn fenced_overlaps(f: &mut Findings, key: &str, secs: &[Section]) {
     accepted.sort_by_key(|s| s.first_accepted);
     for (j, b) in accepted.iter().enumerate() {
         let start = b.first_accepted.unwrap_or(0);
-        for a in &accepted[..j] {
+        for a in accepted[..j].iter().filter(|a| conflict(a, b)) {
             if a.last_accepted > start {
                 f.across_store_loss += usize::from(a.epoch != b.epoch);
                 f.fenced_overlaps.push(format!(

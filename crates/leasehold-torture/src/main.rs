@@ -51,6 +51,9 @@ enum Command {
         store: String,
         #[arg(long)]
         key: String,
+        /// Which hold to take on the key.
+        #[arg(long, value_enum, default_value = "lock")]
+        side: worker::Side,
         #[arg(long)]
         witness: PathBuf,
         #[arg(long)]
@@ -78,6 +81,9 @@ enum Command {
         id: String,
         #[arg(long)]
         ticks: u32,
+        /// Under `leasehold run --shared`: a reader.
+        #[arg(long)]
+        shared: bool,
         /// Do not write `begin` (a background job of a forking command).
         #[arg(long)]
         no_begin: bool,
@@ -94,10 +100,11 @@ fn main() -> ExitCode {
             witness,
             id,
             ticks,
+            shared,
             no_begin,
             no_end,
         } => worker::section(
-            &witness::Witness::new(witness),
+            &witness::Witness::new(witness).shared(shared),
             &id,
             ticks,
             !no_begin,
@@ -107,6 +114,7 @@ fn main() -> ExitCode {
         Command::Worker {
             store,
             key,
+            side,
             witness,
             id,
             ttl,
@@ -122,6 +130,7 @@ fn main() -> ExitCode {
                 }
                 worker::library_worker(worker::WorkerArgs {
                     store,
+                    side,
                     key,
                     witness: witness::Witness::new(witness),
                     id,

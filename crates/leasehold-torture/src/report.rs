@@ -21,6 +21,10 @@ pub struct RunMeta {
     pub cli_exits: BTreeMap<i32, usize>,
     /// Library workers that kept writing after their guard said lost.
     pub misbehaving: usize,
+    /// Library workers that took read holds of a reader-writer lock.
+    pub readers: usize,
+    /// `leasehold run --shared` loops.
+    pub shared_runs: usize,
     /// `leasehold run` loops whose command forks background workers.
     pub forking: usize,
     /// Whether pauses also hit `leasehold run` processes.
@@ -40,7 +44,7 @@ impl RunMeta {
             .map(|(c, n)| format!("{c}:{n}"))
             .collect();
         format!(
-            "store {}\nduration_ms {}\nttl_ms {}\nlibrary_workers {}\ncli_workers {}\nkeys {}\norphaned_commands {}\ncli_exits {}\nmisbehaving {}\nforking {}\npause_run {}\ninjected_bug {}\nlong_max_ttl_ms {}\n{}",
+            "store {}\nduration_ms {}\nttl_ms {}\nlibrary_workers {}\ncli_workers {}\nkeys {}\norphaned_commands {}\ncli_exits {}\nmisbehaving {}\nreaders {}\nshared_runs {}\nforking {}\npause_run {}\ninjected_bug {}\nlong_max_ttl_ms {}\n{}",
             self.store,
             self.duration.as_millis(),
             self.ttl.as_millis(),
@@ -50,6 +54,8 @@ impl RunMeta {
             self.orphaned_commands,
             exits.join(","),
             self.misbehaving,
+            self.readers,
+            self.shared_runs,
             self.forking,
             u8::from(self.pause_run),
             self.injected_bug.as_deref().unwrap_or("-"),
@@ -95,6 +101,8 @@ impl RunMeta {
             cli_exits,
             // Absent in runs made before these existed.
             misbehaving: num("misbehaving").unwrap_or(0) as usize,
+            readers: num("readers").unwrap_or(0) as usize,
+            shared_runs: num("shared_runs").unwrap_or(0) as usize,
             forking: num("forking").unwrap_or(0) as usize,
             pause_run: num("pause_run").unwrap_or(0) == 1,
             injected_bug: get("injected_bug")
@@ -116,6 +124,7 @@ impl RunMeta {
 /// nothing and must not pass).
 pub fn passed(meta: &RunMeta, f: &Findings) -> bool {
     f.acquisitions > 0
+        && (meta.readers + meta.shared_runs == 0 || f.read_acquisitions > 0)
         && f.violations() == 0
         && meta.orphaned_commands == 0
         && f.lost_handover_margins.iter().all(|m| !m.is_zero())
@@ -156,6 +165,15 @@ pub fn render(meta: &RunMeta, f: &Findings) -> String {
             meta.keys
         ),
     );
+    if meta.readers + meta.shared_runs > 0 {
+        row(
+            "reader-writer locks",
+            format!(
+                "{} library workers and {} `leasehold run --shared` loops took read holds; the other holders on their keys the write hold",
+                meta.readers, meta.shared_runs
+            ),
+        );
+    }
     if let Some(long) = meta.long_max_ttl {
         row(
             "mixed max TTLs",
@@ -169,6 +187,11 @@ pub fn render(meta: &RunMeta, f: &Findings) -> String {
     for (k, n) in [
         ("operations (writes to the witness)", f.operations),
         ("acquisitions (critical sections)", f.acquisitions),
+        ("of which read holds", f.read_acquisitions),
+        (
+            "pairs of read holds that shared the key (overlapped)",
+            f.shared_reads,
+        ),
     ] {
         row(k, n.to_string());
     }

@@ -7,7 +7,7 @@
 //! the witness's own rule (so a fencing error appears only where a test
 //! forges one).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use crate::check::{check, Findings, Limits};
@@ -24,6 +24,8 @@ struct History {
     records: Vec<Record>,
     epoch: u64,
     max: HashMap<String, u64>,
+    /// Workers that are readers of a reader-writer lock on "k".
+    readers: HashSet<String>,
 }
 
 impl History {
@@ -38,6 +40,7 @@ impl History {
             ppid: 1,
             t_ns: t,
             accepted,
+            shared: !matches!(kind, Kind::Fault | Kind::Epoch) && self.readers.contains(worker),
             detail: String::new(),
         });
     }
@@ -51,6 +54,12 @@ impl History {
             *max = token;
         }
         self.raw(kind, "k", token, worker, t, accepted);
+        self
+    }
+
+    /// `workers` hold read holds (their records are marked shared).
+    fn readers(&mut self, workers: &[&str]) -> &mut Self {
+        self.readers.extend(workers.iter().map(|w| w.to_string()));
         self
     }
 
@@ -464,6 +473,116 @@ fn increasing_tokens_pass() {
         .end(6, "b", 40)
         .check();
     clean(&f);
+}
+
+// ---- reader-writer locks ----
+
+#[test]
+fn readers_sharing_the_key_then_a_writer_pass() {
+    let f = History::default()
+        .readers(&["r1", "r2"])
+        .begin(5, "r1", 10)
+        .begin(5, "r2", 15)
+        .tick(5, "r1", 20)
+        .tick(5, "r2", 25)
+        .end(5, "r1", 30)
+        .end(5, "r2", 35)
+        .begin(6, "w", 40)
+        .end(6, "w", 50)
+        .begin(6, "r1", 60)
+        .end(6, "r1", 70)
+        .check();
+    clean(&f);
+    assert_eq!(f.acquisitions, 4);
+}
+
+#[test]
+fn a_reader_still_holding_when_a_writer_began_is_flagged() {
+    let f = History::default()
+        .readers(&["r"])
+        .begin(5, "r", 10)
+        .begin(6, "w", 20)
+        .tick(5, "r", 30)
+        .end(6, "w", 40)
+        .end(5, "r", 50)
+        .check();
+    only(&f, "overlap");
+    assert!(f.overlaps[0].contains("a reader"), "{f:#?}");
+    assert_eq!(f.stale_writes_rejected, 2, "fencing refused the reader");
+}
+
+#[test]
+fn a_reader_let_in_beside_a_writer_is_flagged_and_fenced() {
+    // The writer's token is the reader's too (the reader read it), so the
+    // resource takes both: an overlap the resource saw.
+    let f = History::default()
+        .readers(&["r"])
+        .begin(6, "w", 10)
+        .begin(6, "r", 20)
+        .tick(6, "w", 30)
+        .end(6, "r", 40)
+        .end(6, "w", 50)
+        .check();
+    assert_eq!(f.overlaps.len(), 1, "{f:#?}");
+    assert_eq!(f.fenced_overlaps.len(), 1, "{f:#?}");
+    assert_eq!(f.violations(), 2, "{f:#?}");
+}
+
+#[test]
+fn a_writer_token_not_above_an_earlier_readers_is_flagged() {
+    let f = History::default()
+        .readers(&["r"])
+        .begin(7, "r", 10)
+        .end(7, "r", 20)
+        .begin(7, "w", 30)
+        .end(7, "w", 40)
+        .check();
+    only(&f, "token order");
+}
+
+#[test]
+fn a_reader_token_below_an_earlier_writers_is_flagged() {
+    let f = History::default()
+        .readers(&["r"])
+        .begin(6, "w", 10)
+        .end(6, "w", 20)
+        .begin(5, "r", 30)
+        .end(5, "r", 40)
+        .check();
+    only(&f, "token order");
+    assert!(f.token_order[0].contains("a reader"), "{f:#?}");
+}
+
+#[test]
+fn a_reader_below_an_earlier_reader_passes() {
+    // A writer gave up waiting for r2 and raised the counter to 6 without
+    // writing; r1 read 6, r2 had read 5: readers may begin out of token
+    // order (fencing refuses r2 once r1 wrote, which costs r2, not safety).
+    let f = History::default()
+        .readers(&["r1", "r2"])
+        .begin(6, "r1", 10)
+        .begin(5, "r2", 20)
+        .end(5, "r2", 30)
+        .end(6, "r1", 40)
+        .begin(7, "w", 50)
+        .end(7, "w", 60)
+        .check();
+    clean(&f);
+    assert_eq!(f.stale_writes_rejected, 2);
+}
+
+#[test]
+fn two_writers_of_a_reader_writer_lock_still_exclude_each_other() {
+    let f = History::default()
+        .readers(&["r"])
+        .begin(5, "r", 5)
+        .end(5, "r", 8)
+        .begin(6, "w1", 10)
+        .begin(7, "w2", 20)
+        .end(6, "w1", 30)
+        .end(7, "w2", 40)
+        .check();
+    only(&f, "overlap");
 }
 
 // ---- write after lost ----

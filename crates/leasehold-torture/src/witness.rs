@@ -12,6 +12,10 @@
 //! Time is the machine's boot clock, shared by every process here.
 //!
 //! Log line: `KIND KEY EPOCH TOKEN WORKER PID PPID T_NS ACCEPTED [DETAIL]`.
+//! A reader of a reader-writer lock writes to its lock's key like any
+//! holder (readers share the fenced resource, and their token is the last
+//! writer's, so fencing stays "not below the greatest accepted"); its
+//! records' DETAIL is `shared`.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -79,13 +83,20 @@ pub struct Record {
     pub ppid: u32,
     pub t_ns: u64,
     pub accepted: bool,
+    /// Written by a reader of a reader-writer lock.
+    pub shared: bool,
     pub detail: String,
 }
+
+/// The detail of a reader's records.
+const SHARED: &str = "shared";
 
 /// A handle on the witness directory.
 #[derive(Debug, Clone)]
 pub struct Witness {
     dir: PathBuf,
+    /// This handle's writes are a reader's.
+    shared: bool,
 }
 
 pub fn now_ns() -> u64 {
@@ -94,7 +105,16 @@ pub fn now_ns() -> u64 {
 
 impl Witness {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        Witness { dir: dir.into() }
+        Witness {
+            dir: dir.into(),
+            shared: false,
+        }
+    }
+
+    /// The same witness, for a reader of a reader-writer lock: every record
+    /// it writes is marked shared.
+    pub fn shared(self, shared: bool) -> Self {
+        Witness { shared, ..self }
     }
 
     fn log_path(&self) -> PathBuf {
@@ -127,6 +147,7 @@ impl Witness {
             ppid: 0,
             t_ns: now_ns(),
             accepted: true,
+            shared: false,
             detail: detail.into(),
         })?;
         Ok(next)
@@ -190,6 +211,7 @@ impl Witness {
             ppid: unsafe { libc::getppid() } as u32,
             t_ns: now_ns(),
             accepted,
+            shared: self.shared,
             detail: String::new(),
         })?;
         Ok(Some(accepted))
@@ -219,6 +241,7 @@ impl Witness {
             ppid: 0,
             t_ns,
             accepted: true,
+            shared: false,
             detail: what.into(),
         })
     }
@@ -235,7 +258,11 @@ impl Witness {
             r.ppid,
             r.t_ns,
             u8::from(r.accepted),
-            if r.detail.is_empty() { "-" } else { &r.detail }
+            match (r.shared, r.detail.is_empty()) {
+                (true, _) => SHARED,
+                (false, true) => "-",
+                (false, false) => &r.detail,
+            }
         );
         // One write() on an O_APPEND file: lines never interleave.
         let mut log = OpenOptions::new()
@@ -283,7 +310,8 @@ fn parse_line(line: &str) -> Option<Record> {
         ppid: f[6].parse().ok()?,
         t_ns: f[7].parse().ok()?,
         accepted: f[8] == "1",
-        detail: if f[9] == "-" {
+        shared: f[9] == SHARED,
+        detail: if f[9] == "-" || f[9] == SHARED {
             String::new()
         } else {
             f[9..].join(" ")
@@ -320,7 +348,7 @@ mod tests {
 
     #[test]
     fn fencing_rejects_older_tokens_across_epochs() {
-        let dir = tempfile_dir();
+        let dir = tempfile_dir("fencing");
         let w = Witness::new(&dir);
         assert!(w.write(Kind::Begin, "k", 5, "a").unwrap());
         assert!(w.write(Kind::Tick, "k", 5, "a").unwrap());
@@ -344,8 +372,23 @@ mod tests {
         std::fs::remove_dir_all(dir).unwrap();
     }
 
-    fn tempfile_dir() -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("witness-test-{}", std::process::id()));
+    #[test]
+    fn a_readers_records_read_back_as_shared() {
+        let dir = tempfile_dir("shared");
+        let w = Witness::new(&dir);
+        let reader = w.clone().shared(true);
+        assert!(reader.write(Kind::Begin, "k", 5, "r").unwrap());
+        assert!(w.write(Kind::Begin, "k", 6, "w").unwrap());
+        assert!(!reader.write(Kind::Late, "k", 5, "r").unwrap());
+        w.fault(now_ns(), "k", "r", 1, 5, "kill").unwrap();
+        let shared: Vec<bool> = w.read().unwrap().iter().map(|r| r.shared).collect();
+        assert_eq!(shared, [true, false, true, false]);
+        assert_eq!(w.read().unwrap()[3].detail, "kill");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    fn tempfile_dir(test: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("witness-test-{test}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         dir
     }

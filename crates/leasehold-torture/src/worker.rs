@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use leasehold::{Error, LockOptions, Store};
+use leasehold::{Error, LeaseGuard, Lock, LockOptions, RwLock, Store};
 use rand::Rng;
 
 use crate::witness::{now_ns, Kind, Witness};
@@ -12,8 +12,47 @@ use crate::witness::{now_ns, Kind, Witness};
 /// Pause between two units of work inside a critical section.
 pub const TICK: Duration = Duration::from_millis(20);
 
+/// Which hold a library worker takes on its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Side {
+    /// A plain [`Lock`].
+    Lock,
+    /// A reader of the [`RwLock`] on the key.
+    Read,
+    /// The writer of the [`RwLock`] on the key.
+    Write,
+}
+
+/// A worker's lock on its key, of its side.
+#[derive(Clone)]
+enum Holder {
+    Lock(Lock),
+    Read(RwLock),
+    Write(RwLock),
+}
+
+impl Holder {
+    fn new(store: &Store, key: &str, side: Side, options: LockOptions) -> leasehold::Result<Self> {
+        let rw = || store.rw_lock_with(key, leasehold::DEFAULT_MAX_READERS, options.clone());
+        Ok(match side {
+            Side::Lock => Holder::Lock(store.lock_with(key, options.clone())?),
+            Side::Read => Holder::Read(rw()?),
+            Side::Write => Holder::Write(rw()?),
+        })
+    }
+
+    async fn acquire_timeout(&self, wait: Duration) -> leasehold::Result<LeaseGuard> {
+        match self {
+            Holder::Lock(l) => l.acquire_timeout(wait).await,
+            Holder::Read(rw) => rw.read_timeout(wait).await,
+            Holder::Write(rw) => rw.write_timeout(wait).await,
+        }
+    }
+}
+
 pub struct WorkerArgs {
     pub store: Store,
+    pub side: Side,
     pub key: String,
     pub witness: Witness,
     pub id: String,
@@ -35,9 +74,12 @@ pub struct WorkerArgs {
 /// the guard says lost, the worker records it and sends one deliberate late
 /// write (a misbehaving worker: late writes every tick for a random while
 /// up to a TTL), which fencing must reject if a newer holder has written.
-pub async fn library_worker(a: WorkerArgs) -> anyhow::Result<()> {
+/// A reader's records are marked shared (see the witness).
+pub async fn library_worker(mut a: WorkerArgs) -> anyhow::Result<()> {
+    a.witness = a.witness.shared(a.side == Side::Read);
     let options = |ttl| LockOptions::new().ttl(ttl).owner_label(a.id.clone());
-    let short = a.store.lock_with(&a.key, options(a.ttl))?;
+    let holder = |ttl| Holder::new(&a.store, &a.key, a.side, options(ttl));
+    let short = holder(a.ttl)?;
     // After a refused long TTL (the store's epoch was begun with a shorter
     // max TTL than this holder's URL says), one attempt with the short one.
     let mut refused = false;
@@ -47,7 +89,7 @@ pub async fn library_worker(a: WorkerArgs) -> anyhow::Result<()> {
             Some(max) if !refused => {
                 let max = max.min(a.store.backend().capabilities().max_ttl);
                 let ttl = long_ttl(a.ttl, max);
-                match a.store.lock_with(&a.key, options(ttl)) {
+                match holder(ttl) {
                     Ok(lock) => (lock, ttl),
                     Err(_) => (short.clone(), a.ttl),
                 }

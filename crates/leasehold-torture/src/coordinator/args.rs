@@ -57,6 +57,16 @@ pub struct RunArgs {
     /// alternately with the short and the long max TTL).
     #[arg(long, default_value = "kill,pause,break", value_delimiter = ',')]
     pub faults: Vec<String>,
+    /// Library workers (of --workers, the first N) that take read holds of
+    /// the reader-writer lock on their key; the other library workers on a
+    /// key that has readers (of either kind) take its write hold, those on
+    /// other keys plain locks.
+    #[arg(long, default_value_t = 0)]
+    pub readers: usize,
+    /// `leasehold run` loops (of --cli-workers, the first N) that run with
+    /// `--shared` (the others are plain runs: a reader-writer lock's writer).
+    #[arg(long, default_value_t = 0)]
+    pub shared_runs: usize,
     /// Library workers (of --workers) that keep writing for a random while
     /// after their guard said lost, as a buggy user would.
     #[arg(long, default_value_t = 2)]

@@ -112,13 +112,25 @@ pub async fn run(mut args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
     let keys: Vec<String> = (0..args.keys.max(1))
         .map(|k| format!("torture/k{k}"))
         .collect();
+    // Which key each holder works on, and the keys that have readers.
+    let lib_key = |i: usize| keys[i % keys.len()].clone();
+    let cli_key = |i: usize| keys[(args.workers + i) % keys.len()].clone();
+    let read_keys: HashSet<String> = (0..args.readers.min(args.workers))
+        .map(lib_key)
+        .chain((0..args.shared_runs.min(args.cli_workers)).map(cli_key))
+        .collect();
     let cli_exits: Arc<Mutex<BTreeMap<i32, usize>>> = Arc::default();
     let cli_pids: CliPids = Arc::default();
     let mut tasks = Vec::new();
 
     for i in 0..args.workers {
         let route = routes[&format!("lib-{i}")].clone();
-        let mut flags = Vec::new();
+        let side = match i < args.readers {
+            true => "read",
+            false if read_keys.contains(&lib_key(i)) => "write",
+            false => "lock",
+        };
+        let mut flags = vec!["--side".to_string(), side.to_string()];
         if i < args.misbehaving {
             flags.push("--misbehave".to_string());
         }
@@ -139,7 +151,7 @@ pub async fn run(mut args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
             me.clone(),
             witness_dir.clone(),
             route.url.clone(),
-            keys[i % keys.len()].clone(),
+            lib_key(i),
             args.ttl,
         );
         tasks.push(tokio::spawn(async move {
@@ -181,7 +193,8 @@ pub async fn run(mut args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
         }));
     }
     for i in 0..args.cli_workers {
-        let key = keys[(args.workers + i) % keys.len()].clone();
+        let key = cli_key(i);
+        let shared = i < args.shared_runs;
         let route = routes[&format!("cli-{i}")].clone();
         let (me, witness_dir, store, ttl, leasehold, exits, pids) = (
             me.clone(),
@@ -235,17 +248,20 @@ pub async fn run(mut args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
                         "--wait",
                         &format!("{}ms", left.min(ttl * 5).as_millis().max(1)),
                     ])
+                    .args(shared.then_some("--shared"))
                     .args(["--owner", &id, &key, "--"]);
+                let shared = if shared { "--shared" } else { "" };
                 if forking {
                     child
                         .args(["sh", "-c", FORKING_COMMAND])
                         .arg(&me)
                         .arg(&witness_dir)
-                        .args([&id, &ticks.to_string()]);
+                        .args([&id, &ticks.to_string(), shared]);
                 } else {
                     child
                         .arg(&me)
                         .args(["section", "--id", &id, "--ticks", &ticks.to_string()])
+                        .args((!shared.is_empty()).then_some(shared))
                         .arg("--witness")
                         .arg(&witness_dir);
                 }
@@ -298,6 +314,8 @@ pub async fn run(mut args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
         orphans: orphans.into_iter().map(|(_, o)| o).collect(),
         cli_exits: cli_exits.lock().unwrap().clone(),
         misbehaving: args.misbehaving.min(args.workers),
+        readers: args.readers.min(args.workers),
+        shared_runs: args.shared_runs.min(args.cli_workers),
         forking: args.forking.min(args.cli_workers),
         pause_run: args.pause_run,
         injected_bug: args.inject_bug.clone(),
@@ -337,13 +355,14 @@ fn finish(
 }
 
 /// The command a forking `leasehold run` holder runs: `begin`, then two
-/// background jobs that tick, then `end` (sh's `$0` is this binary).
-const FORKING_COMMAND: &str = r#"W="$1" ID="$2" T="$3"
-"$0" section --witness "$W" --id "$ID" --ticks 0 --no-end || exit 1
-"$0" section --witness "$W" --id "$ID" --ticks "$T" --no-begin --no-end &
-"$0" section --witness "$W" --id "$ID" --ticks "$T" --no-begin --no-end &
+/// background jobs that tick, then `end` (sh's `$0` is this binary; `$4`
+/// is `--shared` under `leasehold run --shared`, else empty).
+const FORKING_COMMAND: &str = r#"W="$1" ID="$2" T="$3" S="$4"
+"$0" section --witness "$W" --id "$ID" --ticks 0 --no-end $S || exit 1
+"$0" section --witness "$W" --id "$ID" --ticks "$T" --no-begin --no-end $S &
+"$0" section --witness "$W" --id "$ID" --ticks "$T" --no-begin --no-end $S &
 wait
-exec "$0" section --witness "$W" --id "$ID" --ticks 0 --no-begin"#;
+exec "$0" section --witness "$W" --id "$ID" --ticks 0 --no-begin $S"#;
 
 /// The environment variable that sets a test build's confirmation window.
 const WINDOW_VAR: &str = "LEASEHOLD_TEST_CONFIRMATION_WINDOW";
