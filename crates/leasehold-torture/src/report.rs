@@ -335,6 +335,8 @@ mod tests {
             orphans: Vec::new(),
             cli_exits: [(0, 975), (76, 2)].into_iter().collect(),
             misbehaving: 2,
+            readers: 1,
+            shared_runs: 1,
             forking: 1,
             pause_run: true,
             injected_bug: Some("grant-held".into()),
@@ -357,6 +359,8 @@ mod tests {
             orphans: Vec::new(),
             cli_exits: Default::default(),
             misbehaving: 0,
+            readers: 0,
+            shared_runs: 0,
             forking: 0,
             pause_run: false,
             injected_bug: None,
@@ -365,6 +369,22 @@ mod tests {
         let mut findings = Findings::default();
         assert!(!passed(&meta, &findings), "no acquisition, no pass");
         findings.acquisitions = 1;
+        assert!(passed(&meta, &findings));
+    }
+
+    #[test]
+    fn a_run_with_readers_that_granted_no_read_hold_fails() {
+        let mut meta = RunMeta::from_lines(
+            "store s\nduration_ms 1\nttl_ms 1\nlibrary_workers 4\ncli_workers 2\nkeys 2\norphaned_commands 0\ncli_exits \n",
+        )
+        .unwrap();
+        meta.readers = 1;
+        let mut findings = Findings {
+            acquisitions: 3,
+            ..Findings::default()
+        };
+        assert!(!passed(&meta, &findings), "no read hold, no pass");
+        findings.read_acquisitions = 1;
         assert!(passed(&meta, &findings));
     }
 }

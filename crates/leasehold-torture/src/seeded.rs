@@ -494,6 +494,8 @@ fn readers_sharing_the_key_then_a_writer_pass() {
         .check();
     clean(&f);
     assert_eq!(f.acquisitions, 4);
+    assert_eq!(f.read_acquisitions, 3);
+    assert_eq!(f.shared_reads, 1, "r1 and r2 shared the key");
 }
 
 #[test]
