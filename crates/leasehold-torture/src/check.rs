@@ -39,9 +39,12 @@
 //!   SIGKILLed.
 //!
 //! Reader-writer locks: a section written by a reader (its records are
-//! marked shared) may overlap other readers' sections, and nothing else
-//! changes for it. Two sections *conflict* unless both are readers, and the
-//! overlap and fenced-overlap rules apply to conflicting pairs only. Token
+//! marked shared) may overlap other readers' sections. Two sections
+//! *conflict* unless both are readers, and the overlap and fenced-overlap
+//! rules apply to conflicting pairs only (the witness's fence, see
+//! [`Fence`], keeps a reader's and a writer's accepted writes apart by
+//! itself, so an overlap of a reader and a writer shows as an overlap and
+//! refused writes, not as a fenced overlap). Token
 //! order for readers (who share the last writer's token) is: a writer's
 //! token above every token of a section that began before it, readers'
 //! included; a reader's token not below that of any writer that began
@@ -57,7 +60,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
-use crate::witness::{Kind, Record};
+use crate::witness::{Fence, Kind, Record};
 
 /// The detail of the epoch record the coordinator writes just before it
 /// makes the store lose its state: grants in that (transition) epoch may come
@@ -221,7 +224,7 @@ pub fn check(records: &[Record], limits: Limits) -> Findings {
     let mut faults = Vec::new();
     // The witness's own rule, recomputed: greatest accepted token per key,
     // in log order (the witness appends under the key's lock).
-    let mut fence: HashMap<String, u64> = HashMap::new();
+    let mut fence: HashMap<String, Fence> = HashMap::new();
     let mut transitions: HashSet<u64> = HashSet::new();
     for r in records {
         match r.kind {
@@ -257,22 +260,23 @@ pub fn check(records: &[Record], limits: Limits) -> Findings {
             _ => {}
         }
         if r.kind != Kind::Lost {
-            let max = fence.entry(r.key.clone()).or_default();
-            let expected = r.token >= *max;
-            if expected != r.accepted {
+            let fence = fence.entry(r.key.clone()).or_default();
+            if fence.admits(r.token, r.shared) != r.accepted {
                 f.fencing_errors.push(format!(
-                    "{} epoch {}: the witness {} a write of token {} ({}) at {} ns; the greatest accepted was {}",
+                    "{} epoch {}: the witness {} a {} of token {} ({}) at {} ns; the greatest accepted were {} (writes) and {} (reads)",
                     r.key,
                     r.epoch,
                     if r.accepted { "accepted" } else { "rejected" },
+                    if r.shared { "read" } else { "write" },
                     r.token,
                     r.worker,
                     r.t_ns,
-                    max
+                    fence.write,
+                    fence.read
                 ));
             }
             if r.accepted {
-                *max = (*max).max(r.token);
+                fence.raise(r.token, r.shared);
             }
         }
         let id = (r.key.clone(), r.token, r.worker.clone());

@@ -12,10 +12,17 @@
 //! Time is the machine's boot clock, shared by every process here.
 //!
 //! Log line: `KIND KEY EPOCH TOKEN WORKER PID PPID T_NS ACCEPTED [DETAIL]`.
+//!
 //! A reader of a reader-writer lock writes to its lock's key like any
-//! holder (readers share the fenced resource, and their token is the last
-//! writer's, so fencing stays "not below the greatest accepted"); its
-//! records' DETAIL is `shared`.
+//! holder (its writes stand for reads of the resource); its records' DETAIL
+//! is `shared`. Readers share the last writer's token, so the resource
+//! fences reads and writes apart ([`Fence`], the rule
+//! `docs/guarantees.md` gives users of reader-writer locks): a read is
+//! accepted if its token is not below the greatest *write* token accepted,
+//! a write if it is not below that and *above* the greatest read token
+//! accepted. So a lost writer cannot write once a reader has read with its
+//! token, and a stale reader cannot read past a newer writer's write. With
+//! no readers this is the plain rule.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -154,7 +161,8 @@ impl Witness {
     }
 
     /// A fenced write of `kind` by `worker` holding `token` on `key`: accepted
-    /// unless a greater token has written to the key (in any epoch).
+    /// unless a greater token has written to the key (in any epoch; see
+    /// [`Fence`] for readers).
     pub fn write(&self, kind: Kind, key: &str, token: u64, worker: &str) -> std::io::Result<bool> {
         Ok(self.write_if(kind, key, token, worker, || true)? == Some(true))
     }
@@ -185,20 +193,19 @@ impl Witness {
         let epoch = self.epoch();
         let mut text = String::new();
         (&state).read_to_string(&mut text)?;
-        // "EPOCH MAX": the epoch of the greatest accepted write, kept for
-        // reading; the maximum holds across epochs.
-        let max = text
-            .split_once(' ')
-            .and_then(|(_, m)| m.trim().parse::<u64>().ok())
-            .unwrap_or(0);
-        let accepted = match kind {
-            Kind::Lost => true,
-            _ => token >= max,
+        // "EPOCH MAX MAX_READ": the epoch of the last change, kept for
+        // reading; the maxima hold across epochs.
+        let mut words = text.split(' ').skip(1).map(|w| w.trim().parse::<u64>());
+        let mut fence = Fence {
+            write: words.next().and_then(Result::ok).unwrap_or(0),
+            read: words.next().and_then(Result::ok).unwrap_or(0),
         };
-        if accepted && token > max {
+        let before = fence;
+        let accepted = kind == Kind::Lost || fence.admit(token, self.shared);
+        if fence != before {
             state.set_len(0)?;
             (&state).seek(SeekFrom::Start(0))?;
-            write!(&state, "{epoch} {token}")?;
+            write!(&state, "{epoch} {} {}", fence.write, fence.read)?;
         }
         self.append(&Record {
             kind,
@@ -319,6 +326,38 @@ fn parse_line(line: &str) -> Option<Record> {
     })
 }
 
+/// A key's fence: the greatest write token and the greatest read token the
+/// resource has accepted (see the module docs).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Fence {
+    pub write: u64,
+    pub read: u64,
+}
+
+impl Fence {
+    /// Whether a write (`shared`: a read) with `token` is accepted.
+    pub fn admits(&self, token: u64, shared: bool) -> bool {
+        token >= self.write && (shared || token > self.read)
+    }
+
+    /// Takes an accepted write (`shared`: read) with `token` into account.
+    pub fn raise(&mut self, token: u64, shared: bool) {
+        match shared {
+            true => self.read = self.read.max(token),
+            false => self.write = self.write.max(token),
+        }
+    }
+
+    /// [`admits`](Self::admits), and [`raise`](Self::raise) if so.
+    pub fn admit(&mut self, token: u64, shared: bool) -> bool {
+        let accepted = self.admits(token, shared);
+        if accepted {
+            self.raise(token, shared);
+        }
+        accepted
+    }
+}
+
 /// An exclusive `flock` held until dropped.
 struct Flock<'a>(&'a File);
 
@@ -385,6 +424,18 @@ mod tests {
         assert_eq!(shared, [true, false, true, false]);
         assert_eq!(w.read().unwrap()[3].detail, "kill");
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_read_with_a_writers_token_fences_that_writer_out() {
+        let mut f = Fence::default();
+        assert!(f.admit(6, false), "the writer");
+        assert!(f.admit(6, true), "a reader after it, with its token");
+        assert!(!f.admit(6, false), "the same writer, after the read");
+        assert!(!f.admit(5, true), "a read below the last write");
+        assert!(f.admit(7, false), "the next writer");
+        assert!(!f.admit(6, true), "a stale reader after it");
+        assert_eq!(f, Fence { write: 7, read: 6 });
     }
 
     fn tempfile_dir(test: &str) -> PathBuf {
