@@ -67,6 +67,17 @@
 //! share a writer-free stretch share its token, which is the token of the
 //! last writer before them (readers do not advance `KEY`'s counter).
 //!
+//! A resource fences a reader-writer lock with two numbers per key, the
+//! greatest token of a write and of a read it has accepted: it accepts a
+//! read whose token is not below the greatest write token, and a write
+//! whose token is not below the greatest write token *and above* the
+//! greatest read token. A reader's token is never below the last writer's
+//! that held before it, and a writer's is above every earlier reader's, so
+//! no holder is refused; a stale reader cannot read past a newer writer's
+//! write; and a writer that was lost cannot write once a reader that came
+//! after it (holding its token) has read. The torture harness's witness is
+//! such a resource (`crates/leasehold-torture/src/witness.rs`, `Fence`).
+//!
 //! # What a plain lock on `KEY` is
 //! A [`Lock`](crate::Lock) on `KEY` takes the same lease as the writer, so
 //! readers wait for it, but it does not wait for readers already holding:
