@@ -411,7 +411,9 @@ impl Backend for AzureBackend {
             .known_epoch()
             .map_or(self.inner.max_ttl, |e| e.max_ttl)
             .clamp(MIN_TTL, MAX_TTL);
-        shared_capabilities(MIN_TTL, max_ttl)
+        // An acquisition writes the record (with the next token), then
+        // takes the lease: a read in between shows the token, unleased.
+        shared_capabilities(MIN_TTL, max_ttl).token_visible_before_holder(true)
     }
 
     /// The epoch [`open_store`](AzureBackend::open_store) learnt, if it

@@ -61,6 +61,14 @@
 //!   lost): step 3 is skipped and its token returned; asking Azure again
 //!   with the same lease id succeeds, so retries after ambiguous failures
 //!   are safe.
+//!
+//!   Between steps 3 and 4 a read shows the new token on a blob not yet
+//!   leased: the backend says so
+//!   ([`token_visible_before_holder`](leasehold::backend::Capabilities)),
+//!   and a reader of a reader-writer lock that reads the writer's key as
+//!   free takes it once (and gives it back) rather than trust the read: its
+//!   step 3 changes the ETag, so the writer's step 4 fails and it starts
+//!   over with a greater token.
 //! * **Renew** = *Lease Blob* `renew`. 404 (blob or container gone), 409
 //!   (another lease id, no lease, lease broken) and 412 are a definitive loss
 //!   ([`LossReason::Revoked`](leasehold::LossReason::Revoked)); 408, 429,

@@ -369,6 +369,15 @@ pub struct Capabilities {
     /// it unchanged for a whole TTL on its own clock (clock-free takeover).
     /// With this, recovering a dead holder's lease can take up to two TTLs.
     pub takeover_needs_observation: bool,
+    /// Whether a read ([`inspect`](Backend::inspect)) can show a key's next
+    /// fencing token before it shows the key held: an acquisition that
+    /// writes the token first and takes the key in a second request (Azure:
+    /// the record, then the blob lease). A reader of a reader-writer lock
+    /// that read such a key as free might take the token of a writer about
+    /// to be granted; with this, it confirms a free key by taking it once
+    /// (one attempt, given back at once), which fences that writer out:
+    /// the writer starts over with a greater token.
+    pub token_visible_before_holder: bool,
 }
 
 impl Capabilities {
@@ -380,6 +389,7 @@ impl Capabilities {
             shared_across_processes: false,
             shared_across_machines: false,
             takeover_needs_observation: false,
+            token_visible_before_holder: false,
         }
     }
 
@@ -390,6 +400,8 @@ impl Capabilities {
         fn shared_across_machines(shared_across_machines: bool);
         /// Sets [`takeover_needs_observation`](Self::takeover_needs_observation).
         fn takeover_needs_observation(takeover_needs_observation: bool);
+        /// Sets [`token_visible_before_holder`](Self::token_visible_before_holder).
+        fn token_visible_before_holder(token_visible_before_holder: bool);
     }
 }
 

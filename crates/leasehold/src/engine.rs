@@ -658,13 +658,29 @@ impl Engine {
 
     /// Whether the writer key is free, read now; if so, with the highest
     /// token seen on it.
+    ///
+    /// Where a read can show a writer's token before it shows the writer
+    /// ([`token_visible_before_holder`](crate::backend::Capabilities::token_visible_before_holder)),
+    /// a key read as free is taken once and given back before it counts as
+    /// free, so that a writer whose token the read may have shown starts
+    /// over with a greater one (its second request finds the key changed).
     async fn writer_free(&self, writer: &Key) -> Result<Check> {
         let info = self.store.backend().inspect(writer).await?;
-        match info.holder {
-            None => Ok(Check::Free(info.fencing_token)),
-            Some(holder) => match self.probe(writer, &holder).await? {
+        let confirm = match &info.holder {
+            None => {
+                self.store
+                    .backend()
+                    .capabilities()
+                    .token_visible_before_holder
+            }
+            Some(holder) => self.must_probe(holder),
+        };
+        match (info.holder, confirm) {
+            (None, false) => Ok(Check::Free(info.fencing_token)),
+            (Some(holder), false) => Ok(Check::Held(vec![holder])),
+            (holder, true) => match self.take_once(writer).await? {
                 Some(token) => Ok(Check::Free(info.fencing_token.max(token))),
-                None => Ok(Check::Held(vec![holder])),
+                None => Ok(Check::Held(holder.into_iter().collect())),
             },
         }
     }
@@ -679,7 +695,7 @@ impl Engine {
             let Some(holder) = info.holder else {
                 continue;
             };
-            if self.probe(&info.key, &holder).await?.is_none() {
+            if !self.must_probe(&holder) || self.take_once(&info.key).await?.is_none() {
                 holders.push(holder);
             }
         }
@@ -690,24 +706,26 @@ impl Engine {
         }
     }
 
-    /// Whether a key `inspect` or `list` describes with a holder is held
-    /// after all, by the store's own rule for taking a key over, which a
-    /// read does not apply everywhere: where takeover needs an observation
-    /// (S3, DynamoDB), a read shows a dead holder's record as held until
-    /// someone takes it over, and a holder reported with no time left may
-    /// be past its expiry. Then one attempt is made on the key (which also
-    /// counts towards an observation); if granted, the key is given back at
-    /// once and it was free: `Some(its token)`. `None`: held.
-    async fn probe(&self, key: &Key, holder: &HolderInfo) -> Result<Option<u64>> {
+    /// Whether a key `inspect` or `list` describes with a holder may be
+    /// free after all, by the store's own rule for taking a key over, which
+    /// a read does not apply everywhere: where takeover needs an
+    /// observation (S3, DynamoDB), a read shows a dead holder's record as
+    /// held until someone takes it over, and a holder reported with no time
+    /// left may be past its expiry. Then the caller makes one attempt on
+    /// the key ([`take_once`](Self::take_once), which also counts towards
+    /// an observation): if granted, it was free.
+    fn must_probe(&self, holder: &HolderInfo) -> bool {
         let observe = self
             .store
             .backend()
             .capabilities()
             .takeover_needs_observation;
-        let expired = holder.expires_in.is_some_and(|d| d.is_zero());
-        if !observe && !expired {
-            return Ok(None);
-        }
+        observe || holder.expires_in.is_some_and(|d| d.is_zero())
+    }
+
+    /// One attempt on `key`; if granted, the key is given back at once:
+    /// `Some(its token)`. `None`: held.
+    async fn take_once(&self, key: &Key) -> Result<Option<u64>> {
         let mut pending = self.fresh_lease(key);
         match self.attempt(key, &mut pending.lease).await {
             Ok(AcquireOutcome::Acquired(grant)) => {

@@ -66,6 +66,16 @@
 //! later epoch's tokens are above every earlier epoch's); readers that
 //! share a writer-free stretch share its token, which is the token of the
 //! last writer before them (readers do not advance `KEY`'s counter).
+//! Where a grant writes its token before it takes the key (Azure: the
+//! record, then the blob lease;
+//! [`token_visible_before_holder`](crate::backend::Capabilities::token_visible_before_holder)),
+//! a read can show a writer's token while `KEY` still looks free; there a
+//! reader that reads `KEY` free then takes it once and gives it back (an
+//! ordinary attempt, as the probe above), whose grant changes the record
+//! under the writer's second request, so the writer starts over with a
+//! greater token (or the reader's attempt finds `KEY` held, and it waits).
+//! The torture harness found this on Azurite: a writer with its reader's
+//! token.
 //!
 //! A resource fences a reader-writer lock with two numbers per key, the
 //! greatest token of a write and of a read it has accepted: it accepts a
