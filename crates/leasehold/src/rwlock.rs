@@ -74,6 +74,9 @@
 //! ordinary attempt, as the probe above), whose grant changes the record
 //! under the writer's second request, so the writer starts over with a
 //! greater token (or the reader's attempt finds `KEY` held, and it waits).
+//! That grant's token is the reader's: on such a store readers do advance
+//! `KEY`'s counter, and each reader's token is its own, still above every
+//! earlier writer's and below every later one's.
 //! The torture harness found this on Azurite: a writer with its reader's
 //! token.
 //!
