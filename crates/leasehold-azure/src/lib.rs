@@ -68,7 +68,8 @@
 //!   and a reader of a reader-writer lock that reads the writer's key as
 //!   free takes it once (and gives it back) rather than trust the read: its
 //!   step 3 changes the ETag, so the writer's step 4 fails and it starts
-//!   over with a greater token.
+//!   over with a greater token (test: `tests/defects.rs`,
+//!   `a_reader_between_a_writers_record_and_its_lease_does_not_get_its_token`).
 //! * **Renew** = *Lease Blob* `renew`. 404 (blob or container gone), 409
 //!   (another lease id, no lease, lease broken) and 412 are a definitive loss
 //!   ([`LossReason::Revoked`](leasehold::LossReason::Revoked)); 408, 429,

@@ -36,6 +36,8 @@ struct LeaseFaults {
     slow_break: AtomicBool,
     /// (tell the test the break is about to go out, wait for its go-ahead)
     pause_break: Mutex<Option<(oneshot::Sender<()>, oneshot::Receiver<()>)>>,
+    /// The same for the next lease acquisition.
+    pause_acquire: Mutex<Option<(oneshot::Sender<()>, oneshot::Receiver<()>)>>,
 }
 
 #[async_trait]
@@ -48,15 +50,17 @@ impl Around for LeaseFaults {
             .headers()
             .get_optional_str(&LEASE_ACTION)
             .map(str::to_string);
-        if action.as_deref() == Some("break") {
-            if self.slow_break.load(Ordering::SeqCst) {
-                request.insert_header(BREAK_PERIOD, "30");
-            }
-            let pause = self.pause_break.lock().unwrap().take();
-            if let Some((about_to, go)) = pause {
-                let _ = about_to.send(());
-                let _ = go.await;
-            }
+        if action.as_deref() == Some("break") && self.slow_break.load(Ordering::SeqCst) {
+            request.insert_header(BREAK_PERIOD, "30");
+        }
+        let pause = match action.as_deref() {
+            Some("break") => self.pause_break.lock().unwrap().take(),
+            Some("acquire") => self.pause_acquire.lock().unwrap().take(),
+            _ => None,
+        };
+        if let Some((about_to, go)) = pause {
+            let _ = about_to.send(());
+            let _ = go.await;
         }
         action
     }
@@ -196,6 +200,49 @@ async fn break_reports_the_holder_whose_lease_it_ended() {
     assert_eq!(broken.owner.label.as_deref(), Some("second"), "{broken:?}");
     assert_eq!(broken.fencing_token, second.fencing_token());
     drop(second);
+}
+
+/// A reader of a reader-writer lock that reads the writer's key between
+/// the writer's record write (which carries the writer's new token) and
+/// its lease: the reader must not end up with the writer's token. (Found
+/// by the torture run on Azurite: the writer, granted once the reader had
+/// gone, had the reader's token.) The reader takes the key once to confirm
+/// it free, which fails the writer's lease; the writer starts over with a
+/// greater token.
+#[tokio::test]
+async fn a_reader_between_a_writers_record_and_its_lease_does_not_get_its_token() {
+    common::require_azurite!();
+    let prefix = common::unique_prefix();
+    let (writer_backend, faults) = faulty(&prefix).await;
+    let reader_store = Store::new(common::shared(&prefix).await.build().unwrap());
+    let (about_to_tx, about_to_rx) = oneshot::channel();
+    let (go_tx, go_rx) = oneshot::channel();
+    *faults.pause_acquire.lock().unwrap() = Some((about_to_tx, go_rx));
+    let writer = tokio::spawn(async move {
+        Store::new(writer_backend)
+            .rw_lock_with("k", 4, opts("writer"))
+            .unwrap()
+            .write_timeout(Duration::from_secs(60))
+            .await
+    });
+    // The writer has written its record and is about to take the lease.
+    about_to_rx.await.unwrap();
+    let reader = reader_store
+        .rw_lock_with("k", 4, opts("reader"))
+        .unwrap()
+        .try_read()
+        .await
+        .expect("the writer holds nothing yet");
+    go_tx.send(()).unwrap();
+    let read_token = reader.fencing_token();
+    reader.release().await.unwrap();
+    let w = writer.await.unwrap().unwrap();
+    assert!(
+        w.fencing_token() > read_token,
+        "the writer's token {} is not above the earlier reader's {read_token}",
+        w.fencing_token()
+    );
+    w.release().await.unwrap();
 }
 
 /// A lease whose break period runs is still its holder's: `inspect` says
