@@ -135,7 +135,13 @@
 //!   next holder, granted after our release, reads it; a run that lost its
 //!   lease never replaces a later run's record.
 //! * **Release**: `UPDATE … SET lease_id = NULL WHERE key AND lease_id =
-//!   ours`. **Break**: clears whatever lease is on the key, returning who
+//!   ours`, committed without waiting for its WAL flush (the statement
+//!   sets `synchronous_commit` off for its own transaction): a release
+//!   lost in a server crash leaves the key held until its expiry, which is
+//!   safe (every lease may end that way), and any later synchronous commit
+//!   (the next grant's) flushes it first, as the WAL is one sequence. The
+//!   release answers, and its NOTIFY goes out, without a disk flush: a
+//!   handoff costs one flush, the grant's. **Break**: clears whatever lease is on the key, returning who
 //!   held it. **Inspect**/**list**: plain `SELECT`s (list: `starts_with(key,
 //!   prefix)`, in byte order).
 //! * A statement that does not answer within the request timeout (5 s) is

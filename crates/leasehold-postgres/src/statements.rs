@@ -137,7 +137,10 @@ impl Statements {
                    (SELECT lease_id FROM {t} WHERE key = $1) AS lease_id,
                    (SELECT epoch = $3 AND {same_table} FROM {t} WHERE key = '{EPOCH_KEY}') AS same_epoch"
             ),
-            // $1 key, $2 lease id.
+            // $1 key, $2 lease id. Committed asynchronously (see the crate
+            // docs: a lost release only holds the key to its expiry); the
+            // setting is the statement's transaction's, so it holds through
+            // a transaction-mode pooler too.
             release: format!(
                 "WITH u AS (
                     UPDATE {t} SET lease_id = NULL, expires_at = NULL
@@ -146,7 +149,8 @@ impl Statements {
                  )
                  SELECT EXISTS (SELECT 1 FROM u) AS done,
                    (SELECT lease_id FROM {t} WHERE key = $1) AS lease_id,
-                   NULL::bool AS same_epoch {notify}"
+                   NULL::bool AS same_epoch {notify},
+                   set_config('synchronous_commit', 'off', true) AS commit_mode"
             ),
             inspect: format!("SELECT key, {HOLDER_COLUMNS} FROM {t} WHERE key = $1"),
             list: format!(

@@ -49,6 +49,37 @@ async fn holder_survives_its_connections_being_killed() {
     .await;
 }
 
+/// A release commits without waiting for its WAL flush (its transaction's
+/// `synchronous_commit` is off: a lost release only holds the key to its
+/// expiry), and only it: the setting ends with the release's transaction,
+/// so the next statement on the same connection (say a grant, which must
+/// be durable) commits synchronously again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_commits_without_a_flush_and_only_itself() {
+    let Some(backend) = common::backend().await else {
+        return;
+    };
+    let (_, release) = backend.acquire_release_sql();
+    let mut client = common::admin().await;
+    let show = "SHOW synchronous_commit";
+    let before: String = client.query_one(show, &[]).await.unwrap().get(0);
+    assert_ne!(before, "off", "the server's own setting");
+    let tx = client.transaction().await.unwrap();
+    tx.query(release, &[&"no-such-key", &"no-such-lease"])
+        .await
+        .unwrap();
+    let during: String = tx.query_one(show, &[]).await.unwrap().get(0);
+    assert_eq!(during, "off", "in the release's transaction");
+    tx.commit().await.unwrap();
+    // As the backend sends it: a transaction of its own.
+    client
+        .query(release, &[&"no-such-key", &"no-such-lease"])
+        .await
+        .unwrap();
+    let after: String = client.query_one(show, &[]).await.unwrap().get(0);
+    assert_eq!(after, before, "the next statement's");
+}
+
 /// Expiry is decided by the server's clock alone: a lease whose
 /// `expires_at` the server finds past is free at once, whatever the TTL the
 /// client asked for; one the server finds in the future stays held past

@@ -36,7 +36,7 @@ impl ServerStore for Postgres {
 leasehold::server_store_helpers!(Postgres, table, unique_table);
 
 /// A client on a connection of its own (as an administrator would have).
-async fn admin() -> tokio_postgres::Client {
+pub async fn admin() -> tokio_postgres::Client {
     let config: tokio_postgres::Config = PostgresBackendBuilder::from_url(&url())
         .expect("test URL")
         .config()
