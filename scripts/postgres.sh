@@ -13,7 +13,9 @@
 # by stop. The superuser `postgres` has the password $LEASEHOLD_PG_PASSWORD
 # (default below; only for this throw-away server) and TCP logins need it
 # (scram-sha-256). PostgreSQL refuses to run as root: as root the server
-# runs as the `postgres` user the Debian package creates.
+# runs as the `postgres` user the Debian package creates. It runs with
+# fsync=off (the tests and figures measure leasehold, not the disk), unless
+# $LEASEHOLD_PG_FSYNC=on (for a figure with the disk's flushes in it).
 set -euo pipefail
 
 # shellcheck source=lib/server.sh
@@ -63,7 +65,7 @@ launch() {
     # exec (and setpriv, which execs too; not pg_ctl, which daemonizes) so
     # that $! is the postmaster itself.
     local args=("$bin/postgres" -D "$base/data" -h "$HOST" -p "$PORT" -k "$base"
-        -c fsync=off -c max_connections=200)
+        -c "fsync=${LEASEHOLD_PG_FSYNC:-off}" -c max_connections=200)
     if [[ "$(id -u)" == 0 ]]; then
         (exec setpriv --reuid=postgres --regid=postgres --init-groups -- "${args[@]}" \
             </dev/null >>"$base/server.log" 2>&1) &
