@@ -48,6 +48,10 @@ else
 fi
 
 answers() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# The emulators' ports, as scripts/azurite.sh and scripts/dynamodb-local.sh
+# read them (their defaults 10000 and 8000); the bench reaches them there.
+AZURITE_BENCH_PORT="${LEASEHOLD_AZURITE_PORT:-${AZURITE_PORT:-10000}}"
+DYNAMODB_BENCH_PORT="${DYNAMODB_LOCAL_PORT:-8000}"
 # Whether the run includes store $1 (every store without --stores).
 wants() { [[ -z "$stores" || ",$stores," == *",$1,"* ]]; }
 # Whether the run includes figure $1 (every figure without --only).
@@ -72,7 +76,7 @@ if ((tiny)); then
     args+=(--tiny)
 else
     out="${out:-$ROOT/docs}"
-    for triple in azblob:azurite:10000 dynamodb:dynamodb-local:8000; do
+    for triple in "azblob:azurite:$AZURITE_BENCH_PORT" "dynamodb:dynamodb-local:$DYNAMODB_BENCH_PORT"; do
         store="${triple%%:*}"
         rest="${triple#*:}"
         e="${rest%%:*}"
@@ -123,7 +127,10 @@ fi
 if [[ -z "${LEASEHOLD_BENCH_POSTGRES_URL:-}" ]] && scripts/postgres.sh status >/dev/null 2>&1; then
     export LEASEHOLD_BENCH_POSTGRES_URL="$(scripts/postgres.sh url)"
 fi
-export AZURE_STORAGE_CONNECTION_STRING="${AZURE_STORAGE_CONNECTION_STRING:-UseDevelopmentStorage=true}"
+if [[ -z "${AZURE_STORAGE_CONNECTION_STRING:-}" ]]; then
+    export AZURE_STORAGE_CONNECTION_STRING="$(scripts/azurite.sh connection-string)"
+fi
+export LEASEHOLD_BENCH_DYNAMODB_ENDPOINT="${LEASEHOLD_BENCH_DYNAMODB_ENDPOINT:-http://127.0.0.1:$DYNAMODB_BENCH_PORT}"
 export AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-local}" AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-local}"
 export AWS_REGION="${AWS_REGION:-us-east-1}"
 mkdir -p "$out"

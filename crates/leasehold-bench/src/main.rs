@@ -5,8 +5,9 @@
 //! leasehold-bench run [--tiny] --out DIR [--venv DIR] [--peers DIR] [--only 1,2] [--stores s3,…]
 //! ```
 //!
-//! The `worker` and `hold-many` subcommands are the child processes that
-//! `run` starts for the multi-process figures; each prints one JSON report.
+//! The `worker`, `hold-many` and `rw-worker` subcommands are the child
+//! processes that `run` starts for the multi-process figures; each prints
+//! one JSON report.
 //! `peer-etcd` is figure 6's etcd peer (etcd's own v3lock service), which has
 //! no Python counterpart.
 
@@ -16,6 +17,7 @@ mod peer_etcd;
 mod raw;
 mod report;
 mod results;
+mod rw_worker;
 mod stats;
 mod stores;
 mod sys;
@@ -71,6 +73,15 @@ enum Command {
         #[arg(long)]
         hold_ms: u64,
     },
+    /// (child) A reader or the writer of figure 9; prints a JSON report.
+    #[command(hide = true)]
+    RwWorker {
+        /// Store spec.
+        #[arg(long)]
+        store: String,
+        #[command(flatten)]
+        params: rw_worker::RwParams,
+    },
     /// (child) Figure 6's etcd peer, etcd's v3lock service; prints a JSON report.
     #[command(hide = true)]
     PeerEtcd(peer_etcd::PeerArgs),
@@ -122,6 +133,12 @@ fn main() -> anyhow::Result<()> {
                     Duration::from_millis(hold_ms),
                 )
                 .await?;
+                println!("{}", serde_json::to_string(&report)?);
+                Ok(())
+            }
+            Command::RwWorker { store, params } => {
+                let opened = stores::open(&stores::Spec::parse(&store)?, false).await?;
+                let report = rw_worker::run(&opened, &params).await?;
                 println!("{}", serde_json::to_string(&report)?);
                 Ok(())
             }

@@ -557,9 +557,10 @@ cycles, then a handoff to a waiter in another process (held 0.1–0.2 s, then re
     if let Ok(section) = std::fs::read_to_string(python) {
         let _ = writeln!(s, "{}\n", section.trim_end());
     }
+    rw_lock(&mut s, r);
     let _ = writeln!(
         s,
-        "## Reproduce\n\n```sh\nscripts/bench.sh          # this page and its chart (several minutes)\nscripts/bench.sh --tiny   # a few seconds, to a temporary directory (CI)\nscripts/bench.sh --stores s3 --only 1,2,3 --out DIR   # some stores and figures only\nscripts/setup-times.sh    # section 7 (half an hour)\nscripts/python-bench.py --out docs/python-bench.md sqlite:PATH URL   # section 8 (with the package installed)\n```"
+        "## Reproduce\n\n```sh\nscripts/bench.sh          # this page and its chart (several minutes)\nscripts/bench.sh --tiny   # a few seconds, to a temporary directory (CI)\nscripts/bench.sh --stores s3 --only 1,2,3 --out DIR   # some stores and figures only\nscripts/bench.sh --only 9 --out DIR   # section 9 alone\nscripts/setup-times.sh    # section 7 (half an hour)\nscripts/python-bench.py --out docs/python-bench.md sqlite:PATH URL   # section 8 (with the package installed)\n```"
     );
     s
 }
@@ -614,4 +615,140 @@ this design on this machine before any of leasehold's own work.\n",
         c.flock_ms + durable + exec,
         (c.flock_ms + durable + exec) / c.flock_ms,
     );
+}
+
+/// Figure 9's longest writer wait (ms): the longest granted, or a longer
+/// one cut short by the end of its window.
+fn writer_longest_ms(f: &crate::results::RwLockFigure) -> f64 {
+    f.writer_wait
+        .map_or(0.0, |l| l.max_ms)
+        .max(f.writer_cut_short_ms)
+}
+
+/// Figure 9's target: the writer's longest wait (a wait cut short by its
+/// window's end included) within its bound, and no write hold meeting a
+/// read hold.
+fn rw_lock_ok(f: &crate::results::RwLockFigure) -> bool {
+    writer_longest_ms(f) <= f.bound_ms && f.overlaps == 0
+}
+
+/// Section 9: a writer among readers on a reader-writer lock.
+fn rw_lock(s: &mut String, r: &Results) {
+    let _ = writeln!(s, "## 9. Reader-writer lock: a writer among readers\n");
+    let Some(first) = r.rw_lock.first() else {
+        let _ = writeln!(s, "Not run (see notes).\n");
+        return;
+    };
+    let _ = writeln!(
+        s,
+        "{readers} reader processes and one writer process, each a process of its own, on one key's \
+`Store::rw_lock_with(KEY, {readers}, options)` (at most {readers} readers at once: every reader \
+always finds a slot). Each reader loops: `read_timeout`, hold for a random {r0}–{r1} ms, release, \
+pause {think} ms; so their holds overlap all the time, and a writer that had to find no reader \
+holding would never get in. The writer loops: pause a random {p0}–{p1} ms, `write_timeout`, hold \
+{w} ms, release; its wait is from the call to the grant. The same {readers} reader processes then \
+loop the same way on a semaphore of {readers} permits (`Store::semaphore_with`, same TTL) with no \
+writer: the throughput a reader-writer lock's readers would have without a writer and without the \
+reader's extra read of the key. The run alternates {rounds} window(s) of {win:.1} s on the lock \
+with as many on the semaphore (a short gap after each lets holds that straddle its end finish); \
+read holds per second are all readers' holds in those windows over their time. Default options \
+but the TTL: the shortest of 4 s and the store's minimum (Azure's 15 s), so that the bound says \
+something (the default 30 s would allow 20 s). Timestamps are `CLOCK_MONOTONIC`, shared by all \
+processes; the machine has two cores shared with the servers, the emulators and other work, so \
+the absolute numbers are noisy.\n\
+Target (issue 33): the writer's longest wait ≤ 2 × (the longest read + TTL/3), the longest read \
+being the longest read hold seen in the run (grant to release call); and no write hold may meet \
+a read hold (spans from grant to release call; a meeting would be a safety failure, not a slow \
+figure).\n",
+        readers = first.readers,
+        r0 = first.read_ms.0,
+        r1 = first.read_ms.1,
+        think = first.think_ms,
+        p0 = first.pause_ms.0,
+        p1 = first.pause_ms.1,
+        w = first.write_ms,
+        rounds = first.rounds,
+        win = first.window_ms as f64 / 1000.0,
+    );
+    let _ = writeln!(
+        s,
+        "| store | TTL | writes | writer's wait p50 / p99 | writer's longest wait | longest read | bound 2 × (longest read + TTL/3) | writes meeting a read | errors | target |\n|---|---|---|---|---|---|---|---|---|---|"
+    );
+    for f in &r.rw_lock {
+        let (n, p50p99) = match &f.writer_wait {
+            Some(l) => (l.n, format!("{:.1} / {:.1} ms", l.p50_ms, l.p99_ms)),
+            None => (0, "–".into()),
+        };
+        let cut = if f.writer_cut_short_ms > f.writer_wait.map_or(0.0, |l| l.max_ms) {
+            " (cut short by the window's end)"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {:.0} s | {n} | {p50p99} | **{:.0} ms**{cut} | {:.1} ms | {:.0} ms | {} | {} | {} |",
+            f.store,
+            f.ttl_ms as f64 / 1000.0,
+            writer_longest_ms(f),
+            f.longest_read_ms,
+            f.bound_ms,
+            f.overlaps,
+            f.errors,
+            if f.writer_wait.is_none() && rw_lock_ok(f) {
+                "never granted (a short run)"
+            } else {
+                verdict(rw_lock_ok(f))
+            }
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\n| store | read holds/s on the lock (with the writer) | on the semaphore (no writer) | lock / semaphore | readers' wait on the lock p50 / p99 | most reads at once (lock / semaphore) | requests/s, all processes (lock / semaphore) |\n|---|---|---|---|---|---|---|"
+    );
+    for f in &r.rw_lock {
+        let _ = writeln!(
+            s,
+            "| {} | {:.1} | {:.1} | **{:.2}×** | {} | {} / {} | {:.0} / {:.0} |",
+            f.store,
+            f.rw_reads_per_s,
+            f.sem_reads_per_s,
+            f.ratio,
+            f.reader_wait
+                .map(|l| format!("{:.1} / {:.1} ms", l.p50_ms, l.p99_ms))
+                .unwrap_or_else(|| "–".into()),
+            f.max_concurrent_reads,
+            f.max_concurrent_permits,
+            f.rw_requests_per_s,
+            f.sem_requests_per_s
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\nA writer takes the key itself, then reads the reader slots and, while some are held, keeps \
+the key and waits for their releases (woken by them where the store tells releases: SQLite, \
+PostgreSQL, Redis, etcd; else at its next poll, every 50–100 ms); readers that come after find the \
+key held and wait behind it. So its wait is about the longest read still running when it asked, \
+plus the time to learn of that read's release and its own request(s); the bound's TTL/3 is the \
+renewal interval, slack for a reader whose release is slow. Readers pay for the writer twice: \
+they wait out each write (its drain, its hold and the handoff back: up to a poll interval where \
+releases are polled), and each read hold costs one more request (the read of the key after the \
+slot's grant), which is why the ratio is below 1 even between writes.\n"
+    );
+    for f in r.rw_lock.iter().filter(|f| !rw_lock_ok(f)) {
+        let mut missed = Vec::new();
+        if writer_longest_ms(f) > f.bound_ms {
+            missed.push(format!(
+                "the writer's longest wait {:.0} ms, bound {:.0} ms",
+                writer_longest_ms(f),
+                f.bound_ms
+            ));
+        }
+        if f.overlaps > 0 {
+            missed.push(format!(
+                "{} write hold(s) met a read hold: a safety failure of the lock",
+                f.overlaps
+            ));
+        }
+        let _ = writeln!(s, "- **{}: {}.**\n", f.store, missed.join("; "));
+    }
 }

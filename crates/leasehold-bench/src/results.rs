@@ -34,6 +34,13 @@ pub struct Plan {
     pub peer_handoff_ms: u64,
     /// Time given to child processes to start before a figure begins (ms).
     pub start_ms: u64,
+    /// Figure 9: rounds, each a window on the reader-writer lock and one
+    /// on the semaphore.
+    #[serde(default)]
+    pub rw_rounds: u32,
+    /// Figure 9: each window's length (ms).
+    #[serde(default)]
+    pub rw_window_ms: u64,
 }
 
 impl Plan {
@@ -62,6 +69,8 @@ impl Plan {
                 peer_cycles_ms: 0,
                 peer_handoff_ms: 0,
                 start_ms: 800,
+                rw_rounds: 1,
+                rw_window_ms: 600,
             }
         } else {
             Plan {
@@ -89,6 +98,8 @@ impl Plan {
                 peer_cycles_ms: 10_000,
                 peer_handoff_ms: 45_000,
                 start_ms: 2_000,
+                rw_rounds: 3,
+                rw_window_ms: 5_000,
             }
         }
     }
@@ -214,6 +225,52 @@ pub struct Peer {
     pub note: String,
 }
 
+/// Figure 9, one store: readers and a writer in other processes on one
+/// reader-writer lock, and the same readers on a semaphore.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct RwLockFigure {
+    pub store: String,
+    /// Reader processes; the lock admits as many readers, the semaphore has
+    /// as many permits.
+    pub readers: u32,
+    pub ttl_ms: u64,
+    pub rounds: u32,
+    /// Each window's length (ms): `rounds` of each kind.
+    pub window_ms: u64,
+    /// A read hold's range (ms) and a reader's pause after it.
+    pub read_ms: (u64, u64),
+    pub think_ms: u64,
+    /// The writer's hold and its pause range after each (ms).
+    pub write_ms: u64,
+    pub pause_ms: (u64, u64),
+    /// The writer's waits, from the call to the grant (ms).
+    pub writer_wait: Option<Latency>,
+    /// The longest wait the end of a window cut short (ms), if any.
+    pub writer_cut_short_ms: f64,
+    /// The longest read hold seen, from the grant to the release call (ms).
+    pub longest_read_ms: f64,
+    /// 2 × (longest read + TTL/3), ms.
+    pub bound_ms: f64,
+    /// Readers' waits on the lock, from the call to the grant (ms).
+    pub reader_wait: Option<Latency>,
+    /// Read holds per second, all readers, on the lock (with the writer)
+    /// and on the semaphore (without).
+    pub rw_reads_per_s: f64,
+    pub sem_reads_per_s: f64,
+    /// rw / semaphore.
+    pub ratio: f64,
+    /// Requests per second, all processes, in each kind of window.
+    pub rw_requests_per_s: f64,
+    pub sem_requests_per_s: f64,
+    /// Write holds whose span (grant to release call) met a read hold's.
+    pub overlaps: usize,
+    /// The most read holds whose spans met at one moment, on the lock and
+    /// on the semaphore.
+    pub max_concurrent_reads: usize,
+    pub max_concurrent_permits: usize,
+    pub errors: u64,
+}
+
 /// Everything one run measured.
 #[derive(Debug, Clone, Serialize, serde::Deserialize, Default)]
 pub struct Results {
@@ -227,6 +284,9 @@ pub struct Results {
     pub many: Vec<Many>,
     pub cli: Option<Cli>,
     pub peers: Vec<Peer>,
+    /// Figure 9, one row per store.
+    #[serde(default)]
+    pub rw_lock: Vec<RwLockFigure>,
     /// What was skipped or failed, and why.
     pub notes: Vec<String>,
 }

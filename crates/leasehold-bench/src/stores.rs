@@ -20,10 +20,13 @@ use leasehold_s3::S3Backend;
 
 use crate::sys::mono_ns;
 
-/// Azurite's blob port.
+/// Azurite's default blob port (the development connection string's).
 pub const AZURITE_PORT: u16 = 10000;
-/// DynamoDB Local's port.
+/// DynamoDB Local's default port.
 pub const DYNAMODB_PORT: u16 = 8000;
+/// DynamoDB Local's endpoint (scripts/bench.sh sets it from
+/// `$DYNAMODB_LOCAL_PORT`); without it, [`DYNAMODB_PORT`] on 127.0.0.1.
+pub const DYNAMODB_ENDPOINT_ENV: &str = "LEASEHOLD_BENCH_DYNAMODB_ENDPOINT";
 
 /// moto's S3 endpoint (scripts/bench.sh sets it from `scripts/moto.sh
 /// url`); without it, moto's default port on 127.0.0.1. S3's figures run
@@ -205,9 +208,26 @@ pub fn azurite_connection_string() -> String {
         .unwrap_or_else(|| "UseDevelopmentStorage=true".into())
 }
 
-/// The DynamoDB Local endpoint.
+/// Azurite's blob port: the connection string's `BlobEndpoint` port
+/// (scripts/bench.sh gives `scripts/azurite.sh connection-string`), or
+/// [`AZURITE_PORT`] for the development one.
+pub fn azurite_port() -> u16 {
+    azurite_connection_string()
+        .split(';')
+        .find_map(|part| part.trim().strip_prefix("BlobEndpoint="))
+        .and_then(|url| url.split_once("://"))
+        .and_then(|(_, rest)| rest.split('/').next())
+        .and_then(|authority| authority.rsplit_once(':'))
+        .and_then(|(_, port)| port.parse().ok())
+        .unwrap_or(AZURITE_PORT)
+}
+
+/// The DynamoDB Local endpoint: the environment's, or [`DYNAMODB_PORT`].
 pub fn dynamodb_endpoint() -> String {
-    format!("http://127.0.0.1:{DYNAMODB_PORT}")
+    std::env::var(DYNAMODB_ENDPOINT_ENV)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| format!("http://127.0.0.1:{DYNAMODB_PORT}"))
 }
 
 use leasehold_stores::RequestCounter as RequestCount;

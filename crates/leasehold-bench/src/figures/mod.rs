@@ -9,12 +9,13 @@ mod harness;
 mod many;
 mod overhead;
 mod peer;
+mod rwlock;
 
 use std::path::Path;
 use std::time::Instant;
 
 use crate::results::{Many, Plan, Results, SQLITE_HOP};
-use crate::stores::{self, Spec, AZURITE_PORT, DYNAMODB_PORT};
+use crate::stores::{self, Spec};
 use crate::sys::{port_answers, url_answers};
 use harness::Run;
 pub use harness::RunArgs;
@@ -49,23 +50,22 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         res.notes
             .push("Azurite, DynamoDB Local and moto (S3) left out (--no-emulators).".into());
     } else {
-        for (spec, name, port) in [
-            (Spec::Azblob(format!("bench{tag}")), "Azurite", AZURITE_PORT),
-            (
-                Spec::Dynamodb(format!("leasehold_bench_{tag}")),
-                "DynamoDB Local",
-                DYNAMODB_PORT,
-            ),
-        ] {
-            candidates.push((
-                spec,
-                (!port_answers(port)).then(|| {
-                    format!(
-                        "{name}: nothing listens on 127.0.0.1:{port}; its figures are left out."
-                    )
-                }),
-            ));
-        }
+        let azurite = stores::azurite_port();
+        candidates.push((
+            Spec::Azblob(format!("bench{tag}")),
+            (!port_answers(azurite)).then(|| {
+                format!(
+                    "Azurite: nothing listens on 127.0.0.1:{azurite}; its figures are left out."
+                )
+            }),
+        ));
+        let dynamodb = stores::dynamodb_endpoint();
+        candidates.push((
+            Spec::Dynamodb(format!("leasehold_bench_{tag}")),
+            (!url_answers(&dynamodb)).then(|| {
+                format!("DynamoDB Local: nothing answers at {dynamodb}; its figures are left out.")
+            }),
+        ));
         // A prefix of this run's own in the bench's bucket.
         let s3 = stores::s3_endpoint();
         candidates.push((
@@ -241,6 +241,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             res.peers
                 .extend(noted(&mut res.notes, figure(6, spec), peer));
         }
+    }
+    for spec in specs.iter().filter(|_| want(9)) {
+        eprintln!(
+            "[9] reader-writer lock, a writer among readers: {}",
+            spec.label()
+        );
+        let rw = run.rw_lock(spec).await;
+        res.rw_lock
+            .extend(noted(&mut res.notes, figure(9, spec), rw));
     }
     cleanup::cleanup(&specs).await;
     let _ = std::fs::remove_dir_all(&dir);
