@@ -77,13 +77,46 @@ pub fn unique_name(prefix: &str) -> String {
     )
 }
 
-/// A free TCP port on 127.0.0.1 (free when asked: another process may
-/// take it before the server does, which the server's start then reports).
+/// Where [`free_port`] looks: above every default port of the test
+/// command's servers (8000, 10000, 23799 to 23809 and torture's 238xx) and
+/// below the kernel's usual ephemeral range (32768 and up).
+const PRIVATE_PORTS: std::ops::Range<u16> = 24_000..32_000;
+
+/// A free TCP port on 127.0.0.1 for a test's own server, whose next port is
+/// free too (etcd listens on both). Free when asked: another process may
+/// take it before the server does, which the server's start then reports.
+///
+/// It is drawn outside the kernel's ephemeral range (where the machine's
+/// range allows), because a server a test restarts leaves its ports free
+/// meanwhile, and in that range any outgoing connection of any process may
+/// get one as its source port: a restart of a test's etcd failed in CI
+/// with its peer port taken so.
 pub fn free_port() -> u16 {
+    use rand::Rng;
+    let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+    if let Some(range) = private_ports() {
+        for _ in 0..200 {
+            let p = rand::rng().random_range(range.start..range.end - 1);
+            if free(p) && free(p + 1) {
+                return p;
+            }
+        }
+    }
+    // A machine whose ephemeral range starts lower: the kernel's choice.
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("no free port on 127.0.0.1")
+}
+
+/// [`PRIVATE_PORTS`] below this machine's ephemeral range, if any is.
+fn private_ports() -> Option<std::ops::Range<u16>> {
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    let range = PRIVATE_PORTS.start..PRIVATE_PORTS.end.min(ephemeral_low);
+    (range.len() > 2).then_some(range)
 }
 
 /// Whether `program --version` runs: the server is installed.
@@ -285,6 +318,19 @@ mod tests {
         let a = unique_name("p-");
         assert!(a.starts_with("p-") && a.len() == 14, "{a}");
         assert_ne!(a, unique_name("p-"));
+    }
+
+    #[test]
+    fn private_ports_are_free_with_their_next_and_outside_the_ephemeral_range() {
+        for _ in 0..20 {
+            let p = free_port();
+            if let Some(range) = private_ports() {
+                assert!(range.contains(&p) && range.contains(&(p + 1)), "{p}");
+            }
+            for q in [p, p + 1] {
+                std::net::TcpListener::bind(("127.0.0.1", q)).unwrap();
+            }
+        }
     }
 
     #[test]
