@@ -375,7 +375,23 @@ pub fn check(records: &[Record], limits: Limits) -> Findings {
             .iter()
             .filter(|s| transitions.contains(&s.epoch))
             .count();
-        token_order(&mut f, &key, &secs, &transitions);
+        // A section that began after its own lease was broken, before it
+        // could have learned of it (a writer that passed its wait for
+        // readers just after the break): no holder's, so not ordered.
+        // (Readers hold reader slots, never the key's lease: a reader's
+        // token may equal the broken one's.)
+        let broken_before = |b: &Section| {
+            let start = b.begin.unwrap_or(0);
+            !b.shared
+                && breaks
+                    .get(&(key.as_str(), b.epoch, b.token))
+                    .into_iter()
+                    .flatten()
+                    .any(|&(sent, returned)| {
+                        sent <= start && start <= returned + ns(limits.break_notice)
+                    })
+        };
+        token_order(&mut f, &key, &secs, &transitions, broken_before);
         for (j, b) in secs.iter().enumerate() {
             let start = b.begin.unwrap_or(0);
             // Every earlier section still holding when `b` began, of those
@@ -456,11 +472,18 @@ fn conflict(a: &Section, b: &Section) -> bool {
 /// a writer's (every holder's but a reader's) token above the greatest of
 /// any section that began before it, a reader's not below the greatest of
 /// a writer's that began before it (not checked for a section that began
-/// while a store loss was under way).
-fn token_order(f: &mut Findings, key: &str, secs: &[Section], transitions: &HashSet<u64>) {
+/// while a store loss was under way, nor for one whose own lease was broken
+/// before it began, while it could not know: `broken_before`).
+fn token_order(
+    f: &mut Findings,
+    key: &str,
+    secs: &[Section],
+    transitions: &HashSet<u64>,
+    broken_before: impl Fn(&Section) -> bool,
+) {
     let mut greatest: Option<&Section> = None;
     let mut greatest_writer: Option<&Section> = None;
-    for b in secs {
+    for b in secs.iter().filter(|b| !broken_before(b)) {
         // A writer: strictly above any; a reader: not below a writer.
         let above = if b.shared { greatest_writer } else { greatest };
         if let Some(a) = above.filter(|_| !transitions.contains(&b.epoch)) {

@@ -588,6 +588,39 @@ fn a_reader_below_an_earlier_reader_passes() {
 }
 
 #[test]
+fn a_writer_that_begins_just_after_its_lease_was_broken_is_not_ordered() {
+    // `w` holds the key with token 5 while it waits for readers; its lease
+    // is broken; a reader reads the free key (token 5) and comes and goes;
+    // `w`, not yet told (its next renewal), finds no reader and begins:
+    // no holder's section, and the resource refuses it.
+    let f = History::default()
+        .readers(&["r"])
+        .fault("break returned 21", "w", 5, 20)
+        .begin(5, "r", 25)
+        .end(5, "r", 30)
+        .begin(5, "w", 35)
+        .end(5, "w", 40)
+        .check();
+    clean(&f);
+    assert_eq!(f.stale_writes_rejected, 2, "the writer, after the read");
+}
+
+#[test]
+fn a_writer_that_begins_long_after_its_lease_was_broken_is_flagged() {
+    // The same, but `w` began past the notice it had (its renewal would
+    // have told it).
+    let f = History::default()
+        .readers(&["r"])
+        .fault("break returned 21", "w", 5, 20)
+        .begin(5, "r", 25)
+        .end(5, "r", 30)
+        .begin(5, "w", 135)
+        .end(5, "w", 140)
+        .check();
+    only(&f, "token order");
+}
+
+#[test]
 fn two_writers_of_a_reader_writer_lock_still_exclude_each_other() {
     let f = History::default()
         .readers(&["r"])
