@@ -138,12 +138,7 @@ mixed_settings() {
 # worker(s) and of the first `leasehold run` loop, those take read holds
 # (`run --shared`), and every other holder of those keys the write hold (a
 # plain `leasehold run` is the writer); the other keys have plain locks.
-# NOT in the CI run for now: CI4 found an overlap of readers and a writer
-# across a store loss on Redis (the writer's grant on the old data, its read
-# of the reader slots on the flushed store); see issue 33's note.
-# TORTURE_READERS=1 puts them back.
-holders=()
-[[ "${TORTURE_READERS:-0}" == 1 ]] && holders=(--readers 1 --shared-runs 1)
+holders=(--readers 1 --shared-runs 1)
 [[ $mode == long ]] && holders=(--workers 12 --cli-workers 4 --forking 2 --misbehaving 4 --keys 6 --readers 4 --shared-runs 1)
 [[ -n "${TORTURE_HOLDERS:-}" ]] && holders=(${TORTURE_HOLDERS})
 

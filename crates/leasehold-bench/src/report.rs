@@ -731,8 +731,9 @@ key held and wait behind it. So its wait is about the longest read still running
 plus the time to learn of that read's release and its own request(s); the bound's TTL/3 is the \
 renewal interval, slack for a reader whose release is slow. Readers pay for the writer twice: \
 they wait out each write (its drain, its hold and the handoff back: up to a poll interval where \
-releases are polled), and each read hold costs one more request (the read of the key after the \
-slot's grant), which is why the ratio is below 1 even between writes.\n"
+releases are polled), and each read hold costs two more requests (the read of the key after the \
+slot's grant, and of the slot after that, which a loss of the store's data in between would show), \
+which is why the ratio is below 1 even between writes.\n"
     );
     for f in r.rw_lock.iter().filter(|f| !rw_lock_ok(f)) {
         let mut missed = Vec::new();

@@ -602,10 +602,31 @@ impl Engine {
             gated: true,
             ..Missed::default()
         };
-        let checked = match gate {
+        let mut checked = match gate {
             Gate::Reader { writer } => self.writer_free(writer).await,
             Gate::Writer { readers, .. } => self.readers_free(readers).await,
         };
+        if let Ok(Check::Free(_)) = checked {
+            // The read saw the other side's marks on the same data as the
+            // grant only if the grant is still there after it: the store's
+            // data may have been lost in between (the grant on the old
+            // data, the read on the emptied store, while the other side's
+            // holders, granted on the old data, are not yet told).
+            match self.still_held(&g).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    let _ = g.guard.release().await;
+                    missed.failure = Some(Error::backend(
+                        self.store.backend().name(),
+                        "acquire",
+                        true,
+                        "the grant was gone once the reader-writer gate had read the other side (the store's data lost?)",
+                    ));
+                    return Ok(Gated::Blocked { kept: None, missed });
+                }
+                Err(err) => checked = Err(err),
+            }
+        }
         let reader = matches!(gate, Gate::Reader { .. });
         match checked {
             Ok(Check::Free(seen)) if !g.guard.is_lost() => {
@@ -640,6 +661,16 @@ impl Engine {
                 Err(err)
             }
         }
+    }
+
+    /// Whether `g`'s lease is still its key's, read now: the key's holder
+    /// has the lease's token and this engine's owner.
+    async fn still_held(&self, g: &Granted) -> Result<bool> {
+        let info = self.store.backend().inspect(g.guard.key()).await?;
+        let token = g.guard.fencing_token();
+        Ok(info
+            .holder
+            .is_some_and(|h| h.fencing_token == token && h.owner == self.owner))
     }
 
     /// A grant the gate held back: a reader gives its slot back; a writer

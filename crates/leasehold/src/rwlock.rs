@@ -14,12 +14,14 @@
 //! # The two sides, in store operations
 //! * **Reader**: (1) take a free reader slot S (a grant); then (2) read
 //!   `KEY` ([`inspect`](crate::backend::Backend::inspect)). If `KEY` has
-//!   no holder, the reader holds the lock (as long as its lease on S).
+//!   no holder, (3) read S: if S is still its own lease, the reader holds
+//!   the lock (as long as its lease on S); if not, it starts over.
 //!   If it has one (a writer holding, or waiting for readers to go), the
 //!   reader gives S back and waits, watching `KEY`'s release.
 //! * **Writer**: (1) take `KEY` (a grant); then (2) read the reader slots
 //!   ([`list`](crate::backend::Backend::list)`("KEY/:read:")`). If none is
-//!   held, the writer holds the lock. If some are, the writer **keeps
+//!   held, (3) read `KEY`: if it is still its own lease, the writer holds
+//!   the lock; if not, it starts over. If some are, the writer **keeps
 //!   `KEY`** (renewed as any lease) and waits, watching the slots'
 //!   releases and reading them again, until none is held or its wait runs
 //!   out (then it gives `KEY` back). Keeping `KEY` is the writer
@@ -39,7 +41,25 @@
 //! writer's read of the slots came after its own grant, so after the
 //! reader's grant of S, and found S held (unless the reader's lease had
 //! ended, and the reader was told lost first): the writer did not pass.
-//! Contradiction. Two writers exclude each other on `KEY` as two
+//! Contradiction.
+//!
+//! That argument needs the grant and the read after it to see the same
+//! data, which a loss of the store's data (a flush, a deleted table or
+//! prefix) between them breaks: a writer granted `KEY` on the old data
+//! whose list runs on the emptied store finds no slot, while readers
+//! granted on the old data have not yet been told that their slots are
+//! gone (the torture run found this on Redis). Step (3) closes it: the
+//! side's own lease, granted before the loss, is gone after it, so a side
+//! that finds its lease still there at (3) read the other side at (2)
+//! before any loss (no loss is undone: the store's data only ever goes
+//! forward, to a new epoch). A side that finds it gone starts over, in the
+//! new epoch, behind its quarantine, which outlasts every lease of the
+//! lost data, as for any grant after a loss. Tests:
+//! `rw_lock_a_writer_whose_gate_reads_after_a_loss_waits_for_the_readers`
+//! and `…reader…` in the suite's `loss.rs`, on every store that can lose
+//! its data in a test.
+//!
+//! Two writers exclude each other on `KEY` as two
 //! [`Lock`](crate::Lock)s do. What a guard is told about loss is the
 //! engine's, unchanged: each side's guard is its own lease's (a reader's
 //! on its slot, a writer's on `KEY`), renewed, and lost by its own clock

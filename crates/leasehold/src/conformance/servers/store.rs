@@ -130,9 +130,15 @@ pub trait ServerStore: Sized + 'static {
     /// A backend on the run's store, or `None` (skipped), once the store
     /// is out of quarantine.
     fn backend() -> impl Future<Output = Option<Self::Backend>> + Send {
+        Self::backend_on(Self::namespace())
+    }
+
+    /// A backend on the store `namespace`, or `None` (skipped), once the
+    /// store is out of quarantine.
+    fn backend_on(namespace: &str) -> impl Future<Output = Option<Self::Backend>> + Send {
+        let builder = Self::builder_for(namespace);
         async {
-            let builder = Self::builder_for(Self::namespace())?;
-            let backend = Self::build(builder)
+            let backend = Self::build(builder?)
                 .await
                 .unwrap_or_else(|e| panic!("open {}: {e:?}", Self::SERVER));
             Self::settled(&backend).await;
@@ -299,6 +305,15 @@ macro_rules! server_store_helpers {
         /// A store over [`backend`], or `None` (skipped).
         pub async fn store() -> Option<$crate::Store> {
             <$store>::store().await
+        }
+
+        /// A store on a namespace of its own (for a test that loses its
+        /// data), out of quarantine, and that namespace; or `None`
+        /// (skipped).
+        pub async fn store_of_its_own() -> Option<($crate::Store, String)> {
+            let namespace = <$store>::unique_namespace();
+            let backend = <$store>::backend_on(&namespace).await?;
+            Some(($crate::Store::new(backend), namespace))
         }
 
         /// Waits until a new store's quarantine is over.
