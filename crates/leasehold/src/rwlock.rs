@@ -54,10 +54,9 @@
 //! before any loss (no loss is undone: the store's data only ever goes
 //! forward, to a new epoch). A side that finds it gone starts over, in the
 //! new epoch, behind its quarantine, which outlasts every lease of the
-//! lost data, as for any grant after a loss. Tests:
-//! `rw_lock_a_writer_whose_gate_reads_after_a_loss_waits_for_the_readers`
-//! and `…reader…` in the suite's `loss.rs`, on every store that can lose
-//! its data in a test.
+//! lost data, as for any grant after a loss. Test:
+//! `rw_lock_a_gate_that_reads_after_a_loss_waits_for_the_other_side` in
+//! the suite's `loss.rs` (memory, SQLite, S3, PostgreSQL, Redis, etcd).
 //!
 //! Two writers exclude each other on `KEY` as two
 //! [`Lock`](crate::Lock)s do. What a guard is told about loss is the

@@ -147,119 +147,80 @@ impl crate::backend::Wrapper for PausesOnce {
     }
 }
 
-/// Whether `holder` (granted before the loss) was told lost by the time
-/// `after` (asked for at once, paused inside the reader-writer gate while
-/// `lose` destroys the data) was granted; `after`'s guard.
-async fn granted_across_a_loss<F, Fut, G>(
-    store: &Store,
-    holder: &crate::LeaseGuard,
-    (go, paused): Pause,
-    after: G,
-    lose: F,
-) -> (bool, crate::LeaseGuard)
-where
-    F: FnOnce(Store) -> Fut,
-    Fut: std::future::Future<Output = ()>,
-    G: std::future::Future<Output = crate::Result<crate::LeaseGuard>>,
-{
-    let loss = async {
-        paused.await.expect("the gate reads the other side");
-        lose(store.clone()).await;
-        go.send(()).unwrap();
-    };
-    let (granted, ()) = tokio::join!(after, loss);
-    // Checked the moment the new grant is in hand.
-    let holder_lost = holder.is_lost();
-    (holder_lost, granted.unwrap())
-}
-
 /// The longest a grant after a loss may wait: the quarantine, and more.
 fn after_loss_wait(store: &Store) -> Duration {
     store.backend().capabilities().max_ttl * 3 + Duration::from_secs(30)
 }
 
-/// A writer of a reader-writer lock granted its key on the store's data
-/// just before the data is lost, whose gate then lists the reader slots on
-/// the emptied store (where the reader's slot is gone too), is not let in
-/// while the reader, granted before the loss, is not yet told lost; its
-/// token is above the reader's.
-pub async fn rw_lock_a_writer_whose_gate_reads_after_a_loss_waits_for_the_readers<F, Fut>(
+/// A reader-writer lock's gate that reads the other side after a loss of
+/// the store's data, its own grant made on the old data, lets no one in
+/// beside the other side's holders of the old data while they are not yet
+/// told lost. Both sides at once, on two keys, across one loss:
+///
+/// * a writer granted its key just before the loss, whose gate then lists
+///   the reader slots on the emptied store (where the reader's slot is
+///   gone too), while a reader of the old data holds;
+/// * a reader granted its slot just before the loss, whose gate then
+///   reads the writer's key on the emptied store, while a writer of the
+///   old data holds.
+///
+/// Each new grant comes only once the old holder was told lost, with a
+/// greater token.
+pub async fn rw_lock_a_gate_that_reads_after_a_loss_waits_for_the_other_side<F, Fut>(
     store: Store,
     lose: F,
 ) where
     F: FnOnce(Store) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    let key = unique_key("rw-loss-writer");
     let ttl = test_ttl(&store);
     let options = opts(&store).renew_interval(ttl / 5);
-    let reader = other_process(&store)
-        .rw_lock_with(&key, 2, options.clone())
-        .unwrap()
-        .try_read()
-        .await
-        .unwrap();
-    // The slots' prefix: a slot's key less its number.
-    let slot = reader.key().as_str();
-    let prefix = slot
-        .trim_end_matches(|c: char| c.is_ascii_digit())
-        .to_owned();
-    let (paused, pause) = PausesOnce::over(&store, prefix, true);
-    let writer = paused.rw_lock_with(&key, 2, options).unwrap();
-    let (reader_lost, guard) = granted_across_a_loss(
-        &store,
-        &reader,
-        pause,
-        writer.write_timeout(after_loss_wait(&store)),
-        lose,
-    )
-    .await;
-    assert!(
-        reader_lost,
-        "a writer was granted (token {}) beside a reader of the lost data (token {}) not yet told lost",
-        guard.fencing_token(),
-        reader.fencing_token()
-    );
-    assert!(guard.fencing_token() > reader.fencing_token());
-    guard.release().await.unwrap();
-}
-
-/// A reader of a reader-writer lock granted its slot on the store's data
-/// just before the data is lost, whose gate then reads the writer's key on
-/// the emptied store, is not let in while the writer, granted before the
-/// loss, is not yet told lost; its token is above the writer's.
-pub async fn rw_lock_a_reader_whose_gate_reads_after_a_loss_waits_for_the_writer<F, Fut>(
-    store: Store,
-    lose: F,
-) where
-    F: FnOnce(Store) -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    let key = unique_key("rw-loss-reader");
-    let ttl = test_ttl(&store);
-    let options = opts(&store).renew_interval(ttl / 5);
-    let writer = other_process(&store)
-        .rw_lock_with(&key, 2, options.clone())
-        .unwrap()
+    let rw = |s: &Store, key: &str| s.rw_lock_with(key, 2, options.clone()).unwrap();
+    let (w_key, r_key) = (unique_key("rw-loss-w"), unique_key("rw-loss-r"));
+    let old_reader = rw(&other_process(&store), &w_key).try_read().await.unwrap();
+    let old_writer = rw(&other_process(&store), &r_key)
         .try_write()
         .await
         .unwrap();
-    let (paused, pause) = PausesOnce::over(&store, key.clone(), false);
-    let reader = paused.rw_lock_with(&key, 2, options).unwrap();
-    let (writer_lost, guard) = granted_across_a_loss(
-        &store,
-        &writer,
-        pause,
-        reader.read_timeout(after_loss_wait(&store)),
-        lose,
-    )
-    .await;
-    assert!(
-        writer_lost,
-        "a reader was granted (token {}) beside a writer of the lost data (token {}) not yet told lost",
-        guard.fencing_token(),
-        writer.fencing_token()
-    );
-    assert!(guard.fencing_token() > writer.fencing_token());
-    guard.release().await.unwrap();
+    // The slots' prefix: a slot's key less its number.
+    let slots = old_reader.key().as_str();
+    let slots = slots
+        .trim_end_matches(|c: char| c.is_ascii_digit())
+        .to_owned();
+    let (w_store, (w_go, w_paused)) = PausesOnce::over(&store, slots, true);
+    let (r_store, (r_go, r_paused)) = PausesOnce::over(&store, r_key.clone(), false);
+    let (writer, reader) = (rw(&w_store, &w_key), rw(&r_store, &r_key));
+    let loss = async {
+        w_paused.await.expect("the writer's gate lists the slots");
+        r_paused.await.expect("the reader's gate reads the key");
+        lose(store.clone()).await;
+        w_go.send(()).unwrap();
+        r_go.send(()).unwrap();
+    };
+    // Each side checks the old holder the moment its grant is in hand.
+    let wait = after_loss_wait(&store);
+    let new_writer = async {
+        let g = writer.write_timeout(wait).await.unwrap();
+        (old_reader.is_lost(), g)
+    };
+    let new_reader = async {
+        let g = reader.read_timeout(wait).await.unwrap();
+        (old_writer.is_lost(), g)
+    };
+    let ((reader_lost, new_writer), (writer_lost, new_reader), ()) =
+        tokio::join!(new_writer, new_reader, loss);
+    for (side, lost, new, old) in [
+        ("writer", reader_lost, &new_writer, &old_reader),
+        ("reader", writer_lost, &new_reader, &old_writer),
+    ] {
+        assert!(
+            lost,
+            "a {side} was granted (token {}) beside a holder of the lost data (token {}) not yet told lost",
+            new.fencing_token(),
+            old.fencing_token()
+        );
+        assert!(new.fencing_token() > old.fencing_token(), "{side}");
+    }
+    new_writer.release().await.unwrap();
+    new_reader.release().await.unwrap();
 }
