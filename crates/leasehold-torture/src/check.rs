@@ -380,16 +380,20 @@ pub fn check(records: &[Record], limits: Limits) -> Findings {
         // readers just after the break): no holder's, so not ordered.
         // (Readers hold reader slots, never the key's lease: a reader's
         // token may equal the broken one's.)
+        // Whether a break of `s`'s lease, (sent, answered), matches `hit`.
+        let broken = |s: &Section, hit: &dyn Fn(u64, u64) -> bool| {
+            breaks
+                .get(&(key.as_str(), s.epoch, s.token))
+                .into_iter()
+                .flatten()
+                .any(|&(sent, returned)| hit(sent, returned))
+        };
         let broken_before = |b: &Section| {
             let start = b.begin.unwrap_or(0);
             !b.shared
-                && breaks
-                    .get(&(key.as_str(), b.epoch, b.token))
-                    .into_iter()
-                    .flatten()
-                    .any(|&(sent, returned)| {
-                        sent <= start && start <= returned + ns(limits.break_notice)
-                    })
+                && broken(b, &|sent, returned| {
+                    sent <= start && start <= returned + ns(limits.break_notice)
+                })
         };
         token_order(&mut f, &key, &secs, &transitions, broken_before);
         for (j, b) in secs.iter().enumerate() {
@@ -405,17 +409,13 @@ pub fn check(records: &[Record], limits: Limits) -> Findings {
                     }
                     continue;
                 }
-                let excused = breaks
-                    .get(&(key.as_str(), a.epoch, a.token))
-                    .into_iter()
-                    .flatten()
-                    // Sent before `b` began; `a` may write until it could
-                    // have learned of it: the break took effect by the time
-                    // its answer came back, and by the time `b` began (if
-                    // `b` was granted because of it), whichever is first.
-                    .any(|&(sent, returned)| {
-                        sent <= start && a.stop <= returned.min(start) + ns(limits.break_notice)
-                    });
+                // Sent before `b` began; `a` may write until it could have
+                // learned of it: the break took effect by the time its
+                // answer came back, and by the time `b` began (if `b` was
+                // granted because of it), whichever is first.
+                let excused = broken(a, &|sent, returned| {
+                    sent <= start && a.stop <= returned.min(start) + ns(limits.break_notice)
+                });
                 if excused {
                     f.overlaps_after_break += 1;
                 } else {
