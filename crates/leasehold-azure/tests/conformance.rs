@@ -15,13 +15,9 @@ leasehold::conformance_tests!(store);
 /// granted only after the holder was told lost, with a greater token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn store_loss_stops_holder_before_next_grant() {
-    if let Err(why) = common::reachable().await {
-        if leasehold::conformance::skip::<()>("azblob", &why).is_none() {
-            return;
-        }
-    }
-    let backend = common::builder().build().unwrap();
-    common::settled(&backend).await;
+    let Some(backend) = container_of_its_own().await else {
+        return;
+    };
     let before = backend.epoch().expect("learnt").epoch;
     let doomed = backend.clone();
     leasehold::conformance::store_loss_stops_holder_before_next_grant(
@@ -32,6 +28,33 @@ async fn store_loss_stops_holder_before_next_grant() {
     let after = backend.epoch().expect("learnt").epoch;
     assert!(after > before, "epoch {after} after {before}");
     backend.delete_container().await.unwrap();
+}
+
+/// A reader-writer lock's gate reading the other side after its grant,
+/// across the container's deletion (a container of its own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rw_lock_a_gate_that_reads_after_a_loss_waits_for_the_other_side() {
+    let Some(backend) = container_of_its_own().await else {
+        return;
+    };
+    let doomed = backend.clone();
+    leasehold::conformance::rw_lock_a_gate_that_reads_after_a_loss_waits_for_the_other_side(
+        leasehold::Store::new(backend.clone()),
+        move |_| async move { doomed.delete_container().await.unwrap() },
+    )
+    .await;
+    backend.delete_container().await.unwrap();
+}
+
+/// A backend on a new container of its own, out of quarantine; `None`
+/// (skipped) without Azurite.
+async fn container_of_its_own() -> Option<leasehold_azure::AzureBackend> {
+    if let Err(why) = common::reachable().await {
+        leasehold::conformance::skip::<()>("azblob", &why)?;
+    }
+    let backend = common::builder().build().unwrap();
+    common::settled(&backend).await;
+    Some(backend)
 }
 
 /// A holder of a 60-second lease (Azure's longest) on a container opened

@@ -5,6 +5,8 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use aws_sdk_dynamodb::operation::get_item::GetItemError;
+use aws_sdk_dynamodb::operation::scan::ScanError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
@@ -221,8 +223,20 @@ impl Backend for DynamoDbBackend {
             .key(record::KEY, s(key.as_str()))
             .consistent_read(true)
             .send()
-            .await
-            .map_err(|e| SERVICE.map_sdk(&self.table, "inspect", e))?;
+            .await;
+        let out = match out {
+            Ok(out) => out,
+            // Deleted: nothing is stored (the next grant re-creates it).
+            Err(e)
+                if matches!(
+                    e.as_service_error(),
+                    Some(GetItemError::ResourceNotFoundException(_))
+                ) =>
+            {
+                return Ok(KeyInfo::new(key.clone(), 0, None));
+            }
+            Err(e) => return Err(SERVICE.map_sdk(&self.table, "inspect", e)),
+        };
         match out.item {
             Some(item) => Ok(Stored::decode(&item)?.info(key.clone(), (self.settings.wall)())),
             None => Ok(KeyInfo::new(key.clone(), 0, None)),
@@ -272,10 +286,19 @@ impl Backend for DynamoDbBackend {
                     .expression_attribute_names("#k", record::KEY)
                     .expression_attribute_values(":prefix", s(prefix));
             }
-            let out = scan
-                .send()
-                .await
-                .map_err(|e| SERVICE.map_sdk(&self.table, "list", e))?;
+            let out = match scan.send().await {
+                Ok(out) => out,
+                // Deleted (even between two pages): nothing is stored.
+                Err(e)
+                    if matches!(
+                        e.as_service_error(),
+                        Some(ScanError::ResourceNotFoundException(_))
+                    ) =>
+                {
+                    return Ok(Vec::new());
+                }
+                Err(e) => return Err(SERVICE.map_sdk(&self.table, "list", e)),
+            };
             for it in out.items() {
                 let Some(key) = it.get(record::KEY).and_then(|k| k.as_s().ok()) else {
                     continue;

@@ -97,7 +97,10 @@
 //!   a re-created table with the old table's epoch.
 //! * A request that finds the table gone (`ResourceNotFoundException`) makes
 //!   the backend re-create it (unless `create_table=false`) and read its new
-//!   epoch; a renewal or release that finds it gone is a definitive loss.
+//!   epoch; a renewal or release that finds it gone is a definitive loss;
+//!   a read (`inspect`, `list`) finds nothing stored, as after any loss of
+//!   the data (a reader-writer lock's gate relies on reads going on: it
+//!   then finds its own grant gone and starts over).
 //! * Two incarnations of a table created within the same second would share
 //!   an epoch: hence no grant until that second is over (above).
 //!

@@ -362,25 +362,14 @@ async fn opens_from_url() {
 /// with a greater token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn table_deleted_under_a_live_holder() {
-    if !common::available() {
+    let Some((backend, name)) = table_of_its_own().await else {
         return;
-    }
-    let name = common::unique_table();
-    let backend = common::builder_for(&name).build().await.unwrap();
-    common::settled(&backend).await;
+    };
     let before = backend.epoch().epoch;
     let client = backend.client().clone();
-    let store = Store::new(backend);
-    let table = name.clone();
-    leasehold::conformance::store_loss_stops_holder_before_next_grant(store, move |_| async move {
-        client
-            .delete_table()
-            .table_name(&table)
-            .send()
-            .await
-            .unwrap();
-    })
-    .await;
+    let lose = |_| async { delete_table(&client, &name).await };
+    leasehold::conformance::store_loss_stops_holder_before_next_grant(Store::new(backend), lose)
+        .await;
     let after = common::builder_for(&name)
         .build()
         .await
@@ -388,6 +377,33 @@ async fn table_deleted_under_a_live_holder() {
         .epoch()
         .epoch;
     assert!(after > before, "epoch {after} after {before}");
+}
+
+/// A reader-writer lock's gate reading the other side after its grant,
+/// across the table's deletion (on a table of its own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rw_lock_a_gate_that_reads_after_a_loss_waits_for_the_other_side() {
+    if let Some((backend, name)) = table_of_its_own().await {
+        let client = backend.client().clone();
+        let lose = |_| async { delete_table(&client, &name).await };
+        leasehold::conformance::rw_lock_a_gate_that_reads_after_a_loss_waits_for_the_other_side(
+            Store::new(backend),
+            lose,
+        )
+        .await;
+    }
+}
+
+/// A backend on a new table of its own, out of quarantine, and the
+/// table's name; `None` (skipped) without DynamoDB Local.
+async fn table_of_its_own() -> Option<(DynamoDbBackend, String)> {
+    if !common::available() {
+        return None;
+    }
+    let name = common::unique_table();
+    let backend = common::builder_for(&name).build().await.unwrap();
+    common::settled(&backend).await;
+    Some((backend, name))
 }
 
 leasehold::recreation_tests!(table_deleted_and_recreated);

@@ -56,7 +56,7 @@
 //! new epoch, behind its quarantine, which outlasts every lease of the
 //! lost data, as for any grant after a loss. Test:
 //! `rw_lock_a_gate_that_reads_after_a_loss_waits_for_the_other_side` in
-//! the suite's `loss.rs` (memory, SQLite, S3, PostgreSQL, Redis, etcd).
+//! the suite's `loss.rs`, on every store.
 //!
 //! Two writers exclude each other on `KEY` as two
 //! [`Lock`](crate::Lock)s do. What a guard is told about loss is the
