@@ -5,8 +5,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use aws_sdk_dynamodb::operation::get_item::GetItemError;
-use aws_sdk_dynamodb::operation::scan::ScanError;
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
@@ -227,12 +226,7 @@ impl Backend for DynamoDbBackend {
         let out = match out {
             Ok(out) => out,
             // Deleted: nothing is stored (the next grant re-creates it).
-            Err(e)
-                if matches!(
-                    e.as_service_error(),
-                    Some(GetItemError::ResourceNotFoundException(_))
-                ) =>
-            {
+            Err(e) if table_gone(&e) => {
                 return Ok(KeyInfo::new(key.clone(), 0, None));
             }
             Err(e) => return Err(SERVICE.map_sdk(&self.table, "inspect", e)),
@@ -289,12 +283,7 @@ impl Backend for DynamoDbBackend {
             let out = match scan.send().await {
                 Ok(out) => out,
                 // Deleted (even between two pages): nothing is stored.
-                Err(e)
-                    if matches!(
-                        e.as_service_error(),
-                        Some(ScanError::ResourceNotFoundException(_))
-                    ) =>
-                {
+                Err(e) if table_gone(&e) => {
                     return Ok(Vec::new());
                 }
                 Err(e) => return Err(SERVICE.map_sdk(&self.table, "list", e)),
@@ -317,4 +306,9 @@ impl Backend for DynamoDbBackend {
         infos.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(infos)
     }
+}
+
+/// Whether a read's failure says the table does not exist (deleted).
+fn table_gone<E: ProvideErrorMetadata, R>(e: &SdkError<E, R>) -> bool {
+    e.as_service_error().and_then(|e| e.code()) == Some(SERVICE.not_found_code)
 }
