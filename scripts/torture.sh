@@ -320,6 +320,14 @@ if [[ $mode == short ]]; then
         "$bin/leasehold-torture" run --store "sqlite:$work/readers.db" --duration 8s --ttl 1s \
         --cli-workers 0 --keys 1 --readers 3 --faults "" --inject-bug readers-ignore-writer \
         --witness "$work/readers-witness"
+    # Caught for its own sake: readers overlapping a writer, not a run that
+    # failed for holding nothing (as it did once the gate came to read its
+    # own lease too, until the bug hid only other processes' holders).
+    if ! grep -qE 'overlap: [1-9]' "$work/readers.md"; then
+        echo "torture: readers-ignore-writer failed the run without an overlap:" >&2
+        cat "$work/readers.md" >&2
+        failed=1
+    fi
     # The mixed variant must catch holders that trust a lease for their
     # whole TTL and quarantine a new store for their own max TTL (the
     # behaviour before issue 28's fix, injected as old-window). On Redis: a

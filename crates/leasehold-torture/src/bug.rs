@@ -25,9 +25,9 @@
 //! still name the real token. The checker must flag the token order
 //! across the loss.
 //!
-//! `readers-ignore-writer` wraps a real backend and describes every key as
-//! free when read (`inspect`), as a store
-//! whose reads miss recent writes would: a reader of a reader-writer lock
+//! `readers-ignore-writer` wraps a real backend and describes every key
+//! another process holds as free when read (`inspect`), as a store whose
+//! reads miss other clients' recent writes would: a reader of a reader-writer lock
 //! then passes its check of the writer's key while a writer holds it. The
 //! checker must flag the reader and the writer working at once.
 //!
@@ -209,7 +209,16 @@ impl Wrapper for ReadersIgnoreWriter {
 
     async fn inspect(&self, key: &leasehold::Key) -> Result<leasehold::backend::KeyInfo> {
         let mut info = self.inner.inspect(key).await?;
-        info.holder = None;
+        // Another process's holder only: a side's read of its own lease,
+        // after its gate's read, still finds it (else no side would ever
+        // pass its gate, and the run would hold nothing to check).
+        if info
+            .holder
+            .as_ref()
+            .is_some_and(|h| h.owner.pid != std::process::id())
+        {
+            info.holder = None;
+        }
         Ok(info)
     }
 }
