@@ -375,11 +375,6 @@ pub fn check(records: &[Record], limits: Limits) -> Findings {
             .iter()
             .filter(|s| transitions.contains(&s.epoch))
             .count();
-        // A section that began after its own lease was broken, before it
-        // could have learned of it (a writer that passed its wait for
-        // readers just after the break): no holder's, so not ordered.
-        // (Readers hold reader slots, never the key's lease: a reader's
-        // token may equal the broken one's.)
         // Whether a break of `s`'s lease, (sent, answered), matches `hit`.
         let broken = |s: &Section, hit: &dyn Fn(u64, u64) -> bool| {
             breaks
@@ -388,6 +383,11 @@ pub fn check(records: &[Record], limits: Limits) -> Findings {
                 .flatten()
                 .any(|&(sent, returned)| hit(sent, returned))
         };
+        // A section that began after its own lease was broken, before it
+        // could have learned of it (a writer that passed its wait for
+        // readers just after the break): no holder's, so not ordered.
+        // (Readers hold reader slots, never the key's lease: a reader's
+        // token may equal the broken one's.)
         let broken_before = |b: &Section| {
             let start = b.begin.unwrap_or(0);
             !b.shared

@@ -606,7 +606,7 @@ impl Engine {
             Gate::Reader { writer } => self.writer_free(writer).await,
             Gate::Writer { readers, .. } => self.readers_free(readers).await,
         };
-        if let Ok(Check::Free(_)) = checked {
+        if matches!(checked, Ok(Check::Free(_))) && !g.guard.is_lost() {
             // The read saw the other side's marks on the same data as the
             // grant only if the grant is still there after it: the store's
             // data may have been lost in between (the grant on the old
@@ -616,10 +616,7 @@ impl Engine {
                 Ok(true) => {}
                 Ok(false) => {
                     let _ = g.guard.release().await;
-                    missed.failure = Some(Error::backend(
-                        self.store.backend().name(),
-                        "acquire",
-                        true,
+                    missed.failure = Some(self.retry_acquire(
                         "the grant was gone once the reader-writer gate had read the other side (the store's data lost?)",
                     ));
                     return Ok(Gated::Blocked { kept: None, missed });
@@ -910,12 +907,12 @@ impl Engine {
     /// Why a grant past its safety deadline was let go (retryable: the
     /// wait starts afresh with a new lease id).
     fn late_grant(&self) -> Error {
-        Error::backend(
-            self.store.backend().name(),
-            "acquire",
-            true,
-            "the store answered after the lease's safety deadline",
-        )
+        self.retry_acquire("the store answered after the lease's safety deadline")
+    }
+
+    /// A retryable failure of an acquisition, saying `why`.
+    fn retry_acquire(&self, why: &'static str) -> Error {
+        Error::backend(self.store.backend().name(), "acquire", true, why)
     }
 
     /// A lease on `key` with a new id, not yet asked for.
@@ -950,10 +947,7 @@ impl Engine {
     }
 
     fn epoch_kept_changing(&self) -> Error {
-        Error::backend(
-            self.store.backend().name(),
-            "acquire",
-            true,
+        self.retry_acquire(
             "the store's epoch changed at every attempt (is the store being deleted and re-created?)",
         )
     }

@@ -182,11 +182,7 @@ pub async fn rw_lock_a_gate_that_reads_after_a_loss_waits_for_the_other_side<F, 
         .try_write()
         .await
         .unwrap();
-    // The slots' prefix: a slot's key less its number.
-    let slots = old_reader.key().as_str();
-    let slots = slots
-        .trim_end_matches(|c: char| c.is_ascii_digit())
-        .to_owned();
+    let slots = format!("{w_key}{}", crate::rwlock::READ_SEGMENT);
     let (w_store, (w_go, w_paused)) = PausesOnce::over(&store, slots, true);
     let (r_store, (r_go, r_paused)) = PausesOnce::over(&store, r_key.clone(), false);
     let (writer, reader) = (rw(&w_store, &w_key), rw(&r_store, &r_key));
