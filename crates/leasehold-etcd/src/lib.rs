@@ -201,11 +201,11 @@
 //! Building this crate needs a Rust toolchain and nothing else: no
 //! `protoc`, no system library. etcd speaks gRPC, and a gRPC client needs
 //! code generated from etcd's `.proto` files; here that code is generated
-//! **once and committed** ([`grpc`], from the files in `proto/`), instead of
+//! **once and committed** ([`grpc`], from the files in `vendor/etcd/proto/`), instead of
 //! at every build. `tests/generated_code.rs` generates it again with
 //! [protox](https://docs.rs/protox) (a protobuf compiler written in Rust)
 //! and tonic's generator, and fails when the committed code differs, so it
-//! cannot drift from `proto/`; `LEASEHOLD_REGENERATE=1` makes that test
+//! cannot drift from `vendor/etcd/proto/`; `LEASEHOLD_REGENERATE=1` makes that test
 //! write it.
 //!
 //! The candidates, measured on a 2-core machine from an empty `target/`

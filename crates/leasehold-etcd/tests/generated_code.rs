@@ -1,9 +1,9 @@
-//! The etcd gRPC code in `src/grpc/generated/` is committed, so that
+//! The etcd gRPC code in `vendor/etcd/generated/` is committed, so that
 //! building this crate needs no protobuf compiler. This test generates it
-//! again from `proto/` (with protox, a protobuf compiler written in Rust,
+//! again from `vendor/etcd/proto/` (with protox, a protobuf compiler written in Rust,
 //! and tonic's code generator) and fails when the committed files differ.
 //!
-//! To regenerate them after changing `proto/` or the generator's versions:
+//! To regenerate them after changing `vendor/etcd/proto/` or the generator's versions:
 //!
 //! ```text
 //! LEASEHOLD_REGENERATE=1 cargo test -p leasehold-etcd --test generated_code
@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
-/// The files `proto/` holds that the crate compiles (`kv.proto` and
+/// The files `vendor/etcd/proto/` holds that the crate compiles (`kv.proto` and
 /// `auth.proto` come in through `rpc.proto`'s imports).
 const PROTOS: [&str; 2] = ["rpc.proto", "v3lock.proto"];
 
@@ -22,8 +22,8 @@ fn crate_dir() -> PathBuf {
 /// Generates the code into `out`: clients only (no servers), no transport
 /// helpers (the crate builds its own channel).
 fn generate(out: &Path) {
-    let root = crate_dir().join("proto");
-    let files = protox::compile(PROTOS, [&root]).expect("proto/ compiles");
+    let root = crate_dir().join("vendor/etcd/proto");
+    let files = protox::compile(PROTOS, [&root]).expect("vendor/etcd/proto/ compiles");
     tonic_prost_build::configure()
         .build_server(false)
         .build_client(true)
@@ -50,7 +50,7 @@ fn rust_files(dir: &Path) -> Vec<String> {
 
 #[test]
 fn the_committed_grpc_code_is_what_the_protos_generate() {
-    let committed = crate_dir().join("src/grpc/generated");
+    let committed = crate_dir().join("vendor/etcd/generated");
     let fresh = tempfile::tempdir().expect("a temporary directory");
     generate(fresh.path());
     let generated = rust_files(fresh.path());
@@ -60,21 +60,21 @@ fn the_committed_grpc_code_is_what_the_protos_generate() {
     );
 
     if std::env::var_os("LEASEHOLD_REGENERATE").is_some() {
-        std::fs::create_dir_all(&committed).expect("creating src/grpc/generated");
+        std::fs::create_dir_all(&committed).expect("creating vendor/etcd/generated");
         for old in rust_files(&committed) {
             std::fs::remove_file(committed.join(old)).expect("removing an old file");
         }
         for name in &generated {
             std::fs::copy(fresh.path().join(name), committed.join(name)).expect("copying");
         }
-        eprintln!("regenerated src/grpc/generated: {generated:?}");
+        eprintln!("regenerated vendor/etcd/generated: {generated:?}");
         return;
     }
 
     assert_eq!(
         rust_files(&committed),
         generated,
-        "src/grpc/generated holds other files than the generator writes; \
+        "vendor/etcd/generated holds other files than the generator writes; \
          regenerate: LEASEHOLD_REGENERATE=1 cargo test -p leasehold-etcd --test generated_code"
     );
     for name in &generated {
@@ -82,7 +82,7 @@ fn the_committed_grpc_code_is_what_the_protos_generate() {
         let have = std::fs::read_to_string(committed.join(name)).expect("committed file");
         assert!(
             want == have,
-            "src/grpc/generated/{name} is not what proto/ generates; regenerate: \
+            "vendor/etcd/generated/{name} is not what vendor/etcd/proto/ generates; regenerate: \
              LEASEHOLD_REGENERATE=1 cargo test -p leasehold-etcd --test generated_code"
         );
     }

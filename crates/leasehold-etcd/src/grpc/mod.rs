@@ -1,8 +1,8 @@
 //! etcd's v3 gRPC API, and the connection this crate keeps to a cluster.
 //!
 //! The message and client types are generated from etcd's `.proto` files
-//! in `proto/` by prost and tonic, **once, and committed**
-//! (`generated/`), so that building this crate runs no protobuf compiler
+//! in `vendor/etcd/proto/` by prost and tonic, **once, and committed**
+//! (`vendor/etcd/generated/`), so that building this crate runs no protobuf compiler
 //! (see the crate docs, "Build"). `tests/generated_code.rs` generates them
 //! again and fails when the committed files differ.
 //!
@@ -31,23 +31,35 @@ use tonic::{Request, Status};
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
 pub mod authpb {
     //! etcd's `authpb` package (generated).
-    include!("generated/authpb.rs");
+    include!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/vendor/etcd/generated/authpb.rs"
+    ));
 }
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
 pub mod mvccpb {
     //! etcd's `mvccpb` package: keys, values, events (generated).
-    include!("generated/mvccpb.rs");
+    include!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/vendor/etcd/generated/mvccpb.rs"
+    ));
 }
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
 pub mod etcdserverpb {
     //! etcd's `etcdserverpb` package: the KV, Lease, Watch, Auth, Cluster and
     //! Maintenance services (generated).
-    include!("generated/etcdserverpb.rs");
+    include!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/vendor/etcd/generated/etcdserverpb.rs"
+    ));
 }
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
 pub mod v3lockpb {
     //! etcd's `v3lockpb` package: the Lock service (generated).
-    include!("generated/v3lockpb.rs");
+    include!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/vendor/etcd/generated/v3lockpb.rs"
+    ));
 }
 
 use etcdserverpb::auth_client::AuthClient;
