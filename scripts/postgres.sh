@@ -5,6 +5,9 @@
 #   scripts/postgres.sh start    # install if needed, initdb, start, wait until ready
 #   scripts/postgres.sh stop     # fast shutdown (SIGINT), then remove the data
 #   scripts/postgres.sh restart  # fast shutdown and start again, keeping the data
+#   scripts/postgres.sh crash    # immediate shutdown (SIGQUIT: no checkpoint, as
+#                                # in a crash) and start again: crash recovery,
+#                                # which empties UNLOGGED tables
 #   scripts/postgres.sh status   # say whether it is running
 #   scripts/postgres.sh url      # print the URL the tests use
 #
@@ -81,6 +84,10 @@ shutdown() { server_shutdown INT; }
 
 stop() { shutdown; server_remove_data_dir; }
 
+# Immediate shutdown: the server exits without a checkpoint, so the next
+# start recovers from the WAL as after a crash.
+crash() { server_shutdown QUIT; start; }
+
 url() { echo "postgres://postgres:$PASSWORD@$HOST:$PORT/postgres"; }
 
-server_command "start|stop|restart|status|url" "$@"
+server_command "start|stop|restart|crash|status|url" "$@"

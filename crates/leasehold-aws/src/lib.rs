@@ -742,7 +742,7 @@ pub fn map_sdk<E: ServiceError>(
                 None => code.to_string(),
             }
         }
-        other => chain(other),
+        other => leasehold::backend::error_chain(other),
     };
     let (retryable, text) = match &err {
         SdkError::ConstructionFailure(_) => (
@@ -800,21 +800,6 @@ pub fn map_sdk<E: ServiceError>(
         _ => (true, chain),
     };
     Error::backend(service.backend, operation, retryable, Message(text))
-}
-
-/// The Display texts of an error and its sources, without the Debug dumps
-/// (raw responses, headers) that the SDK's own context printer adds.
-pub fn chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts: Vec<String> = vec![err.to_string()];
-    let mut source = err.source();
-    while let Some(e) = source {
-        let text = e.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        source = e.source();
-    }
-    parts.join(": ")
 }
 
 #[cfg(test)]

@@ -80,7 +80,7 @@ impl RequestError {
                     status: None,
                     code: None,
                     date: None,
-                    message: redact(&full_message(&err), secrets),
+                    message: redact(&leasehold::backend::error_chain(&err), secrets),
                     retryable,
                 }
             }
@@ -145,20 +145,6 @@ impl RequestError {
             _ => self.into_error(operation),
         }
     }
-}
-
-fn full_message(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut msg = err.to_string();
-    let mut source = err.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !msg.contains(&text) {
-            msg.push_str(": ");
-            msg.push_str(&text);
-        }
-        source = s.source();
-    }
-    msg
 }
 
 /// `text` with every occurrence of a secret (raw or percent-encoded) and

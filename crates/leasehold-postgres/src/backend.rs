@@ -45,6 +45,9 @@ pub(crate) struct Inner {
     pub(crate) target: String,
     /// What opening (and any later settling) may do to the table.
     pub(crate) creation: leasehold::Creation,
+    /// Whether the table must be UNLOGGED (`Some(true)`) or logged
+    /// (`Some(false)`), checked at opening; `None`: either.
+    pub(crate) unlogged: Option<bool>,
 }
 
 leasehold::debug_fields!(b: PostgresBackend { target: b.inner.target, table: b.inner.table, .. });
@@ -79,6 +82,9 @@ impl PostgresBackend {
             inner: Arc::new(inner),
         };
         let row = backend.check_epoch("open").await?;
+        if let Some(want) = backend.inner.unlogged {
+            backend.check_persistence(want).await?;
+        }
         backend.inner.common.opened(row.store_epoch());
         Ok(backend)
     }

@@ -24,7 +24,7 @@ use crate::{MAX_TTL, MIN_TTL};
 
 const WHAT: &str = "store URL";
 /// The query parameters of a `postgres://` URL: leasehold's own
-/// ([`OWN_PARAMS`], the first six), then those passed on to the client.
+/// ([`OWN_PARAMS`], the first seven), then those passed on to the client.
 const ALL_PARAMS: &[&str] = &[
     "table",
     "sslmode",
@@ -32,6 +32,7 @@ const ALL_PARAMS: &[&str] = &[
     "max_ttl",
     "wake_ups",
     "prepared",
+    "unlogged",
     "connect_timeout",
     "application_name",
     "options",
@@ -50,8 +51,8 @@ const ALL_PARAMS: &[&str] = &[
 const PARAMS: QuerySpec = QuerySpec::new("postgres", ALL_PARAMS);
 /// The parameters of [`ALL_PARAMS`] that leasehold reads; `tokio_postgres`
 /// reads the others.
-const OWN_PARAMS: &[&str] = ALL_PARAMS.split_at(6).0;
-const FORM: &str = "the form is postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?table=NAME&sslmode=disable|prefer|require|verify-ca|verify-full&sslrootcert=PATH&max_ttl=DURATION&wake_ups=on|off&prepared=on|off] (or postgresql://); the PG* environment variables fill in what it omits";
+const OWN_PARAMS: &[&str] = ALL_PARAMS.split_at(7).0;
+const FORM: &str = "the form is postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?table=NAME&sslmode=disable|prefer|require|verify-ca|verify-full&sslrootcert=PATH&max_ttl=DURATION&wake_ups=on|off&prepared=on|off&unlogged=on|off] (or postgresql://); the PG* environment variables fill in what it omits";
 
 /// The default table name.
 pub const DEFAULT_TABLE: &str = "leasehold_leases";
@@ -67,6 +68,9 @@ pub struct PostgresBackendBuilder {
     pub(crate) pool_size: usize,
     /// `None`: as `wake_ups`.
     pub(crate) prepared: Option<bool>,
+    /// `Some`: make a new table UNLOGGED (or not), and refuse an existing
+    /// one made the other way; `None`: as the table is (a new one logged).
+    pub(crate) unlogged: Option<bool>,
     /// Max TTL, request timeout, wake-ups, creation.
     pub(crate) options: ServerOptions,
 }
@@ -81,7 +85,8 @@ leasehold::debug_fields!(b: PostgresBackendBuilder {
     pool_size,
     request_timeout: b.options.request_timeout,
     wake_ups: b.options.wake_ups,
-    prepared
+    prepared,
+    unlogged
 });
 
 impl PostgresBackend {
@@ -116,6 +121,7 @@ impl PostgresBackendBuilder {
             root_cert: None,
             pool_size: 4,
             prepared: None,
+            unlogged: None,
             options: ServerOptions::default(),
         }
     }
@@ -177,6 +183,7 @@ impl PostgresBackendBuilder {
         if let Some(on) = query.boolean("prepared")? {
             builder.prepared = Some(on);
         }
+        builder.unlogged = query.boolean("unlogged")?;
         builder.check()?;
         Ok(builder)
     }
@@ -238,6 +245,22 @@ impl PostgresBackendBuilder {
     /// statement under the same name.
     pub fn prepared(mut self, on: bool) -> Self {
         self.prepared = Some(on);
+        self
+    }
+
+    /// Whether the table is UNLOGGED (see the crate docs, "Unlogged
+    /// table"): `true` makes a new table UNLOGGED and refuses a logged one;
+    /// `false` makes a new table logged and refuses an unlogged one. Unset
+    /// (the default), a new table is logged and an existing one is used as
+    /// it is.
+    ///
+    /// An UNLOGGED table writes nothing to the WAL, so a grant commits
+    /// without a disk flush; the server empties it after a crash, and it is
+    /// empty on a promoted standby or a restored base backup. leasehold
+    /// treats each of those as a loss of the store's data: every holder is
+    /// told its lease is lost and grants wait a quarantine.
+    pub fn unlogged(mut self, on: bool) -> Self {
+        self.unlogged = Some(on);
         self
     }
 
@@ -315,7 +338,8 @@ impl PostgresBackendBuilder {
             .map_err(|e| Error::backend(NAME, "open", false, e.to_string()))?;
         PostgresBackend::open(Inner {
             pool,
-            sql: Statements::new(&self.table, channel.as_deref()),
+            sql: Statements::new(&self.table, channel.as_deref(), self.unlogged == Some(true)),
+            unlogged: self.unlogged,
             table: self.table,
             max_ttl: self.options.max_ttl,
             store_max_ttl: RecordedMaxTtl::new(self.options.max_ttl),
@@ -443,6 +467,13 @@ mod tests {
             Some(true)
         );
         assert!(parse("postgres://h/d?prepared=maybe", &[]).is_err());
+        assert_eq!(parse_ok("postgres://h/d").unlogged, None);
+        assert_eq!(parse_ok("postgres://h/d?unlogged=on").unlogged, Some(true));
+        assert_eq!(
+            parse_ok("postgres://h/d?unlogged=off").unlogged,
+            Some(false)
+        );
+        assert!(parse("postgres://h/d?unlogged=maybe", &[]).is_err());
         assert!(parse("postgresql://h/db", &[]).is_ok());
     }
 

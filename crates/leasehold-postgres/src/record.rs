@@ -16,9 +16,10 @@ pub(crate) const PROVEN: &str = "#proven";
 
 /// The table, created if missing. See the crate docs for what each column
 /// holds (in lease rows and in the epoch row).
-pub(crate) fn create_table(table: &str) -> String {
+pub(crate) fn create_table(table: &str, unlogged: bool) -> String {
+    let unlogged = if unlogged { "UNLOGGED " } else { "" };
     format!(
-        "CREATE TABLE IF NOT EXISTS {table} (
+        "CREATE {unlogged}TABLE IF NOT EXISTS {table} (
             key         text PRIMARY KEY,
             fence       bigint NOT NULL,
             epoch       bigint NOT NULL,

@@ -22,6 +22,7 @@ fn qualified_name(t: &str) -> String {
 /// The SQL of every operation, with the table's name in it.
 pub(crate) struct Statements {
     pub(crate) create_table: String,
+    pub(crate) is_unlogged: String,
     pub(crate) read_epoch: String,
     pub(crate) insert_epoch: String,
     pub(crate) lock_epoch: String,
@@ -38,8 +39,9 @@ pub(crate) struct Statements {
 }
 
 impl Statements {
-    /// With `channel`, releases and breaks NOTIFY it with the key.
-    pub(crate) fn new(t: &str, channel: Option<&str>) -> Self {
+    /// With `channel`, releases and breaks NOTIFY it with the key; with
+    /// `unlogged`, a table created is UNLOGGED.
+    pub(crate) fn new(t: &str, channel: Option<&str>, unlogged: bool) -> Self {
         let notify = match channel {
             Some(ch) => format!(
                 ", (SELECT count(*) FROM (SELECT pg_notify('{ch}', key) FROM u) AS n) AS notified"
@@ -60,8 +62,11 @@ impl Statements {
             create_table: format!(
                 "SELECT pg_advisory_xact_lock({CREATION_LOCK_CLASS}, hashtext({qualified}));
                  {}",
-                record::create_table(t),
+                record::create_table(t, unlogged),
                 qualified = qualified_name(t),
+            ),
+            is_unlogged: format!(
+                "SELECT relpersistence = 'u' AS unlogged FROM pg_class WHERE oid = '{t}'::regclass"
             ),
             read_epoch: format!("SELECT {epoch_cols} FROM {t} WHERE key = '{EPOCH_KEY}'"),
             // $1 max TTL ms, $2 whether the creator states that no earlier

@@ -175,3 +175,43 @@ async fn password_is_never_printed() {
         "{shown}"
     );
 }
+
+/// `unlogged=on` makes a new table UNLOGGED, and a URL that asks for the
+/// other kind than the table is refused with a message saying how to
+/// change the table; without the parameter, a table of either kind is used
+/// as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlogged_makes_a_new_table_unlogged_and_a_mismatch_is_refused() {
+    if !common::available() {
+        return;
+    }
+    let table = common::unique_table();
+    let open = |params: &str| {
+        PostgresBackendBuilder::from_url(&format!("{}{params}", common::url_for(&table)))
+            .unwrap()
+            .build()
+    };
+    let unlogged_sql = format!(
+        "SELECT (relpersistence = 'u')::int::bigint FROM pg_class WHERE oid = '{table}'::regclass"
+    );
+    let unlogged = || common::query_i64(&unlogged_sql);
+    open("&unlogged=on").await.unwrap();
+    assert_eq!(unlogged().await, 1, "unlogged=on made a logged table");
+    let err = open("&unlogged=off").await.unwrap_err().to_string();
+    assert!(
+        err.contains(&format!("ALTER TABLE {table} SET LOGGED")),
+        "{err}"
+    );
+    open("").await.unwrap();
+
+    common::sql(&format!("ALTER TABLE {table} SET LOGGED")).await;
+    let err = open("&unlogged=on").await.unwrap_err().to_string();
+    assert!(
+        err.contains(&format!("ALTER TABLE {table} SET UNLOGGED")),
+        "{err}"
+    );
+    open("&unlogged=off").await.unwrap();
+    open("").await.unwrap();
+    assert_eq!(unlogged().await, 0);
+    common::sql(&format!("DROP TABLE {table}")).await;
+}

@@ -6,8 +6,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::PrivateServer;
+use common::{Postgres, PrivateServer};
+use leasehold::conformance::servers::store::ServerStore;
 use leasehold::conformance::servers::suite;
+use leasehold::Store;
 
 /// A quick restart (shorter than the TTL): the holder renews over new
 /// connections and keeps its lease; nobody else is granted meanwhile. A
@@ -32,5 +34,33 @@ async fn server_restart_holder_renews_or_is_told_lost() {
     suite::long_outage_tells_the_holder_first(guard, &b, key, ttl, server.script("stop"), || {
         server.script("start")
     })
+    .await;
+}
+
+/// An UNLOGGED table (`unlogged=on`) across a clean restart keeps its data
+/// (the shutdown checkpoint writes it), and the holder keeps its lease;
+/// across a crash (an immediate shutdown: the next start runs crash
+/// recovery, which empties every UNLOGGED table) its data is lost, and
+/// that is a store loss like any other: the holder is told lost before
+/// anyone else is granted the key, the new grant waited a quarantine, and
+/// its token is greater.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlogged_table_survives_a_restart_and_a_crash_is_a_store_loss() {
+    let Some(server) = PrivateServer::start().await else {
+        return;
+    };
+    let open = || server.backend_with("&unlogged=on");
+    let (a, b) = suite::two_stores(open).await;
+    Postgres::settled(&open().await).await;
+    let ttl = Duration::from_secs(4);
+    let key = "unlogged/job";
+    let guard = suite::hold(&a, key, ttl).await;
+    suite::holder_survives_a_quick_restart(&guard, &b, key, ttl, server.script("restart")).await;
+    guard.release().await.unwrap();
+
+    leasehold::conformance::store_loss_stops_holder_before_next_grant(
+        Store::new(open().await),
+        |_| server.script("crash"),
+    )
     .await;
 }

@@ -219,27 +219,13 @@ fn duration(what: &str, secs: f64) -> PyResult<Duration> {
 /// scrubbed from its message.
 fn to_py(err: leasehold::Error, url: &str) -> PyErr {
     use leasehold::Error as E;
-    let message = leasehold_stores::scrub(&error_chain(&err), Some(url));
+    let message = leasehold_stores::scrub(&leasehold::backend::error_chain(&err), Some(url));
     match err {
         E::TimedOut { .. } => Timeout::new_err(message),
         E::LeaseLost { .. } => LeaseLost::new_err(message),
         E::InvalidInput { .. } | E::NotSupported(_) => UsageError::new_err(message),
         _ => StoreError::new_err(message),
     }
-}
-
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(s) = source {
-        let more = s.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        source = s.source();
-    }
-    text
 }
 
 /// Opens the store `url` names (`None`: the default SQLite file), with the

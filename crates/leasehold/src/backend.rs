@@ -258,6 +258,7 @@ pub mod params;
 pub mod shared_builder;
 mod wrapper;
 
+pub use crate::error::error_chain;
 pub use observe::Observations;
 pub use wrapper::Wrapper;
 

@@ -179,3 +179,53 @@ impl std::fmt::Display for LossReason {
         }
     }
 }
+
+/// The `Display` texts of `err` and of its sources, joined by `: `, each
+/// source left out where the text so far already contains it (many errors
+/// repeat their source's text in their own). For messages built from a
+/// client library's error, whose `Display` alone often leaves out the cause.
+pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(s) = source {
+        let more = s.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = s.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_chain;
+
+    #[derive(Debug)]
+    struct E(&'static str, Option<Box<E>>);
+
+    impl std::fmt::Display for E {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for E {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|e| e as _)
+        }
+    }
+
+    #[test]
+    fn error_chain_adds_each_source_the_text_does_not_already_say() {
+        let refused = E("connection refused", None);
+        let connect = E("connect error", Some(Box::new(refused)));
+        let err = E("dispatch failure: connect error", Some(Box::new(connect)));
+        assert_eq!(
+            error_chain(&err),
+            "dispatch failure: connect error: connection refused"
+        );
+        assert_eq!(error_chain(&E("alone", None)), "alone");
+    }
+}

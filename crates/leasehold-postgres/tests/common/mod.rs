@@ -106,7 +106,13 @@ impl PrivateServer {
 
     /// A backend on [`PrivateServer::url`] (1 s request timeout).
     pub async fn backend(&self) -> PostgresBackend {
-        Postgres::private_backend(&self.url()).await
+        self.backend_with("").await
+    }
+
+    /// As [`backend`](Self::backend), with `params` (`&name=value…`)
+    /// added to the URL.
+    pub async fn backend_with(&self, params: &str) -> PostgresBackend {
+        Postgres::private_backend(&format!("{}{params}", self.url())).await
     }
 }
 
