@@ -60,9 +60,9 @@ impl PostgresBackend {
         Err(Error::invalid(
             "store URL",
             if want {
-                format!("unlogged=on, but the table {t} exists and is logged; make it unlogged with `ALTER TABLE {t} SET UNLOGGED` (which rewrites it under an exclusive lock), or leave unlogged=on out to use it as it is")
+                format!("the parameter unlogged asks for an UNLOGGED table, but the table {t} exists and is logged; make it unlogged with `ALTER TABLE {t} SET UNLOGGED` (which rewrites it under an exclusive lock), or leave the parameter out to use the table as it is")
             } else {
-                format!("unlogged=off, but the table {t} exists and is UNLOGGED; make it logged with `ALTER TABLE {t} SET LOGGED` (which rewrites it under an exclusive lock), or leave unlogged=off out to use it as it is")
+                format!("the parameter unlogged asks for a logged table, but the table {t} exists and is UNLOGGED; make it logged with `ALTER TABLE {t} SET LOGGED` (which rewrites it under an exclusive lock), or leave the parameter out to use the table as it is")
             },
         ))
     }
