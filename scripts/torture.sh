@@ -15,6 +15,10 @@
 #   TORTURE_STORES="sqlite dynamodb" scripts/torture.sh --short
 #   TORTURE_BUILD=tests scripts/torture.sh --short   # use the binaries the
 #                                 # workspace's test build made (test.sh)
+#   TORTURE_STORES=postgres-unlogged scripts/torture.sh --short   # not in the
+#                                 # default list: PostgreSQL with an UNLOGGED
+#                                 # table, crashed (scripts/postgres.sh crash)
+#                                 # as its restart fault
 #
 # Long-run knobs: TORTURE_DURATION (per store, e.g. 20m), TORTURE_REPORTS (a
 # directory to keep each store's report and witness log in, for
@@ -109,14 +113,14 @@ settings() {
         short:sqlite) echo "25s 1s 1s" ;;
         short:dynamodb) echo "35s 2s 2s" ;;
         short:azblob) echo "50s 15s 8s" ;;
-        short:postgres) echo "25s 2s 2s" ;;
+        short:postgres | short:postgres-unlogged) echo "25s 2s 2s" ;;
         short:redis) echo "25s 2s 2s" ;;
         short:etcd) echo "25s 2s 2s" ;;
         short:s3) echo "25s 4s 2s" ;;
         long:sqlite) echo "${d:-15m} 1s 1s" ;;
         long:dynamodb) echo "${d:-20m} 2s 2s" ;;
         long:azblob) echo "${d:-25m} 15s 5s" ;;
-        long:postgres) echo "${d:-20m} 2s 2s" ;;
+        long:postgres | long:postgres-unlogged) echo "${d:-20m} 2s 2s" ;;
         long:redis) echo "${d:-20m} 2s 2s" ;;
         long:etcd) echo "${d:-20m} 2s 2s" ;;
         long:s3) echo "${d:-20m} 4s 2s" ;;
@@ -237,6 +241,19 @@ for store in "${stores[@]}"; do
             # quarantine when new is kept short. Store loss drops the table.
             start_unless_running postgres.sh
             url="$(scripts/postgres.sh url)?table=torture_$RANDOM&max_ttl=5s"
+            ;;
+        postgres-unlogged)
+            # An UNLOGGED table (unlogged=on) on a server of the run's own
+            # (port $TORTURE_PG_PORT, default 54339), which the restart
+            # fault crashes (an immediate shutdown, then a start: crash
+            # recovery empties the table, a store loss leasehold must
+            # survive); store loss drops the table.
+            export LEASEHOLD_PG_PORT="${TORTURE_PG_PORT:-54339}"
+            start_server postgres.sh
+            url="$(scripts/postgres.sh url)?table=torture_$RANDOM&max_ttl=5s&unlogged=on"
+            loss=loss,restart
+            faults=kill,pause,break,partition,delay,reset,restart
+            extra=(--restart-cmd "LEASEHOLD_PG_PORT=$LEASEHOLD_PG_PORT scripts/postgres.sh crash")
             ;;
         redis)
             # A server of its own (port $TORTURE_REDIS_PORT, default 63797):
