@@ -89,6 +89,32 @@ impl PostgresBackend {
         Ok(backend)
     }
 
+    /// Refuses a table that is UNLOGGED when `want` says logged, or the
+    /// other way round (the builder's `unlogged`).
+    async fn check_persistence(&self, want: bool) -> Result<()> {
+        let op = "open";
+        let row = self
+            .one(op, &self.inner.sql.is_unlogged, &[])
+            .await
+            .map_err(|f| f.into_error(op))?;
+        if row.get::<_, bool>("unlogged") == want {
+            return Ok(());
+        }
+        let (asked, is, make) = if want {
+            ("an UNLOGGED", "logged", "UNLOGGED")
+        } else {
+            ("a logged", "UNLOGGED", "LOGGED")
+        };
+        let t = &self.inner.table;
+        Err(Error::invalid(
+            "store URL",
+            format!(
+                "the parameter unlogged asks for {asked} table, but the table {t} exists and is {is}; make it {} with `ALTER TABLE {t} SET {make}` (which rewrites it under an exclusive lock), or leave the parameter out to use the table as it is",
+                make.to_lowercase()
+            ),
+        ))
+    }
+
     /// The table's name.
     pub fn table(&self) -> &str {
         &self.inner.table

@@ -34,39 +34,6 @@ impl PostgresBackend {
         }
     }
 
-    /// Refuses a table that is UNLOGGED when `want` says logged, or the
-    /// other way round (the builder's `unlogged`).
-    pub(crate) async fn check_persistence(&self, want: bool) -> Result<()> {
-        let op = "open";
-        let deadline = Instant::now() + self.inner.request_timeout;
-        let client = self.client(op, deadline).await?;
-        let rows = match timeout_at(
-            deadline,
-            client.query_typed(&self.inner.sql.is_unlogged, &[]),
-        )
-        .await
-        {
-            Ok(rows) => rows.map_err(|e| error::db(op, e))?,
-            Err(_) => {
-                drop(Object::take(client));
-                return Err(error::timed_out(op, self.inner.request_timeout));
-            }
-        };
-        let unlogged = rows.first().is_some_and(|r| r.get::<_, bool>("unlogged"));
-        if unlogged == want {
-            return Ok(());
-        }
-        let t = &self.inner.table;
-        Err(Error::invalid(
-            "store URL",
-            if want {
-                format!("the parameter unlogged asks for an UNLOGGED table, but the table {t} exists and is logged; make it unlogged with `ALTER TABLE {t} SET UNLOGGED` (which rewrites it under an exclusive lock), or leave the parameter out to use the table as it is")
-            } else {
-                format!("the parameter unlogged asks for a logged table, but the table {t} exists and is UNLOGGED; make it logged with `ALTER TABLE {t} SET LOGGED` (which rewrites it under an exclusive lock), or leave the parameter out to use the table as it is")
-            },
-        ))
-    }
-
     async fn check_epoch_on(&self, client: &mut Object, op: &'static str) -> Result<EpochRow> {
         let sql = &self.inner.sql;
         let db = |e| error::db(op, e);
