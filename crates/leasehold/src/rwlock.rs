@@ -84,7 +84,13 @@
 //! writer's grant of `KEY` took effect after the reader's read, and a
 //! later epoch's tokens are above every earlier epoch's); readers that
 //! share a writer-free stretch share its token, which is the token of the
-//! last writer before them (readers do not advance `KEY`'s counter).
+//! last writer before them (readers do not advance `KEY`'s counter),
+//! but for one case: where taking a key over needs an observation (S3,
+//! DynamoDB), a reader whose read found `KEY` held makes one attempt on it
+//! (the probe below), and if that attempt is granted (the writer released
+//! in between) its token, one above the last writer's, is the reader's
+//! (the conformance test `rw_lock_a_waiting_writer_goes_before_later_readers`
+//! met it on DynamoDB Local).
 //! Where a grant writes its token before it takes the key (Azure: the
 //! record, then the blob lease;
 //! [`token_visible_before_holder`](crate::backend::Capabilities::token_visible_before_holder)),
