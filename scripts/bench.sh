@@ -5,7 +5,8 @@
 # DynamoDB Local, moto (S3), PostgreSQL, Redis and etcd on 127.0.0.1 (stopping again those it started), installs
 # the Python peer libraries into .cache/bench-venv, runs everything and
 # writes docs/benchmarks.md, docs/benchmarks.png (and results.json beside
-# them when --out is given).
+# them when --out is given). A page's hand-written sections (after its
+# "<!-- Hand-written sections ... -->" mark, up to "## Reproduce") are kept.
 #
 #   scripts/bench.sh               # the full run (several minutes) -> docs/
 #   scripts/bench.sh --out DIR     # the full run, written to DIR

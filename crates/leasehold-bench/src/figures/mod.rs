@@ -278,8 +278,34 @@ pub fn write(res: &mut Results, out: &Path) -> anyhow::Result<()> {
     if let Err(e) = crate::chart::draw(res, &out.join("benchmarks.png")) {
         res.notes.push(format!("chart: {e:#}"));
     }
-    std::fs::write(out.join("benchmarks.md"), crate::report::markdown(res))?;
+    let page = out.join("benchmarks.md");
+    let mut markdown = crate::report::markdown(res);
+    if let Ok(old) = std::fs::read_to_string(&page) {
+        markdown = keep_hand_written(&old, &markdown);
+    }
+    std::fs::write(page, markdown)?;
     Ok(())
+}
+
+/// Marks where a page's hand-written sections begin (measurements the
+/// script does not make, such as section 10's). Everything from it to the
+/// "Reproduce" section is kept when the page is written again.
+const HAND_WRITTEN: &str =
+    "<!-- Hand-written sections: kept when scripts/bench.sh writes this page again. -->";
+
+/// `new` (a page just generated) with the hand-written sections of `old`
+/// (the page it replaces) put back in front of its "Reproduce" section.
+fn keep_hand_written(old: &str, new: &str) -> String {
+    const REPRODUCE: &str = "## Reproduce";
+    let Some(start) = old.find(HAND_WRITTEN) else {
+        return new.to_string();
+    };
+    let kept = &old[start..];
+    let kept = kept.find(REPRODUCE).map_or(kept, |end| &kept[..end]);
+    match new.find(REPRODUCE) {
+        Some(at) => format!("{}{kept}{}", &new[..at], &new[at..]),
+        None => format!("{new}\n{kept}"),
+    }
 }
 
 /// `result`'s value; or none, and a note that `what` failed.
@@ -308,4 +334,46 @@ fn machine() -> String {
         })
         .unwrap_or_else(|| "unknown CPU".into());
     format!("{cpus} cores ({model}), Linux")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{keep_hand_written, HAND_WRITTEN};
+
+    #[test]
+    fn hand_written_sections_survive_a_new_page() {
+        let old = format!(
+            "# B\n\n## 1. Old\n\nold numbers\n\n{HAND_WRITTEN}\n\n## 10. By hand\n\nkept\n\n## Reproduce\n\nold steps\n"
+        );
+        let new = "# B\n\n## 1. New\n\nnew numbers\n\n## Reproduce\n\nnew steps\n";
+        let page = keep_hand_written(&old, new);
+        assert_eq!(
+            page,
+            format!(
+                "# B\n\n## 1. New\n\nnew numbers\n\n{HAND_WRITTEN}\n\n## 10. By hand\n\nkept\n\n## Reproduce\n\nnew steps\n"
+            )
+        );
+        // A page without the mark keeps nothing of the old one.
+        assert_eq!(keep_hand_written("# B\n\n## 10. By hand\n", new), new);
+    }
+
+    /// `write` itself keeps them, as `scripts/bench.sh` calls it.
+    #[test]
+    fn writing_the_page_again_keeps_its_hand_written_sections() {
+        let dir = tempfile::tempdir().unwrap();
+        let page = dir.path().join("benchmarks.md");
+        let by_hand = "## 10. By hand\n\nmeasured once\n\n";
+        std::fs::write(
+            &page,
+            format!("# Old\n\n{HAND_WRITTEN}\n\n{by_hand}## Reproduce\n"),
+        )
+        .unwrap();
+        super::write(&mut crate::results::Results::default(), dir.path()).unwrap();
+        let written = std::fs::read_to_string(&page).unwrap();
+        let kept = written
+            .find(by_hand)
+            .expect("the hand-written section kept");
+        assert!(kept < written.find("## Reproduce").unwrap(), "{written}");
+        assert!(!written.contains("# Old"), "{written}");
+    }
 }
