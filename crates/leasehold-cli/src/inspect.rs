@@ -118,13 +118,11 @@ pub async fn break_lease(store: &Store, key: &str) -> anyhow::Result<ExitCode> {
                 Ok(sem) => sem.inspect().await.unwrap_or_default(),
                 Err(_) => Vec::new(),
             };
-            let held = held_slots(&slots);
-            if !held.is_empty() {
-                say!(
-                    "{key} is a semaphore (`run --limit`): nothing was broken; its permits are its slot keys, broken one at a time with `leasehold break {key}/:slot:N`: {}",
-                    held.join(", ")
-                );
-                return Ok(ExitCode::from(EXIT_USAGE));
+            if let Some(code) = refuse_slots(
+                &slots,
+                &format!("{key} is a semaphore (`run --limit`): nothing was broken; its permits are its slot keys, broken one at a time with `leasehold break {key}/:slot:N`"),
+            ) {
+                return Ok(code);
             }
             // Nor do the readers of KEY (`run --shared`): each holds a
             // reader slot of its own.
@@ -136,13 +134,11 @@ pub async fn break_lease(store: &Store, key: &str) -> anyhow::Result<ExitCode> {
                 Ok(rw) => rw.readers().await.unwrap_or_default(),
                 Err(_) => Vec::new(),
             };
-            let held = held_slots(&readers);
-            if !held.is_empty() {
-                say!(
-                    "{key} is held by readers (`run --shared`): nothing was broken; each holds a reader slot, broken one at a time with `leasehold break {key}/:read:N`: {}",
-                    held.join(", ")
-                );
-                return Ok(ExitCode::from(EXIT_USAGE));
+            if let Some(code) = refuse_slots(
+                &readers,
+                &format!("{key} is held by readers (`run --shared`): nothing was broken; each holds a reader slot, broken one at a time with `leasehold break {key}/:read:N`"),
+            ) {
+                return Ok(code);
             }
             print(&format!("{key} was not held\n"))?
         }
@@ -302,6 +298,18 @@ fn outcome(outcome: RunOutcome) -> &'static str {
 
 /// The held ones of a semaphore's or a reader-writer lock's slots, as
 /// `KEY (held by OWNER)`, for `break`'s refusal.
+/// `break` on a key whose holders are slot keys (a semaphore's permits, a
+/// reader-writer lock's readers): says `why` and the held slots, and
+/// answers the usage exit code; `None` when no slot is held.
+fn refuse_slots(slots: &[leasehold::SlotInfo], why: &str) -> Option<ExitCode> {
+    let held = held_slots(slots);
+    if held.is_empty() {
+        return None;
+    }
+    say!("{why}: {}", held.join(", "));
+    Some(ExitCode::from(EXIT_USAGE))
+}
+
 fn held_slots(slots: &[leasehold::SlotInfo]) -> Vec<String> {
     slots
         .iter()

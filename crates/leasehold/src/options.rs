@@ -312,6 +312,15 @@ pub(crate) fn fmt_duration(d: Duration) -> String {
     }
 }
 
+/// Options for the crate's unit tests on the memory store: a short TTL and
+/// polls 5-10 ms apart, so that waits end quickly.
+#[cfg(test)]
+pub(crate) fn fast_for_tests() -> LockOptions {
+    LockOptions::new()
+        .ttl(Duration::from_secs(5))
+        .poll_interval(Duration::from_millis(5), Duration::from_millis(10))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -385,13 +385,7 @@ fn reader_key(key: &Key, slot: u32) -> Key {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::options::LockOptions;
-
-    fn fast() -> LockOptions {
-        LockOptions::new()
-            .ttl(Duration::from_secs(5))
-            .poll_interval(Duration::from_millis(5), Duration::from_millis(10))
-    }
+    use crate::options::fast_for_tests as fast;
 
     #[test]
     fn reader_keys_are_documented_and_valid() {

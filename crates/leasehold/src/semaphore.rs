@@ -260,16 +260,10 @@ pub(crate) fn numbered_slots(prefix: &str, listed: Vec<KeyInfo>) -> Vec<SlotInfo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::options::LockOptions;
+    use crate::options::fast_for_tests as fast;
 
     fn store() -> Store {
         Store::open("memory:").unwrap()
-    }
-
-    fn fast() -> LockOptions {
-        LockOptions::new()
-            .ttl(Duration::from_secs(5))
-            .poll_interval(Duration::from_millis(5), Duration::from_millis(10))
     }
 
     #[test]
