@@ -296,8 +296,6 @@ fn outcome(outcome: RunOutcome) -> &'static str {
     }
 }
 
-/// The held ones of a semaphore's or a reader-writer lock's slots, as
-/// `KEY (held by OWNER)`, for `break`'s refusal.
 /// `break` on a key whose holders are slot keys (a semaphore's permits, a
 /// reader-writer lock's readers): says `why` and the held slots, and
 /// answers the usage exit code; `None` when no slot is held.
@@ -310,6 +308,8 @@ fn refuse_slots(slots: &[leasehold::SlotInfo], why: &str) -> Option<ExitCode> {
     Some(ExitCode::from(EXIT_USAGE))
 }
 
+/// The held ones of a semaphore's or a reader-writer lock's slots, as
+/// `KEY (held by OWNER)`, for `break`'s refusal.
 fn held_slots(slots: &[leasehold::SlotInfo]) -> Vec<String> {
     slots
         .iter()
