@@ -181,7 +181,7 @@ async fn waiter(name: &str, until: u64) -> anyhow::Result<WaiterReport> {
 }
 
 /// One uncontended `Lock` + `Unlock`: two requests.
-async fn cycle(client: &Connection, name: &str, lease: i64) -> anyhow::Result<()> {
+pub(crate) async fn cycle(client: &Connection, name: &str, lease: i64) -> anyhow::Result<()> {
     let key = lock(client, name, lease).await?;
     unlock(client, key).await
 }
@@ -210,14 +210,14 @@ async fn unlock(client: &Connection, key: Vec<u8>) -> anyhow::Result<()> {
 }
 
 /// A client and its session: one etcd lease, kept alive every TTL/3.
-struct Session {
-    client: Connection,
-    lease: i64,
+pub(crate) struct Session {
+    pub(crate) client: Connection,
+    pub(crate) lease: i64,
     keeper: tokio::task::JoinHandle<()>,
 }
 
 impl Session {
-    async fn open() -> anyhow::Result<Session> {
+    pub(crate) async fn open() -> anyhow::Result<Session> {
         let url = stores::etcd_url().ok_or_else(|| anyhow!("no {} given", stores::ETCD_URL_ENV))?;
         let endpoints: Vec<String> = crate::raw::etcd_endpoints(&url)?
             .into_iter()
@@ -252,7 +252,7 @@ impl Session {
 
     /// Stops the keep-alive and revokes the session's lease (deleting any
     /// lock key still on it).
-    async fn close(self) {
+    pub(crate) async fn close(self) {
         self.keeper.abort();
         let request = LeaseRevokeRequest { id: self.lease };
         let _ = self.client.lease().lease_revoke(request).await;

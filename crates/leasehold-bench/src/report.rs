@@ -497,10 +497,13 @@ cycles, then a handoff to a waiter in another process (held 0.1–0.2 s, then re
             "| peer | store | peer cycles/s | leasehold cycles/s | leasehold / peer | peer requests/cycle | peer handoff p50 / p99 (other process) | leasehold handoff p50 / p99 | peer p50 / leasehold p50 |\n|---|---|---|---|---|---|---|---|---|"
         );
         for p in &r.peers {
-            let ratio = p
-                .leasehold_cps
-                .map(|l| format!("**{:.2}×**", l / p.peer_cps))
-                .unwrap_or_else(|| "–".into());
+            let ratio = match (p.ratio, p.leasehold_cps) {
+                // Side by side in figure 1's rounds: their median, and the
+                // middle half.
+                (Some(r), _) => format!("**{r:.2}×** (rounds {})", middle_half(&p.round_ratios)),
+                (None, Some(l)) => format!("**{:.2}×**", l / p.peer_cps),
+                (None, None) => "–".into(),
+            };
             let h = match (&p.peer_handoff, &p.leasehold_handoff) {
                 // A peer faster than leasehold (etcd's, whose waiter is
                 // answered by the server itself) needs decimals.

@@ -120,6 +120,19 @@ pub struct Overhead {
     pub leasehold_requests_per_cycle: f64,
     pub raw_requests_per_cycle: f64,
     pub minimum: u32,
+    /// Figure 6's peer in the same rounds, where it runs in this process
+    /// (etcd's).
+    #[serde(default)]
+    pub peer: Option<PeerRounds>,
+}
+
+/// A peer's uncontended cycles, run in figure 1's rounds beside leasehold.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct PeerRounds {
+    pub peer_cps: f64,
+    /// Median over rounds of leasehold / peer.
+    pub ratio: f64,
+    pub round_ratios: Vec<f64>,
 }
 
 /// Figure 2, one store.
@@ -219,6 +232,13 @@ pub struct Peer {
     pub store: String,
     pub peer_cps: f64,
     pub leasehold_cps: Option<f64>,
+    /// The median of the rounds' leasehold / peer ratios, where the two
+    /// ran in the same rounds (figure 1's); else the ratio of the rates.
+    #[serde(default)]
+    pub ratio: Option<f64>,
+    /// The rounds' ratios: their middle half.
+    #[serde(default)]
+    pub round_ratios: Vec<f64>,
     pub peer_requests_per_cycle: Option<f64>,
     pub peer_handoff: Option<Latency>,
     pub leasehold_handoff: Option<Latency>,

@@ -7,7 +7,7 @@ use leasehold::LockOptions;
 
 use super::harness::{lh_cycles, rate, Run};
 use crate::raw::RawLoop;
-use crate::results::{Overhead, SQLITE_HOP};
+use crate::results::{Overhead, PeerRounds, SQLITE_HOP};
 use crate::stats::median;
 use crate::stores::{self, Spec};
 
@@ -59,27 +59,50 @@ impl Run {
             }
             Spec::Memory => bail!("no raw loop for memory"),
         };
+        // On etcd, figure 6's peer runs in the same rounds (one more phase
+        // each), so that its ratio is measured side by side too.
+        let mut peer = match spec {
+            Spec::Etcd(_) => Some(RawLoop::etcd_peer().await?),
+            _ => None,
+        };
         let phase = Duration::from_millis(self.plan.overhead_phase_ms);
         let max = self.plan.overhead_max_cycles;
         // Warm-up: connections, JIT (DynamoDB Local is a JVM), caches.
         let warm = phase / 2;
         lh_cycles(&lock, warm, max).await?;
         raw.run(warm, max).await?;
+        if let Some(p) = &mut peer {
+            p.run(warm, max).await?;
+        }
         let (mut lh_n, mut lh_t, mut lh_req) = (0u64, Duration::ZERO, 0u64);
         let (mut raw_n, mut raw_t, mut raw_req) = (0u64, Duration::ZERO, 0u64);
+        let (mut peer_n, mut peer_t) = (0u64, Duration::ZERO);
         let mut ratios = Vec::new();
+        let mut peer_ratios = Vec::new();
+        // Each round runs every loop once, starting with a different one
+        // each round.
+        let loops = if peer.is_some() { 3 } else { 2 };
         for round in 0..self.plan.overhead_rounds {
             let mut lh = (0, Duration::ZERO);
             let mut rw = (0, Duration::ZERO);
-            for leasehold_first in [round % 2 == 0, round % 2 == 1] {
-                if leasehold_first {
-                    let r0 = opened.requests();
-                    lh = lh_cycles(&lock, phase, max).await?;
-                    lh_req += opened.requests() - r0;
-                } else {
-                    let r0 = raw.own_requests().unwrap_or_else(|| opened.requests());
-                    rw = raw.run(phase, max).await?;
-                    raw_req += raw.own_requests().unwrap_or_else(|| opened.requests()) - r0;
+            let mut pr = (0, Duration::ZERO);
+            for i in 0..loops {
+                match (round + i) % loops {
+                    0 => {
+                        let r0 = opened.requests();
+                        lh = lh_cycles(&lock, phase, max).await?;
+                        lh_req += opened.requests() - r0;
+                    }
+                    1 => {
+                        let r0 = raw.own_requests().unwrap_or_else(|| opened.requests());
+                        rw = raw.run(phase, max).await?;
+                        raw_req += raw.own_requests().unwrap_or_else(|| opened.requests()) - r0;
+                    }
+                    _ => {
+                        if let Some(p) = &mut peer {
+                            pr = p.run(phase, max).await?;
+                        }
+                    }
                 }
             }
             lh_n += lh.0;
@@ -87,7 +110,23 @@ impl Run {
             raw_n += rw.0;
             raw_t += rw.1;
             ratios.push(rate(lh) / rate(rw));
+            if peer.is_some() {
+                peer_n += pr.0;
+                peer_t += pr.1;
+                peer_ratios.push(rate(lh) / rate(pr));
+            }
         }
+        let peer_rounds = match peer {
+            Some(p) => {
+                p.close().await;
+                Some(PeerRounds {
+                    peer_cps: rate((peer_n, peer_t)),
+                    ratio: median(&peer_ratios).unwrap_or(f64::NAN),
+                    round_ratios: peer_ratios,
+                })
+            }
+            None => None,
+        };
         if matches!(spec, Spec::Sqlite(_)) {
             // The raw loop runs two transactions per cycle by construction.
             raw_req = raw_n * 2;
@@ -105,6 +144,7 @@ impl Run {
             leasehold_requests_per_cycle: lh_req as f64 / lh_n.max(1) as f64,
             raw_requests_per_cycle: raw_req as f64 / raw_n.max(1) as f64,
             minimum,
+            peer: peer_rounds,
         })
     }
 }

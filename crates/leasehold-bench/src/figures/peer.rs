@@ -18,11 +18,10 @@ impl Run {
         venv: Option<&Path>,
         res: &Results,
     ) -> anyhow::Result<Peer> {
-        let leasehold_cps = res
-            .overhead
-            .iter()
-            .find(|o| o.store == spec.label())
-            .map(|o| o.leasehold_cps);
+        let overhead = res.overhead.iter().find(|o| o.store == spec.label());
+        let leasehold_cps = overhead.map(|o| o.leasehold_cps);
+        // A peer that ran in figure 1's rounds (etcd's): its cycles there.
+        let rounds = overhead.and_then(|o| o.peer.clone());
         let leasehold_handoff = res
             .handoff
             .iter()
@@ -82,15 +81,26 @@ impl Run {
                     .collect();
                 Latency::from_ns(&handoffs(rel, &acq))
             });
+        let mut note = out.note;
+        if rounds.is_some() {
+            note.push_str(
+                " Its cycles here ran in figure 1's rounds, interleaved with leasehold's and the \
+raw loop's (this process, a connection of its own); the ratio is the median of the rounds' ratios.",
+            );
+        }
         Ok(Peer {
             peer: peer.into(),
             store: spec.label().into(),
-            peer_cps: out.cycles as f64 / out.seconds.max(1e-9),
+            peer_cps: rounds
+                .as_ref()
+                .map_or(out.cycles as f64 / out.seconds.max(1e-9), |r| r.peer_cps),
             leasehold_cps,
+            ratio: rounds.as_ref().map(|r| r.ratio),
+            round_ratios: rounds.map(|r| r.round_ratios).unwrap_or_default(),
             peer_requests_per_cycle: out.requests_per_cycle,
             peer_handoff,
             leasehold_handoff,
-            note: out.note,
+            note,
         })
     }
 }

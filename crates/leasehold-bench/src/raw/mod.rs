@@ -94,6 +94,17 @@ pub enum RawLoop {
         /// Requests sent.
         requests: Arc<AtomicU64>,
     },
+    /// Figure 6's etcd peer, run in figure 1's rounds: etcd's lock service
+    /// (`Lock` / `Unlock` on a session lease kept alive in the background),
+    /// on a connection of its own; two round trips.
+    EtcdPeer {
+        /// The client and its session.
+        session: crate::peer_etcd::Session,
+        /// The lock's name.
+        name: String,
+        /// Requests sent.
+        requests: Arc<AtomicU64>,
+    },
     /// aws-sdk-dynamodb on leasehold's own client: conditional grant, release.
     Dynamo {
         /// The client (leasehold's, so the same settings).
@@ -260,6 +271,23 @@ impl RawLoop {
         })
     }
 
+    /// The etcd peer (see [`RawLoop::EtcdPeer`]), its session opened.
+    pub async fn etcd_peer() -> anyhow::Result<RawLoop> {
+        Ok(RawLoop::EtcdPeer {
+            session: crate::peer_etcd::Session::open().await?,
+            name: format!("leasehold-bench-peer/etcd-rounds-{}", std::process::id()),
+            requests: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    /// Ends the loop: the etcd peer's session is revoked (the others hold
+    /// nothing between cycles).
+    pub async fn close(self) {
+        if let RawLoop::EtcdPeer { session, .. } = self {
+            session.close().await;
+        }
+    }
+
     /// Requests the loop's own client sent (all but SQLite, DynamoDB and
     /// S3, which the caller counts).
     pub fn own_requests(&self) -> Option<u64> {
@@ -267,7 +295,8 @@ impl RawLoop {
             RawLoop::Azure { requests, .. }
             | RawLoop::Postgres { requests, .. }
             | RawLoop::Redis { requests, .. }
-            | RawLoop::Etcd { requests, .. } => Some(requests.load(Ordering::Relaxed)),
+            | RawLoop::Etcd { requests, .. }
+            | RawLoop::EtcdPeer { requests, .. } => Some(requests.load(Ordering::Relaxed)),
             _ => None,
         }
     }
@@ -355,6 +384,14 @@ impl RawLoop {
                 state,
                 requests,
             } => etcd_cycle(client, prefix, state, requests).await?,
+            RawLoop::EtcdPeer {
+                session,
+                name,
+                requests,
+            } => {
+                crate::peer_etcd::cycle(&session.client, name, session.lease).await?;
+                requests.fetch_add(2, Ordering::Relaxed);
+            }
         }
         Ok(())
     }
