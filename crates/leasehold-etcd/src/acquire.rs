@@ -12,7 +12,9 @@ use leasehold::{
 use crate::backend::{is_not_found, Snapshot, RACE_RETRIES};
 use crate::error::{self, NAME};
 use crate::grpc;
-use crate::record::{from_json, now_ms, to_json, EpochMarker, HolderRecord, KeyRecord};
+use crate::record::{
+    from_json, now_ms, to_json, EpochMarker, HolderRecord, KeyRecord, WaiterEntry,
+};
 use crate::session::ran;
 use crate::{EtcdBackend, MAX_TTL, MIN_TTL};
 
@@ -46,8 +48,18 @@ impl EtcdBackend {
         }
         let hk = self.holder_key(request.key.as_str());
         let rk = self.record_key(request.key.as_str());
-        // The key as last seen: no read when it was seen free.
+        let lease_id = request.lease_id.as_str();
+        let queue = self.queue();
+        // A lock's waiter asks to be queued (see the crate docs' "Handoff").
+        let queue_me = request.queue && self.inner.queues && request.epoch.is_some();
+        let wk = self.waiter_key(lease_id);
+        // The key as last seen: no read when it was seen free; but a
+        // waiter whose registration was seen deleted reads first (it may
+        // have been handed the key: then that read is all it takes).
         let mut known = self.remembered(request);
+        if queue.take_consumed(lease_id) {
+            known = None;
+        }
         for _ in 0..RACE_RETRIES {
             let free = match known.take() {
                 Some(free) => free,
@@ -91,23 +103,58 @@ impl EtcdBackend {
                 },
                 grpc::created_at(hk.clone(), 0),
             ];
-            let success = vec![
+            let mut success = vec![
                 grpc::put(hk.clone(), holder.clone(), session.id),
                 grpc::put(rk.clone(), record.clone(), 0),
             ];
             let ran = ran(&session, request.ttl);
-            let failure = self.snapshot_ops(Some(&request.key));
+            let mut failure = self.snapshot_ops(Some(&request.key));
+            if queue_me || queue.is_mine(lease_id) {
+                // Granted: the registration, if any, ends with the grant.
+                success.push(grpc::delete(wk.clone()));
+            }
+            if queue_me {
+                // Held (or changed): register, or write the registration
+                // again (the holder hands over only to one written within
+                // `queue::FRESH`), on the session a grant would use. After
+                // the reads: their responses come first.
+                failure.push(grpc::put(
+                    wk.clone(),
+                    to_json(&WaiterEntry {
+                        key: request.key.as_str().to_string(),
+                        lease_id: lease_id.to_string(),
+                        epoch,
+                        ttl_ms: request.ttl.as_millis() as u64,
+                        host: request.owner.host.clone(),
+                        pid: request.owner.pid,
+                        label: request.owner.label.clone(),
+                        data: request.data.clone(),
+                    }),
+                    session.id,
+                ));
+                queue.register(lease_id);
+            }
             match self.txn_else(OP, compare, success, failure).await? {
                 Ok(r) if r.succeeded => {
+                    queue.forget(lease_id);
                     self.seen().remember(request.key.as_str(), Some(record));
-                    self.held()
-                        .insert(request.lease_id.as_str().to_string(), holder);
+                    self.held().insert(lease_id.to_string(), holder);
+                    self.watch_waiters();
                     return Ok(AcquireOutcome::Acquired(Grant::new(token).ran(ran)));
                 }
                 Ok(r) => {
                     // Held, granted since, or another store: as the key is.
                     let snap = self.snapshot(Some(&request.key), r.responses)?;
                     match self.judge(request, snap).await? {
+                        Judged::Answer(outcome @ AcquireOutcome::Acquired(_)) if queue_me => {
+                            // Handed to us just before this attempt, which
+                            // wrote the registration again: it ends here
+                            // (left, a later release could hand the key
+                            // to this id after its holder let it go).
+                            self.txn(OP, Vec::new(), vec![grpc::delete(wk.clone())])
+                                .await?;
+                            return Ok(outcome);
+                        }
                         Judged::Answer(outcome) => return Ok(outcome),
                         Judged::Again => {}
                         Judged::Free(free) => known = Some(free),
@@ -184,14 +231,37 @@ impl EtcdBackend {
                     holder.info(None),
                 ))));
             }
-            // Our own grant, retried after an ambiguous answer: hang it on
-            // a fresh session, as a grant now would be.
+            if holder.epoch != marker.epoch {
+                // Never answered `Acquired` outside the epoch asked for.
+                return Ok(Judged::Answer(AcquireOutcome::Held(Some(
+                    holder.info(None),
+                ))));
+            }
+            // Our own grant: handed to us as a waiter, or retried after an
+            // ambiguous answer. On a session this backend granted and
+            // whose grant time it knows, the key lives until that session
+            // ends: it is ours as it is, that much of its TTL run out.
+            if let Some(session) = self.granted_session(kv.lease) {
+                let ran = ran(&session, request.ttl);
+                if ran <= request.ttl / 4 {
+                    self.queue().forget(&holder.lease_id);
+                    self.held()
+                        .insert(holder.lease_id.clone(), kv.value.clone());
+                    self.watch_waiters();
+                    return Ok(Judged::Answer(AcquireOutcome::Acquired(
+                        Grant::new(holder.token).ran(ran),
+                    )));
+                }
+            }
+            // Otherwise hang it on a fresh session, as a grant now would be.
             if let Some(ran) = self
                 .hang(OP, &request.key, &kv.value, request.ttl, None)
                 .await?
             {
+                self.queue().forget(&holder.lease_id);
                 self.held()
                     .insert(holder.lease_id.clone(), kv.value.clone());
+                self.watch_waiters();
                 return Ok(Judged::Answer(AcquireOutcome::Acquired(
                     Grant::new(holder.token).ran(ran),
                 )));

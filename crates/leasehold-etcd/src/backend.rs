@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use leasehold::{
-    backend::{AcquireOutcome, AcquireRequest, Backend, Capabilities, Lease, StoreEpoch},
+    backend::{
+        next_token, AcquireOutcome, AcquireRequest, Backend, Capabilities, Lease, StoreEpoch,
+    },
     Error, HolderInfo, Key, KeyInfo, LossReason, Result, RunRecord,
 };
 
@@ -21,7 +23,7 @@ use crate::grpc::etcdserverpb::{
 };
 use crate::grpc::mvccpb::KeyValue;
 use crate::grpc::{self, Connection};
-use crate::record::{from_json, key_info, EpochMarker, HolderRecord, KeyRecord};
+use crate::record::{from_json, key_info, to_json, EpochMarker, HolderRecord, KeyRecord};
 use crate::MIN_TTL;
 use leasehold::backend::shared_builder::{shared_capabilities, ServerCommon};
 
@@ -59,6 +61,18 @@ pub(crate) struct Inner {
     /// The holder values of the grants this backend holds, by lease id: a
     /// release deletes the holder key only while it still has that value.
     pub(crate) held: std::sync::Mutex<HashMap<String, Vec<u8>>>,
+    /// Whether lock waiters are queued and handed the key (with wake-ups
+    /// on; see the crate docs' "Handoff").
+    pub(crate) queues: bool,
+    /// This backend's registrations as a waiter, and its view of everyone's.
+    pub(crate) queue: Arc<crate::queue::Queue>,
+    /// Dropping it stops the watch that keeps the view (started at the
+    /// first grant).
+    pub(crate) view_stop: std::sync::OnceLock<tokio::sync::oneshot::Sender<()>>,
+    /// Sessions granted within the longest TTL, by etcd lease id: a key
+    /// handed to this backend hangs on one of them, whose grant time
+    /// bounds its deadline.
+    pub(crate) granted: std::sync::Mutex<HashMap<i64, Session>>,
 }
 
 /// An etcd lease holder keys of one TTL hang on.
@@ -187,6 +201,14 @@ impl EtcdBackend {
         self.inner.requests.load(Ordering::Relaxed)
     }
 
+    /// How many waiters' registrations for `key` this backend's view shows
+    /// (see the crate docs' "Handoff"): for tests, which wait for a
+    /// registration to reach the holder before releasing.
+    #[doc(hidden)]
+    pub fn waiters_seen(&self, key: &str) -> usize {
+        self.inner.queue.seen_for(key)
+    }
+
     /// The key prefix of this store.
     pub fn prefix(&self) -> &str {
         &self.inner.prefix
@@ -220,6 +242,41 @@ impl EtcdBackend {
 
     pub(crate) fn holder_key(&self, key: &str) -> String {
         format!("{}h/{key}", self.inner.prefix)
+    }
+
+    /// A lock waiter's registration, by its lease id (random, never
+    /// reused: only that waiter writes or deletes it).
+    pub(crate) fn waiter_key(&self, lease_id: &str) -> String {
+        format!("{}w/{lease_id}", self.inner.prefix)
+    }
+
+    /// Starts the watch on the waiters' registrations, if not yet: from
+    /// the backend's first grant on, its releases can hand keys over.
+    pub(crate) fn watch_waiters(&self) {
+        if !self.inner.queues || self.inner.view_stop.get().is_some() {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if self.inner.view_stop.set(tx).is_ok() {
+            rt.spawn(crate::queue::keep_view(
+                self.inner.conn.clone(),
+                format!("{}w/", self.inner.prefix),
+                self.inner.queue.clone(),
+                rx,
+            ));
+        }
+    }
+
+    /// A session this backend granted, still alive by its grant time.
+    pub(crate) fn granted_session(&self, id: i64) -> Option<Session> {
+        let granted = self.inner.granted.lock().unwrap_or_else(|e| e.into_inner());
+        granted
+            .get(&id)
+            .filter(|s| s.fresh.elapsed() < Duration::from_secs(s.secs as u64))
+            .copied()
     }
 
     /// Sends one request (`send`, given a channel to the current
@@ -344,8 +401,102 @@ impl EtcdBackend {
         self.inner.seen.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    pub(crate) fn queue(&self) -> &crate::queue::Queue {
+        &self.inner.queue
+    }
+
     pub(crate) fn held(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<u8>>> {
         self.inner.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A release that hands the key to the oldest waiter registered for
+    /// it (see the crate docs' "Handoff"), in one `Txn`: while the holder
+    /// key still has our grant's `value`, and (nested) while the
+    /// registration, the marker and the key's record are the bytes seen,
+    /// the key is put as that waiter's grant (the next token, on the
+    /// waiter's session), the record with that token, and the registration
+    /// deleted; otherwise the holder key is deleted, as a plain release
+    /// does. `None`: no waiter to hand to (or its session was gone): a
+    /// plain release follows.
+    async fn hand_over(&self, lease: &Lease, value: &[u8]) -> Result<Option<Result<()>>> {
+        const OP: &str = "release";
+        let key = lease.key.as_str();
+        let (marker_bytes, record_bytes) = {
+            let seen = self.seen();
+            match (&seen.marker, seen.records.get(key)) {
+                (Some(m), Some(Some(r))) => (m.clone(), r.clone()),
+                _ => return Ok(None),
+            }
+        };
+        let (Ok(marker), Ok(record)) = (
+            from_json::<EpochMarker>("epoch marker", &marker_bytes),
+            from_json::<KeyRecord>("key record", &record_bytes),
+        ) else {
+            return Ok(None);
+        };
+        // The record as our grant wrote it, in the marker's epoch: the
+        // next token follows ours.
+        if record.token != lease.fencing_token
+            || record.epoch != lease.epoch
+            || marker.epoch != lease.epoch
+        {
+            return Ok(None);
+        }
+        let max_ttl = Duration::from_millis(marker.max_ttl_ms).min(crate::MAX_TTL);
+        let Some(waiter) = self
+            .queue()
+            .pick(key, lease.epoch, lease.lease_id.as_str(), max_ttl)
+        else {
+            return Ok(None);
+        };
+        let hk = self.holder_key(key);
+        let rk = self.record_key(key);
+        let token = next_token(record.token, lease.epoch);
+        let holder = to_json(&waiter.entry.holder(token));
+        let new_record = to_json(&KeyRecord {
+            token,
+            epoch: lease.epoch,
+            ..record
+        });
+        let inner = TxnRequest {
+            compare: vec![
+                grpc::value_is(waiter.etcd_key.clone(), waiter.value.clone()),
+                grpc::lease_is(waiter.etcd_key.clone(), waiter.lease),
+                grpc::value_is(self.marker_key(), marker_bytes),
+                grpc::value_is(rk.clone(), record_bytes),
+            ],
+            success: vec![
+                grpc::put(hk.clone(), holder, waiter.lease),
+                grpc::put(rk, new_record.clone(), 0),
+                grpc::delete(waiter.etcd_key.clone()),
+            ],
+            failure: vec![grpc::delete(hk.clone())],
+        };
+        let sent = self
+            .txn_else(
+                OP,
+                vec![grpc::value_is(hk, value.to_vec())],
+                vec![grpc::nested(inner)],
+                Vec::new(),
+            )
+            .await?;
+        match sent {
+            Ok(r) => {
+                self.held().remove(lease.lease_id.as_str());
+                if !r.succeeded {
+                    return Ok(Some(Err(not_ours(&lease.key))));
+                }
+                if r.responses.first().is_some_and(grpc::nested_succeeded) {
+                    tracing::debug!(key, token, "released: handed to a waiter");
+                    self.seen().remember(key, Some(new_record));
+                }
+                Ok(Some(Ok(())))
+            }
+            // The waiter's session is gone (nothing was written): a plain
+            // release.
+            Err(e) if is_not_found(&e) => Ok(None),
+            Err(e) => Err(error::status(OP, e)),
+        }
     }
 
     /// A renewal: our holder key, value for value (our lease id is in it),
@@ -412,7 +563,7 @@ impl Backend for EtcdBackend {
     leasehold::server_backend_methods!(NAME, inner.common);
 
     fn capabilities(&self) -> Capabilities {
-        shared_capabilities(MIN_TTL, self.inner.max_ttl)
+        shared_capabilities(MIN_TTL, self.inner.max_ttl).queues_waiters(self.inner.queues)
     }
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<AcquireOutcome> {
@@ -431,7 +582,52 @@ impl Backend for EtcdBackend {
     async fn release(&self, lease: &Lease) -> Result<()> {
         const OP: &str = "release";
         let hk = self.holder_key(lease.key.as_str());
+        let id = lease.lease_id.as_str();
+        let registered = self.queue().forget(id);
+        if registered || !self.held().contains_key(id) {
+            // Not a grant this backend remembers: a waiter's registration
+            // whose wait ended without it, a release chasing an ambiguous
+            // attempt, or a grant made by another backend. One `Txn`
+            // deletes our registration, if any (a late attempt may have
+            // written it again), and reads the holder key: if the key is
+            // ours (handed to this id meanwhile, or granted), it is
+            // released below.
+            let resp = self
+                .txn(
+                    OP,
+                    Vec::new(),
+                    vec![grpc::delete(self.waiter_key(id)), grpc::get(hk.clone())],
+                )
+                .await?;
+            let holder = resp
+                .responses
+                .into_iter()
+                .nth(1)
+                .and_then(|r| grpc::range_kvs(r).into_iter().next());
+            let theirs = match holder {
+                None => "the key has no holder in etcd (released, expired, broken, or the store's data lost)",
+                Some(kv) => match from_json::<HolderRecord>("holder record", &kv.value)? {
+                    h if h.lease_id != id => "another holder has the key",
+                    h if h.epoch != lease.epoch => "the store is in another epoch",
+                    _ => {
+                        self.held().insert(id.to_string(), kv.value);
+                        ""
+                    }
+                },
+            };
+            if !theirs.is_empty() {
+                // A registration ended without a grant: nothing to release.
+                return if registered {
+                    Ok(())
+                } else {
+                    Err(lost(&lease.key, theirs))
+                };
+            }
+        }
         let value = self.our_value(OP, lease).await?;
+        if let Some(released) = self.hand_over(lease, &value).await? {
+            return released;
+        }
         // Deletes the holder key only while it is our grant's, value for
         // value (our lease id is in it): a retried release after someone
         // else was granted the key changes nothing (unlike deleting the

@@ -5,6 +5,7 @@ use leasehold::backend::shared_builder::{check_max_ttl, split_scheme, ServerOpti
 use leasehold::{Error, Result};
 
 use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 
 use leasehold::backend::shared_builder::ServerCommon;
 use leasehold::backend::Listener;
@@ -209,10 +210,11 @@ impl EtcdBackendBuilder {
         .await
         .map_err(|_| error::timed_out("connect", self.options.request_timeout))?
         .map_err(error::connect)?;
+        let queue = Arc::new(crate::queue::Queue::default());
         let listener = self
             .options
             .wake_ups
-            .then(|| Listener::new(Deletions::new(conn.clone(), format!("{}h/", self.prefix))));
+            .then(|| Listener::new(Deletions::new(conn.clone(), &self.prefix, queue.clone())));
         EtcdBackend::open(Inner {
             conn,
             endpoints: self.endpoints,
@@ -225,6 +227,10 @@ impl EtcdBackendBuilder {
             sessions: Default::default(),
             seen: Default::default(),
             held: Default::default(),
+            queues: self.options.wake_ups,
+            queue,
+            view_stop: Default::default(),
+            granted: Default::default(),
         })
         .await
     }

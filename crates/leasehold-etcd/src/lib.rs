@@ -29,7 +29,8 @@
 //! store's keys live: two prefixes are two independent stores. `max_ttl`
 //! (such as `5m`; 2 s to 24 h) is the max TTL a store created now records
 //! (see [store epoch](#store-epoch-and-quarantine)). `wake_ups=off` turns
-//! the watch off (waiters poll only). The password is never printed: not by
+//! the watches off (waiters poll only, and are not handed keys: see
+//! [Handoff](#protocol)). The password is never printed: not by
 //! `Debug`, not in errors (`builder::tests`).
 //!
 //! # Keys
@@ -41,6 +42,7 @@
 //! | `P epoch-fresh` | empty: the epoch's age timer | an etcd lease of the longer of the max TTL and the confirmation window (+1 s) |
 //! | `P k/KEY` | the key's last fencing token, its epoch, run records | nothing (never deleted by leasehold) |
 //! | `P h/KEY` | the holder: lease id, token, epoch, owner, data, TTL | the holder's session (below) |
+//! | `P w/LEASE_ID` | a lock's waiter: its key, lease id, epoch, TTL, owner, data | the waiter's session |
 //!
 //! # Protocol
 //! Every read is one transaction of `Range` requests (one round trip, one
@@ -101,11 +103,34 @@
 //!   session's lease runs out (checked by the leader every 500 ms), so no
 //!   client clock is involved in freeing a key.
 //!
+//! * **Handoff** (lock waiters only, with wake-ups on): a waiter's attempt
+//!   that finds the key held also registers it, in the same `Txn`'s
+//!   failure branch, as `P w/LEASE_ID` on its session; each poll writes it
+//!   again. A backend that has granted a key watches `P w/` and keeps a
+//!   view of the registrations. Its release then hands the key to the
+//!   oldest registration for the key, in the lease's epoch, written within
+//!   the last second (a waiter whose process is gone stops writing it):
+//!   one `Txn` that, while the holder key still has our grant's value, and
+//!   (a nested `Txn`) while the registration (its value and its etcd
+//!   lease, never 0), the marker and the record are the bytes seen, puts
+//!   the holder key as the waiter's grant (the next token, on the waiter's
+//!   session), the record with that token, and deletes the registration;
+//!   otherwise it deletes the holder key, as a plain release does. The
+//!   registration's deletion wakes the waiter (the watch on `P w/`
+//!   deletions), which reads the key and finds itself the holder: one read,
+//!   no write, where taking a free key would have been a second write
+//!   after the release's. A waiter's grant ends its registration; a wait
+//!   that ends without the key (timed out, dropped) ends it with one `Txn`
+//!   that deletes it and reads the holder key, releasing the key if it was
+//!   handed over meanwhile. Semaphores, reader-writer locks, elections and
+//!   single attempts are never queued.
+//!
 //! Round trips: acquire of a free key 1 (2 when it was granted elsewhere
 //! since this process last saw it), of a held key 1, renew 1, release 1,
 //! inspect 2 when held, plus a `LeaseGrant` per new session: an
 //! uncontended acquire and release is **2 requests**, as etcd's own lock
-//! on a session is.
+//! on a session is. A handoff to a queued waiter is the release's one
+//! `Txn` and the waiter's one read.
 //!
 //! # Why a stale holder can never touch a newer holder's key
 //! Every grant writes a holder value with its own lease id (random, never
@@ -121,6 +146,42 @@
 //! an older process's break revokes the holder key's etcd lease, which for
 //! a newer holder is a session: every key hung on it is freed at once, and each holder learns it at its next renewal, as
 //! after any break. Upgrade every process that shares a prefix.
+//!
+//! # Why a handoff keeps the promise
+//! * **One holder.** The handoff's outer comparison is the plain release's:
+//!   the holder key still has our grant's value, so only the holder's own
+//!   release can hand it on, and it replaces our value with the waiter's
+//!   in the same revision (nobody can take the key in between: it is
+//!   never absent).
+//! * **Tokens only grow.** The next token is computed from the record as
+//!   our grant wrote it, and the nested comparison of the record's and the
+//!   marker's bytes makes that read-increment-write atomic, as a grant's
+//!   is; a changed record or another store hands nothing over.
+//! * **The waiter's deadline.** The key hangs on the waiter's own session,
+//!   which lives exactly its whole seconds from its `LeaseGrant`, whose
+//!   send time the waiter's backend keeps: the waiter takes the key as its
+//!   own only on a session it knows, and reports the part of the TTL that
+//!   had already run out ([`Grant::ran`](leasehold::backend::Grant::ran)),
+//!   so its safety deadline never outlasts the key. On a session it does
+//!   not know (or with more than a quarter of the TTL run out) it moves the
+//!   key onto a fresh one first, as a renewal does. A session gone before
+//!   the release fails the whole `Txn` (etcd checks every lease a `Txn`
+//!   names), which then releases plainly.
+//! * **Epochs.** A registration carries the epoch its waiter cleared (out
+//!   of quarantine), and is handed the key only by a holder of that epoch,
+//!   with the marker compared; the waiter answers `Acquired` only in the
+//!   epoch it asked for.
+//! * **Only that waiter.** A registration is named by its waiter's lease
+//!   id (random, never reused), the holder value written carries that id,
+//!   and the registration's exact bytes and etcd lease are compared: a
+//!   cancelled registration, or one written again on another session, is
+//!   not handed anything.
+//!
+//! What it costs in liveness: a waiter whose process dies within a second
+//! of being handed the key (or of its last poll, before the release) holds
+//! it, for nobody, until its session ends: at most its TTL, as a holder
+//! that dies does. A waiter whose poll interval is longer than a second is
+//! not handed keys (it takes them itself, as before).
 //!
 //! # Fencing tokens
 //! The etcd revision is global to the cluster and 64 bits wide: it does not
@@ -192,10 +253,11 @@
 //! `P epoch` after a restore, to start a new epoch.
 //!
 //! # Wake-ups across machines
-//! One watch per backend on `P h/` for deletions (every release, break and
-//! expiry deletes the holder key); it resumes from the last seen revision
-//! after a reconnect, so deletions while it was down are replayed. A hint
-//! only: waiters keep polling.
+//! One watch stream per backend on `P h/` for deletions (every release,
+//! break and expiry deletes the holder key) and on `P w/` for deletions (a
+//! handoff deletes its waiter's registration); it resumes from the last
+//! seen revision after a reconnect, so deletions while it was down are
+//! replayed. A hint only: waiters keep polling.
 //!
 //! # Build
 //! Building this crate needs a Rust toolchain and nothing else: no
@@ -237,6 +299,7 @@ mod epoch;
 mod error;
 pub mod grpc;
 mod listen;
+mod queue;
 mod record;
 mod runs;
 mod session;

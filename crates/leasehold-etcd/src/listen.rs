@@ -1,6 +1,8 @@
 //! Wake-ups across machines: the core's [`Listener`](leasehold::backend::Listener)
-//! over one etcd watch per backend on the holder keys' prefix, for
-//! deletions (a release, a break, an expiry, all delete the holder key).
+//! over one etcd watch stream per backend, for deletions: of holder keys
+//! (a release, a break, an expiry, all delete the holder key), and of
+//! waiters' registrations (a release that handed the key to a waiter
+//! deletes its registration: the waiter is woken, and reads the key).
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -17,6 +19,8 @@ use crate::grpc::etcdserverpb::watch_request::RequestUnion;
 use crate::grpc::etcdserverpb::{WatchCreateRequest, WatchRequest, WatchResponse};
 use crate::grpc::mvccpb::event::EventType;
 use crate::grpc::{prefix_end, Connection};
+use crate::queue::Queue;
+use crate::record::WaiterEntry;
 
 /// The deletions of holder keys: a watch re-created (by the listener, after
 /// a loss) from the revision after the last one seen, so deletions while
@@ -25,16 +29,36 @@ pub(crate) struct Deletions {
     client: Connection,
     /// `PREFIX` + `h/`: holder keys.
     prefix: String,
+    /// `PREFIX` + `w/`: waiters' registrations.
+    waiters: String,
+    /// This backend's registrations: one seen deleted is marked so.
+    queue: Arc<Queue>,
     /// The revision the next watch starts from (0: from now).
     next_rev: Arc<AtomicI64>,
 }
 
 impl Deletions {
-    pub fn new(client: Connection, prefix: String) -> Self {
+    /// Deletions under the store prefix `prefix`.
+    pub fn new(client: Connection, prefix: &str, queue: Arc<Queue>) -> Self {
         Deletions {
             client,
-            prefix,
+            prefix: format!("{prefix}h/"),
+            waiters: format!("{prefix}w/"),
+            queue,
             next_rev: Arc::default(),
+        }
+    }
+
+    fn watch(&self, prefix: &str, prev_kv: bool) -> WatchRequest {
+        WatchRequest {
+            request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
+                key: prefix.as_bytes().to_vec(),
+                range_end: prefix_end(prefix.as_bytes()),
+                start_revision: self.next_rev.load(Ordering::Relaxed),
+                filters: vec![FilterType::Noput as i32],
+                prev_kv,
+                ..Default::default()
+            })),
         }
     }
 }
@@ -42,32 +66,27 @@ impl Deletions {
 #[async_trait]
 impl Subscribe for Deletions {
     async fn subscribe(&self) -> Result<Released, BoxError> {
-        let create = WatchRequest {
-            request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
-                key: self.prefix.clone().into_bytes(),
-                range_end: prefix_end(self.prefix.as_bytes()),
-                start_revision: self.next_rev.load(Ordering::Relaxed),
-                filters: vec![FilterType::Noput as i32],
-                ..Default::default()
-            })),
-        };
-        // The request stream stays open (one create, then nothing) for as
-        // long as the watch is wanted: closing it would end the watch.
-        let requests = tokio_stream::once(create).chain(tokio_stream::pending());
+        // Holder keys; and registrations, with the deleted value (its
+        // key name and lease id).
+        let creates = [
+            self.watch(&self.prefix, false),
+            self.watch(&self.waiters, true),
+        ];
+        // The request stream stays open (the creates, then nothing) for as
+        // long as the watches are wanted: closing it would end them.
+        let requests = tokio_stream::iter(creates).chain(tokio_stream::pending());
         let mut wc = self.client.watch();
         let mut stream = wc.watch(requests).await?.into_inner();
         let (tx, rx) = mpsc::unbounded_channel();
-        // In place once etcd says the watch is created.
-        loop {
+        // In place once etcd says both watches are created.
+        let mut created = 0;
+        while created < 2 {
             let Some(resp) = stream.message().await? else {
                 return Err("the watch ended before etcd created it".into());
             };
-            let created = resp.created;
+            created += usize::from(resp.created);
             if !self.forward(&resp, &tx) {
                 return Err("etcd cancelled the watch".into());
-            }
-            if created {
-                break;
             }
         }
         // Then a task forwards what follows, until the watch is lost or the
@@ -75,6 +94,8 @@ impl Subscribe for Deletions {
         let this = Deletions {
             client: self.client.clone(),
             prefix: self.prefix.clone(),
+            waiters: self.waiters.clone(),
+            queue: self.queue.clone(),
             next_rev: self.next_rev.clone(),
         };
         tokio::spawn(async move {
@@ -115,12 +136,22 @@ impl Deletions {
             if ev.r#type != EventType::Delete as i32 {
                 continue;
             }
-            if let Some(kv) = &ev.kv {
-                self.next_rev
-                    .fetch_max(kv.mod_revision + 1, Ordering::Relaxed);
-                if let Some(name) = kv.key.get(self.prefix.len()..) {
-                    let _ = tx.send(String::from_utf8_lossy(name).into());
+            let Some(kv) = &ev.kv else { continue };
+            self.next_rev
+                .fetch_max(kv.mod_revision + 1, Ordering::Relaxed);
+            if kv.key.starts_with(self.waiters.as_bytes()) {
+                // A registration ended: handed the key, cancelled, or its
+                // session over. Its waiter reads the key at once.
+                let entry = ev
+                    .prev_kv
+                    .as_ref()
+                    .and_then(|p| serde_json::from_slice::<WaiterEntry>(&p.value).ok());
+                if let Some(entry) = entry {
+                    self.queue.saw_deleted(&entry.lease_id);
+                    let _ = tx.send(entry.key.into());
                 }
+            } else if let Some(name) = kv.key.get(self.prefix.len()..) {
+                let _ = tx.send(String::from_utf8_lossy(name).into());
             }
         }
         true

@@ -59,6 +59,41 @@ pub(crate) struct HolderRecord {
     pub acquired_at_ms: u64,
 }
 
+/// A lock's waiter, registered to be handed the key (`P w/` + its lease
+/// id, on the waiter's session): what the holder's release writes as the
+/// new holder, and the epoch the waiter cleared (the key is handed over
+/// only within it).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct WaiterEntry {
+    pub key: String,
+    pub lease_id: String,
+    pub epoch: u64,
+    pub ttl_ms: u64,
+    pub host: String,
+    pub pid: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
+}
+
+impl WaiterEntry {
+    /// The holder record a handoff writes for this waiter, with `token`.
+    pub fn holder(&self, token: u64) -> HolderRecord {
+        HolderRecord {
+            lease_id: self.lease_id.clone(),
+            token,
+            epoch: self.epoch,
+            ttl_ms: self.ttl_ms,
+            host: self.host.clone(),
+            pid: self.pid,
+            label: self.label.clone(),
+            data: self.data.clone(),
+            acquired_at_ms: now_ms(),
+        }
+    }
+}
+
 pub(crate) fn to_json<T: Serialize>(v: &T) -> Vec<u8> {
     serde_json::to_vec(v).expect("plain structs serialize")
 }

@@ -58,6 +58,9 @@ impl EtcdBackend {
             fresh: sent,
         };
         sessions.insert(secs, session);
+        let mut granted = self.inner.granted.lock().unwrap_or_else(|e| e.into_inner());
+        granted.retain(|_, s| s.fresh.elapsed() < Duration::from_secs(s.secs as u64));
+        granted.insert(id, session);
         Ok(session)
     }
 

@@ -379,6 +379,18 @@ pub struct Capabilities {
     /// (one attempt, given back at once), which fences that writer out:
     /// the writer starts over with a greater token.
     pub token_visible_before_holder: bool,
+    /// Whether the backend queues waiters: an attempt whose
+    /// [`AcquireRequest::queue`] is set and that finds the key held may
+    /// leave a registration in the store, and the holder's release may
+    /// grant the key to it in the same request (a handoff without a second
+    /// write). The engine then sets `queue` on a lock's waits only, and
+    /// ends a registration that did not get the key (a wait that timed
+    /// out, was dropped, or got the key by another attempt) by calling
+    /// [`release`](Backend::release) with its lease: the backend deletes
+    /// the registration, and releases the key if it had already been
+    /// handed it. A later attempt with the same lease id answers
+    /// `Acquired` when the key was handed to it.
+    pub queues_waiters: bool,
 }
 
 impl Capabilities {
@@ -391,6 +403,7 @@ impl Capabilities {
             shared_across_machines: false,
             takeover_needs_observation: false,
             token_visible_before_holder: false,
+            queues_waiters: false,
         }
     }
 
@@ -403,6 +416,8 @@ impl Capabilities {
         fn takeover_needs_observation(takeover_needs_observation: bool);
         /// Sets [`token_visible_before_holder`](Self::token_visible_before_holder).
         fn token_visible_before_holder(token_visible_before_holder: bool);
+        /// Sets [`queues_waiters`](Self::queues_waiters).
+        fn queues_waiters(queues_waiters: bool);
     }
 }
 
@@ -498,6 +513,11 @@ pub struct AcquireRequest {
     /// this epoch, checked atomically with the grant; otherwise (or when
     /// `None`) answer [`AcquireOutcome::OtherEpoch`] and grant nothing.
     pub epoch: Option<u64>,
+    /// The caller waits for the key if it is held (a lock's wait, not a
+    /// single attempt): a backend that queues waiters (see
+    /// [`Capabilities::queues_waiters`]) may register this request to be
+    /// handed the key; others ignore it.
+    pub queue: bool,
 }
 
 /// The answer to one [`Backend::try_acquire`].

@@ -309,7 +309,7 @@ impl Engine {
     async fn round_now(&self) -> Result<Round> {
         let mut queue = self.queue.gate.clone().try_lock_owned().ok();
         let mut slots = self.fresh_slots();
-        match self.round(&mut slots, &mut queue).await? {
+        match self.round(&mut slots, &mut queue, false).await? {
             Round::Granted(g) => match self.pass_gate(g).await? {
                 Gated::Pass(g) => Ok(Round::Granted(g)),
                 Gated::Blocked { kept, missed } => {
@@ -432,7 +432,8 @@ impl Engine {
             let round = match kept.take().filter(|g| !g.guard.is_lost()) {
                 Some(g) => Ok(Round::Granted(g)),
                 None => {
-                    let Some(round) = until(give_up, self.round(&mut slots, &mut queue)).await
+                    let Some(round) =
+                        until(give_up, self.round(&mut slots, &mut queue, true)).await
                     else {
                         return Err(self.wait_error(&mut outcome, started));
                     };
@@ -755,7 +756,7 @@ impl Engine {
     /// `Some(its token)`. `None`: held.
     async fn take_once(&self, key: &Key) -> Result<Option<u64>> {
         let mut pending = self.fresh_lease(key);
-        match self.attempt(key, &mut pending.lease).await {
+        match self.attempt(key, &mut pending.lease, false).await {
             Ok(AcquireOutcome::Acquired(grant)) => {
                 pending.lease.fencing_token = grant.fencing_token;
                 if self.store.backend().release(&pending.lease).await.is_err() {
@@ -781,12 +782,18 @@ impl Engine {
 
     /// Tries every slot once, in random order, skipping slots a guard of
     /// this process holds. `queue` is the queue's gate if this caller has it:
-    /// a lock's grant keeps it in its guard.
+    /// a lock's grant keeps it in its guard. `waiting`: the round is part of
+    /// a wait, so a lock's attempts ask to be queued where the backend
+    /// queues waiters ([`Capabilities::queues_waiters`](crate::backend::Capabilities::queues_waiters)).
     async fn round(
         &self,
         slots: &mut [Option<SlotState>],
         queue: &mut Option<OwnedMutexGuard<()>>,
+        waiting: bool,
     ) -> Result<Round> {
+        let queue_me = waiting
+            && matches!(self.kind, Kind::Lock)
+            && self.store.backend().capabilities().queues_waiters;
         use rand::seq::SliceRandom;
         let mut order: Vec<usize> = (0..self.slots.len()).collect();
         order.shuffle(&mut rand::rng());
@@ -812,7 +819,7 @@ impl Engine {
             let state = slots[i].get_or_insert_with(|| self.slot_state(key));
             let sent = self.store.clock().now();
             let anchor = *state.anchor.get_or_insert(sent);
-            let outcome = self.attempt(key, &mut state.pending.lease).await;
+            let outcome = self.attempt(key, &mut state.pending.lease, queue_me).await;
             if outcome.is_ok() {
                 self.queue.note_answer();
             }
@@ -853,6 +860,9 @@ impl Engine {
                     // Not disarmed: an earlier attempt with this id whose
                     // answer never came may still land (it would be
                     // answered `Acquired` here, the same id, if it had).
+                    // Queued: the registration is ended if the wait ends
+                    // without this id's grant.
+                    state.pending.queued |= queue_me;
                     state.anchor = None;
                     missed.held = true;
                     missed.holders.extend(holder);
@@ -962,6 +972,9 @@ impl Engine {
         gate: Option<OwnedMutexGuard<()>>,
     ) -> LeaseGuard {
         pending.disarm();
+        // The grant ended this id's registration, if it had one (the
+        // backend's, at the grant).
+        pending.queued = false;
         self.queue.note_grant(self.opts.poll_max);
         if self.queue.note_token(slot, fencing_token) {
             // Granted to someone else since our last grant on this slot.
@@ -988,7 +1001,7 @@ impl Engine {
     /// learning the store's epoch first if need be (see
     /// [`Error::Quarantined`]). Sets `lease.epoch` to the epoch asked for.
     /// Never answers `Acquired` in an epoch that is still in quarantine.
-    async fn attempt(&self, key: &Key, lease: &mut Lease) -> Result<AcquireOutcome> {
+    async fn attempt(&self, key: &Key, lease: &mut Lease, queue: bool) -> Result<AcquireOutcome> {
         let gate = self.store.epochs();
         let mut outcome = Ok(AcquireOutcome::OtherEpoch(crate::backend::StoreEpoch::new(
             0,
@@ -1001,7 +1014,7 @@ impl Engine {
             let epoch = gate.cleared();
             lease.epoch = epoch.unwrap_or(0);
             // With nothing cleared yet (None) this only learns the epoch.
-            outcome = self.send_attempt(key, lease, epoch).await;
+            outcome = self.send_attempt(key, lease, epoch, queue).await;
             let Ok(AcquireOutcome::OtherEpoch(reported)) = &outcome else {
                 return outcome;
             };
@@ -1029,6 +1042,7 @@ impl Engine {
         key: &Key,
         lease: &Lease,
         epoch: Option<u64>,
+        queue: bool,
     ) -> Result<AcquireOutcome> {
         let backend = self.store.backend().clone();
         let request = AcquireRequest {
@@ -1038,6 +1052,7 @@ impl Engine {
             owner: self.owner.clone(),
             data: self.opts.data.clone(),
             epoch,
+            queue,
         };
         let lease = lease.clone();
         let labels = self.labels();
@@ -1051,6 +1066,10 @@ impl Engine {
             });
             if orphaned.get() {
                 match &outcome {
+                    // A registration made after its wait ended: ended too.
+                    Ok(AcquireOutcome::Held(_)) if queue => {
+                        let _ = backend.release(&lease).await;
+                    }
                     Ok(AcquireOutcome::Held(_) | AcquireOutcome::OtherEpoch(_)) => {}
                     Err(e) if !e.is_retryable() => {}
                     Ok(AcquireOutcome::Acquired(_)) => {
@@ -1076,6 +1095,10 @@ struct PendingLease {
     backend: Arc<dyn Backend>,
     lease: Lease,
     armed: bool,
+    /// The store queued this id as a waiter (see
+    /// [`Capabilities::queues_waiters`](crate::backend::Capabilities::queues_waiters)):
+    /// dropped without its grant, the registration is ended by one release.
+    queued: bool,
 }
 
 impl PendingLease {
@@ -1086,6 +1109,7 @@ impl PendingLease {
             // A drop during an attempt is covered by the attempt's own task;
             // only an ambiguous failure or a late grant arms this.
             armed: false,
+            queued: false,
         }
     }
 
@@ -1100,6 +1124,7 @@ impl PendingLease {
 
 impl Drop for PendingLease {
     fn drop(&mut self) {
+        let queued = std::mem::take(&mut self.queued);
         if std::mem::take(&mut self.armed) {
             let backend = self.backend.clone();
             let lease = self.lease.clone();
@@ -1107,6 +1132,16 @@ impl Drop for PendingLease {
                 spawn_background(&rt, async move {
                     let _ = backend.release(&lease).await;
                     chase_late_landing(backend, lease);
+                });
+            }
+        } else if queued {
+            // A registration as a waiter, and the key if it was handed to
+            // this id meanwhile: one release ends both.
+            let backend = self.backend.clone();
+            let lease = self.lease.clone();
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                spawn_background(&rt, async move {
+                    let _ = backend.release(&lease).await;
                 });
             }
         }

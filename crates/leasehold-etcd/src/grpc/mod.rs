@@ -71,7 +71,7 @@ use etcdserverpb::response_op::Response as OpResponse;
 use etcdserverpb::watch_client::WatchClient;
 use etcdserverpb::{
     AuthenticateRequest, Compare, DeleteRangeRequest, LeaseKeepAliveRequest, PutRequest,
-    RangeRequest, RequestOp, ResponseOp,
+    RangeRequest, RequestOp, ResponseOp, TxnRequest,
 };
 use mvccpb::KeyValue;
 use v3lockpb::lock_client::LockClient;
@@ -478,6 +478,26 @@ pub fn value_is(key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Compare {
         key.into(),
         CompareTarget::Value,
         TargetUnion::Value(value.into()),
+    )
+}
+
+/// The comparison `lease(key) == lease` (the etcd lease the key is
+/// attached to; 0: none).
+pub fn lease_is(key: impl Into<Vec<u8>>, lease: i64) -> Compare {
+    equal(key.into(), CompareTarget::Lease, TargetUnion::Lease(lease))
+}
+
+/// A `Txn` nested in another's branch (etcd 3.3 and later).
+pub fn nested(txn: TxnRequest) -> RequestOp {
+    op(Op::RequestTxn(txn))
+}
+
+/// Whether the `Txn` nested as `response` succeeded (false for any other
+/// response).
+pub fn nested_succeeded(response: &ResponseOp) -> bool {
+    matches!(
+        &response.response,
+        Some(OpResponse::ResponseTxn(t)) if t.succeeded
     )
 }
 

@@ -248,6 +248,7 @@ pub fn acquire_request(key: &str, ttl: Duration, epoch: Option<u64>) -> AcquireR
         owner: Owner::current(),
         data: None,
         epoch,
+        queue: false,
     }
 }
 

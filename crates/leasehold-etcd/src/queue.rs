@@ -1,0 +1,216 @@
+//! Queued waiters: a lock's waiter registers under `P w/`, and the
+//! holder's release hands the key to the oldest registration in the same
+//! `Txn` (see the crate docs' "Handoff"). This module keeps what a backend
+//! knows of them: its own registrations, and a view of everyone's, kept by
+//! a watch on `P w/` from the backend's first grant on.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio_stream::StreamExt;
+
+use crate::grpc::etcdserverpb::watch_request::RequestUnion;
+use crate::grpc::etcdserverpb::{WatchCreateRequest, WatchRequest};
+use crate::grpc::mvccpb::event::EventType;
+use crate::grpc::{prefix_end, Connection};
+use crate::record::WaiterEntry;
+
+/// A registration is handed the key only if its last write (each poll of
+/// its waiter writes it again) was seen this recently: a waiter whose
+/// process is gone stops writing it, and is skipped after this long (a
+/// key handed to it would stay held, for nobody, until its session ends).
+pub(crate) const FRESH: Duration = Duration::from_secs(1);
+
+/// The queue as one backend knows it.
+#[derive(Default)]
+pub(crate) struct Queue {
+    /// The lease ids this backend registered as waiters, by lease id.
+    mine: Mutex<HashMap<String, Mine>>,
+    /// Registrations as the watch shows them, by etcd key.
+    view: Mutex<HashMap<Vec<u8>, Waiting>>,
+}
+
+/// One of this backend's registrations.
+struct Mine {
+    /// The watch saw it deleted (handed the key, or ended): the waiter's
+    /// next attempt reads the key before asking for it.
+    consumed: bool,
+}
+
+/// A registration as the watch showed it last.
+#[derive(Clone)]
+pub(crate) struct Waiting {
+    pub(crate) etcd_key: Vec<u8>,
+    pub(crate) entry: WaiterEntry,
+    /// Its stored bytes, compared by the handoff.
+    pub(crate) value: Vec<u8>,
+    /// The etcd lease (the waiter's session) it hangs on: the key is handed
+    /// over on it.
+    pub(crate) lease: i64,
+    /// Its `create_revision`: the oldest goes first.
+    created: i64,
+    /// When the watch last showed it written.
+    seen: tokio::time::Instant,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Queue {
+    /// `lease_id` is registered (or about to be).
+    pub(crate) fn register(&self, lease_id: &str) {
+        lock(&self.mine)
+            .entry(lease_id.to_string())
+            .or_insert(Mine { consumed: false })
+            .consumed = false;
+    }
+
+    /// Whether `lease_id` is one of this backend's registrations.
+    pub(crate) fn is_mine(&self, lease_id: &str) -> bool {
+        lock(&self.mine).contains_key(lease_id)
+    }
+
+    /// Whether `lease_id`'s registration was seen deleted since it was
+    /// last written (asked once: the answer is cleared).
+    pub(crate) fn take_consumed(&self, lease_id: &str) -> bool {
+        lock(&self.mine)
+            .get_mut(lease_id)
+            .is_some_and(|m| std::mem::take(&mut m.consumed))
+    }
+
+    /// The watch saw `lease_id`'s registration deleted.
+    pub(crate) fn saw_deleted(&self, lease_id: &str) {
+        if let Some(m) = lock(&self.mine).get_mut(lease_id) {
+            m.consumed = true;
+        }
+    }
+
+    /// `lease_id` is no longer registered by this backend (granted, or its
+    /// registration ended); whether it was.
+    pub(crate) fn forget(&self, lease_id: &str) -> bool {
+        lock(&self.mine).remove(lease_id).is_some()
+    }
+
+    /// The registration to hand `key` to at a release by `holder` (a lease
+    /// id) in `epoch`: the oldest one for that key and epoch, written
+    /// within [`FRESH`], on an etcd lease, with a TTL the store allows.
+    pub(crate) fn pick(
+        &self,
+        key: &str,
+        epoch: u64,
+        holder: &str,
+        max_ttl: Duration,
+    ) -> Option<Waiting> {
+        let view = lock(&self.view);
+        view.values()
+            .filter(|w| {
+                w.entry.key == key
+                    && w.entry.epoch == epoch
+                    && w.entry.lease_id != holder
+                    && w.lease != 0
+                    && Duration::from_millis(w.entry.ttl_ms) <= max_ttl
+                    && w.seen.elapsed() <= FRESH
+            })
+            .min_by_key(|w| w.created)
+            .cloned()
+    }
+
+    /// Registrations for `key` in the view.
+    pub(crate) fn seen_for(&self, key: &str) -> usize {
+        lock(&self.view)
+            .values()
+            .filter(|w| w.entry.key == key)
+            .count()
+    }
+
+    fn saw_put(&self, w: Waiting) {
+        lock(&self.view).insert(w.etcd_key.clone(), w);
+    }
+
+    fn saw_delete(&self, etcd_key: &[u8]) {
+        lock(&self.view).remove(etcd_key);
+    }
+
+    fn clear_view(&self) {
+        lock(&self.view).clear();
+    }
+}
+
+/// Keeps the view of `prefix` (`P w/`) in `queue` up to date until `stop`
+/// fires or is dropped (the backend is dropped): a watch from now on,
+/// started again after a loss with the view emptied (every waiter writes
+/// its registration again at its next poll, so the view fills again
+/// within a poll interval).
+pub(crate) async fn keep_view(
+    conn: Connection,
+    prefix: String,
+    queue: Arc<Queue>,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        tokio::select! {
+            _ = &mut stop => return,
+            r = watch_view(&conn, &prefix, &queue) => {
+                if let Err(e) = r {
+                    tracing::debug!(error = %e, "etcd: the waiters' watch was lost; watching again");
+                } else {
+                    backoff = Duration::from_millis(100);
+                }
+            }
+        }
+        queue.clear_view();
+        tokio::select! {
+            _ = &mut stop => return,
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+async fn watch_view(
+    conn: &Connection,
+    prefix: &str,
+    queue: &Queue,
+) -> Result<(), leasehold::BoxError> {
+    let create = WatchRequest {
+        request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
+            key: prefix.as_bytes().to_vec(),
+            range_end: prefix_end(prefix.as_bytes()),
+            ..Default::default()
+        })),
+    };
+    // The request stream stays open for as long as the watch is wanted.
+    let requests = tokio_stream::once(create).chain(tokio_stream::pending());
+    let mut wc = conn.watch();
+    let mut stream = wc.watch(requests).await?.into_inner();
+    while let Some(resp) = stream.message().await? {
+        if resp.canceled {
+            return Err("etcd cancelled the waiters' watch".into());
+        }
+        for ev in resp.events {
+            let Some(kv) = ev.kv else { continue };
+            if ev.r#type == EventType::Delete as i32 {
+                queue.saw_delete(&kv.key);
+                continue;
+            }
+            // A value that is not a registration (written by hand) is
+            // never handed anything.
+            let Ok(entry) = serde_json::from_slice::<WaiterEntry>(&kv.value) else {
+                continue;
+            };
+            queue.saw_put(Waiting {
+                etcd_key: kv.key,
+                entry,
+                value: kv.value,
+                lease: kv.lease,
+                created: kv.create_revision,
+                seen: tokio::time::Instant::now(),
+            });
+        }
+    }
+    Ok(())
+}
