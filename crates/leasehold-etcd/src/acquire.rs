@@ -113,7 +113,8 @@ impl EtcdBackend {
                 // Granted: the registration, if any, ends with the grant.
                 success.push(grpc::delete(wk.clone()));
             }
-            if queue_me {
+            let register = queue_me && queue.write_now(lease_id, session.id);
+            if register {
                 // Held (or changed): register, or write the registration
                 // again (the holder hands over only to one written within
                 // `queue::FRESH`), on the session a grant would use. After
@@ -132,7 +133,6 @@ impl EtcdBackend {
                     }),
                     session.id,
                 ));
-                queue.register(lease_id);
             }
             match self.txn_else(OP, compare, success, failure).await? {
                 Ok(r) if r.succeeded => {
@@ -146,7 +146,7 @@ impl EtcdBackend {
                     // Held, granted since, or another store: as the key is.
                     let snap = self.snapshot(Some(&request.key), r.responses)?;
                     match self.judge(request, snap).await? {
-                        Judged::Answer(outcome @ AcquireOutcome::Acquired(_)) if queue_me => {
+                        Judged::Answer(outcome @ AcquireOutcome::Acquired(_)) if register => {
                             // Handed to us just before this attempt, which
                             // wrote the registration again: it ends here
                             // (left, a later release could hand the key

@@ -105,11 +105,12 @@
 //!
 //! * **Handoff** (lock waiters only, with wake-ups on): a waiter's attempt
 //!   that finds the key held also registers it, in the same `Txn`'s
-//!   failure branch, as `P w/LEASE_ID` on its session; each poll writes it
-//!   again. A backend that has granted a key watches `P w/` and keeps a
+//!   failure branch, as `P w/LEASE_ID` on its session; a poll writes it
+//!   again when it was last written 0.5 s ago or more, or on another
+//!   session (each write is a revision etcd keeps until it compacts). A backend that has granted a key watches `P w/` and keeps a
 //!   view of the registrations. Its release then hands the key to the
 //!   oldest registration for the key, in the lease's epoch, written within
-//!   the last second (a waiter whose process is gone stops writing it):
+//!   the last 1.5 s (a waiter whose process is gone stops writing it):
 //!   one `Txn` that, while the holder key still has our grant's value, and
 //!   (a nested `Txn`) while the registration (its value and its etcd
 //!   lease, never 0), the marker and the record are the bytes seen, puts
@@ -177,11 +178,11 @@
 //!   cancelled registration, or one written again on another session, is
 //!   not handed anything.
 //!
-//! What it costs in liveness: a waiter whose process dies within a second
-//! of being handed the key (or of its last poll, before the release) holds
-//! it, for nobody, until its session ends: at most its TTL, as a holder
-//! that dies does. A waiter whose poll interval is longer than a second is
-//! not handed keys (it takes them itself, as before).
+//! What it costs in liveness: a waiter whose process dies within 1.5 s
+//! of a release (its registration still fresh) may be handed the key, and
+//! holds it, for nobody, until its session ends: at most its TTL, as a
+//! holder that dies does. A waiter whose poll interval is longer than
+//! 1.5 s is not handed keys (it takes them itself, as before).
 //!
 //! # Fencing tokens
 //! The etcd revision is global to the cluster and 64 bits wide: it does not

@@ -17,11 +17,17 @@ use crate::grpc::mvccpb::event::EventType;
 use crate::grpc::{prefix_end, Connection};
 use crate::record::WaiterEntry;
 
-/// A registration is handed the key only if its last write (each poll of
-/// its waiter writes it again) was seen this recently: a waiter whose
-/// process is gone stops writing it, and is skipped after this long (a
-/// key handed to it would stay held, for nobody, until its session ends).
-pub(crate) const FRESH: Duration = Duration::from_secs(1);
+/// A waiter writes its registration again at a poll when it last wrote it
+/// this long ago (or on another session): the write that shows it alive.
+/// (Not at every poll: each write is a revision etcd keeps until it is
+/// compacted.)
+pub(crate) const REFRESH: Duration = Duration::from_millis(500);
+
+/// A registration is handed the key only if its last write was seen this
+/// recently (three [`REFRESH`] periods): a waiter whose process is gone
+/// stops writing it, and is skipped after this long (a key handed to it
+/// would stay held, for nobody, until its session ends).
+pub(crate) const FRESH: Duration = Duration::from_millis(1500);
 
 /// The queue as one backend knows it.
 #[derive(Default)]
@@ -37,6 +43,8 @@ struct Mine {
     /// The watch saw it deleted (handed the key, or ended): the waiter's
     /// next attempt reads the key before asking for it.
     consumed: bool,
+    /// When it was last sent to be written, and on which session.
+    written: Option<(tokio::time::Instant, i64)>,
 }
 
 /// A registration as the watch showed it last.
@@ -60,12 +68,26 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Queue {
-    /// `lease_id` is registered (or about to be).
-    pub(crate) fn register(&self, lease_id: &str) {
-        lock(&self.mine)
-            .entry(lease_id.to_string())
-            .or_insert(Mine { consumed: false })
-            .consumed = false;
+    /// Whether an attempt of `lease_id`'s waiter on `session` writes its
+    /// registration (again): the first, after its deletion was seen, on
+    /// another session, or [`REFRESH`] after the last; noted as written
+    /// (sent) now when it does.
+    pub(crate) fn write_now(&self, lease_id: &str, session: i64) -> bool {
+        let mut mine = lock(&self.mine);
+        let m = mine.entry(lease_id.to_string()).or_insert(Mine {
+            consumed: false,
+            written: None,
+        });
+        let due = m.consumed
+            || match m.written {
+                None => true,
+                Some((at, s)) => s != session || at.elapsed() >= REFRESH,
+            };
+        if due {
+            m.consumed = false;
+            m.written = Some((tokio::time::Instant::now(), session));
+        }
+        due
     }
 
     /// Whether `lease_id` is one of this backend's registrations.
@@ -81,10 +103,12 @@ impl Queue {
             .is_some_and(|m| std::mem::take(&mut m.consumed))
     }
 
-    /// The watch saw `lease_id`'s registration deleted.
+    /// The watch saw `lease_id`'s registration deleted: the next attempt
+    /// reads first, and writes it again if still waiting.
     pub(crate) fn saw_deleted(&self, lease_id: &str) {
         if let Some(m) = lock(&self.mine).get_mut(lease_id) {
             m.consumed = true;
+            m.written = None;
         }
     }
 
