@@ -53,6 +53,11 @@ impl EtcdBackend {
         // A lock's waiter asks to be queued (see the crate docs' "Handoff").
         let queue_me = request.queue && self.inner.queues && request.epoch.is_some();
         let wk = self.waiter_key(lease_id);
+        // Handed to us by a release, as our watch saw it: ours without a
+        // request.
+        if let Some(outcome) = self.take_handed(request) {
+            return Ok(outcome);
+        }
         // The key as last seen: no read when it was seen free; but a
         // waiter whose registration was seen deleted reads first (it may
         // have been handed the key: then that read is all it takes).
@@ -109,11 +114,12 @@ impl EtcdBackend {
             ];
             let ran = ran(&session, request.ttl);
             let mut failure = self.snapshot_ops(Some(&request.key));
-            if queue_me || queue.is_mine(lease_id) {
-                // Granted: the registration, if any, ends with the grant.
+            if queue.is_mine(lease_id) {
+                // Granted: the registration an earlier attempt wrote ends
+                // with the grant.
                 success.push(grpc::delete(wk.clone()));
             }
-            let register = queue_me && queue.write_now(lease_id, session.id);
+            let register = queue_me && queue.write_now(lease_id, request.key.as_str(), session.id);
             if register {
                 // Held (or changed): register, or write the registration
                 // again (the holder hands over only to one written within
@@ -176,6 +182,33 @@ impl EtcdBackend {
             true,
             "lost the race for the key too many times in a row",
         ))
+    }
+
+    /// The grant a release handed to `request`'s registration, as this
+    /// backend's watch saw the release write it (the holder value, the
+    /// record, the etcd lease: the same `Txn` put the holder key so): the
+    /// key is ours, on a session this backend granted, whose grant time
+    /// bounds the deadline (as [`judge`](Self::judge) takes our own grant).
+    /// `None`: nothing handed, or not takeable so (another epoch, a session
+    /// not known, or too much of the TTL run out): the attempt goes on, and
+    /// reads the key first.
+    fn take_handed(&self, request: &AcquireRequest) -> Option<AcquireOutcome> {
+        let lease_id = request.lease_id.as_str();
+        let (value, record, lease) = self.queue().take_handed(lease_id)?;
+        let holder: HolderRecord = from_json("holder record", &value).ok()?;
+        if holder.lease_id != lease_id || Some(holder.epoch) != request.epoch {
+            return None;
+        }
+        let session = self.granted_session(lease)?;
+        let ran = ran(&session, request.ttl);
+        if ran > request.ttl / 4 {
+            return None;
+        }
+        self.queue().forget(lease_id);
+        self.seen().remember(request.key.as_str(), Some(record));
+        self.held().insert(lease_id.to_string(), value);
+        self.watch_waiters();
+        Some(AcquireOutcome::Acquired(Grant::new(holder.token).ran(ran)))
     }
 
     /// The key as last seen, if free then and in the epoch `request` names

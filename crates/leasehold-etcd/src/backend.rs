@@ -23,7 +23,7 @@ use crate::grpc::etcdserverpb::{
 };
 use crate::grpc::mvccpb::KeyValue;
 use crate::grpc::{self, Connection};
-use crate::record::{from_json, key_info, to_json, EpochMarker, HolderRecord, KeyRecord};
+use crate::record::{from_json, key_info, to_json, EpochMarker, Handed, HolderRecord, KeyRecord};
 use crate::MIN_TTL;
 use leasehold::backend::shared_builder::{shared_capabilities, ServerCommon};
 
@@ -421,6 +421,13 @@ impl EtcdBackend {
     async fn hand_over(&self, lease: &Lease, value: &[u8]) -> Result<Option<Result<()>>> {
         const OP: &str = "release";
         let key = lease.key.as_str();
+        // Nobody waiting (the common release): nothing more to look at.
+        let Some(waiter) =
+            self.queue()
+                .pick(key, lease.epoch, lease.lease_id.as_str(), crate::MAX_TTL)
+        else {
+            return Ok(None);
+        };
         let (marker_bytes, record_bytes) = {
             let seen = self.seen();
             match (&seen.marker, seen.records.get(key)) {
@@ -442,13 +449,11 @@ impl EtcdBackend {
         {
             return Ok(None);
         }
-        let max_ttl = Duration::from_millis(marker.max_ttl_ms).min(crate::MAX_TTL);
-        let Some(waiter) = self
-            .queue()
-            .pick(key, lease.epoch, lease.lease_id.as_str(), max_ttl)
-        else {
+        // A TTL the store allows (the waiter checked it against the marker
+        // it saw).
+        if waiter.entry.ttl_ms > marker.max_ttl_ms {
             return Ok(None);
-        };
+        }
         let hk = self.holder_key(key);
         let rk = self.record_key(key);
         let token = next_token(record.token, lease.epoch);
@@ -466,9 +471,19 @@ impl EtcdBackend {
                 grpc::value_is(rk.clone(), record_bytes),
             ],
             success: vec![
-                grpc::put(hk.clone(), holder, waiter.lease),
+                grpc::put(hk.clone(), holder.clone(), waiter.lease),
                 grpc::put(rk, new_record.clone(), 0),
-                grpc::delete(waiter.etcd_key.clone()),
+                // Over the registration, on the same etcd lease: what the
+                // waiter's watch shows it, to take the key from (no longer
+                // a registration: never handed anything again).
+                grpc::put(
+                    waiter.etcd_key.clone(),
+                    to_json(&Handed {
+                        holder: String::from_utf8_lossy(&holder).into_owned(),
+                        record: String::from_utf8_lossy(&new_record).into_owned(),
+                    }),
+                    waiter.lease,
+                ),
             ],
             failure: vec![grpc::delete(hk.clone())],
         };

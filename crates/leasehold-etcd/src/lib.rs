@@ -115,23 +115,25 @@
 //!   (a nested `Txn`) while the registration (its value and its etcd
 //!   lease, never 0), the marker and the record are the bytes seen, puts
 //!   the holder key as the waiter's grant (the next token, on the waiter's
-//!   session), the record with that token, and deletes the registration;
-//!   otherwise it deletes the holder key, as a plain release does. The
-//!   registration's deletion wakes the waiter (the watch on `P w/`
-//!   deletions), which reads the key and finds itself the holder: one read,
-//!   no write, where taking a free key would have been a second write
-//!   after the release's. A waiter's grant ends its registration; a wait
-//!   that ends without the key (timed out, dropped) ends it with one `Txn`
-//!   that deletes it and reads the holder key, releasing the key if it was
-//!   handed over meanwhile. Semaphores, reader-writer locks, elections and
-//!   single attempts are never queued.
+//!   session), the record with that token, and, over the registration (on
+//!   the same etcd lease), both values as written; otherwise it deletes
+//!   the holder key, as a plain release does. The waiter's watch on
+//!   `P w/` shows it that write: it takes the key from it without a
+//!   request (where taking a free key would have been a second write after
+//!   the release's), or, when it cannot (below), reads the key first. The
+//!   value written over a registration is never one to hand anything to;
+//!   it ends with the waiter's session. A waiter's own grant ends its
+//!   registration; a wait that ends without the key (timed out, dropped)
+//!   ends it with one `Txn` that deletes it and reads the holder key,
+//!   releasing the key if it was handed over meanwhile. Semaphores,
+//!   reader-writer locks, elections and single attempts are never queued.
 //!
 //! Round trips: acquire of a free key 1 (2 when it was granted elsewhere
 //! since this process last saw it), of a held key 1, renew 1, release 1,
 //! inspect 2 when held, plus a `LeaseGrant` per new session: an
 //! uncontended acquire and release is **2 requests**, as etcd's own lock
 //! on a session is. A handoff to a queued waiter is the release's one
-//! `Txn` and the waiter's one read.
+//! `Txn`, and the watch event that tells the waiter.
 //!
 //! # Why a stale holder can never touch a newer holder's key
 //! Every grant writes a holder value with its own lease id (random, never
@@ -164,10 +166,15 @@
 //!   own only on a session it knows, and reports the part of the TTL that
 //!   had already run out ([`Grant::ran`](leasehold::backend::Grant::ran)),
 //!   so its safety deadline never outlasts the key. On a session it does
-//!   not know (or with more than a quarter of the TTL run out) it moves the
-//!   key onto a fresh one first, as a renewal does. A session gone before
-//!   the release fails the whole `Txn` (etcd checks every lease a `Txn`
-//!   names), which then releases plainly.
+//!   not know (or with more than a quarter of the TTL run out) it reads the
+//!   key and moves it onto a fresh session first, as a renewal does. A
+//!   session gone before the release fails the whole `Txn` (etcd checks
+//!   every lease a `Txn` names), which then releases plainly.
+//! * **Taking it from the watch.** The event is a committed write: at its
+//!   revision the holder key had exactly the value shown (written in the
+//!   same `Txn`), our lease id in it. What may happen after it (a break,
+//!   the store's loss) may as well happen after a read, and is found at
+//!   the next renewal as for any grant.
 //! * **Epochs.** A registration carries the epoch its waiter cleared (out
 //!   of quarantine), and is handed the key only by a holder of that epoch,
 //!   with the marker compared; the waiter answers `Acquired` only in the
@@ -255,10 +262,10 @@
 //!
 //! # Wake-ups across machines
 //! One watch stream per backend on `P h/` for deletions (every release,
-//! break and expiry deletes the holder key) and on `P w/` for deletions (a
-//! handoff deletes its waiter's registration); it resumes from the last
-//! seen revision after a reconnect, so deletions while it was down are
-//! replayed. A hint only: waiters keep polling.
+//! break and expiry deletes the holder key) and on `P w/` (a handoff writes
+//! over its waiter's registration); it resumes from the last seen revision
+//! after a reconnect, so events while it was down are replayed. A hint
+//! only: waiters keep polling.
 //!
 //! # Build
 //! Building this crate needs a Rust toolchain and nothing else: no

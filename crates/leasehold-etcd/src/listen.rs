@@ -20,7 +20,7 @@ use crate::grpc::etcdserverpb::{WatchCreateRequest, WatchRequest, WatchResponse}
 use crate::grpc::mvccpb::event::EventType;
 use crate::grpc::{prefix_end, Connection};
 use crate::queue::Queue;
-use crate::record::WaiterEntry;
+use crate::record::{Handed, HolderRecord, WaiterEntry};
 
 /// The deletions of holder keys: a watch re-created (by the listener, after
 /// a loss) from the revision after the last one seen, so deletions while
@@ -49,14 +49,20 @@ impl Deletions {
         }
     }
 
-    fn watch(&self, prefix: &str, prev_kv: bool) -> WatchRequest {
+    /// A watch on `prefix` from the next revision: deletions only, or
+    /// (`registrations`) puts too, and deletions with the deleted value.
+    fn watch(&self, prefix: &str, registrations: bool) -> WatchRequest {
         WatchRequest {
             request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
                 key: prefix.as_bytes().to_vec(),
                 range_end: prefix_end(prefix.as_bytes()),
                 start_revision: self.next_rev.load(Ordering::Relaxed),
-                filters: vec![FilterType::Noput as i32],
-                prev_kv,
+                filters: if registrations {
+                    Vec::new()
+                } else {
+                    vec![FilterType::Noput as i32]
+                },
+                prev_kv: registrations,
                 ..Default::default()
             })),
         }
@@ -133,12 +139,37 @@ impl Deletions {
             self.next_rev.fetch_max(h.revision + 1, Ordering::Relaxed);
         }
         for ev in &resp.events {
-            if ev.r#type != EventType::Delete as i32 {
-                continue;
-            }
             let Some(kv) = &ev.kv else { continue };
             self.next_rev
                 .fetch_max(kv.mod_revision + 1, Ordering::Relaxed);
+            if ev.r#type != EventType::Delete as i32 {
+                // A put under `P w/`: a waiter writing its registration
+                // (ignored), or a handoff's grant to it. For one of ours,
+                // the grant is kept for the waiter's next attempt, which
+                // takes it without a request; its key's waiters wake.
+                let handed = serde_json::from_slice::<Handed>(&kv.value).ok();
+                let holder = handed
+                    .as_ref()
+                    .and_then(|h| serde_json::from_str::<HolderRecord>(&h.holder).ok());
+                if let (Some(handed), Some(holder)) = (handed, holder) {
+                    let key = kv
+                        .key
+                        .get(self.waiters.len()..)
+                        .map(|id| String::from_utf8_lossy(id).into_owned());
+                    if key.as_deref() == Some(holder.lease_id.as_str()) {
+                        let name = self.queue.saw_handed(
+                            &holder.lease_id,
+                            handed.holder.into_bytes(),
+                            handed.record.into_bytes(),
+                            kv.lease,
+                        );
+                        if let Some(name) = name {
+                            let _ = tx.send(name.into());
+                        }
+                    }
+                }
+                continue;
+            }
             if kv.key.starts_with(self.waiters.as_bytes()) {
                 // A registration ended: handed the key, cancelled, or its
                 // session over. Its waiter reads the key at once.

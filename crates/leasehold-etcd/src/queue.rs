@@ -40,11 +40,16 @@ pub(crate) struct Queue {
 
 /// One of this backend's registrations.
 struct Mine {
+    /// The key it waits for.
+    key: String,
     /// The watch saw it deleted (handed the key, or ended): the waiter's
     /// next attempt reads the key before asking for it.
     consumed: bool,
     /// When it was last sent to be written, and on which session.
     written: Option<(tokio::time::Instant, i64)>,
+    /// The key as a handoff granted it to this registration, seen by the
+    /// watch: the holder value, the record, the etcd lease they hang on.
+    handed: Option<(Vec<u8>, Vec<u8>, i64)>,
 }
 
 /// A registration as the watch showed it last.
@@ -72,11 +77,13 @@ impl Queue {
     /// registration (again): the first, after its deletion was seen, on
     /// another session, or [`REFRESH`] after the last; noted as written
     /// (sent) now when it does.
-    pub(crate) fn write_now(&self, lease_id: &str, session: i64) -> bool {
+    pub(crate) fn write_now(&self, lease_id: &str, key: &str, session: i64) -> bool {
         let mut mine = lock(&self.mine);
-        let m = mine.entry(lease_id.to_string()).or_insert(Mine {
+        let m = mine.entry(lease_id.to_string()).or_insert_with(|| Mine {
+            key: key.to_string(),
             consumed: false,
             written: None,
+            handed: None,
         });
         let due = m.consumed
             || match m.written {
@@ -93,6 +100,30 @@ impl Queue {
     /// Whether `lease_id` is one of this backend's registrations.
     pub(crate) fn is_mine(&self, lease_id: &str) -> bool {
         lock(&self.mine).contains_key(lease_id)
+    }
+
+    /// The watch saw a handoff grant the key to `lease_id`'s registration:
+    /// `holder` and `record` are the values it wrote, on etcd lease `lease`.
+    /// The key, if the registration is ours.
+    pub(crate) fn saw_handed(
+        &self,
+        lease_id: &str,
+        holder: Vec<u8>,
+        record: Vec<u8>,
+        lease: i64,
+    ) -> Option<String> {
+        let mut mine = lock(&self.mine);
+        let m = mine.get_mut(lease_id)?;
+        m.consumed = true;
+        m.written = None;
+        m.handed = Some((holder, record, lease));
+        Some(m.key.clone())
+    }
+
+    /// The grant a handoff made to `lease_id`, as the watch saw it (asked
+    /// once).
+    pub(crate) fn take_handed(&self, lease_id: &str) -> Option<(Vec<u8>, Vec<u8>, i64)> {
+        lock(&self.mine).get_mut(lease_id)?.handed.take()
     }
 
     /// Whether `lease_id`'s registration was seen deleted since it was
@@ -221,9 +252,10 @@ async fn watch_view(
                 queue.saw_delete(&kv.key);
                 continue;
             }
-            // A value that is not a registration (written by hand) is
-            // never handed anything.
+            // A value that is not a registration (a handoff's grant, or
+            // written by hand) is never handed anything.
             let Ok(entry) = serde_json::from_slice::<WaiterEntry>(&kv.value) else {
+                queue.saw_delete(&kv.key);
                 continue;
             };
             queue.saw_put(Waiting {

@@ -94,6 +94,16 @@ impl WaiterEntry {
     }
 }
 
+/// What a handoff writes over its waiter's registration (same key, same
+/// etcd lease): the holder value it put, byte for byte, and the key's
+/// record as it wrote it. The waiter's watch sees it, and the waiter takes
+/// the key from it without a request.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Handed {
+    pub holder: String,
+    pub record: String,
+}
+
 pub(crate) fn to_json<T: Serialize>(v: &T) -> Vec<u8> {
     serde_json::to_vec(v).expect("plain structs serialize")
 }
