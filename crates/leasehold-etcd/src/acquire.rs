@@ -12,9 +12,7 @@ use leasehold::{
 use crate::backend::{is_not_found, Snapshot, RACE_RETRIES};
 use crate::error::{self, NAME};
 use crate::grpc;
-use crate::record::{
-    from_json, now_ms, to_json, EpochMarker, HolderRecord, KeyRecord, WaiterEntry,
-};
+use crate::record::{from_json, to_json, EpochMarker, HolderRecord, KeyRecord, WaiterEntry};
 use crate::session::ran;
 use crate::{EtcdBackend, MAX_TTL, MIN_TTL};
 
@@ -80,17 +78,8 @@ impl EtcdBackend {
             let epoch = free.marker.epoch;
             let token = next_token(free.record.token, epoch);
             let session = self.session(OP, request.ttl, None).await?;
-            let holder = to_json(&HolderRecord {
-                lease_id: request.lease_id.as_str().to_string(),
-                token,
-                epoch,
-                ttl_ms: request.ttl.as_millis() as u64,
-                host: request.owner.host.clone(),
-                pid: request.owner.pid,
-                label: request.owner.label.clone(),
-                data: request.data.clone(),
-                acquired_at_ms: now_ms(),
-            });
+            let asked = WaiterEntry::of(request, epoch);
+            let holder = to_json(&asked.holder(token));
             let record = to_json(&KeyRecord {
                 token,
                 epoch,
@@ -125,20 +114,7 @@ impl EtcdBackend {
                 // again (the holder hands over only to one written within
                 // `queue::FRESH`), on the session a grant would use. After
                 // the reads: their responses come first.
-                failure.push(grpc::put(
-                    wk.clone(),
-                    to_json(&WaiterEntry {
-                        key: request.key.as_str().to_string(),
-                        lease_id: lease_id.to_string(),
-                        epoch,
-                        ttl_ms: request.ttl.as_millis() as u64,
-                        host: request.owner.host.clone(),
-                        pid: request.owner.pid,
-                        label: request.owner.label.clone(),
-                        data: request.data.clone(),
-                    }),
-                    session.id,
-                ));
+                failure.push(grpc::put(wk.clone(), to_json(&asked), session.id));
             }
             match self.txn_else(OP, compare, success, failure).await? {
                 Ok(r) if r.succeeded => {
@@ -204,11 +180,19 @@ impl EtcdBackend {
         if ran > request.ttl / 4 {
             return None;
         }
-        self.queue().forget(lease_id);
         self.seen().remember(request.key.as_str(), Some(record));
+        Some(self.taken(lease_id, value, holder.token, ran))
+    }
+
+    /// The key is ours (`value`, our grant's holder value, `token`, `ran`
+    /// of the TTL run out), granted to us by another's `Txn` (a handoff) or
+    /// found ours after an ambiguous answer: remembered as held, and its
+    /// registration, if any, forgotten.
+    fn taken(&self, lease_id: &str, value: Vec<u8>, token: u64, ran: Duration) -> AcquireOutcome {
+        self.queue().forget(lease_id);
         self.held().insert(lease_id.to_string(), value);
         self.watch_waiters();
-        Some(AcquireOutcome::Acquired(Grant::new(holder.token).ran(ran)))
+        AcquireOutcome::Acquired(Grant::new(token).ran(ran))
     }
 
     /// The key as last seen, if free then and in the epoch `request` names
@@ -274,32 +258,28 @@ impl EtcdBackend {
             // ambiguous answer. On a session this backend granted and
             // whose grant time it knows, the key lives until that session
             // ends: it is ours as it is, that much of its TTL run out.
-            if let Some(session) = self.granted_session(kv.lease) {
-                let ran = ran(&session, request.ttl);
-                if ran <= request.ttl / 4 {
-                    self.queue().forget(&holder.lease_id);
-                    self.held()
-                        .insert(holder.lease_id.clone(), kv.value.clone());
-                    self.watch_waiters();
-                    return Ok(Judged::Answer(AcquireOutcome::Acquired(
-                        Grant::new(holder.token).ran(ran),
-                    )));
-                }
-            }
-            // Otherwise hang it on a fresh session, as a grant now would be.
-            if let Some(ran) = self
-                .hang(OP, &request.key, &kv.value, request.ttl, None)
-                .await?
+            let ran = match self
+                .granted_session(kv.lease)
+                .map(|session| ran(&session, request.ttl))
+                .filter(|ran| *ran <= request.ttl / 4)
             {
-                self.queue().forget(&holder.lease_id);
-                self.held()
-                    .insert(holder.lease_id.clone(), kv.value.clone());
-                self.watch_waiters();
-                return Ok(Judged::Answer(AcquireOutcome::Acquired(
-                    Grant::new(holder.token).ran(ran),
-                )));
-            }
-            return Ok(Judged::Again);
+                Some(ran) => Some(ran),
+                // Otherwise hang it on a fresh session, as a grant now
+                // would be.
+                None => {
+                    self.hang(OP, &request.key, &kv.value, request.ttl, None)
+                        .await?
+                }
+            };
+            return Ok(match ran {
+                Some(ran) => Judged::Answer(self.taken(
+                    &holder.lease_id,
+                    kv.value.clone(),
+                    holder.token,
+                    ran,
+                )),
+                None => Judged::Again,
+            });
         }
         let (record, record_bytes) = match &snap.record {
             Some((r, kv)) => (r.clone(), Some(kv.value.clone())),

@@ -78,7 +78,22 @@ pub(crate) struct WaiterEntry {
 }
 
 impl WaiterEntry {
-    /// The holder record a handoff writes for this waiter, with `token`.
+    /// What `request` asks for, in `epoch`.
+    pub fn of(request: &leasehold::backend::AcquireRequest, epoch: u64) -> Self {
+        WaiterEntry {
+            key: request.key.as_str().to_string(),
+            lease_id: request.lease_id.as_str().to_string(),
+            epoch,
+            ttl_ms: request.ttl.as_millis() as u64,
+            host: request.owner.host.clone(),
+            pid: request.owner.pid,
+            label: request.owner.label.clone(),
+            data: request.data.clone(),
+        }
+    }
+
+    /// The holder record a grant to this request (by itself, or by a
+    /// handoff) writes, with `token`.
     pub fn holder(&self, token: u64) -> HolderRecord {
         HolderRecord {
             lease_id: self.lease_id.clone(),

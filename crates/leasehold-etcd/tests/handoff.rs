@@ -59,22 +59,30 @@ fn options() -> LockOptions {
     LockOptions::new().ttl(common::MAX_TTL)
 }
 
+/// Two stores on the run's etcd store, each with its own backend (as two
+/// processes would have), and `key` held by the first: the holder's and
+/// the waiter's backends, and the guard.
+async fn held(key: &str) -> Option<(EtcdBackend, EtcdBackend, leasehold::LeaseGuard)> {
+    let holder = common::backend().await?;
+    let waiter = common::backend().await.unwrap();
+    let guard = Store::new(holder.clone())
+        .lock_with(key, options())
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    Some((holder, waiter, guard))
+}
+
 /// The release writes the waiter's grant itself: the holder key is never
 /// deleted in between (it keeps its `create_revision`), the waiter's
 /// token is the next one, and no registration is left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_release_hands_the_key_to_a_queued_waiter() {
-    let Some(holder) = common::backend().await else {
+    let key = common::unique_key("handoff");
+    let Some((holder, waiter, guard)) = held(&key).await else {
         return;
     };
-    let waiter = common::backend().await.unwrap();
-    let key = common::unique_key("handoff");
-    let guard = Store::new(holder.clone())
-        .lock_with(&key, options())
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
     let (created, _) = holder_and_waiters(&holder, &key).await;
     assert_ne!(created, 0);
     let task = tokio::spawn({
@@ -108,17 +116,10 @@ async fn the_release_hands_the_key_to_a_queued_waiter() {
 /// handed the key in) frees the key instead of handing it to nobody.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_waiter_that_gave_up_is_not_handed_the_key() {
-    let Some(holder) = common::backend().await else {
+    let key = common::unique_key("handoff-gave-up");
+    let Some((holder, waiter, guard)) = held(&key).await else {
         return;
     };
-    let waiter = common::backend().await.unwrap();
-    let key = common::unique_key("handoff-gave-up");
-    let guard = Store::new(holder.clone())
-        .lock_with(&key, options())
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
     let waited = Store::new(waiter.clone())
         .lock_with(&key, options())
         .unwrap()
