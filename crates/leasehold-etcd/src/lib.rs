@@ -103,9 +103,10 @@
 //!   session's lease runs out (checked by the leader every 500 ms), so no
 //!   client clock is involved in freeing a key.
 //!
-//! * **Handoff** (lock waiters only, with wake-ups on): a waiter's attempt
-//!   that finds the key held also registers it, in the same `Txn`'s
-//!   failure branch, as `P w/LEASE_ID` on its session; a poll writes it
+//! * **Handoff** (lock waiters only, with wake-ups on): once a waiter has
+//!   found the key held, each of its attempts asks to be queued (the core's
+//!   `AcquireRequest::queue`), and one that finds it held again registers,
+//!   in the same `Txn`'s failure branch, as `P w/LEASE_ID` on its session; a poll writes it
 //!   again when it was last written 0.5 s ago or more, or on another
 //!   session (each write is a revision etcd keeps until it compacts). A backend that has granted a key watches `P w/` and keeps a
 //!   view of the registrations. Its release then hands the key to the

@@ -514,9 +514,10 @@ pub struct AcquireRequest {
     /// `None`) answer [`AcquireOutcome::OtherEpoch`] and grant nothing.
     pub epoch: Option<u64>,
     /// The caller waits for the key if it is held (a lock's wait, not a
-    /// single attempt): a backend that queues waiters (see
-    /// [`Capabilities::queues_waiters`]) may register this request to be
-    /// handed the key; others ignore it.
+    /// single attempt; set from the attempt after one answered "held", so
+    /// that an uncontended acquisition sends nothing more): a backend that
+    /// queues waiters (see [`Capabilities::queues_waiters`]) may register
+    /// this request to be handed the key; others ignore it.
     pub queue: bool,
 }
 

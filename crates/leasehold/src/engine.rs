@@ -206,6 +206,10 @@ enum Gated {
 struct SlotState {
     pending: PendingLease,
     anchor: Option<Duration>,
+    /// The store answered "held" to this id: its next attempts in a wait
+    /// ask to be queued (the first one, usually granted, does not: see
+    /// [`Capabilities::queues_waiters`](crate::backend::Capabilities::queues_waiters)).
+    held: bool,
 }
 
 /// What one round of attempts found, when it got nothing.
@@ -819,6 +823,9 @@ impl Engine {
             let state = slots[i].get_or_insert_with(|| self.slot_state(key));
             let sent = self.store.clock().now();
             let anchor = *state.anchor.get_or_insert(sent);
+            // Queued only once the key was found held: an uncontended
+            // acquisition sends nothing more than before.
+            let queue_me = queue_me && state.held;
             let outcome = self.attempt(key, &mut state.pending.lease, queue_me).await;
             if outcome.is_ok() {
                 self.queue.note_answer();
@@ -863,6 +870,7 @@ impl Engine {
                     // Queued: the registration is ended if the wait ends
                     // without this id's grant.
                     state.pending.queued |= queue_me;
+                    state.held = true;
                     state.anchor = None;
                     missed.held = true;
                     missed.holders.extend(holder);
@@ -943,6 +951,7 @@ impl Engine {
         SlotState {
             pending: self.fresh_lease(key),
             anchor: None,
+            held: false,
         }
     }
 
