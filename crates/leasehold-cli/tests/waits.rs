@@ -112,28 +112,6 @@ fn a_zero_wait_is_one_try_on_every_store() {
     }
 }
 
-/// A waiter process whose `--wait` ran out is never handed the key after
-/// it exits: the holder ending at once afterwards leaves the key free, and
-/// a `--wait 0s` run gets it. (On etcd, where a release hands the key to a
-/// waiting process, the waiter's registration ends when it gives up; left,
-/// the release would hand the key to the exited process, for its TTL.)
-#[test]
-fn a_waiter_that_gave_up_is_not_handed_the_key_after_it_exits() {
-    let Some(env) = Env::on("etcd") else { return };
-    warm_up(&env);
-    let held = holder(&env, "k");
-    let out = env.output(&["run", "k", "--ttl", ttl(&env), "--wait", "1s", "--", "true"]);
-    assert_eq!(out.code, Some(75), "{}", out.stderr);
-    end(held);
-    let out = env.output(&["run", "k", "--ttl", ttl(&env), "--wait", "0s", "--", "true"]);
-    assert_eq!(
-        out.code,
-        Some(0),
-        "the key was not free after its holder ended: {}",
-        out.stderr
-    );
-}
-
 #[test]
 fn a_wait_rides_out_a_store_that_stops_answering_for_a_while() {
     for store in SERVER_STORES {

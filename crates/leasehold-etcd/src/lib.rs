@@ -127,7 +127,8 @@
 //!   registration; a wait that ends without the key (timed out, dropped)
 //!   ends it with one `Txn` that deletes it and reads the holder key,
 //!   releasing the key if it was handed over meanwhile. Semaphores,
-//!   reader-writer locks, elections and single attempts are never queued.
+//!   reader-writer locks (so `leasehold run`, a writer), elections and
+//!   single attempts are never queued.
 //!
 //! Round trips: acquire of a free key 1 (2 when it was granted elsewhere
 //! since this process last saw it), of a held key 1, renew 1, release 1,
