@@ -57,8 +57,9 @@ impl EtcdBackend {
             return Ok(outcome);
         }
         // The key as last seen: no read when it was seen free; but a
-        // waiter whose registration was seen deleted reads first (it may
-        // have been handed the key: then that read is all it takes).
+        // waiter whose registration was seen written over or deleted, and
+        // not taken above, reads first (it may have been handed the key on
+        // a session it must move the key from: the read finds it ours).
         let mut known = self.remembered(request);
         if queue.take_consumed(lease_id) {
             known = None;
@@ -175,11 +176,7 @@ impl EtcdBackend {
         if holder.lease_id != lease_id || Some(holder.epoch) != request.epoch {
             return None;
         }
-        let session = self.granted_session(lease)?;
-        let ran = ran(&session, request.ttl);
-        if ran > request.ttl / 4 {
-            return None;
-        }
+        let ran = self.ran_on_granted(lease, request.ttl)?;
         self.seen().remember(request.key.as_str(), Some(record));
         Some(self.taken(lease_id, value, holder.token, ran))
     }
@@ -258,11 +255,7 @@ impl EtcdBackend {
             // ambiguous answer. On a session this backend granted and
             // whose grant time it knows, the key lives until that session
             // ends: it is ours as it is, that much of its TTL run out.
-            let ran = match self
-                .granted_session(kv.lease)
-                .map(|session| ran(&session, request.ttl))
-                .filter(|ran| *ran <= request.ttl / 4)
-            {
+            let ran = match self.ran_on_granted(kv.lease, request.ttl) {
                 Some(ran) => Some(ran),
                 // Otherwise hang it on a fresh session, as a grant now
                 // would be.

@@ -270,13 +270,18 @@ impl EtcdBackend {
         }
     }
 
-    /// A session this backend granted, still alive by its grant time.
-    pub(crate) fn granted_session(&self, id: i64) -> Option<Session> {
+    /// The part of `ttl` that has run out for a key of ours found on etcd
+    /// lease `id` (a handoff's grant, or ours after an ambiguous answer),
+    /// when it can be taken as it is: `id` is a session this backend
+    /// granted, still alive by its grant time, and at most a quarter of
+    /// `ttl` has run out. `None`: move the key onto a fresh session first.
+    pub(crate) fn ran_on_granted(&self, id: i64, ttl: Duration) -> Option<Duration> {
         let granted = self.inner.granted.lock().unwrap_or_else(|e| e.into_inner());
         granted
             .get(&id)
             .filter(|s| s.fresh.elapsed() < Duration::from_secs(s.secs as u64))
-            .copied()
+            .map(|s| crate::session::ran(s, ttl))
+            .filter(|ran| *ran <= ttl / 4)
     }
 
     /// Sends one request (`send`, given a channel to the current
@@ -620,22 +625,22 @@ impl Backend for EtcdBackend {
                 .nth(1)
                 .and_then(|r| grpc::range_kvs(r).into_iter().next());
             let theirs = match holder {
-                None => "the key has no holder in etcd (released, expired, broken, or the store's data lost)",
+                None => Some("the key has no holder in etcd (released, expired, broken, or the store's data lost)"),
                 Some(kv) => match from_json::<HolderRecord>("holder record", &kv.value)? {
-                    h if h.lease_id != id => "another holder has the key",
-                    h if h.epoch != lease.epoch => "the store is in another epoch",
+                    h if h.lease_id != id => Some("another holder has the key"),
+                    h if h.epoch != lease.epoch => Some("the store is in another epoch"),
                     _ => {
                         self.held().insert(id.to_string(), kv.value);
-                        ""
+                        None
                     }
                 },
             };
-            if !theirs.is_empty() {
+            if let Some(why) = theirs {
                 // A registration ended without a grant: nothing to release.
                 return if registered {
                     Ok(())
                 } else {
-                    Err(lost(&lease.key, theirs))
+                    Err(lost(&lease.key, why))
                 };
             }
         }

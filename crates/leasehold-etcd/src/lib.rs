@@ -106,10 +106,11 @@
 //! * **Handoff** (lock waiters only, with wake-ups on): once a waiter has
 //!   found the key held, each of its attempts asks to be queued (the core's
 //!   `AcquireRequest::queue`), and one that finds it held again registers,
-//!   in the same `Txn`'s failure branch, as `P w/LEASE_ID` on its session; a poll writes it
-//!   again when it was last written 0.5 s ago or more, or on another
-//!   session (each write is a revision etcd keeps until it compacts). A backend that has granted a key watches `P w/` and keeps a
-//!   view of the registrations. Its release then hands the key to the
+//!   in the same `Txn`'s failure branch, as `P w/LEASE_ID` on its
+//!   session; a poll writes it again when it was last written 0.5 s ago
+//!   or more, or on another session (each write is a revision etcd keeps
+//!   until it compacts). A backend that has granted a key watches `P w/`
+//!   and keeps a view of the registrations. Its release then hands the key to the
 //!   oldest registration for the key, in the lease's epoch, written within
 //!   the last 1.5 s (a waiter whose process is gone stops writing it):
 //!   one `Txn` that, while the holder key still has our grant's value, and
