@@ -102,7 +102,7 @@ impl EtcdBackend {
                 grpc::put(hk.clone(), holder.clone(), session.id),
                 grpc::put(rk.clone(), record.clone(), 0),
             ];
-            let ran = ran(&session, request.ttl);
+            let ran = ran(&session, request.ttl, self.inner.clock.now());
             let mut failure = self.snapshot_ops(Some(&request.key));
             if queue.is_mine(lease_id) {
                 // Granted: the registration an earlier attempt wrote ends

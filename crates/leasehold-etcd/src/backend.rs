@@ -73,6 +73,9 @@ pub(crate) struct Inner {
     /// handed to this backend hangs on one of them, whose grant time
     /// bounds its deadline.
     pub(crate) granted: std::sync::Mutex<HashMap<i64, Session>>,
+    /// What a session's age is timed on: a clock that counts a suspend, as
+    /// the server's clock, on which the session's etcd lease ages, does.
+    pub(crate) clock: leasehold::backend::SharedClock,
 }
 
 /// An etcd lease holder keys of one TTL hang on.
@@ -80,11 +83,12 @@ pub(crate) struct Inner {
 pub(crate) struct Session {
     pub(crate) id: i64,
     pub(crate) secs: i64,
-    /// When its `LeaseGrant` was sent: it lives at least `secs` from then.
-    /// It is never kept alive, so it ends about then (etcd checks expiries
-    /// every 500 ms, and extends every lease when it restarts or elects a
-    /// new leader: only ever later).
-    pub(crate) fresh: tokio::time::Instant,
+    /// When its `LeaseGrant` was sent, on the backend's clock
+    /// ([`Inner::clock`]): it lives at least `secs` from then. It is never
+    /// kept alive, so it ends about then (etcd checks expiries every
+    /// 500 ms, and extends every lease when it restarts or elects a new
+    /// leader: only ever later).
+    pub(crate) fresh: Duration,
 }
 
 /// Stored bytes last seen (see [`Inner::seen`]).
@@ -276,11 +280,12 @@ impl EtcdBackend {
     /// granted, still alive by its grant time, and at most a quarter of
     /// `ttl` has run out. `None`: move the key onto a fresh session first.
     pub(crate) fn ran_on_granted(&self, id: i64, ttl: Duration) -> Option<Duration> {
+        let now = self.inner.clock.now();
         let granted = self.inner.granted.lock().unwrap_or_else(|e| e.into_inner());
         granted
             .get(&id)
-            .filter(|s| s.fresh.elapsed() < Duration::from_secs(s.secs as u64))
-            .map(|s| crate::session::ran(s, ttl))
+            .filter(|s| s.alive_at(now))
+            .map(|s| crate::session::ran(s, ttl, now))
             .filter(|ran| *ran <= ttl / 4)
     }
 
@@ -526,11 +531,7 @@ impl EtcdBackend {
     /// says how much of the TTL had run out, so that renewals share
     /// sessions instead of granting one each). It can only extend our own
     /// grant, never another holder's.
-    async fn move_on(
-        &self,
-        lease: &Lease,
-        since: Option<tokio::time::Instant>,
-    ) -> Result<Duration> {
+    async fn move_on(&self, lease: &Lease, since: Option<Duration>) -> Result<Duration> {
         const OP: &str = "renew";
         let value = self.our_value(OP, lease).await?;
         match self.hang(OP, &lease.key, &value, lease.ttl, since).await? {
@@ -591,7 +592,7 @@ impl Backend for EtcdBackend {
     }
 
     async fn renew(&self, lease: &Lease) -> Result<()> {
-        let sent = tokio::time::Instant::now();
+        let sent = self.inner.clock.now();
         self.move_on(lease, Some(sent)).await.map(|_| ())
     }
 

@@ -157,6 +157,12 @@ impl EtcdBackendBuilder {
         request_timeout in options;
         /// Whether waiters watch for releases (on by default). Off, they poll.
         wake_ups in options;
+        /// The monotonic clock a session's age is timed on (the system's,
+        /// which counts a suspend of the machine, unless set; tests inject a
+        /// [`ManualClock`](leasehold::backend::ManualClock)). A session's etcd
+        /// lease ages on the server while this machine sleeps, so its age
+        /// must not be read off tokio's clock, which stands still then.
+        clock in options;
         /// The key prefix.
         prefix_name;
     }
@@ -210,7 +216,8 @@ impl EtcdBackendBuilder {
         .await
         .map_err(|_| error::timed_out("connect", self.options.request_timeout))?
         .map_err(error::connect)?;
-        let queue = Arc::new(crate::queue::Queue::default());
+        let clock = self.options.clock_or_system();
+        let queue = Arc::new(crate::queue::Queue::new(clock.clone()));
         let listener = self
             .options
             .wake_ups
@@ -231,6 +238,7 @@ impl EtcdBackendBuilder {
             queue,
             view_stop: Default::default(),
             granted: Default::default(),
+            clock,
         })
         .await
     }

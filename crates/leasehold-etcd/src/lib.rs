@@ -64,7 +64,13 @@
 //!   an older session is replaced by a new `LeaseGrant` (one more request,
 //!   once every 5 % of a TTL at most: every 1.5 s for 30 s leases). A
 //!   session whose etcd lease is gone (revoked, or the cluster is another)
-//!   is replaced at once.
+//!   is replaced at once. A session's age is timed from the send of its
+//!   `LeaseGrant` on the backend's clock, which counts a suspend of the
+//!   machine (`CLOCK_BOOTTIME`, as the guards' deadlines): its etcd lease
+//!   ages on the server while this machine sleeps, and tokio's clock,
+//!   which stands still then, would take a session granted before the
+//!   suspend as new (tested by `tests/sessions.rs`,
+//!   `a_session_ages_while_the_machine_sleeps`).
 //! * **Acquire** (one `Txn`): it compares the marker's and the key record's
 //!   *values* with the bytes this backend last read or wrote (or that the
 //!   key has no record), and the holder key's `create_revision = 0`

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use leasehold::backend::SharedClock;
 use tokio::sync::oneshot;
 use tokio_stream::StreamExt;
 
@@ -30,8 +31,9 @@ pub(crate) const REFRESH: Duration = Duration::from_millis(500);
 pub(crate) const FRESH: Duration = Duration::from_millis(1500);
 
 /// The queue as one backend knows it.
-#[derive(Default)]
 pub(crate) struct Queue {
+    /// The backend's clock: a registration's age counts a suspend.
+    clock: SharedClock,
     /// The lease ids this backend registered as waiters, by lease id.
     mine: Mutex<HashMap<String, Mine>>,
     /// Registrations as the watch shows them, by etcd key.
@@ -46,7 +48,7 @@ struct Mine {
     /// next attempt reads the key before asking for it.
     consumed: bool,
     /// When it was last sent to be written, and on which session.
-    written: Option<(tokio::time::Instant, i64)>,
+    written: Option<(Duration, i64)>,
     /// The key as a handoff granted it to this registration, seen by the
     /// watch: the holder value, the record, the etcd lease they hang on.
     handed: Option<(Vec<u8>, Vec<u8>, i64)>,
@@ -64,8 +66,8 @@ pub(crate) struct Waiting {
     pub(crate) lease: i64,
     /// Its `create_revision`: the oldest goes first.
     created: i64,
-    /// When the watch last showed it written.
-    seen: tokio::time::Instant,
+    /// When the watch last showed it written, on the backend's clock.
+    seen: Duration,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -73,11 +75,20 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Queue {
+    pub(crate) fn new(clock: SharedClock) -> Self {
+        Queue {
+            clock,
+            mine: Mutex::default(),
+            view: Mutex::default(),
+        }
+    }
+
     /// Whether an attempt of `lease_id`'s waiter on `session` writes its
     /// registration (again): the first, after its deletion was seen, on
     /// another session, or [`REFRESH`] after the last; noted as written
     /// (sent) now when it does.
     pub(crate) fn write_now(&self, lease_id: &str, key: &str, session: i64) -> bool {
+        let now = self.clock.now();
         let mut mine = lock(&self.mine);
         let m = mine.entry(lease_id.to_string()).or_insert_with(|| Mine {
             key: key.to_string(),
@@ -88,11 +99,11 @@ impl Queue {
         let due = m.consumed
             || match m.written {
                 None => true,
-                Some((at, s)) => s != session || at.elapsed() >= REFRESH,
+                Some((at, s)) => s != session || now.saturating_sub(at) >= REFRESH,
             };
         if due {
             m.consumed = false;
-            m.written = Some((tokio::time::Instant::now(), session));
+            m.written = Some((now, session));
         }
         due
     }
@@ -159,6 +170,7 @@ impl Queue {
         holder: &str,
         max_ttl: Duration,
     ) -> Option<Waiting> {
+        let now = self.clock.now();
         let view = lock(&self.view);
         view.values()
             .filter(|w| {
@@ -167,7 +179,7 @@ impl Queue {
                     && w.entry.lease_id != holder
                     && w.lease != 0
                     && Duration::from_millis(w.entry.ttl_ms) <= max_ttl
-                    && w.seen.elapsed() <= FRESH
+                    && now.saturating_sub(w.seen) <= FRESH
             })
             .min_by_key(|w| w.created)
             .cloned()
@@ -264,7 +276,7 @@ async fn watch_view(
                 value: kv.value,
                 lease: kv.lease,
                 created: kv.create_revision,
-                seen: tokio::time::Instant::now(),
+                seen: queue.clock.now(),
             });
         }
     }

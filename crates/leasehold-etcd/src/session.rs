@@ -17,11 +17,23 @@ pub(crate) fn lease_secs(ttl: Duration) -> i64 {
     s.max(MIN_TTL.as_secs()) as i64
 }
 
-/// The part of `ttl` that has run out for a key put on `session` now: its
-/// lease lives its whole seconds from `fresh`, which may be less than
-/// `ttl` from now.
-pub(crate) fn ran(session: &Session, ttl: Duration) -> Duration {
-    (session.fresh.elapsed() + ttl).saturating_sub(Duration::from_secs(session.secs as u64))
+/// The part of `ttl` that has run out for a key put on `session` at `now`
+/// (on the backend's clock): its lease lives its whole seconds from
+/// `fresh`, which may be less than `ttl` from `now`.
+pub(crate) fn ran(session: &Session, ttl: Duration, now: Duration) -> Duration {
+    (session.age(now) + ttl).saturating_sub(Duration::from_secs(session.secs as u64))
+}
+
+impl Session {
+    /// How long ago its `LeaseGrant` was sent, at `now`.
+    pub(crate) fn age(&self, now: Duration) -> Duration {
+        now.saturating_sub(self.fresh)
+    }
+
+    /// Whether its etcd lease still lives at `now`.
+    pub(crate) fn alive_at(&self, now: Duration) -> bool {
+        self.age(now) < Duration::from_secs(self.secs as u64)
+    }
 }
 
 impl EtcdBackend {
@@ -36,21 +48,21 @@ impl EtcdBackend {
         &self,
         op: &'static str,
         ttl: Duration,
-        since: Option<tokio::time::Instant>,
+        since: Option<Duration>,
     ) -> Result<Session> {
         let secs = lease_secs(ttl);
         let slack = Duration::from_secs(secs as u64).saturating_sub(ttl);
         let mut sessions = self.inner.sessions.lock().await;
         if let Some(s) = sessions.get(&secs) {
             let fresh_enough = match since {
-                None => s.fresh.elapsed() <= slack + ttl / 20,
+                None => s.age(self.inner.clock.now()) <= slack + ttl / 20,
                 Some(sent) => s.fresh + slack >= sent,
             };
             if fresh_enough {
                 return Ok(*s);
             }
         }
-        let sent = tokio::time::Instant::now();
+        let sent = self.inner.clock.now();
         let id = self.grant(op, secs).await?;
         let session = Session {
             id,
@@ -59,7 +71,8 @@ impl EtcdBackend {
         };
         sessions.insert(secs, session);
         let mut granted = self.inner.granted.lock().unwrap_or_else(|e| e.into_inner());
-        granted.retain(|_, s| s.fresh.elapsed() < Duration::from_secs(s.secs as u64));
+        let now = self.inner.clock.now();
+        granted.retain(|_, s| s.alive_at(now));
         granted.insert(id, session);
         Ok(session)
     }
@@ -87,12 +100,12 @@ impl EtcdBackend {
         key: &Key,
         value: &[u8],
         ttl: Duration,
-        since: Option<tokio::time::Instant>,
+        since: Option<Duration>,
     ) -> Result<Option<Duration>> {
         let hk = self.holder_key(key.as_str());
         for _ in 0..2 {
             let session = self.session(op, ttl, since).await?;
-            let ran = ran(&session, ttl);
+            let ran = ran(&session, ttl, self.inner.clock.now());
             match self
                 .txn_else(
                     op,

@@ -7,10 +7,12 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use leasehold::backend::{Backend, ManualClock};
 use leasehold::conformance::current_epoch;
-use leasehold::{backend::Backend, Key};
+use leasehold::Key;
 use leasehold_etcd::grpc::etcdserverpb::{LeaseRevokeRequest, RangeRequest};
 use leasehold_etcd::EtcdBackend;
 
@@ -102,6 +104,47 @@ async fn a_grant_on_an_older_session_says_how_much_of_its_ttl_ran() {
         g2.ran >= Duration::from_millis(60) && g2.ran <= started.elapsed(),
         "the second grant on the session said {:?} of its TTL had run",
         g2.ran
+    );
+    backend.release(&first).await.unwrap();
+    backend.release(&second).await.unwrap();
+}
+
+/// The machine sleeps (a laptop's lid, a VM paused by its host): the
+/// session's etcd lease ages on the server all the while, and tokio's
+/// clock, on `CLOCK_MONOTONIC`, stands still. A grant after the suspend
+/// must not take the session as just granted: it hangs the key on a new
+/// session, or says how much of its TTL ran out while the machine slept.
+/// Otherwise the holder's deadline outlasts its key by the whole suspend,
+/// and another process takes the key while the holder still trusts its
+/// lease. (The suspend is a [`ManualClock`] moved ahead: the backend's
+/// clock, a boot clock by default, counts it; tokio's does not move.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_ages_while_the_machine_sleeps() {
+    if common::backend().await.is_none() {
+        return;
+    }
+    let clock = Arc::new(ManualClock::new(Duration::from_secs(1000)));
+    let backend = common::builder_for(common::prefix())
+        .expect("the server answered a moment ago")
+        .clock(clock.clone())
+        .build()
+        .await
+        .unwrap();
+    let ttl = Duration::from_secs(5);
+    let (first, _) = common::grant(&backend, &key("asleep-1"), ttl).await;
+    let session = holder_lease(&backend, &first.key).await;
+    // Four of the session's five seconds pass while the machine sleeps.
+    clock.advance(Duration::from_secs(4));
+    let (second, g2) = common::grant(&backend, &key("asleep-2"), ttl).await;
+    let hung_on = holder_lease(&backend, &second.key).await;
+    assert!(
+        hung_on != session || g2.ran >= Duration::from_secs(4),
+        "a grant on a session 4 s old (by a clock that counts the suspend) said {:?} of its TTL had run",
+        g2.ran
+    );
+    assert_ne!(
+        hung_on, session,
+        "a session 4 s old was reused for a 5 s grant"
     );
     backend.release(&first).await.unwrap();
     backend.release(&second).await.unwrap();

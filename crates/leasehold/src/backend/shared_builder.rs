@@ -17,6 +17,7 @@ use crate::backend::params::QueryParams;
 use crate::backend::{
     Capabilities, EpochRead, Listener, ReleaseWatch, StoreEpoch, DEFAULT_STORE_MAX_TTL,
 };
+use crate::clock::{SharedClock, SystemClock};
 use crate::{Creation, Error, Key, Result};
 
 /// The scheme and the rest of a store URL `SCHEME://REST` whose scheme is
@@ -162,6 +163,10 @@ pub struct ServerOptions {
     pub wake_ups: bool,
     /// What opening may do (default [`Creation::IfMissing`]).
     pub creation: Creation,
+    /// The monotonic clock the backend times what it relies on with (the
+    /// system's, which counts a suspend, unless set; tests inject a
+    /// [`ManualClock`](crate::backend::ManualClock)).
+    pub clock: Option<SharedClock>,
 }
 
 impl Default for ServerOptions {
@@ -171,11 +176,17 @@ impl Default for ServerOptions {
             request_timeout: Duration::from_secs(5),
             wake_ups: true,
             creation: Creation::IfMissing,
+            clock: None,
         }
     }
 }
 
 impl ServerOptions {
+    /// The clock set with `clock`, or the system's.
+    pub fn clock_or_system(&self) -> SharedClock {
+        self.clock.clone().unwrap_or_else(SystemClock::shared)
+    }
+
     /// Takes `max_ttl` and `wake_ups` from a store URL's parsed query.
     ///
     /// # Errors
@@ -320,6 +331,9 @@ macro_rules! store_builder_methods {
     };
     (@method [$($doc:tt)*] [$($path:tt)*] creation) => {
         $crate::store_builder_methods!(@set [$($doc)*] creation(creation: $crate::Creation) => $($path)* creation = creation);
+    };
+    (@method [$($doc:tt)*] [$($path:tt)*] clock) => {
+        $crate::store_builder_methods!(@set [$($doc)*] clock(clock: $crate::backend::SharedClock) => $($path)* clock = Some(clock));
     };
     (@method [$($doc:tt)*] [$($path:tt)*] prefix_name) => {
         $($doc)*
