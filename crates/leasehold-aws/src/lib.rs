@@ -127,8 +127,10 @@ macro_rules! store_options_methods {
     ($($(#[$doc:meta])* $method:ident;)*) => {
         $($crate::store_options_methods!(@method [$(#[$doc])*] $method);)*
     };
+    // `clock`, `max_ttl` and `creation` are every store's: the core's
+    // methods, on `options`.
     (@method [$($doc:tt)*] clock) => {
-        $crate::reexport::store_builder_methods!(@set [$($doc)*] clock(clock: $crate::reexport::SharedClock) => options.clock = Some(clock));
+        $crate::reexport::store_builder_methods!(@method [$($doc)*] [options.] clock);
     };
     (@method [$($doc:tt)*] wall_clock) => {
         $crate::reexport::store_builder_methods!(@set [$($doc)*] wall_clock(wall: $crate::WallClock) => options.wall = Some(wall));
@@ -137,7 +139,7 @@ macro_rules! store_options_methods {
         $crate::reexport::store_builder_methods!(@set [$($doc)*] takeover_margin(margin: ::std::time::Duration) => options.margin = margin);
     };
     (@method [$($doc:tt)*] max_ttl) => {
-        $crate::reexport::store_builder_methods!(@set [$($doc)*] max_ttl(max_ttl: ::std::time::Duration) => options.max_ttl = max_ttl);
+        $crate::reexport::store_builder_methods!(@method [$($doc)*] [options.] max_ttl);
     };
     (@method [$($doc:tt)*] create_table) => {
         $crate::reexport::store_builder_methods!(@set [$($doc)*] create_table(create: bool) => options.create = create);
@@ -146,7 +148,7 @@ macro_rules! store_options_methods {
         $crate::reexport::store_builder_methods!(@set [$($doc)*] create_bucket(create: bool) => options.create = create);
     };
     (@method [$($doc:tt)*] creation) => {
-        $crate::reexport::store_builder_methods!(@set [$($doc)*] creation(creation: $crate::reexport::Creation) => options.creation = creation);
+        $crate::reexport::store_builder_methods!(@method [$($doc)*] [options.] creation);
     };
 }
 
