@@ -13,7 +13,6 @@ use crate::backend::{is_not_found, Snapshot, RACE_RETRIES};
 use crate::error::{self, NAME};
 use crate::grpc;
 use crate::record::{from_json, to_json, EpochMarker, HolderRecord, KeyRecord, WaiterEntry};
-use crate::session::ran;
 use crate::{EtcdBackend, MAX_TTL, MIN_TTL};
 
 /// A free key as last seen: what the grant's `Txn` compares and builds on.
@@ -102,7 +101,7 @@ impl EtcdBackend {
                 grpc::put(hk.clone(), holder.clone(), session.id),
                 grpc::put(rk.clone(), record.clone(), 0),
             ];
-            let ran = ran(&session, request.ttl, self.inner.clock.now());
+            let ran = session.ran(request.ttl, self.inner.clock.now());
             let mut failure = self.snapshot_ops(Some(&request.key));
             if queue.is_mine(lease_id) {
                 // Granted: the registration an earlier attempt wrote ends

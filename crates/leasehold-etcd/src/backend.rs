@@ -285,7 +285,7 @@ impl EtcdBackend {
         granted
             .get(&id)
             .filter(|s| s.alive_at(now))
-            .map(|s| crate::session::ran(s, ttl, now))
+            .map(|s| s.ran(ttl, now))
             .filter(|ran| *ran <= ttl / 4)
     }
 

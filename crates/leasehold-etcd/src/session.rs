@@ -17,14 +17,14 @@ pub(crate) fn lease_secs(ttl: Duration) -> i64 {
     s.max(MIN_TTL.as_secs()) as i64
 }
 
-/// The part of `ttl` that has run out for a key put on `session` at `now`
-/// (on the backend's clock): its lease lives its whole seconds from
-/// `fresh`, which may be less than `ttl` from `now`.
-pub(crate) fn ran(session: &Session, ttl: Duration, now: Duration) -> Duration {
-    (session.age(now) + ttl).saturating_sub(Duration::from_secs(session.secs as u64))
-}
-
 impl Session {
+    /// The part of `ttl` that has run out for a key put on this session at
+    /// `now` (on the backend's clock): its lease lives its whole seconds
+    /// from `fresh`, which may be less than `ttl` from `now`.
+    pub(crate) fn ran(&self, ttl: Duration, now: Duration) -> Duration {
+        (self.age(now) + ttl).saturating_sub(Duration::from_secs(self.secs as u64))
+    }
+
     /// How long ago its `LeaseGrant` was sent, at `now`.
     pub(crate) fn age(&self, now: Duration) -> Duration {
         now.saturating_sub(self.fresh)
@@ -105,7 +105,7 @@ impl EtcdBackend {
         let hk = self.holder_key(key.as_str());
         for _ in 0..2 {
             let session = self.session(op, ttl, since).await?;
-            let ran = ran(&session, ttl, self.inner.clock.now());
+            let ran = session.ran(ttl, self.inner.clock.now());
             match self
                 .txn_else(
                     op,
