@@ -39,17 +39,29 @@ pub async fn inject_faults(
     // Which max TTL the loss-partition fault re-creates the store with next
     // (mixed max TTLs): the first epoch was the long one.
     let mut recreate_long = false;
-    // A loss-partition fault is due but no long holder holds yet.
-    let mut waiting_for_long = false;
+    // A loss-partition fault is due but no long holder has just begun: the
+    // coordinator looks every 100 ms until one does. With mixed max TTLs the
+    // first one is due from the start, so that it comes with the first long
+    // grant: a fault due at a random time found a long holder just begun in
+    // fewer than half of the 20 s CI runs (a long holder holds 7.5 to 30 s,
+    // so few begin in a run), and a run without a loss tests none.
+    let mut loss_due =
+        args.long_max_ttl.is_some() && args.faults.iter().any(|f| f == "loss-partition");
     // Let the holders get going first.
     tokio::time::sleep(args.ttl).await;
     while now_ns() + args.ttl.as_nanos() as u64 * 2 < until_ns && !args.faults.is_empty() {
-        let pause = match waiting_for_long {
+        let pause = match loss_due {
             true => Duration::from_millis(100),
             false => args.fault_every.mul_f64(rand::rng().random_range(0.5..1.5)),
         };
-        waiting_for_long = false;
+        // Not past the last moment a fault may come (a --fault-every longer
+        // than the run would otherwise lengthen it).
+        let last = until_ns.saturating_sub(args.ttl.as_nanos() as u64 * 2);
+        let pause = pause.min(Duration::from_nanos(last.saturating_sub(now_ns())));
         tokio::time::sleep(pause).await;
+        if now_ns() >= last {
+            break;
+        }
         tracker.update(witness);
         let Some((key, holder)) = tracker
             .holders
@@ -62,23 +74,18 @@ pub async fn inject_faults(
             continue;
         };
         let is_cli = holder.worker.starts_with("cli-");
-        // The process to signal: the `leasehold run` of a command, or the
-        // library worker itself.
-        let target = match is_cli {
-            true => match cli_pids.lock().unwrap().get(&holder.worker) {
-                Some(pid) => *pid,
-                None => continue,
-            },
-            false => holder.pid,
-        };
-        let proxy = routes.get(&holder.worker).and_then(|r| r.proxy.clone());
         let kinds: Vec<&String> = args
             .faults
             .iter()
             .filter(|f| !(is_cli && !args.pause_run && *f == "pause"))
             .collect();
-        let Some(kind) = kinds.choose(&mut rand::rng()).map(|s| s.as_str()) else {
-            continue;
+        // A loss that is due stays due: no other fault is drawn meanwhile.
+        let kind = match loss_due {
+            true => "loss-partition",
+            false => match kinds.choose(&mut rand::rng()) {
+                Some(k) => k.as_str(),
+                None => continue,
+            },
         };
         if kind == "loss-partition" {
             // With mixed max TTLs, only while a long holder holds, and
@@ -86,14 +93,13 @@ pub async fn inject_faults(
             // a window of it is left): a loss with only short leases tests
             // nothing new.
             let recent = now_ns().saturating_sub(1_000_000_000);
-            if args.long_max_ttl.is_some()
+            loss_due = args.long_max_ttl.is_some()
                 && !tracker
                     .holders
                     .values()
-                    .any(|h| is_long(args, &h.worker) && h.since >= recent)
-            {
+                    .any(|h| is_long(args, &h.worker) && h.since >= recent);
+            if loss_due {
                 // Looked at again soon.
-                waiting_for_long = true;
                 continue;
             }
             let recreate_with = match args.long_max_ttl {
@@ -204,6 +210,16 @@ pub async fn inject_faults(
             });
             continue;
         }
+        // The process to signal: the `leasehold run` of a command, or the
+        // library worker itself.
+        let target = match is_cli {
+            true => match cli_pids.lock().unwrap().get(&holder.worker) {
+                Some(pid) => *pid,
+                None => continue,
+            },
+            false => holder.pid,
+        };
+        let proxy = routes.get(&holder.worker).and_then(|r| r.proxy.clone());
         if kind == "kill" {
             // Dead: it writes nothing more (or, for a command that outlives
             // its `leasehold run`, it is no longer the holder to aim at).
