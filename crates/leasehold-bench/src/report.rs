@@ -563,7 +563,7 @@ cycles, then a handoff to a waiter in another process (held 0.1–0.2 s, then re
     rw_lock(&mut s, r);
     let _ = writeln!(
         s,
-        "## Reproduce\n\n```sh\nscripts/bench.sh          # this page and its chart (several minutes)\nscripts/bench.sh --tiny   # a few seconds, to a temporary directory (CI)\nscripts/bench.sh --stores s3 --only 1,2,3 --out DIR   # some stores and figures only\nscripts/bench.sh --only 9 --out DIR   # section 9 alone\nscripts/setup-times.sh    # section 7 (half an hour)\nscripts/python-bench.py --out docs/python-bench.md sqlite:PATH URL   # section 8 (with the package installed)\nURL=\"$(scripts/postgres.sh url)\" .cache/bench-venv/bin/python scripts/pg-handoff-floor.py   # section 10's last handoff comparison\n```"
+        "## Reproduce\n\n```sh\nscripts/bench.sh          # this page and its chart (several minutes)\nscripts/bench.sh --tiny   # a few seconds, to a temporary directory (CI)\nscripts/bench.sh --stores s3 --only 1,2,3 --out DIR   # some stores and figures only\nscripts/bench.sh --only 9 --out DIR   # section 9 alone\nscripts/setup-times.sh    # section 7 (half an hour)\nscripts/python-bench.py --out docs/python-bench.md sqlite:PATH URL   # section 8 (with the package installed)\nURL=\"$(scripts/postgres.sh url)\" .cache/bench-venv/bin/python scripts/pg-handoff-floor.py   # section 10's last handoff comparison\nURL=\"$(scripts/postgres.sh url)\" cargo run --release -p leasehold-bench --example pg_layers -- --spawned   # section 13 (without --spawned: on the block_on thread)\n```"
     );
     s
 }
