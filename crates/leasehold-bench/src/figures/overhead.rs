@@ -28,7 +28,7 @@ impl Run {
             Spec::Azblob(c) => (RawLoop::azure(c).await?, 3),
             Spec::Dynamodb(t) => {
                 let d = opened.dynamo.as_ref().ok_or_else(|| anyhow!("no client"))?;
-                (RawLoop::dynamo(d.client().clone(), t), 2)
+                (RawLoop::dynamo(d.client().clone(), t).await?, 2)
             }
             // leasehold's warm path (this process wrote the key last): a
             // conditional PutObject and a read of the epoch marker to

@@ -6,6 +6,24 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditi
 
 use super::key::{unix_ms, RAW_KEY};
 
+/// Puts the raw key's item with its fencing counter at 0 (as leasehold
+/// creates a key's item at its first grant), before the first cycle.
+pub async fn dynamo_prime(client: &aws_sdk_dynamodb::Client, table: &str) -> anyhow::Result<()> {
+    client
+        .put_item()
+        .table_name(table)
+        .item("lease_key", AttributeValue::S(RAW_KEY.to_string()))
+        .item("fence", AttributeValue::N("0".into()))
+        .send()
+        .await
+        .context("raw DynamoDB item")?;
+    Ok(())
+}
+
+/// One cycle on the item [`dynamo_prime`] put. The grant's condition is
+/// leasehold's on an existing item: the item has a fencing counter, is of
+/// the store's epoch (or from before epochs) and has no lease; it sets the
+/// epoch with the lease (any value here: the server's work is the same).
 pub async fn dynamo_cycle(client: &aws_sdk_dynamodb::Client, table: &str) -> anyhow::Result<()> {
     let s = |v: &str| AttributeValue::S(v.to_string());
     let n = |v: u64| AttributeValue::N(v.to_string());
@@ -14,11 +32,11 @@ pub async fn dynamo_cycle(client: &aws_sdk_dynamodb::Client, table: &str) -> any
     let req = update(
         client,
         table,
-        "SET #f = if_not_exists(#f, :zero) + :one, #r = :rvn, #l = :lid, #h = :host, #p = :pid, #t = :ttl, #a = :now, #e = :exp REMOVE #rb, #ol, #d, #g",
-        "attribute_not_exists(#l)",
-        [("#f", "fence")],
+        "SET #ep = :epoch, #f = #f + :one, #r = :rvn, #l = :lid, #h = :host, #p = :pid, #t = :ttl, #a = :now, #e = :exp REMOVE #rb, #ol, #d, #g",
+        "attribute_exists(#f) AND (attribute_not_exists(#ep) OR #ep = :epoch) AND (attribute_not_exists(#l))",
+        [("#f", "fence"), ("#ep", "epoch")],
     )
-        .expression_attribute_values(":zero", n(0))
+        .expression_attribute_values(":epoch", n(1))
         .expression_attribute_values(":one", n(1))
         .expression_attribute_values(":rvn", s(&uuid::Uuid::new_v4().to_string()))
         .expression_attribute_values(":lid", s(&lease_id))

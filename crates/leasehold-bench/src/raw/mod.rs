@@ -172,12 +172,13 @@ impl RawLoop {
         })
     }
 
-    /// A loop on `client`'s `table`.
-    pub fn dynamo(client: aws_sdk_dynamodb::Client, table: &str) -> RawLoop {
-        RawLoop::Dynamo {
+    /// A loop on `client`'s `table` (its item put here).
+    pub async fn dynamo(client: aws_sdk_dynamodb::Client, table: &str) -> anyhow::Result<RawLoop> {
+        dynamo::dynamo_prime(&client, table).await?;
+        Ok(RawLoop::Dynamo {
             client,
             table: table.to_string(),
-        }
+        })
     }
 
     /// A loop on an object of `backend`'s store (created here), on
