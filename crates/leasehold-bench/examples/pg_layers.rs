@@ -36,6 +36,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold::backend::{AcquireOutcome, AcquireRequest, Backend, Lease, LeaseId, Owner};
+use leasehold_bench::{stats, sys};
 use tokio_postgres::types::Type;
 
 const LOOPS: [&str; 6] = [
@@ -51,11 +52,7 @@ const PHASE: Duration = Duration::from_millis(250);
 
 /// This process's CPU time (user + system) so far.
 fn cpu_time() -> Duration {
-    // SAFETY: `getrusage` fills the zeroed struct it is given.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
+    Duration::from_nanos(sys::cpu_ns())
 }
 
 fn request(key: &str, epoch: u64) -> AcquireRequest {
@@ -199,18 +196,13 @@ async fn measure(url: String, spin_for: Duration) {
             }
         }
     }
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     for (i, name) in LOOPS.iter().enumerate() {
         if !rates.contains_key(&i) {
             continue;
         }
         let base = rates.get(&0).unwrap_or(&rates[&i]);
         let ratios: Vec<f64> = rates[&i].iter().zip(base).map(|(a, r)| a / r).collect();
-        let mut per = cpu[&i].clone();
-        per.sort();
+        let per_us: Vec<f64> = cpu[&i].iter().map(|d| d.as_secs_f64() * 1e6).collect();
         println!(
             "{:>16}: {:6.0} cycles/s, {:.2}x raw (median of {} rounds), CPU {:5.1} us a cycle",
             if i == 4 {
@@ -219,9 +211,9 @@ async fn measure(url: String, spin_for: Duration) {
                 name.to_string()
             },
             rates[&i].iter().sum::<f64>() / rates[&i].len() as f64,
-            median(ratios),
+            stats::median(&ratios).unwrap_or(f64::NAN),
             rates[&i].len(),
-            per[per.len() / 2].as_secs_f64() * 1e6,
+            stats::median(&per_us).unwrap_or(f64::NAN),
         );
     }
 }

@@ -18,10 +18,10 @@ mod raw;
 mod report;
 mod results;
 mod rw_worker;
-mod stats;
 mod stores;
-mod sys;
 mod worker;
+
+use leasehold_bench::{stats, sys};
 
 use std::path::PathBuf;
 use std::time::Duration;
