@@ -54,12 +54,13 @@ pub async fn inject_faults(
             true => Duration::from_millis(100),
             false => args.fault_every.mul_f64(rand::rng().random_range(0.5..1.5)),
         };
-        // Not past the last moment a fault may come (a --fault-every longer
-        // than the run would otherwise lengthen it).
-        let last = until_ns.saturating_sub(args.ttl.as_nanos() as u64 * 2);
-        let pause = pause.min(Duration::from_nanos(last.saturating_sub(now_ns())));
+        // Not past the run's end (a --fault-every longer than the run
+        // would lengthen it, for a fault after the end). A pause may end
+        // within the last two TTLs, as a fault due then still comes: with
+        // Azure's 15 s TTL, that is where a 50 s run's faults fall.
+        let pause = pause.min(Duration::from_nanos(until_ns.saturating_sub(now_ns())));
         tokio::time::sleep(pause).await;
-        if now_ns() >= last {
+        if now_ns() >= until_ns {
             break;
         }
         tracker.update(witness);
