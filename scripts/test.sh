@@ -23,9 +23,13 @@ step() { # NAME: the step that ends now
     steps+=("$(printf '%5d s  %s' $((SECONDS - step_start)) "$1")")
     step_start=$SECONDS
 }
-print_steps() {
+print_steps() { # the exit status
     echo "== test.sh: the steps' times"
     printf '%s\n' "${steps[@]}"
+    if [[ "$1" != 0 ]]; then
+        printf '%5d s  FAILED (exit %s): the step after the ones above\n' \
+            $((SECONDS - step_start)) "$1"
+    fi
     echo "$(printf '%5d s' "$SECONDS")  in all"
 }
 
@@ -40,7 +44,7 @@ stop_all() {
         "scripts/$e.sh" stop || true
     done
 }
-trap 'stop_all; print_steps' EXIT
+trap 'rc=$?; stop_all; print_steps $rc' EXIT
 
 # moto (the S3 emulator) installs from PyPI on a fresh machine, about a
 # minute and a half of mostly waiting: in the background, beside the
