@@ -149,3 +149,32 @@ pub async fn recreate(url: &str, ttl: Duration) {
         eprintln!("leasehold-torture: re-creating the store: {e:#}");
     }
 }
+
+/// Waits until `store` grants leases: a new store's epoch grants nothing
+/// for the confirmation window (the quarantine), and the processes of a
+/// run, opened after it, are let in at once (the store tells them the
+/// epoch's age). Tries a key of its own, releasing a grant at once; gives
+/// up, saying so, after a few windows or on another failure.
+pub async fn settle(store: &Store, ttl: Duration) {
+    let deadline = tokio::time::Instant::now() + store.confirmation_window() * 3;
+    let attempt = async {
+        let lock = store.lock_with("torture/settle", leasehold::LockOptions::new().ttl(ttl))?;
+        loop {
+            match lock.acquire_timeout(Duration::ZERO).await {
+                Ok(guard) => {
+                    let _ = guard.release().await;
+                    return anyhow::Ok(());
+                }
+                Err(leasehold::Error::Quarantined { remaining, .. })
+                    if tokio::time::Instant::now() + remaining < deadline =>
+                {
+                    tokio::time::sleep(remaining + Duration::from_millis(10)).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    };
+    if let Err(e) = attempt.await {
+        eprintln!("leasehold-torture: waiting out the new store's quarantine: {e:#}");
+    }
+}
