@@ -114,7 +114,11 @@ with leasehold's statements and scripts, and `etcd-client` on a client of its ow
 etcd requests (a compare-and-put `Txn` on a session's etcd lease to acquire, a compare-and-delete \
 `Txn` to release, a new session's `LeaseGrant` now and then). Many short rounds (a quarter of a second of each loop) \
 alternate which loop goes first, so that both loops see the same machine (disk and scheduling \
-latency drift over seconds); the ratio is the median of the rounds' ratios, and the rounds' \
+latency drift over seconds); a quarter of a second is shorter than the fairness probe \
+(section 3: after 1 s of local handoffs, an acquisition first leaves the key free for a poll \
+interval, 100 ms where waiters poll, 10 ms where the store wakes them), so no round pays it, \
+where a loop that takes one key back to back for longer does (about 9% and 1% of its time); \
+the ratio is the median of the rounds' ratios, and the rounds' \
 column gives their number and the range of the middle half of them. Requests are counted on the wire (an Azure pipeline policy, \
 the DynamoDB and S3 clients' interceptors, the etcd backend's own count of its gRPC requests; SQLite: \
 transactions; PostgreSQL and Redis: statements and scripts, i.e. backend calls).\n\
