@@ -122,13 +122,30 @@ impl RunMeta {
 /// unless it had mixed max TTLs: writers holding up to four confirmation
 /// windows, which readers wait behind, may keep them out of a short run).
 pub fn passed(meta: &RunMeta, f: &Findings) -> bool {
-    f.acquisitions > 0
-        && (meta.readers + meta.shared_runs == 0
-            || meta.long_max_ttl.is_some()
-            || f.read_acquisitions > 0)
-        && f.violations() == 0
-        && meta.orphaned_commands == 0
-        && f.lost_handover_margins.iter().all(|m| !m.is_zero())
+    failures(meta, f).is_empty()
+}
+
+/// Why a run failed (see [`passed`]), in the report's words; empty if it
+/// passed.
+pub fn failures(meta: &RunMeta, f: &Findings) -> Vec<&'static str> {
+    [
+        (f.acquisitions == 0, "no acquisition"),
+        (
+            meta.readers + meta.shared_runs > 0
+                && meta.long_max_ttl.is_none()
+                && f.read_acquisitions == 0,
+            "readers, but no read hold",
+        ),
+        (f.violations() > 0, "violations"),
+        (meta.orphaned_commands > 0, "orphaned processes"),
+        (
+            f.lost_handover_margins.iter().any(|m| m.is_zero()),
+            "a zero stop-before-takeover margin",
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(failed, why)| failed.then_some(why))
+    .collect()
 }
 
 fn ms(d: Option<Duration>) -> String {
@@ -140,7 +157,11 @@ fn ms(d: Option<Duration>) -> String {
 
 pub fn render(meta: &RunMeta, f: &Findings) -> String {
     let mut s = String::new();
-    let verdict = if passed(meta, f) { "PASS" } else { "FAIL" };
+    let failures = failures(meta, f);
+    let verdict = match failures.is_empty() {
+        true => "PASS".to_string(),
+        false => format!("FAIL ({})", failures.join(", ")),
+    };
     let _ = writeln!(s, "### `{}`: {verdict}\n", meta.store);
     let _ = writeln!(s, "| measure | value |\n|---|---|");
     let mut row = |k: &str, v: String| {
@@ -385,6 +406,8 @@ mod tests {
             ..Findings::default()
         };
         assert!(!passed(&meta, &findings), "no read hold, no pass");
+        // The report says why (CI shows the verdict line, not the table).
+        assert!(render(&meta, &findings).starts_with("### `s`: FAIL (readers, but no read hold)"));
         findings.read_acquisitions = 1;
         assert!(passed(&meta, &findings));
         findings.read_acquisitions = 0;
