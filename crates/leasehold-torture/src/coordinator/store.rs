@@ -139,15 +139,31 @@ pub fn with_max_ttl(url: &str, max: Duration) -> String {
 pub async fn recreate(url: &str, ttl: Duration) {
     let attempt = async {
         let store = open_store(url).await?;
-        let lock = store.lock_with("torture/recreate", leasehold::LockOptions::new().ttl(ttl))?;
-        if let Ok(guard) = lock.acquire_timeout(Duration::ZERO).await {
-            let _ = guard.release().await;
-        }
+        // Refused or not, the attempt has made the store's new epoch.
+        let _ = try_key(&store, "torture/recreate", ttl).await?;
         anyhow::Ok(())
     };
     if let Err(e) = attempt.await {
         eprintln!("leasehold-torture: re-creating the store: {e:#}");
     }
+}
+
+/// One attempt on a key of the coordinator's own that waits for nothing,
+/// releasing a grant at once. The outer error is the lock's making (a bad
+/// key or TTL), the inner one the attempt's answer.
+async fn try_key(
+    store: &Store,
+    key: &str,
+    ttl: Duration,
+) -> leasehold::Result<leasehold::Result<()>> {
+    let lock = store.lock_with(key, leasehold::LockOptions::new().ttl(ttl))?;
+    Ok(match lock.acquire_timeout(Duration::ZERO).await {
+        Ok(guard) => {
+            let _ = guard.release().await;
+            Ok(())
+        }
+        Err(e) => Err(e),
+    })
 }
 
 /// Waits until `store` grants leases: a new store's epoch grants nothing
@@ -158,13 +174,9 @@ pub async fn recreate(url: &str, ttl: Duration) {
 pub async fn settle(store: &Store, ttl: Duration) {
     let deadline = tokio::time::Instant::now() + store.confirmation_window() * 3;
     let attempt = async {
-        let lock = store.lock_with("torture/settle", leasehold::LockOptions::new().ttl(ttl))?;
         loop {
-            match lock.acquire_timeout(Duration::ZERO).await {
-                Ok(guard) => {
-                    let _ = guard.release().await;
-                    return anyhow::Ok(());
-                }
+            match try_key(store, "torture/settle", ttl).await? {
+                Ok(()) => return anyhow::Ok(()),
                 Err(leasehold::Error::Quarantined { remaining, .. })
                     if tokio::time::Instant::now() + remaining < deadline =>
                 {
