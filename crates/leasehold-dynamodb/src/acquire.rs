@@ -182,13 +182,14 @@ impl DynamoDbBackend {
         let first = leasehold::backend::next_token(0, epoch);
         set.push(e.equals(record::FENCE, "first", n(first)));
         let key_attr = e.n(record::KEY);
+        let (names, values) = e.into_parts();
         let update = Update::builder()
             .table_name(&self.table)
             .key(record::KEY, s(req.key.as_str()))
             .update_expression(update_expression(&set, &remove))
             .condition_expression(format!("attribute_not_exists({key_attr})"))
-            .set_expression_attribute_names(e.names())
-            .set_expression_attribute_values(e.values())
+            .set_expression_attribute_names(names)
+            .set_expression_attribute_values(values)
             .build()
             .map_err(|err| Error::backend(BACKEND, "acquire", false, err))?;
         let check = ConditionCheck::builder()

@@ -74,6 +74,7 @@ impl DynamoDbBackend {
         condition: String,
         returns: ReturnValue,
     ) -> Result<Write> {
+        let (names, values) = e.into_parts();
         let result = self
             .client
             .update_item()
@@ -81,8 +82,8 @@ impl DynamoDbBackend {
             .key(record::KEY, s(key))
             .update_expression(update)
             .condition_expression(condition)
-            .set_expression_attribute_names(e.names())
-            .set_expression_attribute_values(e.values())
+            .set_expression_attribute_names(names)
+            .set_expression_attribute_values(values)
             .return_values(returns)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()

@@ -83,12 +83,21 @@ impl Expr {
         format!("{} = {}", self.n(attr), self.v(name, value))
     }
 
-    pub(crate) fn names(&self) -> Option<HashMap<String, String>> {
-        (!self.names.is_empty()).then(|| self.names.clone())
-    }
-
-    pub(crate) fn values(&self) -> Option<HashMap<String, AttributeValue>> {
-        (!self.values.is_empty()).then(|| self.values.clone())
+    /// The names and values, for the request (moved, not copied: a
+    /// request's dozen names and values, copied twice a cycle, were a
+    /// measurable share of an uncontended cycle's CPU).
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn into_parts(
+        self,
+    ) -> (
+        Option<HashMap<String, String>>,
+        Option<HashMap<String, AttributeValue>>,
+    ) {
+        let Expr { names, values } = self;
+        (
+            (!names.is_empty()).then_some(names),
+            (!values.is_empty()).then_some(values),
+        )
     }
 }
 
