@@ -22,6 +22,7 @@ same schema); nothing else is left behind.
 """
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import tempfile
@@ -39,6 +40,10 @@ def main():
     parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("builds", nargs="+", metavar="NAME=BINARY")
     opts = parser.parse_args()
+    if opts.rounds < 1:
+        parser.error("--rounds: at least 1")
+    if shutil.which("flock") is None:
+        parser.error("no flock (util-linux) on PATH: it is what the builds are compared with")
     builds = []
     for spec in opts.builds:
         name, sep, path = spec.partition("=")
