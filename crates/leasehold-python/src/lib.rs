@@ -38,38 +38,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use leasehold::{HolderInfo, KeyInfo, LeaseGuard, LockOptions, LossPolicy, RunRecord, RunReport};
-use pyo3::create_exception;
-use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tokio::runtime::Runtime;
 use tokio_util::sync::CancellationToken;
 
-create_exception!(
-    _leasehold,
-    Error,
-    PyException,
-    "Every error leasehold raises."
-);
-create_exception!(_leasehold, Timeout, Error, "The wait for a lease ran out.");
-create_exception!(
-    _leasehold,
-    LeaseLost,
-    Error,
-    "The lease is lost: it expired before it could be renewed, was broken, or taken over."
-);
-create_exception!(
-    _leasehold,
-    StoreError,
-    Error,
-    "The store failed, does not exist, or grants nothing yet (quarantine)."
-);
-create_exception!(
-    _leasehold,
-    UsageError,
-    Error,
-    "leasehold was called wrongly: a bad key, duration, URL or size, or a store used after fork."
-);
+mod errors;
+
+use errors::{to_py, usage_error, LeaseLost, StoreError};
 
 /// How long a blocking wait runs without the GIL before it looks at
 /// Python's signals (Ctrl-C) again.
@@ -91,13 +67,7 @@ fn runtime() -> PyResult<&'static Runtime> {
         // own threads (the runtime's, the lease timer's, SQLite's wake-up
         // watcher) were not copied, and its process-wide state refers to
         // them; a store opened here would wait on timers that never fire.
-        return Err(UsageError::new_err(format!(
-            "leasehold was used in process {owner} before it forked this process ({pid}): \
-             its threads do not survive fork(), so it cannot be used in a forked child; \
-             open stores only in the processes that use them, and fork (or start \
-             multiprocessing/gunicorn workers) before the first use, or use the \"spawn\" \
-             or \"forkserver\" start method"
-        )));
+        return Err(usage_error(forked_message(owner, pid, None)));
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -108,6 +78,28 @@ fn runtime() -> PyResult<&'static Runtime> {
     let rt: &'static Runtime = Box::leak(Box::new(rt));
     *slot = Some((pid, rt));
     Ok(rt)
+}
+
+/// What a forked child of a process that used leasehold is told, by every
+/// call (`what`: the object it called, if it was one of the parent's).
+/// Every object of the parent implies that the parent had made its runtime,
+/// so `open()` in the child is refused too: the advice must not be to open
+/// the store again there (the library's process-wide state, its renewal
+/// scheduler and background-release count, refers to the parent's threads;
+/// starting afresh in a child would need the core to reset that state).
+fn forked_message(owner: u32, pid: u32, what: Option<&str>) -> String {
+    let what = match what {
+        Some(what) => format!("this {what} belongs to process {owner}, and "),
+        None => String::new(),
+    };
+    format!(
+        "{what}leasehold was used in process {owner} before it forked this process ({pid}): \
+         its threads do not survive fork(), so nothing of leasehold works in a forked child, \
+         not even a store opened again here; use the \"spawn\" or \"forkserver\" start \
+         method (multiprocessing.get_context(\"spawn\")), or fork (start gunicorn or \
+         multiprocessing workers) before the parent's first use of leasehold, and open \
+         the store in each process that uses it"
+    )
 }
 
 /// The process an object was made in, and its runtime.
@@ -134,11 +126,10 @@ impl Home {
         if self.is_here() {
             return Ok(());
         }
-        Err(UsageError::new_err(format!(
-            "this {what} belongs to process {} and this is process {} (a fork of it): \
-             a store does not survive fork(); open the store again in this process, after the fork",
+        Err(usage_error(forked_message(
             self.pid,
-            std::process::id()
+            std::process::id(),
+            Some(what),
         )))
     }
 
@@ -199,7 +190,7 @@ impl Home {
 /// that calls back into leasehold) would block the runtime on itself.
 fn refuse_runtime_thread() -> PyResult<()> {
     if tokio::runtime::Handle::try_current().is_ok() {
-        return Err(UsageError::new_err(
+        return Err(usage_error(
             "a blocking leasehold call from a leasehold callback (an on_loss callback runs on \
              leasehold's own thread): set an event or schedule the work elsewhere instead",
         ));
@@ -209,39 +200,29 @@ fn refuse_runtime_thread() -> PyResult<()> {
 
 fn duration(what: &str, secs: f64) -> PyResult<Duration> {
     Duration::try_from_secs_f64(secs).map_err(|_| {
-        UsageError::new_err(format!(
+        usage_error(format!(
             "invalid {what}: {secs} s (expected a duration of zero or more seconds)"
         ))
     })
 }
 
-/// A leasehold error as the matching Python exception, secrets of `url`
-/// scrubbed from its message.
-fn to_py(err: leasehold::Error, url: &str) -> PyErr {
-    use leasehold::Error as E;
-    let message = leasehold_stores::scrub(&leasehold::backend::error_chain(&err), Some(url));
-    match err {
-        E::TimedOut { .. } => Timeout::new_err(message),
-        E::LeaseLost { .. } => LeaseLost::new_err(message),
-        E::InvalidInput { .. } | E::NotSupported(_) => UsageError::new_err(message),
-        _ => StoreError::new_err(message),
-    }
-}
-
 /// Opens the store `url` names (`None`: the default SQLite file), with the
-/// same URLs as the `leasehold` command.
+/// same URLs as the `leasehold` command, and as it does: refusing the
+/// stores no other process sees (`memory:`, in-memory SQLite), whose
+/// locks would exclude nobody.
 #[pyfunction]
 #[pyo3(signature = (url=None))]
 fn open(py: Python<'_>, url: Option<String>) -> PyResult<Store> {
+    use leasehold_stores::Access;
     let home = Home::here()?;
+    let given = url.clone().unwrap_or_default();
     let shown = leasehold_stores::redact(leasehold_stores::effective_url(url.as_deref()));
-    let effective = url.clone().unwrap_or_else(|| "sqlite:".into());
-    let opened = home.block_on(py, leasehold_stores::open(Some(effective.as_str())))?;
-    let store = opened.map_err(|e| to_py(e, url.as_deref().unwrap_or("")))?;
+    let opened = home.block_on(py, leasehold_stores::open_with(url.as_deref(), Access::Lease))?;
+    let store = opened.map_err(|e| to_py(e, &given))?;
     Ok(Store {
         inner: ManuallyDrop::new(store),
         home,
-        url: url.unwrap_or_default(),
+        url: given,
         shown,
     })
 }
@@ -249,7 +230,8 @@ fn open(py: Python<'_>, url: Option<String>) -> PyResult<Store> {
 /// Creates the store at `url` (as `leasehold init`), or opens it if one
 /// exists already (nothing changed). With `new`, the caller states that no
 /// store existed there before: the new store's epoch is settled at once,
-/// without the quarantine a new store otherwise has.
+/// without the quarantine a new store otherwise has; refused (UsageError)
+/// when a store exists there, as `leasehold init --new` refuses.
 #[pyfunction]
 #[pyo3(signature = (url=None, new=false))]
 fn init(py: Python<'_>, url: Option<String>, new: bool) -> PyResult<Store> {
@@ -258,9 +240,26 @@ fn init(py: Python<'_>, url: Option<String>, new: bool) -> PyResult<Store> {
     let given = url.clone().unwrap_or_default();
     let shown = leasehold_stores::redact(leasehold_stores::effective_url(url.as_deref()));
     let store = home.block_on(py, async {
+        // First a look, which creates nothing. (The look at a missing
+        // default SQLite file answers with an empty in-memory store: no
+        // store there yet.)
         match leasehold_stores::open_with(url.as_deref(), Access::Look).await {
-            Ok(_) => leasehold_stores::open_with(url.as_deref(), Access::Lease).await,
-            Err(leasehold::Error::NoStore { .. }) => {
+            Ok(found) if found.backend().name() != "memory" => {
+                if new {
+                    return Err(leasehold::Error::invalid(
+                        "new",
+                        format!(
+                            "a leasehold store already exists at {shown}: new=True states \
+                             that no store existed here before, which would let a new epoch \
+                             skip the wait for holders of its data; nothing changed (open it \
+                             with leasehold.open, or init without new=True)"
+                        ),
+                    ));
+                }
+                drop(found);
+                leasehold_stores::open_with(url.as_deref(), Access::Lease).await
+            }
+            Ok(_) | Err(leasehold::Error::NoStore { .. }) => {
                 leasehold_stores::open_with(url.as_deref(), Access::Create { proven: new }).await
             }
             Err(e) => Err(e),
@@ -279,13 +278,16 @@ fn init(py: Python<'_>, url: Option<String>, new: bool) -> PyResult<Store> {
 /// in seconds.
 #[pyfunction]
 fn parse_duration(text: &str) -> PyResult<f64> {
-    humantime::parse_duration(text.trim())
+    const FORM: &str = "a number with a unit, e.g. 30s, 500ms, 5m, 1h 30m";
+    let trimmed = text.trim();
+    if trimmed.starts_with('-') {
+        return Err(usage_error(format!(
+            "invalid duration {text:?}: a duration must not be negative (expected {FORM})"
+        )));
+    }
+    humantime::parse_duration(trimmed)
         .map(|d| d.as_secs_f64())
-        .map_err(|e| {
-            UsageError::new_err(format!(
-                "invalid duration {text:?}: {e} (expected e.g. 30s, 500ms, 5m)"
-            ))
-        })
+        .map_err(|e| usage_error(format!("invalid duration {text:?}: {e} (expected {FORM})")))
 }
 
 /// Waits (up to `timeout` seconds) for the releases that dropped guards
@@ -387,16 +389,18 @@ impl Store {
         self.home.pid
     }
 
-    /// A lock (`kind` "lock"), semaphore ("semaphore", with `limit`) or
-    /// election ("election") on `key`.
+    /// A lock (`kind` "lock"), semaphore ("semaphore", with `limit`),
+    /// election ("election"), or a reader-writer lock's reader side
+    /// ("read") or writer side ("write", both with `limit` the maximum
+    /// number of readers) on `key`.
     #[pyo3(signature = (kind, key, limit=1, ttl=None, data=None, label=None, abort_on_loss=false, renew_interval=None))]
     #[allow(clippy::too_many_arguments)]
     fn target(
         slf: Bound<'_, Self>,
         kind: &str,
         key: &str,
-        // Any Python int: a negative or huge limit is a usage error like
-        // zero, not an OverflowError from the conversion.
+        // Any Python int that fits: a negative or huge limit is a usage
+        // error like zero (the Python half refuses what does not fit).
         limit: i64,
         ttl: Option<f64>,
         data: Option<String>,
@@ -406,42 +410,37 @@ impl Store {
     ) -> PyResult<Target> {
         let this = slf.get();
         this.home.check("store")?;
-        let mut options = LockOptions::new();
-        if let Some(ttl) = ttl {
-            options = options.ttl(duration("ttl", ttl)?);
-        }
-        if let Some(every) = renew_interval {
-            options = options.renew_interval(duration("renew_interval", every)?);
-        }
-        if let Some(data) = data {
-            options = options.data(data);
-        }
-        if let Some(label) = label {
-            options = options.owner_label(label);
-        }
-        if abort_on_loss {
-            options = options.loss_policy(LossPolicy::Abort);
-        }
+        let options = lock_options(ttl, data, label, abort_on_loss, renew_interval)?;
         let store = &*this.inner;
+        let size = |what: &str| {
+            u32::try_from(limit).map_err(|_| {
+                usage_error(format!(
+                    "invalid {what}: {limit} is not in 1..={}",
+                    leasehold::MAX_SEMAPHORE_LIMIT
+                ))
+            })
+        };
         let kind = match kind {
             "lock" => Kind::Lock(store.lock_with(key, options).map_err(|e| this.err(e))?),
-            "semaphore" => {
-                let limit = u32::try_from(limit).map_err(|_| {
-                    UsageError::new_err(format!(
-                        "invalid semaphore limit: {limit} is not in 1..={}",
-                        leasehold::MAX_SEMAPHORE_LIMIT
-                    ))
-                })?;
-                Kind::Semaphore(
-                    store
-                        .semaphore_with(key, limit, options)
-                        .map_err(|e| this.err(e))?,
-                )
-            }
+            "semaphore" => Kind::Semaphore(
+                store
+                    .semaphore_with(key, size("semaphore limit")?, options)
+                    .map_err(|e| this.err(e))?,
+            ),
             "election" => {
                 Kind::Election(store.election_with(key, options).map_err(|e| this.err(e))?)
             }
-            other => return Err(UsageError::new_err(format!("unknown kind {other:?}"))),
+            "read" | "write" => {
+                let rw = store
+                    .rw_lock_with(key, size("max readers")?, options)
+                    .map_err(|e| this.err(e))?;
+                if kind == "read" {
+                    Kind::Read(rw)
+                } else {
+                    Kind::Write(rw)
+                }
+            }
+            other => return Err(usage_error(format!("unknown kind {other:?}"))),
         };
         Ok(Target {
             kind: Arc::new(kind),
@@ -464,8 +463,50 @@ impl Store {
     }
 
     /// Ends any lease on `key`; the holder it ended, as a dict, or None.
+    /// Refused (UsageError, nothing broken) when `key` is a semaphore's or
+    /// a reader-writer lock's whose slots are held, naming them, as
+    /// `leasehold break` refuses: their holders hold slot keys, each
+    /// broken on its own.
     fn break_lease<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let broken = self.run(py, self.inner.break_lease(key))?;
+        let store = &*self.inner;
+        let broken = self.run(py, async {
+            if let Some(holder) = store.break_lease(key).await? {
+                return Ok(Ok(Some(holder)));
+            }
+            // Only looks: a TTL the store accepts.
+            let caps = store.backend().capabilities();
+            let look = || {
+                LockOptions::new().ttl(leasehold::DEFAULT_TTL.clamp(caps.min_ttl, caps.max_ttl))
+            };
+            let permits = match store.semaphore_with(key, 1, look()) {
+                Ok(sem) => sem.inspect().await.unwrap_or_default(),
+                Err(_) => Vec::new(),
+            };
+            let held = held_slots(&permits);
+            if !held.is_empty() {
+                return Ok(Err(format!(
+                    "{key} is a semaphore: nothing was broken; its permits are its slot keys, \
+                     broken one at a time with break_lease(\"{key}/:slot:N\"): {}",
+                    held.join(", ")
+                )));
+            }
+            let readers =
+                match store.rw_lock_with(key, leasehold::DEFAULT_MAX_READERS, look()) {
+                    Ok(rw) => rw.readers().await.unwrap_or_default(),
+                    Err(_) => Vec::new(),
+                };
+            let held = held_slots(&readers);
+            if !held.is_empty() {
+                return Ok(Err(format!(
+                    "{key} is held by readers of a reader-writer lock: nothing was broken; \
+                     each holds a reader slot, broken one at a time with \
+                     break_lease(\"{key}/:read:N\"): {}",
+                    held.join(", ")
+                )));
+            }
+            Ok(Ok(None))
+        })?;
+        let broken = broken.map_err(usage_error)?;
         broken.as_ref().map(|h| holder_info(py, h)).transpose()
     }
 
@@ -482,10 +523,56 @@ impl Store {
     }
 }
 
+/// The options of a lock, semaphore, election or reader-writer lock.
+fn lock_options(
+    ttl: Option<f64>,
+    data: Option<String>,
+    label: Option<String>,
+    abort_on_loss: bool,
+    renew_interval: Option<f64>,
+) -> PyResult<LockOptions> {
+    let mut options = LockOptions::new();
+    if let Some(ttl) = ttl {
+        options = options.ttl(duration("ttl", ttl)?);
+    }
+    if let Some(every) = renew_interval {
+        options = options.renew_interval(duration("renew_interval", every)?);
+    }
+    if let Some(data) = data {
+        options = options.data(data);
+    }
+    if let Some(label) = label {
+        options = options.owner_label(label);
+    }
+    if abort_on_loss {
+        options = options.loss_policy(LossPolicy::Abort);
+    }
+    Ok(options)
+}
+
+/// The held ones of a semaphore's or a reader-writer lock's slots, as
+/// `KEY (held by HOST pid PID)`, for `break_lease`'s refusal.
+fn held_slots(slots: &[leasehold::SlotInfo]) -> Vec<String> {
+    slots
+        .iter()
+        .filter_map(|s| {
+            let h = s.info.holder.as_ref()?;
+            Some(format!(
+                "{} (held by {} pid {})",
+                s.info.key, h.owner.host, h.owner.pid
+            ))
+        })
+        .collect()
+}
+
+/// What a Target takes. A reader-writer lock's two sides are two Targets,
+/// each with the lock.
 enum Kind {
     Lock(leasehold::Lock),
     Semaphore(leasehold::Semaphore),
     Election(leasehold::Election),
+    Read(leasehold::RwLock),
+    Write(leasehold::RwLock),
 }
 
 /// A lease granted: its guard and what the kind adds.
@@ -517,6 +604,14 @@ impl Kind {
                 guard: e.campaign_reporting(wait, on_wait).await?.into_guard(),
                 slot: None,
             },
+            Kind::Read(rw) => Granted {
+                guard: rw.read_reporting(wait, on_wait).await?.into_guard(),
+                slot: None,
+            },
+            Kind::Write(rw) => Granted {
+                guard: rw.write_reporting(wait, on_wait).await?.into_guard(),
+                slot: None,
+            },
         })
     }
 
@@ -536,6 +631,14 @@ impl Kind {
                 guard: l.into_guard(),
                 slot: None,
             }),
+            Kind::Read(rw) => rw.try_read().await.map(|g| Granted {
+                guard: g.into_guard(),
+                slot: None,
+            }),
+            Kind::Write(rw) => rw.try_write().await.map(|g| Granted {
+                guard: g.into_guard(),
+                slot: None,
+            }),
         };
         match got {
             Ok(g) => Ok(Some(g)),
@@ -549,6 +652,7 @@ impl Kind {
             Kind::Lock(l) => l.key().to_string(),
             Kind::Semaphore(s) => s.key().to_string(),
             Kind::Election(e) => e.key().to_string(),
+            Kind::Read(rw) | Kind::Write(rw) => rw.key().to_string(),
         }
     }
 }
@@ -682,7 +786,7 @@ impl Target {
     fn bench_rust_cycles(&self, py: Python<'_>, seconds: f64) -> PyResult<u64> {
         self.home.check("lock")?;
         let Kind::Lock(lock) = &*self.kind else {
-            return Err(UsageError::new_err("the benchmark runs on a lock"));
+            return Err(usage_error("the benchmark runs on a lock"));
         };
         let span = duration("seconds", seconds)?;
         let got = self.home.block_on(py, async move {
@@ -698,7 +802,8 @@ impl Target {
     }
 
     /// Who holds the key (a lock's or election's holder; a semaphore's
-    /// slots' holders), as a list of dicts.
+    /// slots' holders; a reader-writer lock's readers, or its writer), as
+    /// a list of dicts.
     fn holders<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
         self.home.check("lock")?;
         let kind = self.kind.clone();
@@ -712,6 +817,13 @@ impl Target {
                         .filter_map(|s| s.info.holder)
                         .collect::<Vec<_>>()
                 }),
+                Kind::Read(rw) => rw.readers().await.map(|slots| {
+                    slots
+                        .into_iter()
+                        .filter_map(|s| s.info.holder)
+                        .collect::<Vec<_>>()
+                }),
+                Kind::Write(rw) => rw.inspect().await.map(|i| i.writer.holder.into_iter().collect()),
             }
         })?;
         let holders: Vec<HolderInfo> = got.map_err(|e| to_py(e, &self.url))?;
@@ -888,7 +1000,7 @@ impl Held {
             return Err(self.lost_error(&reason));
         }
         if self.released.is_cancelled() {
-            return Err(UsageError::new_err(format!(
+            return Err(usage_error(format!(
                 "the lease on {} was released",
                 self.key
             )));
@@ -919,7 +1031,7 @@ impl Held {
     /// seconds), then ends the lease (`leasehold run --once-per`'s record).
     fn release_with(&self, py: Python<'_>, succeeded: bool, started_at: f64) -> PyResult<()> {
         let Some(guard) = self.take()? else {
-            return Err(UsageError::new_err(format!(
+            return Err(usage_error(format!(
                 "the lease on {} was already released",
                 self.key
             )));
@@ -1068,12 +1180,7 @@ fn key_info<'py>(py: Python<'py>, i: &KeyInfo) -> PyResult<Bound<'py, PyDict>> {
 
 #[pymodule]
 fn _leasehold(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    let py = m.py();
-    m.add("Error", py.get_type::<Error>())?;
-    m.add("Timeout", py.get_type::<Timeout>())?;
-    m.add("LeaseLost", py.get_type::<LeaseLost>())?;
-    m.add("StoreError", py.get_type::<StoreError>())?;
-    m.add("UsageError", py.get_type::<UsageError>())?;
+    errors::add_to(m)?;
     m.add_function(wrap_pyfunction!(open, m)?)?;
     m.add_function(wrap_pyfunction!(init, m)?)?;
     m.add_function(wrap_pyfunction!(parse_duration, m)?)?;

@@ -1,6 +1,6 @@
-"""Distributed mutual exclusion on leases: locks, semaphores and leader
-election over SQLite, Azure Blob Storage, DynamoDB, PostgreSQL, Redis, etcd
-and S3, from Python.
+"""Distributed mutual exclusion on leases: locks, semaphores, reader-writer
+locks and leader election over SQLite, Azure Blob Storage, DynamoDB,
+PostgreSQL, Redis, etcd and S3, from Python.
 
     import leasehold
 
@@ -10,21 +10,31 @@ and S3, from Python.
         held.check()    # raises leasehold.LeaseLost once the lease is lost
         ...
 
+A lease is held until it is released: by leaving the ``with`` block, by
+``held.release()``, or by ``lock.release()`` (the lock, semaphore, election
+or reader-writer side remembers what it granted, as ``threading.Lock`` does:
+``lock.acquire(); ...; lock.release()`` and ``if lock.try_acquire(): ...``
+hold the key until the release). Only when both the Held and the object
+that granted it are garbage collected unreleased is the lease released
+then, in the background, with a ``ResourceWarning``.
+
 The lease is renewed in the background (in Rust threads, without the GIL)
 while it is held. If it can no longer be renewed, it is *lost*: ``held.lost``
 turns True, ``held.check()`` raises ``LeaseLost``, ``on_loss`` callbacks run
-and tasks registered with ``held.cancel_on_loss()`` are cancelled, all before
-anyone else can be granted the key. What this module cannot do is stop a
-Python thread: the code that holds the lease must stop on that signal. When
-work must be stopped for sure, run it under ``leasehold run`` (the CLI),
-which stops the command itself; or pass ``abort_on_loss=True``, which ends
-the whole process at the loss.
+and tasks registered with ``held.cancel_on_loss()`` are cancelled. A lease
+that runs out unrenewed is signalled lost before anyone else can be granted
+the key; a lease broken (``break_lease``, ``leasehold break``) is taken from
+its holder at once, and the holder hears of it at its next renewal. What
+this module cannot do is stop a Python thread: the code that holds the lease
+must stop on that signal. When work must be stopped for sure, run it under
+``leasehold run`` (the CLI), which stops the command itself; or pass
+``abort_on_loss=True``, which ends the whole process at the loss.
 
-leasehold does not survive ``fork()``: a forked child of a process that used
-it (opened a store) gets ``UsageError`` from every call, and nothing the
-parent holds is released or renewed by the child. Fork (start
-multiprocessing or gunicorn workers) before the first use, or use the
-"spawn" or "forkserver" start method.
+leasehold does not survive ``fork()``: in a forked child of a process that
+used it (opened a store), every call raises ``UsageError``, ``open()``
+included, and nothing the parent holds is released or renewed by the child.
+Fork (start multiprocessing or gunicorn workers) before the first use, or
+use the "spawn" or "forkserver" start method.
 
 See docs/python.md.
 """
@@ -33,12 +43,15 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextvars
 import datetime
+import os
 import threading
 import time
+import warnings
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, List, Optional, Union
+from typing import Any, Callable, Coroutine, Dict, Generator, List, Optional, Tuple, Union
 
 from . import _leasehold as _native
 from ._leasehold import Error, LeaseLost, StoreError, Timeout, UsageError
@@ -50,7 +63,11 @@ __all__ = [
     "Lock",
     "Semaphore",
     "Election",
+    "RwLock",
+    "ReadLock",
+    "WriteLock",
     "Held",
+    "Acquiring",
     "Holder",
     "KeyInfo",
     "RunRecord",
@@ -69,23 +86,67 @@ Duration = Union[int, float, datetime.timedelta, str]
 
 LossCallback = Callable[[str], Any]
 
+_DURATION_FORMS = "seconds (int or float), a datetime.timedelta or a string like '30s'"
+
+
+# Argument checks. A wrong *type* is a TypeError; a value of the right type
+# that leasehold cannot take is a UsageError (a ValueError too).
+
+
+def _type_name(value: Any) -> str:
+    return type(value).__name__
+
 
 def _secs(value: Optional[Duration], what: str) -> Optional[float]:
     if value is None:
         return None
     if isinstance(value, bool):
-        raise UsageError(f"invalid {what}: {value!r} (expected seconds, a timedelta or a string like '30s')")
+        raise TypeError(f"{what} must be {_DURATION_FORMS}, not bool")
     if isinstance(value, (int, float)):
-        secs = float(value)
+        try:
+            secs = float(value)
+        except OverflowError:
+            raise UsageError(f"invalid {what}: {value!r} s is too long") from None
     elif isinstance(value, datetime.timedelta):
         secs = value.total_seconds()
     elif isinstance(value, str):
         secs = _native.parse_duration(value)
     else:
-        raise UsageError(f"invalid {what}: {value!r} (expected seconds, a timedelta or a string like '30s')")
-    if not secs >= 0 or secs == float("inf"):
+        raise TypeError(f"{what} must be {_DURATION_FORMS}, not {_type_name(value)}")
+    if secs != secs or secs == float("inf"):
         raise UsageError(f"invalid {what}: {value!r} (expected a finite duration of zero or more seconds)")
+    if secs < 0:
+        raise UsageError(f"invalid {what}: {value!r}: a duration must not be negative (expected zero or more seconds)")
     return secs
+
+
+def _str(value: Any, what: str, optional: bool = False) -> Any:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        expected = "a str or None" if optional else "a str"
+        raise TypeError(f"{what} must be {expected}, not {_type_name(value)}")
+    return value
+
+
+def _int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, not {_type_name(value)}")
+    if not -(2**62) < value < 2**62:
+        raise UsageError(f"invalid {what}: {value} is far out of range")
+    return value
+
+
+def _bool(value: Any, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{what} must be True or False, not {_type_name(value)}")
+    return value
+
+
+def _callable(value: Any, what: str) -> Any:
+    if value is not None and not callable(value):
+        raise TypeError(f"{what} must be callable or None, not {_type_name(value)}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -151,8 +212,11 @@ def open(url: Optional[str] = None) -> "Store":  # noqa: A001 (mirrors leasehold
     """Opens the store ``url`` names, the same URLs as the ``leasehold``
     command (``sqlite:PATH``, ``postgres://…``, ``redis://…``, ``etcd://…``,
     ``s3://…``, ``dynamodb://…``, ``azblob://…``); None: the default SQLite
-    file. Credentials come from the environment, as for the CLI."""
-    return Store(_native.open(url))
+    file. Credentials come from the environment, as for the CLI. A store
+    that no other process can see (``memory:``, an in-memory SQLite
+    database) is refused with ``UsageError``, as the CLI refuses it: a lock
+    in it would exclude nobody."""
+    return Store(_native.open(_str(url, "url", optional=True)))
 
 
 def init(url: Optional[str] = None, *, new: bool = False) -> "Store":
@@ -160,8 +224,9 @@ def init(url: Optional[str] = None, *, new: bool = False) -> "Store":
     exists (nothing changed). A new store grants nothing for a while (the
     quarantine: holders of any lost earlier store's data must have stopped);
     with ``new=True`` you state that no store existed there before, and its
-    epoch is settled at once."""
-    return Store(_native.init(url, new))
+    epoch is settled at once. ``new=True`` where a store exists is refused
+    (``UsageError``), as ``leasehold init --new`` refuses it."""
+    return Store(_native.init(_str(url, "url", optional=True), _bool(new, "new")))
 
 
 class Store:
@@ -211,8 +276,32 @@ class Store:
         abort_on_loss: bool = False,
         renew_interval: Optional[Duration] = None,
     ) -> "Semaphore":
-        """At most ``limit`` holders of ``key`` at once; options as ``lock``."""
+        """At most ``limit`` holders of ``key`` at once; options as ``lock``.
+        Each permit holds a slot key (``KEY/:slot:N``) with its own fencing
+        tokens: they grow per slot, not across slots."""
+        _int(limit, "limit")
         return Semaphore(self, "semaphore", key, limit, ttl, wait, data, label, on_loss, abort_on_loss, renew_interval)
+
+    def rw_lock(
+        self,
+        key: str,
+        *,
+        max_readers: int = 16,
+        ttl: Optional[Duration] = None,
+        wait: Optional[Duration] = None,
+        data: Optional[str] = None,
+        label: Optional[str] = None,
+        on_loss: Optional[LossCallback] = None,
+        abort_on_loss: bool = False,
+        renew_interval: Optional[Duration] = None,
+    ) -> "RwLock":
+        """A reader-writer lock on ``key``: ``with rw.read():`` shares it
+        with other readers (up to ``max_readers`` at once), ``with
+        rw.write():`` excludes readers and other writers; writer preference.
+        The same lock as ``leasehold run --shared KEY`` (a reader) and
+        ``leasehold run KEY`` (a writer) take. Options as ``lock``."""
+        _int(max_readers, "max_readers")
+        return RwLock(self, key, max_readers, ttl, wait, data, label, on_loss, abort_on_loss, renew_interval)
 
     def election(
         self,
@@ -232,19 +321,24 @@ class Store:
 
     def status(self, key: str) -> KeyInfo:
         """What the store holds for ``key``: its holder, last token, runs."""
-        return _key_info(self._native.status(key))
+        return _key_info(self._native.status(_str(key, "key")))
 
     def list(self, prefix: str = "") -> List[KeyInfo]:
         """Every key with a record in the store whose name starts with ``prefix``."""
-        return [_key_info(d) for d in self._native.list(prefix)]
+        return [_key_info(d) for d in self._native.list(_str(prefix, "prefix"))]
 
     def break_lease(self, key: str) -> Optional[Holder]:
-        """Ends any lease on ``key``, whoever holds it; the holder it ended."""
-        return _holder(self._native.break_lease(key))
+        """Ends any lease on ``key``, whoever holds it: the holder it ended,
+        or None if none held it. A forced takeover: the key can be granted
+        at once, while the holder learns of its loss only at its next
+        renewal. A semaphore's key (or a reader-writer lock's held by
+        readers) has no lease of its own: ``UsageError``, naming the held
+        slot keys to break one at a time, as ``leasehold break`` does."""
+        return _holder(self._native.break_lease(_str(key, "key")))
 
     def last_success_within(self, key: str, period: Duration) -> Optional[RunRecord]:
         """The key's last successful run if it ended less than ``period`` ago."""
-        return _record(self._native.last_success_within(key, _secs(period, "period")))
+        return _record(self._native.last_success_within(_str(key, "key"), _secs(period, "period")))
 
     def once_per(
         self,
@@ -265,28 +359,94 @@ class Store:
         return OncePer(self, lock, _secs(period, "period"))
 
 
+# What `with` and `async with` entered, per thread and per asyncio task: one
+# stack of (entered object, value, token) in a context variable, so that
+# each exit releases what its own enter acquired, whichever other thread or
+# task shares the object (a new thread starts with an empty context; a task
+# runs in a copy of its creator's). Exits in the order of the enters reset
+# the variable, which then holds nothing of them.
+_ENTERED: "contextvars.ContextVar[Tuple[Tuple[object, Any, Any], ...]]" = contextvars.ContextVar(
+    "leasehold_entered", default=()
+)
+
+
+def _push(owner: object, value: Any) -> None:
+    # The entry holds the token of the set that made it (in a box: the
+    # token exists only once the entry is set), for its exit's reset.
+    box: List[Any] = []
+    box.append(_ENTERED.set(_ENTERED.get() + ((owner, value, box),)))
+
+
+def _pop(owner: object) -> Any:
+    stack = _ENTERED.get()
+    for i in range(len(stack) - 1, -1, -1):
+        entered, value, box = stack[i]
+        if entered is owner:
+            break
+    else:
+        raise UsageError(
+            f"{owner!r}: leaving a `with` block that this thread or task did not enter "
+            "(enter and exit a lock's block in the same thread or asyncio task)"
+        )
+    token = box[0]
+    below = () if token.old_value is contextvars.Token.MISSING else token.old_value
+    if i == len(stack) - 1 and len(below) == i and all(a is b for a, b in zip(below, stack)):
+        # The stack below is as this entry's set found it: undo that set
+        # (which leaves the context as it was, without the variable if it
+        # was not set).
+        try:
+            _ENTERED.reset(token)
+            return value
+        except ValueError:  # entered in another context (a copy of this one)
+            pass
+    _ENTERED.set(stack[:i] + stack[i + 1 :])
+    return value
+
+
+def _who() -> Tuple[int, int]:
+    """The thread, and the asyncio task if any, calling."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no running event loop in this thread
+        task = None
+    return (threading.get_ident(), 0 if task is None else id(task))
+
+
 class Held:
     """A lease held: renewed in the background until released. A context
-    manager (sync and async) that releases it."""
+    manager (sync and async) that releases it.
 
-    def __init__(self, native: Any) -> None:
+    Released by ``release()``, by leaving its block, or by the ``release()``
+    of the lock (semaphore, election, reader-writer side) that granted it,
+    which keeps it until then. Garbage collected unreleased (the Held and
+    that object both unreferenced), it is released in the background, with
+    a ``ResourceWarning``."""
+
+    def __init__(self, native: Any, owner: "Optional[_Target]" = None) -> None:
         self._native = native
+        self._pid = os.getpid()
+        self._owner = None if owner is None else weakref.ref(owner)
+        # The tasks cancel_on_loss() cancelled (at the loss).
+        self._cancelled: "weakref.WeakSet[asyncio.Task[Any]]" = weakref.WeakSet()
         _live.add(self)
 
     @property
     def key(self) -> str:
-        """The key held (for a semaphore permit, its slot's key)."""
+        """The key held (for a semaphore permit, its slot's key; for a
+        reader, its reader slot's)."""
         return self._native.key
 
     @property
     def token(self) -> int:
-        """The fencing token: greater than every earlier grant's on this key.
-        Hand it to the resource you protect, to reject stale holders."""
+        """The fencing token: greater than every earlier grant's on this key
+        (a semaphore permit's: on its slot). Hand it to the resource you
+        protect, to reject stale holders."""
         return self._native.token
 
     @property
     def slot(self) -> Optional[int]:
-        """A semaphore permit's slot (None for locks and elections)."""
+        """A semaphore permit's slot (None for locks, elections and
+        reader-writer locks)."""
         return self._native.slot
 
     @property
@@ -322,35 +482,81 @@ class Held:
         """Calls ``callback(reason)`` once when the lease is lost (at once if
         it is already), on a leasehold thread: keep it short, e.g.
         ``threading.Event.set``; no blocking leasehold call from it."""
-        self._native.on_loss(callback)
+        self._native.on_loss(_callable(callback, "callback"))
 
     def cancel_on_loss(self, task: "Optional[asyncio.Task[Any]]" = None) -> None:
         """Cancels ``task`` (by default the current asyncio task) when the
-        lease is lost; its ``await`` raises ``asyncio.CancelledError``."""
+        lease is lost: its ``await`` raises ``asyncio.CancelledError`` at
+        once. Leaving the ``async with`` block of this lease then raises
+        ``LeaseLost`` (from that CancelledError) in that task, so the task
+        ends with ``LeaseLost``, which says why. No cancel after the lease
+        was released."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             raise UsageError("cancel_on_loss() needs a running event loop: call it from a task") from None
+        if task is not None and not isinstance(task, asyncio.Task):
+            raise TypeError(f"task must be an asyncio.Task or None, not {_type_name(task)}")
         target = task if task is not None else asyncio.current_task()
         if target is None:
             raise UsageError("cancel_on_loss() needs a task: call it from one, or pass it")
+        me = weakref.ref(self)
 
-        def cancel(_reason: str) -> None:
+        def cancel_now() -> None:  # on the event loop
+            held = me()
+            # Not once the lease was released: the block is over, and a
+            # cancel now would hit the task's next, unrelated, await.
+            if held is not None and not held._native.released and not target.done():
+                held._cancelled.add(target)
+                target.cancel()
+
+        def cancel(_reason: str) -> None:  # on a leasehold thread
             try:
-                loop.call_soon_threadsafe(target.cancel)
+                loop.call_soon_threadsafe(cancel_now)
             except RuntimeError:
                 pass  # the loop is closed: nothing left to cancel
 
         self.on_loss(cancel)
 
+    def _forget(self) -> None:
+        owner = None if self._owner is None else self._owner()
+        if owner is not None:
+            owner._forget(self)
+
     def release(self) -> None:
         """Ends the lease. Raises ``LeaseLost`` if it was lost first (the work
         may have overlapped another holder's). Releasing again does nothing."""
-        self._native.release()
+        try:
+            self._native.release()
+        finally:
+            self._forget()
 
     async def release_async(self) -> None:
         """``release``, awaited without blocking the event loop."""
-        await _run_async(self._native.release_start)
+        try:
+            await _run_async(self._native.release_start)
+        finally:
+            self._forget()
+
+    def _release_with(self, succeeded: bool, started_at: float) -> None:
+        try:
+            self._native.release_with(succeeded, started_at)
+        finally:
+            self._forget()
+
+    async def _leave_async(self, exc: Optional[BaseException]) -> None:
+        """Releases at the end of an ``async with`` block: a cancellation
+        that cancel_on_loss() made becomes LeaseLost."""
+        try:
+            await self.release_async()
+        except LeaseLost:
+            task = asyncio.current_task()
+            if task is not None and task in self._cancelled:
+                self._cancelled.discard(task)
+                uncancel = getattr(task, "uncancel", None)  # Python 3.11+
+                if uncancel is not None and isinstance(exc, asyncio.CancelledError):
+                    uncancel()
+            raise
 
     def __enter__(self) -> "Held":
         return self
@@ -361,15 +567,45 @@ class Held:
     async def __aenter__(self) -> "Held":
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.release_async()
+    async def __aexit__(self, exc_type: Any, exc: Optional[BaseException], tb: Any) -> None:
+        await self._leave_async(exc)
+
+    def __del__(self) -> None:
+        # Garbage collected unreleased: the native guard is released in
+        # the background when it goes; say so, as an unclosed file does.
+        try:
+            native = self._native
+            if self._pid == os.getpid() and not native.released:
+                warnings.warn(
+                    f"leasehold: the lease on {native.key!r} (token {native.token}) was garbage "
+                    "collected unreleased, and is released now in the background: keep the lock "
+                    "(or the Held) and release it, or use `with`",
+                    ResourceWarning,
+                    stacklevel=2,
+                )
+        except Exception:
+            pass  # at interpreter exit, or a half-made Held
 
     def __repr__(self) -> str:
         state = "lost" if self.lost else "released" if self.released else "held"
         return f"<leasehold.Held {self.key!r} token={self.token} {state}>"
 
 
+class _Default:
+    def __repr__(self) -> str:
+        return "<the lock's wait>"
+
+
+_DEFAULT: Any = _Default()
+
+
 class _Target:
+    """What a lock, semaphore, election and each side of a reader-writer
+    lock share: the native target, the leases it granted and has not seen
+    released, and the context managers."""
+
+    _noun = "lock"
+
     def __init__(
         self,
         store: Store,
@@ -387,100 +623,156 @@ class _Target:
         self.store = store
         self._native = store._native.target(
             kind,
-            key,
-            limit,
+            _str(key, "key"),
+            _int(limit, "limit"),
             _secs(ttl, "ttl"),
-            data,
-            label,
-            abort_on_loss,
+            _str(data, "data", optional=True),
+            _str(label, "label", optional=True),
+            _bool(abort_on_loss, "abort_on_loss"),
             _secs(renew_interval, "renew_interval"),
         )
         self._wait = _secs(wait, "wait")
-        self._on_loss = on_loss
-        self._entered: List[Held] = []
-        self._entered_lock = threading.Lock()
+        self._on_loss = _callable(on_loss, "on_loss")
+        # Every lease this object granted and has not seen released, with
+        # who took it ((thread, task)) and whether a `with` entered it: kept
+        # (strong references) until released, so that a Held nobody kept is
+        # not released behind its holder's back.
+        self._holding: Dict[int, Tuple[Held, Tuple[int, int], bool]] = {}
+        self._holding_lock = threading.Lock()
 
     @property
     def key(self) -> str:
         return self._native.key
 
-    def _held(self, native: Any) -> Held:
-        held = Held(native)
+    def _held(self, native: Any, entered: bool = False) -> Held:
+        held = Held(native, self)
+        with self._holding_lock:
+            self._holding[id(held)] = (held, _who(), entered)
         if self._on_loss is not None:
             held.on_loss(self._on_loss)
         return held
 
-    def _acquire(self, wait: Optional[Duration], on_wait: Optional[Callable[[], Any]]) -> Held:
-        secs = self._wait if wait is _DEFAULT else _secs(wait, "wait")
-        return self._held(self._native.acquire(secs, on_wait))
+    def _forget(self, held: Held) -> None:
+        with self._holding_lock:
+            self._holding.pop(id(held), None)
+
+    def _wait_of(self, wait: Any) -> Optional[float]:
+        return self._wait if wait is _DEFAULT else _secs(wait, "wait")
+
+    def _acquire(self, wait: Any, on_wait: Optional[Callable[[], Any]], entered: bool = False) -> Held:
+        secs = self._wait_of(wait)
+        return self._held(self._native.acquire(secs, _callable(on_wait, "on_wait")), entered)
 
     def _try_acquire(self) -> Optional[Held]:
         native = self._native.try_acquire()
         return None if native is None else self._held(native)
 
-    def _acquire_async(self, wait: Any, on_wait: Optional[Callable[[], Any]] = None) -> "_AsyncAcquire":
-        secs = self._wait if wait is _DEFAULT else _secs(wait, "wait")
-        return _AsyncAcquire(self, secs, on_wait)
+    def _acquire_async(self, wait: Any, on_wait: Optional[Callable[[], Any]] = None) -> "Acquiring":
+        return Acquiring(self, self._wait_of(wait), _callable(on_wait, "on_wait"))
+
+    async def _acquire_coro(
+        self, wait: Optional[float], on_wait: Optional[Callable[[], Any]], entered: bool = False
+    ) -> Held:
+        callback = None
+        if on_wait is not None:
+            loop = asyncio.get_running_loop()
+            user_callback = on_wait
+
+            def callback() -> None:  # on a leasehold thread
+                try:
+                    loop.call_soon_threadsafe(user_callback)
+                except RuntimeError:
+                    pass  # the loop is closed
+
+        native = await _run_async(self._native.acquire_start, wait, callback)
+        return self._held(native, entered)
+
+    def _to_release(self) -> Held:
+        """What ``release()`` releases: of the leases this object granted
+        by acquire()/try_acquire() (not those a `with` block holds: its exit
+        releases them), the latest taken by this thread or task, or the only
+        one."""
+        me = _who()
+        with self._holding_lock:
+            held = [(h, who) for h, who, entered in self._holding.values() if not entered and not h.released]
+        mine = [h for h, who in held if who == me]
+        if mine:
+            return mine[-1]
+        if len(held) == 1:
+            return held[0][0]
+        if not held:
+            raise UsageError(
+                f"release(): this {self._noun} holds nothing on {self.key!r} that acquire() took "
+                "(already released, never acquired, or held by a `with` block, which releases it)"
+            )
+        raise UsageError(
+            f"release(): this {self._noun} holds {len(held)} leases on {self.key!r}, none taken by "
+            "this thread or task: release the Held that acquire() returned instead"
+        )
+
+    def release(self) -> None:
+        """Releases what this object's ``acquire()`` (or ``try_acquire()``)
+        took: the latest taken by this thread or task, else the only one, as
+        ``Held.release`` (``LeaseLost`` if it was lost first). ``UsageError``
+        if it holds nothing (or several, none of this thread's)."""
+        self._to_release().release()
+
+    async def release_async(self) -> None:
+        """``release``, awaited without blocking the event loop."""
+        await self._to_release().release_async()
 
     def __enter__(self) -> Held:
-        held = self._acquire(_DEFAULT, None)
-        with self._entered_lock:
-            self._entered.append(held)
+        held = self._acquire(_DEFAULT, None, entered=True)
+        _push(self, held)
         return held
 
     def __exit__(self, *exc: Any) -> None:
-        with self._entered_lock:
-            held = self._entered.pop()
+        held: Held = _pop(self)
         held.release()
 
     async def __aenter__(self) -> Held:
-        held = await self._acquire_async(_DEFAULT)
-        with self._entered_lock:
-            self._entered.append(held)
+        held = await self._acquire_coro(self._wait, None, entered=True)
+        _push(self, held)
         return held
 
-    async def __aexit__(self, *exc: Any) -> None:
-        with self._entered_lock:
-            held = self._entered.pop()
-        await held.release_async()
+    async def __aexit__(self, exc_type: Any, exc: Optional[BaseException], tb: Any) -> None:
+        held: Held = _pop(self)
+        await held._leave_async(exc)
 
     def __repr__(self) -> str:
         return f"<leasehold.{type(self).__name__} {self.key!r} on {self.store.url!r}>"
 
 
-class _Default:
-    def __repr__(self) -> str:
-        return "<the lock's wait>"
-
-
-_DEFAULT: Any = _Default()
-
-
-class Lock(_Target):
-    """A named lock. ``with lock as held:`` takes it (waiting as ``wait``
-    said), ``async with lock as held:`` too, without blocking the loop."""
-
+class _Acquirable(_Target):
     def acquire(self, wait: Optional[Duration] = _DEFAULT, *, on_wait: Optional[Callable[[], Any]] = None) -> Held:
-        """Takes the lock, waiting up to ``wait`` (None: as long as it takes;
-        default: the lock's). Raises ``Timeout`` when the wait runs out.
-        ``on_wait()`` is called once, from this thread, if the first attempt
-        finds it taken. Ctrl-C (KeyboardInterrupt) ends the wait: nothing
-        stays held."""
+        """Takes it, waiting up to ``wait`` (None: as long as it takes;
+        default: the one given when it was made). Raises ``Timeout`` when
+        the wait runs out. ``on_wait()`` is called once, from this thread,
+        if the first attempt finds it taken. Ctrl-C (KeyboardInterrupt)
+        ends the wait: nothing stays held. Held until released: the Held's
+        ``release()``, or this object's."""
         return self._acquire(wait, on_wait)
 
     def try_acquire(self) -> Optional[Held]:
-        """One attempt: the Held, or None when someone else holds it (or
-        the store grants nothing yet)."""
+        """One attempt: the Held, or None when it is taken (or the store
+        grants nothing yet). Held until released, as ``acquire``'s."""
         return self._try_acquire()
 
     def acquire_async(
         self, wait: Optional[Duration] = _DEFAULT, *, on_wait: Optional[Callable[[], Any]] = None
-    ) -> "_AsyncAcquire":
-        """``acquire`` for asyncio: ``await lock.acquire_async(5)`` or
-        ``async with lock.acquire_async(5) as held:``. Cancelling the task
-        gives the wait up; nothing stays held. ``on_wait()`` is called once,
-        on the event loop, if the first attempt finds it taken."""
+    ) -> "Acquiring":
+        """``acquire`` for asyncio: ``await lock.acquire_async(5)``,
+        ``asyncio.create_task(lock.acquire_async())`` or ``async with
+        lock.acquire_async(5) as held:``. Cancelling the task gives the wait
+        up; nothing stays held. ``on_wait()`` is called once, on the event
+        loop, if the first attempt finds it taken."""
         return self._acquire_async(wait, on_wait)
+
+
+class Lock(_Acquirable):
+    """A named lock. ``with lock as held:`` takes it (waiting as ``wait``
+    said), ``async with lock as held:`` too, without blocking the loop;
+    ``lock.acquire()`` / ``lock.release()`` as ``threading.Lock``'s."""
 
     def holder(self) -> Optional[Holder]:
         """Who holds the lock now, or None."""
@@ -488,34 +780,99 @@ class Lock(_Target):
         return _holder(holders[0]) if holders else None
 
 
-class Semaphore(_Target):
+class Semaphore(_Acquirable):
     """At most ``limit`` holders at once; each permit is a Held with a slot."""
 
-    def acquire(self, wait: Optional[Duration] = _DEFAULT, *, on_wait: Optional[Callable[[], Any]] = None) -> Held:
-        """Takes a permit, waiting as ``Lock.acquire``."""
-        return self._acquire(wait, on_wait)
-
-    def try_acquire(self) -> Optional[Held]:
-        """One attempt: a permit, or None when every slot is held."""
-        return self._try_acquire()
-
-    def acquire_async(
-        self, wait: Optional[Duration] = _DEFAULT, *, on_wait: Optional[Callable[[], Any]] = None
-    ) -> "_AsyncAcquire":
-        """``acquire`` for asyncio, as ``Lock.acquire_async``."""
-        return self._acquire_async(wait, on_wait)
+    _noun = "semaphore"
 
     def holders(self) -> List[Holder]:
         """Who holds the slots now."""
         return [Holder(**d) for d in self._native.holders()]
 
 
+class ReadLock(_Acquirable):
+    """A reader-writer lock's reader side (``RwLock.read()``): shared with
+    other readers, excluded by a writer."""
+
+    _noun = "reader side"
+
+    def holders(self) -> List[Holder]:
+        """The readers holding now."""
+        return [Holder(**d) for d in self._native.holders()]
+
+
+class WriteLock(_Acquirable):
+    """A reader-writer lock's writer side (``RwLock.write()``): excludes
+    readers and other writers."""
+
+    _noun = "writer side"
+
+    def holder(self) -> Optional[Holder]:
+        """The writer holding (or waiting for readers to finish), or None."""
+        holders = self._native.holders()
+        return _holder(holders[0]) if holders else None
+
+
+class RwLock:
+    """A reader-writer lock on a key, with writer preference: ``with
+    rw.read() as held:`` (shared, up to ``max_readers``), ``with rw.write()
+    as held:`` (exclusive); ``async with`` too, and each side has
+    ``acquire``, ``try_acquire``, ``acquire_async`` and ``release`` as a
+    Lock has. A writer's fencing token is greater than every earlier
+    grant's on the key, readers' included; readers between two writers
+    share the last writer's token."""
+
+    def __init__(
+        self,
+        store: Store,
+        key: str,
+        max_readers: int,
+        ttl: Optional[Duration],
+        wait: Optional[Duration],
+        data: Optional[str],
+        label: Optional[str],
+        on_loss: Optional[LossCallback],
+        abort_on_loss: bool,
+        renew_interval: Optional[Duration],
+    ) -> None:
+        args = (key, max_readers, ttl, wait, data, label, on_loss, abort_on_loss, renew_interval)
+        self.store = store
+        self._reader = ReadLock(store, "read", *args)
+        self._writer = WriteLock(store, "write", *args)
+        self.max_readers = max_readers
+
+    @property
+    def key(self) -> str:
+        return self._writer.key
+
+    def read(self) -> ReadLock:
+        """The reader side: ``with rw.read() as held:``."""
+        return self._reader
+
+    def write(self) -> WriteLock:
+        """The writer side: ``with rw.write() as held:``."""
+        return self._writer
+
+    def readers(self) -> List[Holder]:
+        """The readers holding now."""
+        return self._reader.holders()
+
+    def writer(self) -> Optional[Holder]:
+        """The writer holding (or waiting for readers to finish), or None."""
+        return self._writer.holder()
+
+    def __repr__(self) -> str:
+        return f"<leasehold.RwLock {self.key!r} on {self.store.url!r}>"
+
+
 class Election(_Target):
     """Leader election on a key."""
 
+    _noun = "election"
+
     def campaign(self, wait: Optional[Duration] = _DEFAULT, *, on_wait: Optional[Callable[[], Any]] = None) -> Held:
         """Becomes leader, waiting as ``Lock.acquire``; the Held's ``term``
-        is the leadership's term. Release it to resign."""
+        is the leadership's term. Release it (or ``resign()``) to resign."""
         return self._acquire(wait, on_wait)
 
     def try_campaign(self) -> Optional[Held]:
@@ -524,9 +881,13 @@ class Election(_Target):
 
     def campaign_async(
         self, wait: Optional[Duration] = _DEFAULT, *, on_wait: Optional[Callable[[], Any]] = None
-    ) -> "_AsyncAcquire":
-        """``campaign`` for asyncio."""
+    ) -> "Acquiring":
+        """``campaign`` for asyncio, as ``Lock.acquire_async``."""
         return self._acquire_async(wait, on_wait)
+
+    def resign(self) -> None:
+        """Ends the leadership ``campaign()`` took: ``release()``."""
+        self.release()
 
     def leader(self) -> Optional[Holder]:
         """Who leads now (with the data they published), or None."""
@@ -586,41 +947,51 @@ async def _signalled(loop: asyncio.AbstractEventLoop, start: Callable[[Callable[
     await asyncio.shield(over)
 
 
-class _AsyncAcquire:
-    """An acquisition for asyncio: awaitable, and an async context manager."""
+class Acquiring(Coroutine[Any, Any, Held]):
+    """An acquisition for asyncio (``acquire_async``, ``campaign_async``): a
+    coroutine, so ``await``, ``asyncio.create_task``, ``asyncio.run`` and
+    ``asyncio.wait_for`` take it, and an async context manager that
+    releases at the block's end. Nothing starts until it is awaited or
+    entered."""
 
     def __init__(self, target: _Target, wait: Optional[float], on_wait: Optional[Callable[[], Any]]) -> None:
         self._target = target
         self._wait = wait
         self._on_wait = on_wait
-        self._held: Optional[Held] = None
+        self._coro: Optional[Coroutine[Any, Any, Held]] = None
 
-    async def _get(self) -> Held:
-        on_wait = None
-        if self._on_wait is not None:
-            loop = asyncio.get_running_loop()
-            callback = self._on_wait
+    def _started(self) -> Coroutine[Any, Any, Held]:
+        if self._coro is None:
+            self._coro = self._target._acquire_coro(self._wait, self._on_wait)
+        return self._coro
 
-            def on_wait() -> None:  # on a leasehold thread
-                try:
-                    loop.call_soon_threadsafe(callback)
-                except RuntimeError:
-                    pass  # the loop is closed
+    def __await__(self) -> Generator[Any, None, Held]:
+        return self._started().__await__()
 
-        native = await _run_async(self._target._native.acquire_start, self._wait, on_wait)
-        return self._target._held(native)
+    def send(self, value: Any) -> Any:
+        return self._started().send(value)
 
-    def __await__(self) -> Iterator[Any]:
-        return self._get().__await__()
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        coro = self._started()
+        if val is None and tb is None:
+            return coro.throw(typ)
+        return coro.throw(typ, val, tb)
+
+    def close(self) -> None:
+        if self._coro is not None:
+            self._coro.close()
 
     async def __aenter__(self) -> Held:
-        self._held = await self._get()
-        return self._held
+        held = await self._target._acquire_coro(self._wait, self._on_wait, entered=True)
+        _push(self, held)
+        return held
 
-    async def __aexit__(self, *exc: Any) -> None:
-        held, self._held = self._held, None
-        if held is not None:
-            await held.release_async()
+    async def __aexit__(self, exc_type: Any, exc: Optional[BaseException], tb: Any) -> None:
+        held: Held = _pop(self)
+        await held._leave_async(exc)
+
+    def __repr__(self) -> str:
+        return f"<leasehold.Acquiring {self._target.key!r}>"
 
 
 class OncePer:
@@ -630,11 +1001,9 @@ class OncePer:
         self._store = store
         self._lock = lock
         self._period = period
-        self._held: Optional[Held] = None
-        self._started = 0.0
 
     def __enter__(self) -> Optional[Held]:
-        held = self._lock.acquire()
+        held = self._lock._acquire(_DEFAULT, None, entered=True)
         try:
             recent = self._store._native.last_success_within(self._lock.key, self._period)
         except BaseException:
@@ -642,15 +1011,16 @@ class OncePer:
             raise
         if recent is not None:
             held.release()
+            _push(self, None)
             return None
-        self._held = held
-        self._started = time.time()
+        _push(self, (held, time.time()))
         return held
 
     def __exit__(self, exc_type: Any, *exc: Any) -> None:
-        held, self._held = self._held, None
-        if held is not None:
-            held._native.release_with(exc_type is None, self._started)
+        entered = _pop(self)
+        if entered is not None:
+            held, started = entered
+            held._release_with(exc_type is None, started)
 
 
 # Every Held not yet garbage collected, for the release at exit.

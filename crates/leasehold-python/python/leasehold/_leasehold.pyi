@@ -5,8 +5,8 @@ from typing import Any, Callable, Dict, List, Optional
 class Error(Exception):
     """Every error leasehold raises."""
 
-class Timeout(Error):
-    """The wait for a lease ran out."""
+class Timeout(Error, TimeoutError):
+    """The wait for a lease ran out. Also a TimeoutError."""
 
 class LeaseLost(Error):
     """The lease is lost: expired before it could be renewed, broken, or taken over."""
@@ -14,8 +14,9 @@ class LeaseLost(Error):
 class StoreError(Error):
     """The store failed, does not exist, or grants nothing yet (quarantine)."""
 
-class UsageError(Error):
-    """leasehold was called wrongly (a bad key, duration, URL or size), or a store was used after fork."""
+class UsageError(Error, ValueError):
+    """leasehold was called wrongly: a bad key, duration, URL or size, a store used after fork, a release
+    of nothing held. Also a ValueError. (A wrong type is a TypeError.)"""
 
 Done = Callable[[bool, Any], None]
 
