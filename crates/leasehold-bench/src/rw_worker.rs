@@ -190,8 +190,8 @@ pub async fn run(opened: &Opened, p: &RwParams) -> anyhow::Result<RwReport> {
             }
             let left = Duration::from_nanos(end - call);
             let granted = match (p.role, on_lock) {
-                (Role::Writer, _) => rw.write_timeout(left).await,
-                (Role::Reader, true) => rw.read_timeout(left).await,
+                (Role::Writer, _) => rw.write_timeout(left).await.map(|g| g.into_guard()),
+                (Role::Reader, true) => rw.read_timeout(left).await.map(|g| g.into_guard()),
                 (Role::Reader, false) => sem.acquire_timeout(left).await.map(|g| g.into_guard()),
             };
             match granted {

@@ -64,11 +64,12 @@ async fn acquire_and_run(store: &Store, args: &RunArgs) -> anyhow::Result<RunRes
         match (side, limit) {
             (Side::Reader, _) => {
                 let rw = store.rw_lock_with(&lease.key, MAX_READERS, opts)?;
-                take!(rw, try_read, read_reporting).map(|g| (g, None))
+                take!(rw, try_read, read_reporting).map(|g| (g.into_guard(), None))
             }
             (Side::Writer, _) => {
                 let rw = store.rw_lock_with(&lease.key, MAX_READERS, opts)?;
-                take!(rw, try_write, write_reporting).map(|g| (g, args.limit.map(|_| 0)))
+                take!(rw, try_write, write_reporting)
+                    .map(|g| (g.into_guard(), args.limit.map(|_| 0)))
             }
             (Side::Lock, None) => {
                 let lock = store.lock_with(&lease.key, opts)?;

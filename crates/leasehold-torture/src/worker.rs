@@ -44,8 +44,8 @@ impl Holder {
     async fn acquire_timeout(&self, wait: Duration) -> leasehold::Result<LeaseGuard> {
         match self {
             Holder::Lock(l) => l.acquire_timeout(wait).await,
-            Holder::Read(rw) => rw.read_timeout(wait).await,
-            Holder::Write(rw) => rw.write_timeout(wait).await,
+            Holder::Read(rw) => rw.read_timeout(wait).await.map(|g| g.into_guard()),
+            Holder::Write(rw) => rw.write_timeout(wait).await.map(|g| g.into_guard()),
         }
     }
 }

@@ -472,6 +472,14 @@ impl Owner {
             label: None,
         }
     }
+
+    /// Whether this owner is the calling process: the same host name and
+    /// process id. A key held by this process is held by another lock or
+    /// guard of it (an earlier guard still held, a clone of the lock in
+    /// another task): no other process is in the way.
+    pub fn is_this_process(&self) -> bool {
+        self.pid == std::process::id() && self.host == hostname()
+    }
 }
 
 impl fmt::Display for Owner {

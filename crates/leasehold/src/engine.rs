@@ -218,6 +218,9 @@ struct Missed {
     /// Some slot was answered "held".
     held: bool,
     holders: Vec<HolderInfo>,
+    /// `holders` are readers of a reader-writer lock that kept a writer
+    /// out (not an exclusive holder).
+    readers: bool,
     /// The last retryable failure of the round.
     failure: Option<Error>,
     /// The store is in quarantine.
@@ -650,6 +653,7 @@ impl Engine {
                 // A reader: a writer holds or waits; its slot is given back,
                 // so that the writer's own check finds it free.
                 missed.held = true;
+                missed.readers = !reader;
                 missed.holders = holders;
                 Ok(Self::held_back(g, missed, reader).await)
             }
@@ -795,6 +799,7 @@ impl Engine {
         queue: &mut Option<OwnedMutexGuard<()>>,
         waiting: bool,
     ) -> Result<Round> {
+        self.store.check_open()?;
         let queue_me = waiting
             && matches!(self.kind, Kind::Lock)
             && self.store.backend().capabilities().queues_waiters;
@@ -917,6 +922,11 @@ impl Engine {
             Some(err) => err,
             None => Error::Held {
                 key: self.name.to_string(),
+                readers: if missed.readers {
+                    missed.holders.len().max(1) as u32
+                } else {
+                    0
+                },
                 holder: missed.holders.into_iter().next().map(Box::new),
             },
         }

@@ -19,13 +19,32 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 pub enum Error {
     /// The key is held by somebody else. `holder` describes them when the
     /// backend could tell (a backend may know a lease exists but not whose).
-    #[error("{key} is held by another holder{}", describe_holder(holder))]
+    ///
+    /// The message says when the holder is this very process (another
+    /// [`Lock`](crate::Lock) or guard of it, such as an earlier guard still
+    /// held: see [`Owner::is_this_process`](crate::Owner::is_this_process)),
+    /// and when a writer of a [`RwLock`](crate::RwLock) was kept out by
+    /// readers (`readers` of them, `holder` one of them), not by one
+    /// exclusive holder.
+    #[error("{}", describe_held(key, holder.as_deref(), *readers))]
     Held {
         /// The key that was asked for.
         key: String,
-        /// Who holds it, as far as the backend knows.
+        /// Who holds it, as far as the backend knows (with `readers` above
+        /// zero, one of the readers).
         holder: Option<Box<HolderInfo>>,
+        /// How many readers of a reader-writer lock hold it, when readers
+        /// are what kept a writer out; 0 otherwise (an exclusive holder, a
+        /// writer, or a full semaphore).
+        readers: u32,
     },
+
+    /// The [`Store`](crate::Store) was closed with
+    /// [`Store::close`](crate::Store::close): it takes, inspects and
+    /// breaks nothing any more (guards taken before keep their leases until
+    /// released or dropped). Open the store again to go on.
+    #[error("the store was closed (Store::close); open it again to use it")]
+    Closed,
 
     /// Waiting for the key took longer than the caller allowed.
     #[error("timed out after {waited:?} waiting for {key}")]
@@ -103,10 +122,29 @@ pub enum Error {
     },
 }
 
-fn describe_holder(holder: &Option<Box<HolderInfo>>) -> String {
-    match holder {
-        Some(h) => format!(" ({})", h.owner),
-        None => String::new(),
+/// The message of [`Error::Held`].
+fn describe_held(key: &str, holder: Option<&HolderInfo>, readers: u32) -> String {
+    let mine = holder.is_some_and(|h| h.owner.is_this_process());
+    match (readers, holder) {
+        (0, Some(h)) if mine => format!(
+            "{key} is held by this process ({}): another lock or guard of this process holds it (an earlier guard not yet released or dropped?)",
+            h.owner
+        ),
+        (0, Some(h)) => format!("{key} is held by another holder ({})", h.owner),
+        (0, None) => format!("{key} is held by another holder"),
+        (n, holder) => {
+            let readers = if n == 1 {
+                "1 reader".to_string()
+            } else {
+                format!("{n} readers")
+            };
+            let among = match holder {
+                Some(h) if mine => format!(" (among them this process: {})", h.owner),
+                Some(h) => format!(" (among them {})", h.owner),
+                None => String::new(),
+            };
+            format!("{key} is held by {readers}{among}: a writer waits until every reader has released")
+        }
     }
 }
 
@@ -200,7 +238,51 @@ pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::error_chain;
+    use super::{error_chain, Error};
+    use crate::backend::{HolderInfo, Owner};
+
+    fn held(owner: Owner, readers: u32) -> String {
+        Error::Held {
+            key: "k".into(),
+            holder: Some(Box::new(HolderInfo::new(owner, 7))),
+            readers,
+        }
+        .to_string()
+    }
+
+    #[test]
+    fn held_says_when_the_holder_is_this_process() {
+        let me = Owner::current();
+        let text = held(me.clone(), 0);
+        assert!(text.starts_with("k is held by this process ("), "{text}");
+        let other = Owner {
+            pid: me.pid.wrapping_add(1),
+            ..me.clone()
+        };
+        let text = held(other.clone(), 0);
+        assert_eq!(text, format!("k is held by another holder ({other})"));
+        let elsewhere = Owner {
+            host: format!("{}-other", me.host),
+            ..me
+        };
+        assert!(held(elsewhere, 0).contains("another holder"));
+    }
+
+    #[test]
+    fn held_by_readers_says_readers() {
+        let other = Owner {
+            host: "vm".into(),
+            pid: 1,
+            label: None,
+        };
+        let text = held(other.clone(), 3);
+        assert!(
+            text.starts_with("k is held by 3 readers (among them vm, pid 1)"),
+            "{text}"
+        );
+        assert!(held(other, 1).starts_with("k is held by 1 reader "));
+        assert!(held(Owner::current(), 2).contains("among them this process"));
+    }
 
     #[derive(Debug)]
     struct E(&'static str, Option<Box<E>>);

@@ -283,6 +283,75 @@ impl Holding {
     }
 }
 
+/// A view of a held lease, for the code that works under it (see
+/// [`LeaseGuard::held`] and [`Lock::run`](crate::Lock::run)): its key,
+/// fencing token and loss signal. It cannot release the lease, and says
+/// nothing more once the guard is gone (the lease is then released: it
+/// reads as lost from then on only if it was lost before). Cheap to clone;
+/// `'static`, so it can move into a task.
+#[derive(Clone)]
+pub struct HeldLease {
+    state: Arc<GuardState>,
+}
+
+impl std::fmt::Debug for HeldLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeldLease")
+            .field("key", &self.state.key)
+            .field("fencing_token", &self.fencing_token())
+            .field("lost", &self.state.loss_reason())
+            .finish()
+    }
+}
+
+impl HeldLease {
+    /// The key the lease is on.
+    pub fn key(&self) -> &Key {
+        &self.state.key
+    }
+
+    /// The lease's fencing token (see [`LeaseGuard::fencing_token`]).
+    pub fn fencing_token(&self) -> u64 {
+        self.state.fencing_token.load(Ordering::Relaxed)
+    }
+
+    /// Whether the lease is lost (see [`LeaseGuard::is_lost`]).
+    pub fn is_lost(&self) -> bool {
+        self.state.loss_reason().is_some()
+    }
+
+    /// A token cancelled when the lease is lost (see
+    /// [`LeaseGuard::lost_token`]).
+    pub fn lost_token(&self) -> CancellationToken {
+        self.state.lost.child_token()
+    }
+
+    /// Completes when the lease is lost, with the reason (see
+    /// [`LeaseGuard::lost`]).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future changes nothing.
+    pub async fn lost(&self) -> LossReason {
+        let state = &self.state;
+        let mut deadline = state.deadline_tx.subscribe();
+        loop {
+            if let Some(reason) = state.loss_reason() {
+                return reason;
+            }
+            let at = *deadline.borrow_and_update();
+            // The renewal task marks a loss the store reports; the
+            // deadline is watched here too, so that a guard whose renewal
+            // task is gone (its runtime shut down) is still told, on the
+            // store's clock.
+            tokio::select! {
+                _ = state.lost.cancelled() => {}
+                _ = state.clock.sleep_until(at) => {}
+                _ = deadline.changed() => {}
+            }
+        }
+    }
+}
+
 /// A held lease.
 ///
 /// While the guard lives, a background task (a tokio task, not an OS thread)
@@ -440,23 +509,34 @@ impl LeaseGuard {
 
     /// Completes when the lease is lost, with the reason: at the safety
     /// deadline on the store's clock at the latest (on resume, if the
-    /// machine was suspended past it).
+    /// machine was suspended past it), even where no renewal task runs any
+    /// more (the runtime that granted the lease was shut down while the
+    /// guard lived on: it completes at once if [`is_lost`](Self::is_lost)
+    /// is already true, or at the deadline). It waits on the store's
+    /// clock, not on tokio's timer, so it may be awaited on any runtime.
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future changes nothing.
     pub async fn lost(&self) -> LossReason {
-        self.state.lost.cancelled().await;
-        self.state
-            .reason
-            .get()
-            .cloned()
-            .unwrap_or(LossReason::Expired)
+        self.held().lost().await
     }
 
     /// A token cancelled when the lease is lost, to hand to code that stops
     /// on cancellation. Cancelling it yourself does not affect the lease.
+    ///
+    /// The renewal task cancels it; once the runtime that granted the lease
+    /// is gone, nothing does: await [`lost`](Self::lost) there instead.
     pub fn lost_token(&self) -> CancellationToken {
         self.state.lost.child_token()
+    }
+
+    /// A handle on this guard's lease for code that runs under it: its key,
+    /// fencing token and loss signal, without the power to release it
+    /// (what [`Lock::run`](crate::Lock::run) hands its work).
+    pub fn held(&self) -> HeldLease {
+        HeldLease {
+            state: self.state.clone(),
+        }
     }
 
     /// Ends the lease and reports how that went.

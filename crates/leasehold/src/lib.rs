@@ -160,7 +160,7 @@ pub use detach::finish_background;
 pub use election::{Election, LeaderChange, LeaderObserver, LeaderStream, Leadership};
 pub use engine::WaitReason;
 pub use error::{BoxError, Error, LossReason, Result};
-pub use guard::LeaseGuard;
+pub use guard::{HeldLease, LeaseGuard};
 pub use key::{Key, MAX_KEY_LEN};
 pub use lock::Lock;
 pub use options::{
@@ -168,7 +168,9 @@ pub use options::{
     MAX_LABEL_LEN, MIN_SAFETY_MARGIN,
 };
 pub use runs::{RunOutcome, RunRecord, RunReport};
-pub use rwlock::{RwLock, RwLockInfo, DEFAULT_MAX_READERS, MAX_RW_LOCK_KEY_LEN};
+pub use rwlock::{
+    ReadGuard, RwLock, RwLockInfo, WriteGuard, DEFAULT_MAX_READERS, MAX_RW_LOCK_KEY_LEN,
+};
 pub use semaphore::{
     Semaphore, SemaphorePermit, SlotInfo, MAX_SEMAPHORE_KEY_LEN, MAX_SEMAPHORE_LIMIT,
 };

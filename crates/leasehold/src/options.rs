@@ -24,7 +24,12 @@ pub enum LossPolicy {
     Abort,
 }
 
-/// How long [`Lock::acquire`](crate::Lock::acquire) may wait.
+/// How long a wait may last: what the `*_reporting` waits take
+/// ([`Lock::acquire_reporting`](crate::Lock::acquire_reporting) and its
+/// kin on every lock type) and [`Lock::run`](crate::Lock::run). A
+/// `Duration` converts into [`Wait::Timeout`]. (The named waits say it in
+/// their names: [`Lock::acquire`](crate::Lock::acquire) waits for ever,
+/// [`Lock::acquire_timeout`](crate::Lock::acquire_timeout) up to a time.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wait {
     /// Until the lock is obtained.
@@ -179,7 +184,7 @@ impl LockOptions {
             return Err(Error::invalid(
                 "ttl",
                 format!(
-                    "{} is outside the {backend} backend's range {}..={}: {} is this store's max TTL, set when the store is created (`?max_ttl=` in its URL, within what the store allows); an existing store keeps its own",
+                    "{} is outside the {backend} backend's range {}..={}: {} is this store's max TTL, set when the store is created (`?max_ttl=` in its URL, within what the store allows); an existing store keeps its own. To raise it, create a store with a larger one (SQLite: a new file, or this one removed, with `?max_ttl=`; see docs/sqlite.md, \"Raising the max TTL\", and the other stores' guides)",
                     fmt_duration(ttl),
                     fmt_duration(caps.min_ttl),
                     fmt_duration(caps.max_ttl),

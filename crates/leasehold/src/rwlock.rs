@@ -158,11 +158,14 @@ pub const MAX_RW_LOCK_KEY_LEN: usize = MAX_KEY_LEN - READ_SEGMENT.len() - 3;
 ///   writer is granted.
 /// * A dead reader's or writer's hold ends at its TTL (two TTLs where the
 ///   store's takeover needs an observation).
-/// * Both sides' guards are [`LeaseGuard`]s: renewed in the background,
-///   lost (and told so, by [`lost`](LeaseGuard::lost)) before anyone else
-///   can take over, released on drop. A reader's guard holds a reader slot
-///   (its [`key`](LeaseGuard::key) is `KEY/:read:N`), a writer's holds
-///   `KEY` itself.
+/// * A reader gets a [`ReadGuard`], a writer a [`WriteGuard`]: two types,
+///   so that code that needs the write hold cannot be handed a read one.
+///   Both deref to the [`LeaseGuard`] underneath: renewed in the
+///   background, lost (and told so, by [`lost`](LeaseGuard::lost)) before
+///   anyone else can take over, released on drop. A reader's guard holds a
+///   reader slot (its [`key`](LeaseGuard::key) is `KEY/:read:N`), a
+///   writer's holds `KEY` itself. A write hold cannot be downgraded to a
+///   read hold in place: release it and read.
 /// * A writer's fencing token is greater than every token granted for the
 ///   key before it, readers' included; readers may share a token (see
 ///   [Fencing tokens](#fencing-tokens)).
@@ -338,7 +341,7 @@ impl RwLock {
     }
 
     crate::waits::waits! {
-        guard: LeaseGuard,
+        guard: ReadGuard,
         noun: "a read hold (shared with other readers)",
         held: "when a writer holds or waits (with the writer's description), or every reader slot is held",
         make: "store.rw_lock(\"config\")?",
@@ -349,7 +352,7 @@ impl RwLock {
     }
 
     crate::waits::waits! {
-        guard: LeaseGuard,
+        guard: WriteGuard,
         noun: "the write hold (exclusive: no readers, no other writer)",
         held: "when another writer holds the key (with its description) or readers hold (with theirs)",
         make: "store.rw_lock(\"config\")?",
@@ -367,13 +370,104 @@ impl RwLock {
         &self.writer
     }
 
-    fn grant_read(&self, granted: Granted) -> LeaseGuard {
+    fn grant_read(&self, granted: Granted) -> ReadGuard {
         tracing::debug!(key = %self.key(), slot = granted.slot, token = granted.guard.fencing_token(), "read hold acquired");
-        granted.guard
+        ReadGuard {
+            slot: granted.slot,
+            guard: granted.guard,
+        }
     }
 
-    fn grant_write(&self, granted: Granted) -> LeaseGuard {
-        granted.guard
+    fn grant_write(&self, granted: Granted) -> WriteGuard {
+        WriteGuard {
+            guard: granted.guard,
+        }
+    }
+}
+
+/// A read hold of a [`RwLock`]: a held lease on one of its reader slots
+/// (`KEY/:read:N`), shared with other readers, renewed in the background,
+/// released on drop (best effort) or by [`release`](Self::release).
+///
+/// It derefs to the [`LeaseGuard`] on its slot, whose methods it shares
+/// ([`fencing_token`](LeaseGuard::fencing_token) (the key's, see
+/// [Fencing tokens](RwLock#fencing-tokens)), [`lost`](LeaseGuard::lost),
+/// [`is_lost`](LeaseGuard::is_lost), ...).
+#[must_use = "the read hold is released as soon as it is dropped"]
+#[derive(Debug)]
+pub struct ReadGuard {
+    slot: u32,
+    guard: LeaseGuard,
+}
+
+impl ReadGuard {
+    /// The reader slot this hold is on.
+    pub fn slot(&self) -> u32 {
+        self.slot
+    }
+
+    /// The lease guard underneath.
+    pub fn into_guard(self) -> LeaseGuard {
+        self.guard
+    }
+
+    /// Gives the read hold back and reports how that went.
+    ///
+    /// # Errors
+    /// As [`LeaseGuard::release`].
+    ///
+    /// # Cancel safety
+    /// The release goes on in the background if this future is dropped.
+    pub async fn release(self) -> Result<()> {
+        self.guard.release().await
+    }
+}
+
+impl std::ops::Deref for ReadGuard {
+    type Target = LeaseGuard;
+
+    fn deref(&self) -> &LeaseGuard {
+        &self.guard
+    }
+}
+
+/// The write hold of a [`RwLock`]: a held lease on its key, excluding
+/// every reader and every other writer, renewed in the background,
+/// released on drop (best effort) or by [`release`](Self::release).
+///
+/// It derefs to the [`LeaseGuard`] on the key, whose methods it shares.
+/// It cannot be downgraded to a read hold in place: a reader's safety
+/// rests on reading the key free after taking its slot, which a writer
+/// turning reader would skip; release it, then read.
+#[must_use = "the write hold is released as soon as it is dropped"]
+#[derive(Debug)]
+pub struct WriteGuard {
+    guard: LeaseGuard,
+}
+
+impl WriteGuard {
+    /// The lease guard underneath.
+    pub fn into_guard(self) -> LeaseGuard {
+        self.guard
+    }
+
+    /// Gives the write hold back and reports how that went.
+    ///
+    /// # Errors
+    /// As [`LeaseGuard::release`].
+    ///
+    /// # Cancel safety
+    /// The release goes on in the background if this future is dropped.
+    pub async fn release(self) -> Result<()> {
+        self.guard.release().await
+    }
+}
+
+impl std::ops::Deref for WriteGuard {
+    type Target = LeaseGuard;
+
+    fn deref(&self) -> &LeaseGuard {
+        &self.guard
     }
 }
 

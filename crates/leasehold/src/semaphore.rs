@@ -337,7 +337,7 @@ mod tests {
             .unwrap();
         let err = other.try_acquire().await.unwrap_err();
         assert!(
-            matches!(&err, Error::Held { key, holder: Some(_) } if key == "sem"),
+            matches!(&err, Error::Held { key, holder: Some(_), .. } if key == "sem"),
             "{err}"
         );
         let freed = permits.pop().unwrap();

@@ -50,6 +50,8 @@ struct StoreInner {
     /// feature only); otherwise
     /// [`CONFIRMATION_WINDOW`](crate::CONFIRMATION_WINDOW).
     window: Option<Duration>,
+    /// Set by [`Store::close`].
+    closed: std::sync::atomic::AtomicBool,
 }
 
 /// The confirmation window of a test build's store (see
@@ -111,6 +113,7 @@ impl Store {
                 groups: LocalKeys::default(),
                 epochs,
                 window,
+                closed: std::sync::atomic::AtomicBool::new(false),
             }),
         };
         if let Some(epoch) = store.backend().epoch_at_open() {
@@ -163,12 +166,37 @@ impl Store {
     ///
     /// Every other store lives in a crate of its own; the store opener,
     /// crate `leasehold-stores`, opens any of them by URL (the `leasehold`
-    /// CLI does that for you).
+    /// CLI does that for you). [`opens_url`](Self::opens_url) tells whether
+    /// a URL is one of this crate's.
+    ///
+    /// A `sqlite:PATH` file's directory must exist: only the default
+    /// file's is created (`0700`). A path starting with `~` is refused
+    /// (`~` is not expanded: write `$HOME/...` and let the shell expand
+    /// it). `?shared_file=yes` lets leasehold add its tables to another
+    /// application's database (refused otherwise; see
+    /// [`SqliteBackendBuilder::shared_file`](crate::sqlite::SqliteBackendBuilder::shared_file)).
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> leasehold::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let path = dir.path().join("leases.db");
+    /// let store = leasehold::Store::open(&format!("sqlite:{}?max_ttl=5m", path.display()))?;
+    /// let guard = store.lock("nightly")?.try_acquire().await?;
+    /// drop(guard); // released in the background...
+    /// store.close().await?; // ...and done before the program goes on to exit
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] for a malformed URL,
-    /// [`Error::NotSupported`] for a scheme this build cannot open, backend
-    /// errors opening the store.
+    /// [`Error::InvalidInput`] (what: `"store URL"`) for a malformed URL,
+    /// one whose scheme this crate does not open (another store's, such
+    /// as `redis://`, or none), a SQLite path whose directory does not
+    /// exist, or another application's SQLite file;
+    /// [`Error::NotSupported`] for `sqlite:` in a build without the
+    /// `sqlite` feature; backend errors opening the store.
     pub fn open(url: &str) -> Result<Store> {
         Self::open_with(url, Creation::IfMissing)
     }
@@ -187,11 +215,84 @@ impl Store {
             return open_sqlite(rest, creation);
         }
         // Every other store lives in a crate of its own; the store opener
-        // (crate leasehold-stores) knows them all, this crate only its own.
+        // (crate leasehold-stores) knows them all, this crate only its own
+        // (which it checks with `opens_url`, to say so in its own words).
         Err(Error::invalid(
             "store URL",
-            format!("{url:?}: expected sqlite:PATH, sqlite:///ABS/PATH, sqlite: or memory: (leasehold::Store::open knows only these; other stores open through the leasehold-stores crate)"),
+            format!("{url:?}: Store::open opens sqlite:PATH, sqlite:///ABS/PATH, sqlite: and memory:; open the other stores with their own crates, or by URL with the leasehold-stores crate"),
         ))
+    }
+
+    /// Whether `url` names a store this crate opens itself (its scheme is
+    /// `sqlite:` or it is `memory:`), however malformed the rest: what
+    /// [`open`](Self::open) does not refuse for its scheme. For store
+    /// openers that know more stores and word their own message for the
+    /// rest.
+    pub fn opens_url(url: &str) -> bool {
+        url == "memory:" || url.starts_with("sqlite:")
+    }
+
+    /// Finishes what this process still does for its leases in the
+    /// background, then closes the store: it refuses every further use
+    /// (taking, inspecting, listing, breaking) with [`Error::Closed`], in
+    /// every clone.
+    ///
+    /// A guard dropped without [`release`](crate::LeaseGuard::release) is
+    /// released in the background, on the runtime that granted it; a
+    /// program that returns from `main` (or shuts its runtime down) right
+    /// after cuts that release short, and the lease stays held until its
+    /// TTL runs out. So a program awaits `close` last, after its guards
+    /// are released or dropped: it waits until those releases have ended
+    /// (each within the store's own timeouts; bound it with
+    /// `tokio::time::timeout` to exit sooner when a store does not answer).
+    /// It waits for every request leasehold finishes in the background in
+    /// this process, for any store, as [`finish_background`](crate::finish_background)
+    /// does.
+    ///
+    /// Guards still held when it is called are neither released nor
+    /// waited for: they keep their leases (renewed) until released or
+    /// dropped. Waits already under way end with [`Error::Closed`] at
+    /// their next attempt. Closing twice is harmless.
+    ///
+    /// # Errors
+    /// None today; the `Result` leaves room for stores whose closing can
+    /// fail.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the store is closed at once, and dropping the future
+    /// only stops waiting (the releases go on in the background).
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> leasehold::Result<()> {
+    /// let store = leasehold::Store::open("memory:")?;
+    /// let guard = store.lock("k")?.try_acquire().await?;
+    /// drop(guard);
+    /// store.close().await?;
+    /// assert!(matches!(store.lock("k"), Err(leasehold::Error::Closed)));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn close(&self) -> Result<()> {
+        self.inner
+            .closed
+            .store(true, std::sync::atomic::Ordering::Release);
+        crate::detach::finish_background().await;
+        Ok(())
+    }
+
+    /// Whether [`close`](Self::close) was called on this store or a clone.
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// [`Error::Closed`] once the store is closed.
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.is_closed() {
+            return Err(Error::Closed);
+        }
+        Ok(())
     }
 
     /// The backend underneath.
@@ -219,6 +320,7 @@ impl Store {
     /// `key` and `options`, checked against the key rule and this store's
     /// backend.
     fn resolve(&self, key: &str, options: LockOptions) -> Result<(Key, ResolvedOptions)> {
+        self.check_open()?;
         let key = Key::new(key)?;
         refuse_slot_key(&key)?;
         let backend = self.backend();
@@ -337,6 +439,7 @@ impl Store {
     /// # Errors
     /// A bad key; backend failures.
     pub async fn inspect(&self, key: &str) -> Result<KeyInfo> {
+        self.check_open()?;
         self.backend().inspect(&Key::new(key)?).await
     }
 
@@ -345,6 +448,7 @@ impl Store {
     /// # Errors
     /// A bad prefix; backend failures.
     pub async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {
+        self.check_open()?;
         validate_prefix(prefix)?;
         self.backend().list(prefix).await
     }
@@ -381,6 +485,7 @@ impl Store {
     /// # Errors
     /// A bad key; backend failures.
     pub async fn break_lease(&self, key: &str) -> Result<Option<HolderInfo>> {
+        self.check_open()?;
         let key = Key::new(key)?;
         let broken = self.backend().break_lease(&key).await?;
         tracing::info!(%key, holder = ?broken.as_ref().map(|h| h.owner.to_string()), "lease broken");
@@ -416,35 +521,54 @@ fn refuse_slot_key(key: &Key) -> Result<()> {
 /// default file has no directory.
 pub fn sqlite_url_path(url: &str) -> Option<Result<PathBuf>> {
     url.strip_prefix("sqlite:")
-        .map(|rest| split_max_ttl(rest).and_then(|(path, _)| sqlite_path(path)))
+        .map(|rest| split_params(rest).and_then(|(path, _)| sqlite_path(path)))
 }
 
 #[cfg(feature = "sqlite")]
 fn open_sqlite(rest: &str, creation: Creation) -> Result<Store> {
-    let (rest, max_ttl) = split_max_ttl(rest)?;
+    let (rest, params) = split_params(rest)?;
     let path = sqlite_path(rest)?;
-    if rest.is_empty() && creation.creates() {
+    // Only the default file's directory is made (also when the URL names
+    // the default file by its path): any other missing directory is most
+    // likely a typo, refused by the backend.
+    if creation.creates() && (rest.is_empty() || default_sqlite_path().ok() == Some(path.clone())) {
         create_private_dir(&path)?;
     }
-    let max_ttl = max_ttl.unwrap_or(crate::backend::DEFAULT_STORE_MAX_TTL);
-    Ok(Store::new(crate::sqlite::SqliteBackend::open_with(
-        path, max_ttl, creation,
-    )?))
+    let mut builder = crate::sqlite::SqliteBackend::builder(path)
+        .creation(creation)
+        .shared_file(params.shared_file);
+    if let Some(max_ttl) = params.max_ttl {
+        builder = builder.max_ttl(max_ttl);
+    }
+    Ok(Store::new(builder.build()?))
 }
 
 /// The query parameters of a `sqlite:` URL.
 const SQLITE_PARAMS: crate::backend::params::QuerySpec =
-    crate::backend::params::QuerySpec::new("sqlite", &["max_ttl"]);
+    crate::backend::params::QuerySpec::new("sqlite", &["max_ttl", "shared_file"]);
 
-/// Splits `PATH?max_ttl=DURATION` (the only parameter of a `sqlite:` URL)
-/// at its last `?`.
+/// What a `sqlite:` URL's query says.
+#[derive(Debug, Default, PartialEq, Eq)]
 #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
-fn split_max_ttl(rest: &str) -> Result<(&str, Option<std::time::Duration>)> {
+struct SqliteParams {
+    max_ttl: Option<std::time::Duration>,
+    shared_file: bool,
+}
+
+/// Splits `PATH?max_ttl=DURATION&shared_file=yes` at its last `?`.
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+fn split_params(rest: &str) -> Result<(&str, SqliteParams)> {
     let Some((path, query)) = rest.rsplit_once('?') else {
-        return Ok((rest, None));
+        return Ok((rest, SqliteParams::default()));
     };
-    let max_ttl = SQLITE_PARAMS.parse(Some(query))?.duration("max_ttl")?;
-    Ok((path, max_ttl))
+    let query = SQLITE_PARAMS.parse(Some(query))?;
+    Ok((
+        path,
+        SqliteParams {
+            max_ttl: query.duration("max_ttl")?,
+            shared_file: query.boolean("shared_file")?.unwrap_or(false),
+        },
+    ))
 }
 
 #[cfg(not(feature = "sqlite"))]
@@ -458,6 +582,12 @@ fn open_sqlite(_rest: &str, _creation: Creation) -> Result<Store> {
 fn sqlite_path(rest: &str) -> Result<PathBuf> {
     if rest.is_empty() {
         return default_sqlite_path();
+    }
+    if rest.starts_with('~') {
+        return Err(Error::invalid(
+            "store URL",
+            format!("sqlite:{rest}: `~` is not expanded in a store URL (it would be a directory named `~`); write the path out, e.g. sqlite:$HOME/{} with the shell expanding $HOME", rest.trim_start_matches('~').trim_start_matches('/')),
+        ));
     }
     if let Some(after) = rest.strip_prefix("//") {
         return match after.strip_prefix('/') {
@@ -553,24 +683,59 @@ mod tests {
     }
 
     #[test]
-    fn sqlite_urls_may_set_the_max_ttl() {
-        assert_eq!(split_max_ttl("/tmp/a.db").unwrap(), ("/tmp/a.db", None));
+    fn sqlite_urls_may_set_the_max_ttl_and_share_a_file() {
+        let max = |rest| split_params(rest).unwrap().1.max_ttl;
+        assert_eq!(split_params("/tmp/a.db").unwrap().0, "/tmp/a.db");
+        assert_eq!(max("/tmp/a.db"), None);
         assert_eq!(
-            split_max_ttl("/tmp/a.db?max_ttl=5m").unwrap(),
-            ("/tmp/a.db", Some(std::time::Duration::from_secs(300)))
+            max("/tmp/a.db?max_ttl=5m"),
+            Some(std::time::Duration::from_secs(300))
         );
-        assert!(split_max_ttl("/tmp/a.db?max_ttl=soon").is_err());
-        assert!(split_max_ttl("/tmp/a.db?other=1").is_err());
+        assert!(split_params("/tmp/a.db?max_ttl=soon").is_err());
         assert_eq!(
-            split_max_ttl("/tmp/a.db?max_ttl=1m30s").unwrap().1,
+            max("/tmp/a.db?max_ttl=1m30s"),
             Some(std::time::Duration::from_secs(90))
         );
-        let err = split_max_ttl("/tmp/a.db?max_ttl=5m&max_ttl=1m").unwrap_err();
+        assert!(split_params("/tmp/a.db?max_ttl=5m&max_ttl=1m").is_err());
+        let err = split_params("/tmp/a.db?other=1").unwrap_err();
         assert!(
             err.to_string()
-                .contains("the sqlite store's only parameter is max_ttl"),
+                .contains("the sqlite store's parameters are max_ttl and shared_file"),
             "{err}"
         );
+        assert!(
+            split_params("/tmp/a.db?shared_file=yes")
+                .unwrap()
+                .1
+                .shared_file
+        );
+        assert!(
+            !split_params("/tmp/a.db?shared_file=no")
+                .unwrap()
+                .1
+                .shared_file
+        );
+        assert!(split_params("/tmp/a.db?shared_file=maybe").is_err());
+    }
+
+    #[test]
+    fn a_sqlite_path_starting_with_a_tilde_is_refused_with_the_reason() {
+        for url in ["sqlite:~/x.db", "sqlite:~", "sqlite:~user/x.db"] {
+            let err = Store::open(url).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    Error::InvalidInput {
+                        what: "store URL",
+                        ..
+                    }
+                ),
+                "{err}"
+            );
+            assert!(err.to_string().contains("`~` is not expanded"), "{err}");
+        }
+        assert!(sqlite_url_path("sqlite:~/x.db").unwrap().is_err());
+        assert!(!std::path::Path::new("~").exists());
     }
 
     #[test]
@@ -589,5 +754,10 @@ mod tests {
         assert!(err.to_string().contains("sqlite:PATH"));
         let err = Store::open("azblob://container").unwrap_err();
         assert!(err.to_string().contains("leasehold-stores"), "{err}");
+        assert!(!Store::opens_url("azblob://container"));
+        assert!(!Store::opens_url("bogus"));
+        assert!(Store::opens_url("sqlite:x.db"));
+        assert!(Store::opens_url("sqlite:"));
+        assert!(Store::opens_url("memory:"));
     }
 }

@@ -106,6 +106,17 @@ fn child() {
                 guard.release().await.unwrap();
                 0
             }
+            // Drops its guard and exits at once, after closing the store
+            // (or not: the release may be cut short by the exit).
+            "drop-close" | "drop-exit" => {
+                let guard = lock.try_acquire().await.unwrap();
+                println!("granted {}", guard.fencing_token());
+                drop(guard);
+                if role == "drop-close" {
+                    store.close().await.unwrap();
+                }
+                std::process::exit(0);
+            }
             other => panic!("unknown role {other}"),
         }
     });
@@ -255,4 +266,69 @@ fn a_new_file_with_no_holders_around_grants_at_once() {
     let again = read_line_starting(&mut text.as_bytes(), "granted ");
     assert_eq!(again[2], "quarantined=false", "{text}");
     assert!(again[0].parse::<u64>().unwrap() > granted[0].parse::<u64>().unwrap());
+}
+
+/// Issue 49: a program that drops its guard and exits leaves no lease
+/// behind when it closes its store last (without `close`, the release,
+/// in the background, is cut short by the exit, and the lease is held
+/// until its TTL runs out).
+#[test]
+fn a_process_that_closes_its_store_before_exiting_leaves_no_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("leases.db");
+    for round in 0..5 {
+        let out = spawn("drop-close", &path).wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(out.status.success() && text.contains("granted"), "{text}");
+        let store = Store::new(SqliteBackend::open_with_max_ttl(&path, MAX_TTL).unwrap());
+        let info = tokio::runtime::Runtime::new()
+            .unwrap()
+            .block_on(store.inspect("k"))
+            .unwrap();
+        assert!(
+            info.holder.is_none(),
+            "round {round}: the lease outlived the process: {info:?}"
+        );
+    }
+}
+
+/// Issue 49: a new file is granted at once while another process holds a
+/// lease in *another* file of the same directory (only holders of a file
+/// of its own name could hold a lease of its lost history).
+#[test]
+fn a_new_file_beside_a_held_store_grants_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut holder, _out, _first) = granted_holder("hold", &dir.path().join("a.db"));
+    let out = spawn("wait", &dir.path().join("b.db"))
+        .wait_with_output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let granted = read_line_starting(&mut text.as_bytes(), "granted ");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert_eq!(granted[2], "quarantined=false", "{text}");
+}
+
+/// Issue 49's safety side: the file deleted under a holder while another
+/// process holds a lease in another file of the directory; and the
+/// directory's holders file deleted too. Either way the re-created file
+/// waits the quarantine out, and is granted after the holder was told
+/// lost, with a greater token.
+#[test]
+fn file_deleted_under_a_holder_beside_another_held_store() {
+    for remove_holders_file in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("leases.db");
+        let (mut other, _other_out, _) = granted_holder("hold", &dir.path().join("other.db"));
+        let (holder, holder_out, first) = granted_holder("hold-slow", &path);
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+        if remove_holders_file {
+            std::fs::remove_file(dir.path().join(".leasehold-holders")).unwrap();
+        }
+        granted_after_a_quarantine_once_the_holder_was_lost(holder, holder_out, first, &path);
+        other.kill().unwrap();
+        other.wait().unwrap();
+    }
 }

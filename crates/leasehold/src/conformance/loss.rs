@@ -205,10 +205,11 @@ pub async fn rw_lock_a_gate_that_reads_after_a_loss_waits_for_the_other_side<F, 
     };
     let ((reader_lost, new_writer), (writer_lost, new_reader), ()) =
         tokio::join!(new_writer, new_reader, loss);
-    for (side, lost, new, old) in [
+    let sides: [(_, _, &crate::LeaseGuard, &crate::LeaseGuard); 2] = [
         ("writer", reader_lost, &new_writer, &old_reader),
         ("reader", writer_lost, &new_reader, &old_writer),
-    ] {
+    ];
+    for (side, lost, new, old) in sides {
         assert!(
             lost,
             "a {side} was granted (token {}) beside a holder of the lost data (token {}) not yet told lost",

@@ -197,6 +197,7 @@ use crate::memory::{check_ttl, LOCAL_MAX_TTL, LOCAL_MIN_TTL};
 use crate::runs::RunRecord;
 
 mod acquire;
+mod builder;
 mod epoch;
 mod holders;
 mod open;
@@ -207,6 +208,7 @@ mod wake;
 #[doc(hidden)]
 pub use acquire::GRANT;
 use acquire::*;
+pub use builder::SqliteBackendBuilder;
 use epoch::*;
 use holders::*;
 use open::*;
@@ -233,6 +235,9 @@ pub struct SqliteBackend {
     opened_epoch: Option<EpochRead>,
     /// What opening may do to the file (see [`Creation`]).
     creation: Creation,
+    /// Whether a file with other applications' tables may be used (see
+    /// [`SqliteBackendBuilder::shared_file`]).
+    shared_file: bool,
 }
 
 /// A connection and what it was opened on.
@@ -242,6 +247,8 @@ pub(super) struct Open {
     file: FileId,
     /// The store's epoch when the connection was opened.
     epoch: StoreEpoch,
+    /// The store's recorded max TTL then.
+    max_ttl: Duration,
 }
 
 /// The size of the WAL file up to which closing a connection leaves it as

@@ -22,24 +22,28 @@ impl FileId {
 }
 
 impl SqliteBackend {
-    /// Opens (creating if needed) the store at `path`, and its parent
-    /// directory. A store created here gets the default max TTL
-    /// ([`DEFAULT_STORE_MAX_TTL`]).
+    /// Opens (creating if needed) the store at `path`, whose directory
+    /// must exist. A store created here gets the default max TTL
+    /// ([`DEFAULT_STORE_MAX_TTL`]). As [`builder`](Self::builder)`(path)`
+    /// with nothing else set.
     ///
     /// Many processes may open (and create) the same file at once: every
     /// step waits on SQLite's lock like any other operation.
     ///
     /// # Errors
-    /// [`Error::Backend`] if the directory or database cannot be created or
-    /// opened.
+    /// [`Error::InvalidInput`] if the directory does not exist, the path
+    /// names a directory, or the file is another application's database
+    /// (see [`SqliteBackendBuilder::shared_file`]); [`Error::Backend`] if
+    /// the database cannot be created or opened.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
-        Self::open_with_max_ttl(path, DEFAULT_STORE_MAX_TTL)
+        Self::builder(path).build()
     }
 
     /// Like [`open`](Self::open); a store this call creates (or a new epoch
     /// it starts) records `max_ttl` (100 ms to 24 h) as its max TTL: no lease
-    /// may be longer. An existing store keeps its own. (After the store's
-    /// data is lost under a live holder, grants wait one
+    /// may be longer. An existing store keeps its own (a warning is logged
+    /// when it differs: see [`SqliteBackendBuilder::max_ttl`]). (After the
+    /// store's data is lost under a live holder, grants wait one
     /// [confirmation window](crate::CONFIRMATION_WINDOW), whatever the max
     /// TTL.)
     ///
@@ -47,33 +51,43 @@ impl SqliteBackend {
     /// As [`open`](Self::open); [`Error::InvalidInput`] for a max TTL out of
     /// range.
     pub fn open_with_max_ttl(path: impl AsRef<Path>, max_ttl: Duration) -> Result<Self> {
-        Self::open_with(path, max_ttl, Creation::IfMissing)
+        Self::builder(path).max_ttl(max_ttl).build()
     }
 
     /// Like [`open_with_max_ttl`](Self::open_with_max_ttl), with what
-    /// opening may do to the file: with [`Creation::Never`] nothing is
-    /// created or written, ever (a file without leasehold's tables, or no
-    /// file, is [`Error::NoStore`]; an epoch row of another file or boot is
-    /// reported as it is, not renewed); with [`Creation::NewProven`] a new
-    /// file's epoch is settled at once (the caller states that no earlier
-    /// store existed here), as it is when no process on the machine holds
-    /// a lease in its directory.
+    /// opening may do to the file (see [`SqliteBackendBuilder::creation`]).
     ///
     /// # Errors
     /// As [`open_with_max_ttl`](Self::open_with_max_ttl);
-    /// [`Error::NoStore`] as above.
+    /// [`Error::NoStore`] with [`Creation::Never`] when there is no store.
     pub fn open_with(
         path: impl AsRef<Path>,
         max_ttl: Duration,
         creation: Creation,
     ) -> Result<Self> {
+        Self::builder(path)
+            .max_ttl(max_ttl)
+            .creation(creation)
+            .build()
+    }
+
+    /// A builder for the store at `path`, for the settings
+    /// [`open`](Self::open) leaves at their defaults.
+    pub fn builder(path: impl AsRef<Path>) -> SqliteBackendBuilder {
+        SqliteBackendBuilder::new(path.as_ref())
+    }
+
+    /// Opens the store as `b` says (see [`SqliteBackendBuilder::build`]).
+    pub(super) fn from_builder(b: SqliteBackendBuilder) -> Result<Self> {
+        let max_ttl = b.max_ttl.unwrap_or(DEFAULT_STORE_MAX_TTL);
         if !(LOCAL_MIN_TTL..=LOCAL_MAX_TTL).contains(&max_ttl) {
             return Err(Error::invalid(
                 "max ttl",
                 format!("{max_ttl:?} is outside {LOCAL_MIN_TTL:?}..={LOCAL_MAX_TTL:?}"),
             ));
         }
-        let path = path.as_ref().to_path_buf();
+        let creation = b.creation;
+        let path = b.path;
         // A store is a file: a path that names a directory would otherwise
         // fail later as "unable to open database file", or, with a
         // trailing '/', create a file where the directory was meant.
@@ -97,8 +111,18 @@ impl SqliteBackend {
             store_max_ttl_ms: Arc::new(AtomicU64::new(max_ttl.as_millis() as u64)),
             opened_epoch: None,
             creation,
+            shared_file: b.shared_file,
         };
         let open = backend.connect()?;
+        if let Some(asked) = b.max_ttl {
+            if open.max_ttl != asked {
+                tracing::warn!(
+                    path = %backend.path.display(),
+                    "{}",
+                    max_ttl_kept(&backend.path, asked, open.max_ttl)
+                );
+            }
+        }
         let backend = SqliteBackend {
             opened_epoch: Some(EpochRead::now(open.epoch.clone())),
             // A file created again later is not the operator's new store.
@@ -147,22 +171,27 @@ impl SqliteBackend {
                     self.path.display()
                 )));
             }
-        } else {
-            std::fs::create_dir_all(&dir).map_err(|e| {
-                // One of the path's parents is a file.
-                let not_a_dir = dir.ancestors().find(|a| a.is_file());
+        } else if !dir.is_dir() {
+            // Never made here: a typo in a path would otherwise become a
+            // directory (and a store nobody else uses). The default file's
+            // directory is made by `Store::open` (`sqlite:`).
+            let not_a_dir = dir.ancestors().find(|a| a.is_file());
+            return Err(Error::invalid(
+                "store URL",
                 match not_a_dir {
-                    Some(file) => fail(format!(
-                        "cannot create the directory {}: {} is a file, not a directory",
+                    Some(file) => format!(
+                        "the directory {} of {} cannot exist: {} is a file, not a directory",
                         dir.display(),
+                        self.path.display(),
                         file.display()
-                    )),
-                    None => fail(format!(
-                        "cannot create the directory {}: {e}",
-                        dir.display()
-                    )),
-                }
-            })?;
+                    ),
+                    None => format!(
+                        "the directory {} of {} does not exist (leasehold creates only the default store's directory): create it first, or check the path for a typo",
+                        dir.display(),
+                        self.path.display()
+                    ),
+                },
+            ));
         }
         let mut attempts = 0;
         let (mut conn, file) = loop {
@@ -200,11 +229,22 @@ impl SqliteBackend {
         // The busy handler before anything that takes a lock.
         conn.busy_handler(Some(retry_while_busy))
             .map_err(|e| db_error("open", e))?;
-        if look && !has_lease_table(&conn).map_err(|e| db_error("open", e))? {
+        let ours = has_lease_table(&conn).map_err(|e| db_error("open", e))?;
+        if look && !ours {
             return Err(Error::no_store(format!(
                 "{} has no leasehold tables",
                 self.path.display()
             )));
+        }
+        if !look && !ours && !self.shared_file {
+            // Before anything is written: WAL mode stays with the file.
+            let others = foreign_tables(&conn).map_err(|e| db_error("open", e))?;
+            if !others.is_empty() {
+                return Err(Error::invalid(
+                    "store URL",
+                    foreign_file_message(&self.path, &others),
+                ));
+            }
         }
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(|e| db_error("open", e))?;
@@ -233,7 +273,12 @@ impl SqliteBackend {
             file,
         };
         let epoch = store_epoch(&row, &ctx, ctx.now_ns());
-        Ok(Open { conn, file, epoch })
+        Ok(Open {
+            conn,
+            file,
+            epoch,
+            max_ttl: row.max_ttl,
+        })
     }
 
     /// Reads the epoch row, starting a new epoch if the file has none, or
@@ -308,7 +353,7 @@ impl SqliteBackend {
                 // The creator's statement that no earlier store existed
                 // (`leasehold init --new`), or the directory lock's proof.
                 let stated = self.creation == Creation::NewProven;
-                let safe = stated || self.holders.none_in_directory();
+                let safe = stated || self.holders.none_of_this_name();
                 (
                     next_epoch(0),
                     if safe { PROVEN } else { now + quarantine_ns() },
@@ -326,7 +371,7 @@ impl SqliteBackend {
                 // another file): only the directory lock can tell. Holders
                 // of another boot are rows of this file.
                 let safe =
-                    (!replaced || self.holders.none_in_directory()) && (!other_boot || !live_rows);
+                    (!replaced || self.holders.none_of_this_name()) && (!other_boot || !live_rows);
                 let why = if replaced {
                     "the file was replaced (a copy or a restored backup)"
                 } else {
@@ -421,6 +466,32 @@ impl SqliteBackend {
             file,
         }
     }
+}
+
+/// What a warning says when the max TTL asked for is not the store's.
+pub(super) fn max_ttl_kept(path: &Path, asked: Duration, has: Duration) -> String {
+    format!(
+        "{} keeps the max TTL it was created with, {}; the {} asked for is ignored. A store's max TTL is fixed when it is created: to raise it, use a new file, or remove this one (see docs/sqlite.md, \"Raising the max TTL\")",
+        path.display(),
+        crate::options::fmt_duration(has),
+        crate::options::fmt_duration(asked)
+    )
+}
+
+/// The message refusing a file with other applications' tables.
+fn foreign_file_message(path: &Path, others: &[String]) -> String {
+    let shown = others
+        .iter()
+        .take(5)
+        .map(|t| format!("{t:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let more = if others.len() > 5 { ", ..." } else { "" };
+    format!(
+        "{} is another application's SQLite database (it has tables leasehold did not make: {shown}{more}); leasehold would add its own tables and switch the file to WAL journal mode for good. Give leasehold a file of its own (e.g. {}), or, to share this file on purpose, add ?shared_file=yes to the store URL (SqliteBackendBuilder::shared_file in Rust)",
+        path.display(),
+        dir_of(path).join("leases.db").display()
+    )
 }
 
 /// The parent directory of a database path (`.` for a bare file name).

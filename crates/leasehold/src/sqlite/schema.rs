@@ -39,6 +39,18 @@ pub(super) fn has_lease_table(conn: &Connection) -> rusqlite::Result<bool> {
     )
 }
 
+/// The file's tables that are not leasehold's (nor SQLite's own), by name.
+pub(super) fn foreign_tables(conn: &Connection) -> rusqlite::Result<Vec<String>> {
+    let mut st = conn.prepare(
+        "SELECT name FROM sqlite_schema
+         WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'
+           AND name NOT IN ('leasehold_leases', 'leasehold_store')
+         ORDER BY name",
+    )?;
+    let names = st.query_map([], |r| r.get(0))?.collect();
+    names
+}
+
 /// Whether the file has both tables, with the run record columns.
 pub(super) fn has_schema(conn: &Connection) -> rusqlite::Result<bool> {
     conn.query_row(
