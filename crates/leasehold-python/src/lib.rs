@@ -88,15 +88,15 @@ fn runtime() -> PyResult<&'static Runtime> {
 /// scheduler and background-release count, refers to the parent's threads;
 /// starting afresh in a child would need the core to reset that state).
 fn forked_message(owner: u32, pid: u32, what: Option<&str>) -> String {
-    let what = match what {
-        Some(what) => format!("this {what} belongs to process {owner}, and "),
-        None => String::new(),
+    let used = match what {
+        Some(what) => format!("this {what} belongs to process {owner}, which used leasehold"),
+        None => format!("leasehold was used in process {owner}"),
     };
     format!(
-        "{what}leasehold was used in process {owner} before it forked this process ({pid}): \
-         its threads do not survive fork(), so nothing of leasehold works in a forked child, \
-         not even a store opened again here; use the \"spawn\" or \"forkserver\" start \
-         method (multiprocessing.get_context(\"spawn\")), or fork (start gunicorn or \
+        "{used} before it forked this process ({pid}): its threads do not survive fork(), \
+         so nothing of leasehold works in a forked child, not even a store opened again \
+         here; use the \"spawn\" or \"forkserver\" start method \
+         (multiprocessing.get_context(\"spawn\")), or fork (start gunicorn or \
          multiprocessing workers) before the parent's first use of leasehold, and open \
          the store in each process that uses it"
     )
@@ -217,7 +217,10 @@ fn open(py: Python<'_>, url: Option<String>) -> PyResult<Store> {
     let home = Home::here()?;
     let given = url.clone().unwrap_or_default();
     let shown = leasehold_stores::redact(leasehold_stores::effective_url(url.as_deref()));
-    let opened = home.block_on(py, leasehold_stores::open_with(url.as_deref(), Access::Lease))?;
+    let opened = home.block_on(
+        py,
+        leasehold_stores::open_with(url.as_deref(), Access::Lease),
+    )?;
     let store = opened.map_err(|e| to_py(e, &given))?;
     Ok(Store {
         inner: ManuallyDrop::new(store),
@@ -475,9 +478,8 @@ impl Store {
             }
             // Only looks: a TTL the store accepts.
             let caps = store.backend().capabilities();
-            let look = || {
-                LockOptions::new().ttl(leasehold::DEFAULT_TTL.clamp(caps.min_ttl, caps.max_ttl))
-            };
+            let look =
+                || LockOptions::new().ttl(leasehold::DEFAULT_TTL.clamp(caps.min_ttl, caps.max_ttl));
             let permits = match store.semaphore_with(key, 1, look()) {
                 Ok(sem) => sem.inspect().await.unwrap_or_default(),
                 Err(_) => Vec::new(),
@@ -490,11 +492,10 @@ impl Store {
                     held.join(", ")
                 )));
             }
-            let readers =
-                match store.rw_lock_with(key, leasehold::DEFAULT_MAX_READERS, look()) {
-                    Ok(rw) => rw.readers().await.unwrap_or_default(),
-                    Err(_) => Vec::new(),
-                };
+            let readers = match store.rw_lock_with(key, leasehold::DEFAULT_MAX_READERS, look()) {
+                Ok(rw) => rw.readers().await.unwrap_or_default(),
+                Err(_) => Vec::new(),
+            };
             let held = held_slots(&readers);
             if !held.is_empty() {
                 return Ok(Err(format!(
@@ -823,7 +824,10 @@ impl Target {
                         .filter_map(|s| s.info.holder)
                         .collect::<Vec<_>>()
                 }),
-                Kind::Write(rw) => rw.inspect().await.map(|i| i.writer.holder.into_iter().collect()),
+                Kind::Write(rw) => rw
+                    .inspect()
+                    .await
+                    .map(|i| i.writer.holder.into_iter().collect()),
             }
         })?;
         let holders: Vec<HolderInfo> = got.map_err(|e| to_py(e, &self.url))?;

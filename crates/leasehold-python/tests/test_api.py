@@ -171,17 +171,17 @@ async def _take(store: leasehold.Store, key: str, ttl: float, waiting: asyncio.E
         raise AssertionError("granted while held")
 
 
-def test_durations_and_usage_errors() -> None:
+def test_durations_and_usage_errors(sqlite_env: Env) -> None:
     with pytest.raises(leasehold.UsageError):
         leasehold.open("nosuch://x")
-    store = leasehold.open("memory:")
-    for bad in ["abc", -1, float("nan"), object()]:
+    store = sqlite_env.open()
+    for bad in ["abc", -1, float("nan"), float("inf"), "-5s", 10**400]:
         with pytest.raises(leasehold.UsageError):
             store.lock("k", ttl=bad)  # type: ignore[arg-type]
     with pytest.raises(leasehold.UsageError):
         store.lock("k", ttl="0.01s").acquire()
-    for limit in [0, -3, 2**40, 1001]:
-        with pytest.raises(leasehold.UsageError, match="semaphore limit"):
+    for limit in [0, -3, 2**40, 1001, 2**70]:
+        with pytest.raises(leasehold.UsageError, match="semaphore limit|out of range"):
             store.semaphore("k", limit=limit)
     for ttl in ["2s", 2, 2.0, datetime.timedelta(seconds=2)]:
         with store.lock("k", ttl=ttl) as held:
