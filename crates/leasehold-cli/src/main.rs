@@ -9,6 +9,7 @@ mod init;
 mod inspect;
 mod open;
 mod output;
+mod proctitle;
 mod proctree;
 mod run;
 mod summary;
@@ -29,8 +30,17 @@ use output::say;
 /// --wait` must not overshoot its wait by much).
 const FINISH_AT_EXIT: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// The command line as it was given, read once: the process's own copy is
+/// overwritten where it holds a secret (see [`hide_secrets`]).
+static ARGS: std::sync::OnceLock<Vec<std::ffi::OsString>> = std::sync::OnceLock::new();
+
+/// The command line as it was given (with the program's name).
+fn args() -> &'static [std::ffi::OsString] {
+    ARGS.get_or_init(|| std::env::args_os().collect())
+}
+
 fn main() -> ExitCode {
-    let mut args = std::env::args_os();
+    let mut args = args().iter().cloned();
     match args.nth(1) {
         Some(a) if a == watchdog::ARG => return watchdog::main(args.collect()),
         Some(a) if a == cli::MAN_ARG => {
@@ -49,12 +59,16 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(err) => return usage_error(&err),
     };
+    hide_secrets(cli.store.as_deref());
     // Generated from the command line's definition: no store, no runtime.
     if let Some(text) = cli.generated() {
         return print_generated(&text);
     }
     // While this process has one thread: before tracing, metrics and the
-    // runtime.
+    // runtime. A LEASEHOLD_SLOT inherited from an enclosing `run --limit`
+    // is not this run's: a plain run's command must not see it (a
+    // semaphore's gets its own).
+    std::env::remove_var("LEASEHOLD_SLOT");
     match &cli.command {
         Command::Run(args) => supervisor::prepare(&args.lease),
         Command::Elect(args) => supervisor::prepare(&args.lease),
@@ -127,6 +141,8 @@ fn main() -> ExitCode {
     if let Some(Some(metrics)) = metrics {
         metrics.print();
     }
+    // `run --json`'s line, the last one written.
+    run::write_json();
     code
 }
 
@@ -163,6 +179,23 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             unreachable!("answered in main, before any store is opened")
         }
         Command::Init { .. } => unreachable!("init opens the store itself"),
+    }
+}
+
+/// Blanks the store URL's secrets (a password, a SAS) out of the command
+/// line every user of the machine can read (`ps`, `/proc/PID/cmdline`),
+/// for the rest of this process's life and its watchdog's, which is forked
+/// after this. Before, they stayed visible for the whole run. Best effort:
+/// the URL was visible from the exec until here (use `LEASEHOLD_STORE` or
+/// the store's own variables, such as `PGPASSWORD`, to keep it out of the
+/// command line altogether).
+fn hide_secrets(url: Option<&str>) {
+    let Some(url) = url else {
+        return;
+    };
+    let secrets = stores::secrets(url);
+    if !secrets.is_empty() {
+        proctitle::blank_out(&secrets);
     }
 }
 
@@ -215,6 +248,7 @@ fn usage_error(err: &clap::Error) -> ExitCode {
                 let message = message.strip_prefix("error: ").unwrap_or(message);
                 let key = scrub_args(&key);
                 run::report_json(&run::RunResult::failed(&key, EXIT_USAGE, message.into()));
+                run::write_json();
             }
             ExitCode::from(EXIT_USAGE)
         }
@@ -224,7 +258,8 @@ fn usage_error(err: &clap::Error) -> ExitCode {
 /// `text` with every command-line argument and `LEASEHOLD_STORE` scrubbed
 /// as a store URL would be (see [`usage_error`]).
 fn scrub_args(text: &str) -> String {
-    let candidates = std::env::args_os()
+    let candidates = args()
+        .iter()
         .skip(1)
         .map(|a| a.to_string_lossy().into_owned())
         .flat_map(|a| {
@@ -253,7 +288,8 @@ fn scrub_args(text: &str) -> String {
 /// `--json` promises is written for a usage error too.
 fn failed_json_run() -> Option<String> {
     use clap::CommandFactory;
-    let args: Vec<String> = std::env::args_os()
+    let args: Vec<String> = args()
+        .iter()
         .skip(1)
         .map(|a| a.to_string_lossy().into_owned())
         .take_while(|a| a != "--")

@@ -36,6 +36,22 @@ pub fn pidfd(pid: libc::pid_t) -> Option<std::os::fd::OwnedFd> {
     (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
 }
 
+/// Whether process `pid` exists and has not exited: a zombie (exited, not
+/// yet reaped: a killed watchdog waits for init to reap it, which can take
+/// a while) is not running.
+fn running(pid: libc::pid_t) -> bool {
+    if !signal(pid, 0) {
+        return false;
+    }
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    // "pid (comm) STATE ...": the state follows the last ')'.
+    stat.rfind(')')
+        .and_then(|i| stat[i + 1..].split_whitespace().next())
+        .is_none_or(|state| state != "Z")
+}
+
 /// The parent of each live process, from `/proc/*/stat`.
 fn parents() -> HashMap<libc::pid_t, libc::pid_t> {
     let mut map = HashMap::new();
@@ -158,9 +174,12 @@ impl Cgroup {
     }
 }
 
-/// Removes the empty cgroups that watchdogs killed before they could clean
-/// up left behind (`leasehold-PID` with PID no longer running). A cgroup
-/// that still has processes cannot be removed, so nothing live is touched.
+/// Removes what watchdogs killed before they could clean up left behind
+/// (`leasehold-PID` with PID, the watchdog, no longer running): an empty
+/// cgroup is removed; one that still has processes holds a command's tree
+/// that outlived its watchdog, its `leasehold` and its keeper (all three
+/// killed), which runs without a lease and must not run beside the command
+/// about to start: it is killed first, and said so.
 fn remove_stale(parent: &Path) {
     let Ok(entries) = fs::read_dir(parent) else {
         return;
@@ -174,11 +193,36 @@ fn remove_stale(parent: &Path) {
         else {
             continue;
         };
-        if !signal(pid, 0) {
-            let _ = fs::remove_dir(entry.path());
+        if running(pid) || fs::remove_dir(entry.path()).is_ok() {
+            continue;
         }
+        let orphan = Cgroup::at(entry.path());
+        let members = orphan.members();
+        if members.is_empty() {
+            continue;
+        }
+        orphan.kill();
+        let started = std::time::Instant::now();
+        while !orphan.members().is_empty() && started.elapsed() < STALE_KILL_WAIT {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            orphan.kill();
+        }
+        orphan.remove();
+        crate::output::say!(
+            "killed {} process(es) left running by a `leasehold` run whose watchdog was killed ({}; pids {})",
+            members.len(),
+            entry.path().display(),
+            members
+                .iter()
+                .map(|p| p.to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
     }
 }
+
+/// How long a stale cgroup's killed processes are waited for.
+const STALE_KILL_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Where the cgroup v2 hierarchy is mounted (`/sys/fs/cgroup` on unified
 /// systems, `/sys/fs/cgroup/unified` on hybrid ones).

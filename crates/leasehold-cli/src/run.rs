@@ -279,9 +279,22 @@ impl RunResult {
     }
 }
 
-/// Writes `result` as one JSON line to stderr (`run --json`).
+/// The JSON line of `run --json`, kept until [`write_json`] writes it:
+/// it must be the last line leasehold writes, after `-v`'s metrics summary
+/// and anything logged while the process winds down.
+static JSON_LINE: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// Keeps `result` as the JSON line to write last (`run --json`).
 pub fn report_json(result: &RunResult) {
     if let Ok(line) = serde_json::to_string(result) {
+        *JSON_LINE.lock().unwrap_or_else(|e| e.into_inner()) = Some(line);
+    }
+}
+
+/// Writes the JSON line kept by [`report_json`], if any, to stderr; the
+/// last thing `main` does.
+pub fn write_json() {
+    if let Some(line) = JSON_LINE.lock().unwrap_or_else(|e| e.into_inner()).take() {
         let mut err = std::io::stderr().lock();
         let _ = writeln!(err, "{line}");
         let _ = err.flush();

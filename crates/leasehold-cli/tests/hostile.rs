@@ -662,6 +662,30 @@ fn result_line(stderr: &str) -> serde_json::Value {
     serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {stderr}"))
 }
 
+/// With `-v` or `-vv` the JSON line is still the last one: the metrics
+/// summary and the logs of the process winding down come before it (the
+/// summary came after it).
+#[test]
+fn run_json_is_the_last_line_even_when_verbose() {
+    let env = Env::new();
+    for verbose in ["-v", "-vv"] {
+        for (args, result) in [
+            (&["k", "--", "true"][..], "completed"),
+            (&["--ttl", "-1s", "k", "--", "true"][..], "error"),
+        ] {
+            let mut all = vec![verbose, "run", "--json"];
+            all.extend_from_slice(args);
+            let out = env.output(&all);
+            assert!(
+                out.stderr.contains("metrics") || result == "error",
+                "{out:?}"
+            );
+            let r = result_line(&out.stderr);
+            assert_eq!(r["result"], result, "{all:?}: {out:?}");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_json_tells_the_commands_exit_codes_from_leaseholds() {
     let env = Env::new();

@@ -152,6 +152,54 @@ fn sigterm_is_forwarded_to_the_command() {
     );
 }
 
+/// A command that ignores SIGTERM and SIGINT does not keep the lock after
+/// leasehold is asked to stop: the tree gets `--grace`, then SIGKILL, and
+/// the key is released (it was held for as long as the command liked).
+#[test]
+fn a_command_that_ignores_the_stop_signal_is_killed_after_the_grace() {
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        let env = Env::new();
+        let script = r#"trap "" TERM INT; echo $$; while :; do sleep 0.05; done"#;
+        let mut holder = env.spawn(&["run", "--grace", "500ms", "k", "--", "sh", "-c", script]);
+        let pid: i32 = read_line(&mut stdout_reader(&mut holder)).parse().unwrap();
+        kill(holder.id(), sig);
+        assert_eq!(
+            wait_with_timeout(&mut holder, 10 * SECS),
+            Some(128 + libc::SIGKILL),
+            "signal {sig}: the command ignoring it was not killed after the grace"
+        );
+        assert!(
+            wait_gone(pid, SECS),
+            "signal {sig}: the command outlived it"
+        );
+        let json = env.json(&["status", "k", "--json"]);
+        assert!(json["holder"].is_null(), "signal {sig}: still held: {json}");
+    }
+}
+
+/// A LEASEHOLD_SLOT inherited from an enclosing `run --limit` does not
+/// reach a plain run's command (it did, unchanged); a semaphore's command
+/// gets its own.
+#[test]
+fn an_inherited_slot_does_not_reach_a_plain_runs_command() {
+    let env = Env::new();
+    let script = "echo ${LEASEHOLD_SLOT-unset}";
+    let out = env
+        .leasehold()
+        .args(["run", "k", "--", "sh", "-c", script])
+        .env("LEASEHOLD_SLOT", "7")
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "unset\n", "{out:?}");
+    let out = env
+        .leasehold()
+        .args(["run", "--limit", "3", "s", "--", "sh", "-c", script])
+        .env("LEASEHOLD_SLOT", "7")
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "0\n", "{out:?}");
+}
+
 #[test]
 fn bad_usage_exits_2_with_a_clear_message() {
     let env = Env::new();

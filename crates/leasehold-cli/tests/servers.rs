@@ -134,3 +134,38 @@ fn a_mistyped_redis_parameter_is_a_usage_error() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("prefx"), "{stderr}");
 }
+
+/// A password the server asks for and nobody gave (neither the URL nor
+/// PGPASSWORD) is a configuration error: it fails at once, not after
+/// `--connect-timeout` of tries (it took the whole 10 s).
+#[test]
+fn a_missing_postgres_password_fails_at_once() {
+    let Some(env) = Env::on("postgres") else {
+        return;
+    };
+    let url = env.url();
+    let (_, rest) = url.split_once("://").unwrap();
+    let host = rest.rsplit_once('@').map(|(_, h)| h).unwrap_or(rest);
+    let host = host.split('/').next().unwrap();
+    let started = std::time::Instant::now();
+    let out = env
+        .leasehold()
+        .args(["--connect-timeout", "20s", "status", "k"])
+        .env(
+            "LEASEHOLD_STORE",
+            format!("postgres://postgres@{host}/nosuchdb"),
+        )
+        .env_remove("PGPASSWORD")
+        .env_remove("PGPASSFILE")
+        .env("HOME", env.dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("password"), "{stderr}");
+    assert!(
+        started.elapsed() < 10 * SECS,
+        "a missing password was tried again for {:?}: {stderr}",
+        started.elapsed()
+    );
+}

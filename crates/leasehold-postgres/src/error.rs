@@ -13,10 +13,28 @@ pub(crate) const NAME: &str = "postgres";
 /// its configuration.
 pub(crate) fn db(op: &'static str, e: tokio_postgres::Error) -> Error {
     let retryable = match e.code() {
+        // A configuration the server will never accept (a password it asks
+        // for and the URL and PGPASSWORD lack, an authentication method the
+        // client lacks): trying again cannot help.
+        None if is_permanent_client_error(&e) => false,
         None => true, // I/O, a closed connection, a protocol hiccup
         Some(code) => is_transient(code),
     };
     Error::backend(NAME, op, retryable, e)
+}
+
+/// Whether the client itself refused to go on: its configuration or its
+/// side of authentication. tokio-postgres does not expose the error's kind;
+/// its `Display` starts with the kind's fixed text.
+fn is_permanent_client_error(e: &tokio_postgres::Error) -> bool {
+    let text = e.to_string();
+    [
+        "invalid configuration",
+        "authentication error",
+        "invalid connection string",
+    ]
+    .iter()
+    .any(|kind| text.starts_with(kind))
 }
 
 fn is_transient(code: &SqlState) -> bool {

@@ -380,34 +380,81 @@ fn split_scheme(url: &str) -> Option<(&str, &str)> {
     Some((scheme, after.trim_start_matches([':', '/'])))
 }
 
-/// The URL without anything that may be secret: the user info of its
-/// authority (`user:pw@`), its query string and fragment are replaced by
-/// `***`.
+/// Query parameters whose values carry no secret: shown in messages and
+/// in [`redact`]ed URLs ("region us-east-1", "table leases"). Every other
+/// parameter's value is hidden.
+const NOT_SECRET: &[&str] = &[
+    "region",
+    "profile",
+    "max_clock_skew",
+    "create_table",
+    "table",
+    "sslmode",
+    "max_ttl",
+    "prefix",
+    "wake_ups",
+    "create_bucket",
+    "options",
+];
+
+/// The URL without anything that may be secret: the password of its user
+/// info (`user:***@`; the user name stays), and the value of every query
+/// parameter but the settings that carry no secret ([`NOT_SECRET`]; an
+/// `endpoint` too, unless it has user info or a query of its own) and the
+/// fragment are replaced by `***`.
 pub fn redact(url: &str) -> String {
-    let (before_query, had_query) = match url.find(['?', '#']) {
-        Some(i) => (&url[..i], true),
-        None => (url, false),
+    let (before_query, query) = match url.find(['?', '#']) {
+        Some(i) => (&url[..i], Some(&url[i + 1..])),
+        None => (url, None),
     };
     let mut out = match split_scheme(before_query) {
         Some((scheme, rest)) => {
             let authority_end = rest.find('/').unwrap_or(rest.len());
             match rest[..authority_end].rfind('@') {
-                Some(at) => format!("{scheme}://***@{}", &rest[at + 1..]),
+                Some(at) => {
+                    let userinfo = &rest[..at];
+                    let shown = match userinfo.split_once(':') {
+                        Some((user, _)) => format!("{user}:***"),
+                        None => userinfo.to_string(),
+                    };
+                    format!("{scheme}://{shown}@{}", &rest[at + 1..])
+                }
                 None => before_query.to_string(),
             }
         }
         None => before_query.to_string(),
     };
-    if had_query {
-        out.push_str("?***");
+    if let Some(query) = query {
+        let pairs: Vec<String> = query
+            .split(['&', ';', '#'])
+            .map(|pair| match pair.split_once('=') {
+                Some(_) if !is_secret_param(pair) => pair.to_string(),
+                Some((name, _)) => format!("{name}=***"),
+                None => "***".to_string(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&pairs.join("&"));
     }
     out
 }
 
+/// Whether the query pair `name=value` may hold a secret.
+fn is_secret_param(pair: &str) -> bool {
+    match pair.split_once('=') {
+        Some((name, _)) if NOT_SECRET.contains(&name) => false,
+        Some(("endpoint", v)) => {
+            let endpoint = percent_decode(v).unwrap_or_else(|| v.to_string());
+            endpoint.contains(['@', '?', '#'])
+        }
+        _ => true,
+    }
+}
+
 /// `text` with every secret part of `url` removed: the URL itself (shown
-/// redacted), its query string, user info, and each query value and user
-/// info part, raw or percent-decoded. Everything the CLI prints about a
-/// failure passes through here.
+/// [`redact`]ed), and each secret query value and the password, raw or
+/// percent-decoded. Everything the CLI prints about a failure passes
+/// through here.
 pub fn scrub(text: &str, url: Option<&str>) -> String {
     let Some(url) = url else {
         return text.to_string();
@@ -421,43 +468,46 @@ pub fn scrub(text: &str, url: Option<&str>) -> String {
     out
 }
 
+/// The parts of `url` that may be secret (see [`scrub`]), longest first,
+/// raw and percent-decoded.
+pub fn secrets(url: &str) -> Vec<String> {
+    secrets_of(url)
+}
+
 /// The parts of `url` that may be secret, longest first.
 fn secrets_of(url: &str) -> Vec<String> {
     let mut parts = Vec::new();
     if let Some(i) = url.find(['?', '#']) {
         let query = &url[i + 1..];
-        parts.push(query.to_string());
+        let mut any = false;
         for pair in query.split(['&', ';', '#']) {
+            if !is_secret_param(pair) {
+                continue;
+            }
+            any = true;
             match pair.split_once('=') {
-                // Known settings that carry no secret stay readable in
-                // messages ("region us-east-1"); an endpoint's own user
-                // info and query do not.
-                Some((
-                    "region" | "profile" | "max_clock_skew" | "create_table" | "table" | "sslmode"
-                    | "max_ttl" | "prefix" | "wake_ups" | "create_bucket",
-                    _,
-                )) => {}
+                // An endpoint's own user info and query.
                 Some(("endpoint", v)) => {
                     let endpoint = percent_decode(v).unwrap_or_else(|| v.to_string());
-                    if endpoint.contains(['@', '?', '#']) {
-                        parts.push(v.to_string());
-                        parts.extend(secrets_of(&endpoint));
-                    }
+                    parts.push(v.to_string());
+                    parts.extend(secrets_of(&endpoint));
                 }
                 Some((_, v)) => parts.push(v.to_string()),
                 None => parts.push(pair.to_string()),
             }
         }
+        if any {
+            parts.push(query.to_string());
+        }
     }
     if let Some((_, rest)) = split_scheme(url) {
         let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+        // The password; a user name is no secret (and often a word such as
+        // "postgres", which redacting would blank out of every message).
         if let Some((userinfo, _)) = authority.rsplit_once('@') {
-            parts.push(userinfo.to_string());
-            match userinfo.split_once(':') {
-                // A PostgreSQL user name is no secret, and redacting it
-                // (often "postgres") would mangle every message.
-                Some((_, password)) if is_postgres(url) => parts.push(password.to_string()),
-                _ => parts.extend(userinfo.split(':').map(str::to_string)),
+            if let Some((_, password)) = userinfo.split_once(':') {
+                parts.push(userinfo.to_string());
+                parts.push(password.to_string());
             }
         }
     }
@@ -466,10 +516,6 @@ fn secrets_of(url: &str) -> Vec<String> {
     parts.sort_by_key(|p| std::cmp::Reverse(p.len()));
     parts.dedup();
     parts
-}
-
-fn is_postgres(url: &str) -> bool {
-    url.starts_with("postgres://") || url.starts_with("postgresql://")
 }
 
 /// `s` percent-decoded (`+` as a space, as in a query), for matching
@@ -564,15 +610,35 @@ mod tests {
     }
 
     #[test]
-    fn redact_hides_userinfo_query_and_fragment() {
-        assert_eq!(redact("azblob://c?sv=1&sig=abc"), "azblob://c?***");
-        assert_eq!(redact("azblob://user:pw@c/p"), "azblob://***@c/p");
+    fn redact_hides_passwords_secret_values_and_fragments() {
+        assert_eq!(
+            redact("azblob://c?sv=1&sig=abc"),
+            "azblob://c?sv=***&sig=***"
+        );
+        assert_eq!(redact("azblob://user:pw@c/p"), "azblob://user:***@c/p");
         assert_eq!(
             redact("dynamodb://t?region=x&token=s3cr3t"),
-            "dynamodb://t?***"
+            "dynamodb://t?region=x&token=***"
         );
         assert_eq!(redact("sqlite:/tmp/a.db"), "sqlite:/tmp/a.db");
-        assert_eq!(redact("x://a@b#frag"), "x://***@b?***");
+        assert_eq!(redact("x://a@b#frag"), "x://a@b?***");
+        // A user name alone is shown: it is no secret.
+        assert_eq!(
+            redact("postgres://postgres@h/nosuchdb"),
+            "postgres://postgres@h/nosuchdb"
+        );
+    }
+
+    /// A user name without a password is not blanked out of messages: it
+    /// was, everywhere ("***://***@h/***", "*** backend failed").
+    #[test]
+    fn a_user_name_is_no_secret() {
+        let url = "postgres://postgres@h/nosuchdb";
+        let text = format!("cannot open store {url}: postgres backend failed: password missing");
+        assert_eq!(scrub(&text, Some(url)), text);
+        assert!(secrets(url).is_empty(), "{:?}", secrets(url));
+        let url = "etcd://app@h:2379";
+        assert_eq!(scrub("user app refused", Some(url)), "user app refused");
     }
 
     #[test]
@@ -581,10 +647,10 @@ mod tests {
         let text =
             format!("cannot open {url}: \"{url}\" is bad; sig abc+def, also abc%2Bdef, pass pa/ss");
         let s = scrub(&text, Some(url));
-        for secret in ["abc", "pa/ss", "pa%2Fss", "me:"] {
+        for secret in ["abc", "pa/ss", "pa%2Fss", "me:pa"] {
             assert!(!s.contains(secret), "{secret} in {s}");
         }
-        assert!(s.contains("azblob://***@c?***"), "{s}");
+        assert!(s.contains("azblob://me:***@c?sig=***&sv=***"), "{s}");
     }
 
     #[test]
@@ -605,9 +671,9 @@ mod tests {
         assert_eq!(s, "30s is outside the range 15s..=15s");
     }
 
-    /// Server stores' passwords (PostgreSQL, Redis, etcd; etcd's user names
-    /// too), raw or percent-decoded, never survive `scrub`; the other
-    /// settings stay readable, and `redact` hides the user part and query.
+    /// Server stores' passwords (PostgreSQL, Redis, etcd), raw or
+    /// percent-decoded, never survive `scrub`; user names and the other
+    /// settings stay readable, and `redact` hides the password only.
     #[test]
     fn server_store_passwords_are_scrubbed() {
         // (URL, text naming its parts, the text scrubbed, the URL redacted)
@@ -617,19 +683,19 @@ mod tests {
                 "postgres backend failed for postgres: pa@ss99 pa%40ss99; table t, sslmode require",
                 // PostgreSQL's user name is no secret (it is often the database's name).
                 "postgres backend failed for postgres: *** ***; table t, sslmode require",
-                "postgres://***@127.0.0.1:5432/db?***",
+                "postgres://postgres:***@127.0.0.1:5432/db?table=t&sslmode=require",
             ),
             (
                 "redis://:s3cr%40t99@127.0.0.1:6379/0?prefix=jobs:&max_ttl=30s",
                 "redis backend failed: s3cr@t99 s3cr%40t99; prefix jobs:, max_ttl 30s",
                 "redis backend failed: *** ***; prefix jobs:, max_ttl 30s",
-                "redis://***@127.0.0.1:6379/0?***",
+                "redis://:***@127.0.0.1:6379/0?prefix=jobs:&max_ttl=30s",
             ),
             (
                 "etcd://app:s3cr%40t99@10.0.0.1:2379,10.0.0.2:2379?prefix=jobs/&max_ttl=30s",
                 "etcd backend failed: app s3cr@t99 s3cr%40t99; prefix jobs/, max_ttl 30s",
-                "etcd backend failed: *** *** ***; prefix jobs/, max_ttl 30s",
-                "etcd://***@10.0.0.1:2379,10.0.0.2:2379?***",
+                "etcd backend failed: app *** ***; prefix jobs/, max_ttl 30s",
+                "etcd://app:***@10.0.0.1:2379,10.0.0.2:2379?prefix=jobs/&max_ttl=30s",
             ),
         ];
         for (url, text, scrubbed, redacted) in cases {

@@ -373,6 +373,13 @@ impl Engine {
             waited: started.elapsed(),
         };
         let mut outcome = WaitOutcome::default();
+        // The first round is given [`FIRST_ANSWER`] to answer, however short
+        // the wait: a store that answers a moment after the wait ran out
+        // has not failed, and its answer (granted, or held: timed out) is
+        // the wait's. Later rounds, and the pauses between them, are cut
+        // off at the deadline.
+        let first_bound = give_up.map(|at| at.max(started + FIRST_ANSWER));
+        let mut first = true;
         let Some(gate) = until(give_up, self.queue.gate.clone().lock_owned()).await else {
             return Err(timed_out());
         };
@@ -439,19 +446,21 @@ impl Engine {
             let round = match kept.take().filter(|g| !g.guard.is_lost()) {
                 Some(g) => Ok(Round::Granted(g)),
                 None => {
-                    let Some(round) =
-                        until(give_up, self.round(&mut slots, &mut queue, true)).await
+                    let bound = if first { first_bound } else { give_up };
+                    let Some(round) = until(bound, self.round(&mut slots, &mut queue, true)).await
                     else {
                         return Err(self.wait_error(&mut outcome, started));
                     };
                     round
                 }
             };
+            let bound = if first { first_bound } else { give_up };
+            first = false;
             let missed = match round? {
                 Round::Granted(g) => {
                     // Past its deadline, the gate's check is not even sent
                     // (the grant is dropped, so released).
-                    match until(give_up, self.pass_gate(g)).await {
+                    match until(bound, self.pass_gate(g)).await {
                         None => return Err(self.wait_error(&mut outcome, started)),
                         Some(Err(e)) => return Err(e),
                         Some(Ok(Gated::Pass(g))) => {
@@ -1166,6 +1175,10 @@ impl Drop for PendingLease {
         }
     }
 }
+
+/// How long the first attempt of a wait may take, however short the wait
+/// (`--wait 1ms`): one try answered within it is the wait's answer.
+pub(crate) const FIRST_ANSWER: Duration = Duration::from_secs(1);
 
 /// How long after its caller gave up on it an attempt's request is chased
 /// (see [`chase_late_landing`]).

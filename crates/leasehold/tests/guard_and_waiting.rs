@@ -1088,3 +1088,34 @@ async fn a_renewal_whose_ttl_had_partly_run_moves_the_deadline_less_far() {
     );
     guard.release().await.unwrap();
 }
+
+/// A wait shorter than one answer of the store is still one whole attempt,
+/// as a zero wait is: a free key is granted, a held one is `TimedOut`. (A
+/// `--wait 1ms` on a free key ended "the store did not answer within the
+/// wait", a store failure, on SQLite and PostgreSQL.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_shorter_than_one_answer_still_gets_the_answer() {
+    let (backend, store) = faulty();
+    let lock = store.lock("k").unwrap();
+    // Clear the store's epoch while it is prompt; then it turns slow.
+    lock.try_acquire().await.unwrap().release().await.unwrap();
+    *backend.acquire_delay.lock().unwrap() = Duration::from_millis(50);
+    let guard = lock
+        .acquire_timeout(Duration::from_millis(1))
+        .await
+        .expect("a free key, answered after the wait ran out, is granted");
+    let err = Store::from_backend(store.backend().clone())
+        .lock("k")
+        .unwrap()
+        .acquire_timeout(Duration::from_millis(1))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::TimedOut { .. }), "{err}");
+    guard.release().await.unwrap();
+    let sem = store.semaphore("s", 1).unwrap();
+    let permit = sem
+        .acquire_timeout(Duration::from_millis(1))
+        .await
+        .expect("a free permit, answered after the wait ran out, is granted");
+    permit.release().await.unwrap();
+}

@@ -115,6 +115,7 @@
 //!   says so.
 
 mod alarm;
+mod keeper;
 mod orders;
 mod protocol;
 mod signals;

@@ -24,6 +24,9 @@ pub enum Stop {
     Leftovers,
     /// `leasehold` is gone (its end of the control pipe closed).
     Orphaned,
+    /// `leasehold` was asked to stop (SIGINT or SIGTERM, forwarded): the
+    /// tree gets the grace to end, then SIGKILL.
+    Interrupted,
 }
 
 impl Stop {
@@ -33,13 +36,20 @@ impl Stop {
             Stop::Lost => "lost",
             Stop::Leftovers => "leftovers",
             Stop::Orphaned => "orphaned",
+            Stop::Interrupted => "interrupted",
         }
     }
 
     pub fn from_word(w: &str) -> Option<Stop> {
-        [Stop::Deadline, Stop::Lost, Stop::Leftovers, Stop::Orphaned]
-            .into_iter()
-            .find(|s| s.word() == w)
+        [
+            Stop::Deadline,
+            Stop::Lost,
+            Stop::Leftovers,
+            Stop::Orphaned,
+            Stop::Interrupted,
+        ]
+        .into_iter()
+        .find(|s| s.word() == w)
     }
 }
 

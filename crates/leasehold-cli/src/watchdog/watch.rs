@@ -10,6 +10,7 @@ use std::os::unix::process::CommandExt;
 use std::time::Duration;
 
 use super::alarm::Alarm;
+use super::keeper::Keeper;
 use super::orders::Orders;
 use super::protocol::{now, Stop};
 use super::signals::{catch_stop_signals, with_sigttou_blocked};
@@ -63,6 +64,8 @@ struct Watchdog {
     /// kernel gave no timerfd (then only ppoll's timeout, which does not
     /// count a suspend).
     alarm: Option<Alarm>,
+    /// Kills the tree if this process and `leasehold` both die.
+    keeper: Option<Keeper>,
 }
 
 impl Watchdog {
@@ -90,10 +93,14 @@ impl Watchdog {
             parent_gone: false,
             childless: false,
             alarm: Alarm::new(),
+            keeper: None,
         }
     }
 
     fn run(&mut self, command: Vec<OsString>) {
+        // Before this process is a subreaper (which would adopt it), and
+        // before the command exists.
+        self.keeper = Keeper::start(self.cgroup.as_ref());
         // SAFETY: plain prctl; makes orphans of the command's tree ours.
         unsafe {
             libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1);
@@ -195,11 +202,17 @@ impl Watchdog {
                 if let Some(c) = &self.cgroup {
                     c.remove();
                 }
+                if let Some(keeper) = self.keeper.take() {
+                    keeper.done();
+                }
                 return false;
             }
         };
         drop(procs);
         self.pid = pid;
+        if let Some(keeper) = &mut self.keeper {
+            keeper.group(pid);
+        }
         if foreground {
             // SAFETY: plain query.
             self.terminal = Some(unsafe { libc::getpgrp() });
@@ -303,10 +316,23 @@ impl Watchdog {
                 (Some("deadline"), Some(ns)) => {
                     self.deadline = self.deadline.max(Duration::from_nanos(ns));
                 }
-                (Some("signal"), Some(sig)) => self.signal_tree(&[sig as libc::c_int]),
+                (Some("signal"), Some(sig)) => self.forward(sig as libc::c_int),
                 (Some("stop"), _) => self.stop(Stop::Lost),
                 _ => {}
             }
+        }
+    }
+
+    /// Forwards a signal `leasehold` received. SIGINT and SIGTERM ask the
+    /// command to stop: a tree that traps or ignores them would keep the
+    /// lock for as long as it likes, so it gets the grace to end, then
+    /// SIGKILL, as on a lost lease (SIGHUP is only passed on).
+    fn forward(&mut self, sig: libc::c_int) {
+        self.signal_tree(&[sig]);
+        if (sig == libc::SIGINT || sig == libc::SIGTERM) && self.stopping.is_none() {
+            self.stopping = Some(Stop::Interrupted);
+            self.say(&format!("stopping {}", Stop::Interrupted.word()));
+            self.kill_at = Some(now() + self.grace);
         }
     }
 
@@ -446,6 +472,9 @@ impl Watchdog {
         self.give_back_terminal();
         if let Some(c) = &self.cgroup {
             c.remove();
+        }
+        if let Some(keeper) = self.keeper.take() {
+            keeper.done();
         }
     }
 
