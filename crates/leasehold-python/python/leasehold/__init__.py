@@ -120,6 +120,13 @@ def _secs(value: Optional[Duration], what: str) -> Optional[float]:
     return secs
 
 
+def _period(value: Duration) -> float:
+    secs = _secs(value, "period")
+    if secs is None:
+        raise TypeError(f"period must be {_DURATION_FORMS}, not None")
+    return secs
+
+
 def _str(value: Any, what: str, optional: bool = False) -> Any:
     if value is None and optional:
         return None
@@ -190,15 +197,15 @@ class KeyInfo:
     last_run: Optional[RunRecord]
 
 
-def _holder(d: Optional[dict]) -> Optional[Holder]:
+def _holder(d: Optional[Dict[str, Any]]) -> Optional[Holder]:
     return None if d is None else Holder(**d)
 
 
-def _record(d: Optional[dict]) -> Optional[RunRecord]:
+def _record(d: Optional[Dict[str, Any]]) -> Optional[RunRecord]:
     return None if d is None else RunRecord(**d)
 
 
-def _key_info(d: dict) -> KeyInfo:
+def _key_info(d: Dict[str, Any]) -> KeyInfo:
     return KeyInfo(
         key=d["key"],
         token=d["token"],
@@ -233,7 +240,7 @@ class Store:
     """An open store. Open one per process (after any fork); it is safe to
     share between threads."""
 
-    def __init__(self, native: Any) -> None:
+    def __init__(self, native: _native.Store) -> None:
         self._native = native
 
     @property
@@ -338,7 +345,7 @@ class Store:
 
     def last_success_within(self, key: str, period: Duration) -> Optional[RunRecord]:
         """The key's last successful run if it ended less than ``period`` ago."""
-        return _record(self._native.last_success_within(_str(key, "key"), _secs(period, "period")))
+        return _record(self._native.last_success_within(_str(key, "key"), _period(period)))
 
     def once_per(
         self,
@@ -356,7 +363,7 @@ class Store:
         succeeded less than ``period`` ago. Leaving the block normally records
         a success, by an exception a failure (the exception goes on)."""
         lock = self.lock(key, ttl=ttl, wait=wait, data=data, label=label, on_loss=on_loss)
-        return OncePer(self, lock, _secs(period, "period"))
+        return OncePer(self, lock, _period(period))
 
 
 # What `with` and `async with` entered, per thread and per asyncio task: one
@@ -422,7 +429,7 @@ class Held:
     that object both unreferenced), it is released in the background, with
     a ``ResourceWarning``."""
 
-    def __init__(self, native: Any, owner: "Optional[_Target]" = None) -> None:
+    def __init__(self, native: _native.Held, owner: "Optional[_Target]" = None) -> None:
         self._native = native
         self._pid = os.getpid()
         self._owner = None if owner is None else weakref.ref(owner)
@@ -644,7 +651,7 @@ class _Target:
     def key(self) -> str:
         return self._native.key
 
-    def _held(self, native: Any, entered: bool = False) -> Held:
+    def _held(self, native: _native.Held, entered: bool = False) -> Held:
         held = Held(native, self)
         with self._holding_lock:
             self._holding[id(held)] = (held, _who(), entered)
@@ -937,9 +944,13 @@ async def _signalled(loop: asyncio.AbstractEventLoop, start: Callable[[Callable[
     when it is over."""
     over = loop.create_future()
 
+    def finish() -> None:  # on the event loop
+        if not over.done():
+            over.set_result(None)
+
     def done() -> None:  # on a leasehold thread
         try:
-            loop.call_soon_threadsafe(lambda: over.done() or over.set_result(None))
+            loop.call_soon_threadsafe(finish)
         except RuntimeError:
             pass  # the loop is closed
 
@@ -997,7 +1008,7 @@ class Acquiring(Coroutine[Any, Any, Held]):
 class OncePer:
     """The context manager ``Store.once_per`` returns."""
 
-    def __init__(self, store: Store, lock: Lock, period: Optional[float]) -> None:
+    def __init__(self, store: Store, lock: Lock, period: float) -> None:
         self._store = store
         self._lock = lock
         self._period = period
