@@ -76,12 +76,12 @@ fn raise(cell: &PyOnceLock<Py<PyType>>, message: String, fallback: fn(String) ->
 
 /// A `UsageError` (a `ValueError` too) saying `message`.
 pub fn usage_error(message: impl Into<String>) -> PyErr {
-    raise(&USAGE, message.into(), |m| Error::new_err(m))
+    raise(&USAGE, message.into(), Error::new_err)
 }
 
 /// A `Timeout` (a `TimeoutError` too) saying `message`.
 pub fn timeout_error(message: impl Into<String>) -> PyErr {
-    raise(&TIMEOUT, message.into(), |m| Error::new_err(m))
+    raise(&TIMEOUT, message.into(), Error::new_err)
 }
 
 /// A leasehold error as the matching Python exception, secrets of `url`
@@ -93,6 +93,7 @@ pub fn to_py(err: leasehold::Error, url: &str) -> PyErr {
         E::TimedOut { .. } => timeout_error(message),
         E::LeaseLost { .. } => LeaseLost::new_err(message),
         E::InvalidInput { .. } | E::NotSupported(_) => usage_error(message),
+        E::Closed => usage_error("the store was closed (store.close()): open it again to use it"),
         _ => StoreError::new_err(message),
     }
 }

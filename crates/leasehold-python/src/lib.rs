@@ -392,6 +392,26 @@ impl Store {
         self.home.pid
     }
 
+    /// Whether `close` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.is_closed()
+    }
+
+    /// Closes the store (every further use is a UsageError), after the
+    /// releases left in the background have ended (up to `timeout`
+    /// seconds). Leases still held stay held until released.
+    fn close(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
+        let timeout = duration("timeout", timeout)?;
+        self.run(py, async {
+            match tokio::time::timeout(timeout, self.inner.close()).await {
+                Ok(closed) => closed,
+                // Closed at once; only the wait for the releases ran out.
+                Err(_) => Ok(()),
+            }
+        })
+    }
+
     /// A lock (`kind` "lock"), semaphore ("semaphore", with `limit`),
     /// election ("election"), or a reader-writer lock's reader side
     /// ("read") or writer side ("write", both with `limit` the maximum

@@ -120,3 +120,18 @@ def test_init_new_on_an_existing_store_is_refused(sqlite_env: Env) -> None:
     store = leasehold.init(sqlite_env.url)
     with store.lock("k", ttl=sqlite_env.ttl):
         pass
+
+
+def test_a_closed_store_refuses_use_with_usage_error(sqlite_env: Env) -> None:
+    with sqlite_env.open() as store:
+        lock = store.lock("c", ttl=sqlite_env.ttl)
+        held = lock.acquire()
+        held.release()
+    assert store.closed
+    for use in (lambda: lock.acquire(wait=1), lock.try_acquire, lambda: store.status("c"), lambda: store.lock("d")):
+        with pytest.raises(leasehold.UsageError, match="closed"):
+            use()
+    store.close()  # twice: nothing
+    again = sqlite_env.open()
+    with again.lock("c", ttl=sqlite_env.ttl):
+        pass

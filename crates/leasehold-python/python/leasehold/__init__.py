@@ -248,8 +248,28 @@ class Store:
         """The store's URL without its secrets."""
         return self._native.url
 
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called."""
+        return self._native.closed
+
+    def close(self) -> None:
+        """Closes the store: waits (up to 5 s) for the releases left in the
+        background (a Held garbage collected unreleased), then refuses every
+        further use with ``UsageError``. Leases still held are not released
+        by it: release them first. Closing twice does nothing. ``with
+        leasehold.open(url) as store:`` closes at the block's end."""
+        self._native.close(5.0)
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
     def __repr__(self) -> str:
-        return f"leasehold.Store({self.url!r})"
+        state = " closed" if self.closed else ""
+        return f"<leasehold.Store {self.url!r}{state}>"
 
     def lock(
         self,
