@@ -86,6 +86,10 @@ Duration = Union[int, float, datetime.timedelta, str]
 
 LossCallback = Callable[[str], Any]
 
+# The longest duration taken (about 31,700 years): beyond it a number is
+# a mistake, and Rust's Duration may not hold it.
+_LONGEST = 1e12
+
 _DURATION_FORMS = "seconds (int or float), a datetime.timedelta or a string like '30s'"
 
 
@@ -117,6 +121,8 @@ def _secs(value: Optional[Duration], what: str) -> Optional[float]:
         raise UsageError(f"invalid {what}: {value!r} (expected a finite duration of zero or more seconds)")
     if secs < 0:
         raise UsageError(f"invalid {what}: {value!r}: a duration must not be negative (expected zero or more seconds)")
+    if secs > _LONGEST:
+        raise UsageError(f"invalid {what}: {value!r} is too long (at most {_LONGEST:.0f} s; None: no limit, for a wait)")
     return secs
 
 
