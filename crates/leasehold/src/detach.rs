@@ -56,7 +56,8 @@ pub(crate) fn spawn_background(
 /// too.
 ///
 /// A process that is about to exit calls it last (after its guards are
-/// released or dropped), so that none of these is cut short by the exit,
+/// released or dropped), or [`Store::close`](crate::Store::close), which
+/// calls it, so that none of these is cut short by the exit,
 /// leaving a lease held until its TTL runs out. Each request ends within the
 /// store's own timeouts; bound the wait with `tokio::time::timeout` to exit
 /// sooner when a store does not answer.

@@ -376,8 +376,9 @@ impl HeldLease {
 /// guard (on any thread) releases in the background on the runtime that
 /// granted it, best effort: if that runtime shuts down first or the backend
 /// cannot be reached, the lease ends when its TTL runs out. A process about
-/// to exit awaits [`finish_background`](crate::finish_background) last, so that the exit does not
-/// cut such a release short.
+/// to exit awaits [`Store::close`](crate::Store::close) (or
+/// [`finish_background`](crate::finish_background)) last, so that the exit
+/// does not cut such a release short.
 #[must_use = "the lease is released as soon as the guard is dropped"]
 pub struct LeaseGuard {
     state: Arc<GuardState>,

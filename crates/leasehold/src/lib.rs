@@ -3,7 +3,7 @@
 //! Many instances of a program on many machines; for a given resource only
 //! one may work at a time. leasehold gives them a named [`Lock`] kept in
 //! storage they already run (the embedded SQLite store on one machine; Azure
-//! Blob Storage, DynamoDB, PostgreSQL, Redis and etcd through their own
+//! Blob Storage, DynamoDB, PostgreSQL, Redis, etcd and S3 through their own
 //! crates). A holder's lease times out if it dies; a live holder's
 //! [`LeaseGuard`] renews it in the background; a holder that can no longer
 //! renew is told so *before* anyone else can take over; and every grant
@@ -45,9 +45,23 @@
 //! let info = store.inspect("import-A").await?;
 //! assert!(info.holder.is_none());
 //! assert_eq!(info.fencing_token, token);
+//!
+//! // Last, before the program exits: releases still in the background (of
+//! // guards dropped rather than released) end first.
+//! store.close().await?;
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Exiting
+//! A guard dropped without [`release`](LeaseGuard::release) is released in
+//! the background, on the runtime that granted it. Returning from `main`
+//! (or shutting the runtime down) right after cuts that release short, and
+//! the lease stays held until its TTL runs out: tokio drops a runtime's
+//! tasks when it shuts down, and nothing in leasehold can run then. So a
+//! program awaits [`Store::close`] last, after its guards are released or
+//! dropped ([`finish_background`] is the same wait, without closing a
+//! store).
 //!
 //! # The guarantee, and the two times that bound it
 //! *The holder's work is stopped before anyone else can take over, and every
@@ -76,7 +90,8 @@
 //!   [`acquire`](Lock::acquire), [`acquire_timeout`](Lock::acquire_timeout)
 //!   and [`acquire_reporting`](Lock::acquire_reporting), the same four on
 //!   [`Semaphore`] (waiting with jitter, woken at once by
-//!   releases in the same process).
+//!   releases in the same process); [`Lock::run`] takes the lock, runs a
+//!   future under it (cancelled if the lease is lost) and releases it.
 //! * [`LeaseGuard`]: renewal, [`fencing_token`](LeaseGuard::fencing_token),
 //!   [`lost`](LeaseGuard::lost) / [`is_lost`](LeaseGuard::is_lost),
 //!   [`release`](LeaseGuard::release).
@@ -84,9 +99,10 @@
 //!   ([`Store::semaphore`]); each [`SemaphorePermit`] is a lease guard on
 //!   one of N slot keys.
 //! * [`RwLock`]: a reader-writer lock on a key ([`Store::rw_lock`]):
-//!   readers share ([`read`](RwLock::read) and its kin), a writer
-//!   ([`write`](RwLock::write)) excludes everyone, with writer preference;
-//!   both give a [`LeaseGuard`].
+//!   readers share ([`read`](RwLock::read) and its kin, giving a
+//!   [`ReadGuard`]), a writer ([`write`](RwLock::write), giving a
+//!   [`WriteGuard`]) excludes everyone, with writer preference; both guards
+//!   deref to a [`LeaseGuard`].
 //! * [`Election`]: leader election on a key ([`Store::election`]):
 //!   [`campaign`](Election::campaign) for a [`Leadership`],
 //!   [`leader`](Election::leader) to see who leads and what they published,
@@ -98,7 +114,10 @@
 //!   (which stands at the crate root): the [`Backend`](backend::Backend)
 //!   trait, the few primitives a store implements, with its contract; store
 //!   epochs; clocks; URL parameters; the wake-up listener.
-//! * [`Error`]: one error enum to match on.
+//! * [`Error`]: one error enum to match on (its variants: held by
+//!   another, with who; timed out; lease lost; quarantined; invalid input;
+//!   not supported; no store; store closed; backend failure, retryable or
+//!   not).
 //! * [`metric`]: the metrics leasehold records through the `metrics` facade.
 //!
 //! # Holder data

@@ -66,10 +66,12 @@ async fn looking_creates_nothing_and_writes_nothing() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_new_file_created_proven_is_settled_at_once() {
     let dir = tempfile::tempdir().unwrap();
-    // A holder in the directory: the directory lock cannot prove a new
-    // file safe.
+    // A holder in the directory, and the directory's holders file gone
+    // (made again, it proves nothing until the directory is free): the
+    // locks cannot prove a new file safe.
     let holder = Store::new(open(&dir.path().join("other.db"), Creation::IfMissing).unwrap());
     let guard = holder.lock("h").unwrap().try_acquire().await.unwrap();
+    std::fs::remove_file(dir.path().join(".leasehold-holders")).unwrap();
 
     let plain = open(&dir.path().join("plain.db"), Creation::IfMissing).unwrap();
     let epoch = plain.epoch_at_open().unwrap();

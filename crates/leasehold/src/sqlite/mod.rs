@@ -103,12 +103,37 @@
 //!   token is above the epoch's base.
 //! * **Quarantine, or proof that none is needed.** Every process that holds
 //!   a lease (from just before its grant until its release or loss) keeps a
-//!   shared `flock` on the database's directory. The process starting an
-//!   epoch tries an exclusive, non-blocking `flock` on the directory: if it
-//!   gets it, no process on this machine holds a lease of any epoch there,
-//!   and the new epoch is settled at once; otherwise it is settled one
-//!   [confirmation window](crate::CONFIRMATION_WINDOW) (+0.1 %) later on
-//!   the boot clock, which every process on the machine shares. The epoch's
+//!   shared `flock` on the database's directory and then, on Linux, a read
+//!   lock on the byte of its database's file name in the directory's
+//!   *holders file* `.leasehold-holders` (see `holders.rs`). The process
+//!   starting an epoch for file NAME tries an exclusive, non-blocking
+//!   `flock` on the directory: if it gets it, no process on this machine
+//!   holds a lease of any epoch there (and it marks the holders file
+//!   *trusted*, writing into it the file's own device and inode). Failing
+//!   that, if the holders file is trusted and it gets a write lock on
+//!   NAME's byte, no process holds a lease of a file named NAME there.
+//!   Either way the new epoch is settled at once; otherwise it is settled
+//!   one [confirmation window](crate::CONFIRMATION_WINDOW) (+0.1 %) later
+//!   on the boot clock, which every process on the machine shares.
+//!
+//!   Why the byte proof is enough: a lease of NAME's lost history (a file
+//!   of that name deleted or replaced) was granted to a holder that took
+//!   its byte lock before the grant, and keeps it until its release or
+//!   loss, so it is seen, whatever happened to the file (the name outlives
+//!   the file). It took it in the trusted holders file: a holders file is
+//!   marked only while no process holds a lease in the directory, and a
+//!   holder takes the directory lock before it opens the holders file, so
+//!   every holder since the marking locked its byte in that very file (a
+//!   holder that kept the file open checks, each time, that the path still
+//!   names it). A holders file deleted, made again or copied in names
+//!   another inode than its marker (or has none) and proves nothing until
+//!   the directory is next free of holders. Stores in one directory no
+//!   longer share the quarantine: a new file beside a held store is
+//!   granted at once (test: `a_new_file_beside_a_held_store_grants_at_once`
+//!   in `tests/sqlite_processes.rs`; the safety side,
+//!   `file_deleted_under_a_holder_beside_another_held_store`, with and
+//!   without the holders file deleted too). Elsewhere than Linux only the
+//!   directory lock is used, as before. The epoch's
 //!   age, which the core's quarantine counts from, is read back from
 //!   `settled_at_ns` with the same window, so it is the time since the
 //!   epoch began. The max TTL in the row is the new store's own (the
@@ -134,9 +159,9 @@
 //!   the lease table, is [`Error::NoStore`], and an epoch row of another
 //!   file or boot is reported as it is, not renewed.
 //!
-//!   The directory is the one the file really is in (symbolic links
-//!   resolved), so processes that reach one file by different paths share
-//!   the proof.
+//!   The directory and the file name are the ones the file really has
+//!   (symbolic links resolved), so processes that reach one file by
+//!   different paths share the proof.
 //!
 //!   Not covered: the *directory itself* deleted and re-created by
 //!   something else while a lease is held (the old holder's lock is on the
@@ -144,8 +169,21 @@
 //!   copy written *over* the file in place (`cp backup.db leases.db` keeps
 //!   the inode, so the file's identity does not change and its counters go
 //!   back): restore a backup by moving it into place.
-//!   Several stores in one directory share the proof: starting an epoch
-//!   while another store there has holders costs the quarantine.
+//!   Nor a holder of a leasehold version from before the holders file
+//!   (it locks no byte) that took its lease after the holders file was
+//!   marked: upgrade every process using a directory together.
+//!
+//! # Opening
+//! [`SqliteBackend::open`] (and [`SqliteBackend::builder`]) never makes a
+//! directory: a missing one is [`Error::InvalidInput`] naming it (only
+//! `Store::open("sqlite:")` makes the default file's). A file with tables
+//! that are not leasehold's, and none of leasehold's, is refused before
+//! anything is written (adding the tables would switch another
+//! application's database to WAL for good), unless
+//! [`SqliteBackendBuilder::shared_file`] (`?shared_file=yes`). A max TTL
+//! asked for that the store does not have is logged as a warning: a
+//! store's max TTL is fixed when it is created. Test:
+//! `tests/sqlite_opening.rs`.
 //!
 //! # Clock
 //! Expiries are measured on `CLOCK_BOOTTIME` ([`SystemClock`]): one clock for
