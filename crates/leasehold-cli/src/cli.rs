@@ -58,6 +58,8 @@ Exit codes:
   75    run: the lock was not obtained (held elsewhere, or --wait ran out)
   76    run: the lease was lost while the command ran (it was stopped)
   126   run: the command could not be started (127: it was not found)
+  128+S leasehold was ended by signal S (SIGINT 130, SIGTERM 143, SIGHUP
+        129) before the command ran (opening the store, waiting)
 A command may exit with 1, 2, 75 or 76 itself: `run --json` tells them
 apart (see its help). Output to a closed pipe ends leasehold as SIGPIPE
 would (141 in a shell).";
@@ -251,7 +253,7 @@ pub struct RunArgs {
     /// most N commands run at once, N from 1 to 1000. CMD also gets
     /// LEASEHOLD_SLOT (0..N-1); the fencing token is per slot. --limit 1
     /// is the lock itself (slot 0).
-    #[arg(long, value_name = "N", allow_hyphen_values = true)]
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = parse_limit)]
     pub limit: Option<u32>,
 
     /// Hold KEY as one of its readers (a reader-writer lock on KEY):
@@ -377,6 +379,15 @@ fn parse_period(s: &str) -> Result<Duration, String> {
     Ok(period)
 }
 
+/// `--limit N`: a whole number of permits (its range, 1 to 1000, is
+/// checked with the other limits). Not clap's own `u32` parser, whose
+/// message for `-1` named the type's range, 0..=4294967295.
+fn parse_limit(s: &str) -> Result<u32, String> {
+    s.trim().parse::<u32>().map_err(|_| {
+        format!("{s:?} is not a number of permits: expected a whole number from 1 to 1000")
+    })
+}
+
 fn parse_wait(s: &str) -> Result<leasehold::Wait, String> {
     if s == "forever" {
         return Ok(leasehold::Wait::Forever);
@@ -425,7 +436,7 @@ pub async fn validate(command: &Command) -> anyhow::Result<Access> {
             return Err(leasehold::Error::invalid(
                 "ttl",
                 format!(
-                    "--ttl {} is outside the range of every store (sqlite: 100ms to 24h; azblob: 15s to 60s; dynamodb, postgres, redis: 1s to 24h)",
+                    "--ttl {} is outside the range of every store (sqlite: 100ms to 24h; azblob: 15s to 60s; dynamodb, postgres, redis: 1s to 24h; s3: 4s to 24h; etcd: 2s to 24h)",
                     exact(lease.ttl)
                 ),
             )

@@ -166,7 +166,7 @@ pub async fn leader(store: &Store, key: &str, json: bool) -> anyhow::Result<Exit
                 .map(|d| format!(" for {}", short(d)))
                 .unwrap_or_default();
             let mut out = format!(
-                "{key}: led by {} (term {}){since}\n",
+                "{key}: held by {} (term {}){since}\n",
                 clean(&h.owner),
                 h.fencing_token
             );

@@ -95,6 +95,13 @@ fn main() -> ExitCode {
         Command::Run(args) => args.json.then(|| args.lease.key.clone()),
         _ => None,
     };
+    // `status`, `list`, `leader --json`: a failure is JSON on stdout too.
+    let json_look = matches!(
+        &cli.command,
+        Command::Status { json: true, .. }
+            | Command::List { json: true, .. }
+            | Command::Leader { json: true, .. }
+    );
     let result = runtime.block_on(dispatch(cli));
     // Requests left to finish in the background (the release of a grant
     // that came just as a wait ran out or was interrupted) end before the
@@ -129,11 +136,17 @@ fn main() -> ExitCode {
             let code = exit_code_for(&err);
             if let Some(key) = json_result {
                 let key = scrub_args(&key);
-                let mut result = run::RunResult::failed(&key, code, message);
+                let mut result = run::RunResult::failed(&key, code, message.clone());
                 if err.downcast_ref::<Interrupted>().is_some() {
                     result.result = "interrupted";
                 }
                 run::report_json(&result);
+            }
+            if json_look {
+                let failed = serde_json::json!({ "error": message, "exit_code": code });
+                if output::print(&format!("{failed}\n")).is_err() {
+                    tracing::debug!("could not write the JSON failure");
+                }
             }
             ExitCode::from(code)
         }
@@ -242,6 +255,9 @@ fn usage_error(err: &clap::Error) -> ExitCode {
         _ => {
             let mut stderr = std::io::stderr().lock();
             let _ = stderr.write_all(text.as_bytes());
+            if let Some(hint) = missing_separator_hint(err) {
+                let _ = writeln!(stderr, "{hint}");
+            }
             drop(stderr);
             if let Some(key) = failed_json_run() {
                 let message = text.lines().next().unwrap_or_default();
@@ -253,6 +269,17 @@ fn usage_error(err: &clap::Error) -> ExitCode {
             ExitCode::from(EXIT_USAGE)
         }
     }
+}
+
+/// For `run KEY CMD` (the `--` left out, so clap takes CMD for an
+/// argument it does not know): what to write instead.
+fn missing_separator_hint(err: &clap::Error) -> Option<&'static str> {
+    use clap::error::ErrorKind;
+    let args = args().get(1..)?;
+    (err.kind() == ErrorKind::UnknownArgument
+        && args.iter().any(|a| a == "run" || a == "elect")
+        && !args.iter().any(|a| a == "--"))
+    .then_some("tip: put -- between KEY and the command: leasehold run KEY -- CMD [ARGS...]")
 }
 
 /// `text` with every command-line argument and `LEASEHOLD_STORE` scrubbed

@@ -1078,3 +1078,67 @@ fn a_closed_stderr_is_no_panic() {
         );
     }
 }
+
+/// `status`, `list` and `leader --json` print JSON on their error paths
+/// too (they printed nothing on stdout): `{ "error", "exit_code" }`.
+#[test]
+fn looking_commands_print_json_when_they_fail() {
+    let env = Env::new();
+    let missing = format!("sqlite:{}", env.path("none.db").display());
+    for args in [
+        &["status", "k", "--json"][..],
+        &["list", "--json"][..],
+        &["leader", "k", "--json"][..],
+    ] {
+        let out = env
+            .leasehold()
+            .env("LEASEHOLD_STORE", &missing)
+            .args(args)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let json: serde_json::Value = serde_json::from_str(stdout.trim())
+            .unwrap_or_else(|e| panic!("{args:?}: {e}: {stdout:?}"));
+        assert_eq!(out.status.code(), Some(3), "{args:?}: {json}");
+        assert_eq!(json["exit_code"], 3, "{args:?}: {json}");
+        assert!(
+            json["error"]
+                .as_str()
+                .unwrap()
+                .contains("no leasehold store"),
+            "{args:?}: {json}"
+        );
+    }
+}
+
+/// The confusing answers of a sweep, each now saying what to do: a path
+/// without `sqlite:`, a scheme in capitals, the `--` left out, a negative
+/// `--limit`.
+#[test]
+fn common_mistakes_are_told_the_fix() {
+    let env = Env::new();
+    for (args, says) in [
+        (
+            &["--store", "leases.db", "status", "k"][..],
+            "sqlite:leases.db",
+        ),
+        (
+            &["--store", "SQLITE:x.db", "status", "k"][..],
+            "in capitals",
+        ),
+        (
+            &["run", "k", "true"][..],
+            "put -- between KEY and the command",
+        ),
+        (
+            &["run", "--limit", "-1", "k", "--", "true"][..],
+            "from 1 to 1000",
+        ),
+    ] {
+        let out = env.output(args);
+        assert_eq!(out.code, Some(2), "{args:?}: {out:?}");
+        assert!(out.stderr.contains(says), "{args:?}: {out:?}");
+        assert!(!out.stderr.contains("4294967295"), "{args:?}: {out:?}");
+        assert!(!out.stderr.contains("Store::open"), "{args:?}: {out:?}");
+    }
+}

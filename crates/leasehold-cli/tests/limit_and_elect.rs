@@ -119,7 +119,7 @@ fn elect_moves_leadership_within_a_ttl_and_a_poll_after_kill_9() {
         "leadership moved after {took:?}"
     );
     let leader = env.output(&["leader", "svc"]);
-    assert!(leader.stdout.contains("led by b"), "{}", leader.stdout);
+    assert!(leader.stdout.contains("held by b"), "{}", leader.stdout);
     kill(b.id(), libc::SIGTERM);
     wait_with_timeout(&mut b, 10 * SECS);
 }

@@ -197,7 +197,8 @@ fn an_inherited_slot_does_not_reach_a_plain_runs_command() {
         .env("LEASEHOLD_SLOT", "7")
         .output()
         .unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "0\n", "{out:?}");
+    let slot = String::from_utf8_lossy(&out.stdout);
+    assert!(["0\n", "1\n", "2\n"].contains(&&*slot), "{out:?}");
 }
 
 #[test]

@@ -127,13 +127,13 @@ pub async fn open_backend_with(url: &str, creation: Creation) -> leasehold::Resu
         Some("redis" | "rediss") => open_redis(url, creation).await,
         Some("etcd" | "etcds") => open_etcd(url, creation).await,
         Some("s3") => open_s3(url, creation).await,
-        Some(scheme) if scheme != "sqlite" => Err(Error::invalid(
-            "store URL",
-            format!("{scheme}:// is not a store leasehold knows: {FORMS}"),
-        )),
+        Some(scheme) if scheme != "sqlite" => Err(not_a_store_url(url)),
 
-        // sqlite:PATH, sqlite:///ABS/PATH, memory: and anything malformed,
-        // which the library names.
+        _ if leasehold::backend::sqlite_url_path(url).is_none() && url != "memory:" => {
+            Err(not_a_store_url(url))
+        }
+        // sqlite:PATH, sqlite:///ABS/PATH and memory:, which the library
+        // opens (or says what is wrong with).
         _ => {
             let backend = Store::open_with(url, creation)?.backend().clone();
             Ok(Opened {
@@ -198,6 +198,25 @@ async fn open_url(url: &str, access: Access) -> leasehold::Result<Store> {
     Ok(Store::from_backend(
         open_backend_with(url, access.creation()).await?.backend,
     ))
+}
+
+/// What is wrong with `url`, which names no store: a path without the
+/// `sqlite:` in front (the fix suggested), a known scheme in capitals, or
+/// a scheme leasehold does not know. Nothing after a scheme is repeated
+/// (it may hold a password).
+fn not_a_store_url(url: &str) -> Error {
+    let known = NETWORK_SCHEMES.iter().chain(&["sqlite"]);
+    let message = match scheme_of(url) {
+        Some(scheme) => match known.into_iter().find(|k| k.eq_ignore_ascii_case(scheme)) {
+            Some(k) => format!("{scheme}: is {k}: in capitals; schemes are lower case: {FORMS}"),
+            None => format!("{scheme}: is not a store leasehold knows: {FORMS}"),
+        },
+        None if !url.contains(['@', '?', '#', ':']) => {
+            format!("{url:?} has no scheme; a SQLite file is sqlite:{url}: {FORMS}")
+        }
+        None => format!("it has no scheme: {FORMS}"),
+    };
+    Error::invalid("store URL", message)
 }
 
 /// `:memory:`, or a `file:` URI naming an in-memory database: SQLite opens
@@ -414,6 +433,7 @@ pub fn redact(url: &str) -> String {
                 Some(at) => {
                     let userinfo = &rest[..at];
                     let shown = match userinfo.split_once(':') {
+                        _ if mistyped_scheme(url).is_some() => "***".to_string(),
                         Some((user, _)) => format!("{user}:***"),
                         None => userinfo.to_string(),
                     };
@@ -505,9 +525,18 @@ fn secrets_of(url: &str) -> Vec<String> {
         // The password; a user name is no secret (and often a word such as
         // "postgres", which redacting would blank out of every message).
         if let Some((userinfo, _)) = authority.rsplit_once('@') {
-            if let Some((_, password)) = userinfo.split_once(':') {
-                parts.push(userinfo.to_string());
-                parts.push(password.to_string());
+            match userinfo.split_once(':') {
+                // `redis:/:pw@h`: the ':' before the password went with
+                // the mistyped `://`, so all of it may be the password.
+                _ if mistyped_scheme(url).is_some() => {
+                    parts.extend(userinfo.split(':').map(str::to_string));
+                    parts.push(userinfo.to_string());
+                }
+                Some((_, password)) => {
+                    parts.push(userinfo.to_string());
+                    parts.push(password.to_string());
+                }
+                None => {}
             }
         }
     }
@@ -559,8 +588,34 @@ mod tests {
         );
         let err = block_on(open_backend("nosuch://x")).err().unwrap();
         assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
-        assert!(err.to_string().contains("nosuch://"), "{err}");
+        assert!(err.to_string().contains("nosuch: is not a store"), "{err}");
         assert!(err.to_string().contains("dynamodb://TABLE"), "{err}");
+    }
+
+    /// A path without `sqlite:`, or a scheme in capitals, is told what to
+    /// write, in the command's terms (the library's own message named its
+    /// internals: "Store::open opens ..., open the other stores with their
+    /// own crates").
+    #[test]
+    fn a_url_without_a_known_scheme_is_told_the_fix() {
+        for (url, says) in [
+            ("leases.db", "a SQLite file is sqlite:leases.db"),
+            ("/var/lib/l.db", "sqlite:/var/lib/l.db"),
+            ("SQLITE:x.db", "in capitals"),
+            ("Postgres://u:pw@h/db", "in capitals"),
+            ("nosuch:x", "nosuch: is not a store"),
+        ] {
+            let err = block_on(open_with(Some(url), Access::Lease)).err().unwrap();
+            let text = err.to_string();
+            assert!(matches!(err, Error::InvalidInput { .. }), "{url}: {text}");
+            assert!(text.contains(says), "{url}: {text}");
+            assert!(text.contains("redis://"), "{url}: {text}");
+            assert!(
+                !text.contains("Store::open") && !text.contains("crate"),
+                "{url}: {text}"
+            );
+            assert!(!text.contains("pw"), "{url}: {text}");
+        }
     }
 
     #[test]
