@@ -221,6 +221,8 @@ struct Missed {
     /// `holders` are readers of a reader-writer lock that kept a writer
     /// out (not an exclusive holder).
     readers: bool,
+    /// A slot a guard of this store holds (not asked of the store).
+    local: Option<usize>,
     /// The last retryable failure of the round.
     failure: Option<Error>,
     /// The store is in quarantine.
@@ -337,7 +339,16 @@ impl Engine {
         let started = tokio::time::Instant::now();
         let result = match self.round_now().await {
             Ok(Round::Granted(g)) => Ok(g),
-            Ok(Round::Missed(missed)) => Err(self.missed_error(missed)),
+            Ok(Round::Missed(mut missed)) => {
+                if let (true, Some(i)) = (missed.holders.is_empty(), missed.local) {
+                    // Every slot asked about is held here: say who (this
+                    // process), as the store describes it.
+                    if let Ok(info) = self.store.backend().inspect(&self.slots[i]).await {
+                        missed.holders.extend(info.holder);
+                    }
+                }
+                Err(self.missed_error(missed))
+            }
             Err(e) => Err(e),
         };
         self.labels().acquire(&result, started.elapsed());
@@ -830,6 +841,7 @@ impl Engine {
                     Ok(gate) => Some(gate),
                     Err(_) => {
                         missed.held = true;
+                        missed.local.get_or_insert(i);
                         continue;
                     }
                 }
@@ -936,7 +948,17 @@ impl Engine {
                 } else {
                     0
                 },
-                holder: missed.holders.into_iter().next().map(Box::new),
+                // One holder is described: another process's where there
+                // is one (a full semaphore held partly here is not "held by
+                // this process").
+                holder: {
+                    let mut holders = missed.holders;
+                    let other = holders.iter().position(|h| !h.owner.is_this_process());
+                    match other {
+                        Some(i) => Some(Box::new(holders.swap_remove(i))),
+                        None => holders.into_iter().next().map(Box::new),
+                    }
+                },
             },
         }
     }

@@ -586,7 +586,10 @@ fn sqlite_path(rest: &str) -> Result<PathBuf> {
     if rest.starts_with('~') {
         return Err(Error::invalid(
             "store URL",
-            format!("sqlite:{rest}: `~` is not expanded in a store URL (it would be a directory named `~`); write the path out, e.g. sqlite:$HOME/{} with the shell expanding $HOME", rest.trim_start_matches('~').trim_start_matches('/')),
+            match rest.strip_prefix("~/") {
+                Some(after) if !after.is_empty() => format!("sqlite:{rest}: `~` is not expanded in a store URL (it would be a directory named `~`); write the path out, or let the shell expand $HOME: \"sqlite:$HOME/{after}\""),
+                _ => format!("sqlite:{rest}: `~` is not expanded in a store URL (it would be a directory named `~`); write the path out, such as sqlite:/home/NAME/leases.db, or let the shell expand $HOME: \"sqlite:$HOME/leases.db\""),
+            },
         ));
     }
     if let Some(after) = rest.strip_prefix("//") {

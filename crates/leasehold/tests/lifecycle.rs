@@ -160,6 +160,20 @@ async fn held_by_this_process_says_so() {
     first.release().await.unwrap();
 }
 
+/// A full semaphore whose permits this process holds says so too.
+#[tokio::test]
+async fn a_semaphore_full_of_this_process_says_so() {
+    let store = Store::open("memory:").unwrap();
+    let sem = store.semaphore_with("sem", 2, opts(1000)).unwrap();
+    let held = (
+        sem.try_acquire().await.unwrap(),
+        sem.try_acquire().await.unwrap(),
+    );
+    let text = sem.try_acquire().await.unwrap_err().to_string();
+    assert!(text.starts_with("sem is held by this process ("), "{text}");
+    drop(held);
+}
+
 /// A writer kept out by readers is told it is held by readers, not by one
 /// of them as if it were an exclusive holder.
 #[tokio::test]

@@ -214,3 +214,26 @@ fn a_max_ttl_the_store_does_not_have_is_said_to_be_ignored() {
         "{text}"
     );
 }
+
+#[test]
+fn the_holders_file_and_files_that_are_no_database_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = Store::open(&format!(
+        "sqlite:{}",
+        dir.path().join(".leasehold-holders").display()
+    ))
+    .unwrap_err();
+    assert!(err.to_string().contains("holders file"), "{err}");
+    let text = dir.path().join("notes.db");
+    std::fs::write(&text, "not a database, but my notes\n").unwrap();
+    let err = Store::open(&format!("sqlite:{}", text.display())).unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidInput { .. })
+            && err.to_string().contains("is not a SQLite database"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&text).unwrap(),
+        "not a database, but my notes\n"
+    );
+}

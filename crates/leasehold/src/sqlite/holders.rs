@@ -319,15 +319,15 @@ fn byte_lock(_: &std::fs::File, _: i64, _: libc::c_short, _: bool) -> std::io::R
     Ok(())
 }
 
+/// How a holders file's marker begins.
+#[cfg(target_os = "linux")]
+const MARKER_PREFIX: &str = "leasehold holders file ";
+
 /// What a trusted holders file holds: the marker and its own identity.
 #[cfg(target_os = "linux")]
 fn marker(file: &std::fs::File) -> std::io::Result<String> {
     let m = file.metadata()?;
-    Ok(format!(
-        "leasehold holders file 1 {} {}\n",
-        m.dev(),
-        m.ino()
-    ))
+    Ok(format!("{MARKER_PREFIX}1 {} {}\n", m.dev(), m.ino()))
 }
 
 /// Whether `file` is a trusted holders file: it holds the marker naming
@@ -377,6 +377,14 @@ fn trust_holders_file(dir: &Path, db: &Path) -> std::io::Result<()> {
     let file = open_holders_file(dir, db)?;
     if is_trusted(&file) {
         return Ok(());
+    }
+    // Only a file of ours is rewritten (empty, or an earlier marker): a
+    // file of that name made by something else stays as it is, and
+    // proves nothing.
+    let mut start = [0u8; MARKER_PREFIX.len()];
+    let n = file.read_at(&mut start, 0)?;
+    if n > 0 && start[..n] != MARKER_PREFIX.as_bytes()[..n] {
+        return Err(std::io::Error::other("not a holders file of leasehold's"));
     }
     let want = marker(&file)?;
     file.set_len(0)?;

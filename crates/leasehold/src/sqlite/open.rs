@@ -101,6 +101,21 @@ impl SqliteBackend {
                 ),
             ));
         }
+        // The directory's holders file is no store (and is rewritten).
+        let real = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+        if [&path, &real]
+            .iter()
+            .any(|p| p.file_name() == Some(std::ffi::OsStr::new(HOLDERS_FILE)))
+        {
+            return Err(Error::invalid(
+                "store URL",
+                format!(
+                    "{} is the name of leasehold's holders file, which is no store: give the store another name (e.g. {})",
+                    path.display(),
+                    dir_of(&path).join("leases.db").display()
+                ),
+            ));
+        }
         let backend = SqliteBackend {
             conn: Arc::new(Mutex::new(None)),
             holders: Arc::new(HolderLock::new(path.clone())),
@@ -229,7 +244,18 @@ impl SqliteBackend {
         // The busy handler before anything that takes a lock.
         conn.busy_handler(Some(retry_while_busy))
             .map_err(|e| db_error("open", e))?;
-        let ours = has_lease_table(&conn).map_err(|e| db_error("open", e))?;
+        let ours = has_lease_table(&conn).map_err(|e| {
+            if e.sqlite_error_code() == Some(ErrorCode::NotADatabase) {
+                return Error::invalid(
+                    "store URL",
+                    format!(
+                        "{} is not a SQLite database (SQLite: {e}): name a leasehold store, or a file that does not exist yet",
+                        self.path.display()
+                    ),
+                );
+            }
+            db_error("open", e)
+        })?;
         if look && !ours {
             return Err(Error::no_store(format!(
                 "{} has no leasehold tables",
