@@ -102,7 +102,7 @@ fn quarantine(epoch: Option<&StoreEpoch>, window: Duration, new: bool) -> String
                 ""
             };
             format!(
-                "Nothing of an earlier store is known: grants wait one confirmation window, {}, so that any holder of lost data has stopped; about {} from now{raced}. If no store ever existed here, `leasehold init --new` on a store that does not exist yet settles it at once.",
+                "Nothing of an earlier store is known: grants wait one confirmation window, {}, so that any holder of lost data has stopped; about {} from now{raced}. This store exists now, so `init --new` would be refused: wait, or, if no store ever existed here and nothing uses this one yet, remove it and run `leasehold init --new`, which settles a store at once when it creates it.",
                 short(window),
                 short(left)
             )

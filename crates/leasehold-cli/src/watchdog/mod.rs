@@ -99,11 +99,21 @@
 //! at once, `leasehold` exits 76) but not the clock difference, since
 //! `CLOCK_MONOTONIC` keeps counting while processes are stopped.
 //!
+//! # When `leasehold` and the watchdog both die
+//! Before the command, the watchdog starts a [keeper](keeper), a detached
+//! process that kills the command's cgroup (or process group) if the
+//! watchdog dies without saying the tree is gone; and every watchdog, as it
+//! makes its cgroup, kills the trees left in cgroups of dead watchdogs
+//! beside it ([`Cgroup::create`]), for when the keeper was killed too.
+//!
 //! # What can escape
 //! * If the watchdog itself is killed with SIGKILL, the command (its direct
-//!   child) dies with it (`PR_SET_PDEATHSIG`) and `leasehold` kills the
-//!   process group and the cgroup; descendants that left both (possible only
-//!   without a cgroup) survive.
+//!   child) dies with it (`PR_SET_PDEATHSIG`), and `leasehold` and the
+//!   keeper kill the process group and the cgroup; descendants that left
+//!   both (possible only without a cgroup) survive.
+//! * If the keeper is killed with the other two, the tree runs on until
+//!   the next `run` or `elect` beside it sweeps it (never, without a
+//!   cgroup).
 //! * If both `leasehold` and the watchdog are frozen (SIGSTOP to
 //!   `leasehold`'s whole process group, or the whole machine frozen or
 //!   suspended), nobody acts until they resume; on resume the watchdog acts
