@@ -438,10 +438,8 @@ def _pop(owner: object) -> Any:
 
 def _who() -> Tuple[int, int]:
     """The thread, and the asyncio task if any, calling."""
-    try:
-        task = asyncio.current_task()
-    except RuntimeError:  # no running event loop in this thread
-        task = None
+    # No exception raised and caught on the common, synchronous path.
+    task = None if asyncio._get_running_loop() is None else asyncio.current_task()
     return (threading.get_ident(), 0 if task is None else id(task))
 
 
@@ -459,8 +457,9 @@ class Held:
         self._native = native
         self._pid = os.getpid()
         self._owner = None if owner is None else weakref.ref(owner)
-        # The tasks cancel_on_loss() cancelled (at the loss).
-        self._cancelled: "weakref.WeakSet[asyncio.Task[Any]]" = weakref.WeakSet()
+        # The tasks cancel_on_loss() cancelled (at the loss); made by the
+        # first cancel.
+        self._cancelled: "Optional[weakref.WeakSet[asyncio.Task[Any]]]" = None
         _live.add(self)
 
     @property
@@ -540,6 +539,8 @@ class Held:
             # Not once the lease was released: the block is over, and a
             # cancel now would hit the task's next, unrelated, await.
             if held is not None and not held._native.released and not target.done():
+                if held._cancelled is None:
+                    held._cancelled = weakref.WeakSet()
                 held._cancelled.add(target)
                 target.cancel()
 
@@ -584,7 +585,7 @@ class Held:
             await self.release_async()
         except LeaseLost:
             task = asyncio.current_task()
-            if task is not None and task in self._cancelled:
+            if task is not None and self._cancelled is not None and task in self._cancelled:
                 self._cancelled.discard(task)
                 uncancel = getattr(task, "uncancel", None)  # Python 3.11+
                 if uncancel is not None and isinstance(exc, asyncio.CancelledError):
@@ -669,9 +670,10 @@ class _Target:
         # Every lease this object granted and has not seen released, with
         # who took it ((thread, task)) and whether a `with` entered it: kept
         # (strong references) until released, so that a Held nobody kept is
-        # not released behind its holder's back.
+        # not released behind its holder's back. Shared by threads without
+        # a lock of its own: each use is one dict operation (or one copy of
+        # its values), atomic under the GIL (abi3 builds run with the GIL).
         self._holding: Dict[int, Tuple[Held, Tuple[int, int], bool]] = {}
-        self._holding_lock = threading.Lock()
 
     @property
     def key(self) -> str:
@@ -679,15 +681,13 @@ class _Target:
 
     def _held(self, native: _native.Held, entered: bool = False) -> Held:
         held = Held(native, self)
-        with self._holding_lock:
-            self._holding[id(held)] = (held, _who(), entered)
+        self._holding[id(held)] = (held, _who(), entered)
         if self._on_loss is not None:
             held.on_loss(self._on_loss)
         return held
 
     def _forget(self, held: Held) -> None:
-        with self._holding_lock:
-            self._holding.pop(id(held), None)
+        self._holding.pop(id(held), None)
 
     def _wait_of(self, wait: Any) -> Optional[float]:
         return self._wait if wait is _DEFAULT else _secs(wait, "wait")
@@ -726,8 +726,7 @@ class _Target:
         releases them), the latest taken by this thread or task, or the only
         one."""
         me = _who()
-        with self._holding_lock:
-            held = [(h, who) for h, who, entered in self._holding.values() if not entered and not h.released]
+        held = [(h, who) for h, who, entered in list(self._holding.values()) if not entered and not h.released]
         mine = [h for h, who in held if who == me]
         if mine:
             return mine[-1]
