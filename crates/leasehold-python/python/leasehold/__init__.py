@@ -606,19 +606,22 @@ class Held:
 
     def __del__(self) -> None:
         # Garbage collected unreleased: the native guard is released in
-        # the background when it goes; say so, as an unclosed file does.
+        # the background when it goes; say so, as an unclosed file does
+        # (with -W error, as an unraisable exception, as a file's is).
         try:
             native = self._native
-            if self._pid == os.getpid() and not native.released:
-                warnings.warn(
-                    f"leasehold: the lease on {native.key!r} (token {native.token}) was garbage "
-                    "collected unreleased, and is released now in the background: keep the lock "
-                    "(or the Held) and release it, or use `with`",
-                    ResourceWarning,
-                    stacklevel=2,
-                )
+            unreleased = self._pid == os.getpid() and not native.released
+            what = f"{native.key!r} (token {native.token})" if unreleased else ""
         except Exception:
-            pass  # at interpreter exit, or a half-made Held
+            return  # at interpreter exit, or a half-made Held
+        if unreleased:
+            warnings.warn(
+                f"leasehold: the lease on {what} was garbage collected unreleased, and is "
+                "released now in the background: keep the lock (or the Held) and release it, "
+                "or use `with`",
+                ResourceWarning,
+                stacklevel=2,
+            )
 
     def __repr__(self) -> str:
         state = "lost" if self.lost else "released" if self.released else "held"
