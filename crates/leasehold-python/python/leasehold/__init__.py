@@ -43,18 +43,18 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import contextvars
-import datetime
 import os
-import threading
 import time
 import warnings
 import weakref
-from dataclasses import dataclass
-from typing import Any, Callable, Coroutine, Dict, Generator, List, Optional, Tuple, Union
+from typing import Any, Callable, Coroutine, Dict, Generator, List, Optional, Tuple
 
 from . import _leasehold as _native
+from ._asyncio import _run_async
+from ._checks import Duration, LossCallback, _bool, _callable, _int, _period, _secs, _str, _type_name
+from ._entered import _pop, _push, _who
 from ._leasehold import Error, LeaseLost, StoreError, Timeout, UsageError
+from ._records import Holder, KeyInfo, RunRecord, _holder, _key_info, _record
 
 __all__ = [
     "open",
@@ -79,146 +79,6 @@ __all__ = [
     "StoreError",
     "UsageError",
 ]
-
-#: A duration: seconds (int or float), a ``datetime.timedelta``, or a string
-#: in the CLI's syntax ("30s", "500ms", "5m", "1h 30m").
-Duration = Union[int, float, datetime.timedelta, str]
-
-LossCallback = Callable[[str], Any]
-
-# The longest duration taken (about 31,700 years): beyond it a number is
-# a mistake, and Rust's Duration may not hold it.
-_LONGEST = 1e12
-
-_DURATION_FORMS = "seconds (int or float), a datetime.timedelta or a string like '30s'"
-
-
-# Argument checks. A wrong *type* is a TypeError; a value of the right type
-# that leasehold cannot take is a UsageError (a ValueError too).
-
-
-def _type_name(value: Any) -> str:
-    return type(value).__name__
-
-
-def _secs(value: Optional[Duration], what: str) -> Optional[float]:
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise TypeError(f"{what} must be {_DURATION_FORMS}, not bool")
-    if isinstance(value, (int, float)):
-        try:
-            secs = float(value)
-        except OverflowError:
-            raise UsageError(f"invalid {what}: {value!r} s is too long") from None
-    elif isinstance(value, datetime.timedelta):
-        secs = value.total_seconds()
-    elif isinstance(value, str):
-        secs = _native.parse_duration(value)
-    else:
-        raise TypeError(f"{what} must be {_DURATION_FORMS}, not {_type_name(value)}")
-    if secs != secs or secs == float("inf"):
-        raise UsageError(f"invalid {what}: {value!r} (expected a finite duration of zero or more seconds)")
-    if secs < 0:
-        raise UsageError(f"invalid {what}: {value!r}: a duration must not be negative (expected zero or more seconds)")
-    if secs > _LONGEST:
-        raise UsageError(f"invalid {what}: {value!r} is too long (at most {_LONGEST:.0f} s; None: no limit, for a wait)")
-    return secs
-
-
-def _period(value: Duration) -> float:
-    secs = _secs(value, "period")
-    if secs is None:
-        raise TypeError(f"period must be {_DURATION_FORMS}, not None")
-    return secs
-
-
-def _str(value: Any, what: str, optional: bool = False) -> Any:
-    if value is None and optional:
-        return None
-    if not isinstance(value, str):
-        expected = "a str or None" if optional else "a str"
-        raise TypeError(f"{what} must be {expected}, not {_type_name(value)}")
-    return value
-
-
-def _int(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{what} must be an int, not {_type_name(value)}")
-    if not -(2**62) < value < 2**62:
-        raise UsageError(f"invalid {what}: {value} is far out of range")
-    return value
-
-
-def _bool(value: Any, what: str) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{what} must be True or False, not {_type_name(value)}")
-    return value
-
-
-def _callable(value: Any, what: str) -> Any:
-    if value is not None and not callable(value):
-        raise TypeError(f"{what} must be callable or None, not {_type_name(value)}")
-    return value
-
-
-@dataclass(frozen=True)
-class Holder:
-    """Who holds a key, as the store describes them."""
-
-    host: str
-    pid: int
-    label: Optional[str]
-    data: Optional[str]
-    token: int
-    acquired_at: Optional[float]
-    """Unix seconds, on the holder's clock, when known."""
-    expires_in: Optional[float]
-    """Seconds until the lease runs out without renewal, when known."""
-    ttl: Optional[float]
-
-
-@dataclass(frozen=True)
-class RunRecord:
-    """How a run under the key's lease ended (``once_per``, ``leasehold run``)."""
-
-    succeeded: bool
-    outcome: str
-    started_at: float
-    ended_at: float
-    token: int
-    host: str
-    pid: int
-
-
-@dataclass(frozen=True)
-class KeyInfo:
-    """What the store holds for a key."""
-
-    key: str
-    token: int
-    """The last fencing token issued for the key (0 if none ever was)."""
-    holder: Optional[Holder]
-    last_success: Optional[RunRecord]
-    last_run: Optional[RunRecord]
-
-
-def _holder(d: Optional[Dict[str, Any]]) -> Optional[Holder]:
-    return None if d is None else Holder(**d)
-
-
-def _record(d: Optional[Dict[str, Any]]) -> Optional[RunRecord]:
-    return None if d is None else RunRecord(**d)
-
-
-def _key_info(d: Dict[str, Any]) -> KeyInfo:
-    return KeyInfo(
-        key=d["key"],
-        token=d["token"],
-        holder=_holder(d["holder"]),
-        last_success=_record(d["last_success"]),
-        last_run=_record(d["last_run"]),
-    )
 
 
 def open(url: Optional[str] = None) -> "Store":  # noqa: A001 (mirrors leasehold_stores::open)
@@ -390,58 +250,6 @@ class Store:
         a success, by an exception a failure (the exception goes on)."""
         lock = self.lock(key, ttl=ttl, wait=wait, data=data, label=label, on_loss=on_loss)
         return OncePer(self, lock, _period(period))
-
-
-# What `with` and `async with` entered, per thread and per asyncio task: one
-# stack of (entered object, value, token) in a context variable, so that
-# each exit releases what its own enter acquired, whichever other thread or
-# task shares the object (a new thread starts with an empty context; a task
-# runs in a copy of its creator's). Exits in the order of the enters reset
-# the variable, which then holds nothing of them.
-_ENTERED: "contextvars.ContextVar[Tuple[Tuple[object, Any, Any], ...]]" = contextvars.ContextVar(
-    "leasehold_entered", default=()
-)
-
-
-def _push(owner: object, value: Any) -> None:
-    # The entry holds the token of the set that made it (in a box: the
-    # token exists only once the entry is set), for its exit's reset.
-    box: List[Any] = []
-    box.append(_ENTERED.set(_ENTERED.get() + ((owner, value, box),)))
-
-
-def _pop(owner: object) -> Any:
-    stack = _ENTERED.get()
-    for i in range(len(stack) - 1, -1, -1):
-        entered, value, box = stack[i]
-        if entered is owner:
-            break
-    else:
-        raise UsageError(
-            f"{owner!r}: leaving a `with` block that this thread or task did not enter "
-            "(enter and exit a lock's block in the same thread or asyncio task)"
-        )
-    token = box[0]
-    below = () if token.old_value is contextvars.Token.MISSING else token.old_value
-    if i == len(stack) - 1 and len(below) == i and all(a is b for a, b in zip(below, stack)):
-        # The stack below is as this entry's set found it: undo that set
-        # (which leaves the context as it was, without the variable if it
-        # was not set).
-        try:
-            _ENTERED.reset(token)
-            return value
-        except ValueError:  # entered in another context (a copy of this one)
-            pass
-    _ENTERED.set(stack[:i] + stack[i + 1 :])
-    return value
-
-
-def _who() -> Tuple[int, int]:
-    """The thread, and the asyncio task if any, calling."""
-    # No exception raised and caught on the common, synchronous path.
-    task = None if asyncio._get_running_loop() is None else asyncio.current_task()
-    return (threading.get_ident(), 0 if task is None else id(task))
-
 
 class Held:
     """A lease held: renewed in the background until released. A context
@@ -928,63 +736,6 @@ class Election(_Target):
         """Who leads now (with the data they published), or None."""
         holders = self._native.holders()
         return _holder(holders[0]) if holders else None
-
-
-async def _run_async(start: Callable[..., Any], *args: Any) -> Any:
-    """Runs a native operation started by ``start(*args, done)`` on the
-    runtime, as an awaitable; cancelling the awaiting task cancels it, and
-    a lease it granted meanwhile is released."""
-    loop = asyncio.get_running_loop()
-    fut = loop.create_future()
-
-    def settle(ok: bool, value: Any) -> None:  # on the event loop
-        if fut.cancelled():
-            if ok and value is not None:
-                value.release_background()
-            return
-        if ok:
-            fut.set_result(value)
-        else:
-            fut.set_exception(value)
-
-    def done(ok: bool, value: Any) -> None:  # on a leasehold thread
-        try:
-            loop.call_soon_threadsafe(settle, ok, value)
-        except RuntimeError:  # the loop is closed
-            if ok and value is not None:
-                value.release_background()
-
-    pending = start(*args, done)
-    try:
-        return await fut
-    except asyncio.CancelledError:
-        if pending is not None:
-            # Stop the operation; a lease it was granted meanwhile is
-            # released (by settle() above if it had completed, in the
-            # background otherwise); re-raise once those releases ended.
-            await _signalled(loop, pending.cancel)
-            await _signalled(loop, _native.settle)
-        raise
-
-
-async def _signalled(loop: asyncio.AbstractEventLoop, start: Callable[[Callable[[], None]], Any]) -> None:
-    """Awaits a native operation that calls back, from a leasehold thread,
-    when it is over."""
-    over = loop.create_future()
-
-    def finish() -> None:  # on the event loop
-        if not over.done():
-            over.set_result(None)
-
-    def done() -> None:  # on a leasehold thread
-        try:
-            loop.call_soon_threadsafe(finish)
-        except RuntimeError:
-            pass  # the loop is closed
-
-    start(done)
-    await asyncio.shield(over)
-
 
 class Acquiring(Coroutine[Any, Any, Held]):
     """An acquisition for asyncio (``acquire_async``, ``campaign_async``): a
