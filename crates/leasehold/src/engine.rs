@@ -388,12 +388,22 @@ impl Engine {
         // the wait: a store that answers a moment after the wait ran out
         // has not failed, and its answer (granted, or held: timed out) is
         // the wait's. Later rounds, and the pauses between them, are cut
-        // off at the deadline.
-        let first_bound = give_up.map(|at| at.max(started + FIRST_ANSWER));
-        let mut first = true;
-        let Some(gate) = until(give_up, self.queue.gate.clone().lock_owned()).await else {
-            return Err(timed_out());
+        // off at the deadline. Only for a task that did not queue behind
+        // other local waiters: one let through the queue after its wait ran
+        // out gives up without an attempt (so that tasks sharing a deadline
+        // send what one task sends).
+        let (gate, queued) = match self.queue.gate.clone().try_lock_owned() {
+            Ok(gate) => (gate, false),
+            Err(_) => match until(give_up, self.queue.gate.clone().lock_owned()).await {
+                Some(gate) => (gate, true),
+                None => return Err(timed_out()),
+            },
         };
+        let first_bound = match queued {
+            true => give_up,
+            false => give_up.map(|at| at.max(started + FIRST_ANSWER)),
+        };
+        let mut first = true;
         // A lock's guard keeps the gate (the key's) while held; a
         // semaphore's waiter lets the next local waiter poll once it is done.
         let mut queue = Some(gate);
