@@ -285,10 +285,11 @@ impl Holding {
 
 /// A view of a held lease, for the code that works under it (see
 /// [`LeaseGuard::held`] and [`Lock::run`](crate::Lock::run)): its key,
-/// fencing token and loss signal. It cannot release the lease, and says
-/// nothing more once the guard is gone (the lease is then released: it
-/// reads as lost from then on only if it was lost before). Cheap to clone;
-/// `'static`, so it can move into a task.
+/// fencing token and loss signal. It cannot release the lease. Once the
+/// guard is released or dropped, nothing renews the lease: the handle
+/// reads as lost from the lease's last safety deadline on (and at once if
+/// it was lost before), so work that outlives its guard is told to stop.
+/// Cheap to clone; `'static`, so it can move into a task.
 #[derive(Clone)]
 pub struct HeldLease {
     state: Arc<GuardState>,
