@@ -92,11 +92,21 @@ async fn acquire_and_run(store: &Store, args: &RunArgs) -> anyhow::Result<RunRes
     };
     let (guard, slot) = match acquired {
         Ok(acquired) => acquired,
-        Err(Error::Held { holder, .. }) => {
+        Err(Error::Held {
+            holder, readers, ..
+        }) => {
+            let by = match readers {
+                0 => describe_holder(holder.as_deref()),
+                1 => "1 --shared run (a reader)".to_string(),
+                n => format!("{n} --shared runs (readers)"),
+            };
+            let this = match holder.as_deref() {
+                Some(h) if readers == 0 && h.owner.is_this_process() => " (this very process)",
+                _ => "",
+            };
             let message = format!(
-                "{} is held by {}; not running the command",
-                lease.key,
-                describe_holder(holder.as_deref())
+                "{} is held by {by}{this}; not running the command",
+                lease.key
             );
             say!("{message}");
             result.error = Some(message);

@@ -375,10 +375,10 @@ fn init_reports_the_quarantine(store: &str) {
         return;
     };
     // SQLite proves a new file safe when no process on the machine holds a
-    // lease in its directory: hold one there, in another file.
+    // lease in a file of its name: hold one in it, then delete the file
+    // under the holder (its data lost).
     let mut neighbour = (store == "sqlite").then(|| {
-        let other = format!("sqlite:{}", env.path("other.db").display());
-        let mut child = piped(env.leasehold().env("LEASEHOLD_STORE", &other).args([
+        let mut child = piped(env.leasehold().args([
             "run",
             "--ttl",
             TTL,
@@ -389,6 +389,9 @@ fn init_reports_the_quarantine(store: &str) {
             "echo go; exec sleep 120",
         ]));
         assert_eq!(read_line(&mut stdout_reader(&mut child)), "go");
+        for file in ["leases.db", "leases.db-wal", "leases.db-shm"] {
+            let _ = std::fs::remove_file(env.path(file));
+        }
         child
     });
     let out = run(&env, &["init"]);

@@ -208,7 +208,10 @@ fn a_password_in_store_is_not_left_in_the_process_list() {
     for pid in [holder.id(), watchdog] {
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
         let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        assert!(cmdline.contains("run --ttl 2s --wait 10s k"), "{pid}: {cmdline}");
+        assert!(
+            cmdline.contains("run --ttl 2s --wait 10s k"),
+            "{pid}: {cmdline}"
+        );
         assert!(!cmdline.contains(&password), "{pid}: {cmdline}");
         assert!(cmdline.contains("redis://***"), "{pid}: {cmdline}");
     }
