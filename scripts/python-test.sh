@@ -19,11 +19,13 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 MATURIN=1.16.0
 PYTEST=8.4.2
 PYTEST_TIMEOUT=2.4.0
+# For the test that `await lock.acquire_async()` type-checks (the stubs).
+MYPY=2.4.1
 venv=.cache/python-venv
 python="${PYTHON:-python3}"
 start=$SECONDS
 
-want="pytest==$PYTEST pytest-timeout==$PYTEST_TIMEOUT"
+want="pytest==$PYTEST pytest-timeout==$PYTEST_TIMEOUT mypy==$MYPY"
 if [[ ! -x "$venv/bin/python" || "$(cat "$venv/.pins" 2>/dev/null)" != "$want" ]]; then
     rm -rf "$venv"
     "$python" -m venv "$venv"
