@@ -172,6 +172,20 @@ impl Cgroup {
     pub fn remove(&self) {
         let _ = fs::remove_dir(&self.dir);
     }
+
+    /// Kills every process in the cgroup, again until none is left or
+    /// `wait` has passed (a process forked as the kill went out, one still
+    /// exiting), then removes the cgroup. False if processes were left.
+    pub fn kill_and_remove(&self, wait: std::time::Duration) -> bool {
+        let started = std::time::Instant::now();
+        self.kill();
+        while !self.members().is_empty() && started.elapsed() < wait {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            self.kill();
+        }
+        self.remove();
+        self.members().is_empty()
+    }
 }
 
 /// Removes what watchdogs killed before they could clean up left behind
@@ -201,13 +215,7 @@ fn remove_stale(parent: &Path) {
         if members.is_empty() {
             continue;
         }
-        orphan.kill();
-        let started = std::time::Instant::now();
-        while !orphan.members().is_empty() && started.elapsed() < STALE_KILL_WAIT {
-            std::thread::sleep(std::time::Duration::from_millis(10));
-            orphan.kill();
-        }
-        orphan.remove();
+        orphan.kill_and_remove(STALE_KILL_WAIT);
         crate::output::say!(
             "killed {} process(es) left running by a `leasehold` run whose watchdog was killed ({}; pids {})",
             members.len(),

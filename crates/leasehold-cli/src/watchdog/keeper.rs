@@ -42,7 +42,7 @@
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::proctree::{self, Cgroup};
 
@@ -133,13 +133,7 @@ fn keep(pipe: OwnedFd, cgroup: Option<&Cgroup>, watchdog: libc::pid_t) {
     // The watchdog is gone without saying the tree was.
     match cgroup {
         Some(c) => {
-            c.kill();
-            let started = Instant::now();
-            while !c.members().is_empty() && started.elapsed() < KILL_WAIT {
-                std::thread::sleep(Duration::from_millis(10));
-                c.kill();
-            }
-            c.remove();
+            c.kill_and_remove(KILL_WAIT);
         }
         None => {
             if let Some(pgid) = group {
