@@ -145,7 +145,8 @@ fn keep(pipe: OwnedFd, cgroup: Option<&Cgroup>, watchdog: libc::pid_t) {
 
 /// Cuts the keeper loose from everything the watchdog had: every
 /// descriptor but `keep` closed, stdin, stdout and stderr on /dev/null,
-/// default signal dispositions, nothing blocked.
+/// the root as its directory (it keeps no file system busy), default
+/// signal dispositions, nothing blocked.
 fn detach(keep: libc::c_int) {
     let open: Vec<libc::c_int> = std::fs::read_dir("/proc/self/fd")
         .map(|dir| {
@@ -162,6 +163,7 @@ fn detach(keep: libc::c_int) {
                 libc::close(fd);
             }
         }
+        libc::chdir(c"/".as_ptr());
         let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
         if null >= 0 {
             for fd in 0..3 {
