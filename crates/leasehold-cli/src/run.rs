@@ -104,10 +104,16 @@ async fn acquire_and_run(store: &Store, args: &RunArgs) -> anyhow::Result<RunRes
                 Some(h) if readers == 0 && h.owner.is_this_process() => " (this very process)",
                 _ => "",
             };
-            let message = format!(
-                "{} is held by {by}{this}; not running the command",
-                lease.key
-            );
+            let message = match limit {
+                Some(n) => format!(
+                    "all {n} permits of {} are held (one by {by}{this}); not running the command",
+                    lease.key
+                ),
+                None => format!(
+                    "{} is held by {by}{this}; not running the command",
+                    lease.key
+                ),
+            };
             say!("{message}");
             result.error = Some(message);
             return Ok(result.ended("not_obtained", EXIT_NOT_OBTAINED));

@@ -58,12 +58,13 @@ struct StoreInner {
 /// [`Store::confirmation_window`]).
 #[cfg(feature = "conformance")]
 fn test_window(backend: &dyn Backend) -> Duration {
-    match std::env::var("LEASEHOLD_TEST_CONFIRMATION_WINDOW") {
-        Ok(secs) => Duration::from_secs_f64(
-            secs.parse()
-                .expect("LEASEHOLD_TEST_CONFIRMATION_WINDOW: a number of seconds"),
-        ),
-        Err(_) => backend.capabilities().max_ttl,
+    // A value that is not a number of seconds is ignored, not a panic.
+    match std::env::var("LEASEHOLD_TEST_CONFIRMATION_WINDOW")
+        .ok()
+        .and_then(|secs| Duration::try_from_secs_f64(secs.parse().ok()?).ok())
+    {
+        Some(window) => window,
+        None => backend.capabilities().max_ttl,
     }
 }
 

@@ -66,6 +66,9 @@ struct Watchdog {
     alarm: Option<Alarm>,
     /// Kills the tree if this process and `leasehold` both die.
     keeper: Option<Keeper>,
+    /// The tree left by a command that exited while stopping on a signal
+    /// was sent SIGTERM.
+    leftovers_told: bool,
 }
 
 impl Watchdog {
@@ -94,6 +97,7 @@ impl Watchdog {
             childless: false,
             alarm: Alarm::new(),
             keeper: None,
+            leftovers_told: false,
         }
     }
 
@@ -132,6 +136,16 @@ impl Watchdog {
             }
             if self.status.is_some() && self.stopping.is_none() {
                 self.stop(Stop::Leftovers);
+            }
+            // Stopping on a signal the command answered by exiting: what it
+            // left behind gets SIGTERM too (a shell's background job ignores
+            // SIGINT), not only the SIGKILL at the end of the grace.
+            if self.status.is_some()
+                && self.stopping == Some(Stop::Interrupted)
+                && !self.leftovers_told
+            {
+                self.leftovers_told = true;
+                self.signal_tree(&[libc::SIGTERM, libc::SIGCONT]);
             }
             if let Some(at) = self.killed_at {
                 let left = self.tree();
