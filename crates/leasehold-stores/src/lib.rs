@@ -195,9 +195,24 @@ async fn open_url(url: &str, access: Access) -> leasehold::Result<Store> {
     if url == "memory:" {
         return Err(private_store(url));
     }
-    Ok(Store::from_backend(
-        open_backend_with(url, access.creation()).await?.backend,
-    ))
+    let opened = open_backend_with(url, access.creation()).await?;
+    // Azure's builder sends nothing: the command asks for the container
+    // and its epoch now, so that opening, with its own bound (the CLI's
+    // `--connect-timeout`), is where an endpoint that does not answer is
+    // found, as on every other store, not the first attempt, which the
+    // SDK's retries stretched to 20 s. (The first attempt then names the
+    // epoch at once instead of learning it: no request more in all.)
+    #[cfg(feature = "azblob")]
+    if access.creation() == Creation::IfMissing {
+        if let Ok(azure) = opened
+            .concrete
+            .clone()
+            .downcast::<leasehold_azure::AzureBackend>()
+        {
+            azure.open_store().await?;
+        }
+    }
+    Ok(Store::from_backend(opened.backend))
 }
 
 /// What is wrong with `url`, which names no store: a path without the
