@@ -33,8 +33,20 @@ pub async fn open_within(
                 let cause = last
                     .map(|e| format!(": {}", error_chain(&e)))
                     .unwrap_or_default();
+                // A TLS client facing a server without TLS waits for an
+                // answer to its handshake that never comes.
+                let tls = ["rediss://", "etcds://"]
+                    .iter()
+                    .find(|s| url.is_some_and(|u| u.trim().starts_with(**s)))
+                    .map(|s| {
+                        format!(
+                            " ({s} speaks TLS: a server without TLS never answers it; use {}:// if it has none)",
+                            &s[..s.len() - "s://".len()]
+                        )
+                    })
+                    .unwrap_or_default();
                 anyhow::bail!(
-                    "cannot open store {}: no answer within --connect-timeout ({}){cause}",
+                    "cannot open store {}: no answer within --connect-timeout ({}){cause}{tls}",
                     stores::redact(url.unwrap_or("sqlite:")),
                     exact(limit)
                 );

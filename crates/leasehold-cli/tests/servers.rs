@@ -218,3 +218,23 @@ fn a_password_in_store_is_not_left_in_the_process_list() {
     kill(holder.id(), libc::SIGTERM);
     assert_eq!(wait_with_timeout(&mut holder, 10 * SECS), Some(128 + 15));
 }
+
+/// `rediss://` to a Redis without TLS: the handshake is never answered,
+/// and the message says that may be why (it said only "no answer within
+/// --connect-timeout").
+#[test]
+fn tls_to_a_server_without_tls_says_so() {
+    let Some(env) = Env::on("redis") else {
+        return;
+    };
+    let url = env.url().replacen("redis://", "rediss://", 1);
+    let out = env
+        .leasehold()
+        .args(["--connect-timeout", "1s", "status", "k"])
+        .env("LEASEHOLD_STORE", &url)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("use redis:// if it has none"), "{stderr}");
+}
