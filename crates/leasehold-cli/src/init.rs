@@ -12,7 +12,9 @@ use crate::open::open_within;
 use crate::output::print;
 
 /// Creates the store at `url` (the default SQLite file when `None`), or
-/// says it exists and changes nothing. With `new` (the operator's
+/// says it exists and changes nothing (also when another process created
+/// it between this one's look and its creating, where the backend can
+/// tell: [`Backend::created_at_open`](leasehold::backend::Backend::created_at_open)). With `new` (the operator's
 /// statement that no store existed here before), the new epoch is proven:
 /// settled at once; refused when a store exists. Each opening is bounded
 /// by `connect_timeout` (`--connect-timeout`), as every command's is.
@@ -47,6 +49,16 @@ pub async fn init(
         Err(e) => return Err(e),
     }
     let store = open_within(url, Access::Create { proven: new }, connect_timeout).await?;
+    // The look found none, but another process created the store since:
+    // its creator settled it, and this one changed nothing (with `--new`
+    // too, whose statement was true when this one looked).
+    if store.backend().created_at_open() == Some(false) {
+        let epoch = describe_epoch(&store);
+        print(&format!(
+            "a leasehold store already exists at {shown}{epoch} (created by another process at the same moment); nothing changed\n"
+        ))?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let window = store.confirmation_window();
     let epoch = store.backend().epoch_at_open();
     let made = made(store.backend().name());

@@ -158,13 +158,14 @@ impl EtcdBackend {
         // An endpoint that does not answer (its request timed out) moves
         // the next request on to the next endpoint: each may be tried once.
         let mut tries = backend.inner.endpoints.len();
-        let epoch = loop {
-            match backend.epoch_as(creation).await {
+        let (epoch, created) = loop {
+            match backend.epoch_creating(creation).await {
                 Err(e) if tries > 1 && e.is_retryable() => tries -= 1,
                 other => break other?,
             }
         };
         backend.inner.common.opened(epoch);
+        backend.inner.common.created(created);
         Ok(backend)
     }
 

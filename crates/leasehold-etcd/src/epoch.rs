@@ -24,15 +24,26 @@ impl EtcdBackend {
     /// The store's epoch, read now, created as `creation` allows (the
     /// backend's own while opening).
     pub(crate) async fn epoch_as(&self, creation: leasehold::Creation) -> Result<StoreEpoch> {
+        Ok(self.epoch_creating(creation).await?.0)
+    }
+
+    /// [`epoch_as`](Self::epoch_as), with whether this call created the
+    /// store (its conditional put of the marker was the one that won).
+    pub(crate) async fn epoch_creating(
+        &self,
+        creation: leasehold::Creation,
+    ) -> Result<(StoreEpoch, bool)> {
+        let mut created = false;
         loop {
             let snap = self.read("epoch", None).await?;
             if let Some(e) = self.store_epoch(&snap).await? {
-                return Ok(e);
+                return Ok((e, created));
             }
             if creation == leasehold::Creation::Never {
-                return self.look_without_marker().await;
+                return Ok((self.look_without_marker().await?, false));
             }
-            self.create_marker(creation == leasehold::Creation::NewProven)
+            created |= self
+                .create_marker(creation == leasehold::Creation::NewProven)
                 .await?;
         }
     }
@@ -104,7 +115,9 @@ impl EtcdBackend {
     }
 
     /// Creates the store: the epoch marker (if still missing) and its timer.
-    pub(crate) async fn create_marker(&self, stated: bool) -> Result<()> {
+    /// Whether this call created it (`false`: another process's marker was
+    /// there first).
+    pub(crate) async fn create_marker(&self, stated: bool) -> Result<bool> {
         // Proven only on the creator's statement while opening, for a
         // prefix with no keys at all (nothing of an earlier store is there).
         let proven = stated && !self.has_keys("create store").await?;
@@ -134,6 +147,6 @@ impl EtcdBackend {
         } else {
             tracing::info!(prefix = %self.inner.prefix, epoch = marker.epoch, "created the etcd store");
         }
-        Ok(())
+        Ok(resp.succeeded)
     }
 }

@@ -81,11 +81,12 @@ impl PostgresBackend {
         let backend = PostgresBackend {
             inner: Arc::new(inner),
         };
-        let row = backend.check_epoch("open").await?;
+        let (row, created) = backend.check_epoch("open").await?;
         if let Some(want) = backend.inner.unlogged {
             backend.check_persistence(want).await?;
         }
         backend.inner.common.opened(row.store_epoch());
+        backend.inner.common.created(created);
         Ok(backend)
     }
 
@@ -133,7 +134,7 @@ impl PostgresBackend {
     /// # Errors
     /// [`Error::Backend`] when the server cannot be reached.
     pub async fn epoch(&self) -> Result<StoreEpoch> {
-        Ok(self.check_epoch("epoch").await?.store_epoch())
+        Ok(self.check_epoch("epoch").await?.0.store_epoch())
     }
 
     /// Waits until this backend LISTENs for releases (started on the first
@@ -277,7 +278,7 @@ impl Backend for PostgresBackend {
         const OP: &str = "acquire";
         let Some(epoch) = req.epoch else {
             return Ok(AcquireOutcome::OtherEpoch(
-                self.check_epoch(OP).await?.store_epoch(),
+                self.check_epoch(OP).await?.0.store_epoch(),
             ));
         };
         let cached_max = self.inner.store_max_ttl.get();
@@ -306,7 +307,7 @@ impl Backend for PostgresBackend {
             Err(f) if f.missing_table() => {
                 // Dropped: re-create it (a new epoch) and say so.
                 return Ok(AcquireOutcome::OtherEpoch(
-                    self.check_epoch(OP).await?.store_epoch(),
+                    self.check_epoch(OP).await?.0.store_epoch(),
                 ));
             }
             Err(f) => return Err(f.into_error(OP)),
@@ -316,7 +317,7 @@ impl Backend for PostgresBackend {
             // No epoch row, or one restored from another table.
             _ => {
                 return Ok(AcquireOutcome::OtherEpoch(
-                    self.check_epoch(OP).await?.store_epoch(),
+                    self.check_epoch(OP).await?.0.store_epoch(),
                 ))
             }
         };

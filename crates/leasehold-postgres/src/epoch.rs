@@ -16,15 +16,16 @@ use crate::PostgresBackend;
 impl PostgresBackend {
     /// Creates the table if missing and reads its epoch, starting a new one
     /// where the epoch row is missing or was written in another table (see
-    /// the crate docs).
-    pub(crate) async fn check_epoch(&self, op: &'static str) -> Result<EpochRow> {
+    /// the crate docs); with whether this call created the store (its
+    /// insert of the epoch row was the one that won).
+    pub(crate) async fn check_epoch(&self, op: &'static str) -> Result<(EpochRow, bool)> {
         let deadline = Instant::now() + self.inner.request_timeout + Duration::from_secs(2);
         let mut client = self.client(op, deadline).await?;
         let result = timeout_at(deadline, self.check_epoch_on(&mut client, op)).await;
         match result {
-            Ok(Ok(row)) => {
+            Ok(Ok((row, created))) => {
                 self.inner.store_max_ttl.set(row.max_ttl);
-                Ok(row)
+                Ok((row, created))
             }
             Ok(Err(e)) => Err(e),
             Err(_) => {
@@ -34,7 +35,11 @@ impl PostgresBackend {
         }
     }
 
-    async fn check_epoch_on(&self, client: &mut Object, op: &'static str) -> Result<EpochRow> {
+    async fn check_epoch_on(
+        &self,
+        client: &mut Object,
+        op: &'static str,
+    ) -> Result<(EpochRow, bool)> {
         let sql = &self.inner.sql;
         let db = |e| error::db(op, e);
         let look = self.inner.creation == leasehold::Creation::Never;
@@ -43,18 +48,19 @@ impl PostgresBackend {
             Ok(rows) => {
                 let found = rows.first().and_then(record::epoch);
                 match found {
-                    Some(row) if row.same_table => return Ok(row),
+                    Some(row) if row.same_table => return Ok((row, false)),
                     // Looking writes nothing: the row as it is (restored
                     // from another table, which the next acquirer renews),
                     // or an epoch of no age where there is none.
                     // (Not proven: the next acquirer starts a new epoch.)
                     Some(row) if look => {
-                        return Ok(EpochRow {
+                        let row = EpochRow {
                             proven: false,
                             ..row
-                        })
+                        };
+                        return Ok((row, false));
                     }
-                    None if look => return Ok(EpochRow::unknown(self.inner.max_ttl)),
+                    None if look => return Ok((EpochRow::unknown(self.inner.max_ttl), false)),
                     _ => {}
                 }
             }
@@ -89,7 +95,7 @@ impl PostgresBackend {
         if inserted.is_empty() && row.same_table {
             // Someone else settled it first.
             tx.commit().await.map_err(db)?;
-            return Ok(row);
+            return Ok((row, false));
         }
         if !inserted.is_empty() {
             tracing::info!(table = %self.inner.table, "new store epoch: the table or its epoch row is new");
@@ -110,7 +116,8 @@ impl PostgresBackend {
             .map_err(db)?;
         let row = locked_epoch(&tx, sql, op).await?;
         tx.commit().await.map_err(db)?;
-        Ok(row)
+        // A new epoch row is a new store; one renewed is the same store's.
+        Ok((row, !inserted.is_empty()))
     }
 }
 

@@ -62,8 +62,9 @@ impl RedisBackend {
             inner: Arc::new(inner),
         };
         backend.refuse_eviction().await?;
-        let epoch = backend.check_epoch(creation).await?;
+        let (epoch, created) = backend.check_epoch(creation).await?;
         backend.inner.common.opened(epoch);
+        backend.inner.common.created(created);
         Ok(backend)
     }
 
@@ -78,13 +79,14 @@ impl RedisBackend {
     /// # Errors
     /// [`Error::Backend`] when the server cannot be reached.
     pub async fn epoch(&self) -> Result<StoreEpoch> {
-        self.check_epoch(leasehold::Creation::IfMissing).await
+        Ok(self.check_epoch(leasehold::Creation::IfMissing).await?.0)
     }
 
     /// The store's epoch, as `creation` allows: started if missing, with
     /// `NewProven` proven, with `Never` only read ([`Error::NoStore`] when
-    /// the prefix has no store).
-    async fn check_epoch(&self, creation: leasehold::Creation) -> Result<StoreEpoch> {
+    /// the prefix has no store); with whether this call created the store
+    /// (the script wrote the first marker under a prefix without keys).
+    async fn check_epoch(&self, creation: leasehold::Creation) -> Result<(StoreEpoch, bool)> {
         const OP: &str = "epoch";
         let mode = match creation {
             leasehold::Creation::Never => "look",
@@ -106,7 +108,8 @@ impl RedisBackend {
         }
         let epoch = record::store_epoch(OP, fields)?;
         self.note_max_ttl(&epoch);
-        Ok(epoch)
+        let created = fields.get(3).and_then(num) == Some(1);
+        Ok((epoch, created))
     }
 
     /// Waits until this backend is subscribed to releases (started on the

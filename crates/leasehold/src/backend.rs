@@ -348,6 +348,17 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     fn epoch_at_open(&self) -> Option<StoreEpoch> {
         None
     }
+
+    /// Whether opening this backend created the store: wrote the epoch
+    /// row or marker that begins a new store (`Some(true)`), or found one,
+    /// written by another process (`Some(false)`, also when it started a
+    /// new epoch in a store that was there). Of several processes creating
+    /// one new store at the same moment, exactly one is told `Some(true)`:
+    /// its conditional write was the one that won. The default, `None`:
+    /// the backend cannot tell.
+    fn created_at_open(&self) -> Option<bool> {
+        None
+    }
 }
 
 /// What [`Backend::watch_release`] returns.

@@ -2,7 +2,8 @@
 -- ARGV: 1 max ttl ms for a new store, 2 'look' (write nothing: the marker
 -- as it is, or {} when the prefix has neither marker nor index), 'proven'
 -- (a new store's epoch is proven) or ''. Reply: {epoch, max ttl, age}
--- (age -1: proven).
+-- (age -1: proven), and, when not looking, 1 if this call created the
+-- store (wrote the first marker under a prefix without keys), else 0.
 local now = now_ms()
 if ARGV[2] == 'look' then
   local m, old = current_epoch()
@@ -21,5 +22,5 @@ if ARGV[2] == 'look' then
   end
   return { int(m.epoch), int(m.max_ttl), int(age_of(m, now)) }
 end
-local m = check_epoch(now, ARGV[1], ARGV[2] == 'proven', KEYS[2])
-return { int(m.epoch), int(m.max_ttl), int(age_of(m, now)) }
+local m, new = check_epoch(now, ARGV[1], ARGV[2] == 'proven', KEYS[2])
+return { int(m.epoch), int(m.max_ttl), int(age_of(m, now)), new and 1 or 0 }

@@ -65,7 +65,9 @@ local function check_epoch(now, default_max_ttl, proven, index)
   if m then
     return m
   end
-  proven = proven and not old[1] and index ~= nil and redis.call('EXISTS', index) == 0
+  -- A new store: neither a marker (of any server process) nor keys.
+  local new = not old[1] and index ~= nil and redis.call('EXISTS', index) == 0
+  proven = proven and new
   local e = math.floor(now / 1000) + 1 - ORIGIN_S
   if e < 1 then e = 1 end
   local prev = tonumber(old[1])
@@ -81,7 +83,7 @@ local function check_epoch(now, default_max_ttl, proven, index)
   else
     redis.call('HDEL', KEYS[1], 'proven')
   end
-  return m
+  return m, new
 end
 
 -- The epoch's age in ms by the server's clock; -1 for a proven epoch.

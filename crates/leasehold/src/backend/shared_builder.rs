@@ -203,12 +203,13 @@ impl ServerOptions {
 }
 
 /// What a server store's backend keeps alike: the store's epoch as read
-/// while opening, and the listener for releases when wake-ups are on. The
+/// while opening (and whether opening created the store), and the listener for releases when wake-ups are on. The
 /// backend's [`Backend`](crate::backend::Backend) methods that ask for them
 /// are written by `leasehold::server_backend_methods!` (this file).
 #[derive(Debug, Default)]
 pub struct ServerCommon {
     opened: OnceLock<EpochRead>,
+    created: OnceLock<bool>,
     listener: Option<Listener>,
 }
 
@@ -217,6 +218,7 @@ impl ServerCommon {
     pub fn new(listener: Option<Listener>) -> Self {
         ServerCommon {
             opened: OnceLock::new(),
+            created: OnceLock::new(),
             listener,
         }
     }
@@ -224,6 +226,17 @@ impl ServerCommon {
     /// Keeps `epoch`, read just now while opening (the first one only).
     pub fn opened(&self, epoch: StoreEpoch) {
         let _ = self.opened.set(EpochRead::now(epoch));
+    }
+
+    /// Keeps whether opening created the store (the first call only): see
+    /// [`Backend::created_at_open`](crate::backend::Backend::created_at_open).
+    pub fn created(&self, created: bool) {
+        let _ = self.created.set(created);
+    }
+
+    /// Whether opening created the store, if the backend said.
+    pub fn created_at_open(&self) -> Option<bool> {
+        self.created.get().copied()
     }
 
     /// The epoch read while opening, its age as of now.
@@ -255,7 +268,7 @@ impl ServerCommon {
 
 /// The [`Backend`](crate::backend::Backend) methods a server store's
 /// backend answers alike (`name`, and from its [`ServerCommon`]
-/// `epoch_at_open` and `watch_release`), written once: expand it inside the
+/// `epoch_at_open`, `created_at_open` and `watch_release`), written once: expand it inside the
 /// backend's `impl Backend`, giving the store's name and the field path of
 /// its `ServerCommon` from `self`; with `capabilities: PATH, MIN_TTL`, also
 /// `capabilities` from the [`RecordedMaxTtl`] at `PATH`
@@ -279,6 +292,10 @@ macro_rules! server_backend_methods {
 
         fn epoch_at_open(&self) -> Option<$crate::backend::StoreEpoch> {
             self.$($path).+.epoch_at_open()
+        }
+
+        fn created_at_open(&self) -> Option<bool> {
+            self.$($path).+.created_at_open()
         }
 
         fn watch_release(&self, keys: &[$crate::Key]) -> Option<$crate::backend::ReleaseWatch> {

@@ -111,6 +111,11 @@ pub trait Wrapper: fmt::Debug + Send + Sync + 'static {
     fn epoch_at_open(&self) -> Option<StoreEpoch> {
         self.inner().epoch_at_open()
     }
+
+    /// [`Backend::created_at_open`].
+    fn created_at_open(&self) -> Option<bool> {
+        self.inner().created_at_open()
+    }
 }
 
 #[async_trait]
@@ -150,5 +155,8 @@ impl<W: Wrapper> Backend for W {
     }
     fn epoch_at_open(&self) -> Option<StoreEpoch> {
         Wrapper::epoch_at_open(self)
+    }
+    fn created_at_open(&self) -> Option<bool> {
+        Wrapper::created_at_open(self)
     }
 }

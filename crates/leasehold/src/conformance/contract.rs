@@ -505,4 +505,7 @@ impl Backend for CountedAttempts {
     fn epoch_at_open(&self) -> Option<StoreEpoch> {
         self.inner.epoch_at_open()
     }
+    fn created_at_open(&self) -> Option<bool> {
+        self.inner.created_at_open()
+    }
 }

@@ -271,6 +271,9 @@ pub struct SqliteBackend {
     wake: Arc<wake::Wake>,
     /// The store's epoch as [`open`](Self::open) found it.
     opened_epoch: Option<EpochRead>,
+    /// Whether [`open`](Self::open) created the store (see
+    /// [`Backend::created_at_open`]).
+    created_at_open: Option<bool>,
     /// What opening may do to the file (see [`Creation`]).
     creation: Creation,
     /// Whether a file with other applications' tables may be used (see
@@ -287,6 +290,8 @@ pub(super) struct Open {
     epoch: StoreEpoch,
     /// The store's recorded max TTL then.
     max_ttl: Duration,
+    /// Whether this connection's opening created the store.
+    created: bool,
 }
 
 /// The size of the WAL file up to which closing a connection leaves it as
@@ -571,6 +576,10 @@ impl Backend for SqliteBackend {
 
     fn epoch_at_open(&self) -> Option<StoreEpoch> {
         self.opened_epoch.as_ref().map(EpochRead::as_of_now)
+    }
+
+    fn created_at_open(&self) -> Option<bool> {
+        self.created_at_open
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<KeyInfo>> {

@@ -125,6 +125,7 @@ impl SqliteBackend {
             max_ttl,
             store_max_ttl_ms: Arc::new(AtomicU64::new(max_ttl.as_millis() as u64)),
             opened_epoch: None,
+            created_at_open: None,
             creation,
             shared_file: b.shared_file,
         };
@@ -140,6 +141,7 @@ impl SqliteBackend {
         }
         let backend = SqliteBackend {
             opened_epoch: Some(EpochRead::now(open.epoch.clone())),
+            created_at_open: Some(open.created),
             // A file created again later is not the operator's new store.
             creation: creation.after_open(),
             ..backend
@@ -290,7 +292,7 @@ impl SqliteBackend {
                 .map_err(|e| db_error("open", e))?;
             add_run_columns(&mut conn).map_err(|e| db_error("open", e))?;
         }
-        let row = self.check_epoch(&mut conn, file)?;
+        let (row, created) = self.check_epoch(&mut conn, file)?;
         self.store_max_ttl_ms
             .store(row.max_ttl.as_millis() as u64, Ordering::Relaxed);
         let ctx = Ctx {
@@ -304,30 +306,38 @@ impl SqliteBackend {
             file,
             epoch,
             max_ttl: row.max_ttl,
+            created,
         })
     }
 
     /// Reads the epoch row, starting a new epoch if the file has none, or
-    /// one written in another file or boot (see the module docs).
-    pub(super) fn check_epoch(&self, conn: &mut Connection, file: FileId) -> Result<EpochRow> {
+    /// one written in another file or boot (see the module docs); with
+    /// whether this call created the store (wrote the first epoch row of a
+    /// new file, in the write transaction that decides it).
+    pub(super) fn check_epoch(
+        &self,
+        conn: &mut Connection,
+        file: FileId,
+    ) -> Result<(EpochRow, bool)> {
         let op = |e| db_error("open", e);
         let found = read_epoch(conn).map_err(op)?;
         if let Some(row) = &found {
             if row.file == file && row.boot_id == *self.boot_id {
-                return Ok(row.clone());
+                return Ok((row.clone(), false));
             }
         }
         if self.creation == Creation::Never {
             // Looking writes nothing: the row as it is (another file's or
             // boot's epoch, which the next acquirer renews), or, in a file
             // with no epoch row yet, an epoch of unknown age.
-            return Ok(found.unwrap_or(EpochRow {
+            let row = found.unwrap_or(EpochRow {
                 epoch: epoch_at(SystemTime::now()),
                 max_ttl: self.max_ttl,
                 file,
                 boot_id: String::new(),
                 settled_at_ns: 0,
-            }));
+            });
+            return Ok((row, false));
         }
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -335,7 +345,8 @@ impl SqliteBackend {
         let old = read_epoch(&tx).map_err(op)?;
         if let Some(row) = &old {
             if row.file == file && row.boot_id == *self.boot_id {
-                return Ok(row.clone());
+                // Another process created it (or began its epoch) first.
+                return Ok((row.clone(), false));
             }
             // Inside the write transaction: a process that opened the
             // replaced file first would have named it in the row before
@@ -410,6 +421,9 @@ impl SqliteBackend {
                 )
             }
         };
+        // The first epoch row of a file without leases: this call created
+        // the store.
+        let created = old.is_none() && !has_rows;
         let keep_leases = old.is_none() && has_rows;
         if !keep_leases {
             // Leases of the old epoch (a copy's, another boot's) are void.
@@ -446,7 +460,7 @@ impl SqliteBackend {
             quarantine = ?Duration::from_nanos(settled.saturating_sub(now).max(0) as u64),
             "new store epoch: {why}"
         );
-        Ok(row)
+        Ok((row, created))
     }
 
     /// Runs `f` on a connection to the file the path names now, in the
