@@ -713,6 +713,30 @@ fn a_command_that_dies_with_its_leasehold_run_passes() {
 }
 
 #[test]
+fn a_readers_next_section_with_the_same_token_is_no_orphan_but_the_killed_one_is() {
+    // A reader's token is the last writer's: the same worker's next
+    // `run --shared`, begun after the kill, holds the same token.
+    let clean_run = History::default()
+        .readers(&["cli-0"])
+        .begin(3, "cli-0", 10)
+        .fault("kill", "cli-0", 3, 20)
+        .begin(3, "cli-0", 300)
+        .tick(3, "cli-0", 400)
+        .end(3, "cli-0", 500)
+        .check();
+    assert!(clean_run.orphan_writes.is_empty(), "{clean_run:#?}");
+    // The killed reader's own command writing on is still caught.
+    let orphan = History::default()
+        .readers(&["cli-0"])
+        .begin(3, "cli-0", 10)
+        .fault("kill", "cli-0", 3, 20)
+        .tick(3, "cli-0", 100)
+        .begin(3, "cli-0", 300)
+        .check();
+    assert_eq!(orphan.orphan_writes.len(), 1, "{orphan:#?}");
+}
+
+#[test]
 fn the_orphan_rule_is_about_leasehold_run_commands_only() {
     // A library worker is the process that was killed: a write of its
     // section after the kill is an overlap question, not an orphan.
