@@ -173,13 +173,7 @@ fn detach(keep: libc::c_int) {
                 libc::close(null);
             }
         }
-        for sig in [
-            libc::SIGINT,
-            libc::SIGTERM,
-            libc::SIGHUP,
-            libc::SIGQUIT,
-            libc::SIGCHLD,
-        ] {
+        for sig in super::signals::CAUGHT {
             libc::signal(sig, libc::SIG_DFL);
         }
         let mut none: libc::sigset_t = std::mem::zeroed();

@@ -13,6 +13,16 @@ pub unsafe fn with_sigttou_blocked(f: impl FnOnce() -> libc::c_int) {
 
 extern "C" fn ignore(_: libc::c_int) {}
 
+/// The signals [`catch_stop_signals`] catches (the keeper puts them back
+/// to their defaults).
+pub const CAUGHT: [libc::c_int; 5] = [
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGCHLD,
+];
+
 /// SIGINT, SIGTERM, SIGHUP and SIGQUIT do not end the watchdog: `leasehold`
 /// decides what reaches the command (a terminal's Ctrl-C reaches both). A
 /// handler rather than SIG_IGN, because handlers are reset by exec and the
@@ -29,13 +39,7 @@ pub fn catch_stop_signals() {
         libc::sigaddset(&mut set, libc::SIGCHLD);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
     }
-    for sig in [
-        libc::SIGINT,
-        libc::SIGTERM,
-        libc::SIGHUP,
-        libc::SIGQUIT,
-        libc::SIGCHLD,
-    ] {
+    for sig in CAUGHT {
         // SAFETY: installs a handler that does nothing; sa is fully set.
         unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();
