@@ -194,6 +194,12 @@ macro_rules! aws_backend_trait_methods {
         fn epoch_at_open(&self) -> Option<$crate::reexport::StoreEpoch> {
             Some(self.settings.epoch.get())
         }
+
+        /// Whether building created the store (its conditional write of the
+        /// epoch marker was the one that won).
+        fn created_at_open(&self) -> Option<bool> {
+            self.settings.created.get().copied()
+        }
     };
 }
 
@@ -357,6 +363,7 @@ impl StoreOptions {
             region,
             endpoint: self.aws.endpoint,
             epoch: EpochCell::new(clock.clone(), self.max_ttl),
+            created: std::sync::OnceLock::new(),
             clock,
             wall: self.wall.unwrap_or_else(|| Arc::new(SystemTime::now)),
             margin: self.margin,
@@ -388,6 +395,9 @@ pub struct StoreSettings {
     pub creation: Creation,
     /// The store's epoch as last read, and when (on `clock`).
     pub epoch: EpochCell,
+    /// Whether the first reading of the epoch (while building) created the
+    /// store: see [`Backend::created_at_open`](leasehold::backend::Backend::created_at_open).
+    pub created: std::sync::OnceLock<bool>,
     /// The requests sent.
     pub requests: RequestCounter,
 }

@@ -83,6 +83,9 @@ pub(crate) struct Inner {
     pub(crate) epoch: Mutex<Option<epoch::Known>>,
     /// What using the backend may do to the container.
     pub(crate) creation: leasehold::Creation,
+    /// Whether [`open_store`](AzureBackend::open_store) created the store
+    /// (its first call: see `Backend::created_at_open`).
+    pub(crate) created: std::sync::OnceLock<bool>,
 }
 
 leasehold::debug_fields!(b: AzureBackend {
@@ -149,6 +152,7 @@ impl AzureBackend {
                 max_ttl,
                 epoch: Mutex::new(None),
                 creation,
+                created: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -175,7 +179,9 @@ impl AzureBackend {
     /// Cancel safe: a container or marker created meanwhile is found by
     /// the next call.
     pub async fn open_store(&self) -> Result<leasehold::backend::StoreEpoch> {
-        self.learn_epoch_as(self.inner.creation).await
+        let (epoch, created) = self.learn_epoch_creating(self.inner.creation).await?;
+        let _ = self.inner.created.set(created);
+        Ok(epoch)
     }
 
     /// The SDK's client for the container, for anything leasehold does not
@@ -420,6 +426,13 @@ impl Backend for AzureBackend {
     /// was called (building sends nothing).
     fn epoch_at_open(&self) -> Option<leasehold::backend::StoreEpoch> {
         self.known_epoch()
+    }
+
+    /// Whether [`open_store`](AzureBackend::open_store) created the store
+    /// (its conditional write of the epoch marker was the one that stood);
+    /// `None` if it was not called.
+    fn created_at_open(&self) -> Option<bool> {
+        self.inner.created.get().copied()
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {

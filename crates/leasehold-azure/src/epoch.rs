@@ -126,10 +126,20 @@ impl AzureBackend {
         &self,
         creation: leasehold::Creation,
     ) -> leasehold::Result<StoreEpoch> {
+        Ok(self.learn_epoch_creating(creation).await?.0)
+    }
+
+    /// [`learn_epoch_as`](Self::learn_epoch_as), with whether this call
+    /// created the store (wrote the epoch marker that stands).
+    pub(crate) async fn learn_epoch_creating(
+        &self,
+        creation: leasehold::Creation,
+    ) -> leasehold::Result<(StoreEpoch, bool)> {
         const OP: &str = "acquire";
         // Only a container created here may get a proven marker (see
         // `Creation::NewProven`).
         let mut created = false;
+        let mut wrote_marker = false;
         for _ in 0..6 {
             match self.read_marker().await.map_err(|e| e.into_error(OP))? {
                 MarkerRead::Found {
@@ -147,7 +157,7 @@ impl AzureBackend {
                         epoch: epoch.clone(),
                         read_at: Instant::now(),
                     });
-                    return Ok(epoch);
+                    return Ok((epoch, wrote_marker));
                 }
                 MarkerRead::NoContainer if creation == leasehold::Creation::Never => {
                     return Err(Error::no_store(format!(
@@ -156,17 +166,34 @@ impl AzureBackend {
                     )));
                 }
                 MarkerRead::NoMarker(_) if creation == leasehold::Creation::Never => {
-                    // Looking writes nothing: a container without a marker
-                    // has an epoch of no age (the next acquirer writes one).
-                    return Ok(StoreEpoch::new(
-                        leasehold::backend::epoch_at(std::time::SystemTime::now()),
-                        self.inner.max_ttl,
-                    )
-                    .with_age(Some(Duration::ZERO)));
+                    // Looking writes nothing. A container with neither a
+                    // marker nor a lock blob is no store yet (one being
+                    // created: the marker comes a second after the
+                    // container; or a container made by hand).
+                    if leasehold::backend::Backend::list(self, "")
+                        .await?
+                        .is_empty()
+                    {
+                        return Err(Error::no_store(format!(
+                            "container {} has no leasehold store epoch marker and no lock blob (another process may be creating the store)",
+                            self.inner.container_name
+                        )));
+                    }
+                    // Lock blobs without a marker (deleted by hand): an
+                    // epoch of no age (the next acquirer writes one).
+                    return Ok((
+                        StoreEpoch::new(
+                            leasehold::backend::epoch_at(std::time::SystemTime::now()),
+                            self.inner.max_ttl,
+                        )
+                        .with_age(Some(Duration::ZERO)),
+                        false,
+                    ));
                 }
                 MarkerRead::NoMarker(date) => {
                     let proven = created && creation == leasehold::Creation::NewProven;
-                    self.create_marker(date, proven)
+                    wrote_marker = self
+                        .create_marker(date, proven)
                         .await
                         .map_err(|e| e.into_error(OP))?;
                 }
@@ -259,12 +286,12 @@ impl AzureBackend {
     /// `Date` of the answer that said there was none: the marker must be
     /// written in a later second than that (so its epoch is above every
     /// earlier marker's), so wait a second first, and take it back if the
-    /// service's clock says otherwise.
+    /// service's clock says otherwise. Whether this call's marker stands.
     async fn create_marker(
         &self,
         no_marker_at: Option<OffsetDateTime>,
         proven: bool,
-    ) -> std::result::Result<(), RequestError> {
+    ) -> std::result::Result<bool, RequestError> {
         tokio::time::sleep(MARKER_CREATION_DELAY).await;
         let mut meta = HashMap::new();
         meta.insert(
@@ -310,6 +337,7 @@ impl AzureBackend {
                             return Err(e);
                         }
                     }
+                    return Ok(false);
                 } else {
                     tracing::info!(
                         container = %self.inner.container_name,
@@ -317,7 +345,7 @@ impl AzureBackend {
                         "wrote the container's store epoch marker"
                     );
                 }
-                Ok(())
+                Ok(true)
             }
             Err(e) => {
                 let e = self.err(e);
@@ -327,7 +355,7 @@ impl AzureBackend {
                     || e.is(StatusCode::PreconditionFailed)
                     || e.is_not_found()
                 {
-                    Ok(())
+                    Ok(false)
                 } else {
                     Err(e)
                 }

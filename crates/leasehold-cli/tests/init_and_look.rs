@@ -437,17 +437,10 @@ fn init_reports_the_quarantine(store: &str) {
 /// made, which is `init --new` on a store that exists (exit 2): nothing
 /// stored tells that look from an operator's later one (see the issue).
 fn concurrent_inits_create_the_store_once(store: &str) {
-    // Azure, DynamoDB and S3 cannot tell yet which opening made the store
-    // (`Backend::created_at_open` is `None` there): every racer whose look
-    // found nothing says it created it. Said in docs/cli.md.
-    if matches!(store, "azblob" | "dynamodb" | "s3") {
-        eprintln!("{store}: not checked: the backend does not say which opening created the store");
-        return;
-    }
     let Some(env) = env_on(store, Some("60s")) else {
         return;
     };
-    let racers: Vec<_> = (0..3)
+    let racers: Vec<_> = (0..6)
         .map(|_| {
             env.leasehold()
                 .env("LEASEHOLD_TEST_CONFIRMATION_WINDOW", WINDOW)
@@ -474,6 +467,18 @@ fn concurrent_inits_create_the_store_once(store: &str) {
         .filter(|o| o.code == Some(0) && o.stdout.contains("created the leasehold store"))
         .count();
     assert_eq!(created, 1, "exactly one creator: {outs:#?}");
+    // Every racer that names an epoch names the creator's: a look that
+    // came between the creator's tables and its epoch row is no store.
+    let creator = outs
+        .iter()
+        .find(|o| o.stdout.contains("created the leasehold store"))
+        .and_then(|o| epoch_named(&o.stdout))
+        .expect("the creator names its epoch");
+    for out in &outs {
+        if let Some(named) = epoch_named(&out.stdout).or_else(|| epoch_named(&out.stderr)) {
+            assert_eq!(named, creator, "{out:?} among {outs:#?}");
+        }
+    }
     for out in outs
         .iter()
         .filter(|o| !o.stdout.contains("created the leasehold store"))
@@ -488,6 +493,15 @@ fn concurrent_inits_create_the_store_once(store: &str) {
             && out.stderr.contains("nothing changed");
         assert!(lost || looked_late, "{out:?} among {outs:#?}");
     }
+}
+
+/// The number after "store epoch " in `text`, if any.
+fn epoch_named(text: &str) -> Option<&str> {
+    let rest = &text[text.find("store epoch ")? + "store epoch ".len()..];
+    let end = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    (end > 0).then(|| &rest[..end])
 }
 
 common::on_every_store!(

@@ -85,18 +85,19 @@ pub(crate) fn first_second_left(
 /// [`Creation::NewProven`](leasehold::Creation::NewProven)) if the table
 /// has none, unless the backend may not write
 /// ([`Creation::Never`](leasehold::Creation::Never)); returns the max TTL
-/// it records and whether the epoch is proven.
+/// it records, whether the epoch is proven, and whether this call wrote it
+/// (created the store: its conditional put was the one that won).
 pub(crate) async fn marker(
     backend: &DynamoDbBackend,
     epoch: u64,
     max_ttl: Duration,
-) -> Result<(Duration, bool)> {
+) -> Result<(Duration, bool, bool)> {
     for _ in 0..3 {
         if let Some(item) = read_marker(backend).await? {
             let recorded = get_u64(&item, MAX_TTL_MS).map(Duration::from_millis);
             if get_u64(&item, EPOCH) == Some(epoch) {
                 let proven = item.get(PROVEN).and_then(|v| v.as_bool().ok()) == Some(&true);
-                return Ok((recorded.unwrap_or(max_ttl), proven));
+                return Ok((recorded.unwrap_or(max_ttl), proven, false));
             }
             // A marker of another epoch cannot be in this table (it was
             // created with the table): refuse rather than guess.
@@ -107,7 +108,7 @@ pub(crate) async fn marker(
         }
         if backend.settings.creation == leasehold::Creation::Never {
             // Looking writes nothing: the table's own epoch, as it is.
-            return Ok((max_ttl, false));
+            return Ok((max_ttl, false, false));
         }
         let proven = backend.settings.creation == leasehold::Creation::NewProven;
         let mut put = backend
@@ -126,7 +127,7 @@ pub(crate) async fn marker(
             .send()
             .await;
         match put {
-            Ok(_) => return Ok((max_ttl, proven)),
+            Ok(_) => return Ok((max_ttl, proven, true)),
             Err(e)
                 if matches!(
                     e.as_service_error(),

@@ -21,16 +21,19 @@ impl DynamoDbBackend {
     /// Reads the table's epoch (re-creating a deleted table if the backend
     /// may create tables).
     pub(crate) async fn refresh_epoch(&self) -> Result<StoreEpoch> {
-        let epoch = ensure(self, self.settings.create).await?;
+        let (epoch, created) = ensure(self, self.settings.create).await?;
         self.settings.epoch.set(epoch.clone());
+        // The first reading is the one while building.
+        let _ = self.settings.created.set(created);
         Ok(epoch)
     }
 }
 
 /// Makes sure the table exists with our key schema, creating it if allowed,
-/// and returns its epoch (see the crate docs). An existing table is never
+/// and returns its epoch (see the crate docs), with whether this call wrote
+/// its epoch marker (created the store). An existing table is never
 /// altered; a global table is refused.
-pub(crate) async fn ensure(backend: &DynamoDbBackend, create: bool) -> Result<StoreEpoch> {
+pub(crate) async fn ensure(backend: &DynamoDbBackend, create: bool) -> Result<(StoreEpoch, bool)> {
     exists(backend, create).await?;
     let _ = backend.dates.take();
     let table = describe(backend).await?.ok_or_else(|| {
@@ -46,10 +49,10 @@ pub(crate) async fn ensure(backend: &DynamoDbBackend, create: bool) -> Result<St
     if let Some(left) = crate::epoch::first_second_left(&table, date) {
         tokio::time::sleep(left).await;
     }
-    let (max_ttl, proven) =
+    let (max_ttl, proven, created) =
         crate::epoch::marker(backend, epoch.epoch, backend.settings.max_ttl).await?;
     let epoch = leasehold::backend::StoreEpoch::new(epoch.epoch, max_ttl).with_age(epoch.age);
-    Ok(if proven { epoch.proven() } else { epoch })
+    Ok((if proven { epoch.proven() } else { epoch }, created))
 }
 
 /// Global tables (replicas in several regions) resolve concurrent writes in

@@ -70,6 +70,13 @@ impl EtcdBackend {
                 self.inner.prefix
             )));
         }
+        // The keys may be those of a store created since the marker was
+        // read (a creator writes its marker with its first keys, in one
+        // transaction): read it again before saying it is missing.
+        let snap = self.read("epoch", None).await?;
+        if let Some(e) = self.store_epoch(&snap).await? {
+            return Ok(e);
+        }
         Ok(StoreEpoch::new(
             leasehold::backend::epoch_at(std::time::SystemTime::now()),
             self.inner.max_ttl,

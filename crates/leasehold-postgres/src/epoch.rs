@@ -60,7 +60,25 @@ impl PostgresBackend {
                         };
                         return Ok((row, false));
                     }
-                    None if look => return Ok((EpochRow::unknown(self.inner.max_ttl), false)),
+                    // Neither an epoch row nor a lease: a table another
+                    // process is creating the store in (its table is
+                    // committed before its epoch row), or whose creation
+                    // was cut short: no store yet.
+                    None if look => {
+                        let leases = client
+                            .query_typed(&sql.any_lease, &[])
+                            .await
+                            .map_err(db)?
+                            .first()
+                            .is_some_and(|r| r.get::<_, bool>(0));
+                        if !leases {
+                            return Err(Error::no_store(format!(
+                                "table {} has no store epoch yet (another process is creating the store, or its creation was cut short)",
+                                self.inner.table
+                            )));
+                        }
+                        return Ok((EpochRow::unknown(self.inner.max_ttl), false));
+                    }
                     _ => {}
                 }
             }

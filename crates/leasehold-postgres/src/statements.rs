@@ -24,6 +24,7 @@ pub(crate) struct Statements {
     pub(crate) create_table: String,
     pub(crate) is_unlogged: String,
     pub(crate) read_epoch: String,
+    pub(crate) any_lease: String,
     pub(crate) insert_epoch: String,
     pub(crate) lock_epoch: String,
     pub(crate) renew_epoch: String,
@@ -69,6 +70,7 @@ impl Statements {
                 "SELECT relpersistence = 'u' AS unlogged FROM pg_class WHERE oid = '{t}'::regclass"
             ),
             read_epoch: format!("SELECT {epoch_cols} FROM {t} WHERE key = '{EPOCH_KEY}'"),
+            any_lease: format!("SELECT EXISTS (SELECT 1 FROM {t} WHERE key <> '{EPOCH_KEY}')"),
             // $1 max TTL ms, $2 whether the creator states that no earlier
             // store existed: then a table with no lease rows gets a proven
             // epoch ([`PROVEN`](record::PROVEN) in the row's lease_id).

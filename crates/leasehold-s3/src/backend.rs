@@ -184,8 +184,10 @@ impl S3Backend {
     /// Reads the store's epoch again (creating the bucket and the marker
     /// if they are missing and the backend may).
     pub(crate) async fn refresh_epoch(&self) -> Result<StoreEpoch> {
-        let epoch = crate::epoch::read_or_start(self).await?;
+        let (epoch, created) = crate::epoch::read_or_start(self).await?;
         self.settings.epoch.set(epoch.clone());
+        // The first reading is the one while building.
+        let _ = self.settings.created.set(created);
         Ok(epoch)
     }
 

@@ -82,8 +82,9 @@ fn parse(
 
 /// Reads the store's epoch; where there is no marker (a new store, or one
 /// whose data was lost), creates the bucket if missing and writes one,
-/// unless the backend may not ([`Creation::Never`]: no store).
-pub(crate) async fn read_or_start(backend: &S3Backend) -> Result<StoreEpoch> {
+/// unless the backend may not ([`Creation::Never`]: no store). With whether
+/// this call wrote the marker (created the store).
+pub(crate) async fn read_or_start(backend: &S3Backend) -> Result<(StoreEpoch, bool)> {
     let name = marker_name(backend);
     for _ in 0..5 {
         let (missing_at, arrived) = match backend.get("open", &name).await? {
@@ -92,7 +93,7 @@ pub(crate) async fn read_or_start(backend: &S3Backend) -> Result<StoreEpoch> {
                 last_modified,
                 date,
                 ..
-            } => return parse(&body, last_modified, date),
+            } => return Ok((parse(&body, last_modified, date)?, false)),
             Got::NoBucket => {
                 ensure_bucket(backend).await?;
                 continue;
@@ -142,7 +143,8 @@ pub(crate) async fn read_or_start(backend: &S3Backend) -> Result<StoreEpoch> {
                         continue;
                     }
                     tracing::info!(bucket = %backend.bucket, prefix = %backend.prefix, "started a new leasehold store (epoch marker written)");
-                    return parse(&body, last_modified, date);
+                    // Ours if it is still the object this call wrote.
+                    return Ok((parse(&body, last_modified, date)?, found == etag));
                 }
             }
             Put::Refused | Put::NoBucket => {}

@@ -63,6 +63,48 @@ async fn looking_creates_nothing_and_writes_nothing() {
     drop(lease);
 }
 
+/// A file whose creator has committed leasehold's tables but not yet its
+/// epoch row (or whose creation was cut short) is no store to a look: a
+/// look there once named an epoch that never came to be (the creator's
+/// was another), and `init --new` was refused for a store that did not
+/// exist yet. The file is left as it is; creating goes on from it.
+#[test]
+fn tables_without_an_epoch_row_or_a_lease_are_no_store_yet() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("half.db");
+    // What a creator commits first: the tables (taken from a made store).
+    {
+        let made = dir.path().join("made.db");
+        drop(open(&made, Creation::IfMissing).unwrap());
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute("ATTACH DATABASE ?1 AS made", [made.to_str().unwrap()])
+            .unwrap();
+        let schema: Vec<String> = conn
+            .prepare("SELECT sql FROM made.sqlite_schema WHERE type = 'table' AND name LIKE 'leasehold%'")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(schema.len(), 2, "{schema:?}");
+        conn.execute("DETACH DATABASE made", []).unwrap();
+        for sql in schema {
+            conn.execute(&sql, []).unwrap();
+        }
+    }
+    let before = dump(&path);
+    let err = open(&path, Creation::Never).unwrap_err();
+    assert!(matches!(err, Error::NoStore { .. }), "{err}");
+    assert!(err.to_string().contains("no store epoch yet"), "{err}");
+    assert_eq!(dump(&path), before, "looking wrote to the file");
+    // Creating from there makes the store, and says it did.
+    let created = open(&path, Creation::IfMissing).unwrap();
+    assert_eq!(created.created_at_open(), Some(true));
+    drop(created);
+    let look = open(&path, Creation::Never).unwrap();
+    assert_eq!(look.created_at_open(), Some(false));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_new_file_created_proven_is_settled_at_once() {
     let dir = tempfile::tempdir().unwrap();

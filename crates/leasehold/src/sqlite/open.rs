@@ -329,7 +329,16 @@ impl SqliteBackend {
         if self.creation == Creation::Never {
             // Looking writes nothing: the row as it is (another file's or
             // boot's epoch, which the next acquirer renews), or, in a file
-            // with no epoch row yet, an epoch of unknown age.
+            // of leases from before epochs, an epoch of unknown age. Tables
+            // with neither an epoch row nor a lease are a store another
+            // process is creating (its tables are committed before its
+            // epoch row), or whose creation was cut short: no store yet.
+            if found.is_none() && !has_lease_rows(conn).map_err(op)? {
+                return Err(Error::no_store(format!(
+                    "{} has leasehold's tables but no store epoch yet (another process is creating the store, or its creation was cut short)",
+                    self.path.display()
+                )));
+            }
             let row = found.unwrap_or(EpochRow {
                 epoch: epoch_at(SystemTime::now()),
                 max_ttl: self.max_ttl,
@@ -367,11 +376,7 @@ impl SqliteBackend {
             }
         }
         let now = SystemClock.now().as_nanos() as i64;
-        let has_rows = tx
-            .query_row("SELECT EXISTS (SELECT 1 FROM leasehold_leases)", [], |r| {
-                r.get::<_, bool>(0)
-            })
-            .map_err(op)?;
+        let has_rows = has_lease_rows(&tx).map_err(op)?;
         let live_rows = tx
             .query_row(
                 "SELECT EXISTS (SELECT 1 FROM leasehold_leases WHERE lease_id IS NOT NULL)",

@@ -39,6 +39,13 @@ pub(super) fn has_lease_table(conn: &Connection) -> rusqlite::Result<bool> {
     )
 }
 
+/// Whether the lease table has any row (a key ever granted).
+pub(super) fn has_lease_rows(conn: &Connection) -> rusqlite::Result<bool> {
+    conn.query_row("SELECT EXISTS (SELECT 1 FROM leasehold_leases)", [], |r| {
+        r.get(0)
+    })
+}
+
 /// The file's tables that are not leasehold's (nor SQLite's own), by name.
 pub(super) fn foreign_tables(conn: &Connection) -> rusqlite::Result<Vec<String>> {
     let mut st = conn.prepare(
