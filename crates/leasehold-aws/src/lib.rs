@@ -362,6 +362,7 @@ impl StoreOptions {
         StoreSettings {
             region,
             endpoint: self.aws.endpoint,
+            profile: self.aws.profile,
             epoch: EpochCell::new(clock.clone(), self.max_ttl),
             created: std::sync::OnceLock::new(),
             clock,
@@ -381,6 +382,8 @@ pub struct StoreSettings {
     pub region: String,
     /// Another endpoint than AWS's, if any.
     pub endpoint: Option<String>,
+    /// The AWS profile named in the options, if any.
+    pub profile: Option<String>,
     /// The monotonic clock takeover observations are timed on.
     pub clock: SharedClock,
     /// The wall clock written into records.
@@ -406,7 +409,28 @@ impl StoreSettings {
     /// Adds where the backend tried to connect to an error from opening
     /// `place` (such as `table "locks"`); see [`connect_error`].
     pub fn connect_error(&self, err: Error, place: &str) -> Error {
-        connect_error(err, place, &self.region, self.endpoint.as_deref())
+        let err = connect_error(err, place, &self.region, self.endpoint.as_deref());
+        match (err, &self.profile) {
+            // A profile that names nothing gives only the chain's own
+            // words ("could not get AWS credentials ..."): name it.
+            (
+                Error::Backend {
+                    backend,
+                    operation,
+                    retryable,
+                    source,
+                },
+                Some(profile),
+            ) if source.to_string().contains("credentials") => Error::backend(
+                backend,
+                operation,
+                retryable,
+                Message(format!(
+                    "{source}; the store URL names the profile {profile:?}: is it in ~/.aws/config or ~/.aws/credentials (or the files AWS_CONFIG_FILE and AWS_SHARED_CREDENTIALS_FILE name)?"
+                )),
+            ),
+            (err, _) => err,
+        }
     }
 }
 

@@ -238,3 +238,40 @@ fn tls_to_a_server_without_tls_says_so() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("use redis:// if it has none"), "{stderr}");
 }
+
+/// A `profile=` that no AWS config file has is named in the error, with
+/// where it is looked for (the credential chain's own words named only
+/// the chain, and the user never learnt that the profile was the cause).
+#[test]
+fn a_missing_aws_profile_is_named() {
+    let Some(env) = Env::on("dynamodb") else {
+        return;
+    };
+    let url = env.url();
+    let (base, query) = url.split_once('?').unwrap_or((&url, ""));
+    let url = format!("{base}?{query}&profile=nosuch-profile").replace("?&", "?");
+    let mut cmd = env.leasehold();
+    // No credentials anywhere but in the (missing) profile.
+    for (name, _) in std::env::vars() {
+        if name.starts_with("AWS_") {
+            cmd.env_remove(name);
+        }
+    }
+    cmd.env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY");
+    let out = cmd
+        .args(["--connect-timeout", "20s", "status", "k"])
+        .env("LEASEHOLD_STORE", &url)
+        .env("HOME", env.dir.path())
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the store URL names the profile \"nosuch-profile\"")
+            && stderr.contains("~/.aws/config"),
+        "{stderr}"
+    );
+}
