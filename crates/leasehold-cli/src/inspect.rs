@@ -266,8 +266,19 @@ fn describe_holder(out: &mut String, h: &HolderInfo, indent: &str) {
     if let Some(held) = held_for(h) {
         let _ = writeln!(out, "{indent}held for:      {}", short(held));
     }
-    if let Some(left) = h.expires_in {
-        let _ = writeln!(out, "{indent}expires in:    {} unless renewed", short(left));
+    match h.expires_in {
+        // A store without a clock of its own (DynamoDB, S3) shows a holder
+        // that stopped renewing as held until someone takes the key over.
+        Some(left) if left.is_zero() => {
+            let _ = writeln!(
+                out,
+                "{indent}expires in:    now: its TTL has run out by its record, so its holder has stopped renewing or is late; a waiting run takes the key over once it has seen the record unchanged for a TTL"
+            );
+        }
+        Some(left) => {
+            let _ = writeln!(out, "{indent}expires in:    {} unless renewed", short(left));
+        }
+        None => {}
     }
 }
 

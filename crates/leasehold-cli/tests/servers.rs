@@ -275,3 +275,60 @@ fn a_missing_aws_profile_is_named() {
         "{stderr}"
     );
 }
+
+/// On a store without a clock of its own (DynamoDB, S3), a holder that
+/// stopped renewing stays the record's holder until a waiter takes the key
+/// over; `status` says that its TTL has run out and what takes it over,
+/// where it said "expires in: 0ms unless renewed" for minutes.
+fn status_says_what_an_expired_record_means(store: &str, ttl: &str) {
+    let Some(env) = Env::on(store) else {
+        return;
+    };
+    env.warm_up(ttl);
+    let (mut holder, _out) = env.spawn_until(
+        &[
+            "run",
+            "k",
+            "--ttl",
+            ttl,
+            "--",
+            "sh",
+            "-c",
+            "echo started; exec sleep 300",
+        ],
+        "started",
+    );
+    // Frozen: it renews no more.
+    common::kill(holder.id(), libc::SIGSTOP);
+    let deadline = std::time::Instant::now() + 60 * SECS;
+    let shown = loop {
+        let out = env.output(&["status", "k"]);
+        if out.stdout.contains("expires in:    now") || std::time::Instant::now() > deadline {
+            break out;
+        }
+        assert!(
+            out.stdout.contains("unless renewed"),
+            "a held key without its expiry: {out:?}"
+        );
+        std::thread::sleep(SECS / 4);
+    };
+    common::kill(holder.id(), libc::SIGKILL);
+    let _ = holder.wait();
+    assert!(
+        shown.stdout.contains("its TTL has run out by its record")
+            && shown
+                .stdout
+                .contains("takes the key over once it has seen the record unchanged for a TTL"),
+        "{shown:?}"
+    );
+}
+
+#[test]
+fn dynamodb_status_says_what_an_expired_record_means() {
+    status_says_what_an_expired_record_means("dynamodb", "2s");
+}
+
+#[test]
+fn s3_status_says_what_an_expired_record_means() {
+    status_says_what_an_expired_record_means("s3", "4s");
+}
