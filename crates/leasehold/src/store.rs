@@ -726,16 +726,7 @@ mod tests {
     fn a_sqlite_path_starting_with_a_tilde_is_refused_with_the_reason() {
         for url in ["sqlite:~/x.db", "sqlite:~", "sqlite:~user/x.db"] {
             let err = Store::open(url).unwrap_err();
-            assert!(
-                matches!(
-                    err,
-                    Error::InvalidInput {
-                        what: "store URL",
-                        ..
-                    }
-                ),
-                "{err}"
-            );
+            crate::conformance::assert_invalid_input(&err, "store URL");
             assert!(err.to_string().contains("`~` is not expanded"), "{err}");
         }
         assert!(sqlite_url_path("sqlite:~/x.db").unwrap().is_err());
@@ -745,16 +736,7 @@ mod tests {
     #[test]
     fn unknown_and_future_schemes_are_clear_errors() {
         let err = Store::open("bogus://x").unwrap_err();
-        assert!(
-            matches!(
-                err,
-                Error::InvalidInput {
-                    what: "store URL",
-                    ..
-                }
-            ),
-            "{err}"
-        );
+        crate::conformance::assert_invalid_input(&err, "store URL");
         assert!(err.to_string().contains("sqlite:PATH"));
         let err = Store::open("azblob://container").unwrap_err();
         assert!(err.to_string().contains("leasehold-stores"), "{err}");

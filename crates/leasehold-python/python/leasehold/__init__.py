@@ -574,16 +574,29 @@ class _Target:
         held.release()
 
     async def __aenter__(self) -> Held:
-        held = await self._acquire_coro(self._wait, None, entered=True)
-        _push(self, held)
-        return held
+        return await _enter_async(self, self, self._wait, None)
 
     async def __aexit__(self, exc_type: Any, exc: Optional[BaseException], tb: Any) -> None:
-        held: Held = _pop(self)
-        await held._leave_async(exc)
+        await _exit_async(self, exc)
 
     def __repr__(self) -> str:
         return f"<leasehold.{type(self).__name__} {self.key!r} on {self.store.url!r}>"
+
+
+async def _enter_async(
+    owner: object, target: _Target, wait: Any, on_wait: Optional[Callable[[], Any]]
+) -> Held:
+    """``async with`` entered on ``owner`` (a lock, or what ``acquire_async``
+    returned): acquires ``target`` and keeps the lease for the exit."""
+    held = await target._acquire_coro(wait, on_wait, entered=True)
+    _push(owner, held)
+    return held
+
+
+async def _exit_async(owner: object, exc: Optional[BaseException]) -> None:
+    """``async with`` left on ``owner``: releases what its entry acquired."""
+    held: Held = _pop(owner)
+    await held._leave_async(exc)
 
 
 class _Acquirable(_Target):
@@ -772,13 +785,10 @@ class Acquiring(Coroutine[Any, Any, Held]):
             self._coro.close()
 
     async def __aenter__(self) -> Held:
-        held = await self._target._acquire_coro(self._wait, self._on_wait, entered=True)
-        _push(self, held)
-        return held
+        return await _enter_async(self, self._target, self._wait, self._on_wait)
 
     async def __aexit__(self, exc_type: Any, exc: Optional[BaseException], tb: Any) -> None:
-        held: Held = _pop(self)
-        await held._leave_async(exc)
+        await _exit_async(self, exc)
 
     def __repr__(self) -> str:
         return f"<leasehold.Acquiring {self._target.key!r}>"
