@@ -511,3 +511,36 @@ common::on_every_store!(
     init_new_settles_a_new_store_at_once,
     init_reports_the_quarantine,
 );
+
+/// A mistyped etcd prefix that begins another store's (`jobs` beside
+/// `jobs/`) is no store: `status`, `list` and `break` exit 3, where they
+/// counted the other store's keys as this one's and said the key was free.
+#[test]
+fn an_etcd_prefix_that_begins_another_stores_is_no_store() {
+    let Some(env) = Env::on("etcd") else {
+        return;
+    };
+    let out = env.output(&["run", "k", "--ttl", "2s", "--wait", "2m", "--", "true"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let url = env.url();
+    let cut = url.replacen("/&", "&", 1);
+    let cut = match cut.strip_suffix('/') {
+        Some(c) => c.to_string(),
+        None => cut,
+    };
+    assert_ne!(cut, url, "the test store's prefix ends with a slash: {url}");
+    for args in [&["status", "k"][..], &["list"], &["break", "k"]] {
+        let out = env
+            .leasehold()
+            .env("LEASEHOLD_STORE", &cut)
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("no leasehold store epoch marker"),
+            "{stderr}"
+        );
+    }
+}

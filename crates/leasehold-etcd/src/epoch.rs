@@ -61,26 +61,20 @@ impl EtcdBackend {
     }
 
     /// A look at a prefix without a marker, which writes nothing: no
-    /// store if there is no key at all, else (the marker deleted by hand)
-    /// an epoch of no age.
+    /// store. Keys under the prefix do not make one: they may be another
+    /// store's, whose prefix begins with this one (`jobs` and `jobs/`), or
+    /// those of a store whose marker was deleted by hand, which the next
+    /// acquirer starts a new epoch in.
     async fn look_without_marker(&self) -> Result<StoreEpoch> {
-        if !self.has_keys("epoch").await? {
-            return Err(Error::no_store(format!(
-                "no keys under the prefix {:?}",
-                self.inner.prefix
-            )));
-        }
-        // The keys may be those of a store created since the marker was
-        // read (a creator writes its marker with its first keys, in one
-        // transaction): read it again before saying it is missing.
-        let snap = self.read("epoch", None).await?;
-        if let Some(e) = self.store_epoch(&snap).await? {
-            return Ok(e);
-        }
-        Ok(StoreEpoch::new(
-            leasehold::backend::epoch_at(std::time::SystemTime::now()),
-            self.inner.max_ttl,
-        ))
+        let others = if self.has_keys("epoch").await? {
+            " (there are keys under it: another store's, whose prefix begins the same way, or those of a store whose marker was deleted)"
+        } else {
+            ""
+        };
+        Err(Error::no_store(format!(
+            "no leasehold store epoch marker under the prefix {:?}{others}",
+            self.inner.prefix
+        )))
     }
 
     /// The store's epoch as `snap` shows it (`None`: no marker yet). Its
@@ -128,8 +122,15 @@ impl EtcdBackend {
         // Proven only on the creator's statement while opening, for a
         // prefix with no keys at all (nothing of an earlier store is there).
         let proven = stated && !self.has_keys("create store").await?;
+        // Every caller has just read the prefix without a marker: the new
+        // epoch is a second after now, waited for, so that a store deleted
+        // and created again within one second gets a later epoch (and
+        // greater tokens) than the one it replaced.
+        let now = std::time::SystemTime::now();
+        let (epoch, wait) = leasehold::backend::epoch_after(now, now);
+        tokio::time::sleep(wait).await;
         let marker = EpochMarker {
-            epoch: leasehold::backend::epoch_at(std::time::SystemTime::now()),
+            epoch,
             max_ttl_ms: self.inner.max_ttl.as_millis() as u64,
             proven,
         };

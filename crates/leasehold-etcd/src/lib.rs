@@ -216,9 +216,11 @@
 //!
 //! # Store epoch and quarantine
 //! The first acquire on a prefix without `P epoch` writes it (a `Txn` on
-//! `create_revision = 0`, so one writer wins) with the epoch
-//! `epoch_at(now)`, by the **writer's wall clock** (etcd exposes no clock),
-//! and the max TTL. A wiped prefix, a cluster re-created empty, or a data
+//! `create_revision = 0`, so one writer wins) with the epoch of the second
+//! after the one it found no marker in (`epoch_after`), by the **writer's
+//! wall clock** (etcd exposes no clock), waiting for that second to begin,
+//! and the max TTL: a prefix wiped and written again within one second
+//! still gets a later epoch than the store it replaced. A wiped prefix, a cluster re-created empty, or a data
 //! directory lost means no marker, hence a new epoch, and the core's
 //! quarantine: no grant in it before one
 //! [confirmation window](leasehold::CONFIRMATION_WINDOW) (60 s) has passed,
@@ -256,8 +258,10 @@
 //! `"proven": true`; it is reported as
 //! [`StoreEpoch::proven`](leasehold::backend::StoreEpoch::proven). A backend built
 //! with `Creation::Never` (`leasehold list`, `status`, `leader`) writes
-//! nothing: a prefix without any key is `Error::NoStore`, and no marker is
-//! written. Test: leasehold-cli's `tests/init_and_look.rs`.
+//! nothing: a prefix without a marker is `Error::NoStore` (keys under it
+//! may be another store's whose prefix begins the same way, `jobs` beside
+//! `jobs/`), and no marker is written. Test: leasehold-cli's
+//! `tests/init_and_look.rs`.
 //!
 //! # What etcd guarantees here
 //! Every request is linearizable (etcd's default reads, Raft-committed

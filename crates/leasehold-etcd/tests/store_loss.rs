@@ -36,6 +36,26 @@ async fn store_loss_quarantine_outlasts_a_longer_holder() {
     .await;
 }
 
+/// The prefix deleted at once after the first grant, within the second
+/// its store was created in, and the store created again at once: the
+/// new store's tokens are above the lost one's (its epoch, the writer's
+/// clock in whole seconds, was the same, and the first token repeated).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn store_recreated_at_once_issues_greater_tokens() {
+    if !common::available() {
+        return;
+    }
+    let prefix = common::unique_prefix();
+    leasehold::conformance::store_recreated_at_once_issues_greater_tokens(
+        Etcd::open(&prefix, "").await,
+        || async {
+            common::etcdctl(&["del", "--prefix", prefix.as_str()]).await;
+        },
+        || Etcd::open(&prefix, ""),
+    )
+    .await;
+}
+
 /// A reader-writer lock's gate reading the other side after a loss of
 /// the data (the prefix deleted, on a store of its own).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

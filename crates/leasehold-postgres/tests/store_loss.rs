@@ -34,6 +34,25 @@ async fn store_loss_quarantine_outlasts_a_longer_holder() {
     common::sql(&drop_table).await;
 }
 
+/// The table dropped at once after the first grant, within the second its
+/// store was created in, and created again at once: the new store's tokens
+/// are above the lost one's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn store_recreated_at_once_issues_greater_tokens() {
+    if !common::available() {
+        return;
+    }
+    let table = common::unique_table();
+    let drop_table = format!("DROP TABLE {table}");
+    leasehold::conformance::store_recreated_at_once_issues_greater_tokens(
+        Postgres::open(&table, "").await,
+        || common::sql(&drop_table),
+        || Postgres::open(&table, ""),
+    )
+    .await;
+    common::sql(&drop_table).await;
+}
+
 /// A reader-writer lock's gate reading the other side after a loss of
 /// the data (the table dropped, on a store of its own).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

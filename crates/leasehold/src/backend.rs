@@ -712,6 +712,25 @@ pub fn epoch_at(at: SystemTime) -> u64 {
     secs.saturating_sub(EPOCH_ORIGIN_UNIX_SECS).max(1)
 }
 
+/// The epoch of a store created by a writer that saw no store at
+/// `missing_at`, by the clock it writes with: the second after that one (or
+/// a later one, `now`'s), with how long to wait, from `now`, for that
+/// second to begin. A store deleted and created again within one second
+/// thus still gets a later epoch than the one it replaced, whose marker was
+/// written before it was seen missing (with `epoch_at(now)` alone, both had
+/// the same epoch, and the new store's first tokens repeated the old one's).
+/// A writer that waits before writing its marker keeps a store created
+/// again after it, by the same clock, above its own as well.
+pub fn epoch_after(missing_at: SystemTime, now: SystemTime) -> (u64, Duration) {
+    let next = epoch_at(missing_at) + 1;
+    let current = epoch_at(now);
+    if current >= next {
+        return (current, Duration::ZERO);
+    }
+    let begins = UNIX_EPOCH + Duration::from_secs(EPOCH_ORIGIN_UNIX_SECS + next);
+    (next, begins.duration_since(now).unwrap_or_default())
+}
+
 /// `epoch << 22`: every token of `epoch` is above it.
 pub fn epoch_token_base(epoch: u64) -> u64 {
     epoch.saturating_mul(1 << TOKEN_COUNTER_BITS)
@@ -898,6 +917,23 @@ fn ser_duration<S: serde::Serializer>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_store_created_again_in_the_same_second_gets_a_later_epoch() {
+        let origin = UNIX_EPOCH + Duration::from_secs(EPOCH_ORIGIN_UNIX_SECS);
+        // Seen missing 0.3 s into second 100, written 0.1 s later: epoch
+        // 101, 0.6 s from now.
+        let missing = origin + Duration::from_millis(100_300);
+        let now = origin + Duration::from_millis(100_400);
+        assert_eq!(epoch_at(missing), 100);
+        assert_eq!(epoch_after(missing, now), (101, Duration::from_millis(600)));
+        // Written seconds later: that second's epoch, at once.
+        let later = origin + Duration::from_millis(103_500);
+        assert_eq!(epoch_after(missing, later), (103, Duration::ZERO));
+        // Exactly at the next second: at once.
+        let next = origin + Duration::from_secs(101);
+        assert_eq!(epoch_after(missing, next), (101, Duration::ZERO));
+    }
 
     #[test]
     fn an_epoch_read_earlier_is_older_by_the_time_since() {
