@@ -239,6 +239,38 @@ fn tls_to_a_server_without_tls_says_so() {
     assert!(stderr.contains("use redis:// if it has none"), "{stderr}");
 }
 
+/// `sslmode=require` against a PostgreSQL server without TLS fails at once
+/// (exit 1, naming the cause): the server's "no TLS" is its configuration,
+/// not a failure that may pass (it was tried again for the whole
+/// `--connect-timeout`).
+#[test]
+fn postgres_tls_required_of_a_server_without_tls_fails_at_once() {
+    let Some(env) = Env::on("postgres") else {
+        return;
+    };
+    let url = env.url();
+    let url = if url.contains('?') {
+        format!("{url}&sslmode=require")
+    } else {
+        format!("{url}?sslmode=require")
+    };
+    let started = std::time::Instant::now();
+    let out = env
+        .leasehold()
+        .args(["--connect-timeout", "20s", "status", "k"])
+        .env("LEASEHOLD_STORE", &url)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("server does not support TLS"), "{stderr}");
+    assert!(
+        started.elapsed() < 10 * SECS,
+        "tried again for {:?}: {stderr}",
+        started.elapsed()
+    );
+}
+
 /// A `profile=` that no AWS config file has is named in the error, with
 /// where it is looked for (the credential chain's own words named only
 /// the chain, and the user never learnt that the profile was the cause).

@@ -35,6 +35,10 @@ fn is_permanent_client_error(e: &tokio_postgres::Error) -> bool {
     ]
     .iter()
     .any(|kind| text.starts_with(kind))
+        // `sslmode=require` against a server without TLS: its answer to
+        // the TLS request (in the error's source), not a failed handshake
+        // that may pass.
+        || leasehold::backend::error_chain(e).contains("server does not support TLS")
 }
 
 fn is_transient(code: &SqlState) -> bool {
