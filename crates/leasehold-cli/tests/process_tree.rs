@@ -155,6 +155,33 @@ fn grandchildren_die_when_leasehold_and_its_watchdog_are_killed_together(store: 
     }
 }
 
+/// The watchdog frozen (SIGSTOP) and `leasehold` killed: the keeper kills
+/// the command's tree at once. It ran on while the watchdog was frozen, as
+/// long as the watchdog was (the keeper waited for the watchdog's end of
+/// its pipe, which a frozen watchdog keeps open), and the next holder
+/// started beside it once the lease ran out.
+fn the_tree_dies_when_leasehold_is_killed_while_its_watchdog_is_frozen(store: &str) {
+    let Some(env) = Env::on(store) else { return };
+    let (mut holder, pids) = start(&env, store, "tree/frozen-watchdog", FORKS);
+    let watchdog = child_of(holder.id());
+    let cgroup = watchdog_cgroup(watchdog).is_some_and(|c| c.exists());
+    kill(watchdog as u32, libc::SIGSTOP);
+    kill(holder.id(), libc::SIGKILL);
+    holder.wait().unwrap();
+    let checked = if cgroup { &pids[..] } else { &pids[..1] };
+    let gone = checked
+        .iter()
+        .all(|&pid| wait_gone(pid, Duration::from_secs(2)));
+    kill(watchdog as u32, libc::SIGKILL);
+    for &pid in &pids {
+        kill_quietly(pid);
+    }
+    assert!(
+        gone,
+        "the command's tree still ran 2 s after leasehold was killed while its watchdog was frozen"
+    );
+}
+
 /// SIGKILL to `pid` if it still exists (a test's cleanup).
 fn kill_quietly(pid: i32) -> bool {
     // SAFETY: kill has no memory-safety preconditions.
@@ -165,6 +192,7 @@ on_every_store!(
     grandchildren_are_stopped_when_the_lease_is_broken,
     grandchildren_die_within_a_second_of_kill_9,
     grandchildren_die_when_leasehold_and_its_watchdog_are_killed_together,
+    the_tree_dies_when_leasehold_is_killed_while_its_watchdog_is_frozen,
     the_tree_is_dead_before_the_next_holder_starts_while_leasehold_is_frozen,
     signals_reach_the_whole_group,
 );
@@ -472,11 +500,16 @@ fn a_tree_whose_watchdog_and_keeper_were_killed_is_killed_before_the_next_comman
         return;
     }
     let keeper = keeper_of(watchdog);
-    for pid in [holder.id() as i32, watchdog, keeper] {
+    // The keeper first, while the watchdog is frozen (else the watchdog,
+    // or the keeper, would kill the tree as `leasehold` dies), then the
+    // other two.
+    kill(watchdog as u32, libc::SIGSTOP);
+    kill(keeper as u32, libc::SIGKILL);
+    assert!(wait_gone(keeper, Duration::from_secs(2)));
+    for pid in [holder.id() as i32, watchdog] {
         kill(pid as u32, libc::SIGKILL);
     }
     holder.wait().unwrap();
-    assert!(wait_gone(keeper, Duration::from_secs(2)));
     assert!(
         pids.iter().all(|&p| alive(p)),
         "the tree was killed after all (the test kills its keeper first)"

@@ -24,7 +24,11 @@
 //! (close-on-exec: the command never gets it). The watchdog writes
 //! `group PGID` once the command runs, and `done` when the tree is gone;
 //! then the keeper exits. End of file without `done` means the watchdog
-//! died: the keeper kills the command's cgroup (`cgroup.kill`, which no
+//! died; and `leasehold`'s exit (a pidfd on it, the watchdog's parent)
+//! before `done` means the watchdog did not see it (frozen by SIGSTOP): the
+//! watchdog writes `done` before it tells `leasehold` the tree is gone, so
+//! a `leasehold` that ends normally has always let the keeper know first.
+//! In either case the keeper kills the command's cgroup (`cgroup.kill`, which no
 //! process of the tree can leave), or, without a cgroup, its process
 //! group; waits up to [`KILL_WAIT`] for the cgroup to empty, removes it,
 //! and exits.
@@ -40,7 +44,7 @@
 //! the watchdog is gone).
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
@@ -73,6 +77,10 @@ impl Keeper {
         // SAFETY: both descriptors were just made and are owned here only.
         let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         let watchdog = std::process::id() as libc::pid_t;
+        // `leasehold`, the watchdog's parent (1 or a subreaper if it is
+        // already gone: then the watchdog kills the tree itself).
+        // SAFETY: plain query.
+        let leasehold = unsafe { libc::getppid() };
         // SAFETY: this process has one thread (the caller's promise), so
         // the children are consistent copies and may run any code.
         match unsafe { libc::fork() } {
@@ -87,7 +95,7 @@ impl Keeper {
                     libc::setsid();
                     match libc::fork() {
                         0 => {
-                            keep(read, cgroup, watchdog);
+                            keep(read, cgroup, watchdog, leasehold);
                             libc::_exit(0)
                         }
                         _ => libc::_exit(0),
@@ -118,19 +126,70 @@ impl Keeper {
 }
 
 /// The keeper's life (see the module docs).
-fn keep(pipe: OwnedFd, cgroup: Option<&Cgroup>, watchdog: libc::pid_t) {
+fn keep(pipe: OwnedFd, cgroup: Option<&Cgroup>, watchdog: libc::pid_t, leasehold: libc::pid_t) {
     detach(pipe.as_raw_fd());
     crate::proctitle::set(&format!("{NAME} {watchdog}"));
+    // `leasehold`'s exit, as a descriptor poll can wait on (none on a
+    // kernel without pidfd_open, before 5.3: then only the watchdog's end
+    // is watched).
+    let leasehold = (leasehold > 1).then(|| pidfd(leasehold)).flatten();
     let mut group = None;
-    for line in BufReader::new(File::from(pipe)).lines() {
-        let Ok(line) = line else { break };
-        match line.split_once(' ') {
-            Some(("group", pgid)) => group = pgid.parse::<libc::pid_t>().ok(),
-            _ if line == "done" => return,
-            _ => {}
+    let mut pending = Vec::new();
+    let mut chunk = [0u8; 256];
+    loop {
+        let mut fds = [
+            libc::pollfd {
+                fd: pipe.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                // poll ignores a negative descriptor.
+                fd: leasehold.as_ref().map_or(-1, |fd| fd.as_raw_fd()),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: a valid array of two pollfds.
+        if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            break;
+        }
+        if fds[0].revents != 0 {
+            // What the watchdog wrote comes first: its `done` is written
+            // before it tells `leasehold` the tree is gone.
+            // SAFETY: reading into a buffer of the given length.
+            let n = unsafe { libc::read(pipe.as_raw_fd(), chunk.as_mut_ptr().cast(), chunk.len()) };
+            if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            if n <= 0 {
+                // The watchdog is gone.
+                break;
+            }
+            pending.extend_from_slice(&chunk[..n as usize]);
+            while let Some(end) = pending.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = pending.drain(..=end).collect();
+                let line = String::from_utf8_lossy(&line[..end]).into_owned();
+                match line.split_once(' ') {
+                    Some(("group", pgid)) => group = pgid.parse::<libc::pid_t>().ok(),
+                    _ if line == "done" => return,
+                    _ => {}
+                }
+            }
+            continue;
+        }
+        if fds[1].revents != 0 {
+            // `leasehold` is gone and the watchdog has not said the tree
+            // is: the watchdog would kill the tree now, unless it is
+            // frozen (SIGSTOP), so the keeper does it.
+            break;
         }
     }
-    // The watchdog is gone without saying the tree was.
+    // The watchdog, or `leasehold`, is gone without the watchdog saying
+    // the tree was.
     match cgroup {
         Some(c) => {
             c.kill_and_remove(KILL_WAIT);
@@ -141,6 +200,15 @@ fn keep(pipe: OwnedFd, cgroup: Option<&Cgroup>, watchdog: libc::pid_t) {
             }
         }
     }
+}
+
+/// A descriptor that becomes readable when process `pid` exits.
+fn pidfd(pid: libc::pid_t) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags, and returns a new
+    // descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    // SAFETY: a descriptor just made, owned here only.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
 }
 
 /// Cuts the keeper loose from everything the watchdog had: every

@@ -163,6 +163,12 @@ impl Watchdog {
             }
             self.wait(now);
         }
+        // The keeper first: `leasehold` may exit as soon as it reads
+        // `done`, and the keeper kills the tree when `leasehold` is gone
+        // without the watchdog's `done` (the watchdog may be frozen).
+        if let Some(keeper) = self.keeper.take() {
+            keeper.done();
+        }
         self.say("done");
         self.finish();
     }
