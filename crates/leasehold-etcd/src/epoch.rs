@@ -121,11 +121,11 @@ impl EtcdBackend {
         // Proven only on the creator's statement while opening, for a
         // prefix with no keys at all (nothing of an earlier store is there).
         let proven = stated && !self.has_keys("create store").await?;
-        let marker = EpochMarker {
-            epoch: leasehold::backend::epoch_at(std::time::SystemTime::now()),
-            max_ttl_ms: self.inner.max_ttl.as_millis() as u64,
+        let marker = EpochMarker::new(
+            leasehold::backend::epoch_at(std::time::SystemTime::now()),
+            self.inner.max_ttl.as_millis() as u64,
             proven,
-        };
+        );
         let timer = self
             .grant(
                 "create store",

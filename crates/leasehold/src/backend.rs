@@ -255,6 +255,7 @@ use crate::runs::RunRecord;
 pub mod names;
 mod observe;
 pub mod params;
+pub mod protocol;
 pub mod shared_builder;
 mod wrapper;
 

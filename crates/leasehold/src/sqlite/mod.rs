@@ -223,6 +223,7 @@ use async_trait::async_trait;
 use rusqlite::config::DbConfig;
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
 
+use crate::backend::protocol::{check_protocol_number, PROTOCOL};
 use crate::backend::{
     epoch_at, next_token, AcquireOutcome, AcquireRequest, Backend, Capabilities, Creation,
     EpochRead, Grant, HolderInfo, KeyInfo, Lease, Owner, StoreEpoch, CONFIRMATION_WINDOW,
