@@ -48,13 +48,7 @@ impl EpochMarker {
     /// the protocol is checked first, so that a marker of a newer protocol
     /// is refused even where its other fields changed.
     pub(crate) fn parse(bytes: &[u8]) -> leasehold::Result<Self> {
-        let value: serde_json::Value = from_json("epoch marker", bytes)?;
-        let protocol = value.get(leasehold::backend::protocol::PROTOCOL_FIELD);
-        let text = protocol.map(|p| match p {
-            serde_json::Value::String(s) => s.clone(),
-            other => other.to_string(),
-        });
-        leasehold::backend::protocol::check_protocol(crate::error::NAME, text.as_deref())?;
+        leasehold::backend::protocol::check_protocol_json(crate::error::NAME, bytes)?;
         from_json("epoch marker", bytes)
     }
 }

@@ -3,7 +3,7 @@
 use std::time::{Duration, SystemTime};
 
 use aws_sdk_s3::types::{BucketLocationConstraint, CreateBucketConfiguration};
-use leasehold::backend::protocol::{check_protocol, PROTOCOL, PROTOCOL_FIELD};
+use leasehold::backend::protocol::{check_protocol_json, PROTOCOL};
 use leasehold::{
     backend::{epoch_at, StoreEpoch},
     Creation, Error, Result,
@@ -62,13 +62,7 @@ fn parse(
 ) -> Result<StoreEpoch> {
     // The protocol first: a marker of a newer protocol is refused, even
     // one whose other fields changed.
-    if let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) {
-        let text = value.get(PROTOCOL_FIELD).map(|p| match p {
-            serde_json::Value::String(s) => s.clone(),
-            other => other.to_string(),
-        });
-        check_protocol(SERVICE.backend, text.as_deref())?;
-    }
+    check_protocol_json(SERVICE.backend, body)?;
     let marker: Marker = serde_json::from_slice(body).map_err(|e| {
         SERVICE.error("epoch", false, format!(
                 "the store's epoch marker ({MARKER}) is not leasehold's ({e}); is the prefix used by something else?"

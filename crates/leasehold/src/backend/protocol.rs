@@ -82,6 +82,24 @@ pub fn check_protocol_number(backend: &'static str, found: Option<i64>) -> Resul
     check_protocol(backend, found.map(|n| n.to_string()).as_deref())
 }
 
+/// [`check_protocol`] for a marker stored as JSON: its
+/// [`PROTOCOL_FIELD`], whatever its shape (a number, or anything else,
+/// which is refused). A body that is not JSON is left to the caller's own
+/// parser (`Ok(1)`).
+///
+/// # Errors
+/// As [`check_protocol`].
+pub fn check_protocol_json(backend: &'static str, body: &[u8]) -> Result<u64> {
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return Ok(1);
+    };
+    let text = value.get(PROTOCOL_FIELD).map(|p| match p {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    });
+    check_protocol(backend, text.as_deref())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,6 +112,19 @@ mod tests {
             check_protocol_number("t", Some(PROTOCOL as i64)).unwrap(),
             PROTOCOL
         );
+    }
+
+    #[test]
+    fn a_json_marker_is_checked_whatever_the_fields_shape() {
+        assert_eq!(check_protocol_json("t", br#"{"epoch": 3}"#).unwrap(), 1);
+        assert_eq!(check_protocol_json("t", br#"{"protocol": 1}"#).unwrap(), 1);
+        for body in [
+            &br#"{"protocol": 2}"#[..],
+            br#"{"protocol": "x"}"#,
+            br#"{"protocol": 1.5}"#,
+        ] {
+            assert!(check_protocol_json("t", body).is_err());
+        }
     }
 
     #[test]

@@ -67,13 +67,30 @@ pub(super) fn has_schema(conn: &Connection) -> rusqlite::Result<bool> {
     )
 }
 
-/// Adds the run-record columns to a table made before they existed (under
-/// the write lock, so two openers cannot both add them).
+/// Adds the run-record columns to a table made before they existed.
 pub(super) fn add_run_columns(conn: &mut Connection) -> rusqlite::Result<()> {
+    add_columns(
+        conn,
+        "leasehold_leases",
+        "last_run_token",
+        "ALTER TABLE leasehold_leases ADD COLUMN last_success TEXT;
+         ALTER TABLE leasehold_leases ADD COLUMN last_run TEXT;
+         ALTER TABLE leasehold_leases ADD COLUMN last_run_token INTEGER;",
+    )
+}
+
+/// Runs `alter` unless `table` has `column` (its last column added), under
+/// the write lock, so two openers cannot both add them.
+fn add_columns(
+    conn: &mut Connection,
+    table: &str,
+    column: &str,
+    alter: &str,
+) -> rusqlite::Result<()> {
     let has = |conn: &Connection| {
         conn.query_row(
-            "SELECT COUNT(*) FROM pragma_table_info('leasehold_leases') WHERE name = 'last_run_token'",
-            [],
+            "SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = ?2",
+            [table, column],
             |r| r.get::<_, i64>(0),
         )
         .map(|n| n > 0)
@@ -83,11 +100,7 @@ pub(super) fn add_run_columns(conn: &mut Connection) -> rusqlite::Result<()> {
     }
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     if !has(&tx)? {
-        tx.execute_batch(
-            "ALTER TABLE leasehold_leases ADD COLUMN last_success TEXT;
-             ALTER TABLE leasehold_leases ADD COLUMN last_run TEXT;
-             ALTER TABLE leasehold_leases ADD COLUMN last_run_token INTEGER;",
-        )?;
+        tx.execute_batch(alter)?;
     }
     tx.commit()
 }
@@ -110,25 +123,14 @@ pub(super) fn stored_protocol(conn: &Connection) -> rusqlite::Result<Option<i64>
     }
 }
 
-/// Adds the protocol column to a store table made before it existed
-/// (under the write lock, so two openers cannot both add it). Old builds
-/// name their columns, so they read and write such a table as before; a
-/// row they write has no protocol: protocol 1, theirs.
+/// Adds the protocol column to a store table made before it existed. Old
+/// builds name their columns, so they read and write such a table as
+/// before; a row they write has no protocol: protocol 1, theirs.
 pub(super) fn add_protocol_column(conn: &mut Connection) -> rusqlite::Result<()> {
-    let has = |conn: &Connection| {
-        conn.query_row(
-            "SELECT COUNT(*) FROM pragma_table_info('leasehold_store') WHERE name = 'protocol'",
-            [],
-            |r| r.get::<_, i64>(0),
-        )
-        .map(|n| n > 0)
-    };
-    if has(conn)? {
-        return Ok(());
-    }
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    if !has(&tx)? {
-        tx.execute_batch("ALTER TABLE leasehold_store ADD COLUMN protocol INTEGER;")?;
-    }
-    tx.commit()
+    add_columns(
+        conn,
+        "leasehold_store",
+        "protocol",
+        "ALTER TABLE leasehold_store ADD COLUMN protocol INTEGER;",
+    )
 }
