@@ -133,6 +133,13 @@ step "PostgreSQL through PgBouncer"
 # report (numbers from it mean nothing).
 scripts/bench.sh --tiny
 step "bench --tiny"
+# The previous release's leasehold against this build on every store, side
+# by side (scripts/compat.sh: exclusion both ways, tokens, once-per, a
+# shared semaphore, a future protocol refused). The old binary is built
+# once into .cache/ (about 90 s, reusing target/'s dependencies), then
+# reused; the run itself about 25 s.
+scripts/compat.sh
+step "compat: the previous release against this one"
 # The bounded fault-injection run on every store; fails on any violation.
 TORTURE_BUILD=tests scripts/torture.sh --short
 step "torture --short"

@@ -13,7 +13,7 @@ use azure_storage_blob::models::{
     BlobContainerClientGetPropertiesResultHeaders, BlockBlobClientUploadOptions,
 };
 use leasehold::{
-    backend::{StoreEpoch, EPOCH_ORIGIN_UNIX_SECS},
+    backend::{protocol::check_protocol, StoreEpoch, EPOCH_ORIGIN_UNIX_SECS},
     Error,
 };
 
@@ -30,6 +30,10 @@ const MAX_TTL_MS: &str = "leaseholdmaxttlms";
 /// [`Creation::NewProven`](leasehold::Creation::NewProven): `1`, the epoch
 /// is proven (settled at once in every process).
 const PROVEN: &str = "leaseholdproven";
+/// The marker's metadata: the store's protocol (see the crate docs),
+/// written by every build that records versions; missing on a marker of an
+/// earlier build (protocol 1).
+const PROTOCOL: &str = "leaseholdprotocol";
 
 /// How long to wait, after Azure said there is no marker, before writing
 /// one: a whole second on the service's clock, so that the new marker's
@@ -62,6 +66,8 @@ enum MarkerRead {
         max_ttl: Duration,
         /// At least this old by the service's clock.
         age: Duration,
+        /// The protocol the marker names, as stored.
+        protocol: Option<String>,
     },
     /// The container exists without a marker; the answer's `Date`.
     NoMarker(Option<OffsetDateTime>),
@@ -146,7 +152,11 @@ impl AzureBackend {
                     epoch,
                     max_ttl,
                     age,
+                    protocol,
                 } => {
+                    // An unknown protocol: refused before anything is
+                    // written (a marker found is never written over).
+                    check_protocol(NAME, protocol.as_deref())?;
                     let age = if age >= max_ttl {
                         age
                     } else {
@@ -234,7 +244,12 @@ impl AzureBackend {
                 let proven = meta
                     .iter()
                     .any(|(k, v)| k.eq_ignore_ascii_case(PROVEN) && v == "1");
+                let protocol = meta
+                    .iter()
+                    .find(|(k, _)| k.eq_ignore_ascii_case(PROTOCOL))
+                    .map(|(_, v)| v.clone());
                 Ok(MarkerRead::Found {
+                    protocol,
                     epoch: epoch_of(modified),
                     max_ttl: max_ttl_of(&meta).unwrap_or(crate::MAX_TTL),
                     // A proven epoch reports the longest age there is.
@@ -301,6 +316,10 @@ impl AzureBackend {
         if proven {
             meta.insert(PROVEN.to_string(), "1".to_string());
         }
+        meta.insert(
+            PROTOCOL.to_string(),
+            leasehold::backend::protocol::PROTOCOL.to_string(),
+        );
         let options = BlockBlobClientUploadOptions {
             if_none_match: Some(Etag::from("*")),
             metadata: Some(meta),

@@ -16,7 +16,15 @@
 //! key's record (fencing counter, the store epoch it was written in, owner,
 //! data). Azure's blob lease is the lock: the service alone decides who
 //! holds it and for how long, so no clock of ours is trusted for
-//! exclusion. One more blob, the container's *epoch marker*, says which
+//! exclusion. One more blob, the container's *epoch marker* (its metadata
+//! `leaseholdprotocol` is the store's
+//! [protocol version](leasehold::backend::protocol); missing on a marker of
+//! a build from before versions were recorded: protocol 1; a newer one is
+//! refused with
+//! [`Error::UnsupportedProtocol`](leasehold::Error::UnsupportedProtocol)
+//! wherever the marker is read to learn the epoch, before anything is
+//! written; any write to the marker changes its `Last-Modified`, so a
+//! protocol change is always a new epoch here), says which
 //! store epoch the container is (see
 //! [Store epoch and quarantine](#store-epoch-and-quarantine)).
 //!

@@ -59,6 +59,9 @@ pub fn exit_code_for(err: &anyhow::Error) -> u8 {
         ) => EXIT_NOT_OBTAINED,
         Some(leasehold::Error::LeaseLost { .. }) => EXIT_LOST,
         Some(leasehold::Error::NoStore { .. }) => EXIT_NO_STORE,
+        // A store in a protocol this build does not speak: as a store
+        // failure (nothing was taken; the message says what to do).
+        Some(leasehold::Error::UnsupportedProtocol { .. }) => EXIT_BACKEND,
         _ => EXIT_BACKEND,
     }
 }
@@ -66,6 +69,20 @@ pub fn exit_code_for(err: &anyhow::Error) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unknown_protocol_exits_1_naming_both_protocols() {
+        let refused = leasehold::backend::protocol::check_protocol("redis", Some("2")).unwrap_err();
+        let err = anyhow::Error::from(refused).context("cannot open store redis://h");
+        assert_eq!(exit_code_for(&err), EXIT_BACKEND);
+        let text = error_chain(&err);
+        assert!(
+            text.contains("protocol 2")
+                && text.contains("speaks protocol 1")
+                && text.contains("upgrade this process"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn causes_already_in_the_message_are_not_repeated() {

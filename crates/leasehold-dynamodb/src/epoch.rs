@@ -11,6 +11,8 @@ use leasehold::{
     Result,
 };
 
+use leasehold::backend::protocol::{check_protocol, PROTOCOL, PROTOCOL_FIELD};
+
 use crate::error::SERVICE;
 use crate::record::{self, n, s, Item};
 use crate::DynamoDbBackend;
@@ -94,6 +96,12 @@ pub(crate) async fn marker(
 ) -> Result<(Duration, bool, bool)> {
     for _ in 0..3 {
         if let Some(item) = read_marker(backend).await? {
+            // An unknown protocol: refused before anything is written.
+            let protocol = item.get(PROTOCOL_FIELD).map(|v| match v.as_n() {
+                Ok(n) => n.as_str(),
+                Err(_) => "(not a number)",
+            });
+            check_protocol(SERVICE.backend, protocol)?;
             let recorded = get_u64(&item, MAX_TTL_MS).map(Duration::from_millis);
             if get_u64(&item, EPOCH) == Some(epoch) {
                 let proven = item.get(PROVEN).and_then(|v| v.as_bool().ok()) == Some(&true);
@@ -117,7 +125,8 @@ pub(crate) async fn marker(
             .table_name(&backend.table)
             .item(record::KEY, s(MARKER_KEY))
             .item(EPOCH, n(epoch))
-            .item(MAX_TTL_MS, n(max_ttl.as_millis()));
+            .item(MAX_TTL_MS, n(max_ttl.as_millis()))
+            .item(PROTOCOL_FIELD, n(PROTOCOL));
         if proven {
             put = put.item(PROVEN, aws_sdk_dynamodb::types::AttributeValue::Bool(true));
         }

@@ -48,7 +48,15 @@
 //! | `last_run_token` | N | the fencing token of `last_run` |
 //!
 //! One more item, with key `#leasehold-epoch` (not a leasehold key), is the
-//! table's *epoch marker*: attributes `epoch` and `max_ttl_ms`.
+//! table's *epoch marker*: attributes `epoch` and `max_ttl_ms`, and
+//! `protocol`, the store's [protocol version](leasehold::backend::protocol)
+//! (missing on a marker of a build from before versions were recorded:
+//! protocol 1). Opening reads the marker before writing anything (the table
+//! is created only where it is missing) and refuses a newer protocol with
+//! [`Error::UnsupportedProtocol`](leasehold::Error::UnsupportedProtocol);
+//! so does every later read of it (a new epoch learnt). The marker is
+//! written once, with the table: a store moves to another protocol only
+//! with a new table, a new epoch.
 //!
 //! A missing table is created (on-demand billing, wait until ACTIVE); an
 //! existing one is checked and never altered. Processes that create it at

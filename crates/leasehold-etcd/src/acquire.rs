@@ -199,7 +199,7 @@ impl EtcdBackend {
     fn remembered(&self, request: &AcquireRequest) -> Option<Free> {
         let seen = self.seen();
         let marker_bytes = seen.marker.clone()?;
-        let marker: EpochMarker = from_json("epoch marker", &marker_bytes).ok()?;
+        let marker = EpochMarker::parse(&marker_bytes).ok()?;
         if request.epoch != Some(marker.epoch)
             || request.ttl > Duration::from_millis(marker.max_ttl_ms).min(MAX_TTL)
         {

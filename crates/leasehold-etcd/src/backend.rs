@@ -447,7 +447,7 @@ impl EtcdBackend {
             }
         };
         let (Ok(marker), Ok(record)) = (
-            from_json::<EpochMarker>("epoch marker", &marker_bytes),
+            EpochMarker::parse(&marker_bytes),
             from_json::<KeyRecord>("key record", &record_bytes),
         ) else {
             return Ok(None);

@@ -38,11 +38,19 @@
 //!
 //! | etcd key | value (JSON) | attached to |
 //! |---|---|---|
-//! | `P epoch` | the store's epoch and max TTL | nothing |
+//! | `P epoch` | the store's epoch and max TTL, its [protocol version](leasehold::backend::protocol) (`"protocol"`; missing: 1) | nothing |
 //! | `P epoch-fresh` | empty: the epoch's age timer | an etcd lease of the longer of the max TTL and the confirmation window (+1 s) |
 //! | `P k/KEY` | the key's last fencing token, its epoch, run records | nothing (never deleted by leasehold) |
 //! | `P h/KEY` | the holder: lease id, token, epoch, owner, data, TTL | the holder's session (below) |
 //! | `P w/LEASE_ID` | a lock's waiter: its key, lease id, epoch, TTL, owner, data | the waiter's session |
+//!
+//! **Protocol.** Every read of the marker (each snapshot, and the bytes a
+//! process remembers to grant without reading first) checks its
+//! `"protocol"` before anything else in it, and refuses a newer one with
+//! [`Error::UnsupportedProtocol`](leasehold::Error::UnsupportedProtocol)
+//! before writing: a grant compares the marker's bytes it checked. Builds
+//! from before versions were recorded ignore the field (serde skips unknown
+//! fields) and never rewrite a marker that exists.
 //!
 //! # Protocol
 //! Every read is one transaction of `Range` requests (one round trip, one

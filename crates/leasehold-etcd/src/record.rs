@@ -25,6 +25,32 @@ pub(crate) struct EpochMarker {
     /// on a prefix without keys; settled at once in every process.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub proven: bool,
+    /// The store's protocol (see the crate docs): written by every build
+    /// that records versions; missing in a marker of an earlier build
+    /// (protocol 1). Kept as it is stored, so that a value of any shape is
+    /// checked, not taken for a corrupt marker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<serde_json::Value>,
+}
+
+impl EpochMarker {
+    /// A marker of a new epoch, in this build's protocol.
+    pub(crate) fn new(epoch: u64, max_ttl_ms: u64, proven: bool) -> Self {
+        EpochMarker {
+            epoch,
+            max_ttl_ms,
+            proven,
+            protocol: Some(leasehold::backend::protocol::PROTOCOL.into()),
+        }
+    }
+
+    /// The marker stored as `bytes`, if this build speaks its protocol:
+    /// the protocol is checked first, so that a marker of a newer protocol
+    /// is refused even where its other fields changed.
+    pub(crate) fn parse(bytes: &[u8]) -> leasehold::Result<Self> {
+        leasehold::backend::protocol::check_protocol_json(crate::error::NAME, bytes)?;
+        from_json("epoch marker", bytes)
+    }
 }
 
 /// A key's fencing counter and run records.

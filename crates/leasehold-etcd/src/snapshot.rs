@@ -6,7 +6,7 @@ use leasehold::{Error, Key, Result};
 use crate::backend::Snapshot;
 use crate::grpc;
 use crate::grpc::etcdserverpb::{RequestOp, ResponseOp};
-use crate::record::from_json;
+use crate::record::{from_json, EpochMarker};
 use crate::EtcdBackend;
 
 impl EtcdBackend {
@@ -51,7 +51,7 @@ impl EtcdBackend {
         }
         Ok(Snapshot {
             marker: marker
-                .map(|kv| Ok::<_, Error>((from_json("epoch marker", &kv.value)?, kv)))
+                .map(|kv| Ok::<_, Error>((EpochMarker::parse(&kv.value)?, kv)))
                 .transpose()?,
             fresh,
             record: record

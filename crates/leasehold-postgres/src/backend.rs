@@ -312,7 +312,13 @@ impl Backend for PostgresBackend {
             }
             Err(f) => return Err(f.into_error(OP)),
         };
-        let meta = match record::epoch(&row) {
+        let meta = record::epoch(&row);
+        if let Some(m) = &meta {
+            // The statement granted nothing in a store of a protocol this
+            // build does not speak.
+            m.check_protocol()?;
+        }
+        let meta = match meta {
             Some(m) if m.same_table => m,
             // No epoch row, or one restored from another table.
             _ => {

@@ -47,6 +47,10 @@ impl PostgresBackend {
         match client.query_typed(&sql.read_epoch, &[]).await {
             Ok(rows) => {
                 let found = rows.first().and_then(record::epoch);
+                // An unknown protocol: refused before anything is written.
+                if let Some(row) = &found {
+                    row.check_protocol()?;
+                }
                 match found {
                     Some(row) if row.same_table => return Ok((row, false)),
                     // Looking writes nothing: the row as it is (restored
@@ -102,6 +106,17 @@ impl PostgresBackend {
         // one created again later (dropped under us) is quarantined.
         let proven = op == "open" && self.inner.creation == leasehold::Creation::NewProven;
         let tx = client.transaction().await.map_err(db)?;
+        // Locked first: a row another process wrote meanwhile is checked
+        // before this one writes anything.
+        if let Some(row) = tx
+            .query_typed(&sql.lock_epoch, &[])
+            .await
+            .map_err(db)?
+            .first()
+            .and_then(record::epoch)
+        {
+            row.check_protocol()?;
+        }
         let inserted = tx
             .query_typed(
                 &sql.insert_epoch,
@@ -151,4 +166,5 @@ async fn locked_epoch(
         .first()
         .and_then(record::epoch)
         .ok_or_else(|| Error::backend(NAME, op, true, "the epoch row vanished"))
+        .and_then(|row| row.check_protocol().map(|_| row))
 }

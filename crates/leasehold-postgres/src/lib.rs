@@ -71,6 +71,17 @@
 //! );
 //! ```
 //!
+//! **Protocol.** The epoch row's `owner_pid` holds the store's
+//! [protocol version](leasehold::backend::protocol) (NULL: protocol 1, a
+//! row of a build from before versions were recorded, which never reads
+//! that column in the epoch row). It is written with every new epoch, and
+//! checked where the epoch row is read: on opening (before anything is
+//! written: the epoch row is read, or locked, before the insert that would
+//! begin an epoch) and in the acquire statement itself, which grants only
+//! while `coalesce(owner_pid, 1)` is a protocol this build speaks (the
+//! answer's epoch columns then say why: a newer protocol is
+//! [`Error::UnsupportedProtocol`](leasehold::Error::UnsupportedProtocol)).
+//!
 //! A lease is *live* when `lease_id` is set and `expires_at >
 //! clock_timestamp()`. Rows are never deleted, so a key's fence never goes
 //! back.

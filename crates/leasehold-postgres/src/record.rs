@@ -2,6 +2,8 @@
 
 use std::time::{Duration, UNIX_EPOCH};
 
+use leasehold::backend::protocol::{check_protocol_number, PROTOCOL};
+
 use leasehold::{backend::StoreEpoch, HolderInfo, Key, KeyInfo, Owner, RunRecord};
 use tokio_postgres::Row;
 
@@ -107,13 +109,21 @@ pub(crate) fn same_table(table: &str, row: &str) -> String {
 /// epoch row keeps it in `data`).
 pub(crate) const THIS_CLUSTER: &str = "(SELECT system_identifier::text FROM pg_control_system())";
 
+/// The epoch row's column that holds the store's protocol (see the crate
+/// docs): `owner_pid`, which no build reads in the epoch row (the epoch row
+/// keeps its other facts in the lease columns too: `data`, `lease_id`).
+/// NULL (a row of a build from before protocol versions): protocol 1.
+pub(crate) const PROTOCOL_COLUMN: &str = "owner_pid";
+
 /// The epoch row's columns, as [`epoch`] reads them.
 pub(crate) fn epoch_columns(table: &str) -> String {
     format!(
         "epoch AS m_epoch, ttl_ms AS m_ttl_ms,
          {} AS m_same_table,
          extract(epoch FROM clock_timestamp() - acquired_at)::float8 AS m_age_s,
-         (lease_id IS NOT DISTINCT FROM '{PROVEN}') AS m_proven",
+         (lease_id IS NOT DISTINCT FROM '{PROVEN}') AS m_proven,
+         {PROTOCOL_COLUMN} AS m_protocol,
+         coalesce({PROTOCOL_COLUMN}, 1) BETWEEN 1 AND {PROTOCOL} AS m_protocol_known",
         same_table(table, "")
     )
 }
@@ -130,9 +140,16 @@ pub(crate) struct EpochRow {
     pub age: Duration,
     /// Whether the epoch is proven (see [`PROVEN`]).
     pub proven: bool,
+    /// The store's protocol, as written ([`PROTOCOL_COLUMN`]).
+    pub protocol: Option<i64>,
 }
 
 impl EpochRow {
+    /// The row's protocol, if this build speaks it (see the crate docs).
+    pub fn check_protocol(&self) -> leasehold::Result<u64> {
+        check_protocol_number(crate::error::NAME, self.protocol)
+    }
+
     pub fn store_epoch(&self) -> StoreEpoch {
         let epoch = StoreEpoch::new(self.epoch, self.max_ttl).with_age(Some(self.age));
         if self.proven {
@@ -151,6 +168,7 @@ impl EpochRow {
             same_table: false,
             age: Duration::ZERO,
             proven: false,
+            protocol: None,
         }
     }
 }
@@ -173,5 +191,6 @@ pub(crate) fn epoch(row: &Row) -> Option<EpochRow> {
                 .max(0.0),
         ),
         proven: row.get::<_, Option<bool>>("m_proven").unwrap_or(false),
+        protocol: row.get::<_, Option<i64>>("m_protocol"),
     })
 }

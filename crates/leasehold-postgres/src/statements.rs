@@ -55,6 +55,8 @@ impl Statements {
         let this_cluster = record::THIS_CLUSTER;
         let same_table = record::same_table(t, "");
         let same_table_m = record::same_table(t, "m.");
+        let protocol_column = record::PROTOCOL_COLUMN;
+        let protocol = leasehold::backend::protocol::PROTOCOL;
         // The epoch of a store begun now: the server clock's next second.
         let next_second = format!(
             "greatest(1, floor(extract(epoch FROM clock_timestamp()))::bigint + 1 - {origin})"
@@ -75,11 +77,11 @@ impl Statements {
             // store existed: then a table with no lease rows gets a proven
             // epoch ([`PROVEN`](record::PROVEN) in the row's lease_id).
             insert_epoch: format!(
-                "INSERT INTO {t} (key, fence, epoch, ttl_ms, acquired_at, table_oid, data, lease_id)
+                "INSERT INTO {t} (key, fence, epoch, ttl_ms, acquired_at, table_oid, data, lease_id, {protocol_column})
                  VALUES ('{EPOCH_KEY}', 0, {next_second}, $1, clock_timestamp(), {this_table},
                          {this_cluster},
                          CASE WHEN $2 AND NOT EXISTS (SELECT 1 FROM {t} WHERE key <> '{EPOCH_KEY}')
-                              THEN '{proven}' END)
+                              THEN '{proven}' END, {protocol})
                  ON CONFLICT (key) DO NOTHING RETURNING epoch",
                 proven = record::PROVEN,
             ),
@@ -89,7 +91,7 @@ impl Statements {
             renew_epoch: format!(
                 "UPDATE {t} SET epoch = greatest(epoch + 1, {next_second}),
                    acquired_at = clock_timestamp(), table_oid = {this_table},
-                   data = {this_cluster}, lease_id = NULL
+                   data = {this_cluster}, lease_id = NULL, {protocol_column} = {protocol}
                  WHERE key = '{EPOCH_KEY}'"
             ),
             void_leases: format!(
@@ -113,6 +115,7 @@ impl Statements {
                            clock_timestamp() + $3::float8 * interval '1 millisecond', $3,
                            $5, $6, $7, $8, clock_timestamp()
                     FROM m WHERE m.m_epoch = $4 AND m.m_same_table AND $3 <= m.m_ttl_ms
+                      AND m.m_protocol_known
                     ON CONFLICT (key) DO UPDATE SET
                         fence = CASE WHEN r.lease_id = excluded.lease_id AND r.epoch = excluded.epoch
                                      THEN r.fence ELSE greatest(r.fence, excluded.epoch << 22) + 1 END,

@@ -12,6 +12,14 @@ pub(crate) const NAME: &str = "redis";
 /// not. The message never holds the password: the client's errors do not
 /// carry its connection settings.
 pub(crate) fn client(op: &'static str, e: redis::RedisError) -> Error {
+    if e.code() == Some("LEASEHOLD_PROTOCOL") {
+        // A script found a marker of a protocol this build does not speak
+        // and wrote nothing (see the prelude's `current_epoch`).
+        let found = e.detail().unwrap_or("").trim();
+        if let Err(refused) = leasehold::backend::protocol::check_protocol(NAME, Some(found)) {
+            return refused;
+        }
+    }
     let retryable = e.is_io_error()
         || e.is_timeout()
         || e.is_connection_dropped()

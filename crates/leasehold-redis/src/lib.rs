@@ -108,6 +108,19 @@
 //!   changes nothing (acquire with the same lease id, renew, record a run,
 //!   reads); release and break are not repeated.
 //!
+//! # Protocol
+//! The marker's `protocol` field is the store's
+//! [protocol version](leasehold::backend::protocol), written with every new
+//! epoch (a marker without it, written by a build from before versions were
+//! recorded, is protocol 1; those builds read the fields they know and
+//! keep this one when they rewrite the marker). Every script reads the
+//! marker first (`current_epoch` in the prelude, before any write but
+//! release's end of its own lease) and ends with the error
+//! `LEASEHOLD_PROTOCOL <found>` on a protocol above the one the backend
+//! puts in front of the prelude (`PROTOCOL`), which the backend reports as
+//! [`Error::UnsupportedProtocol`](leasehold::Error::UnsupportedProtocol):
+//! nothing granted, started, voided or broken.
+//!
 //! # Store epoch and quarantine
 //! The marker holds the store's epoch, the `run_id` of the **server
 //! process** that wrote it (Redis makes a new random `run_id` at every

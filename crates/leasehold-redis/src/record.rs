@@ -5,7 +5,7 @@
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `P#epoch` | hash | the store's epoch marker: `epoch`, `max_ttl_ms`, `start_ms` (server clock), `run_id` (of the server process that wrote it), `replid` (that server's `master_replid`, its replication history), `high` (highest token issued) |
+//! | `P#epoch` | hash | the store's epoch marker: `epoch`, `max_ttl_ms`, `start_ms` (server clock), `run_id` (of the server process that wrote it), `replid` (that server's `master_replid`, its replication history), `high` (highest token issued), `protocol` (the store's [protocol version](leasehold::backend::protocol); missing: 1) |
 //! | `P#keys` | sorted set | every key name that has a record (score 0, read in byte order for `list`) |
 //! | `P#released` | pub/sub channel | key names, published at each release and break |
 //! | `Pk:KEY` | hash | the key's record: `fence` (last token issued; only grows), `epoch` (of the last grant), `lease_id`, `expires_ms` (server clock), `ttl_ms`, `owner_host`, `owner_pid`, `owner_label`, `data`, `acquired_ms`, `last_success`, `last_success_end_ms`, `last_run`, `last_run_end_ms`, `last_run_token` |

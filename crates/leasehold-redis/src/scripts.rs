@@ -16,26 +16,33 @@ pub(crate) struct Scripts {
 
 impl Scripts {
     pub(crate) fn new() -> Self {
-        let with_prelude = |body: &str| Script::new(&format!("{PRELUDE}\n{body}"));
+        let script = |body: &str| Script::new(&with_prelude(body));
         Scripts {
-            acquire: with_prelude(include_str!("lua/acquire.lua")),
-            epoch: with_prelude(include_str!("lua/epoch.lua")),
-            renew: with_prelude(include_str!("lua/renew.lua")),
-            release: with_prelude(include_str!("lua/release.lua")),
-            break_lease: with_prelude(include_str!("lua/break.lua")),
-            record_run: with_prelude(include_str!("lua/record_run.lua")),
-            inspect: with_prelude(include_str!("lua/inspect.lua")),
+            acquire: script(include_str!("lua/acquire.lua")),
+            epoch: script(include_str!("lua/epoch.lua")),
+            renew: script(include_str!("lua/renew.lua")),
+            release: script(include_str!("lua/release.lua")),
+            break_lease: script(include_str!("lua/break.lua")),
+            record_run: script(include_str!("lua/record_run.lua")),
+            inspect: script(include_str!("lua/inspect.lua")),
         }
     }
 }
 
 const PRELUDE: &str = include_str!("lua/prelude.lua");
 
+/// `body` with the prelude in front, and in front of that the protocol
+/// this build speaks (the prelude's `PROTOCOL`, see the crate docs).
+fn with_prelude(body: &str) -> String {
+    let protocol = leasehold::backend::protocol::PROTOCOL;
+    format!("local PROTOCOL = {protocol}\n{PRELUDE}\n{body}")
+}
+
 /// The script texts, for tools that run the same protocol by hand (the
 /// benchmarks' raw client loop): (acquire, release), prelude included.
 pub fn acquire_and_release_scripts() -> (String, String) {
     (
-        format!("{PRELUDE}\n{}", include_str!("lua/acquire.lua")),
-        format!("{PRELUDE}\n{}", include_str!("lua/release.lua")),
+        with_prelude(include_str!("lua/acquire.lua")),
+        with_prelude(include_str!("lua/release.lua")),
     )
 }

@@ -3,6 +3,7 @@
 use std::time::{Duration, SystemTime};
 
 use aws_sdk_s3::types::{BucketLocationConstraint, CreateBucketConfiguration};
+use leasehold::backend::protocol::{check_protocol_json, PROTOCOL};
 use leasehold::{
     backend::{epoch_at, StoreEpoch},
     Creation, Error, Result,
@@ -29,6 +30,10 @@ struct Marker {
     proven: bool,
     /// Fresh bytes: a marker written again never has an earlier ETag.
     nonce: String,
+    /// The store's protocol (see the crate docs): missing in a marker of
+    /// a build from before protocol versions (protocol 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    protocol: Option<serde_json::Value>,
 }
 
 fn marker_name(backend: &S3Backend) -> String {
@@ -55,6 +60,9 @@ fn parse(
     last_modified: Option<SystemTime>,
     date: Option<SystemTime>,
 ) -> Result<StoreEpoch> {
+    // The protocol first: a marker of a newer protocol is refused, even
+    // one whose other fields changed.
+    check_protocol_json(SERVICE.backend, body)?;
     let marker: Marker = serde_json::from_slice(body).map_err(|e| {
         SERVICE.error("epoch", false, format!(
                 "the store's epoch marker ({MARKER}) is not leasehold's ({e}); is the prefix used by something else?"
@@ -124,6 +132,7 @@ pub(crate) async fn read_or_start(backend: &S3Backend) -> Result<(StoreEpoch, bo
             max_ttl_ms: backend.settings.max_ttl.as_millis() as u64,
             proven,
             nonce: crate::record::nonce(),
+            protocol: Some(PROTOCOL.into()),
         };
         let body = serde_json::to_vec(&marker).expect("a marker always serialises");
         match backend.put("open", &name, body, Cond::Create).await? {

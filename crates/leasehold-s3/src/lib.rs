@@ -37,7 +37,12 @@
 //! times, for display only), `released_by`, the key's
 //! [run records](leasehold::backend#run-records), and a `nonce`: fresh
 //! random bytes in every write. One more object, `PREFIX/!leasehold-epoch`,
-//! is the store's *epoch marker* (its max TTL, and whether its epoch is
+//! is the store's *epoch marker* (its [protocol version](leasehold::backend::protocol)
+//! in `"protocol"`, missing on a marker of a build from before versions
+//! were recorded: protocol 1, checked first at every read of the marker,
+//! before anything is written, a newer one refused with
+//! [`Error::UnsupportedProtocol`](leasehold::Error::UnsupportedProtocol);
+//! its max TTL, and whether its epoch is
 //! proven). leasehold never deletes a key's object.
 //!
 //! # Protocol

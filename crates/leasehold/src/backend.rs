@@ -72,8 +72,9 @@
 //!    4-minute lease: its watchdog stops the command before a re-creator
 //!    with a 3 s max TTL runs).
 //!
-//! **Upgrading.** Every process that shares a store must run a version with
-//! the confirmation window: an older one still trusts a lease for its whole
+//! **Upgrading.** (Which versions may share a store at all is the store's
+//! [protocol](protocol), recorded in its epoch marker.) Every process that
+//! shares a store must run a version with the confirmation window: an older one still trusts a lease for its whole
 //! TTL and quarantines for its store's max TTL, which is the failure above.
 //! A SQLite epoch an older version began without proof is read as
 //! beginning one window before it would have settled.
@@ -255,6 +256,7 @@ use crate::runs::RunRecord;
 pub mod names;
 mod observe;
 pub mod params;
+pub mod protocol;
 pub mod shared_builder;
 mod wrapper;
 

@@ -105,6 +105,25 @@ pub enum Error {
         what: String,
     },
 
+    /// The store was written by a leasehold **protocol** this build does
+    /// not speak (a newer release's): its epoch marker names protocol
+    /// `found`, and this build speaks protocols up to `supported`
+    /// ([`PROTOCOL`](crate::backend::protocol::PROTOCOL)). Nothing was
+    /// granted, written or broken: the backend refuses as soon as it reads
+    /// the marker, before any write. Not retryable: upgrade this process.
+    /// See [protocol versions](crate::backend::protocol).
+    #[error("the {backend} store is in leasehold protocol {found}, and this leasehold (version {this_version}) speaks protocol {supported} and older: it takes, changes and breaks nothing in that store; upgrade this process to a leasehold that speaks protocol {found} (docs/guarantees.md, \"Upgrading\")")]
+    UnsupportedProtocol {
+        /// Name of the backend ("sqlite", "redis", ...).
+        backend: &'static str,
+        /// The protocol the store's marker names, as stored.
+        found: String,
+        /// The newest protocol this build speaks.
+        supported: u64,
+        /// This build's version of the leasehold crate.
+        this_version: &'static str,
+    },
+
     /// The storage backend failed. `retryable` says whether trying again
     /// later can help (timeouts, throttling, 5xx) or not (bad credentials,
     /// missing permissions, corrupt data).

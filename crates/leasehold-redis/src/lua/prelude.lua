@@ -38,10 +38,19 @@ end
 
 -- The store's epoch if the marker was written by this very server
 -- process in its present replication history, else nil (and what the
--- marker holds, if anything).
+-- marker holds, if anything). A marker of a protocol above PROTOCOL (put
+-- in front of the prelude by the backend) ends the script with the error
+-- `LEASEHOLD_PROTOCOL <found>`: every script reads the marker before it
+-- writes anything (release only ends its own lease first).
 local function current_epoch()
   local m = redis.call('HMGET', KEYS[1], 'epoch', 'max_ttl_ms', 'start_ms', 'run_id', 'high',
-                       'replid', 'proven')
+                       'replid', 'proven', 'protocol')
+  if m[8] then
+    local p = tonumber(m[8])
+    if not p or p ~= math.floor(p) or p < 1 or p > PROTOCOL then
+      return error({ err = 'LEASEHOLD_PROTOCOL ' .. m[8] })
+    end
+  end
   if not m[1] or m[4] ~= run_id() or m[6] ~= replid() then
     return nil, m
   end
@@ -76,7 +85,7 @@ local function check_epoch(now, default_max_ttl, proven, index)
         start = (e + ORIGIN_S) * 1000, high = tonumber(old[5]) or 0 }
   redis.call('HSET', KEYS[1], 'epoch', int(m.epoch), 'max_ttl_ms', int(m.max_ttl),
              'start_ms', int(m.start), 'run_id', run_id(), 'high', int(m.high),
-             'replid', replid())
+             'replid', replid(), 'protocol', int(PROTOCOL))
   if proven then
     redis.call('HSET', KEYS[1], 'proven', '1')
     m.proven = true

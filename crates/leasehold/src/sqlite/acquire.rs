@@ -43,6 +43,8 @@ pub(super) fn acquire_in(
             "the store has no epoch row",
         ));
     };
+    // Before anything is written: a store moved to an unknown protocol.
+    epoch_row.check_protocol()?;
     if req.epoch != Some(epoch_row.epoch) || epoch_row.boot_id != *ctx.boot_id {
         return Ok(AcquireOutcome::OtherEpoch(store_epoch(
             &epoch_row, ctx, now,

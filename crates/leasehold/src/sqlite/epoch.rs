@@ -10,6 +10,17 @@ pub(super) struct EpochRow {
     pub(super) file: FileId,
     pub(super) boot_id: String,
     pub(super) settled_at_ns: i64,
+    /// The store's protocol, as written (`None`: protocol 1, a row
+    /// written before versions were recorded; see
+    /// [protocol versions](crate::backend::protocol)).
+    pub(super) protocol: Option<i64>,
+}
+
+impl EpochRow {
+    /// The row's protocol, if this build speaks it.
+    pub(super) fn check_protocol(&self) -> Result<u64> {
+        check_protocol_number(NAME, self.protocol)
+    }
 }
 
 /// The epoch to start after `old`: the wall clock's next whole second
@@ -37,27 +48,38 @@ pub(super) fn quarantine_ns() -> i64 {
     (CONFIRMATION_WINDOW + CONFIRMATION_WINDOW / 1000).as_nanos() as i64
 }
 
+/// The epoch row. A file of a build from before protocol versions has no
+/// `protocol` column until a build that records versions opens it to take
+/// leases (looking adds nothing): read as protocol 1.
 pub(super) fn read_epoch(conn: &Connection) -> rusqlite::Result<Option<EpochRow>> {
     // Cached statements (here and in the other hot paths): parsing the SQL
     // again each time costs about as much as running it.
-    conn.prepare_cached(
-        "SELECT epoch, max_ttl_ms, file_dev, file_ino, boot_id, settled_at_ns FROM leasehold_store WHERE id = 1",
-    )?
-    .query_row(
-        [],
-        |r| {
-            Ok(EpochRow {
-                epoch: r.get::<_, i64>(0)? as u64,
-                max_ttl: Duration::from_millis(r.get::<_, i64>(1)? as u64),
-                file: FileId {
-                    dev: r.get::<_, i64>(2)? as u64,
-                    ino: r.get::<_, i64>(3)? as u64,
-                },
-                boot_id: r.get(4)?,
-                settled_at_ns: r.get(5)?,
-            })
-        },
-    )
+    let with_protocol = conn.prepare_cached(
+        "SELECT epoch, max_ttl_ms, file_dev, file_ino, boot_id, settled_at_ns, protocol FROM leasehold_store WHERE id = 1",
+    );
+    let (mut st, has_protocol) = match with_protocol {
+        Ok(st) => (st, true),
+        Err(e) if e.to_string().contains("no such column") => (
+            conn.prepare_cached(
+                "SELECT epoch, max_ttl_ms, file_dev, file_ino, boot_id, settled_at_ns FROM leasehold_store WHERE id = 1",
+            )?,
+            false,
+        ),
+        Err(e) => return Err(e),
+    };
+    st.query_row([], |r| {
+        Ok(EpochRow {
+            epoch: r.get::<_, i64>(0)? as u64,
+            max_ttl: Duration::from_millis(r.get::<_, i64>(1)? as u64),
+            file: FileId {
+                dev: r.get::<_, i64>(2)? as u64,
+                ino: r.get::<_, i64>(3)? as u64,
+            },
+            boot_id: r.get(4)?,
+            settled_at_ns: r.get(5)?,
+            protocol: if has_protocol { r.get(6)? } else { None },
+        })
+    })
     .optional()
 }
 

@@ -74,9 +74,23 @@
 //!     id INTEGER PRIMARY KEY CHECK (id = 1), epoch INTEGER NOT NULL,
 //!     max_ttl_ms INTEGER NOT NULL, file_dev INTEGER NOT NULL,
 //!     file_ino INTEGER NOT NULL, boot_id TEXT NOT NULL,
-//!     settled_at_ns INTEGER NOT NULL
+//!     settled_at_ns INTEGER NOT NULL, protocol INTEGER
 //! );
 //! ```
+//!
+//! **Protocol.** The row's `protocol` is the store's
+//! [protocol version](crate::backend::protocol), written with every new
+//! epoch. Builds from before versions were recorded name their columns, so
+//! they neither read the column nor fail on it, and a row they write has it
+//! NULL: protocol 1, theirs. A file without the column gets it (`ALTER
+//! TABLE`, under the write lock) from the first build that records
+//! versions and opens the file to take leases. The protocol is checked,
+//! before anything is written, when a process opens the file (before even
+//! the journal mode), and inside every acquire transaction (before the
+//! grant): a newer protocol is
+//! [`Error::UnsupportedProtocol`](crate::Error::UnsupportedProtocol).
+//! Tests: `tests/protocol.rs`; with the previous release's binary,
+//! `scripts/compat.sh`.
 //!
 //! * **The file under an open connection.** A connection knows the identity
 //!   of the file it opened (checked by `stat` before and after opening).
@@ -223,6 +237,7 @@ use async_trait::async_trait;
 use rusqlite::config::DbConfig;
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
 
+use crate::backend::protocol::{check_protocol_number, PROTOCOL};
 use crate::backend::{
     epoch_at, next_token, AcquireOutcome, AcquireRequest, Backend, Capabilities, Creation,
     EpochRead, Grant, HolderInfo, KeyInfo, Lease, Owner, StoreEpoch, CONFIRMATION_WINDOW,

@@ -258,6 +258,12 @@ impl SqliteBackend {
             }
             db_error("open", e)
         })?;
+        if ours {
+            // An unknown protocol is refused before anything is written
+            // (the journal mode, the schema, the epoch).
+            let found = stored_protocol(&conn).map_err(|e| db_error("open", e))?;
+            check_protocol_number(NAME, found)?;
+        }
         if look && !ours {
             return Err(Error::no_store(format!(
                 "{} has no leasehold tables",
@@ -291,6 +297,7 @@ impl SqliteBackend {
             conn.execute_batch(SCHEMA)
                 .map_err(|e| db_error("open", e))?;
             add_run_columns(&mut conn).map_err(|e| db_error("open", e))?;
+            add_protocol_column(&mut conn).map_err(|e| db_error("open", e))?;
         }
         let (row, created) = self.check_epoch(&mut conn, file)?;
         self.store_max_ttl_ms
@@ -322,6 +329,7 @@ impl SqliteBackend {
         let op = |e| db_error("open", e);
         let found = read_epoch(conn).map_err(op)?;
         if let Some(row) = &found {
+            row.check_protocol()?;
             if row.file == file && row.boot_id == *self.boot_id {
                 return Ok((row.clone(), false));
             }
@@ -345,6 +353,7 @@ impl SqliteBackend {
                 file,
                 boot_id: String::new(),
                 settled_at_ns: 0,
+                protocol: None,
             });
             return Ok((row, false));
         }
@@ -353,6 +362,7 @@ impl SqliteBackend {
             .map_err(op)?;
         let old = read_epoch(&tx).map_err(op)?;
         if let Some(row) = &old {
+            row.check_protocol()?;
             if row.file == file && row.boot_id == *self.boot_id {
                 // Another process created it (or began its epoch) first.
                 return Ok((row.clone(), false));
@@ -444,17 +454,19 @@ impl SqliteBackend {
             file,
             boot_id: self.boot_id.to_string(),
             settled_at_ns: settled,
+            protocol: Some(PROTOCOL as i64),
         };
         tx.execute(
-            "INSERT OR REPLACE INTO leasehold_store (id, epoch, max_ttl_ms, file_dev, file_ino, boot_id, settled_at_ns)
-             VALUES (1, ?1, ?2, ?3, ?4, ?5, ?6)",
+            "INSERT OR REPLACE INTO leasehold_store (id, epoch, max_ttl_ms, file_dev, file_ino, boot_id, settled_at_ns, protocol)
+             VALUES (1, ?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             params![
                 row.epoch as i64,
                 ms(row.max_ttl),
                 row.file.dev as i64,
                 row.file.ino as i64,
                 row.boot_id,
-                row.settled_at_ns
+                row.settled_at_ns,
+                row.protocol
             ],
         )
         .map_err(op)?;
