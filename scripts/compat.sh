@@ -49,6 +49,10 @@ started=$SECONDS
 # --- the two binaries --------------------------------------------------------
 if [[ ! -x "$OLD" ]]; then
     if ! git cat-file -e "$PREV^{commit}" 2>/dev/null; then
+        # A shallow clone: try to fetch the commit from where it came.
+        git fetch --quiet --unshallow 2>/dev/null || git fetch --quiet origin "$PREV" 2>/dev/null || true
+    fi
+    if ! git cat-file -e "$PREV^{commit}" 2>/dev/null; then
         echo "compat.sh: commit $PREV (the previous release) is not in this clone; fetch it (git fetch --unshallow, or git fetch origin $PREV)" >&2
         exit 1
     fi
