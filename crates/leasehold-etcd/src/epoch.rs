@@ -129,11 +129,7 @@ impl EtcdBackend {
         let now = std::time::SystemTime::now();
         let (epoch, wait) = leasehold::backend::epoch_after(now, now);
         tokio::time::sleep(wait).await;
-        let marker = EpochMarker::new(
-            epoch,
-            self.inner.max_ttl.as_millis() as u64,
-            proven,
-        );
+        let marker = EpochMarker::new(epoch, self.inner.max_ttl.as_millis() as u64, proven);
         let timer = self
             .grant(
                 "create store",
