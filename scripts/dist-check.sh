@@ -81,6 +81,15 @@ must_exist() { # WHAT FILE...
     done
 }
 
+# The newest glibc symbol version FILE needs (objdump -T), printed.
+glibc_need() { # WHAT FILE
+    local need
+    need=$(objdump -T "$2" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -Vu | tail -1)
+    [[ "$(printf '%s\n' "$need" 2.17 | sort -V | tail -1)" == 2.17 ]] ||
+        { echo "dist-check: $1 needs glibc $need, above 2.17" >&2; exit 1; }
+    echo "dist-check: $1: needs glibc $need at most"
+}
+
 # --- the tarball
 tarball=$(ls "$dist"/leasehold-*-x86_64-linux-gnu.tar.gz)
 mkdir "$tmp/tar"
@@ -89,6 +98,7 @@ top=$(ls -d "$tmp"/tar/leasehold-*)
 must_exist tarball "$top/man/leasehold.1" "$top/man/leasehold-run.1" \
     "$top/completions/leasehold.bash" "$top/completions/_leasehold" \
     "$top/completions/leasehold.fish" "$top/README.md" "$top/LICENSE-MIT" "$top/LICENSE-APACHE"
+glibc_need "tarball's leasehold" "$top/leasehold"
 run_demo "tarball" "$top"
 
 # --- the .deb
@@ -99,6 +109,7 @@ r="$tmp/deb-root/usr"
 must_exist .deb "$r/share/man/man1/leasehold.1.gz" "$r/share/man/man1/leasehold-run.1.gz" \
     "$r/share/bash-completion/completions/leasehold" "$r/share/zsh/vendor-completions/_leasehold" \
     "$r/share/fish/vendor_completions.d/leasehold.fish" "$r/share/doc/leasehold/copyright"
+glibc_need ".deb's leasehold" "$r/bin/leasehold"
 run_demo ".deb (dpkg-deb -x)" "$r/bin"
 
 # --- the CLI wheel: pipx, uv tool, pip
@@ -118,6 +129,9 @@ run_demo "CLI wheel (pip, venv)" "$tmp/cli-venv/bin"
 py_wheel=$(ls "$dist"/leasehold-*-abi3-*.whl)
 "$python" -m venv "$tmp/py-venv"
 clean "$tmp/py-venv/bin" pip install --quiet --no-index --disable-pip-version-check "$py_wheel"
+for so in "$tmp"/py-venv/lib/python*/site-packages/leasehold/*.so; do
+    glibc_need "Python module $(basename "$so")" "$so"
+done
 got=$(cd "$tmp" && clean "$tmp/py-venv/bin" python - "$tmp/py.db" <<'EOF'
 import sys
 import leasehold

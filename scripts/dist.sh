@@ -140,7 +140,15 @@ if [[ -z "${DIST_NO_PACKAGE_VERIFY:-}" ]]; then
     public=$(scripts/package-check.sh | sed -n 's/^package-check: cargo package --no-verify for: //p')
     args=()
     for p in $public; do args+=(-p "$p"); done
-    cargo package "${args[@]}" --locked
+    # The verify build reads no [profile] of the workspace (a published
+    # manifest has none): give it the workspace's dev profile, so that it
+    # reuses the dependencies a `cargo build` or `cargo test` left in target/.
+    cargo package "${args[@]}" --locked \
+        --config 'profile.dev.debug="line-tables-only"' \
+        --config 'profile.dev.package."*".debug=false' \
+        --config 'profile.dev.package.postgres-protocol.opt-level=3' \
+        --config 'profile.dev.package.sha2.opt-level=3' \
+        --config 'profile.dev.package.hmac.opt-level=3'
     took "cargo package with the verify build ($(echo "$public" | wc -w) crates)"
 fi
 
