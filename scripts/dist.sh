@@ -50,7 +50,7 @@ t=$SECONDS
 took() { times+=("$(printf '%5d s  %s' $((SECONDS - t)) "$1")"); t=$SECONDS; }
 trap 'echo "== dist.sh: times"; printf "%s\n" "${times[@]}"; echo "$(printf "%5d s" $SECONDS)  in all"' EXIT
 
-for tool in objdump python3 sha256sum tar; do
+for tool in objdump python3 sha256sum tar gzip; do
     command -v "$tool" >/dev/null || { echo "dist.sh: needs $tool" >&2; exit 1; }
 done
 
@@ -106,6 +106,12 @@ extra="$release/dist-extra"
 rm -rf "$extra"
 mkdir -p "$extra/completions"
 LEASEHOLD_BIN="$bin" scripts/man.sh "$extra/man" >/dev/null
+# The .deb's copies gzipped, as Debian has man pages (no name or time in
+# the gzip header: the same bytes each build).
+mkdir -p "$extra/man-gz"
+for page in "$extra"/man/*.1; do
+    gzip -9n <"$page" >"$extra/man-gz/$(basename "$page").gz"
+done
 "$bin" completions bash >"$extra/completions/leasehold.bash"
 "$bin" completions zsh >"$extra/completions/_leasehold"
 "$bin" completions fish >"$extra/completions/leasehold.fish"
