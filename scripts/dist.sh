@@ -62,7 +62,10 @@ if ! "$venv/bin/maturin" --version 2>/dev/null | grep -q "$maturin_version" ||
         "maturin==$maturin_version" "ziglang==$ziglang_version"
 fi
 if ! "$tools/bin/cargo-deb" --version 2>/dev/null | grep -q "$cargo_deb_version"; then
-    cargo install --quiet --locked --root "$tools" cargo-deb --version "$cargo_deb_version"
+    # In cargo's own temporary directory, not CARGO_TARGET_DIR: no wait for
+    # (or leftovers in) the project's build directory.
+    env -u CARGO_TARGET_DIR cargo install --quiet --locked --root "$tools" \
+        cargo-deb --version "$cargo_deb_version"
 fi
 export PATH="$PWD/$venv/bin:$PWD/$tools/bin:$PATH"
 took "tools (maturin, ziglang, cargo-deb)"
