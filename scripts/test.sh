@@ -102,6 +102,7 @@ export LEASEHOLD_TEST_S3_ENDPOINT="${LEASEHOLD_TEST_S3_ENDPOINT:-$(scripts/moto.
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
 step "fmt and clippy"
+scripts/package-check.sh; step "cargo package of the public crates (no verify)"
 # Tests mostly wait on leases and emulators, not on the CPU: run more of
 # them at once than there are cores.
 args=("$@")
