@@ -226,8 +226,16 @@ fn print_generated(text: &[u8]) -> ExitCode {
 
 /// What a command that only looks says when there is no store at the URL.
 fn no_store_message(url: Option<&str>, what: &str) -> String {
-    let url = stores::redact(url.unwrap_or("sqlite:"));
-    format!("no leasehold store at {url} ({what}); `leasehold init --store {url}` creates one")
+    let given = url.unwrap_or("sqlite:");
+    let url = stores::redact(given);
+    // The command to paste: quoted for the shell (a URL's `&` and `?`),
+    // and without a URL where the one shown has a secret blanked out.
+    let init = if url == given {
+        format!("`leasehold init --store '{}'`", url.replace('\'', "'\\''"))
+    } else {
+        "`leasehold init --store URL` (the same URL, or LEASEHOLD_STORE)".to_string()
+    };
+    format!("no leasehold store at {url} ({what}); {init} creates one")
 }
 
 /// Shows clap's answer to a command line it did not take: help and the

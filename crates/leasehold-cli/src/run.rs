@@ -410,7 +410,7 @@ fn describe_holders(holders: &[HolderInfo]) -> String {
 /// brand-new store.
 fn quarantine_message(key: &str, epoch: u64, remaining: Duration, window: Duration) -> String {
     format!(
-        "{key}: the store's data is new to this process (store epoch {epoch}: the store was just created, by this or another process, or re-created after its data was lost) and nothing of an earlier store is known, so nothing is granted for another {} (quarantine: one confirmation window, {}, from the epoch's beginning as far as the store can tell), so that any holder of lost data has stopped first; not running the command. If no store ever existed here, create it with `leasehold init --new` beforehand: it then grants at once",
+        "{key}: the store's data is new to this process (store epoch {epoch}: the store was just created, by this or another process, or re-created after its data was lost) and nothing of an earlier store is known, so nothing is granted for another {} (quarantine: one confirmation window, {}, from the epoch's beginning as far as the store can tell), so that any holder of lost data has stopped first; not running the command. If no store ever existed here, a store made by `leasehold init --new` grants at once; this one exists now, so wait (`--wait` longer than the time left), or, if nothing uses it yet, remove it and run `leasehold init --new`",
         short(remaining),
         short(window)
     )

@@ -279,7 +279,12 @@ fn looking_at_a_missing_store_creates_nothing(store: &str) {
         assert_eq!(out.code, Some(3), "{look:?}: {out:?}");
         assert!(
             out.stderr.contains("no leasehold store at")
-                && out.stderr.contains("`leasehold init --store"),
+                && (out
+                    .stderr
+                    .contains(&format!("`leasehold init --store '{}'`", env.url()))
+                    || out.stderr.contains(
+                        "`leasehold init --store URL` (the same URL, or LEASEHOLD_STORE)"
+                    )),
             "{look:?}: {}",
             out.stderr
         );
