@@ -40,7 +40,7 @@ impl EtcdBackend {
                 return Ok((e, created));
             }
             if creation == leasehold::Creation::Never {
-                return Ok((self.look_without_marker().await?, false));
+                return Err(self.no_store().await?);
             }
             created |= self
                 .create_marker(creation == leasehold::Creation::NewProven)
@@ -60,18 +60,18 @@ impl EtcdBackend {
         Ok(resp.responses.first().map_or(0, grpc::range_count) > 0)
     }
 
-    /// A look at a prefix without a marker, which writes nothing: no
-    /// store. Keys under the prefix do not make one: they may be another
+    /// What a look at a prefix without a marker answers (it writes
+    /// nothing): no store, the error it is. Keys under the prefix do not make one: they may be another
     /// store's, whose prefix begins with this one (`jobs` and `jobs/`), or
     /// those of a store whose marker was deleted by hand, which the next
     /// acquirer starts a new epoch in.
-    async fn look_without_marker(&self) -> Result<StoreEpoch> {
+    async fn no_store(&self) -> Result<Error> {
         let others = if self.has_keys("epoch").await? {
             " (there are keys under it: another store's, whose prefix begins the same way, or those of a store whose marker was deleted)"
         } else {
             ""
         };
-        Err(Error::no_store(format!(
+        Ok(Error::no_store(format!(
             "no leasehold store epoch marker under the prefix {:?}{others}",
             self.inner.prefix
         )))
