@@ -11,6 +11,7 @@
 #   scripts/bench.sh               # the full run (several minutes) -> docs/
 #   scripts/bench.sh --out DIR     # the full run, written to DIR
 #   scripts/bench.sh --tiny        # seconds: tiny loads, no peers, debug build, to a temp dir
+#                                  # (BENCH_BUILD=tests: the binaries of the tests' build)
 #                                  # (uses the emulators and servers only if already running)
 #   scripts/bench.sh --only 1,5 --out DIR   # some figures only, for a quick look
 #   scripts/bench.sh --stores s3 --out DIR  # some stores only (memory, sqlite, azblob,
@@ -32,7 +33,7 @@ while (($#)); do
         --out) out="$2"; shift ;;
         --only) only=(--only "$2"); shift ;;
         --stores) stores="$2"; shift ;;
-        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
         *) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
     esac
     shift
@@ -41,7 +42,15 @@ done
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
 if ((tiny)); then
     # Numbers from a tiny run mean nothing, so spare CI a release build.
-    cargo build -p leasehold-bench -p leasehold-cli >&2
+    if [[ "${BENCH_BUILD:-}" == tests ]]; then
+        # scripts/test.sh: the workspace's test build has just built both
+        # binaries; asking for them the same way finds them built, where a
+        # build of the two packages alone rebuilds the store crates with
+        # other features (about a minute).
+        cargo test --quiet --workspace --no-run >&2
+    else
+        cargo build -p leasehold-bench -p leasehold-cli >&2
+    fi
     BIN="$TARGET/debug/leasehold-bench"
 else
     cargo build --release -p leasehold-bench -p leasehold-cli >&2

@@ -74,6 +74,7 @@ mod late;
 mod outcome;
 mod round;
 mod wait;
+mod waiter;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -98,7 +99,7 @@ use crate::store::Store;
 
 pub(crate) use gate::Gate;
 use gate::Gated;
-use late::{chase_late_landing, PendingLease, FIRST_ANSWER};
+use late::{chase_late_landing, PendingLease};
 use outcome::WaitOutcome;
 use round::{Missed, Round};
 

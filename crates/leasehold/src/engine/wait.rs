@@ -3,6 +3,7 @@
 //! queue, wake-ups and the fairness rules (see the [engine](super) docs,
 //! "Waiting" and "Fairness").
 
+use super::waiter::{Next, Waiter};
 use super::*;
 
 /// How recently another process must have held a key for a local waiter to
@@ -52,14 +53,8 @@ impl Engine {
             waited: started.elapsed(),
         };
         let mut outcome = WaitOutcome::default();
-        // The first round is given [`FIRST_ANSWER`] to answer, however short
-        // the wait: a store that answers a moment after the wait ran out
-        // has not failed, and its answer (granted, or held: timed out) is
-        // the wait's. Later rounds, and the pauses between them, are cut
-        // off at the deadline. Only for a task that did not queue behind
-        // other local waiters: one let through the queue after its wait ran
-        // out gives up without an attempt (so that tasks sharing a deadline
-        // send what one task sends).
+        // Only a task that did not queue behind other local waiters gives
+        // its first round more than its wait (see [`Waiter::new`]).
         let (gate, queued) = match self.queue.gate.clone().try_lock_owned() {
             Ok(gate) => (gate, false),
             Err(_) => match until(give_up, self.queue.gate.clone().lock_owned()).await {
@@ -67,25 +62,16 @@ impl Engine {
                 None => return Err(timed_out()),
             },
         };
-        let first_bound = match queued {
-            true => give_up,
-            false => give_up.map(|at| at.max(started + FIRST_ANSWER)),
-        };
-        let mut first = true;
+        let mut waiter = Waiter::new(started, give_up, queued);
         // A lock's guard keeps the gate (the key's) while held; a
         // semaphore's waiter lets the next local waiter poll once it is done.
         let mut queue = Some(gate);
         let mut slots = self.fresh_slots();
-        let mut failures = 0u32;
-        // Whether to watch for releases by other processes: from the first
-        // round that misses (see the module docs).
-        let mut watching = false;
+        // A registered watch for releases by other processes, kept for the
+        // next round.
         let mut watch = None;
-        // A writer's grant kept while readers still hold (see [`Gate`]), and
-        // whether the last miss was the gate's (so the keys to watch are
-        // the gate's).
+        // A writer's grant kept while readers still hold (see [`Gate`]).
         let mut kept: Option<Granted> = None;
-        let mut gated = false;
         let gate_local = self.gate_local();
         loop {
             let released = self.queue.released.notified();
@@ -104,7 +90,7 @@ impl Engine {
                     CONTENDED_FOR,
                     self.opts.poll_max * PROBE_POLLS,
                 );
-            let watched = if gated {
+            let watched = if waiter.gated() {
                 self.gate_watch()
             } else {
                 &self.slots
@@ -113,7 +99,9 @@ impl Engine {
             // (registered before the round, so none is missed).
             let remote = match watch.take() {
                 Some(w) => Some(w),
-                None if watching || give_way => self.store.backend().watch_release(watched),
+                None if waiter.watching() || give_way => {
+                    self.store.backend().watch_release(watched)
+                }
                 None => None,
             };
             if give_way {
@@ -129,13 +117,13 @@ impl Engine {
                     return Err(timed_out());
                 }
             }
+            let bound = waiter.next_round();
             // A writer waiting for readers asks the gate again, with the
             // key it keeps, unless that lease is lost meanwhile (then it is
             // let go here, and the key asked for again).
             let round = match kept.take().filter(|g| !g.guard.is_lost()) {
                 Some(g) => Ok(Round::Granted(g)),
                 None => {
-                    let bound = if first { first_bound } else { give_up };
                     let Some(round) = until(bound, self.round(&mut slots, &mut queue, true)).await
                     else {
                         return Err(self.wait_error(&mut outcome, started));
@@ -143,8 +131,6 @@ impl Engine {
                     round
                 }
             };
-            let bound = if first { first_bound } else { give_up };
-            first = false;
             let missed = match round? {
                 Round::Granted(g) => {
                     // Past its deadline, the gate's check is not even sent
@@ -170,57 +156,44 @@ impl Engine {
                 released.set(self.queue.released.notified());
                 released.as_mut().enable();
             }
-            if missed.gated != gated {
-                // Waiting on other keys now: watch those.
-                gated = missed.gated;
-                watching = false;
-            }
-            if missed.held && !watching {
-                // The first round that found the key held: watch from now on
-                // (an uncontended acquire never starts the backend's
-                // watcher), and where the backend can tell of releases, ask
-                // once more at once, in case the key was released before the
-                // watch was registered.
-                watching = true;
-                if (remote.is_none() || gated) && missed.quarantine.is_none() && !missed.late {
-                    let keys = if gated {
-                        self.gate_watch()
-                    } else {
-                        &self.slots
-                    };
-                    watch = self.store.backend().watch_release(keys);
-                    if watch.is_some() {
-                        outcome.held();
-                        continue;
-                    }
+            if waiter.missed(&missed, remote.is_some()) {
+                // The first round that found the key held (an uncontended
+                // acquire never starts the backend's watcher): where the
+                // backend can tell of releases, ask once more at once, in
+                // case the key was released before the watch was
+                // registered.
+                let keys = if waiter.gated() {
+                    self.gate_watch()
+                } else {
+                    &self.slots
+                };
+                watch = self.store.backend().watch_release(keys);
+                if watch.is_some() {
+                    outcome.held();
+                    continue;
                 }
             }
-            let pause = if missed.late {
-                Duration::ZERO
-            } else if let Some((epoch, remaining)) = missed.quarantine {
-                // Nothing was granted: wait the quarantine out, to its end
-                // and no further (the gate knows it on this process's
-                // clock; a poll past it would only delay the grant). If the
-                // wait runs out first, that is why.
-                failures = 0;
-                on_wait(WaitReason::Quarantine { epoch, remaining });
-                outcome.failed(self.missed_error(missed));
-                remaining
-            } else if missed.held {
-                failures = 0;
-                outcome.held();
-                on_wait(WaitReason::Held(&missed.holders));
-                self.opts.poll_pause()
-            } else {
-                failures += 1;
-                let pause = self.opts.poll_pause().saturating_mul(1 << failures.min(5));
-                let err = self.missed_error(missed);
-                tracing::warn!(error = %err, retry_in = ?pause, "acquire attempt failed; retrying");
-                outcome.failed(err);
-                pause
-            };
+            let next = waiter.next(&missed, self.opts.poll_pause());
+            match next {
+                Next::Again => {}
+                Next::Quarantine { epoch, remaining } => {
+                    // Nothing was granted: if the wait runs out first, that
+                    // is why.
+                    on_wait(WaitReason::Quarantine { epoch, remaining });
+                    outcome.failed(self.missed_error(missed));
+                }
+                Next::Held { .. } => {
+                    outcome.held();
+                    on_wait(WaitReason::Held(&missed.holders));
+                }
+                Next::Failed { pause } => {
+                    let err = self.missed_error(missed);
+                    tracing::warn!(error = %err, retry_in = ?pause, "acquire attempt failed; retrying");
+                    outcome.failed(err);
+                }
+            }
             tokio::select! {
-                _ = tokio::time::sleep(pause) => {}
+                _ = tokio::time::sleep(next.pause()) => {}
                 _ = released => tracing::trace!("woken by a local release"),
                 _ = async { match gate_released.as_mut().as_pin_mut() { Some(n) => n.await, None => std::future::pending().await } } => {
                     tracing::trace!("woken by a local release of what the gate waits for");

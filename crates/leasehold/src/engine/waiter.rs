@@ -1,0 +1,326 @@
+//! The state one wait keeps between its rounds, and the rules that move it
+//! (see the [engine](super) docs, "Waiting"): which deadline a round is
+//! given, when to start watching for releases by other processes, and what
+//! to do after a round that missed. A [`Waiter`] decides and
+//! [`Engine::wait_for`](super::Engine) acts (sends the rounds, registers
+//! the watches, sleeps): it holds no store, no clock and no task, so its
+//! transitions are tested below on instants made up by the tests.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::late::FIRST_ANSWER;
+use super::round::Missed;
+
+/// The growth of the pause after consecutive failed rounds stops at
+/// `2^MAX_BACKOFF_DOUBLINGS` times a poll pause.
+const MAX_BACKOFF_DOUBLINGS: u32 = 5;
+
+/// One wait's state between rounds.
+#[derive(Debug)]
+pub(super) struct Waiter {
+    /// When the wait runs out (`None`: it never does).
+    give_up: Option<Instant>,
+    /// The first round's deadline: `give_up`, but no sooner than
+    /// [`FIRST_ANSWER`] after the wait started unless the waiter queued
+    /// behind other local waiters.
+    first_bound: Option<Instant>,
+    /// No round has been sent yet.
+    first: bool,
+    /// Rounds in a row that failed (neither held nor quarantined).
+    failures: u32,
+    /// Watching for releases by other processes, from the first round that
+    /// found the key held.
+    watching: bool,
+    /// The last miss was the gate's (a reader-writer lock's other side):
+    /// the keys to watch are the gate's, not the engine's slots.
+    gated: bool,
+}
+
+/// What the wait does after a round that missed and did not start a watch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Next {
+    /// A grant came too late and was let go: ask again at once.
+    Again,
+    /// The store is in quarantine (store epoch `epoch`): wait it out, to its
+    /// end and no further.
+    Quarantine { epoch: u64, remaining: Duration },
+    /// The key is held: poll again after a poll pause.
+    Held { pause: Duration },
+    /// The round failed: retry after a pause that doubles with each failed
+    /// round in a row.
+    Failed { pause: Duration },
+}
+
+impl Next {
+    /// How long to pause before the next round (unless woken first).
+    pub(super) fn pause(self) -> Duration {
+        match self {
+            Next::Again => Duration::ZERO,
+            Next::Quarantine { remaining, .. } => remaining,
+            Next::Held { pause } | Next::Failed { pause } => pause,
+        }
+    }
+}
+
+impl Waiter {
+    /// A wait that started at `started` and runs out at `give_up`; `queued`
+    /// if it waited behind other local waiters for its first round (then
+    /// the first round gets no more time than the wait has: tasks sharing
+    /// a deadline send what one task sends).
+    pub(super) fn new(started: Instant, give_up: Option<Instant>, queued: bool) -> Self {
+        // The first round is given FIRST_ANSWER to answer, however short
+        // the wait: a store that answers a moment after the wait ran out
+        // has not failed, and its answer (granted, or held: timed out) is
+        // the wait's.
+        let first_bound = match queued {
+            true => give_up,
+            false => give_up.map(|at| at.max(started + FIRST_ANSWER)),
+        };
+        Waiter {
+            give_up,
+            first_bound,
+            first: true,
+            failures: 0,
+            watching: false,
+            gated: false,
+        }
+    }
+
+    /// The deadline of the round about to be sent (and of its gate's
+    /// check); later rounds, and the pauses between them, end at the
+    /// wait's own deadline.
+    pub(super) fn next_round(&mut self) -> Option<Instant> {
+        let bound = match self.first {
+            true => self.first_bound,
+            false => self.give_up,
+        };
+        self.first = false;
+        bound
+    }
+
+    /// Whether the wait watches for releases by other processes (from the
+    /// first round that found the key held).
+    pub(super) fn watching(&self) -> bool {
+        self.watching
+    }
+
+    /// Whether the last miss was the gate's: the keys to watch are the
+    /// gate's.
+    pub(super) fn gated(&self) -> bool {
+        self.gated
+    }
+
+    /// Notes a round that missed. True if the caller should register a
+    /// watch on the keys now and, if the backend gives one, ask again at
+    /// once without a pause (a release before the watch was registered is
+    /// then not missed): the first round that found the key held, unless
+    /// a watch was already registered for this round (on the slots; the
+    /// gate's keys are others), the store is in quarantine (nothing would
+    /// be granted) or the grant came late (asked again at once anyway).
+    pub(super) fn missed(&mut self, missed: &Missed, watched_this_round: bool) -> bool {
+        if missed.gated != self.gated {
+            // Waiting on other keys now: watch those.
+            self.gated = missed.gated;
+            self.watching = false;
+        }
+        if !missed.held || self.watching {
+            return false;
+        }
+        self.watching = true;
+        (!watched_this_round || self.gated) && missed.quarantine.is_none() && !missed.late
+    }
+
+    /// What to do after a round that missed (and [`missed`](Self::missed)
+    /// started no watch), `poll` being a poll pause drawn from the wait's
+    /// poll bounds.
+    pub(super) fn next(&mut self, missed: &Missed, poll: Duration) -> Next {
+        if missed.late {
+            Next::Again
+        } else if let Some((epoch, remaining)) = missed.quarantine {
+            self.failures = 0;
+            Next::Quarantine { epoch, remaining }
+        } else if missed.held {
+            self.failures = 0;
+            Next::Held { pause: poll }
+        } else {
+            self.failures += 1;
+            let doublings = self.failures.min(MAX_BACKOFF_DOUBLINGS);
+            Next::Failed {
+                pause: poll.saturating_mul(1 << doublings),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POLL: Duration = Duration::from_millis(100);
+
+    fn held() -> Missed {
+        Missed {
+            held: true,
+            ..Missed::default()
+        }
+    }
+
+    fn failed() -> Missed {
+        Missed::default()
+    }
+
+    #[test]
+    fn the_first_round_gets_its_first_answer_time_however_short_the_wait() {
+        let started = Instant::now();
+        let give_up = started + Duration::from_millis(10);
+        let mut w = Waiter::new(started, Some(give_up), false);
+        assert_eq!(w.next_round(), Some(started + FIRST_ANSWER));
+        assert_eq!(
+            w.next_round(),
+            Some(give_up),
+            "later rounds end with the wait"
+        );
+        assert_eq!(w.next_round(), Some(give_up));
+    }
+
+    #[test]
+    fn a_long_wait_gives_its_first_round_the_whole_wait() {
+        let started = Instant::now();
+        let give_up = started + FIRST_ANSWER * 3;
+        let mut w = Waiter::new(started, Some(give_up), false);
+        assert_eq!(w.next_round(), Some(give_up));
+    }
+
+    #[test]
+    fn a_waiter_that_queued_gets_no_more_than_its_wait_for_its_first_round() {
+        let started = Instant::now();
+        let give_up = started + Duration::from_millis(10);
+        let mut w = Waiter::new(started, Some(give_up), true);
+        assert_eq!(w.next_round(), Some(give_up));
+    }
+
+    #[test]
+    fn a_wait_without_deadline_gives_rounds_none() {
+        let mut w = Waiter::new(Instant::now(), None, false);
+        assert_eq!(w.next_round(), None);
+        assert_eq!(w.next_round(), None);
+    }
+
+    #[test]
+    fn the_first_held_round_starts_watching_and_asks_again_at_once_only_then() {
+        let mut w = Waiter::new(Instant::now(), None, false);
+        assert!(!w.watching());
+        assert!(
+            !w.missed(&failed(), false),
+            "a failure is no reason to watch"
+        );
+        assert!(!w.watching());
+        assert!(
+            w.missed(&held(), false),
+            "the first held round: watch, ask again"
+        );
+        assert!(w.watching());
+        assert!(!w.missed(&held(), true), "watching already: no second ask");
+        assert!(!w.missed(&held(), false));
+        assert!(w.watching());
+    }
+
+    #[test]
+    fn a_round_that_already_watched_the_slots_does_not_ask_again_at_once() {
+        let mut w = Waiter::new(Instant::now(), None, false);
+        assert!(!w.missed(&held(), true));
+        assert!(w.watching(), "it watches from now on all the same");
+    }
+
+    #[test]
+    fn no_ask_at_once_in_quarantine_or_after_a_late_grant() {
+        let quarantined = Missed {
+            held: true,
+            quarantine: Some((7, Duration::from_secs(3))),
+            ..Missed::default()
+        };
+        let mut w = Waiter::new(Instant::now(), None, false);
+        assert!(!w.missed(&quarantined, false));
+        assert!(w.watching());
+        let late = Missed {
+            held: true,
+            late: true,
+            ..Missed::default()
+        };
+        let mut w = Waiter::new(Instant::now(), None, false);
+        assert!(!w.missed(&late, false));
+        assert!(w.watching());
+    }
+
+    #[test]
+    fn a_miss_by_the_gate_watches_the_gates_keys_afresh_and_back() {
+        let gated = Missed {
+            held: true,
+            gated: true,
+            ..Missed::default()
+        };
+        let mut w = Waiter::new(Instant::now(), None, false);
+        assert!(w.missed(&held(), false));
+        assert!(!w.gated());
+        // The gate held the grant back: other keys, watched from now on,
+        // and asked again at once even though the slots were watched.
+        assert!(w.missed(&gated, true));
+        assert!(w.gated() && w.watching());
+        assert!(!w.missed(&gated, true));
+        // Back to the slots: watching them starts again.
+        assert!(w.missed(&held(), false));
+        assert!(!w.gated());
+    }
+
+    #[test]
+    fn failures_back_off_doubling_up_to_a_cap_and_a_held_answer_resets_them() {
+        let mut w = Waiter::new(Instant::now(), None, false);
+        let pauses: Vec<_> = (0..7).map(|_| w.next(&failed(), POLL).pause()).collect();
+        assert_eq!(
+            pauses,
+            [2, 4, 8, 16, 32, 32, 32].map(|n| POLL * n),
+            "doubling from 2x, capped at 32x"
+        );
+        assert_eq!(w.next(&held(), POLL), Next::Held { pause: POLL });
+        assert_eq!(
+            w.next(&failed(), POLL).pause(),
+            POLL * 2,
+            "reset by the held answer"
+        );
+    }
+
+    #[test]
+    fn a_quarantine_is_waited_out_to_its_end_and_resets_the_backoff() {
+        let mut w = Waiter::new(Instant::now(), None, false);
+        w.next(&failed(), POLL);
+        w.next(&failed(), POLL);
+        let remaining = Duration::from_millis(2_345);
+        let quarantined = Missed {
+            quarantine: Some((9, remaining)),
+            ..Missed::default()
+        };
+        assert_eq!(
+            w.next(&quarantined, POLL),
+            Next::Quarantine {
+                epoch: 9,
+                remaining
+            }
+        );
+        assert_eq!(w.next(&failed(), POLL).pause(), POLL * 2);
+    }
+
+    #[test]
+    fn a_late_grant_is_asked_again_at_once_and_leaves_the_backoff_alone() {
+        let mut w = Waiter::new(Instant::now(), None, false);
+        w.next(&failed(), POLL);
+        let late = Missed {
+            late: true,
+            ..Missed::default()
+        };
+        assert_eq!(w.next(&late, POLL), Next::Again);
+        assert_eq!(w.next(&late, POLL).pause(), Duration::ZERO);
+        assert_eq!(w.next(&failed(), POLL).pause(), POLL * 4, "still counting");
+    }
+}
