@@ -22,3 +22,17 @@ fn the_project_readme_example_is_the_tested_one() {
     assert_eq!(rust_blocks(&project), rust_blocks(&tested));
     assert_eq!(rust_blocks(&tested).len(), 1);
 }
+
+#[test]
+fn the_readme_example_is_the_readme_example_program() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let tested = std::fs::read_to_string(dir.join("README.md")).unwrap();
+    let example = std::fs::read_to_string(dir.join("examples/readme.rs")).unwrap();
+    // The program is the block, after its doc comment.
+    let program: String = example
+        .lines()
+        .skip_while(|l| l.starts_with("//!") || l.is_empty())
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(program.trim_end(), rust_blocks(&tested)[0].trim_end());
+}
