@@ -1,8 +1,8 @@
 //! The README's library example, as written there (`tests/readme.rs` keeps
 //! the two the same): `cargo run -p leasehold --example readme`.
 
-use std::time::Duration;
 use leasehold::{LockOptions, Store};
+use std::time::Duration;
 
 #[tokio::main]
 async fn main() -> leasehold::Result<()> {
@@ -48,11 +48,11 @@ async fn main() -> leasehold::Result<()> {
 
     // At most 3 holders at once; one leader at a time.
     let permit = store.semaphore("exports", 3)?.acquire().await?;
-    println!("export slot {} (token {})", permit.slot(), permit.fencing_token());
+    println!("slot {} (token {})", permit.slot(), permit.fencing_token());
     permit.release().await?;
     let election = store.election("scheduler")?;
     let leadership = election.campaign().await?;
-    println!("leading, term {}: {:?}", leadership.term(), election.leader().await?);
+    println!("term {}: {:?}", leadership.term(), election.leader().await?);
     leadership.resign().await?;
 
     // Last, before `main` returns: releases still in the background (of a
