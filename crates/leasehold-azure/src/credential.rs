@@ -74,6 +74,9 @@ impl SharedKeyPolicy {
 
 leasehold::debug_fields!(p: SharedKeyPolicy { account, .. });
 
+// azure_core's trait takes `&Context` with its lifetime hidden, and
+// async-trait cannot match an impl that names it (`Context<'_>`).
+#[allow(elided_lifetimes_in_paths)]
 #[async_trait]
 impl Policy for SharedKeyPolicy {
     async fn send(

@@ -5,7 +5,7 @@ use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
 /// A pipe whose ends are close-on-exec and numbered 10 or above.
 pub fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0 as RawFd; 2];
+    let mut fds: [RawFd; 2] = [0; 2];
     // SAFETY: `fds` is a valid array of two ints.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return Err(std::io::Error::last_os_error());

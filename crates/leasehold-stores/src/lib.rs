@@ -281,6 +281,9 @@ async fn open_azblob(url: &str, creation: Creation) -> leasehold::Result<Opened>
 pub struct CountTries(pub Arc<std::sync::atomic::AtomicU64>);
 
 #[cfg(feature = "azblob")]
+// azure_core's trait takes `&Context` with its lifetime hidden, and
+// async-trait cannot match an impl that names it (`Context<'_>`).
+#[allow(elided_lifetimes_in_paths)]
 #[async_trait::async_trait]
 impl azure_core::http::policies::Policy for CountTries {
     async fn send(

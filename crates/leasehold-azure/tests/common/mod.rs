@@ -183,6 +183,9 @@ impl<A> std::ops::Deref for Injected<A> {
     }
 }
 
+// azure_core's trait takes `&Context` with its lifetime hidden, and
+// async-trait cannot match an impl that names it (`Context<'_>`).
+#[allow(elided_lifetimes_in_paths)]
 #[async_trait::async_trait]
 impl<A: Around> azure_core::http::policies::Policy for Injected<A> {
     async fn send(

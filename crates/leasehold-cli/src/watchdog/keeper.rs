@@ -69,7 +69,7 @@ impl Keeper {
     /// subreaper. `None` if the pipe or a fork failed (the run goes on
     /// without: as before the keeper existed).
     pub fn start(cgroup: Option<&Cgroup>) -> Option<Keeper> {
-        let mut fds = [0 as libc::c_int; 2];
+        let mut fds: [libc::c_int; 2] = [0; 2];
         // SAFETY: a valid two-int array.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
             return None;

@@ -1,14 +1,23 @@
 //! The watchdog's signal dispositions and masks.
 
 /// Runs `f` with SIGTTOU blocked (async-signal-safe).
+///
+/// # Safety
+/// As `f`'s: the caller may be a forked child, where only async-signal-safe
+/// calls are allowed.
 pub unsafe fn with_sigttou_blocked(f: impl FnOnce() -> libc::c_int) {
-    let mut set: libc::sigset_t = std::mem::zeroed();
-    let mut old: libc::sigset_t = std::mem::zeroed();
-    libc::sigemptyset(&mut set);
-    libc::sigaddset(&mut set, libc::SIGTTOU);
-    libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
-    f();
-    libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+    // SAFETY: sigset_t is plain data (zeroed is a valid value, then
+    // initialized by sigemptyset); the mask calls only read and write the
+    // two sets owned here, and are async-signal-safe.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTTOU);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+        f();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+    }
 }
 
 extern "C" fn ignore(_: libc::c_int) {}

@@ -61,7 +61,7 @@ pub fn spawn_into_cgroup(
     let Ok(cgroup) = std::fs::File::open(dir) else {
         return Ok(None);
     };
-    let mut pipe = [0 as libc::c_int; 2];
+    let mut pipe: [libc::c_int; 2] = [0; 2];
     // SAFETY: a valid two-int array.
     if unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return Err(std::io::Error::last_os_error());

@@ -119,8 +119,8 @@ impl HolderLock {
             // Then the name's byte, in the holders file the directory has
             // now (after the directory lock: see the module docs).
             if let Err(e) = self.lock_name(&mut state, reuse) {
-                // SAFETY: as above; unlocking never blocks.
                 if let Some((_, dir)) = &state.dir {
+                    // SAFETY: as above; unlocking never blocks.
                     unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_UN) };
                 }
                 state.dir = None;
@@ -295,7 +295,7 @@ fn byte_lock(
     let mut lock: libc::flock = unsafe { std::mem::zeroed() };
     lock.l_type = kind;
     lock.l_whence = libc::SEEK_SET as _;
-    lock.l_start = at as _;
+    lock.l_start = at;
     lock.l_len = 1;
     let cmd = if wait {
         libc::F_OFD_SETLKW
