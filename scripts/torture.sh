@@ -7,7 +7,9 @@
 # reports every violation.
 #
 #   scripts/torture.sh            # the long run (release build); writes the
-#                                 # page $TORTURE_PAGE (docs/reliability.md)
+#                                 # page $TORTURE_PAGE (docs/reliability.md):
+#                                 # its reports only, below the page's
+#                                 # hand-written summary (see the end)
 #   scripts/torture.sh --short    # the bounded CI run (about a minute a
 #                                 # store, debug build); fails on a
 #                                 # violation, and also fails unless runs
@@ -408,15 +410,34 @@ fi
 if [[ $mode == long ]]; then
     out="${TORTURE_PAGE:-docs/reliability.md}"
     mkdir -p "$(dirname "$out")"
+    # The page's hand-written part (its summary, and which run backs each
+    # figure) ends at the line $generated: a page that has it keeps
+    # everything down to it, and only what follows (a "Reports" section:
+    # the runs' reports) is written again. Update the summary's figures
+    # from the new reports by hand. A page without the line (a new
+    # TORTURE_PAGE) is written whole: a title, then the reports.
+    generated="<!-- Below: the runs' reports, written by scripts/torture.sh; a long run replaces them and keeps everything above this line. -->"
+    kept="$work/page-kept.md"
+    : >"$kept"
+    if [[ -f "$out" ]] && grep -qxF -- "$generated" "$out"; then
+        awk -v mark="$generated" '{ print } $0 == mark { exit }' "$out" >"$kept"
+    fi
     {
-        echo "# Reliability: fault-injection results"
+        if [[ -s "$kept" ]]; then
+            cat "$kept"
+            echo
+            echo "## Reports"
+        else
+            echo "# Reliability: fault-injection results"
+        fi
         echo
         echo "Produced by \`scripts/torture.sh\` on $(date -u +%Y-%m-%d) ($(nproc) cores, $(uname -sr), $profile build)."
         echo "What each line means is in \`crates/leasehold-torture/src/check.rs\`;"
         echo "every kind of violation is shown being caught in \`src/seeded.rs\`."
         echo
         for r in "${reports[@]}"; do cat "$r"; echo; done
-    } >"$out"
+    } >"$out.new"
+    mv "$out.new" "$out"
     echo "wrote $out" >&2
 fi
 for r in "${failed_runs[@]}"; do

@@ -19,6 +19,7 @@ mod report;
 mod results;
 mod rw_worker;
 mod stores;
+mod summary;
 mod worker;
 
 use leasehold_bench::{stats, sys};

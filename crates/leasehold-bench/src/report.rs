@@ -6,7 +6,7 @@ use crate::results::Results;
 use crate::stats::Latency;
 use crate::stores::S3_LABEL;
 
-fn verdict(ok: bool) -> &'static str {
+pub(crate) fn verdict(ok: bool) -> &'static str {
     if ok {
         "**met**"
     } else {
@@ -17,7 +17,7 @@ fn verdict(ok: bool) -> &'static str {
 /// Figure 1's target ratio for a row (issue 12: the embedded store against
 /// the raw loop in async code; the synchronous raw loop is a floor, not a
 /// target).
-fn overhead_target(store: &str) -> Option<f64> {
+pub(crate) fn overhead_target(store: &str) -> Option<f64> {
     match store {
         crate::results::SQLITE_HOP => Some(0.9),
         "SQLite" => None,
@@ -28,7 +28,7 @@ fn overhead_target(store: &str) -> Option<f64> {
 /// Figure 2's target for another process's handoff, p50 in ms: stores that
 /// wake waiters in other processes (SQLite on one machine, the servers
 /// across machines) < 5 ms; the emulators, which only poll, < 50 ms.
-fn handoff_target_ms(store: &str) -> f64 {
+pub(crate) fn handoff_target_ms(store: &str) -> f64 {
     match store {
         "Azurite" | "DynamoDB Local" | S3_LABEL => 50.0,
         _ => 5.0,
@@ -61,9 +61,22 @@ fn moto_scale(r: &Results) -> String {
         .unwrap_or_default()
 }
 
+/// Figure 1's target for a row: the ratio at its target and the requests
+/// per cycle at the protocol's minimum; `None` for a row without a target.
+pub(crate) fn overhead_ok(o: &crate::results::Overhead) -> Option<bool> {
+    let minimum_ok = (o.leasehold_requests_per_cycle - o.minimum as f64).abs() < 0.05;
+    overhead_target(&o.store).map(|t| o.ratio >= t && minimum_ok)
+}
+
+/// Figure 4's target: no lease lost or failed, and none longer than 1.5
+/// renewal intervals without a grant or a renewal.
+pub(crate) fn many_ok(x: &crate::worker::ManyReport) -> bool {
+    x.lost == 0 && x.failed == 0 && x.max_gap_ms <= x.renew_every_ms as f64 * 1.5
+}
+
 /// Figure 3's targets: no task unserved, the longest wait within its
 /// target, the most served process at most 3× the least served.
-fn contention_ok(c: &crate::results::Contention) -> bool {
+pub(crate) fn contention_ok(c: &crate::results::Contention) -> bool {
     c.starved_tasks == 0
         && c.longest_wait_ms <= longest_wait_target_ms(&c.store)
         && c.max_process_passes <= c.min_process_passes.saturating_mul(3)
@@ -87,14 +100,14 @@ pub fn markdown(r: &Results) -> String {
             "> **A `--tiny` run** (CI's smoke check): loads far too small for the figures to mean anything.\n"
         );
     }
+    s.push_str(&crate::summary::markdown(r));
     let _ = writeln!(
         s,
-        "Written by `scripts/bench.sh` in one run of {:.0} s on {}, everything on 127.0.0.1. \
-The machine is shared and noisy, so every comparison is measured side by side in the same run \
-(interleaved rounds where it can be) and given as a ratio; absolute numbers move between runs, \
-ratios much less. Raw data: `results.json` beside the page when written to another directory \
-(`scripts/bench.sh --out DIR`).\n\n![benchmarks](benchmarks.png)\n",
-        r.seconds, r.machine
+        "## How it is measured\n\n\
+Everything on 127.0.0.1. The machine is shared and noisy, so every comparison is measured side \
+by side in the same run (interleaved rounds where it can be) and given as a ratio; absolute \
+numbers move between runs, ratios much less. Raw data: `results.json` beside the page when \
+written to another directory (`scripts/bench.sh --out DIR`).\n"
     );
 
     // Figure 1.
@@ -131,11 +144,7 @@ synchronous raw loop has no target), and requests per cycle = the protocol's min
     );
     for o in &r.overhead {
         let rounds = middle_half(&o.round_ratios);
-        let minimum_ok = (o.leasehold_requests_per_cycle - o.minimum as f64).abs() < 0.05;
-        let target = match overhead_target(&o.store) {
-            Some(t) => verdict(o.ratio >= t && minimum_ok),
-            None => "–",
-        };
+        let target = overhead_ok(o).map_or("–", verdict);
         let _ = writeln!(
             s,
             "| {} | {:.0} | {:.0} | **{:.2}×** | {} | {:.2} / {:.2} / {} | {} |",
@@ -408,7 +417,7 @@ successful renewal, at most 1.5 intervals; none may be lost (\"expected\" renewa
         let x = &m.report;
         let cpu_per = x.cpu_ms * 1000.0 / (x.leases.max(1) as f64 * (x.held_ms / 1000.0).max(1e-9));
         let rss_per = x.rss_holding.saturating_sub(x.rss_before) as f64 / x.leases.max(1) as f64;
-        let ok = x.lost == 0 && x.failed == 0 && x.max_gap_ms <= x.renew_every_ms as f64 * 1.5;
+        let ok = many_ok(x);
         let _ = writeln!(
             s,
             "| {} | {} | {:.1} s / {:.1} s | {:.1} s | {:.1} s | {} ({}) | {:.2} s | {} | {:.1} µs | {:.1} KiB | {} |",
@@ -626,7 +635,7 @@ this design on this machine before any of leasehold's own work.\n",
 
 /// Figure 9's longest writer wait (ms): the longest granted, or a longer
 /// one cut short by the end of its window.
-fn writer_longest_ms(f: &crate::results::RwLockFigure) -> f64 {
+pub(crate) fn writer_longest_ms(f: &crate::results::RwLockFigure) -> f64 {
     f.writer_wait
         .map_or(0.0, |l| l.max_ms)
         .max(f.writer_cut_short_ms)
@@ -635,7 +644,7 @@ fn writer_longest_ms(f: &crate::results::RwLockFigure) -> f64 {
 /// Figure 9's target: the writer's longest wait (a wait cut short by its
 /// window's end included) within its bound, and no write hold meeting a
 /// read hold.
-fn rw_lock_ok(f: &crate::results::RwLockFigure) -> bool {
+pub(crate) fn rw_lock_ok(f: &crate::results::RwLockFigure) -> bool {
     writer_longest_ms(f) <= f.bound_ms && f.overlaps == 0
 }
 

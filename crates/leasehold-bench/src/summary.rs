@@ -1,0 +1,314 @@
+//! The one-screen summary that opens docs/benchmarks.md: what is measured,
+//! the run's figures store by store, which targets it missed, and how to
+//! reproduce it. Made from the same [`Results`] as the sections below it
+//! (and with their verdicts), so every run writes it again.
+
+use std::fmt::Write as _;
+
+use crate::report::{
+    contention_ok, handoff_target_ms, many_ok, overhead_ok, rw_lock_ok, verdict, writer_longest_ms,
+};
+use crate::results::{Results, SQLITE_HOP};
+
+/// One target of one figure, met or not: "figure 2, etcd, same process".
+struct Target {
+    what: String,
+    met: bool,
+}
+
+/// Every target the run's figures have, in the page's order.
+fn targets(r: &Results) -> Vec<Target> {
+    let mut t = Vec::new();
+    let mut add = |what: String, met: bool| t.push(Target { what, met });
+    for o in &r.overhead {
+        if let Some(met) = overhead_ok(o) {
+            add(
+                format!("1 ({}: {:.2}× the raw loop)", o.store, o.ratio),
+                met,
+            );
+        }
+    }
+    for h in &r.handoff {
+        if let Some(l) = h.same_process {
+            add(
+                format!("2 ({}, same process: p50 {:.2} ms)", h.store, l.p50_ms),
+                l.p50_ms < 1.0,
+            );
+        }
+        if let Some(l) = h.other_process {
+            add(
+                format!("2 ({}, other process: p50 {:.1} ms)", h.store, l.p50_ms),
+                l.p50_ms < handoff_target_ms(&h.store),
+            );
+        }
+        if !h.waiting_requests.is_empty() {
+            add(
+                format!("2 ({}, a waiting process's requests/s)", h.store),
+                h.waiting_requests.iter().all(|(_, v)| *v <= 20.0),
+            );
+        }
+    }
+    for c in &r.contention {
+        add(format!("3 ({})", c.store), contention_ok(c));
+    }
+    for m in &r.many {
+        add(format!("4 ({})", m.store), many_ok(&m.report));
+    }
+    if let Some(c) = &r.cli {
+        add(format!("5 ({:.1}× `flock`)", c.ratio), c.ratio <= 2.0);
+    }
+    for f in &r.rw_lock {
+        add(format!("9 ({})", f.store), rw_lock_ok(f));
+    }
+    t
+}
+
+/// The stores of the run, in the order the figures first name them.
+fn stores(r: &Results) -> Vec<String> {
+    let names = r
+        .overhead
+        .iter()
+        .map(|o| &o.store)
+        .chain(r.handoff.iter().map(|h| &h.store))
+        .chain(r.contention.iter().map(|c| &c.store))
+        .chain(r.many.iter().map(|m| &m.store))
+        .chain(r.rw_lock.iter().map(|f| &f.store));
+    let mut out: Vec<String> = Vec::new();
+    for name in names {
+        if name != SQLITE_HOP && !out.contains(name) {
+            out.push(name.clone());
+        }
+    }
+    out
+}
+
+/// One store's row of the summary table.
+fn row(r: &Results, store: &str) -> String {
+    let overhead = match r.overhead.iter().find(|o| o.store == store) {
+        Some(o) => match r.overhead.iter().find(|h| h.store == SQLITE_HOP) {
+            Some(hop) if store == "SQLite" => {
+                format!("{:.2}× (in async code {:.2}×)", o.ratio, hop.ratio)
+            }
+            _ => format!("{:.2}×", o.ratio),
+        },
+        None => "–".into(),
+    };
+    let handoff = r.handoff.iter().find(|h| h.store == store).map_or_else(
+        || "–".into(),
+        |h| {
+            let p50 = |l: Option<crate::stats::Latency>| {
+                l.map_or("–".into(), |l| format!("{:.2}", l.p50_ms))
+            };
+            format!("{} / {} ms", p50(h.same_process), p50(h.other_process))
+        },
+    );
+    let contention = r.contention.iter().find(|c| c.store == store).map_or_else(
+        || "–".into(),
+        |c| format!("{:.0}, {:.0} ms", c.passes_per_s, c.longest_wait_ms),
+    );
+    let many = r.many.iter().find(|m| m.store == store).map_or_else(
+        || "–".into(),
+        |m| format!("{}, {}", m.report.leases, verdict(many_ok(&m.report))),
+    );
+    let rw = r.rw_lock.iter().find(|f| f.store == store).map_or_else(
+        || "–".into(),
+        |f| format!("{:.0} ms ({:.0} ms)", writer_longest_ms(f), f.bound_ms),
+    );
+    format!("| {store} | {overhead} | {handoff} | {contention} | {many} | {rw} |")
+}
+
+/// The date of a Unix time, `YYYY-MM-DD` (UTC; days to civil date, as in
+/// Howard Hinnant's `civil_from_days`).
+fn date(unix: u64) -> String {
+    let z = (unix / 86_400) as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
+/// The summary section.
+pub fn markdown(r: &Results) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "## Summary\n");
+    let when = match r.started_unix {
+        0 => String::new(),
+        t => format!(" of {}", date(t)),
+    };
+    let _ = writeln!(
+        s,
+        "What is measured: leasehold on every store, each figure side by side with what it is \
+compared to: an uncontended lock's cycles against a loop of the raw SDK's same requests \
+(figure 1), the handoff from a release to a waiter (2), {2} contending tasks (3), many leases \
+held and renewed (4), `leasehold run` against `flock` (5), the lock most code takes on each \
+store (6) and a writer among readers (9). The figures below are one run of \
+`scripts/bench.sh`{when}, {0:.0} s on {1}; sections 7, 8 and 10–14 are measured apart, each \
+dated where it stands.\n",
+        r.seconds,
+        r.machine,
+        r.contention
+            .first()
+            .map_or("many".into(), |c| format!("{} × {}", c.procs, c.tasks)),
+    );
+    let _ = writeln!(
+        s,
+        "| store | 1. leasehold / raw loop | 2. handoff p50, same / other process | 3. passes/s, longest wait | 4. leases held, on schedule | 9. writer's longest wait (bound) |\n|---|---|---|---|---|---|"
+    );
+    for store in stores(r) {
+        let _ = writeln!(s, "{}", row(r, &store));
+    }
+    let _ = writeln!(s);
+    if let Some(c) = &r.cli {
+        let _ = writeln!(
+            s,
+            "- 5: `leasehold run` {:.2} ms against `flock` {:.2} ms, **{:.1}×**.",
+            c.leasehold_ms, c.flock_ms, c.ratio
+        );
+    }
+    if !r.peers.is_empty() {
+        let peers: Vec<String> = r
+            .peers
+            .iter()
+            .filter_map(|p| {
+                let ratio = p.ratio.or(p.leasehold_cps.map(|l| l / p.peer_cps))?;
+                Some(format!("{} {ratio:.2}×", p.store))
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "- 6: leasehold's cycles / the peer's: {}.",
+            peers.join(", ")
+        );
+    }
+    let all = targets(r);
+    if !all.is_empty() {
+        let missed: Vec<&str> = all
+            .iter()
+            .filter(|t| !t.met)
+            .map(|t| t.what.as_str())
+            .collect();
+        let _ = write!(
+            s,
+            "- Targets: **{} of {} met**",
+            all.len() - missed.len(),
+            all.len()
+        );
+        if missed.is_empty() {
+            let _ = writeln!(s, ".");
+        } else {
+            let _ = writeln!(
+                s,
+                "; missed, each explained under its figure: figure {}.",
+                missed.join("; ")
+            );
+        }
+    }
+    let _ = writeln!(
+        s,
+        "\nReproduce: `scripts/bench.sh` writes this page (its servers started by the script); the \
+other sections' commands are under [Reproduce](#reproduce).\n\n![benchmarks](benchmarks.png)\n"
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::results::{Cli, Contention, Overhead};
+
+    fn overhead(store: &str, ratio: f64) -> Overhead {
+        Overhead {
+            store: store.into(),
+            leasehold_cps: 1000.0 * ratio,
+            raw_cps: 1000.0,
+            ratio,
+            round_ratios: vec![ratio],
+            leasehold_requests_per_cycle: 2.0,
+            raw_requests_per_cycle: 2.0,
+            minimum: 2,
+            peer: None,
+        }
+    }
+
+    #[test]
+    fn the_summary_gives_each_stores_figures_and_the_missed_targets() {
+        let r = Results {
+            started_unix: 1_795_737_600, // 2026-11-27
+            seconds: 1278.0,
+            machine: "2 cores".into(),
+            overhead: vec![
+                overhead("SQLite", 0.63),
+                overhead(SQLITE_HOP, 1.01),
+                overhead("DynamoDB Local", 0.91),
+            ],
+            contention: vec![Contention {
+                store: "SQLite".into(),
+                procs: 8,
+                tasks: 8,
+                seconds: 15.0,
+                passes_per_s: 394.0,
+                requests_per_s: 2361.0,
+                longest_wait_ms: 277.0,
+                cross_process_share: 1.0,
+                min_process_passes: 686,
+                max_process_passes: 831,
+                starved_tasks: 0,
+                errors: 0,
+            }],
+            cli: Some(Cli {
+                runs: 40,
+                leasehold_ms: 6.31,
+                flock_ms: 1.83,
+                ratio: 3.4,
+                binary_bytes: 0,
+                binary_profile: String::new(),
+                parts: Vec::new(),
+                synced_append_ms: 0.0,
+                synced_dir_ms: 0.0,
+            }),
+            ..Results::default()
+        };
+        let s = markdown(&r);
+        assert!(
+            s.contains("`scripts/bench.sh` of 2026-11-27, 1278 s on 2 cores;"),
+            "{s}"
+        );
+        assert!(
+            s.contains("| SQLite | 0.63× (in async code 1.01×) | – | 394, 277 ms | – | – |"),
+            "{s}"
+        );
+        assert!(s.contains("| DynamoDB Local | 0.91× |"), "{s}");
+        assert!(!s.contains(&format!("| {SQLITE_HOP} |")), "{s}");
+        assert!(
+            s.contains("`leasehold run` 6.31 ms against `flock` 1.83 ms, **3.4×**"),
+            "{s}"
+        );
+        // The synchronous SQLite loop has no target: 1 (async SQLite),
+        // 1 (DynamoDB), 3, 5.
+        assert!(s.contains("**2 of 4 met**"), "{s}");
+        assert!(
+            s.contains("figure 1 (DynamoDB Local: 0.91× the raw loop); 5 (3.4× `flock`)."),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn an_empty_run_has_a_summary_without_figures() {
+        let s = markdown(&Results::default());
+        assert!(s.starts_with("## Summary\n"), "{s}");
+        assert!(!s.contains("Targets"), "{s}");
+        assert!(!s.contains(" of 1970"), "{s}");
+    }
+
+    #[test]
+    fn dates() {
+        assert_eq!(date(0), "1970-01-01");
+        assert_eq!(date(951_782_400), "2000-02-29");
+        assert_eq!(date(1_795_737_600), "2026-11-27");
+    }
+}
