@@ -104,7 +104,11 @@ impl Engine {
     /// Why a grant past its safety deadline was let go (retryable: the
     /// wait starts afresh with a new lease id).
     pub(super) fn late_grant(&self) -> Error {
-        self.retry_acquire("the store answered after the lease's safety deadline")
+        self.retry_acquire(
+            "the store answered after the lease's safety deadline (a slow store or network, \
+             or this process paused), so the grant was let go and nothing was obtained; \
+             try again",
+        )
     }
 
     /// A retryable failure of an acquisition, saying `why`.
