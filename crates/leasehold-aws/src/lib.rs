@@ -321,8 +321,8 @@ impl Default for AwsOptions {
 }
 
 // No credentials, ever.
-impl std::fmt::Debug for AwsOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl fmt::Debug for AwsOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AwsOptions")
             .field("region", &self.region)
             .field("endpoint", &self.endpoint)

@@ -72,8 +72,8 @@ impl SharedKeyPolicy {
     }
 }
 
-impl std::fmt::Debug for SharedKeyPolicy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl fmt::Debug for SharedKeyPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SharedKeyPolicy")
             .field("account", &self.account)
             .finish_non_exhaustive()
