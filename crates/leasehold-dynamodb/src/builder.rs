@@ -6,8 +6,7 @@ use aws_config::SdkConfig;
 use aws_sdk_dynamodb::config::{ProvideCredentials, Region};
 use leasehold::backend::shared_builder::{check_max_ttl, require};
 use leasehold::backend::SharedClock;
-use leasehold::Creation;
-use leasehold::Result;
+use leasehold::{Creation, Result};
 use leasehold_aws::{RequestCounter, ServiceDate, StoreOptions, WallClock};
 
 use crate::{DynamoDbBackend, TakeoverMode};

@@ -8,8 +8,7 @@ use aws_sdk_s3::config::{
 };
 use leasehold::backend::shared_builder::{check_max_ttl, require};
 use leasehold::backend::SharedClock;
-use leasehold::Creation;
-use leasehold::Result;
+use leasehold::{Creation, Result};
 use leasehold_aws::{RequestCounter, StoreOptions, WallClock};
 
 use crate::S3Backend;
