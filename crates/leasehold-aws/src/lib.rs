@@ -41,73 +41,6 @@ use leasehold::{
     Creation, Error, Result,
 };
 
-/// What [`aws_builder_methods!`] names, re-exported so that the macro
-/// works in a crate whatever it imports.
-#[doc(hidden)]
-pub mod reexport {
-    pub use aws_config::SdkConfig;
-    pub use aws_credential_types::provider::ProvideCredentials;
-    pub use leasehold::backend::{SharedClock, StoreEpoch};
-    pub use leasehold::store_builder_methods;
-    pub use leasehold::Creation;
-}
-
-/// The builder methods every AWS store's builder has (`region`,
-/// `endpoint`, `profile`, `credentials_provider`, `sdk_config`,
-/// `attempt_timeout`), written once: expand it inside the `impl` of a
-/// builder that has an `options: StoreOptions` field. `$emulator` names an
-/// emulator's endpoint for the `endpoint` method's docs.
-#[macro_export]
-macro_rules! aws_builder_methods {
-    ($emulator:literal) => {
-        /// The AWS region (otherwise the standard chain's: `AWS_REGION`,
-        /// the profile, instance metadata).
-        pub fn region(mut self, region: impl Into<String>) -> Self {
-            self.options.aws.region = Some(region.into());
-            self
-        }
-
-        #[doc = concat!("Another endpoint than AWS's, such as ", $emulator, ".")]
-        pub fn endpoint(mut self, endpoint: impl Into<String>) -> Self {
-            self.options.aws.endpoint = Some(endpoint.into());
-            self
-        }
-
-        /// The AWS profile to read from the shared config and credentials
-        /// files.
-        pub fn profile(mut self, profile: impl Into<String>) -> Self {
-            self.options.aws.profile = Some(profile.into());
-            self
-        }
-
-        /// Credentials to use instead of the standard chain (static test
-        /// credentials for an emulator, or a provider of your own).
-        pub fn credentials_provider(
-            mut self,
-            provider: impl $crate::reexport::ProvideCredentials + 'static,
-        ) -> Self {
-            self.options.aws.set_credentials(provider);
-            self
-        }
-
-        /// Start from this SDK configuration instead of loading the
-        /// standard one; region, endpoint and credentials set on this
-        /// builder still override it.
-        pub fn sdk_config(mut self, config: $crate::reexport::SdkConfig) -> Self {
-            self.options.aws.sdk_config = Some(config);
-            self
-        }
-
-        /// Time limit of one HTTP attempt (default 5 s); the whole
-        /// operation, with the SDK's retries, is limited to three times
-        /// that.
-        pub fn attempt_timeout(mut self, timeout: std::time::Duration) -> Self {
-            self.options.aws.attempt_timeout = timeout;
-            self
-        }
-    };
-}
-
 /// A wall clock: the time of day, as [`SystemTime::now`] gives it.
 pub type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
 
@@ -115,93 +48,6 @@ pub type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
 /// (and a 0.1 % clock-rate allowance) before taking it over, unless the
 /// builder's `takeover_margin` says otherwise.
 pub const DEFAULT_TAKEOVER_MARGIN: Duration = Duration::from_millis(200);
-
-/// The builder methods of an AWS store that set its [`StoreOptions`]
-/// other than where to connect, written once: expand it inside the `impl`
-/// of a builder that has an `options: StoreOptions` field, naming the
-/// methods it has (`clock`, `wall_clock`, `takeover_margin`, `max_ttl`,
-/// `create_table` or `create_bucket`, `creation`), each after its own doc
-/// comment (what it means for that store).
-#[macro_export]
-macro_rules! store_options_methods {
-    ($($(#[$doc:meta])* $method:ident;)*) => {
-        $($crate::store_options_methods!(@method [$(#[$doc])*] $method);)*
-    };
-    // `clock`, `max_ttl` and `creation` are every store's: the core's
-    // methods, on `options`.
-    (@method [$($doc:tt)*] clock) => {
-        $crate::reexport::store_builder_methods!(@method [$($doc)*] [options.] clock);
-    };
-    (@method [$($doc:tt)*] wall_clock) => {
-        $crate::reexport::store_builder_methods!(@set [$($doc)*] wall_clock(wall: $crate::WallClock) => options.wall = Some(wall));
-    };
-    (@method [$($doc:tt)*] takeover_margin) => {
-        $crate::reexport::store_builder_methods!(@set [$($doc)*] takeover_margin(margin: ::std::time::Duration) => options.margin = margin);
-    };
-    (@method [$($doc:tt)*] max_ttl) => {
-        $crate::reexport::store_builder_methods!(@method [$($doc)*] [options.] max_ttl);
-    };
-    (@method [$($doc:tt)*] create_table) => {
-        $crate::reexport::store_builder_methods!(@set [$($doc)*] create_table(create: bool) => options.create = create);
-    };
-    (@method [$($doc:tt)*] create_bucket) => {
-        $crate::reexport::store_builder_methods!(@set [$($doc)*] create_bucket(create: bool) => options.create = create);
-    };
-    (@method [$($doc:tt)*] creation) => {
-        $crate::reexport::store_builder_methods!(@method [$($doc)*] [options.] creation);
-    };
-}
-
-/// The accessors every AWS store's backend has (`region`,
-/// `requests_sent`, `client`), written once: expand it inside the `impl` of
-/// a backend that has the fields `settings: StoreSettings` and `client`
-/// (of the type `$client`, the service's SDK client).
-#[macro_export]
-macro_rules! aws_backend_methods {
-    ($client:ty) => {
-        /// The region requests are signed for.
-        pub fn region(&self) -> &str {
-            &self.settings.region
-        }
-
-        /// How many HTTP requests this backend has sent (every attempt,
-        /// the SDK's retries included), for metrics and tests.
-        pub fn requests_sent(&self) -> u64 {
-            self.settings.requests.get()
-        }
-
-        /// The SDK client, for anything leasehold does not do.
-        pub fn client(&self) -> &$client {
-            &self.client
-        }
-    };
-}
-
-/// The [`Backend`](leasehold::backend::Backend) methods every AWS store's
-/// backend answers alike (`name`; `epoch_at_open`, from its
-/// [`StoreSettings`]), written once: expand it inside the backend's `impl
-/// Backend` (of a backend with a `settings: StoreSettings` field), giving
-/// the store's name.
-#[macro_export]
-macro_rules! aws_backend_trait_methods {
-    ($name:expr) => {
-        fn name(&self) -> &'static str {
-            $name
-        }
-
-        /// The epoch read while building (its age as of now): the store's
-        /// first attempt names it, and a proven epoch is cleared at once.
-        fn epoch_at_open(&self) -> Option<$crate::reexport::StoreEpoch> {
-            Some(self.settings.epoch.get())
-        }
-
-        /// Whether building created the store (its conditional write of the
-        /// epoch marker was the one that won).
-        fn created_at_open(&self) -> Option<bool> {
-            self.settings.created.get().copied()
-        }
-    };
-}
 
 /// A message-only error, the source of the [`Error::Backend`]s built here.
 #[derive(Debug)]
@@ -406,6 +252,13 @@ pub struct StoreSettings {
 }
 
 impl StoreSettings {
+    /// Whether the first reading of the epoch (while building) created the
+    /// store, once it was read: the backend's
+    /// [`Backend::created_at_open`](leasehold::backend::Backend::created_at_open).
+    pub fn created_at_open(&self) -> Option<bool> {
+        self.created.get().copied()
+    }
+
     /// Adds where the backend tried to connect to an error from opening
     /// `place` (such as `table "locks"`); see [`connect_error`].
     pub fn connect_error(&self, err: Error, place: &str) -> Error {
@@ -468,7 +321,16 @@ impl Default for AwsOptions {
 }
 
 // No credentials, ever.
-leasehold::debug_fields!(o: AwsOptions { region, endpoint, profile, attempt_timeout, .. });
+impl fmt::Debug for AwsOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AwsOptions")
+            .field("region", &self.region)
+            .field("endpoint", &self.endpoint)
+            .field("profile", &self.profile)
+            .field("attempt_timeout", &self.attempt_timeout)
+            .finish_non_exhaustive()
+    }
+}
 
 impl AwsOptions {
     /// Sets the credentials provider.

@@ -88,9 +88,14 @@ pub(crate) struct Inner {
     pub(crate) created: std::sync::OnceLock<bool>,
 }
 
-leasehold::debug_fields!(b: AzureBackend {
-    container: b.inner.container_name, prefix: b.inner.prefix, ..
-});
+impl std::fmt::Debug for AzureBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AzureBackend")
+            .field("container", &self.inner.container_name)
+            .field("prefix", &self.inner.prefix)
+            .finish_non_exhaustive()
+    }
+}
 
 impl AzureBackend {
     /// A builder, for endpoints and credentials set in code.

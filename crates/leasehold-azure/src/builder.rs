@@ -10,7 +10,7 @@ use azure_core::http::{ClientOptions, ExponentialRetryOptions, RetryOptions, Tra
 use azure_storage_blob::{BlobContainerClient, BlobContainerClientOptions};
 use leasehold::backend::params::{split_query, QuerySpec};
 use leasehold::backend::shared_builder::{check_range, require};
-use leasehold::{Error, Result};
+use leasehold::{Creation, Error, Result};
 
 use crate::credential::{Credential, SharedKeyPolicy};
 use crate::error::Secrets;
@@ -74,19 +74,25 @@ pub struct AzureBackendBuilder {
     creation: leasehold::Creation,
 }
 
-leasehold::debug_fields!(b: AzureBackendBuilder {
-    container,
-    prefix,
-    endpoint,
-    account,
-    key: b.key.as_ref().map(|_| "<redacted>"),
-    sas: b.sas.as_ref().map(|_| "<redacted>"),
-    connection_string: b.connection_string.as_ref().map(|_| "<redacted>"),
-    token_credential: b.token.is_some(),
-    entra_id,
-    max_ttl,
-    ..
-});
+impl std::fmt::Debug for AzureBackendBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AzureBackendBuilder")
+            .field("container", &self.container)
+            .field("prefix", &self.prefix)
+            .field("endpoint", &self.endpoint)
+            .field("account", &self.account)
+            .field("key", &self.key.as_ref().map(|_| "<redacted>"))
+            .field("sas", &self.sas.as_ref().map(|_| "<redacted>"))
+            .field(
+                "connection_string",
+                &self.connection_string.as_ref().map(|_| "<redacted>"),
+            )
+            .field("token_credential", &self.token.is_some())
+            .field("entra_id", &self.entra_id)
+            .field("max_ttl", &self.max_ttl)
+            .finish_non_exhaustive()
+    }
+}
 
 impl AzureBackendBuilder {
     /// An empty builder.
@@ -94,17 +100,18 @@ impl AzureBackendBuilder {
         Self::default()
     }
 
-    leasehold::store_builder_methods! {
-        /// What using the backend may do to the container (default
-        /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
-        /// `Never`, nothing is created or written but what `break_lease` does
-        /// (a missing container is [`Error::NoStore`](leasehold::Error::NoStore)
-        /// from [`AzureBackend::open_store`]); with `NewProven`, a container
-        /// this backend creates gets an epoch marker that says its epoch is
-        /// proven (see [`Creation::NewProven`](leasehold::Creation::NewProven)).
-        /// Building sends nothing either way: call
-        /// [`AzureBackend::open_store`] to look or create at once.
-        creation;
+    /// What using the backend may do to the container (default
+    /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
+    /// `Never`, nothing is created or written but what `break_lease` does
+    /// (a missing container is [`Error::NoStore`](leasehold::Error::NoStore)
+    /// from [`AzureBackend::open_store`]); with `NewProven`, a container
+    /// this backend creates gets an epoch marker that says its epoch is
+    /// proven (see [`Creation::NewProven`](leasehold::Creation::NewProven)).
+    /// Building sends nothing either way: call
+    /// [`AzureBackend::open_store`] to look or create at once.
+    pub fn creation(mut self, creation: Creation) -> Self {
+        self.creation = creation;
+        self
     }
 
     /// The container holding the lock blobs (created if missing).
@@ -113,9 +120,10 @@ impl AzureBackendBuilder {
         self
     }
 
-    leasehold::store_builder_methods! {
-        /// A prefix for the lock blobs' names (`PREFIX/escaped-key`).
-        prefix;
+    /// A prefix for the lock blobs' names (`PREFIX/escaped-key`).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
     }
 
     /// The blob service endpoint, e.g. `https://ACCOUNT.blob.core.windows.net`
@@ -180,17 +188,22 @@ impl AzureBackendBuilder {
         self
     }
 
-    leasehold::store_builder_methods! {
-        /// Timeout of one HTTP request (default 10 s; connect timeout 5 s).
-        request_timeout;
-        /// The store max TTL recorded in the container's epoch marker when this
-        /// backend is the one that writes it (a new container, or one without
-        /// a marker): no lease in the container may be longer. 15 s to 60 s;
-        /// default 60 s, Azure's longest finite lease. A container that already
-        /// has a marker keeps the max TTL it records. The quarantine of a new
-        /// container is one confirmation window whatever this says (see
-        /// [Store epoch](crate#store-epoch-and-quarantine)).
-        max_ttl;
+    /// Timeout of one HTTP request (default 10 s; connect timeout 5 s).
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = Some(timeout);
+        self
+    }
+
+    /// The store max TTL recorded in the container's epoch marker when this
+    /// backend is the one that writes it (a new container, or one without
+    /// a marker): no lease in the container may be longer. 15 s to 60 s;
+    /// default 60 s, Azure's longest finite lease. A container that already
+    /// has a marker keeps the max TTL it records. The quarantine of a new
+    /// container is one confirmation window whatever this says (see
+    /// [Store epoch](crate#store-epoch-and-quarantine)).
+    pub fn max_ttl(mut self, max_ttl: Duration) -> Self {
+        self.max_ttl = Some(max_ttl);
+        self
     }
 
     /// Fills what is unset from the environment, credentials in this order:

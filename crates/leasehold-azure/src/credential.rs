@@ -72,7 +72,13 @@ impl SharedKeyPolicy {
     }
 }
 
-leasehold::debug_fields!(p: SharedKeyPolicy { account, .. });
+impl fmt::Debug for SharedKeyPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedKeyPolicy")
+            .field("account", &self.account)
+            .finish_non_exhaustive()
+    }
+}
 
 // azure_core's trait takes `&Context` with its lifetime hidden, and
 // async-trait cannot match an impl that names it (`Context<'_>`).

@@ -39,9 +39,16 @@ pub struct DynamoDbBackend {
     pub(crate) observations: Observations,
 }
 
-leasehold::debug_fields!(b: DynamoDbBackend {
-    table, region: b.settings.region, endpoint: b.settings.endpoint, takeover, ..
-});
+impl std::fmt::Debug for DynamoDbBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DynamoDbBackend")
+            .field("table", &self.table)
+            .field("region", &self.settings.region)
+            .field("endpoint", &self.settings.endpoint)
+            .field("takeover", &self.takeover)
+            .finish_non_exhaustive()
+    }
+}
 
 impl DynamoDbBackend {
     /// The table name.
@@ -49,7 +56,21 @@ impl DynamoDbBackend {
         &self.table
     }
 
-    leasehold_aws::aws_backend_methods!(Client);
+    /// The region requests are signed for.
+    pub fn region(&self) -> &str {
+        &self.settings.region
+    }
+
+    /// How many HTTP requests this backend has sent (every attempt,
+    /// the SDK's retries included), for metrics and tests.
+    pub fn requests_sent(&self) -> u64 {
+        self.settings.requests.get()
+    }
+
+    /// The SDK client, for anything leasehold does not do.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
 
     /// Adds where we tried to connect to an error from opening the table.
     pub(crate) fn connect_error(&self, err: Error) -> Error {
@@ -145,7 +166,21 @@ pub(crate) fn check_ttl(ttl: Duration) -> Result<()> {
 
 #[async_trait]
 impl Backend for DynamoDbBackend {
-    leasehold_aws::aws_backend_trait_methods!(BACKEND);
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    /// The epoch read while building (its age as of now): the store's
+    /// first attempt names it, and a proven epoch is cleared at once.
+    fn epoch_at_open(&self) -> Option<StoreEpoch> {
+        Some(self.epoch())
+    }
+
+    /// Whether building created the store (its conditional write of the
+    /// epoch marker was the one that won).
+    fn created_at_open(&self) -> Option<bool> {
+        self.settings.created_at_open()
+    }
 
     fn capabilities(&self) -> Capabilities {
         shared_capabilities(MIN_TTL, self.epoch().max_ttl.min(MAX_TTL))

@@ -1,9 +1,13 @@
 //! Building a [`DynamoDbBackend`]: from code or from a store URL.
 
-use aws_sdk_dynamodb::config::Region;
+use std::time::Duration;
+
+use aws_config::SdkConfig;
+use aws_sdk_dynamodb::config::{ProvideCredentials, Region};
 use leasehold::backend::shared_builder::{check_max_ttl, require};
-use leasehold::Result;
-use leasehold_aws::{RequestCounter, ServiceDate, StoreOptions};
+use leasehold::backend::SharedClock;
+use leasehold::{Creation, Result};
+use leasehold_aws::{RequestCounter, ServiceDate, StoreOptions, WallClock};
 
 use crate::{DynamoDbBackend, TakeoverMode};
 
@@ -28,9 +32,16 @@ pub struct DynamoDbBackendBuilder {
 }
 
 // No credentials, ever.
-leasehold::debug_fields!(b: DynamoDbBackendBuilder {
-    table, aws: b.options.aws, takeover, create_table: b.options.create, ..
-});
+impl std::fmt::Debug for DynamoDbBackendBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DynamoDbBackendBuilder")
+            .field("table", &self.table)
+            .field("aws", &self.options.aws)
+            .field("takeover", &self.takeover)
+            .field("create_table", &self.options.create)
+            .finish_non_exhaustive()
+    }
+}
 
 impl DynamoDbBackend {
     /// A builder for a backend on `table`.
@@ -48,17 +59,63 @@ impl DynamoDbBackendBuilder {
         }
     }
 
-    leasehold_aws::aws_builder_methods!("DynamoDB Local (`http://127.0.0.1:8000`)");
+    /// The AWS region (otherwise the standard chain's: `AWS_REGION`,
+    /// the profile, instance metadata).
+    pub fn region(mut self, region: impl Into<String>) -> Self {
+        self.options.aws.region = Some(region.into());
+        self
+    }
 
-    leasehold_aws::store_options_methods! {
-        /// The monotonic clock takeover observations are timed on (the system
-        /// clock unless set; tests inject a [`leasehold::backend::ManualClock`] or a
-        /// skewed clock).
-        clock;
-        /// The wall clock written into items (`acquired_ms`, `expires_ms`) and,
-        /// in [`TakeoverMode::TrustClocks`], compared with them. The system time
-        /// unless set; tests inject skewed ones.
-        wall_clock;
+    /// Another endpoint than AWS's, such as DynamoDB Local (`http://127.0.0.1:8000`).
+    pub fn endpoint(mut self, endpoint: impl Into<String>) -> Self {
+        self.options.aws.endpoint = Some(endpoint.into());
+        self
+    }
+
+    /// The AWS profile to read from the shared config and credentials
+    /// files.
+    pub fn profile(mut self, profile: impl Into<String>) -> Self {
+        self.options.aws.profile = Some(profile.into());
+        self
+    }
+
+    /// Credentials to use instead of the standard chain (static test
+    /// credentials for an emulator, or a provider of your own).
+    pub fn credentials_provider(mut self, provider: impl ProvideCredentials + 'static) -> Self {
+        self.options.aws.set_credentials(provider);
+        self
+    }
+
+    /// Start from this SDK configuration instead of loading the
+    /// standard one; region, endpoint and credentials set on this
+    /// builder still override it.
+    pub fn sdk_config(mut self, config: SdkConfig) -> Self {
+        self.options.aws.sdk_config = Some(config);
+        self
+    }
+
+    /// Time limit of one HTTP attempt (default 5 s); the whole
+    /// operation, with the SDK's retries, is limited to three times
+    /// that.
+    pub fn attempt_timeout(mut self, timeout: Duration) -> Self {
+        self.options.aws.attempt_timeout = timeout;
+        self
+    }
+
+    /// The monotonic clock takeover observations are timed on (the system
+    /// clock unless set; tests inject a [`leasehold::backend::ManualClock`] or a
+    /// skewed clock).
+    pub fn clock(mut self, clock: SharedClock) -> Self {
+        self.options.clock = Some(clock);
+        self
+    }
+
+    /// The wall clock written into items (`acquired_ms`, `expires_ms`) and,
+    /// in [`TakeoverMode::TrustClocks`], compared with them. The system time
+    /// unless set; tests inject skewed ones.
+    pub fn wall_clock(mut self, wall: WallClock) -> Self {
+        self.options.wall = Some(wall);
+        self
     }
 
     /// How a waiter decides that a holder is gone; see [`TakeoverMode`].
@@ -67,32 +124,45 @@ impl DynamoDbBackendBuilder {
         self
     }
 
-    leasehold_aws::store_options_methods! {
-        /// Extra time a waiter watches an unchanged lease beyond the holder's
-        /// TTL (and a 0.1 % clock-rate allowance) before taking it over.
-        /// Default 200 ms.
-        takeover_margin;
-        /// The max TTL a table created by this backend records (default 60 s,
-        /// [`leasehold::backend::DEFAULT_STORE_MAX_TTL`]; 1 s to 24 h): no lease may be
-        /// longer, and after the table is deleted and re-created under a live
-        /// holder, grants wait one confirmation window whatever this says (the
-        /// quarantine, see the crate docs).
-        /// An existing table keeps the max TTL it recorded.
-        ///
-        /// (There is no item expiry: an item deleted by DynamoDB TTL would take
-        /// its fencing counter with it, and deciding when that is safe would
-        /// trust a holder's clock.)
-        max_ttl;
-        /// Whether to create the table when it does not exist (default: yes).
-        create_table;
-        /// What opening may do to the table (default
-        /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
-        /// `Never`, nothing is created or written (a missing table is
-        /// [`Error::NoStore`](leasehold::Error::NoStore), a missing epoch marker
-        /// item is not written); with `NewProven`, a table this backend
-        /// creates gets a marker item that says its epoch is proven (settled at
-        /// once, see [`Creation::NewProven`](leasehold::Creation::NewProven)).
-        creation;
+    /// Extra time a waiter watches an unchanged lease beyond the holder's
+    /// TTL (and a 0.1 % clock-rate allowance) before taking it over.
+    /// Default 200 ms.
+    pub fn takeover_margin(mut self, margin: Duration) -> Self {
+        self.options.margin = margin;
+        self
+    }
+
+    /// The max TTL a table created by this backend records (default 60 s,
+    /// [`leasehold::backend::DEFAULT_STORE_MAX_TTL`]; 1 s to 24 h): no lease may be
+    /// longer, and after the table is deleted and re-created under a live
+    /// holder, grants wait one confirmation window whatever this says (the
+    /// quarantine, see the crate docs).
+    /// An existing table keeps the max TTL it recorded.
+    ///
+    /// (There is no item expiry: an item deleted by DynamoDB TTL would take
+    /// its fencing counter with it, and deciding when that is safe would
+    /// trust a holder's clock.)
+    pub fn max_ttl(mut self, max_ttl: Duration) -> Self {
+        self.options.max_ttl = max_ttl;
+        self
+    }
+
+    /// Whether to create the table when it does not exist (default: yes).
+    pub fn create_table(mut self, create: bool) -> Self {
+        self.options.create = create;
+        self
+    }
+
+    /// What opening may do to the table (default
+    /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
+    /// `Never`, nothing is created or written (a missing table is
+    /// [`Error::NoStore`](leasehold::Error::NoStore), a missing epoch marker
+    /// item is not written); with `NewProven`, a table this backend
+    /// creates gets a marker item that says its epoch is proven (settled at
+    /// once, see [`Creation::NewProven`](leasehold::Creation::NewProven)).
+    pub fn creation(mut self, creation: Creation) -> Self {
+        self.options.creation = creation;
+        self
     }
 
     /// Loads the configuration, checks (or creates) the table and returns

@@ -9,7 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use leasehold::{
     backend::{
-        next_token, AcquireOutcome, AcquireRequest, Backend, Capabilities, Lease, StoreEpoch,
+        next_token, AcquireOutcome, AcquireRequest, Backend, Capabilities, Lease, ReleaseWatch,
+        StoreEpoch,
     },
     Error, HolderInfo, Key, KeyInfo, LossReason, Result, RunRecord,
 };
@@ -112,9 +113,15 @@ impl Seen {
 /// empty beyond it: forgetting costs a failed comparison, one round trip).
 const SEEN_KEYS: usize = 4096;
 
-leasehold::debug_fields!(b: EtcdBackend {
-    endpoints: b.inner.endpoints, prefix: b.inner.prefix, max_ttl: b.inner.max_ttl, ..
-});
+impl std::fmt::Debug for EtcdBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdBackend")
+            .field("endpoints", &self.inner.endpoints)
+            .field("prefix", &self.inner.prefix)
+            .field("max_ttl", &self.inner.max_ttl)
+            .finish_non_exhaustive()
+    }
+}
 
 /// What one read of a key returns: the store's marker, the key's record and
 /// holder, each with its etcd metadata, all at one revision.
@@ -582,7 +589,21 @@ impl EtcdBackend {
 
 #[async_trait]
 impl Backend for EtcdBackend {
-    leasehold::server_backend_methods!(NAME, inner.common);
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn epoch_at_open(&self) -> Option<StoreEpoch> {
+        self.inner.common.epoch_at_open()
+    }
+
+    fn created_at_open(&self) -> Option<bool> {
+        self.inner.common.created_at_open()
+    }
+
+    fn watch_release(&self, keys: &[Key]) -> Option<ReleaseWatch> {
+        self.inner.common.watch_release(keys)
+    }
 
     fn capabilities(&self) -> Capabilities {
         shared_capabilities(MIN_TTL, self.inner.max_ttl).queues_waiters(self.inner.queues)

@@ -2,7 +2,9 @@
 
 use leasehold::backend::params::{decode_percent, split_query, QuerySpec};
 use leasehold::backend::shared_builder::{check_max_ttl, split_scheme, ServerOptions};
-use leasehold::{Error, Result};
+use leasehold::backend::SharedClock;
+use leasehold::{Creation, Error, Result};
+use std::time::Duration;
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -35,15 +37,19 @@ pub struct EtcdBackendBuilder {
     pub(crate) options: ServerOptions,
 }
 
-leasehold::debug_fields!(b: EtcdBackendBuilder {
-    endpoints,
-    tls,
-    user: b.user.as_ref().map(|(u, _)| u),
-    prefix,
-    max_ttl: b.options.max_ttl,
-    request_timeout: b.options.request_timeout,
-    wake_ups: b.options.wake_ups
-});
+impl std::fmt::Debug for EtcdBackendBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdBackendBuilder")
+            .field("endpoints", &self.endpoints)
+            .field("tls", &self.tls)
+            .field("user", &self.user.as_ref().map(|(u, _)| u))
+            .field("prefix", &self.prefix)
+            .field("max_ttl", &self.options.max_ttl)
+            .field("request_timeout", &self.options.request_timeout)
+            .field("wake_ups", &self.options.wake_ups)
+            .finish()
+    }
+}
 
 impl EtcdBackend {
     /// A builder for the cluster at `endpoints`.
@@ -129,13 +135,18 @@ impl EtcdBackendBuilder {
         Ok(b)
     }
 
-    leasehold::store_builder_methods! {
-        /// The key prefix every key of this store lives under (default
-        /// [`DEFAULT_PREFIX`]; not empty). Two prefixes are two stores.
-        prefix;
-        /// The max TTL a store created by this backend records (2 s to 24 h;
-        /// 60 s by default). An existing store keeps its own.
-        max_ttl in options;
+    /// The key prefix every key of this store lives under (default
+    /// [`DEFAULT_PREFIX`]; not empty). Two prefixes are two stores.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The max TTL a store created by this backend records (2 s to 24 h;
+    /// 60 s by default). An existing store keeps its own.
+    pub fn max_ttl(mut self, max_ttl: Duration) -> Self {
+        self.options.max_ttl = max_ttl;
+        self
     }
 
     /// Authenticate as `user` (etcd's auth must be enabled on the server).
@@ -151,20 +162,32 @@ impl EtcdBackendBuilder {
         self
     }
 
-    leasehold::store_builder_methods! {
-        /// How long one request may take before it counts as failed
-        /// (retryable); 5 s by default.
-        request_timeout in options;
-        /// Whether waiters watch for releases (on by default). Off, they poll.
-        wake_ups in options;
-        /// The monotonic clock a session's age is timed on (the system's,
-        /// which counts a suspend of the machine, unless set; tests inject a
-        /// [`ManualClock`](leasehold::backend::ManualClock)). A session's etcd
-        /// lease ages on the server while this machine sleeps, so its age
-        /// must not be read off tokio's clock, which stands still then.
-        clock in options;
-        /// The key prefix.
-        prefix_name;
+    /// How long one request may take before it counts as failed
+    /// (retryable); 5 s by default.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.options.request_timeout = timeout;
+        self
+    }
+
+    /// Whether waiters watch for releases (on by default). Off, they poll.
+    pub fn wake_ups(mut self, on: bool) -> Self {
+        self.options.wake_ups = on;
+        self
+    }
+
+    /// The monotonic clock a session's age is timed on (the system's,
+    /// which counts a suspend of the machine, unless set; tests inject a
+    /// [`ManualClock`](leasehold::backend::ManualClock)). A session's etcd
+    /// lease ages on the server while this machine sleeps, so its age
+    /// must not be read off tokio's clock, which stands still then.
+    pub fn clock(mut self, clock: SharedClock) -> Self {
+        self.options.clock = Some(clock);
+        self
+    }
+
+    /// The key prefix.
+    pub fn prefix_name(&self) -> &str {
+        &self.prefix
     }
 
     pub(crate) fn check(&self) -> Result<()> {
@@ -184,15 +207,16 @@ impl EtcdBackendBuilder {
         Ok(())
     }
 
-    leasehold::store_builder_methods! {
-        /// What opening may do to the store (default
-        /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
-        /// `Never`, nothing is written (a prefix without keys is
-        /// [`Error::NoStore`](leasehold::Error::NoStore)); with `NewProven`,
-        /// the marker of a new store (a prefix without keys) records that its
-        /// epoch is proven (see
-        /// [`Creation::NewProven`](leasehold::Creation::NewProven)).
-        creation in options;
+    /// What opening may do to the store (default
+    /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
+    /// `Never`, nothing is written (a prefix without keys is
+    /// [`Error::NoStore`](leasehold::Error::NoStore)); with `NewProven`,
+    /// the marker of a new store (a prefix without keys) records that its
+    /// epoch is proven (see
+    /// [`Creation::NewProven`](leasehold::Creation::NewProven)).
+    pub fn creation(mut self, creation: Creation) -> Self {
+        self.options.creation = creation;
+        self
     }
 
     /// Connects (checking that the cluster answers, and authenticating),

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::{Object, Pool};
-use leasehold::backend::{AcquireOutcome, AcquireRequest, Backend, Grant, Lease};
+use leasehold::backend::{
+    AcquireOutcome, AcquireRequest, Backend, Capabilities, Grant, Lease, ReleaseWatch,
+};
 use leasehold::{backend::StoreEpoch, Error, HolderInfo, Key, KeyInfo, LossReason, Result};
 use tokio::time::{timeout_at, Instant};
 use tokio_postgres::types::{ToSql, Type};
@@ -50,7 +52,14 @@ pub(crate) struct Inner {
     pub(crate) unlogged: Option<bool>,
 }
 
-leasehold::debug_fields!(b: PostgresBackend { target: b.inner.target, table: b.inner.table, .. });
+impl std::fmt::Debug for PostgresBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresBackend")
+            .field("target", &self.inner.target)
+            .field("table", &self.inner.table)
+            .finish_non_exhaustive()
+    }
+}
 
 /// A failed statement: the client's error (to look at its SQL state) or one
 /// of ours.
@@ -272,7 +281,25 @@ fn why_not_ours(row: &Row, lease: &Lease) -> String {
 
 #[async_trait]
 impl Backend for PostgresBackend {
-    leasehold::server_backend_methods!(NAME, inner.common, capabilities: inner.store_max_ttl, MIN_TTL);
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.store_max_ttl.capabilities(MIN_TTL)
+    }
+
+    fn epoch_at_open(&self) -> Option<StoreEpoch> {
+        self.inner.common.epoch_at_open()
+    }
+
+    fn created_at_open(&self) -> Option<bool> {
+        self.inner.common.created_at_open()
+    }
+
+    fn watch_release(&self, keys: &[Key]) -> Option<ReleaseWatch> {
+        self.inner.common.watch_release(keys)
+    }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         const OP: &str = "acquire";

@@ -9,7 +9,7 @@ use leasehold::backend::params::{split_query, QuerySpec};
 use leasehold::backend::shared_builder::{
     check_max_ttl, require, split_scheme, RecordedMaxTtl, ServerCommon, ServerOptions,
 };
-use leasehold::{Error, Result};
+use leasehold::{Creation, Error, Result};
 use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
@@ -76,18 +76,22 @@ pub struct PostgresBackendBuilder {
 }
 
 // tokio_postgres::Config's Debug already redacts the password.
-leasehold::debug_fields!(b: PostgresBackendBuilder {
-    config,
-    table,
-    max_ttl: b.options.max_ttl,
-    ssl_mode,
-    root_cert,
-    pool_size,
-    request_timeout: b.options.request_timeout,
-    wake_ups: b.options.wake_ups,
-    prepared,
-    unlogged
-});
+impl std::fmt::Debug for PostgresBackendBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresBackendBuilder")
+            .field("config", &self.config)
+            .field("table", &self.table)
+            .field("max_ttl", &self.options.max_ttl)
+            .field("ssl_mode", &self.ssl_mode)
+            .field("root_cert", &self.root_cert)
+            .field("pool_size", &self.pool_size)
+            .field("request_timeout", &self.options.request_timeout)
+            .field("wake_ups", &self.options.wake_ups)
+            .field("prepared", &self.prepared)
+            .field("unlogged", &self.unlogged)
+            .finish()
+    }
+}
 
 impl PostgresBackend {
     /// A builder for the server `config` describes (see
@@ -195,13 +199,14 @@ impl PostgresBackendBuilder {
         self
     }
 
-    leasehold::store_builder_methods! {
-        /// The max TTL a table created by this backend records (1 s to 24 h;
-        /// 60 s by default): no lease may be longer. An existing table keeps
-        /// its own. After the table is lost under a live holder grants wait one
-        /// confirmation window ([`leasehold::CONFIRMATION_WINDOW`]), whatever
-        /// this says.
-        max_ttl in options;
+    /// The max TTL a table created by this backend records (1 s to 24 h;
+    /// 60 s by default): no lease may be longer. An existing table keeps
+    /// its own. After the table is lost under a live holder grants wait one
+    /// confirmation window ([`leasehold::CONFIRMATION_WINDOW`]), whatever
+    /// this says.
+    pub fn max_ttl(mut self, max_ttl: Duration) -> Self {
+        self.options.max_ttl = max_ttl;
+        self
     }
 
     /// When to use TLS.
@@ -223,14 +228,19 @@ impl PostgresBackendBuilder {
         self
     }
 
-    leasehold::store_builder_methods! {
-        /// How long one request may take before it counts as failed (retryable)
-        /// and its connection is discarded (5 s by default).
-        request_timeout in options;
-        /// Whether waiters LISTEN for releases (on by default; needs a direct
-        /// or session-pooled connection, see the crate docs). Off, waiters only
-        /// poll.
-        wake_ups in options;
+    /// How long one request may take before it counts as failed (retryable)
+    /// and its connection is discarded (5 s by default).
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.options.request_timeout = timeout;
+        self
+    }
+
+    /// Whether waiters LISTEN for releases (on by default; needs a direct
+    /// or session-pooled connection, see the crate docs). Off, waiters only
+    /// poll.
+    pub fn wake_ups(mut self, on: bool) -> Self {
+        self.options.wake_ups = on;
+        self
     }
 
     /// Whether statements are prepared once per connection (named prepared
@@ -285,15 +295,16 @@ impl PostgresBackendBuilder {
         Ok(())
     }
 
-    leasehold::store_builder_methods! {
-        /// What opening may do to the table (default
-        /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
-        /// `Never`, nothing is created or written, ever (a missing table is
-        /// [`Error::NoStore`](leasehold::Error::NoStore); a missing or restored
-        /// epoch row is reported, not renewed); with `NewProven`, the epoch row
-        /// of a new, empty table records that its epoch is proven (see
-        /// [`Creation::NewProven`](leasehold::Creation::NewProven)).
-        creation in options;
+    /// What opening may do to the table (default
+    /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
+    /// `Never`, nothing is created or written, ever (a missing table is
+    /// [`Error::NoStore`](leasehold::Error::NoStore); a missing or restored
+    /// epoch row is reported, not renewed); with `NewProven`, the epoch row
+    /// of a new, empty table records that its epoch is proven (see
+    /// [`Creation::NewProven`](leasehold::Creation::NewProven)).
+    pub fn creation(mut self, creation: Creation) -> Self {
+        self.options.creation = creation;
+        self
     }
 
     /// Connects (checking that the server answers), creates the table if

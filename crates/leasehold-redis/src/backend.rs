@@ -5,7 +5,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use leasehold::backend::{AcquireOutcome, AcquireRequest, Backend, Grant, Lease};
+use leasehold::backend::{
+    AcquireOutcome, AcquireRequest, Backend, Capabilities, Grant, Lease, ReleaseWatch,
+};
 use leasehold::{backend::StoreEpoch, Error, HolderInfo, Key, KeyInfo, LossReason, Result};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, ScriptInvocation, Value};
@@ -43,7 +45,14 @@ pub(crate) struct Inner {
     pub(crate) target: String,
 }
 
-leasehold::debug_fields!(b: RedisBackend { target: b.inner.target, prefix: b.inner.names.prefix, .. });
+impl std::fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBackend")
+            .field("target", &self.inner.target)
+            .field("prefix", &self.inner.names.prefix)
+            .finish_non_exhaustive()
+    }
+}
 
 /// An optional string as the scripts take it: `''` for none, else `+`
 /// and the value.
@@ -276,7 +285,25 @@ fn why_not_ours(op: &'static str, key: &Key, reply: &Value) -> Error {
 
 #[async_trait]
 impl Backend for RedisBackend {
-    leasehold::server_backend_methods!(NAME, inner.common, capabilities: inner.store_max_ttl, MIN_TTL);
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.store_max_ttl.capabilities(MIN_TTL)
+    }
+
+    fn epoch_at_open(&self) -> Option<StoreEpoch> {
+        self.inner.common.epoch_at_open()
+    }
+
+    fn created_at_open(&self) -> Option<bool> {
+        self.inner.common.created_at_open()
+    }
+
+    fn watch_release(&self, keys: &[Key]) -> Option<ReleaseWatch> {
+        self.inner.common.watch_release(keys)
+    }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         const OP: &str = "acquire";

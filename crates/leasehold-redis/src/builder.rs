@@ -7,7 +7,7 @@ use leasehold::backend::params::QuerySpec;
 use leasehold::backend::shared_builder::{
     check_max_ttl, require, split_scheme, RecordedMaxTtl, ServerCommon, ServerOptions,
 };
-use leasehold::{Error, Result};
+use leasehold::{Creation, Error, Result};
 use redis::{ConnectionAddr, IntoConnectionInfo};
 
 use std::sync::Mutex;
@@ -40,14 +40,18 @@ pub struct RedisBackendBuilder {
     pub(crate) options: ServerOptions,
 }
 
-leasehold::debug_fields!(b: RedisBackendBuilder {
-    target: target_of(&b.info),
-    tls_ca,
-    prefix,
-    max_ttl: b.options.max_ttl,
-    request_timeout: b.options.request_timeout,
-    wake_ups: b.options.wake_ups
-});
+impl std::fmt::Debug for RedisBackendBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBackendBuilder")
+            .field("target", &target_of(&self.info))
+            .field("tls_ca", &self.tls_ca)
+            .field("prefix", &self.prefix)
+            .field("max_ttl", &self.options.max_ttl)
+            .field("request_timeout", &self.options.request_timeout)
+            .field("wake_ups", &self.options.wake_ups)
+            .finish()
+    }
+}
 
 /// `host:port/db` (with `tls` for TLS): never the user or password.
 pub(crate) fn target_of(info: &redis::ConnectionInfo) -> String {
@@ -127,17 +131,22 @@ impl RedisBackendBuilder {
         Ok(builder)
     }
 
-    leasehold::store_builder_methods! {
-        /// The prefix of every Redis key (and the pub/sub channel) the store
-        /// uses ([`DEFAULT_PREFIX`] by default): stores with different prefixes
-        /// on one server are independent, each with its own epoch.
-        prefix;
-        /// The max TTL a store started by this backend records (1 s to 24 h;
-        /// 60 s by default): no lease may be longer. An existing store keeps its
-        /// own. After the store's data is lost (or the server restarts or fails
-        /// over) grants wait one confirmation window
-        /// ([`leasehold::CONFIRMATION_WINDOW`]), whatever this says.
-        max_ttl in options;
+    /// The prefix of every Redis key (and the pub/sub channel) the store
+    /// uses ([`DEFAULT_PREFIX`] by default): stores with different prefixes
+    /// on one server are independent, each with its own epoch.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The max TTL a store started by this backend records (1 s to 24 h;
+    /// 60 s by default): no lease may be longer. An existing store keeps its
+    /// own. After the store's data is lost (or the server restarts or fails
+    /// over) grants wait one confirmation window
+    /// ([`leasehold::CONFIRMATION_WINDOW`]), whatever this says.
+    pub fn max_ttl(mut self, max_ttl: Duration) -> Self {
+        self.options.max_ttl = max_ttl;
+        self
     }
 
     /// A PEM file of CA certificates to trust for `rediss://` *instead of*
@@ -147,15 +156,23 @@ impl RedisBackendBuilder {
         self
     }
 
-    leasehold::store_builder_methods! {
-        /// How long one request may take before it counts as failed
-        /// (retryable) and the connection is replaced (5 s by default).
-        request_timeout in options;
-        /// Whether waiters subscribe to releases (on by default). Off, waiters
-        /// only poll, and releases publish nothing.
-        wake_ups in options;
-        /// The key prefix as given.
-        prefix_name;
+    /// How long one request may take before it counts as failed
+    /// (retryable) and the connection is replaced (5 s by default).
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.options.request_timeout = timeout;
+        self
+    }
+
+    /// Whether waiters subscribe to releases (on by default). Off, waiters
+    /// only poll, and releases publish nothing.
+    pub fn wake_ups(mut self, on: bool) -> Self {
+        self.options.wake_ups = on;
+        self
+    }
+
+    /// The key prefix as given.
+    pub fn prefix_name(&self) -> &str {
+        &self.prefix
     }
 
     /// The connection settings (their `Debug` hides the password).
@@ -176,15 +193,16 @@ impl RedisBackendBuilder {
         Ok(())
     }
 
-    leasehold::store_builder_methods! {
-        /// What opening may do to the store (default
-        /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
-        /// `Never`, nothing is written (a prefix with neither epoch marker nor
-        /// key index is [`Error::NoStore`](leasehold::Error::NoStore); a marker
-        /// of another server process is reported, not renewed); with
-        /// `NewProven`, the marker of a new store records that its epoch is
-        /// proven (see [`Creation::NewProven`](leasehold::Creation::NewProven)).
-        creation in options;
+    /// What opening may do to the store (default
+    /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
+    /// `Never`, nothing is written (a prefix with neither epoch marker nor
+    /// key index is [`Error::NoStore`](leasehold::Error::NoStore); a marker
+    /// of another server process is reported, not renewed); with
+    /// `NewProven`, the marker of a new store records that its epoch is
+    /// proven (see [`Creation::NewProven`](leasehold::Creation::NewProven)).
+    pub fn creation(mut self, creation: Creation) -> Self {
+        self.options.creation = creation;
+        self
     }
 
     /// Connects (checking that the server answers and the password is

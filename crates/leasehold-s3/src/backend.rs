@@ -49,9 +49,16 @@ pub struct S3Backend {
     observations: Observations,
 }
 
-leasehold::debug_fields!(b: S3Backend {
-    bucket, prefix, region: b.settings.region, endpoint: b.settings.endpoint, ..
-});
+impl std::fmt::Debug for S3Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Backend")
+            .field("bucket", &self.bucket)
+            .field("prefix", &self.prefix)
+            .field("region", &self.settings.region)
+            .field("endpoint", &self.settings.endpoint)
+            .finish_non_exhaustive()
+    }
+}
 
 /// What a read of one object found.
 pub(crate) enum Got {
@@ -141,7 +148,21 @@ impl S3Backend {
         &self.prefix
     }
 
-    leasehold_aws::aws_backend_methods!(Client);
+    /// The region requests are signed for.
+    pub fn region(&self) -> &str {
+        &self.settings.region
+    }
+
+    /// How many HTTP requests this backend has sent (every attempt,
+    /// the SDK's retries included), for metrics and tests.
+    pub fn requests_sent(&self) -> u64 {
+        self.settings.requests.get()
+    }
+
+    /// The SDK client, for anything leasehold does not do.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
 
     /// The name of `key`'s object.
     pub fn object_name(&self, key: &Key) -> String {
@@ -475,7 +496,21 @@ enum Read {
 
 #[async_trait]
 impl Backend for S3Backend {
-    leasehold_aws::aws_backend_trait_methods!(BACKEND);
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    /// The epoch read while building (its age as of now): the store's
+    /// first attempt names it, and a proven epoch is cleared at once.
+    fn epoch_at_open(&self) -> Option<StoreEpoch> {
+        Some(self.epoch())
+    }
+
+    /// Whether building created the store (its conditional write of the
+    /// epoch marker was the one that won).
+    fn created_at_open(&self) -> Option<bool> {
+        self.settings.created_at_open()
+    }
 
     fn capabilities(&self) -> Capabilities {
         shared_capabilities(MIN_TTL, self.epoch().max_ttl.min(MAX_TTL))

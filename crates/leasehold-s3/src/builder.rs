@@ -1,9 +1,15 @@
 //! Building an [`S3Backend`]: from code or from a store URL.
 
-use aws_sdk_s3::config::{Region, RequestChecksumCalculation, ResponseChecksumValidation};
+use std::time::Duration;
+
+use aws_config::SdkConfig;
+use aws_sdk_s3::config::{
+    ProvideCredentials, Region, RequestChecksumCalculation, ResponseChecksumValidation,
+};
 use leasehold::backend::shared_builder::{check_max_ttl, require};
-use leasehold::Result;
-use leasehold_aws::{RequestCounter, StoreOptions};
+use leasehold::backend::SharedClock;
+use leasehold::{Creation, Result};
+use leasehold_aws::{RequestCounter, StoreOptions, WallClock};
 
 use crate::S3Backend;
 
@@ -28,9 +34,16 @@ pub struct S3BackendBuilder {
     pub(crate) options: StoreOptions,
 }
 
-leasehold::debug_fields!(b: S3BackendBuilder {
-    bucket, prefix, aws: b.options.aws, create_bucket: b.options.create, ..
-});
+impl std::fmt::Debug for S3BackendBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3BackendBuilder")
+            .field("bucket", &self.bucket)
+            .field("prefix", &self.prefix)
+            .field("aws", &self.options.aws)
+            .field("create_bucket", &self.options.create)
+            .finish_non_exhaustive()
+    }
+}
 
 impl S3Backend {
     /// A builder for a backend on `bucket`.
@@ -48,40 +61,103 @@ impl S3BackendBuilder {
         }
     }
 
-    leasehold_aws::aws_builder_methods!("an emulator (`http://127.0.0.1:45399`, moto) or an S3-compatible service; requests then use path-style addressing (`ENDPOINT/BUCKET/OBJECT`)");
-
-    leasehold::store_builder_methods! {
-        /// Keep the store's objects under this prefix (a key-shaped path such
-        /// as `jobs/prod`; default: the bucket's root). Each prefix is a store
-        /// of its own, with its own epoch.
-        prefix;
+    /// The AWS region (otherwise the standard chain's: `AWS_REGION`,
+    /// the profile, instance metadata).
+    pub fn region(mut self, region: impl Into<String>) -> Self {
+        self.options.aws.region = Some(region.into());
+        self
     }
 
-    leasehold_aws::store_options_methods! {
-        /// The monotonic clock takeover observations are timed on (the system
-        /// clock unless set; tests inject a [`leasehold::backend::ManualClock`]).
-        clock;
-        /// The wall clock written into records (`acquired_ms`, `expires_ms`,
-        /// for display only). The system time unless set.
-        wall_clock;
-        /// Extra time a waiter watches an unchanged lease beyond the holder's
-        /// TTL (and a 0.1 % clock-rate allowance) before taking it over.
-        /// Default 200 ms.
-        takeover_margin;
-        /// The max TTL a store started by this backend records (default 60 s,
-        /// [`leasehold::backend::DEFAULT_STORE_MAX_TTL`]; 4 s to 24 h): no lease may be
-        /// longer. An existing store keeps the max TTL it recorded.
-        max_ttl;
-        /// Whether to create the bucket when it does not exist (default: yes).
-        create_bucket;
-        /// What opening may do (default
-        /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
-        /// `Never`, nothing is created or written (a missing bucket or epoch
-        /// marker is [`Error::NoStore`](leasehold::Error::NoStore)); with
-        /// `NewProven`, a marker this backend writes says its epoch is proven
-        /// (settled at once, see
-        /// [`Creation::NewProven`](leasehold::Creation::NewProven)).
-        creation;
+    /// Another endpoint than AWS's, such as an emulator (`http://127.0.0.1:45399`, moto) or an S3-compatible service; requests then use path-style addressing (`ENDPOINT/BUCKET/OBJECT`).
+    pub fn endpoint(mut self, endpoint: impl Into<String>) -> Self {
+        self.options.aws.endpoint = Some(endpoint.into());
+        self
+    }
+
+    /// The AWS profile to read from the shared config and credentials
+    /// files.
+    pub fn profile(mut self, profile: impl Into<String>) -> Self {
+        self.options.aws.profile = Some(profile.into());
+        self
+    }
+
+    /// Credentials to use instead of the standard chain (static test
+    /// credentials for an emulator, or a provider of your own).
+    pub fn credentials_provider(mut self, provider: impl ProvideCredentials + 'static) -> Self {
+        self.options.aws.set_credentials(provider);
+        self
+    }
+
+    /// Start from this SDK configuration instead of loading the
+    /// standard one; region, endpoint and credentials set on this
+    /// builder still override it.
+    pub fn sdk_config(mut self, config: SdkConfig) -> Self {
+        self.options.aws.sdk_config = Some(config);
+        self
+    }
+
+    /// Time limit of one HTTP attempt (default 5 s); the whole
+    /// operation, with the SDK's retries, is limited to three times
+    /// that.
+    pub fn attempt_timeout(mut self, timeout: Duration) -> Self {
+        self.options.aws.attempt_timeout = timeout;
+        self
+    }
+
+    /// Keep the store's objects under this prefix (a key-shaped path such
+    /// as `jobs/prod`; default: the bucket's root). Each prefix is a store
+    /// of its own, with its own epoch.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The monotonic clock takeover observations are timed on (the system
+    /// clock unless set; tests inject a [`leasehold::backend::ManualClock`]).
+    pub fn clock(mut self, clock: SharedClock) -> Self {
+        self.options.clock = Some(clock);
+        self
+    }
+
+    /// The wall clock written into records (`acquired_ms`, `expires_ms`,
+    /// for display only). The system time unless set.
+    pub fn wall_clock(mut self, wall: WallClock) -> Self {
+        self.options.wall = Some(wall);
+        self
+    }
+
+    /// Extra time a waiter watches an unchanged lease beyond the holder's
+    /// TTL (and a 0.1 % clock-rate allowance) before taking it over.
+    /// Default 200 ms.
+    pub fn takeover_margin(mut self, margin: Duration) -> Self {
+        self.options.margin = margin;
+        self
+    }
+
+    /// The max TTL a store started by this backend records (default 60 s,
+    /// [`leasehold::backend::DEFAULT_STORE_MAX_TTL`]; 4 s to 24 h): no lease may be
+    /// longer. An existing store keeps the max TTL it recorded.
+    pub fn max_ttl(mut self, max_ttl: Duration) -> Self {
+        self.options.max_ttl = max_ttl;
+        self
+    }
+
+    /// Whether to create the bucket when it does not exist (default: yes).
+    pub fn create_bucket(mut self, create: bool) -> Self {
+        self.options.create = create;
+        self
+    }
+
+    /// What opening may do (default
+    /// [`Creation::IfMissing`](leasehold::Creation::IfMissing)): with
+    /// `Never`, nothing is created or written (a missing bucket or epoch
+    /// marker is [`Error::NoStore`](leasehold::Error::NoStore)); with
+    /// `NewProven`, a marker this backend writes says its epoch is proven
+    /// (settled at once, see
+    /// [`Creation::NewProven`](leasehold::Creation::NewProven)).
+    pub fn creation(mut self, creation: Creation) -> Self {
+        self.options.creation = creation;
+        self
     }
 
     /// Loads the configuration, checks (or creates) the bucket, reads (or

@@ -420,17 +420,34 @@ impl Capabilities {
         }
     }
 
-    crate::setters::setters! {
-        /// Sets [`shared_across_processes`](Self::shared_across_processes).
-        fn shared_across_processes(shared_across_processes: bool);
-        /// Sets [`shared_across_machines`](Self::shared_across_machines).
-        fn shared_across_machines(shared_across_machines: bool);
-        /// Sets [`takeover_needs_observation`](Self::takeover_needs_observation).
-        fn takeover_needs_observation(takeover_needs_observation: bool);
-        /// Sets [`token_visible_before_holder`](Self::token_visible_before_holder).
-        fn token_visible_before_holder(token_visible_before_holder: bool);
-        /// Sets [`queues_waiters`](Self::queues_waiters).
-        fn queues_waiters(queues_waiters: bool);
+    /// Sets [`shared_across_processes`](Self::shared_across_processes).
+    pub fn shared_across_processes(mut self, shared_across_processes: bool) -> Self {
+        self.shared_across_processes = shared_across_processes;
+        self
+    }
+
+    /// Sets [`shared_across_machines`](Self::shared_across_machines).
+    pub fn shared_across_machines(mut self, shared_across_machines: bool) -> Self {
+        self.shared_across_machines = shared_across_machines;
+        self
+    }
+
+    /// Sets [`takeover_needs_observation`](Self::takeover_needs_observation).
+    pub fn takeover_needs_observation(mut self, takeover_needs_observation: bool) -> Self {
+        self.takeover_needs_observation = takeover_needs_observation;
+        self
+    }
+
+    /// Sets [`token_visible_before_holder`](Self::token_visible_before_holder).
+    pub fn token_visible_before_holder(mut self, token_visible_before_holder: bool) -> Self {
+        self.token_visible_before_holder = token_visible_before_holder;
+        self
+    }
+
+    /// Sets [`queues_waiters`](Self::queues_waiters).
+    pub fn queues_waiters(mut self, queues_waiters: bool) -> Self {
+        self.queues_waiters = queues_waiters;
+        self
     }
 }
 
@@ -653,9 +670,10 @@ impl StoreEpoch {
         }
     }
 
-    crate::setters::setters! {
-        /// Sets [`age`](Self::age).
-        fn with_age(age: Option<Duration>);
+    /// Sets [`age`](Self::age).
+    pub fn with_age(mut self, age: Option<Duration>) -> Self {
+        self.age = age;
+        self
     }
 
     /// The epoch marked proven: the store proved (or its creator stated,
@@ -835,15 +853,28 @@ impl HolderInfo {
         }
     }
 
-    crate::setters::setters! {
-        /// Sets the user data.
-        fn with_data(data: Option<String>);
-        /// Sets the acquisition time.
-        fn with_acquired_at(acquired_at: Option<SystemTime>);
-        /// Sets the remaining lease time.
-        fn with_expires_in(expires_in: Option<Duration>);
-        /// Sets the TTL.
-        fn with_ttl(ttl: Option<Duration>);
+    /// Sets the user data.
+    pub fn with_data(mut self, data: Option<String>) -> Self {
+        self.data = data;
+        self
+    }
+
+    /// Sets the acquisition time.
+    pub fn with_acquired_at(mut self, acquired_at: Option<SystemTime>) -> Self {
+        self.acquired_at = acquired_at;
+        self
+    }
+
+    /// Sets the remaining lease time.
+    pub fn with_expires_in(mut self, expires_in: Option<Duration>) -> Self {
+        self.expires_in = expires_in;
+        self
+    }
+
+    /// Sets the TTL.
+    pub fn with_ttl(mut self, ttl: Option<Duration>) -> Self {
+        self.ttl = ttl;
+        self
     }
 }
 

@@ -8,11 +8,12 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::backend::{HolderInfo, Owner};
-use crate::engine::{Engine, Granted};
+use crate::engine::Granted;
 use crate::error::Result;
 use crate::guard::LeaseGuard;
 use crate::key::Key;
 use crate::lock::Lock;
+use crate::waits::Waits;
 
 /// Leader election on one key. Made by [`Store::election`](crate::Store::election)
 /// or [`Store::election_with`](crate::Store::election_with); cheap to clone.
@@ -87,17 +88,146 @@ impl Election {
         self.lock.ttl()
     }
 
-    crate::waits::waits! {
-        guard: Leadership,
-        noun: "leadership",
-        held: "with the current leader",
-        make: "store.election(\"services/scheduler\")?",
-        end: resign,
-        names: [try_campaign, campaign, campaign_timeout, campaign_reporting],
+    /// Takes leadership if it is free now, with one attempt, without waiting.
+    ///
+    /// # Errors
+    /// [`Error::Held`](crate::Error::Held) with the current leader;
+    /// [`Error::Quarantined`](crate::Error::Quarantined) while the
+    /// store's data is new; backend failures.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: if the future is dropped while a request is in
+    /// flight and the backend grants the lease anyway, it is released
+    /// in the background at once.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> leasehold::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
+    /// let x = store.election("services/scheduler")?;
+    /// let held = x.try_campaign().await?;
+    /// // Another attempt, even from this process, finds it taken.
+    /// let again = x.try_campaign().await;
+    /// assert!(matches!(again, Err(leasehold::Error::Held { .. })));
+    /// held.resign().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn try_campaign(&self) -> Result<Leadership> {
+        self.waits().once().await
     }
 
-    fn engine(&self) -> &Engine {
-        self.lock.engine()
+    /// Takes leadership, waiting as long as it takes (see
+    /// [`campaign_timeout`](Self::campaign_timeout) for how waiting works).
+    ///
+    /// # Errors
+    /// Non-retryable backend failures (retryable ones are retried).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future never leaves a lease behind (a
+    /// lease granted to a request in flight is released in the
+    /// background), and gives up this task's place in the local queue.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> leasehold::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
+    /// let held = store.election("services/scheduler")?.campaign().await?;
+    /// println!("fencing token {}", held.fencing_token());
+    /// held.resign().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn campaign(&self) -> Result<Leadership> {
+        self.waits().forever().await
+    }
+
+    /// Takes leadership, waiting up to `timeout` for it to come free.
+    ///
+    /// Waiting works as it does for a lock (see
+    /// [`Lock::acquire_timeout`](crate::Lock::acquire_timeout)): the backend is
+    /// polled after a random pause between the poll bounds, a release by a
+    /// guard of this same process wakes the first local waiter at once, and
+    /// tasks of one process queue in FIFO order. A zero timeout is one attempt,
+    /// as [`try_campaign`](Self::try_campaign) makes, that ends in
+    /// [`Error::TimedOut`](crate::Error::TimedOut) if it gets nothing.
+    ///
+    /// # Errors
+    /// [`Error::TimedOut`](crate::Error::TimedOut) when the wait runs
+    /// out; non-retryable backend failures (retryable ones are retried
+    /// while the wait lasts).
+    ///
+    /// # Cancel safety
+    /// As [`campaign`](Self::campaign).
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> leasehold::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
+    /// let x = store.election("services/scheduler")?;
+    /// let held = x.campaign_timeout(Duration::from_secs(60)).await?;
+    /// let waited = x.campaign_timeout(Duration::from_millis(50)).await;
+    /// assert!(matches!(waited, Err(leasehold::Error::TimedOut { .. })));
+    /// held.resign().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn campaign_timeout(&self, timeout: Duration) -> Result<Leadership> {
+        self.waits().timeout(timeout).await
+    }
+
+    /// Takes leadership, waiting as `wait` says
+    /// ([`Wait::Forever`](crate::Wait::Forever), as
+    /// [`campaign`](Self::campaign), or
+    /// [`Wait::Timeout`](crate::Wait::Timeout), as
+    /// [`campaign_timeout`](Self::campaign_timeout)), and calls `on_wait` with
+    /// the reason every time an attempt gets nothing: it is held
+    /// ([`WaitReason::Held`](crate::WaitReason::Held), with the holders the
+    /// backend described), or the store's data is new and in quarantine (see
+    /// [`Error::Quarantined`](crate::Error::Quarantined)). For status lines.
+    ///
+    /// # Errors
+    /// As [`campaign_timeout`](Self::campaign_timeout).
+    ///
+    /// # Cancel safety
+    /// As [`campaign`](Self::campaign).
+    ///
+    /// # Examples
+    /// ```
+    /// use leasehold::{Wait, WaitReason};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> leasehold::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
+    /// let held = store.election("services/scheduler")?
+    ///     .campaign_reporting(Wait::Forever, |reason| {
+    ///         if let WaitReason::Held([holder, ..]) = reason {
+    ///             eprintln!("waiting for {}", holder.owner.host);
+    ///         }
+    ///     })
+    ///     .await?;
+    /// held.resign().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn campaign_reporting(
+        &self,
+        wait: impl Into<crate::Wait>,
+        on_wait: impl FnMut(crate::WaitReason<'_>),
+    ) -> Result<Leadership> {
+        self.waits().reporting(wait.into(), on_wait).await
+    }
+
+    /// This election's waits: a grant is leadership.
+    fn waits(&self) -> Waits<'_, impl FnOnce(Granted) -> Leadership + '_> {
+        Waits::new(self.lock.engine(), |granted| self.grant(granted))
     }
 
     fn grant(&self, granted: Granted) -> Leadership {

@@ -160,7 +160,6 @@ mod renewal;
 mod runs;
 mod rwlock;
 mod semaphore;
-mod setters;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 mod store;

@@ -122,12 +122,17 @@ impl RunRecord {
         }
     }
 
-    crate::setters::setters! {
-        /// Sets [`exit_code`](Self::exit_code).
-        fn with_exit_code(exit_code: Option<i32>);
-        /// Sets [`ended_at`](Self::ended_at) (a backend that stamps the end
-        /// with its own clock).
-        fn with_ended_at(ended_at: SystemTime);
+    /// Sets [`exit_code`](Self::exit_code).
+    pub fn with_exit_code(mut self, exit_code: Option<i32>) -> Self {
+        self.exit_code = exit_code;
+        self
+    }
+
+    /// Sets [`ended_at`](Self::ended_at) (a backend that stamps the end
+    /// with its own clock).
+    pub fn with_ended_at(mut self, ended_at: SystemTime) -> Self {
+        self.ended_at = ended_at;
+        self
     }
 
     /// Whether this run succeeded.

@@ -136,6 +136,7 @@ use crate::metric::Kind;
 use crate::options::ResolvedOptions;
 use crate::semaphore::{numbered_slots, SlotInfo, MAX_SEMAPHORE_LIMIT};
 use crate::store::Store;
+use crate::waits::Waits;
 
 /// How many readers an [`RwLock`] admits at once unless told otherwise.
 pub const DEFAULT_MAX_READERS: u32 = 16;
@@ -340,46 +341,304 @@ impl RwLock {
         Ok(numbered_slots(&prefix, store.list(&prefix).await?))
     }
 
-    crate::waits::waits! {
-        guard: ReadGuard,
-        noun: "a read hold (shared with other readers)",
-        held: "when a writer holds or waits (with the writer's description), or every reader slot is held",
-        make: "store.rw_lock(\"config\")?",
-        end: release,
-        names: [try_read, read, read_timeout, read_reporting],
-        via: [reader_engine, grant_read],
-        again: [try_write, write_timeout, "A writer, even in this process, finds it taken."],
+    /// Takes a read hold (shared with other readers) if it is free now, with
+    /// one attempt, without waiting.
+    ///
+    /// # Errors
+    /// [`Error::Held`](crate::Error::Held) when a writer holds or waits (with
+    /// the writer's description), or every reader slot is held;
+    /// [`Error::Quarantined`](crate::Error::Quarantined) while the store's data
+    /// is new; backend failures.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: if the future is dropped while a request is in
+    /// flight and the backend grants the lease anyway, it is released
+    /// in the background at once.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> leasehold::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
+    /// let x = store.rw_lock("config")?;
+    /// let held = x.try_read().await?;
+    /// // A writer, even in this process, finds it taken.
+    /// let again = x.try_write().await;
+    /// assert!(matches!(again, Err(leasehold::Error::Held { .. })));
+    /// held.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn try_read(&self) -> Result<ReadGuard> {
+        self.read_waits().once().await
     }
 
-    crate::waits::waits! {
-        guard: WriteGuard,
-        noun: "the write hold (exclusive: no readers, no other writer)",
-        held: "when another writer holds the key (with its description) or readers hold (with theirs)",
-        make: "store.rw_lock(\"config\")?",
-        end: release,
-        names: [try_write, write, write_timeout, write_reporting],
-        via: [writer_engine, grant_write],
-        again: [try_read, read_timeout, "A reader, even in this process, finds it taken."],
+    /// Takes a read hold (shared with other readers), waiting as long as it
+    /// takes (see [`read_timeout`](Self::read_timeout) for how waiting works).
+    ///
+    /// # Errors
+    /// Non-retryable backend failures (retryable ones are retried).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future never leaves a lease behind (a
+    /// lease granted to a request in flight is released in the
+    /// background), and gives up this task's place in the local queue.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> leasehold::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
+    /// let held = store.rw_lock("config")?.read().await?;
+    /// println!("fencing token {}", held.fencing_token());
+    /// held.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn read(&self) -> Result<ReadGuard> {
+        self.read_waits().forever().await
     }
 
-    fn reader_engine(&self) -> &Engine {
-        &self.reader
+    /// Takes a read hold (shared with other readers), waiting up to `timeout`
+    /// for it to come free.
+    ///
+    /// Waiting works as it does for a lock (see
+    /// [`Lock::acquire_timeout`](crate::Lock::acquire_timeout)): the
+    /// backend is polled after a random pause between the poll bounds, a
+    /// release by a guard of this same process wakes the first local
+    /// waiter at once, and tasks of one process queue in FIFO order. A
+    /// zero timeout is one attempt, as [`try_read`](Self::try_read) makes,
+    /// that ends in [`Error::TimedOut`](crate::Error::TimedOut) if it
+    /// gets nothing.
+    ///
+    /// # Errors
+    /// [`Error::TimedOut`](crate::Error::TimedOut) when the wait runs
+    /// out; non-retryable backend failures (retryable ones are retried
+    /// while the wait lasts).
+    ///
+    /// # Cancel safety
+    /// As [`read`](Self::read).
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> leasehold::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
+    /// let x = store.rw_lock("config")?;
+    /// let held = x.read_timeout(Duration::from_secs(60)).await?;
+    /// let waited = x.write_timeout(Duration::from_millis(50)).await;
+    /// assert!(matches!(waited, Err(leasehold::Error::TimedOut { .. })));
+    /// held.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn read_timeout(&self, timeout: Duration) -> Result<ReadGuard> {
+        self.read_waits().timeout(timeout).await
     }
 
-    fn writer_engine(&self) -> &Engine {
-        &self.writer
+    /// Takes a read hold (shared with other readers), waiting as `wait` says
+    /// ([`Wait::Forever`](crate::Wait::Forever), as [`read`](Self::read), or
+    /// [`Wait::Timeout`](crate::Wait::Timeout), as
+    /// [`read_timeout`](Self::read_timeout)), and calls `on_wait` with the
+    /// reason every time an attempt gets nothing: it is held
+    /// ([`WaitReason::Held`](crate::WaitReason::Held), with the holders the
+    /// backend described), or the store's data is new and in quarantine (see
+    /// [`Error::Quarantined`](crate::Error::Quarantined)). For status lines.
+    ///
+    /// # Errors
+    /// As [`read_timeout`](Self::read_timeout).
+    ///
+    /// # Cancel safety
+    /// As [`read`](Self::read).
+    ///
+    /// # Examples
+    /// ```
+    /// use leasehold::{Wait, WaitReason};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> leasehold::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
+    /// let held = store.rw_lock("config")?
+    ///     .read_reporting(Wait::Forever, |reason| {
+    ///         if let WaitReason::Held([holder, ..]) = reason {
+    ///             eprintln!("waiting for {}", holder.owner.host);
+    ///         }
+    ///     })
+    ///     .await?;
+    /// held.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn read_reporting(
+        &self,
+        wait: impl Into<crate::Wait>,
+        on_wait: impl FnMut(crate::WaitReason<'_>),
+    ) -> Result<ReadGuard> {
+        self.read_waits().reporting(wait.into(), on_wait).await
+    }
+
+    /// Takes the write hold (exclusive: no readers, no other writer) if it is
+    /// free now, with one attempt, without waiting.
+    ///
+    /// # Errors
+    /// [`Error::Held`](crate::Error::Held) when another writer holds the key
+    /// (with its description) or readers hold (with theirs);
+    /// [`Error::Quarantined`](crate::Error::Quarantined) while the store's data
+    /// is new; backend failures.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: if the future is dropped while a request is in
+    /// flight and the backend grants the lease anyway, it is released
+    /// in the background at once.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> leasehold::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
+    /// let x = store.rw_lock("config")?;
+    /// let held = x.try_write().await?;
+    /// // A reader, even in this process, finds it taken.
+    /// let again = x.try_read().await;
+    /// assert!(matches!(again, Err(leasehold::Error::Held { .. })));
+    /// held.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn try_write(&self) -> Result<WriteGuard> {
+        self.write_waits().once().await
+    }
+
+    /// Takes the write hold (exclusive: no readers, no other writer), waiting
+    /// as long as it takes (see [`write_timeout`](Self::write_timeout) for how
+    /// waiting works).
+    ///
+    /// # Errors
+    /// Non-retryable backend failures (retryable ones are retried).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future never leaves a lease behind (a
+    /// lease granted to a request in flight is released in the
+    /// background), and gives up this task's place in the local queue.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> leasehold::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
+    /// let held = store.rw_lock("config")?.write().await?;
+    /// println!("fencing token {}", held.fencing_token());
+    /// held.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn write(&self) -> Result<WriteGuard> {
+        self.write_waits().forever().await
+    }
+
+    /// Takes the write hold (exclusive: no readers, no other writer), waiting
+    /// up to `timeout` for it to come free.
+    ///
+    /// Waiting works as it does for a lock (see
+    /// [`Lock::acquire_timeout`](crate::Lock::acquire_timeout)): the
+    /// backend is polled after a random pause between the poll bounds, a
+    /// release by a guard of this same process wakes the first local
+    /// waiter at once, and tasks of one process queue in FIFO order. A
+    /// zero timeout is one attempt, as [`try_write`](Self::try_write) makes,
+    /// that ends in [`Error::TimedOut`](crate::Error::TimedOut) if it
+    /// gets nothing.
+    ///
+    /// # Errors
+    /// [`Error::TimedOut`](crate::Error::TimedOut) when the wait runs
+    /// out; non-retryable backend failures (retryable ones are retried
+    /// while the wait lasts).
+    ///
+    /// # Cancel safety
+    /// As [`write`](Self::write).
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> leasehold::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
+    /// let x = store.rw_lock("config")?;
+    /// let held = x.write_timeout(Duration::from_secs(60)).await?;
+    /// let waited = x.read_timeout(Duration::from_millis(50)).await;
+    /// assert!(matches!(waited, Err(leasehold::Error::TimedOut { .. })));
+    /// held.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn write_timeout(&self, timeout: Duration) -> Result<WriteGuard> {
+        self.write_waits().timeout(timeout).await
+    }
+
+    /// Takes the write hold (exclusive: no readers, no other writer), waiting
+    /// as `wait` says ([`Wait::Forever`](crate::Wait::Forever), as
+    /// [`write`](Self::write), or [`Wait::Timeout`](crate::Wait::Timeout), as
+    /// [`write_timeout`](Self::write_timeout)), and calls `on_wait` with the
+    /// reason every time an attempt gets nothing: it is held
+    /// ([`WaitReason::Held`](crate::WaitReason::Held), with the holders the
+    /// backend described), or the store's data is new and in quarantine (see
+    /// [`Error::Quarantined`](crate::Error::Quarantined)). For status lines.
+    ///
+    /// # Errors
+    /// As [`write_timeout`](Self::write_timeout).
+    ///
+    /// # Cancel safety
+    /// As [`write`](Self::write).
+    ///
+    /// # Examples
+    /// ```
+    /// use leasehold::{Wait, WaitReason};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> leasehold::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
+    /// let held = store.rw_lock("config")?
+    ///     .write_reporting(Wait::Forever, |reason| {
+    ///         if let WaitReason::Held([holder, ..]) = reason {
+    ///             eprintln!("waiting for {}", holder.owner.host);
+    ///         }
+    ///     })
+    ///     .await?;
+    /// held.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn write_reporting(
+        &self,
+        wait: impl Into<crate::Wait>,
+        on_wait: impl FnMut(crate::WaitReason<'_>),
+    ) -> Result<WriteGuard> {
+        self.write_waits().reporting(wait.into(), on_wait).await
+    }
+
+    /// The waits of readers: a grant of the reader engine is a read hold.
+    fn read_waits(&self) -> Waits<'_, impl FnOnce(Granted) -> ReadGuard + '_> {
+        Waits::new(&self.reader, |granted| self.grant_read(granted))
+    }
+
+    /// The waits of writers: a grant of the writer engine is the write
+    /// hold.
+    fn write_waits(&self) -> Waits<'_, impl FnOnce(Granted) -> WriteGuard> {
+        Waits::new(&self.writer, |granted: Granted| WriteGuard {
+            guard: granted.guard,
+        })
     }
 
     fn grant_read(&self, granted: Granted) -> ReadGuard {
         tracing::debug!(key = %self.key(), slot = granted.slot, token = granted.guard.fencing_token(), "read hold acquired");
         ReadGuard {
             slot: granted.slot,
-            guard: granted.guard,
-        }
-    }
-
-    fn grant_write(&self, granted: Granted) -> WriteGuard {
-        WriteGuard {
             guard: granted.guard,
         }
     }

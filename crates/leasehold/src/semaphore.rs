@@ -13,6 +13,7 @@ use crate::key::{Key, MAX_KEY_LEN};
 use crate::metric::Kind;
 use crate::options::ResolvedOptions;
 use crate::store::Store;
+use crate::waits::Waits;
 
 /// The largest semaphore limit.
 pub const MAX_SEMAPHORE_LIMIT: u32 = 1000;
@@ -176,17 +177,147 @@ impl Semaphore {
         Ok(numbered_slots(&prefix, listed))
     }
 
-    crate::waits::waits! {
-        guard: SemaphorePermit,
-        noun: "a permit",
-        held: "when every slot is held (with the semaphore's key and one of the holders, if the backend described one; slots held in this process are not asked for)",
-        make: "store.semaphore(\"uploads\", 1)?",
-        end: release,
-        names: [try_acquire, acquire, acquire_timeout, acquire_reporting],
+    /// Takes a permit if it is free now, with one attempt, without waiting.
+    ///
+    /// # Errors
+    /// [`Error::Held`](crate::Error::Held) when every slot is held (with the
+    /// semaphore's key and one of the holders, if the backend described one;
+    /// slots held in this process are not asked for);
+    /// [`Error::Quarantined`](crate::Error::Quarantined) while the store's data
+    /// is new; backend failures.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: if the future is dropped while a request is in
+    /// flight and the backend grants the lease anyway, it is released
+    /// in the background at once.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> leasehold::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
+    /// let x = store.semaphore("uploads", 1)?;
+    /// let held = x.try_acquire().await?;
+    /// // Another attempt, even from this process, finds it taken.
+    /// let again = x.try_acquire().await;
+    /// assert!(matches!(again, Err(leasehold::Error::Held { .. })));
+    /// held.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn try_acquire(&self) -> Result<SemaphorePermit> {
+        self.waits().once().await
     }
 
-    fn engine(&self) -> &Engine {
-        &self.engine
+    /// Takes a permit, waiting as long as it takes (see
+    /// [`acquire_timeout`](Self::acquire_timeout) for how waiting works).
+    ///
+    /// # Errors
+    /// Non-retryable backend failures (retryable ones are retried).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future never leaves a lease behind (a
+    /// lease granted to a request in flight is released in the
+    /// background), and gives up this task's place in the local queue.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> leasehold::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
+    /// let held = store.semaphore("uploads", 1)?.acquire().await?;
+    /// println!("fencing token {}", held.fencing_token());
+    /// held.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn acquire(&self) -> Result<SemaphorePermit> {
+        self.waits().forever().await
+    }
+
+    /// Takes a permit, waiting up to `timeout` for it to come free.
+    ///
+    /// Waiting works as it does for a lock (see
+    /// [`Lock::acquire_timeout`](crate::Lock::acquire_timeout)): the backend is
+    /// polled after a random pause between the poll bounds, a release by a
+    /// guard of this same process wakes the first local waiter at once, and
+    /// tasks of one process queue in FIFO order. A zero timeout is one attempt,
+    /// as [`try_acquire`](Self::try_acquire) makes, that ends in
+    /// [`Error::TimedOut`](crate::Error::TimedOut) if it gets nothing.
+    ///
+    /// # Errors
+    /// [`Error::TimedOut`](crate::Error::TimedOut) when the wait runs
+    /// out; non-retryable backend failures (retryable ones are retried
+    /// while the wait lasts).
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> leasehold::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
+    /// let x = store.semaphore("uploads", 1)?;
+    /// let held = x.acquire_timeout(Duration::from_secs(60)).await?;
+    /// let waited = x.acquire_timeout(Duration::from_millis(50)).await;
+    /// assert!(matches!(waited, Err(leasehold::Error::TimedOut { .. })));
+    /// held.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn acquire_timeout(&self, timeout: Duration) -> Result<SemaphorePermit> {
+        self.waits().timeout(timeout).await
+    }
+
+    /// Takes a permit, waiting as `wait` says
+    /// ([`Wait::Forever`](crate::Wait::Forever), as [`acquire`](Self::acquire),
+    /// or [`Wait::Timeout`](crate::Wait::Timeout), as
+    /// [`acquire_timeout`](Self::acquire_timeout)), and calls `on_wait` with
+    /// the reason every time an attempt gets nothing: it is held
+    /// ([`WaitReason::Held`](crate::WaitReason::Held), with the holders the
+    /// backend described), or the store's data is new and in quarantine (see
+    /// [`Error::Quarantined`](crate::Error::Quarantined)). For status lines.
+    ///
+    /// # Errors
+    /// As [`acquire_timeout`](Self::acquire_timeout).
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Examples
+    /// ```
+    /// use leasehold::{Wait, WaitReason};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> leasehold::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = leasehold::Store::open(&format!("sqlite:{}", dir.path().join("l.db").display()))?;
+    /// let held = store.semaphore("uploads", 1)?
+    ///     .acquire_reporting(Wait::Forever, |reason| {
+    ///         if let WaitReason::Held([holder, ..]) = reason {
+    ///             eprintln!("waiting for {}", holder.owner.host);
+    ///         }
+    ///     })
+    ///     .await?;
+    /// held.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn acquire_reporting(
+        &self,
+        wait: impl Into<crate::Wait>,
+        on_wait: impl FnMut(crate::WaitReason<'_>),
+    ) -> Result<SemaphorePermit> {
+        self.waits().reporting(wait.into(), on_wait).await
+    }
+
+    /// This semaphore's waits: a grant is a permit.
+    fn waits(&self) -> Waits<'_, impl FnOnce(Granted) -> SemaphorePermit + '_> {
+        Waits::new(&self.engine, |granted| self.grant(granted))
     }
 
     fn grant(&self, granted: Granted) -> SemaphorePermit {

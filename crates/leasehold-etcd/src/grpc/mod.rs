@@ -137,7 +137,13 @@ pub struct Connection {
     user: Option<Arc<(String, String)>>,
 }
 
-leasehold::debug_fields!(c: Connection { user: c.user.as_ref().map(|u| &u.0), .. });
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("user", &self.user.as_ref().map(|u| &u.0))
+            .finish_non_exhaustive()
+    }
+}
 
 impl Connection {
     /// A channel to `urls` (`http://HOST:PORT` or, with this crate's

@@ -1,13 +1,11 @@
 //! What the stores' builders and backends do alike, written once: the
 //! URL's scheme, the max TTL's range, the store's recorded max TTL as
 //! the backend last read it (the server stores'
-//! [`capabilities`](crate::backend::Backend::capabilities)), the builder
-//! methods every store has (`leasehold::store_builder_methods!`), the
-//! backend methods the server stores share
-//! (`leasehold::server_backend_methods!`) and `Debug` impls that show only
-//! some fields (`leasehold::debug_fields!`). The three macros are
-//! `#[macro_export]`ed, so they live at the crate root; they are hidden
-//! there (the root is for users) and documented in this file's source.
+//! [`capabilities`](crate::backend::Backend::capabilities)), the options
+//! every server store's builder takes ([`ServerOptions`]) and what its
+//! backend keeps alike ([`ServerCommon`]). Each store writes out its own
+//! builder methods and `Backend` methods, with docs that say what they
+//! mean for that store, as one-line calls to these.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -205,7 +203,8 @@ impl ServerOptions {
 /// What a server store's backend keeps alike: the store's epoch as read
 /// while opening (and whether opening created the store), and the listener for releases when wake-ups are on. The
 /// backend's [`Backend`](crate::backend::Backend) methods that ask for them
-/// are written by `leasehold::server_backend_methods!` (this file).
+/// (`epoch_at_open`, `created_at_open`, `watch_release`) return what its
+/// methods of the same names say.
 #[derive(Debug, Default)]
 pub struct ServerCommon {
     opened: OnceLock<EpochRead>,
@@ -264,154 +263,4 @@ impl ServerCommon {
             l.listening().await;
         }
     }
-}
-
-/// The [`Backend`](crate::backend::Backend) methods a server store's
-/// backend answers alike (`name`, and from its [`ServerCommon`]
-/// `epoch_at_open`, `created_at_open` and `watch_release`), written once: expand it inside the
-/// backend's `impl Backend`, giving the store's name and the field path of
-/// its `ServerCommon` from `self`; with `capabilities: PATH, MIN_TTL`, also
-/// `capabilities` from the [`RecordedMaxTtl`] at `PATH`
-/// ([`RecordedMaxTtl::capabilities`]).
-// For store authors: hidden at the crate root, where `macro_export` puts
-// it (the root is for users; see the module docs).
-#[doc(hidden)]
-#[macro_export]
-macro_rules! server_backend_methods {
-    ($name:expr, $($path:ident).+, capabilities: $($recorded:ident).+, $min_ttl:expr) => {
-        $crate::server_backend_methods!($name, $($path).+);
-
-        fn capabilities(&self) -> $crate::backend::Capabilities {
-            self.$($recorded).+.capabilities($min_ttl)
-        }
-    };
-    ($name:expr, $($path:ident).+) => {
-        fn name(&self) -> &'static str {
-            $name
-        }
-
-        fn epoch_at_open(&self) -> Option<$crate::backend::StoreEpoch> {
-            self.$($path).+.epoch_at_open()
-        }
-
-        fn created_at_open(&self) -> Option<bool> {
-            self.$($path).+.created_at_open()
-        }
-
-        fn watch_release(&self, keys: &[$crate::Key]) -> Option<$crate::backend::ReleaseWatch> {
-            self.$($path).+.watch_release(keys)
-        }
-    };
-}
-
-/// The builder methods the stores' builders have alike, written once:
-/// expand it inside the `impl` of a builder, naming the methods it has,
-/// each after its own doc comment (what it means for that store), with `in
-/// PATH` when the field is in a field of the builder (such as its
-/// [`ServerOptions`]):
-///
-/// - `prefix`: `prefix(impl Into<String>)` sets the field `prefix`;
-/// - `prefix_name`: `prefix_name()` returns it;
-/// - `max_ttl`: `max_ttl(Duration)` sets `max_ttl` (a `Duration`, or an
-///   `Option<Duration>` set to `Some`);
-/// - `request_timeout`: `request_timeout(Duration)` sets `request_timeout`
-///   (likewise);
-/// - `wake_ups`: `wake_ups(bool)` sets `wake_ups`;
-/// - `creation`: `creation(Creation)` sets `creation`.
-///
-/// ```ignore
-/// impl MyBuilder {
-///     leasehold::store_builder_methods! {
-///         /// The max TTL a store started by this backend records.
-///         max_ttl in options;
-///         /// What opening may do to the store.
-///         creation;
-///     }
-/// }
-/// ```
-// For store authors: hidden at the crate root, where `macro_export` puts
-// it (the root is for users; see the module docs).
-#[doc(hidden)]
-#[macro_export]
-macro_rules! store_builder_methods {
-    (@method [$($doc:tt)*] [$($path:tt)*] prefix) => {
-        $crate::store_builder_methods!(@set [$($doc)*] prefix(prefix: impl Into<String>) => $($path)* prefix = prefix.into());
-    };
-    (@method [$($doc:tt)*] [$($path:tt)*] max_ttl) => {
-        $crate::store_builder_methods!(@set [$($doc)*] max_ttl(max_ttl: ::std::time::Duration) => $($path)* max_ttl = max_ttl.into());
-    };
-    (@method [$($doc:tt)*] [$($path:tt)*] request_timeout) => {
-        $crate::store_builder_methods!(@set [$($doc)*] request_timeout(timeout: ::std::time::Duration) => $($path)* request_timeout = timeout.into());
-    };
-    (@method [$($doc:tt)*] [$($path:tt)*] wake_ups) => {
-        $crate::store_builder_methods!(@set [$($doc)*] wake_ups(on: bool) => $($path)* wake_ups = on);
-    };
-    (@method [$($doc:tt)*] [$($path:tt)*] creation) => {
-        $crate::store_builder_methods!(@set [$($doc)*] creation(creation: $crate::Creation) => $($path)* creation = creation);
-    };
-    (@method [$($doc:tt)*] [$($path:tt)*] clock) => {
-        $crate::store_builder_methods!(@set [$($doc)*] clock(clock: $crate::backend::SharedClock) => $($path)* clock = Some(clock));
-    };
-    (@method [$($doc:tt)*] [$($path:tt)*] prefix_name) => {
-        $($doc)*
-        pub fn prefix_name(&self) -> &str {
-            &self.$($path)* prefix
-        }
-    };
-    // `name(param: Type)` sets the field at `path` to `value` (also for
-    // other crates' builder macros, such as leasehold-aws's).
-    (@set [$($doc:tt)*] $name:ident($param:ident: $ty:ty) => $($path:ident).+ = $value:expr) => {
-        $($doc)*
-        pub fn $name(mut self, $param: $ty) -> Self {
-            self.$($path).+ = $value;
-            self
-        }
-    };
-    (@each) => {};
-    (@each $(#[$doc:meta])* $method:ident $(in $($path:ident).+)?; $($rest:tt)*) => {
-        $crate::store_builder_methods!(@method [$(#[$doc])*] [$($($path .)+)?] $method);
-        $crate::store_builder_methods!(@each $($rest)*);
-    };
-    ($($rest:tt)*) => {
-        $crate::store_builder_methods!(@each $($rest)*);
-    };
-}
-
-/// `impl Debug` for a type that shows only some of its fields (the others
-/// hold secrets, or nothing worth showing), written once:
-/// `debug_fields!(b: Type { field, name: expr, .. })` shows `field` as it
-/// is and `name` as `expr` (in which `b` is the value shown), in that
-/// order, under the type's name; a closing `..` marks the output
-/// non-exhaustive.
-///
-/// ```
-/// struct Login { user: String, password: String, tries: u32 }
-/// leasehold::debug_fields!(b: Login { user, password: b.password.len(), .. });
-/// let login = Login { user: "me".into(), password: "hunter2".into(), tries: 1 };
-/// assert_eq!(format!("{login:?}"), r#"Login { user: "me", password: 7, .. }"#);
-/// ```
-// For store authors: hidden at the crate root, where `macro_export` puts
-// it (the root is for users; see the module docs).
-#[doc(hidden)]
-#[macro_export]
-macro_rules! debug_fields {
-    ($this:ident: $ty:ident { $($fields:tt)* }) => {
-        impl ::std::fmt::Debug for $ty {
-            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
-                let $this = self;
-                let mut out = f.debug_struct(::std::stringify!($ty));
-                $crate::debug_fields!(@fields out $this $($fields)*)
-            }
-        }
-    };
-    (@fields $out:ident $this:ident ..) => { $out.finish_non_exhaustive() };
-    (@fields $out:ident $this:ident) => { $out.finish() };
-    (@fields $out:ident $this:ident $name:ident: $value:expr $(, $($rest:tt)*)?) => {{
-        $out.field(::std::stringify!($name), &$value);
-        $crate::debug_fields!(@fields $out $this $($($rest)*)?)
-    }};
-    (@fields $out:ident $this:ident $name:ident $(, $($rest:tt)*)?) => {{
-        $out.field(::std::stringify!($name), &$this.$name);
-        $crate::debug_fields!(@fields $out $this $($($rest)*)?)
-    }};
 }
