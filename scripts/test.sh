@@ -132,7 +132,7 @@ step "PostgreSQL through PgBouncer"
 
 # A tiny benchmark run: only checks that the harness runs and writes its
 # report (numbers from it mean nothing).
-BENCH_BUILD=tests scripts/bench.sh --tiny
+scripts/bench.sh --tiny
 step "bench --tiny"
 # The previous release's leasehold against this build on every store, side
 # by side (scripts/compat.sh: exclusion both ways, tokens, once-per, a
