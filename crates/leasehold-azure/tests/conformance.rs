@@ -5,7 +5,7 @@
 mod common;
 
 async fn store() -> Option<leasehold::Store> {
-    common::backend().await.map(leasehold::Store::new)
+    common::backend().await.map(leasehold_testkit::test_store)
 }
 
 leasehold_testkit::conformance_tests!(store);

@@ -21,7 +21,7 @@ fn address(backend: &Arc<dyn Backend>) -> usize {
 }
 
 async fn store() -> Option<Store> {
-    Some(store_over(Store::new))
+    Some(store_over(leasehold_testkit::test_store))
 }
 
 /// A store over a new memory backend (as `wrap` puts it in a store),
