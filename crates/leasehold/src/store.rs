@@ -746,6 +746,37 @@ mod tests {
         assert!(split_params("/tmp/a.db?shared_file=maybe").is_err());
     }
 
+    /// The window a store is built with is the one its quarantine lasts
+    /// (the default: [`CONFIRMATION_WINDOW`](crate::CONFIRMATION_WINDOW)),
+    /// and its clones share it.
+    #[tokio::test]
+    async fn the_builder_window_is_the_quarantine() {
+        for (window, built) in [
+            (crate::CONFIRMATION_WINDOW, None),
+            (Duration::from_secs(2), Some(Duration::from_secs(2))),
+        ] {
+            let backend = MemoryBackend::new();
+            let mut builder = Store::builder(Arc::new(backend.clone()));
+            if let Some(w) = built {
+                builder = builder.confirmation_window(w);
+            }
+            let store = builder.build();
+            assert_eq!(store.clone().confirmation_window(), window);
+            let held = store.lock("k").unwrap().try_acquire().await.unwrap();
+            backend.lose_data();
+            let Err(Error::Quarantined { remaining, .. }) =
+                store.lock("k").unwrap().try_acquire().await
+            else {
+                panic!("a lost store's new epoch is not quarantined");
+            };
+            assert!(
+                remaining <= window + window / 1000 && remaining > window / 2,
+                "{remaining:?} for a window of {window:?}"
+            );
+            drop(held);
+        }
+    }
+
     /// Panics unless `err` is [`Error::InvalidInput`] about the store URL.
     fn assert_invalid_url(err: &Error) {
         assert!(
