@@ -1,4 +1,4 @@
-//! The conformance suite every [leasehold](leasehold) backend passes
+//! The conformance suite every [`leasehold`] backend passes
 //! unchanged, and the assertions the stores' builder tests share: test
 //! code kept out of the `leasehold` crate that programs depend on.
 //!
