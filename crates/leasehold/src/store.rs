@@ -61,7 +61,7 @@ struct StoreInner {
 /// use leasehold::memory::MemoryBackend;
 ///
 /// let store = leasehold::Store::builder(Arc::new(MemoryBackend::new()))
-///     .clock(SystemClock::shared())
+///     .clock(Arc::new(SystemClock))
 ///     .build();
 /// assert_eq!(store.confirmation_window(), leasehold::CONFIRMATION_WINDOW);
 /// ```
