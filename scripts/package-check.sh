@@ -5,7 +5,8 @@
 # any dependency's in Cargo.lock and the same as the README's "Rust
 # toolchain (X or later", and `cargo package` (without the verify build)
 # succeeds for all of them. The internal crates (benchmarks, torture
-# harness, the Python bindings' crate, which goes to PyPI) must say
+# harness, the Python bindings' crate, which goes to PyPI, the server
+# stores' test set-up, which runs this repository's scripts) must say
 # `publish = false`. About 5 s once the dependencies are downloaded (the
 # test command has built everything before it runs this); scripts/dist.sh
 # runs `cargo package` with the verify build.
@@ -15,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # The crates that stay home. A new crate must be added here or published.
-internal="leasehold-bench leasehold-torture leasehold-python"
+internal="leasehold-bench leasehold-torture leasehold-python leasehold-test-servers"
 
 public=$(cargo metadata --format-version 1 --locked --no-deps --offline 2>/dev/null ||
     cargo metadata --format-version 1 --locked --no-deps)

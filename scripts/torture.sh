@@ -43,11 +43,12 @@ profile=debug
 [[ $mode == long ]] && profile="${TORTURE_PROFILE:-release}"
 # The confirmation window W (60 s in a release of leasehold) quarantines
 # every new store epoch: a new store, and every loss or restart fault.
-# Both binaries are built with leasehold's test feature, under which
+# Both binaries are built with the store opener's test feature
+# (leasehold-stores/test-window), under which
 # LEASEHOLD_TEST_CONFIRMATION_WINDOW sets W (see each store below): every
 # process of a run has the same W, which is all the protocol asks of it,
 # so faults come and go in seconds instead of minutes.
-features=(--features leasehold/conformance)
+features=(--features leasehold-stores/test-window)
 build_start=$SECONDS
 if [[ $profile == release ]]; then
     cargo build --release -p leasehold-cli -p leasehold-torture --bins "${features[@]}"

@@ -12,7 +12,7 @@ use azure_core::http::Request;
 use common::{Around, Injected};
 use leasehold::{
     backend::{AcquireOutcome, AcquireRequest, Backend, LeaseId},
-    Error, LockOptions, LossReason, Store, WaitReason,
+    Error, LockOptions, LossReason, WaitReason,
 };
 use leasehold_azure::AzureBackend;
 
@@ -22,7 +22,7 @@ fn request(key: &str, lease_id: &LeaseId, epoch: u64) -> AcquireRequest {
     AcquireRequest {
         lease_id: lease_id.clone(),
         data: Some("payload".into()),
-        ..leasehold::conformance::acquire_request(key, TTL, Some(epoch))
+        ..leasehold_testkit::conformance::acquire_request(key, TTL, Some(epoch))
     }
 }
 
@@ -83,7 +83,9 @@ async fn ambiguous_acquire_retry_gets_the_same_token() {
     common::require_azurite!();
     let (backend, faults) = faulty_backend();
     // Straight from the backend (no quarantine): creates the container.
-    let epoch = leasehold::conformance::current_epoch(&backend).await.epoch;
+    let epoch = leasehold_testkit::conformance::current_epoch(&backend)
+        .await
+        .epoch;
     let id = LeaseId::random();
     let req = request("ambiguous", &id, epoch);
 
@@ -163,7 +165,7 @@ async fn request_counts() {
     common::require_azurite!();
     let prefix = common::unique_prefix();
     let (backend, faults) = counted_backend(&prefix).await;
-    let store = Store::new(backend.clone());
+    let store = leasehold_testkit::test_store(backend.clone());
     let lock = store
         .lock_with("counted", LockOptions::new().ttl(TTL))
         .unwrap();
@@ -176,9 +178,9 @@ async fn request_counts() {
 
     // A new process, an existing key of this epoch.
     let (cold, cold_faults) = counted_backend(&prefix).await;
-    let cold_store = Store::new(cold.clone());
+    let cold_store = leasehold_testkit::test_store(cold.clone());
     let options = LockOptions::new().ttl(TTL);
-    let guard = leasehold::conformance::take(&cold_store, "counted", options).await;
+    let guard = leasehold_testkit::conformance::take(&cold_store, "counted", options).await;
     guard.release().await.unwrap();
     assert_eq!(cold_faults.sent.load(Ordering::SeqCst), 5, "cold");
 
@@ -194,7 +196,7 @@ async fn request_counts() {
     );
 
     let guard = lock.try_acquire().await.unwrap();
-    let other = Store::new(backend.clone())
+    let other = leasehold_testkit::test_store(backend.clone())
         .lock_with("counted", LockOptions::new().ttl(TTL))
         .unwrap();
     let before = faults.sent.load(Ordering::SeqCst);
@@ -223,7 +225,7 @@ async fn lease_broken_from_outside_is_noticed_at_next_renewal() {
     let prefix = common::unique_prefix();
     let holder = common::shared(&prefix).await.build().unwrap();
     let admin = common::shared(&prefix).await.build().unwrap();
-    let store = Store::new(holder.clone());
+    let store = leasehold_testkit::test_store(holder.clone());
     let guard = store
         .lock_with(
             "broken-outside",
@@ -235,7 +237,7 @@ async fn lease_broken_from_outside_is_noticed_at_next_renewal() {
         .try_acquire()
         .await
         .unwrap();
-    let broken = Store::new(admin)
+    let broken = leasehold_testkit::test_store(admin)
         .break_lease("broken-outside")
         .await
         .unwrap();
@@ -262,7 +264,7 @@ async fn container_deleted_under_a_holder_with_a_waiter() {
     let old_epoch = holder.epoch().expect("learnt").epoch;
     // Default renewal (every TTL/3): the holder hears of the loss only then.
     let opts = LockOptions::new().ttl(TTL);
-    let lock = Store::new(holder.clone())
+    let lock = leasehold_testkit::test_store(holder.clone())
         .lock_with("doomed", opts.clone())
         .unwrap();
     let mut earlier = Vec::new();
@@ -275,7 +277,7 @@ async fn container_deleted_under_a_holder_with_a_waiter() {
     earlier.push(guard.fencing_token());
 
     let other = common::builder().container(&container).build().unwrap();
-    let waiter = Store::new(other.clone())
+    let waiter = leasehold_testkit::test_store(other.clone())
         .lock_with(
             "doomed",
             opts.poll_interval(Duration::from_millis(100), Duration::from_millis(500)),
@@ -361,7 +363,7 @@ async fn wrong_key_is_a_clear_error_without_the_key() {
         .build()
         .unwrap();
     assert!(!format!("{backend:?}").contains(wrong));
-    let store = Store::new(backend);
+    let store = leasehold_testkit::test_store(backend);
     let err = store
         .lock_with("k", LockOptions::new().ttl(TTL))
         .unwrap()
@@ -437,7 +439,7 @@ async fn bad_connection_strings_are_clear_errors() {
         .unwrap_err();
     assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
     let err = AzureBackend::from_url("azblob://").await.unwrap_err();
-    leasehold::conformance::assert_invalid_input(&err, "store URL");
+    leasehold_testkit::conformance::assert_invalid_input(&err, "store URL");
 }
 
 /// TTLs outside Azure's 15-60 s are rejected, naming the range.
@@ -448,7 +450,7 @@ async fn ttl_outside_azure_range_is_rejected_with_the_range() {
         .max_ttl(leasehold_azure::MAX_TTL)
         .build()
         .unwrap();
-    let store = Store::new(backend);
+    let store = leasehold_testkit::test_store(backend);
     for secs in [10, 90] {
         let err = store
             .lock_with("ttl", LockOptions::new().ttl(Duration::from_secs(secs)))
@@ -475,10 +477,10 @@ async fn awkward_keys_round_trip_through_list() {
     common::require_azurite!();
     let prefix = format!("{}/p.", common::unique_prefix());
     let backend = common::shared(&prefix).await.build().unwrap();
-    let store = Store::new(backend.clone());
+    let store = leasehold_testkit::test_store(backend.clone());
     let keys = ["a.", "a./b", "a/../c", "a..b", "x:y_z-1"];
     for k in keys {
-        let g = leasehold::conformance::take(&store, k, LockOptions::new().ttl(TTL)).await;
+        let g = leasehold_testkit::conformance::take(&store, k, LockOptions::new().ttl(TTL)).await;
         g.release().await.unwrap();
     }
     let all = common::listed_keys(&store, "").await;
@@ -508,7 +510,7 @@ async fn a_restored_copy_of_the_container_is_a_new_epoch() {
     let backend = common::builder().build().unwrap();
     common::settled(&backend).await;
     let old_epoch = backend.epoch().expect("learnt").epoch;
-    let lock = Store::new(backend.clone())
+    let lock = leasehold_testkit::test_store(backend.clone())
         .lock_with("copied", LockOptions::new().ttl(TTL))
         .unwrap();
     let before = lock.try_acquire().await.unwrap();
@@ -581,7 +583,11 @@ async fn a_container_re_created_at_once_has_a_later_epoch() {
     for _ in 0..3 {
         // A new backend each time: another process, nothing remembered.
         let backend = common::builder().container(&container).build().unwrap();
-        epochs.push(leasehold::conformance::current_epoch(&backend).await.epoch);
+        epochs.push(
+            leasehold_testkit::conformance::current_epoch(&backend)
+                .await
+                .epoch,
+        );
         backend.delete_container().await.unwrap();
     }
     assert!(epochs.windows(2).all(|w| w[1] > w[0]), "epochs {epochs:?}");
@@ -596,7 +602,9 @@ async fn a_ttl_above_the_recorded_max_ttl_is_refused_at_once() {
     // Writes the marker with the tests' 15 s.
     let first = common::builder().build().unwrap();
     assert_eq!(
-        leasehold::conformance::current_epoch(&first).await.max_ttl,
+        leasehold_testkit::conformance::current_epoch(&first)
+            .await
+            .max_ttl,
         common::MAX_TTL
     );
     // Another process set up for 60 s.
@@ -605,7 +613,7 @@ async fn a_ttl_above_the_recorded_max_ttl_is_refused_at_once() {
         .container(first.container())
         .build()
         .unwrap();
-    let lock = Store::new(other.clone())
+    let lock = leasehold_testkit::test_store(other.clone())
         .lock_with("long", LockOptions::new().ttl(Duration::from_secs(30)))
         .unwrap();
     match lock.try_acquire().await {

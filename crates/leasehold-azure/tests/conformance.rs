@@ -5,10 +5,10 @@
 mod common;
 
 async fn store() -> Option<leasehold::Store> {
-    common::backend().await.map(leasehold::Store::new)
+    common::backend().await.map(leasehold_testkit::test_store)
 }
 
-leasehold::conformance_tests!(store);
+leasehold_testkit::conformance_tests!(store);
 
 /// The container deleted while a lease is held and another holder waits:
 /// the waiter re-creates it, waits out the new epoch's quarantine, and is
@@ -20,8 +20,8 @@ async fn store_loss_stops_holder_before_next_grant() {
     };
     let before = backend.epoch().expect("learnt").epoch;
     let doomed = backend.clone();
-    leasehold::conformance::store_loss_stops_holder_before_next_grant(
-        leasehold::Store::new(backend.clone()),
+    leasehold_testkit::conformance::store_loss_stops_holder_before_next_grant(
+        leasehold_testkit::test_store(backend.clone()),
         move |_| async move { doomed.delete_container().await.unwrap() },
     )
     .await;
@@ -38,8 +38,8 @@ async fn rw_lock_a_gate_that_reads_after_a_loss_waits_for_the_other_side() {
         return;
     };
     let doomed = backend.clone();
-    leasehold::conformance::rw_lock_a_gate_that_reads_after_a_loss_waits_for_the_other_side(
-        leasehold::Store::new(backend.clone()),
+    leasehold_testkit::conformance::rw_lock_a_gate_that_reads_after_a_loss_waits_for_the_other_side(
+        leasehold_testkit::test_store(backend.clone()),
         move |_| async move { doomed.delete_container().await.unwrap() },
     )
     .await;
@@ -50,7 +50,7 @@ async fn rw_lock_a_gate_that_reads_after_a_loss_waits_for_the_other_side() {
 /// (skipped) without Azurite.
 async fn container_of_its_own() -> Option<leasehold_azure::AzureBackend> {
     if let Err(why) = common::reachable().await {
-        leasehold::conformance::skip::<()>("azblob", &why)?;
+        leasehold_testkit::conformance::skip::<()>("azblob", &why)?;
     }
     let backend = common::builder().build().unwrap();
     common::settled(&backend).await;
@@ -64,7 +64,7 @@ async fn container_of_its_own() -> Option<leasehold_azure::AzureBackend> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn store_loss_quarantine_outlasts_a_longer_holder() {
     if let Err(why) = common::reachable().await {
-        if leasehold::conformance::skip::<()>("azblob", &why).is_none() {
+        if leasehold_testkit::conformance::skip::<()>("azblob", &why).is_none() {
             return;
         }
     }
@@ -79,7 +79,7 @@ async fn store_loss_quarantine_outlasts_a_longer_holder() {
     };
     let holder = open(leasehold_azure::MAX_TTL);
     let doomed = holder.clone();
-    leasehold::conformance::store_loss_quarantine_outlasts_every_holder(
+    leasehold_testkit::conformance::store_loss_quarantine_outlasts_every_holder(
         std::sync::Arc::new(holder),
         || async { doomed.delete_container().await.unwrap() },
         || async {

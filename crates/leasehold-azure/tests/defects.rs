@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use azure_core::http::headers::HeaderName;
 use azure_core::http::Request;
 use common::{Around, Injected};
-use leasehold::{backend::Backend, Error, LockOptions, Store};
+use leasehold::{backend::Backend, Error, LockOptions};
 use leasehold_azure::AzureBackend;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
@@ -84,11 +84,11 @@ async fn faulty(prefix: &str) -> (AzureBackend, Arc<Injected<LeaseFaults>>) {
 async fn list_without_any_prefix_works() {
     common::require_azurite!();
     let backend = common::builder().build().unwrap();
-    let store = Store::new(backend.clone());
+    let store = leasehold_testkit::test_store(backend.clone());
     // Straight from the backend: a new container's quarantine is not what
     // this test is about.
     for key in ["a", "b/c"] {
-        let lease = leasehold::conformance::raw_lease(&backend, key, TTL).await;
+        let lease = leasehold_testkit::conformance::raw_lease(&backend, key, TTL).await;
         backend.release(&lease).await.unwrap();
     }
     // The container's epoch marker is no key.
@@ -140,7 +140,7 @@ async fn a_404_without_an_azure_error_code_is_an_error_not_no_blob() {
         .container("locks")
         .build()
         .unwrap();
-    let store = Store::new(backend);
+    let store = leasehold_testkit::test_store(backend);
     let check = |what: &str, err: Option<Error>| {
         let err = err.unwrap_or_else(|| panic!("{what}: a bare 404 was taken for an answer"));
         assert!(matches!(err, Error::Backend { .. }), "{what}: {err}");
@@ -178,18 +178,31 @@ async fn break_reports_the_holder_whose_lease_it_ended() {
     let prefix = common::unique_prefix();
     let (breaker, faults) = faulty(&prefix).await;
     let other = common::shared(&prefix).await.build().unwrap();
-    let first = leasehold::conformance::take(&Store::new(other.clone()), "k", opts("first")).await;
+    let first = leasehold_testkit::conformance::take(
+        &leasehold_testkit::test_store(other.clone()),
+        "k",
+        opts("first"),
+    )
+    .await;
 
     let (about_to_tx, about_to_rx) = oneshot::channel();
     let (go_tx, go_rx) = oneshot::channel();
     *faults.pause_break.lock().unwrap() = Some((about_to_tx, go_rx));
-    let breaking = tokio::spawn(async move { Store::new(breaker).break_lease("k").await });
+    let breaking = tokio::spawn(async move {
+        leasehold_testkit::test_store(breaker)
+            .break_lease("k")
+            .await
+    });
     // The breaker has read "first" and is about to break: "first" lets go
     // and "second" takes the key.
     about_to_rx.await.unwrap();
     first.release().await.unwrap();
-    let second =
-        leasehold::conformance::take(&Store::new(other.clone()), "k", opts("second")).await;
+    let second = leasehold_testkit::conformance::take(
+        &leasehold_testkit::test_store(other.clone()),
+        "k",
+        opts("second"),
+    )
+    .await;
     go_tx.send(()).unwrap();
 
     let broken = breaking
@@ -214,12 +227,13 @@ async fn a_reader_between_a_writers_record_and_its_lease_does_not_get_its_token(
     common::require_azurite!();
     let prefix = common::unique_prefix();
     let (writer_backend, faults) = faulty(&prefix).await;
-    let reader_store = Store::new(common::shared(&prefix).await.build().unwrap());
+    let reader_store =
+        leasehold_testkit::test_store(common::shared(&prefix).await.build().unwrap());
     let (about_to_tx, about_to_rx) = oneshot::channel();
     let (go_tx, go_rx) = oneshot::channel();
     *faults.pause_acquire.lock().unwrap() = Some((about_to_tx, go_rx));
     let writer = tokio::spawn(async move {
-        Store::new(writer_backend)
+        leasehold_testkit::test_store(writer_backend)
             .rw_lock_with("k", 4, opts("writer"))
             .unwrap()
             .write_timeout(Duration::from_secs(60))
@@ -253,10 +267,14 @@ async fn a_breaking_lease_counts_as_held() {
     let prefix = common::unique_prefix();
     let (admin, faults) = faulty(&prefix).await;
     let holder = common::shared(&prefix).await.build().unwrap();
-    let guard =
-        leasehold::conformance::take(&Store::new(holder.clone()), "k", opts("holder")).await;
+    let guard = leasehold_testkit::conformance::take(
+        &leasehold_testkit::test_store(holder.clone()),
+        "k",
+        opts("holder"),
+    )
+    .await;
     faults.slow_break.store(true, Ordering::SeqCst);
-    let admin_store = Store::new(admin);
+    let admin_store = leasehold_testkit::test_store(admin);
     admin_store.break_lease("k").await.unwrap();
 
     let info = admin_store.inspect("k").await.unwrap();
@@ -264,7 +282,7 @@ async fn a_breaking_lease_counts_as_held() {
     assert_eq!(h.owner.label.as_deref(), Some("holder"));
     let listed = admin_store.list("").await.unwrap();
     assert!(listed[0].holder.is_some(), "{listed:?}");
-    let err = Store::new(common::shared(&prefix).await.build().unwrap())
+    let err = leasehold_testkit::test_store(common::shared(&prefix).await.build().unwrap())
         .lock_with("k", opts("other"))
         .unwrap()
         .try_acquire()
@@ -281,7 +299,7 @@ async fn a_retried_release_whose_first_try_landed_succeeds() {
     common::require_azurite!();
     let prefix = common::unique_prefix();
     let (backend, faults) = faulty(&prefix).await;
-    let store = Store::new(backend.clone());
+    let store = leasehold_testkit::test_store(backend.clone());
     let lock = store.lock_with("k", opts("x")).unwrap();
     let guard = lock.try_acquire().await.unwrap();
     faults.drop_release_answer.store(true, Ordering::SeqCst);
@@ -295,10 +313,10 @@ async fn a_retried_release_whose_first_try_landed_succeeds() {
     lock.try_acquire().await.unwrap().release().await.unwrap();
     // A release of a lease someone else took since (here: released, then
     // taken) is still a loss: the record names the other holder.
-    let lease = leasehold::conformance::raw_lease(&backend, "k", TTL).await;
+    let lease = leasehold_testkit::conformance::raw_lease(&backend, "k", TTL).await;
     backend.release(&lease).await.unwrap();
-    let thief = leasehold::conformance::take(
-        &Store::new(common::shared(&prefix).await.build().unwrap()),
+    let thief = leasehold_testkit::conformance::take(
+        &leasehold_testkit::test_store(common::shared(&prefix).await.build().unwrap()),
         "k",
         opts("thief"),
     )

@@ -430,6 +430,9 @@ pub async fn validate(command: &Command) -> anyhow::Result<Access> {
         std::sync::Arc::new(leasehold::backend::SystemClock),
         leasehold::memory::LOCAL_MAX_TTL,
     ));
+    // The window the real store will have (in this repository's test
+    // builds only, a test's; see `leasehold_stores::apply_test_window`).
+    let scratch = leasehold_stores::apply_test_window(scratch);
     let widest = leasehold::memory::LOCAL_MIN_TTL..=leasehold::memory::LOCAL_MAX_TTL;
     if let Command::Run(RunArgs { lease, .. }) | Command::Elect(ElectArgs { lease }) = command {
         if !widest.contains(&lease.ttl) {
@@ -649,14 +652,15 @@ mod tests {
         let err = lock_options(&args(1200, 31_000), W).unwrap_err();
         assert!(err.to_string().contains("confirmation window"), "{err}");
         let clock = std::sync::Arc::new(leasehold::backend::SystemClock);
-        let store = leasehold::Store::with_clock_and_window(
-            std::sync::Arc::new(leasehold::memory::MemoryBackend::with_clock_and_max_ttl(
+        let store = leasehold::Store::builder(std::sync::Arc::new(
+            leasehold::memory::MemoryBackend::with_clock_and_max_ttl(
                 clock.clone(),
                 leasehold::memory::LOCAL_MAX_TTL,
-            )),
-            clock,
-            W,
-        );
+            ),
+        ))
+        .clock(clock)
+        .confirmation_window(W)
+        .build();
         let grace = Duration::from_secs(5);
         let opts = lock_options(&args(1200, grace.as_millis() as u64), W).unwrap();
         let guard = store

@@ -21,7 +21,7 @@ async fn list_into_a_pipe_closed_early_ends_as_sigpipe_would_not_a_panic() {
     let store = env.store();
     // More than a pipe buffer (64 KiB) of output.
     for i in 0..3000 {
-        let g = leasehold::conformance::take(
+        let g = leasehold_testkit::conformance::take(
             &store,
             &format!("jobs/a-rather-long-key-name-{i:05}"),
             Default::default(),

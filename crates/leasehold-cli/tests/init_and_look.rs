@@ -97,7 +97,7 @@ fn dump(store: &str, env: &Env) -> Option<String> {
             if !path.exists() {
                 return None;
             }
-            Some(leasehold::conformance::sqlite_dump(&path))
+            Some(leasehold_testkit::conformance::sqlite_dump(&path))
         }
         "postgres" => {
             let table = param(&url, "table");

@@ -355,7 +355,8 @@ async fn a_success_from_a_clock_ahead_counts_as_just_now() {
     let store = env.store();
     let backend = store.backend().clone();
     let lease =
-        leasehold::conformance::raw_lease(backend.as_ref(), "job", Duration::from_secs(5)).await;
+        leasehold_testkit::conformance::raw_lease(backend.as_ref(), "job", Duration::from_secs(5))
+            .await;
     let ahead = SystemTime::now() + Duration::from_secs(600);
     let run = leasehold::RunRecord::new(
         leasehold::RunOutcome::Succeeded,

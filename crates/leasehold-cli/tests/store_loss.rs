@@ -5,7 +5,8 @@
 //! watchdog, at the lease's safety deadline) before the second command
 //! starts, however long the first lease's TTL and its store's max TTL
 //! (issue #28). Real processes; both use a confirmation window of 6 s
-//! (`LEASEHOLD_TEST_CONFIRMATION_WINDOW`, heard only by test builds), so
+//! (`LEASEHOLD_TEST_CONFIRMATION_WINDOW`, heard only by the binary the
+//! tests build: the opener's `test-window` feature), so
 //! the test takes seconds.
 
 mod common;

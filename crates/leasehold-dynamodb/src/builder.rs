@@ -229,7 +229,7 @@ fn validate_table(table: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use leasehold::backend::shared_builder::assert_names;
+    use leasehold_testkit::builders::assert_names;
 
     #[test]
     fn names() {

@@ -6,10 +6,9 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::conformance::servers::suite::{self, Recreation};
 use leasehold::{
     backend::{Backend, Lease, LeaseId},
-    Error, Key, LockOptions, Store,
+    Error, Key, LockOptions,
 };
 use leasehold_dynamodb::aws_config::{BehaviorVersion, SdkConfig};
 use leasehold_dynamodb::aws_sdk_dynamodb::config::Credentials;
@@ -18,6 +17,7 @@ use leasehold_dynamodb::aws_sdk_dynamodb::types::{
     TimeToLiveStatus,
 };
 use leasehold_dynamodb::DynamoDbBackend;
+use leasehold_test_servers::suite::{self, Recreation};
 
 fn opts(ttl: Duration) -> LockOptions {
     LockOptions::new()
@@ -36,8 +36,8 @@ async fn stale_holder_renew_after_takeover_fails() {
     let b = Arc::new(common::backend().await.unwrap());
     let key = common::unique_key("stale");
     let ttl = Duration::from_secs(1);
-    let stale = leasehold::conformance::raw_lease(&a, &key, ttl).await;
-    let store_b = Store::from_backend(b.clone());
+    let stale = leasehold_testkit::conformance::raw_lease(&a, &key, ttl).await;
+    let store_b = leasehold_testkit::test_store_from(b.clone());
     let guard = store_b
         .lock_with(&key, opts(ttl))
         .unwrap()
@@ -67,12 +67,12 @@ async fn release_by_non_holder_is_refused() {
     let b = common::backend().await.unwrap();
     let key = common::unique_key("foreign");
     let ttl = common::MAX_TTL;
-    let b_old = leasehold::conformance::raw_lease(&b, &key, ttl).await;
+    let b_old = leasehold_testkit::conformance::raw_lease(&b, &key, ttl).await;
     b.release(&b_old).await.unwrap();
     b.release(&b_old)
         .await
         .expect("a retried release of our own is done, not lost");
-    let held = leasehold::conformance::raw_lease(&a, &key, ttl).await;
+    let held = leasehold_testkit::conformance::raw_lease(&a, &key, ttl).await;
     // B's old lease, and a forged id with the holder's token.
     suite::assert_revoked(b.release(&b_old).await.unwrap_err());
     let forged = Lease {
@@ -90,7 +90,7 @@ async fn release_by_non_holder_is_refused() {
     a.release(&held).await.unwrap();
     assert!(b.inspect(&held.key).await.unwrap().holder.is_none());
     // A release after a break (not our own release) is refused.
-    let again = leasehold::conformance::raw_lease(&a, &key, ttl).await;
+    let again = leasehold_testkit::conformance::raw_lease(&a, &key, ttl).await;
     assert!(a.break_lease(&again.key).await.unwrap().is_some());
     suite::assert_revoked(a.release(&again).await.unwrap_err());
 }
@@ -151,7 +151,8 @@ async fn table_auto_creation() {
     assert_ne!(ttl.time_to_live_status(), Some(&TimeToLiveStatus::Enabled));
     // Usable at once.
     let lease =
-        leasehold::conformance::raw_lease(&backend, "created/k", Duration::from_secs(5)).await;
+        leasehold_testkit::conformance::raw_lease(&backend, "created/k", Duration::from_secs(5))
+            .await;
     backend.release(&lease).await.unwrap();
 
     // Opening again uses the table as it is, items and all.
@@ -233,7 +234,7 @@ async fn bad_region_endpoint_and_credentials_are_clear_errors() {
         .build()
         .await
         .unwrap_err();
-    leasehold::conformance::assert_invalid_input(&err, "region");
+    leasehold_testkit::conformance::assert_invalid_input(&err, "region");
     no_secret(&err);
     let bare = SdkConfig::builder()
         .behavior_version(BehaviorVersion::latest())
@@ -245,7 +246,7 @@ async fn bad_region_endpoint_and_credentials_are_clear_errors() {
         .build()
         .await
         .unwrap_err();
-    leasehold::conformance::assert_invalid_input(&err, "region");
+    leasehold_testkit::conformance::assert_invalid_input(&err, "region");
     assert!(err.to_string().contains("region="), "{err}");
     // Well-formed but unknown: its endpoint does not resolve.
     let err = DynamoDbBackend::builder(table)
@@ -267,7 +268,7 @@ async fn bad_region_endpoint_and_credentials_are_clear_errors() {
         .build()
         .await
         .unwrap_err();
-    leasehold::conformance::assert_backend_error(&err, true);
+    leasehold_testkit::conformance::assert_backend_error(&err, true);
     let text = err.to_string();
     assert!(
         text.contains("could not reach DynamoDB") && text.contains("127.0.0.1:1"),
@@ -279,13 +280,13 @@ async fn bad_region_endpoint_and_credentials_are_clear_errors() {
     )
     .await
     .unwrap_err();
-    leasehold::conformance::assert_invalid_input(&err, "endpoint");
+    leasehold_testkit::conformance::assert_invalid_input(&err, "endpoint");
     let err = DynamoDbBackend::from_url(&format!(
         "dynamodb://locks?region=us-east-1&endpoint=http://key:{SENTINEL}@127.0.0.1:8000"
     ))
     .await
     .unwrap_err();
-    leasehold::conformance::assert_invalid_input(&err, "endpoint");
+    leasehold_testkit::conformance::assert_invalid_input(&err, "endpoint");
     no_secret(&err);
     let err = DynamoDbBackend::from_url(&format!(
         "dynamodb://locks?aws_secret_access_key={SENTINEL}"
@@ -303,7 +304,7 @@ async fn bad_region_endpoint_and_credentials_are_clear_errors() {
         .build()
         .await
         .unwrap_err();
-    leasehold::conformance::assert_backend_error(&err, false);
+    leasehold_testkit::conformance::assert_backend_error(&err, false);
     assert!(err.to_string().contains("refused the credentials"), "{err}");
     no_secret(&err);
     let err = DynamoDbBackend::builder(table)
@@ -313,7 +314,7 @@ async fn bad_region_endpoint_and_credentials_are_clear_errors() {
         .build()
         .await
         .unwrap_err();
-    leasehold::conformance::assert_backend_error(&err, false);
+    leasehold_testkit::conformance::assert_backend_error(&err, false);
     assert!(err.to_string().contains("no AWS credentials"), "{err}");
 
     // A working backend built with the secret never shows it either.
@@ -348,7 +349,8 @@ async fn opens_from_url() {
     assert_eq!(backend.region(), common::REGION);
     assert!(backend.capabilities().takeover_needs_observation);
     let key = common::unique_key("url");
-    let lease = leasehold::conformance::raw_lease(&backend, &key, Duration::from_secs(5)).await;
+    let lease =
+        leasehold_testkit::conformance::raw_lease(&backend, &key, Duration::from_secs(5)).await;
     backend.release(&lease).await.unwrap();
     let trusting = DynamoDbBackend::from_url(&format!("{url}&max_clock_skew=500ms"))
         .await
@@ -368,8 +370,11 @@ async fn table_deleted_under_a_live_holder() {
     let before = backend.epoch().epoch;
     let client = backend.client().clone();
     let lose = |_| async { delete_table(&client, &name).await };
-    leasehold::conformance::store_loss_stops_holder_before_next_grant(Store::new(backend), lose)
-        .await;
+    leasehold_testkit::conformance::store_loss_stops_holder_before_next_grant(
+        leasehold_testkit::test_store(backend),
+        lose,
+    )
+    .await;
     let after = common::builder_for(&name)
         .build()
         .await
@@ -386,8 +391,8 @@ async fn rw_lock_a_gate_that_reads_after_a_loss_waits_for_the_other_side() {
     if let Some((backend, name)) = table_of_its_own().await {
         let client = backend.client().clone();
         let lose = |_| async { delete_table(&client, &name).await };
-        leasehold::conformance::rw_lock_a_gate_that_reads_after_a_loss_waits_for_the_other_side(
-            Store::new(backend),
+        leasehold_testkit::conformance::rw_lock_a_gate_that_reads_after_a_loss_waits_for_the_other_side(
+            leasehold_testkit::test_store(backend),
             lose,
         )
         .await;
@@ -406,7 +411,7 @@ async fn table_of_its_own() -> Option<(DynamoDbBackend, String)> {
     Some((backend, name))
 }
 
-leasehold::recreation_tests!(table_deleted_and_recreated);
+leasehold_test_servers::recreation_tests!(table_deleted_and_recreated);
 
 /// `test` on a table of its own, opened with a 30-minute max TTL, deleted,
 /// and re-created with the default. Re-created at once, the table's epoch

@@ -78,8 +78,14 @@ async fn skewed_clocks_never_both_hold_a_lock() {
         return;
     };
     let (clock_b, b) = machine_b().unwrap();
-    let store_a = Store::with_clock(Arc::new(a.build().await.unwrap()), clock_a);
-    let store_b = Store::with_clock(Arc::new(b.build().await.unwrap()), clock_b);
+    let store_a = leasehold_testkit::with_test_window(&Store::with_clock(
+        Arc::new(a.build().await.unwrap()),
+        clock_a,
+    ));
+    let store_b = leasehold_testkit::with_test_window(&Store::with_clock(
+        Arc::new(b.build().await.unwrap()),
+        clock_b,
+    ));
     let key = common::unique_key("skew");
     let ttl = Duration::from_secs(1);
     let mut locks = Vec::new();
@@ -92,7 +98,7 @@ async fn skewed_clocks_never_both_hold_a_lock() {
         }
     }
     // 2 machines of 2 tasks, 2 rounds each: 8 grants.
-    leasehold::conformance::take_turns(locks, 2, move |guard| async move {
+    leasehold_testkit::conformance::take_turns(locks, 2, move |guard| async move {
         // Longer than the TTL: only renewals keep the lease, and a
         // wrongful takeover would land inside this section.
         tokio::select! {
@@ -118,8 +124,11 @@ async fn dead_holder_taken_over_only_after_its_ttl_despite_skew() {
     let key = common::unique_key("skew-dead");
     let ttl = Duration::from_secs(2);
     let started = tokio::time::Instant::now();
-    let lease = leasehold::conformance::raw_lease(&a, &key, ttl).await;
-    let store_b = Store::with_clock(Arc::new(b.build().await.unwrap()), clock_b);
+    let lease = leasehold_testkit::conformance::raw_lease(&a, &key, ttl).await;
+    let store_b = leasehold_testkit::with_test_window(&Store::with_clock(
+        Arc::new(b.build().await.unwrap()),
+        clock_b,
+    ));
     let guard = store_b
         .lock_with(
             &key,
@@ -170,8 +179,8 @@ async fn trusting_clocks_is_only_as_safe_as_the_stated_skew() {
         .unwrap();
     assert!(!b.capabilities().takeover_needs_observation);
     let key = common::unique_key("trust-broken");
-    let lease = leasehold::conformance::raw_lease(&a, &key, ttl).await;
-    let stolen = leasehold::conformance::raw_lease(&b, &key, ttl).await;
+    let lease = leasehold_testkit::conformance::raw_lease(&a, &key, ttl).await;
+    let stolen = leasehold_testkit::conformance::raw_lease(&b, &key, ttl).await;
     assert!(stolen.fencing_token > lease.fencing_token);
 
     // With honest clocks, a waiter that first looks after expiry + skew
@@ -187,11 +196,11 @@ async fn trusting_clocks_is_only_as_safe_as_the_stated_skew() {
     let key = common::unique_key("trust-ok");
     let short = Duration::from_secs(1);
     let plain = common::backend().await.unwrap();
-    let old = leasehold::conformance::raw_lease(&plain, &key, short).await;
+    let old = leasehold_testkit::conformance::raw_lease(&plain, &key, short).await;
     // Let the lease run out unrenewed: nothing to await but time itself.
     tokio::time::sleep(short + Duration::from_millis(400)).await;
     let before = honest.requests_sent();
-    let new = leasehold::conformance::raw_lease(&honest, &key, short).await;
+    let new = leasehold_testkit::conformance::raw_lease(&honest, &key, short).await;
     assert_eq!(honest.requests_sent() - before, 1, "one request");
     assert!(new.fencing_token > old.fencing_token);
 }

@@ -7,7 +7,7 @@ mod common;
 use std::io::Write;
 use std::time::Duration;
 
-use leasehold::{LockOptions, Store};
+use leasehold::LockOptions;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// `TABLE|KEY|TTL_MS` for the holder child process.
@@ -27,7 +27,7 @@ async fn holder_process() {
         parts[1],
         Duration::from_millis(parts[2].parse().unwrap()),
     );
-    let store = Store::new(common::builder_for(table).build().await.unwrap());
+    let store = leasehold_testkit::test_store(common::builder_for(table).build().await.unwrap());
     let guard = store
         .lock_with(key, LockOptions::new().ttl(ttl).owner_label("doomed"))
         .unwrap()
@@ -70,7 +70,7 @@ async fn killed_holder_is_replaced_within_a_ttl() {
         }
     };
 
-    let lock = Store::new(backend)
+    let lock = leasehold_testkit::test_store(backend)
         .lock_with(
             &key,
             LockOptions::new()

@@ -284,7 +284,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use leasehold::backend::shared_builder::{assert_debug_hides, assert_refused_without};
+    use leasehold_testkit::builders::{assert_debug_hides, assert_refused_without};
 
     #[test]
     fn url_parts_and_parameters() {

@@ -53,7 +53,7 @@ async fn open_with_the_password(server: &PrivateServer) -> Store {
         .build()
         .await
         .expect("open with the right password");
-    Store::new(backend)
+    leasehold_testkit::test_store(backend)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,13 +8,13 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use leasehold::conformance::current_epoch;
-use leasehold::conformance::servers::suite;
 use leasehold::{
     backend::{AcquireOutcome, Backend, Lease},
     Error, Key,
 };
 use leasehold_etcd::{EtcdBackend, EtcdBackendBuilder};
+use leasehold_test_servers::suite;
+use leasehold_testkit::conformance::current_epoch;
 
 async fn grant(backend: &EtcdBackend, key: &Key, ttl: Duration) -> Lease {
     common::grant(backend, key, ttl).await.0
@@ -188,8 +188,8 @@ async fn holder_survives_its_connections_being_cut() {
         .await
         .unwrap();
     common::settled(&backend).await;
-    let store = leasehold::Store::new(backend);
-    let other = leasehold::Store::new(common::backend().await.unwrap());
+    let store = leasehold_testkit::test_store(backend);
+    let other = leasehold_testkit::test_store(common::backend().await.unwrap());
     suite::holder_survives_lost_connections(store, other, Duration::from_secs(2), 3, || async {
         assert!(fwd.cut.send(()).unwrap() >= 1, "no connection to cut");
     })
@@ -206,7 +206,8 @@ async fn an_attempt_on_a_held_key_is_one_request() {
     let key = Key::new(common::unique_key("held-poll")).unwrap();
     let held = grant(&backend, &key, Duration::from_secs(5)).await;
     let ttl = Duration::from_secs(5);
-    let request = leasehold::conformance::acquire_request(key.as_str(), ttl, Some(held.epoch));
+    let request =
+        leasehold_testkit::conformance::acquire_request(key.as_str(), ttl, Some(held.epoch));
     let before = backend.requests_sent();
     let outcome = backend.try_acquire(&request).await.unwrap();
     assert_eq!(backend.requests_sent() - before, 1);

@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use leasehold::{LockOptions, Store};
+use leasehold::LockOptions;
 use leasehold_etcd::EtcdBackendBuilder;
 
 /// A port nothing listens on (bound, then closed again).
@@ -26,7 +26,7 @@ async fn every_operation_succeeds(endpoints: &str, what: &str) {
         .build()
         .await
         .unwrap_or_else(|e| panic!("{what}: open: {e}"));
-    let store = Store::new(backend);
+    let store = leasehold_testkit::test_store(backend);
     let lock = store
         .lock_with("k", LockOptions::new().ttl(Duration::from_secs(2)))
         .unwrap();

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use leasehold::{LockOptions, Store};
+use leasehold::LockOptions;
 use leasehold_etcd::grpc::{self, etcdserverpb::TxnRequest};
 use leasehold_etcd::EtcdBackend;
 
@@ -65,7 +65,7 @@ fn options() -> LockOptions {
 async fn held(key: &str) -> Option<(EtcdBackend, EtcdBackend, leasehold::LeaseGuard)> {
     let holder = common::backend().await?;
     let waiter = common::backend().await.unwrap();
-    let guard = Store::new(holder.clone())
+    let guard = leasehold_testkit::test_store(holder.clone())
         .lock_with(key, options())
         .unwrap()
         .try_acquire()
@@ -88,7 +88,7 @@ async fn the_release_hands_the_key_to_a_queued_waiter() {
     let task = tokio::spawn({
         let (waiter, key) = (waiter.clone(), key.clone());
         async move {
-            Store::new(waiter)
+            leasehold_testkit::test_store(waiter)
                 .lock_with(&key, options())
                 .unwrap()
                 .acquire_timeout(Duration::from_secs(10))
@@ -120,7 +120,7 @@ async fn a_waiter_that_gave_up_is_not_handed_the_key() {
     let Some((holder, waiter, guard)) = held(&key).await else {
         return;
     };
-    let waited = Store::new(waiter.clone())
+    let waited = leasehold_testkit::test_store(waiter.clone())
         .lock_with(&key, options())
         .unwrap()
         .acquire_timeout(Duration::from_millis(700))

@@ -9,8 +9,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::PrivateServer;
-use leasehold::conformance::servers::suite;
 use leasehold::LossReason;
+use leasehold_test_servers::suite;
 
 /// Waits until the new store's epoch is older than its max TTL by the
 /// server's timer (so no process quarantines it). A restart extends that

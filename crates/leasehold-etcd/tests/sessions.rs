@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold::backend::{Backend, ManualClock};
-use leasehold::conformance::current_epoch;
 use leasehold::Key;
 use leasehold_etcd::grpc::etcdserverpb::{LeaseRevokeRequest, RangeRequest};
 use leasehold_etcd::EtcdBackend;
+use leasehold_testkit::conformance::current_epoch;
 
 /// The etcd lease the key's holder key hangs on (0: none, or no holder).
 async fn holder_lease(backend: &EtcdBackend, key: &Key) -> i64 {

@@ -5,7 +5,7 @@
 mod common;
 
 use common::Etcd;
-use leasehold::conformance::servers::store::ServerStore;
+use leasehold_test_servers::store::ServerStore;
 
 /// Store loss as it happens on etcd: the prefix deleted (an operator's
 /// `etcdctl del --prefix`, or a restore without it). The holders' etcd
@@ -14,7 +14,7 @@ async fn lose(_store: leasehold::Store) {
     common::etcdctl(&["del", "--prefix", common::prefix()]).await;
 }
 
-leasehold::conformance_tests!(@lose common::store, lose; store_loss_stops_holder_before_next_grant);
+leasehold_testkit::conformance_tests!(@lose common::store, lose; store_loss_stops_holder_before_next_grant);
 
 /// A holder of a 30-minute lease on a store opened with `?max_ttl=30m`;
 /// the prefix deleted; a process with the default max TTL re-creates the
@@ -26,7 +26,7 @@ async fn store_loss_quarantine_outlasts_a_longer_holder() {
         return;
     }
     let prefix = common::unique_prefix();
-    leasehold::conformance::store_loss_quarantine_outlasts_every_holder(
+    leasehold_testkit::conformance::store_loss_quarantine_outlasts_every_holder(
         Etcd::open(&prefix, "&max_ttl=30m").await,
         || async {
             common::etcdctl(&["del", "--prefix", prefix.as_str()]).await;
@@ -46,7 +46,7 @@ async fn store_recreated_at_once_issues_greater_tokens() {
         return;
     }
     let prefix = common::unique_prefix();
-    leasehold::conformance::store_recreated_at_once_issues_greater_tokens(
+    leasehold_testkit::conformance::store_recreated_at_once_issues_greater_tokens(
         Etcd::open(&prefix, "").await,
         || async {
             common::etcdctl(&["del", "--prefix", prefix.as_str()]).await;
@@ -64,7 +64,7 @@ async fn rw_lock_a_gate_that_reads_after_a_loss_waits_for_the_other_side() {
         let lose = |_| async move {
             common::etcdctl(&["del", "--prefix", &namespace]).await;
         };
-        leasehold::conformance::rw_lock_a_gate_that_reads_after_a_loss_waits_for_the_other_side(
+        leasehold_testkit::conformance::rw_lock_a_gate_that_reads_after_a_loss_waits_for_the_other_side(
             store, lose,
         )
         .await;

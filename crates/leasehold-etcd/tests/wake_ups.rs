@@ -5,6 +5,6 @@
 
 mod common;
 
-use leasehold::conformance::servers::store::ServerStore;
+use leasehold_test_servers::store::ServerStore;
 
-leasehold::wake_up_tests!(common::Etcd::wake_up_stores);
+leasehold_testkit::wake_up_tests!(common::Etcd::wake_up_stores);

@@ -442,7 +442,7 @@ fn valid_table(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use leasehold::backend::shared_builder::{assert_debug_hides, assert_refused_without};
+    use leasehold_testkit::builders::{assert_debug_hides, assert_refused_without};
 
     fn parse(url: &str, env: &[(&str, &str)]) -> Result<PostgresBackendBuilder> {
         PostgresBackendBuilder::from_url_and_env(url, |name| {

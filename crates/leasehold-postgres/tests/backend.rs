@@ -7,12 +7,12 @@ mod common;
 use std::time::Duration;
 
 use common::Postgres;
-use leasehold::conformance::servers::suite::{self, ServerExpiry};
 use leasehold::{
     backend::{AcquireOutcome, Backend},
-    LossReason, Store,
+    LossReason,
 };
 use leasehold_postgres::PostgresBackendBuilder;
+use leasehold_test_servers::suite::{self, ServerExpiry};
 
 /// Every connection of the pool killed by the server (an administrator's
 /// `pg_terminate_backend`, a pooler or proxy restart): the holder's next
@@ -37,8 +37,8 @@ async fn holder_survives_its_connections_being_killed() {
         .await
         .unwrap();
     common::settled(&backend).await;
-    let store = Store::new(backend);
-    let other = Store::new(common::backend().await.unwrap());
+    let store = leasehold_testkit::test_store(backend);
+    let other = leasehold_testkit::test_store(common::backend().await.unwrap());
     suite::holder_survives_lost_connections(store, other, Duration::from_secs(2), 1, || async {
         let killed = common::query_i64(&format!(
             "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{app}') k"
@@ -129,7 +129,7 @@ async fn restored_table_starts_a_new_epoch() {
     let before = a.epoch().await.unwrap();
     let key = common::unique_key("restored");
     let ttl = Duration::from_secs(2);
-    let holder = Store::new(a.clone())
+    let holder = leasehold_testkit::test_store(a.clone())
         .lock_with(&key, suite::quick_polls(ttl).renew_interval(ttl / 5))
         .unwrap()
         .try_acquire()
@@ -149,7 +149,7 @@ async fn restored_table_starts_a_new_epoch() {
     assert!(matches!(reason, LossReason::Revoked(_)), "{reason:?}");
     // A raw acquire in the old epoch is refused, and starts a new one.
     let b = open().await;
-    let req = leasehold::conformance::acquire_request(&key, ttl, Some(before.epoch));
+    let req = leasehold_testkit::conformance::acquire_request(&key, ttl, Some(before.epoch));
     let outcome = b.try_acquire(&req).await.unwrap();
     let AcquireOutcome::OtherEpoch(after) = outcome else {
         panic!("granted on restored data: {outcome:?}");

@@ -7,9 +7,8 @@ mod common;
 use std::time::Duration;
 
 use common::{Postgres, PrivateServer};
-use leasehold::conformance::servers::store::ServerStore;
-use leasehold::conformance::servers::suite;
-use leasehold::Store;
+use leasehold_test_servers::store::ServerStore;
+use leasehold_test_servers::suite;
 
 /// A quick restart (shorter than the TTL): the holder renews over new
 /// connections and keeps its lease; nobody else is granted meanwhile. A
@@ -58,8 +57,8 @@ async fn unlogged_table_survives_a_restart_and_a_crash_is_a_store_loss() {
     suite::holder_survives_a_quick_restart(&guard, &b, key, ttl, server.script("restart")).await;
     guard.release().await.unwrap();
 
-    leasehold::conformance::store_loss_stops_holder_before_next_grant(
-        Store::new(open().await),
+    leasehold_testkit::conformance::store_loss_stops_holder_before_next_grant(
+        leasehold_testkit::test_store(open().await),
         |_| server.script("crash"),
     )
     .await;

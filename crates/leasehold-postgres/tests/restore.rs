@@ -8,9 +8,8 @@
 mod common;
 
 use common::PrivateServer;
-use leasehold::conformance::servers::admin_tool;
-use leasehold::conformance::servers::suite::next_token as token;
-use leasehold::Store;
+use leasehold_test_servers::admin_tool;
+use leasehold_test_servers::suite::next_token as token;
 
 async fn psql(server: &PrivateServer, args: &[&str]) -> String {
     let mut cmd = std::process::Command::new("psql");
@@ -26,7 +25,7 @@ async fn a_dump_restored_into_another_cluster_never_repeats_a_token() {
     else {
         return;
     };
-    let on_old = Store::new(old.backend().await);
+    let on_old = leasehold_testkit::test_store(old.backend().await);
     let before_dump = token(&on_old).await;
 
     let dump = std::env::temp_dir().join(format!("leasehold-dump-{}.sql", old.port));
@@ -44,7 +43,7 @@ async fn a_dump_restored_into_another_cluster_never_repeats_a_token() {
     let oid = "SELECT 'leasehold_leases'::regclass::oid";
     let same_oid = psql(&old, &["-c", oid]).await == psql(&new, &["-c", oid]).await;
 
-    let on_new = Store::new(new.backend().await);
+    let on_new = leasehold_testkit::test_store(new.backend().await);
     let restored = token(&on_new).await;
     assert!(
         restored > after_dump,

@@ -5,14 +5,14 @@
 mod common;
 
 use common::Postgres;
-use leasehold::conformance::servers::store::ServerStore;
+use leasehold_test_servers::store::ServerStore;
 
 /// Store loss as it happens on PostgreSQL: the table dropped.
 async fn lose(_store: leasehold::Store) {
     common::sql(&format!("DROP TABLE {}", common::table())).await;
 }
 
-leasehold::conformance_tests!(@lose common::store, lose; store_loss_stops_holder_before_next_grant);
+leasehold_testkit::conformance_tests!(@lose common::store, lose; store_loss_stops_holder_before_next_grant);
 
 /// A holder of a 30-minute lease on a table opened with `?max_ttl=30m`;
 /// the table dropped; a process with the default max TTL re-creates it: it
@@ -25,7 +25,7 @@ async fn store_loss_quarantine_outlasts_a_longer_holder() {
     }
     let table = common::unique_table();
     let drop_table = format!("DROP TABLE {table}");
-    leasehold::conformance::store_loss_quarantine_outlasts_every_holder(
+    leasehold_testkit::conformance::store_loss_quarantine_outlasts_every_holder(
         Postgres::open(&table, "&max_ttl=30m").await,
         || common::sql(&drop_table),
         || Postgres::open(&table, ""),
@@ -44,7 +44,7 @@ async fn store_recreated_at_once_issues_greater_tokens() {
     }
     let table = common::unique_table();
     let drop_table = format!("DROP TABLE {table}");
-    leasehold::conformance::store_recreated_at_once_issues_greater_tokens(
+    leasehold_testkit::conformance::store_recreated_at_once_issues_greater_tokens(
         Postgres::open(&table, "").await,
         || common::sql(&drop_table),
         || Postgres::open(&table, ""),
@@ -61,7 +61,7 @@ async fn rw_lock_a_gate_that_reads_after_a_loss_waits_for_the_other_side() {
         let lose = |_| async move {
             common::sql(&format!("DROP TABLE {namespace}")).await;
         };
-        leasehold::conformance::rw_lock_a_gate_that_reads_after_a_loss_waits_for_the_other_side(
+        leasehold_testkit::conformance::rw_lock_a_gate_that_reads_after_a_loss_waits_for_the_other_side(
             store, lose,
         )
         .await;

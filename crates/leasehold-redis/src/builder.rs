@@ -294,7 +294,7 @@ fn install_crypto_provider() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use leasehold::backend::shared_builder::{assert_debug_hides, assert_refused_without};
+    use leasehold_testkit::builders::{assert_debug_hides, assert_refused_without};
 
     #[test]
     fn url_parts_and_parameters() {

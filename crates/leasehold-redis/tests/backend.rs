@@ -8,12 +8,9 @@ mod common;
 use std::time::Duration;
 
 use common::{PrivateServer, Redis};
-use leasehold::conformance::servers::suite::{self, ServerExpiry};
-use leasehold::{
-    backend::{AcquireOutcome, Backend},
-    Store,
-};
+use leasehold::backend::{AcquireOutcome, Backend};
 use leasehold_redis::{redis, RedisBackendBuilder};
+use leasehold_test_servers::suite::{self, ServerExpiry};
 
 /// Every client connection killed by the server (`CLIENT KILL`, as an
 /// administrator or a proxy restart would): the holder's next renewals
@@ -26,8 +23,8 @@ async fn holder_survives_its_connections_being_killed() {
     };
     let backend = server.backend().await;
     common::settled(&backend).await;
-    let store = Store::new(backend);
-    let other = Store::new(server.backend().await);
+    let store = leasehold_testkit::test_store(backend);
+    let other = leasehold_testkit::test_store(server.backend().await);
     suite::holder_survives_lost_connections(store, other, Duration::from_secs(2), 1, || async {
         let killed: i64 = server
             .admin(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("normal"))
@@ -72,7 +69,7 @@ async fn failover_to_a_lagging_replica_starts_a_new_epoch() {
     let before = a.epoch().await.unwrap();
     let ttl = Duration::from_secs(4);
     let key = common::unique_key("failover");
-    let replicated = leasehold::conformance::raw_lease(&a, &key, ttl).await;
+    let replicated = leasehold_testkit::conformance::raw_lease(&a, &key, ttl).await;
     // Wait until the replica has it (WAIT for 1 replica, 10 s at most).
     let mut acked = 0;
     for _ in 0..100 {
@@ -88,7 +85,7 @@ async fn failover_to_a_lagging_replica_starts_a_new_epoch() {
         .admin(redis::cmd("REPLICAOF").arg("NO").arg("ONE"))
         .await;
     a.release(&replicated).await.unwrap();
-    let unseen = leasehold::conformance::raw_lease(&a, &key, ttl).await;
+    let unseen = leasehold_testkit::conformance::raw_lease(&a, &key, ttl).await;
     assert!(unseen.fencing_token > replicated.fencing_token);
 
     // Clients now reach the promoted replica.
@@ -142,14 +139,14 @@ async fn deleted_record_never_repeats_a_token() {
         return;
     };
     let key = common::unique_key("deleted");
-    let first = leasehold::conformance::raw_lease(&a, &key, Duration::from_secs(2)).await;
+    let first = leasehold_testkit::conformance::raw_lease(&a, &key, Duration::from_secs(2)).await;
     a.release(&first).await.unwrap();
     let _: i64 = common::admin(
         &common::url(),
         redis::cmd("DEL").arg(format!("{}k:{key}", common::prefix())),
     )
     .await;
-    let second = leasehold::conformance::raw_lease(&a, &key, Duration::from_secs(2)).await;
+    let second = leasehold_testkit::conformance::raw_lease(&a, &key, Duration::from_secs(2)).await;
     assert!(
         second.fencing_token > first.fencing_token,
         "{} after {}",
@@ -202,7 +199,7 @@ async fn grants_only_in_the_epoch_asked_for() {
     let epoch = a.epoch().await.unwrap();
     let key = common::unique_key("epoch");
     let stale = Some(epoch.epoch - 1);
-    let req = leasehold::conformance::acquire_request(&key, Duration::from_secs(2), stale);
+    let req = leasehold_testkit::conformance::acquire_request(&key, Duration::from_secs(2), stale);
     match a.try_acquire(&req).await.unwrap() {
         AcquireOutcome::OtherEpoch(e) => assert_eq!(e.epoch, epoch.epoch),
         other => panic!("granted in another epoch: {other:?}"),

@@ -5,7 +5,7 @@
 mod common;
 
 async fn store() -> Option<leasehold::Store> {
-    Some(leasehold::Store::new(common::backend().await?))
+    Some(leasehold_testkit::test_store(common::backend().await?))
 }
 
-leasehold::conformance_tests!(store);
+leasehold_testkit::conformance_tests!(store);

@@ -9,9 +9,8 @@ mod common;
 use std::time::Duration;
 
 use common::{PrivateServer, PRIVATE_PASSWORD};
-use leasehold::conformance::servers::suite::next_token as token;
-use leasehold::Store;
 use leasehold_redis::redis;
+use leasehold_test_servers::suite::next_token as token;
 
 /// Makes `replica` a replica of `primary` and waits until it has loaded
 /// the primary's data (a full resynchronisation when their histories
@@ -53,7 +52,7 @@ async fn failback_to_a_primary_that_lost_writes_never_repeats_a_token() {
         return;
     };
     replicate(&b, &a).await;
-    let on_a = Store::new(a.backend().await);
+    let on_a = leasehold_testkit::test_store(a.backend().await);
     let first = token(&on_a).await;
     let acked: i64 = a.admin(redis::cmd("WAIT").arg(1).arg(5000)).await;
     assert_eq!(acked, 1, "the replica has the first grant");
@@ -82,7 +81,7 @@ async fn failback_to_a_primary_that_lost_writes_never_repeats_a_token() {
 
     // A process that opens the store now, and the one that was there all
     // along, get tokens above every one granted before.
-    let fresh = Store::new(a.backend().await);
+    let fresh = leasehold_testkit::test_store(a.backend().await);
     let next = token(&fresh).await;
     assert!(
         next > lost,

@@ -12,8 +12,8 @@ mod common;
 use std::time::Duration;
 
 use common::PrivateServer;
-use leasehold::conformance::servers::suite;
-use leasehold::{LockOptions, Store};
+use leasehold::LockOptions;
+use leasehold_test_servers::suite;
 
 /// Restart without persistence (`--save ''`, no append-only file): the
 /// data is gone, a new epoch starts.
@@ -23,7 +23,7 @@ async fn restart_without_data_stops_holder_before_next_grant() {
         return;
     };
     let store = server.settled_store().await;
-    leasehold::conformance::store_loss_stops_holder_before_next_grant(store, |_| {
+    leasehold_testkit::conformance::store_loss_stops_holder_before_next_grant(store, |_| {
         server.script("restart")
     })
     .await;
@@ -38,7 +38,7 @@ async fn restart_with_data_starts_a_new_epoch_too() {
         return;
     };
     let store = server.settled_store().await;
-    let before = Store::new(server.backend().await);
+    let before = leasehold_testkit::test_store(server.backend().await);
     let kept = common::unique_key("kept");
     let g = before
         .lock_with(&kept, LockOptions::new().ttl(Duration::from_secs(2)))
@@ -48,9 +48,10 @@ async fn restart_with_data_starts_a_new_epoch_too() {
         .unwrap();
     let kept_token = g.fencing_token();
     g.release().await.unwrap();
-    leasehold::conformance::store_loss_stops_holder_before_next_grant(store.clone(), |_| {
-        server.script("restart")
-    })
+    leasehold_testkit::conformance::store_loss_stops_holder_before_next_grant(
+        store.clone(),
+        |_| server.script("restart"),
+    )
     .await;
     // The data was kept: the other key's counter survived the restart.
     let info = store.inspect(&kept).await.unwrap();
@@ -66,7 +67,7 @@ async fn long_outage_holder_is_told_lost_first() {
         return;
     };
     let a = server.settled_store().await;
-    let b = Store::new(server.backend().await);
+    let b = leasehold_testkit::test_store(server.backend().await);
     let ttl = Duration::from_secs(2);
     let key = "restart/job";
     let guard = suite::hold(&a, key, ttl).await;

@@ -5,9 +5,9 @@
 mod common;
 
 use common::{PrivateServer, Redis};
-use leasehold::conformance::servers::store::ServerStore;
-use leasehold::conformance::servers::suite::Recreation;
 use leasehold_redis::redis;
+use leasehold_test_servers::store::ServerStore;
+use leasehold_test_servers::suite::Recreation;
 
 async fn flushall(server: &PrivateServer) {
     let _: () = server.admin(&redis::cmd("FLUSHALL")).await;
@@ -19,8 +19,10 @@ async fn store_loss_stops_holder_before_next_grant() {
         return;
     };
     let store = server.settled_store().await;
-    leasehold::conformance::store_loss_stops_holder_before_next_grant(store, |_| flushall(&server))
-        .await;
+    leasehold_testkit::conformance::store_loss_stops_holder_before_next_grant(store, |_| {
+        flushall(&server)
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -29,7 +31,7 @@ async fn store_loss_forgets_runs() {
         return;
     };
     let store = server.settled_store().await;
-    leasehold::conformance::store_loss_forgets_runs(store, |_| flushall(&server)).await;
+    leasehold_testkit::conformance::store_loss_forgets_runs(store, |_| flushall(&server)).await;
 }
 
 /// A reader-writer lock's gate reading the other side on the flushed
@@ -39,14 +41,14 @@ async fn rw_lock_a_gate_that_reads_after_a_loss_waits_for_the_other_side() {
     if let Some(server) = PrivateServer::start(false).await {
         let store = server.settled_store().await;
         let lose = |_| flushall(&server);
-        leasehold::conformance::rw_lock_a_gate_that_reads_after_a_loss_waits_for_the_other_side(
+        leasehold_testkit::conformance::rw_lock_a_gate_that_reads_after_a_loss_waits_for_the_other_side(
             store, lose,
         )
         .await;
     }
 }
 
-leasehold::recreation_tests!(recreated_at_once);
+leasehold_test_servers::recreation_tests!(recreated_at_once);
 
 /// `test` on a private server: a holder on a store opened with
 /// `?max_ttl=30m`, `FLUSHALL`, and the store re-created with the default.

@@ -26,7 +26,7 @@ async fn start(dir: &Path) -> Option<TlsServer> {
         .output()
         .is_err()
     {
-        return leasehold::conformance::skip(
+        return leasehold_testkit::conformance::skip(
             "redis",
             "redis-server is not installed (scripts/redis.sh start installs it)",
         );
@@ -112,7 +112,8 @@ async fn tls_with_a_private_ca_verifies_chain_and_host_name() {
     // The right CA and host name: leases work over TLS.
     let backend = open(url("localhost", Some(&ca))).await.unwrap();
     let lease =
-        leasehold::conformance::raw_lease(&backend, "tls/job", Duration::from_secs(2)).await;
+        leasehold_testkit::conformance::raw_lease(&backend, "tls/job", Duration::from_secs(2))
+            .await;
     backend.renew(&lease).await.unwrap();
     backend.release(&lease).await.unwrap();
 

@@ -230,7 +230,7 @@ fn validate_bucket(bucket: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use leasehold::backend::shared_builder::assert_names;
+    use leasehold_testkit::builders::assert_names;
 
     #[test]
     fn bucket_names() {

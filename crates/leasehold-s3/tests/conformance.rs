@@ -21,7 +21,7 @@ async fn store() -> Option<Store> {
         return None;
     }
     let prefix = common::unique_prefix();
-    let store = Store::new(common::fresh_backend(&prefix).await);
+    let store = leasehold_testkit::test_store(common::fresh_backend(&prefix).await);
     PREFIXES
         .lock()
         .unwrap()
@@ -44,4 +44,4 @@ async fn lose(store: Store) {
     common::delete_store(&common::client().await, common::BUCKET, &prefix).await;
 }
 
-leasehold::conformance_tests!(store, lose = lose);
+leasehold_testkit::conformance_tests!(store, lose = lose);

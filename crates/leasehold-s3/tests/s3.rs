@@ -7,9 +7,9 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use leasehold::conformance::servers::suite::{self, Recreation};
-use leasehold::{backend::Backend, Creation, Error, Key, LockOptions, Store};
+use leasehold::{backend::Backend, Creation, Error, Key, LockOptions};
 use leasehold_s3::S3Backend;
+use leasehold_test_servers::suite::{self, Recreation};
 
 fn opts(ttl: Duration) -> LockOptions {
     LockOptions::new()
@@ -59,7 +59,7 @@ async fn renewals_change_the_etag_even_with_a_frozen_wall_clock() {
     let ttl = leasehold_s3::MIN_TTL;
 
     // Two renewals of one lease at one wall-clock instant: other ETags.
-    let lease = leasehold::conformance::raw_lease(holder_backend.as_ref(), &key, ttl).await;
+    let lease = leasehold_testkit::conformance::raw_lease(holder_backend.as_ref(), &key, ttl).await;
     let first = etag(&holder_backend, &key).await;
     holder_backend.renew(&lease).await.unwrap();
     let second = etag(&holder_backend, &key).await;
@@ -71,14 +71,14 @@ async fn renewals_change_the_etag_even_with_a_frozen_wall_clock() {
     // answered a renewal too late for the holder to keep its lease says
     // nothing either way (the waiter may then take the key); it is run
     // again, up to three rounds.
-    let waiter = Store::new(
+    let waiter = leasehold_testkit::test_store(
         common::builder_for(common::BUCKET, &prefix)
             .build()
             .await
             .unwrap(),
     );
     for round in 1..=3 {
-        let holder = Store::from_backend(holder_backend.clone())
+        let holder = leasehold_testkit::test_store_from(holder_backend.clone())
             .lock_with(&key, opts(ttl).renew_interval(ttl / 4))
             .unwrap()
             .try_acquire()
@@ -128,9 +128,9 @@ async fn stale_holder_renew_after_takeover_fails() {
     let b = Arc::new(common::backend().await.unwrap());
     let key = common::unique_key("stale");
     let ttl = leasehold_s3::MIN_TTL;
-    let stale = leasehold::conformance::raw_lease(&a, &key, ttl).await;
+    let stale = leasehold_testkit::conformance::raw_lease(&a, &key, ttl).await;
     let started = std::time::Instant::now();
-    let guard = Store::from_backend(b.clone())
+    let guard = leasehold_testkit::test_store_from(b.clone())
         .lock_with(&key, opts(ttl))
         .unwrap()
         .acquire_timeout(Duration::from_secs(20))
@@ -262,7 +262,7 @@ async fn a_key_deleted_by_hand_still_gets_greater_tokens() {
     let Some(backend) = common::backend().await else {
         return;
     };
-    let store = Store::new(backend);
+    let store = leasehold_testkit::test_store(backend);
     let key = common::unique_key("deleted");
     let lock = store.lock_with(&key, opts(Duration::from_secs(5))).unwrap();
     let mut last = 0;
@@ -282,8 +282,8 @@ async fn a_key_deleted_by_hand_still_gets_greater_tokens() {
         .await
         .unwrap();
     // Another process (which never saw the key) asks for it.
-    let other = Store::new(common::backend().await.unwrap());
-    let g = leasehold::conformance::take(&other, &key, opts(Duration::from_secs(5))).await;
+    let other = leasehold_testkit::test_store(common::backend().await.unwrap());
+    let g = leasehold_testkit::conformance::take(&other, &key, opts(Duration::from_secs(5))).await;
     assert!(
         g.fencing_token() > last,
         "token {} for the key's new object is not above the deleted one's {last}",
@@ -309,11 +309,14 @@ async fn bucket_deleted_under_a_live_holder() {
         .await
         .unwrap();
     let before = backend.epoch().epoch;
-    let store = Store::new(backend);
+    let store = leasehold_testkit::test_store(backend);
     let gone = bucket.clone();
-    leasehold::conformance::store_loss_stops_holder_before_next_grant(store, move |_| async move {
-        common::delete_bucket(&common::client().await, &gone).await;
-    })
+    leasehold_testkit::conformance::store_loss_stops_holder_before_next_grant(
+        store,
+        move |_| async move {
+            common::delete_bucket(&common::client().await, &gone).await;
+        },
+    )
     .await;
     let after = common::builder_for(&bucket, "")
         .build()
@@ -336,7 +339,7 @@ async fn open_store(prefix: &str, max_ttl: Duration) -> Arc<dyn Backend> {
     )
 }
 
-leasehold::recreation_tests!(store_deleted_and_recreated);
+leasehold_test_servers::recreation_tests!(store_deleted_and_recreated);
 
 /// `test` on a store of its own, opened with a 30-minute max TTL, its
 /// objects deleted, and re-created with the default.
@@ -366,7 +369,7 @@ async fn a_holder_is_told_of_loss_once_the_epoch_marker_is_gone() {
     let Some(prefix) = common::prefix_of_its_own() else {
         return;
     };
-    let store = Store::new(common::fresh_backend(&prefix).await);
+    let store = leasehold_testkit::test_store(common::fresh_backend(&prefix).await);
     let key = common::unique_key("marker-gone");
     let ttl = Duration::from_secs(4);
     let guard = store
@@ -410,7 +413,7 @@ async fn a_restored_copy_repeats_no_token_for_a_process_that_wrote_it() {
         .unwrap();
     let key = common::unique_key("restored");
     let ttl = Duration::from_secs(5);
-    let lease = leasehold::conformance::raw_lease(&first, &key, ttl).await;
+    let lease = leasehold_testkit::conformance::raw_lease(&first, &key, ttl).await;
     first.release(&lease).await.unwrap();
 
     // The backup.
@@ -438,7 +441,7 @@ async fn a_restored_copy_repeats_no_token_for_a_process_that_wrote_it() {
     let saved_marker = get(marker.clone()).await;
 
     // Another process is granted the key after it.
-    let later = leasehold::conformance::raw_lease(&second, &key, ttl).await;
+    let later = leasehold_testkit::conformance::raw_lease(&second, &key, ttl).await;
     second.release(&later).await.unwrap();
     assert!(later.fencing_token > lease.fencing_token);
 
@@ -455,7 +458,7 @@ async fn a_restored_copy_repeats_no_token_for_a_process_that_wrote_it() {
             .unwrap();
     }
 
-    let req = leasehold::conformance::acquire_request(&key, ttl, Some(lease.epoch));
+    let req = leasehold_testkit::conformance::acquire_request(&key, ttl, Some(lease.epoch));
     match first.try_acquire(&req).await.unwrap() {
         leasehold::backend::AcquireOutcome::Acquired(g) => assert!(
             g.fencing_token > later.fencing_token,
@@ -480,7 +483,8 @@ async fn a_new_store_over_left_objects_is_not_settled_at_once() {
     };
     let backend = common::fresh_backend(&prefix).await;
     assert!(backend.epoch().is_proven(), "a new prefix: proven");
-    let lease = leasehold::conformance::raw_lease(&backend, "k", Duration::from_secs(5)).await;
+    let lease =
+        leasehold_testkit::conformance::raw_lease(&backend, "k", Duration::from_secs(5)).await;
     let client = common::client().await;
     client
         .delete_object()

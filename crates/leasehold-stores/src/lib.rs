@@ -24,6 +24,10 @@ use std::sync::Arc;
 
 use leasehold::{backend::Backend, Creation, Error, Store};
 
+mod test_window;
+
+pub use test_window::apply_test_window;
+
 /// The store URLs leasehold opens, for messages.
 pub const FORMS: &str =
     "expected sqlite:PATH, sqlite:///ABS/PATH, azblob://CONTAINER[/PREFIX], dynamodb://TABLE, postgres://USER@HOST/DB, redis://[:PASSWORD@]HOST[:PORT][/DB], etcd://HOST:PORT or s3://BUCKET[/PREFIX]";
@@ -71,7 +75,8 @@ impl Access {
 /// [`redact`]).
 pub async fn open(url: Option<&str>) -> leasehold::Result<Store> {
     let url = url.unwrap_or("sqlite:");
-    Ok(Store::from_backend(open_backend(url).await?.backend))
+    let store = Store::from_backend(open_backend(url).await?.backend);
+    Ok(apply_test_window(store))
 }
 
 /// A backend opened from its URL, with its request counter.
@@ -156,7 +161,9 @@ pub async fn open_backend_with(url: &str, creation: Creation) -> leasehold::Resu
 /// store that does not exist (but the default SQLite file). Messages never
 /// carry the URL's secrets, and, as [`open`]'s, may not name the URL.
 pub async fn open_with(url: Option<&str>, access: Access) -> leasehold::Result<Store> {
-    open_url(effective_url(url), access).await
+    open_url(effective_url(url), access)
+        .await
+        .map(apply_test_window)
 }
 
 /// The URL [`open_with`] opens for `url`: the default SQLite file's when

@@ -67,20 +67,27 @@ pub fn removes_window(bug: &str) -> bool {
 /// Wraps `store`'s backend in the named bug.
 pub fn inject(store: Store, bug: &str) -> anyhow::Result<Store> {
     match bug {
-        "grant-held" => Ok(Store::new(GrantHeld {
+        "grant-held" => Ok(tested(GrantHeld {
             inner: store.backend().clone(),
             one_in: 4,
             bogus: Arc::default(),
         })),
-        "epochless-tokens" => Ok(Store::new(EpochlessTokens {
+        "epochless-tokens" => Ok(tested(EpochlessTokens {
             inner: store.backend().clone(),
             real: Arc::default(),
         })),
-        "readers-ignore-writer" => Ok(Store::new(ReadersIgnoreWriter {
+        "readers-ignore-writer" => Ok(tested(ReadersIgnoreWriter {
             inner: store.backend().clone(),
         })),
         _ => anyhow::bail!("unknown bug {bug:?}; known: {}", BUGS.join(", ")),
     }
+}
+
+/// A store over `backend` with the window the store it wraps had (the
+/// tests' window, in a build with the opener's `test-window` feature, as
+/// torture's builds have).
+fn tested(backend: impl Backend) -> Store {
+    leasehold_stores::apply_test_window(Store::new(backend))
 }
 
 /// A backend that grants one in `one_in` attempts on a held key anyway.

@@ -3,8 +3,9 @@
 //! Everything else (waiting, renewal, loss detection, in-process wake-ups,
 //! cancel safety, semaphores, elections, and the store-epoch quarantine) is
 //! written once above this trait, in the rest of the crate. A new store
-//! implements [`Backend`] and passes the conformance suite
-//! (`leasehold::conformance`, feature `conformance`) unchanged. Its
+//! implements [`Backend`] and passes the conformance suite (crate
+//! `leasehold-testkit`, a dev-dependency of the store's crate: its docs
+//! say how to run it on your backend) unchanged. Its
 //! builder reads its store URL's query parameters through [`params`], the
 //! same rules for every store.
 //!
@@ -51,9 +52,9 @@
 //!    [`WaitReason::Quarantine`](crate::WaitReason)) with the time left.
 //!
 //!    W is the same for every store and every process: nothing a URL or a
-//!    lock's options say changes it (only a test build, with the
-//!    `conformance` feature, can; see
-//!    [`Store::confirmation_window`](crate::Store::confirmation_window)). The
+//!    lock's options say changes it (only a test, building its stores with
+//!    [`StoreBuilder::confirmation_window`](crate::StoreBuilder::confirmation_window),
+//!    every one of them alike, should). The
 //!    store's max TTL (a setting
 //!    recorded with the epoch, 60 s by default, [`DEFAULT_STORE_MAX_TTL`];
 //!    no lease may be longer) bounds how long a *dead* holder keeps a key
@@ -269,6 +270,7 @@ pub use crate::listener::{Listener, Released, Subscribe};
 pub use crate::clock::{
     Clock, ClockSleep, ManualClock, SharedClock, SystemClock, CLOCK_CHECK_STEP,
 };
+pub use crate::rwlock::READ_SEGMENT;
 pub use crate::store::{default_sqlite_path, sqlite_url_path, BUILTIN_SCHEMES};
 
 /// The primitives a lease store offers. See the [module docs](self) for the

@@ -165,9 +165,6 @@ pub mod sqlite;
 mod store;
 mod waits;
 
-#[cfg(feature = "conformance")]
-pub mod conformance;
-
 // What a user needs stands at the crate root, as `tokio::sync` gathers its
 // primitives: the store, the lock types and their guards, options, errors,
 // and what inspecting a store returns. What a backend author needs (the
@@ -192,7 +189,7 @@ pub use rwlock::{
 pub use semaphore::{
     Semaphore, SemaphorePermit, SlotInfo, MAX_SEMAPHORE_KEY_LEN, MAX_SEMAPHORE_LIMIT,
 };
-pub use store::Store;
+pub use store::{Store, StoreBuilder};
 
 /// The README's example, compiled and run as a doctest. The crate's own
 /// README (inside the crate, so that the packaged crate builds its doctests

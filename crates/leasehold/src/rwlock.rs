@@ -141,8 +141,10 @@ use crate::waits::Waits;
 /// How many readers an [`RwLock`] admits at once unless told otherwise.
 pub const DEFAULT_MAX_READERS: u32 = 16;
 
-/// What goes between a reader-writer lock's key and a reader slot number.
-pub(crate) const READ_SEGMENT: &str = "/:read:";
+/// What goes between a reader-writer lock's key and a reader slot number:
+/// the reader slots of the lock `KEY` are the keys `KEY/:read:N` a backend
+/// stores (and `list` shows).
+pub const READ_SEGMENT: &str = "/:read:";
 
 /// The longest reader-writer lock key, so that every reader slot key
 /// (`KEY/:read:999` at most) obeys the key rule.

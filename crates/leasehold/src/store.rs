@@ -46,25 +46,71 @@ struct StoreInner {
     groups: LocalKeys,
     /// Which store epoch this store may grant in (the quarantine).
     epochs: EpochGate,
-    /// A confirmation window set by a test (builds with the `conformance`
-    /// feature only); otherwise
-    /// [`CONFIRMATION_WINDOW`](crate::CONFIRMATION_WINDOW).
-    window: Option<Duration>,
+    /// The confirmation window ([`Store::confirmation_window`]).
+    window: Duration,
     /// Set by [`Store::close`].
     closed: std::sync::atomic::AtomicBool,
 }
 
-/// The confirmation window of a test build's store (see
-/// [`Store::confirmation_window`]).
-#[cfg(feature = "conformance")]
-fn test_window(backend: &dyn Backend) -> Duration {
-    // A value that is not a number of seconds is ignored, not a panic.
-    match std::env::var("LEASEHOLD_TEST_CONFIRMATION_WINDOW")
-        .ok()
-        .and_then(|secs| Duration::try_from_secs_f64(secs.parse().ok()?).ok())
-    {
-        Some(window) => window,
-        None => backend.capabilities().max_ttl,
+/// Builds a [`Store`] with settings the constructors leave at their
+/// defaults ([`Store::builder`]):
+///
+/// ```
+/// use std::sync::Arc;
+/// use leasehold::backend::SystemClock;
+/// use leasehold::memory::MemoryBackend;
+///
+/// let store = leasehold::Store::builder(Arc::new(MemoryBackend::new()))
+///     .clock(Arc::new(SystemClock))
+///     .build();
+/// assert_eq!(store.confirmation_window(), leasehold::CONFIRMATION_WINDOW);
+/// ```
+#[derive(Debug)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct StoreBuilder {
+    backend: Arc<dyn Backend>,
+    clock: SharedClock,
+    window: Duration,
+}
+
+impl StoreBuilder {
+    /// The clock the store's guards time their deadlines and quarantines
+    /// on (default: the system's monotonic clock).
+    pub fn clock(mut self, clock: SharedClock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The confirmation window W (default
+    /// [`CONFIRMATION_WINDOW`](crate::CONFIRMATION_WINDOW), 60 s): the
+    /// longest a guard trusts a lease it has not confirmed, and how long a
+    /// store epoch new to this store is quarantined before it grants (see
+    /// [store epochs](crate::backend#store-epochs-tokens-that-survive-the-loss-of-the-stores-data)).
+    ///
+    /// **A safety setting, and for tests: leave it alone in a program.**
+    /// Every process that uses a store must use the same window. After a
+    /// loss of the store's data, a process grants again one of *its*
+    /// windows after it first sees the new epoch, and a holder of the lost
+    /// data stops trusting its lease one of *its* windows after its last
+    /// renewal; a process with a shorter window than a holder's can grant
+    /// the key while that holder still works. The default is the same in
+    /// every build of every version with windows, which is what makes it
+    /// safe; nothing else (no URL, option or environment variable) changes
+    /// it. Tests set a window of a few seconds so that a new store's
+    /// quarantine does not take a minute (the `leasehold-testkit` crate's
+    /// test stores use their backend's max TTL), with every store of the
+    /// test set alike.
+    ///
+    /// It must be longer than every lock's safety margin: a lock whose
+    /// margin is not is refused as [`Error::InvalidInput`].
+    pub fn confirmation_window(mut self, window: Duration) -> Self {
+        self.window = window;
+        self
+    }
+
+    /// The store.
+    pub fn build(self) -> Store {
+        Store::build(self.backend, self.clock, self.window)
     }
 }
 
@@ -81,30 +127,26 @@ impl Store {
     /// the same leases but do not share in-process wake-ups (they behave like
     /// two processes), which the conformance suite uses to race "processes".
     pub fn from_backend(backend: Arc<dyn Backend>) -> Self {
-        Self::with_clock(backend, SystemClock::shared())
+        Self::builder(backend).build()
     }
 
     /// A store whose guards time their deadlines on `clock`.
     pub fn with_clock(backend: Arc<dyn Backend>, clock: SharedClock) -> Self {
-        Self::build(backend, clock, None)
+        Self::builder(backend).clock(clock).build()
     }
 
-    /// A store whose guards and quarantines use the confirmation window
-    /// `window` instead of
-    /// [`CONFIRMATION_WINDOW`](crate::CONFIRMATION_WINDOW), for tests (only
-    /// in builds with the `conformance` feature, which no program should
-    /// ship with). Every store of a test must use the same window, or the
-    /// quarantine no longer covers every holder.
-    #[cfg(feature = "conformance")]
-    pub fn with_clock_and_window(
-        backend: Arc<dyn Backend>,
-        clock: SharedClock,
-        window: Duration,
-    ) -> Self {
-        Self::build(backend, clock, Some(window))
+    /// A [`StoreBuilder`] for a store over `backend`: the clock and the
+    /// confirmation window, which the constructors above leave at their
+    /// defaults.
+    pub fn builder(backend: Arc<dyn Backend>) -> StoreBuilder {
+        StoreBuilder {
+            backend,
+            clock: SystemClock::shared(),
+            window: crate::CONFIRMATION_WINDOW,
+        }
     }
 
-    fn build(backend: Arc<dyn Backend>, clock: SharedClock, window: Option<Duration>) -> Self {
+    fn build(backend: Arc<dyn Backend>, clock: SharedClock, window: Duration) -> Self {
         let epochs = EpochGate::new(clock.clone());
         let store = Store {
             inner: Arc::new(StoreInner {
@@ -128,31 +170,13 @@ impl Store {
     }
 
     /// The confirmation window this store's guards and quarantines use:
-    /// [`CONFIRMATION_WINDOW`](crate::CONFIRMATION_WINDOW), the same for
-    /// every store and process (see
+    /// [`CONFIRMATION_WINDOW`](crate::CONFIRMATION_WINDOW) unless the store
+    /// was built with another
+    /// ([`StoreBuilder::confirmation_window`]). Every store and process
+    /// on one store must use the same (see
     /// [store epochs](crate::backend#store-epochs-tokens-that-survive-the-loss-of-the-stores-data)).
-    ///
-    /// In builds with the `conformance` feature (test builds: no program
-    /// should ship with it), a store made by
-    /// `with_clock_and_window` uses the
-    /// window given there; any other uses the seconds in the environment
-    /// variable `LEASEHOLD_TEST_CONFIRMATION_WINDOW` if it is set (for tests
-    /// that run the CLI), else its backend's max TTL, as every store did
-    /// before the window existed: the suites' fresh stores (max TTLs of a
-    /// few seconds) then need no minute-long quarantine, and every store in
-    /// one test of the usual kind has the same max TTL.
     pub fn confirmation_window(&self) -> Duration {
-        if let Some(window) = self.inner.window {
-            return window;
-        }
-        #[cfg(feature = "conformance")]
-        {
-            test_window(self.backend().as_ref())
-        }
-        #[cfg(not(feature = "conformance"))]
-        {
-            crate::CONFIRMATION_WINDOW
-        }
+        self.inner.window
     }
 
     /// Opens a store from a URL:
@@ -722,11 +746,56 @@ mod tests {
         assert!(split_params("/tmp/a.db?shared_file=maybe").is_err());
     }
 
+    /// The window a store is built with is the one its quarantine lasts
+    /// (the default: [`CONFIRMATION_WINDOW`](crate::CONFIRMATION_WINDOW)),
+    /// and its clones share it.
+    #[tokio::test]
+    async fn the_builder_window_is_the_quarantine() {
+        for (window, built) in [
+            (crate::CONFIRMATION_WINDOW, None),
+            (Duration::from_secs(2), Some(Duration::from_secs(2))),
+        ] {
+            let backend = MemoryBackend::new();
+            let mut builder = Store::builder(Arc::new(backend.clone()));
+            if let Some(w) = built {
+                builder = builder.confirmation_window(w);
+            }
+            let store = builder.build();
+            assert_eq!(store.clone().confirmation_window(), window);
+            let held = store.lock("k").unwrap().try_acquire().await.unwrap();
+            backend.lose_data();
+            let Err(Error::Quarantined { remaining, .. }) =
+                store.lock("k").unwrap().try_acquire().await
+            else {
+                panic!("a lost store's new epoch is not quarantined");
+            };
+            assert!(
+                remaining <= window + window / 1000 && remaining > window / 2,
+                "{remaining:?} for a window of {window:?}"
+            );
+            drop(held);
+        }
+    }
+
+    /// Panics unless `err` is [`Error::InvalidInput`] about the store URL.
+    fn assert_invalid_url(err: &Error) {
+        assert!(
+            matches!(
+                err,
+                Error::InvalidInput {
+                    what: "store URL",
+                    ..
+                }
+            ),
+            "not invalid store URL: {err}"
+        );
+    }
+
     #[test]
     fn a_sqlite_path_starting_with_a_tilde_is_refused_with_the_reason() {
         for url in ["sqlite:~/x.db", "sqlite:~", "sqlite:~user/x.db"] {
             let err = Store::open(url).unwrap_err();
-            crate::conformance::assert_invalid_input(&err, "store URL");
+            assert_invalid_url(&err);
             assert!(err.to_string().contains("`~` is not expanded"), "{err}");
         }
         assert!(sqlite_url_path("sqlite:~/x.db").unwrap().is_err());
@@ -736,7 +805,7 @@ mod tests {
     #[test]
     fn unknown_and_future_schemes_are_clear_errors() {
         let err = Store::open("bogus://x").unwrap_err();
-        crate::conformance::assert_invalid_input(&err, "store URL");
+        assert_invalid_url(&err);
         assert!(err.to_string().contains("sqlite:PATH"));
         let err = Store::open("azblob://container").unwrap_err();
         assert!(err.to_string().contains("leasehold-stores"), "{err}");

@@ -21,7 +21,7 @@ fn address(backend: &Arc<dyn Backend>) -> usize {
 }
 
 async fn store() -> Option<Store> {
-    Some(store_over(Store::new))
+    Some(store_over(leasehold_testkit::test_store))
 }
 
 /// A store over a new memory backend (as `wrap` puts it in a store),
@@ -50,7 +50,7 @@ async fn lose(store: Store) {
     backend.lose_data();
 }
 
-leasehold::conformance_tests!(store, lose = lose);
+leasehold_testkit::conformance_tests!(store, lose = lose);
 
 mod through_a_wrapper {
     use leasehold::backend::{Backend, Wrapper};
@@ -68,11 +68,13 @@ mod through_a_wrapper {
     }
 
     async fn store() -> Option<Store> {
-        Some(super::store_over(|backend| Store::new(Plain(backend))))
+        Some(super::store_over(|backend| {
+            leasehold_testkit::test_store(Plain(backend))
+        }))
     }
 
     use super::lose;
-    leasehold::conformance_tests!(store, lose = lose);
+    leasehold_testkit::conformance_tests!(store, lose = lose);
 }
 
 /// `memory:` stores start in an epoch that needs no quarantine.

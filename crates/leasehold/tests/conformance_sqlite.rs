@@ -24,7 +24,7 @@ async fn store() -> Option<Store> {
     // A max TTL short enough for the store-loss test's quarantine, long
     // enough for the suite's longest lease.
     let backend = SqliteBackend::open_with_max_ttl(&path, Duration::from_secs(20)).unwrap();
-    let store = Store::new(backend);
+    let store = leasehold_testkit::test_store(backend);
     FILES.lock().unwrap().push((address(store.backend()), path));
     Some(store)
 }
@@ -68,12 +68,16 @@ async fn restore_backup(store: Store) {
     std::fs::rename(&backup, &path).unwrap();
 }
 
-leasehold::conformance_tests!(store, lose = delete_file);
+leasehold_testkit::conformance_tests!(store, lose = delete_file);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn store_loss_by_restored_backup() {
     let store = store().await.unwrap();
-    leasehold::conformance::store_loss_stops_holder_before_next_grant(store, restore_backup).await;
+    leasehold_testkit::conformance::store_loss_stops_holder_before_next_grant(
+        store,
+        restore_backup,
+    )
+    .await;
 }
 
 /// A store of its own opened with a long max TTL (30 min), for a holder of
@@ -107,7 +111,7 @@ fn replace_by_backup(path: &Path) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn store_loss_quarantine_outlasts_a_longer_holder_file_deleted() {
     let (path, holder) = long_holder_store();
-    leasehold::conformance::store_loss_quarantine_outlasts_every_holder(
+    leasehold_testkit::conformance::store_loss_quarantine_outlasts_every_holder(
         holder,
         || async { remove_database(&path) },
         || async { open_default(&path) },
@@ -120,7 +124,7 @@ async fn store_loss_quarantine_outlasts_a_longer_holder_file_deleted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn store_loss_quarantine_outlasts_a_longer_holder_backup_restored() {
     let (path, holder) = long_holder_store();
-    leasehold::conformance::store_loss_quarantine_outlasts_every_holder(
+    leasehold_testkit::conformance::store_loss_quarantine_outlasts_every_holder(
         holder,
         || async { replace_by_backup(&path) },
         || async { open_default(&path) },
@@ -137,7 +141,7 @@ async fn store_loss_quarantine_outlasts_a_longer_holder_backup_restored() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn store_loss_quarantine_survives_an_epoch_renewed_with_a_shorter_max_ttl() {
     let (path, holder) = long_holder_store();
-    leasehold::conformance::store_loss_quarantine_outlasts_every_holder(
+    leasehold_testkit::conformance::store_loss_quarantine_outlasts_every_holder(
         holder,
         || async {
             replace_by_backup(&path);
@@ -154,7 +158,7 @@ async fn store_loss_quarantine_survives_an_epoch_renewed_with_a_shorter_max_ttl(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn store_recreated_at_once_issues_greater_tokens() {
     let (path, holder) = long_holder_store();
-    leasehold::conformance::store_recreated_at_once_issues_greater_tokens(
+    leasehold_testkit::conformance::store_recreated_at_once_issues_greater_tokens(
         holder,
         || async { remove_database(&path) },
         || async { open_default(&path) },

@@ -63,11 +63,11 @@ const NOT_WHILE_HELD: Duration = Duration::from_millis(200);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finish_background_waits_for_background_releases_to_end() {
     let backend = Arc::new(Gated::default());
-    let store = Store::from_backend(backend.clone());
+    let store = leasehold_testkit::test_store_from(backend.clone());
 
     // A grant and a release first, so that this store knows the store's
     // epoch and its next attempt can be granted.
-    let guard = leasehold::conformance::take(&store, "k", LockOptions::default()).await;
+    let guard = leasehold_testkit::conformance::take(&store, "k", LockOptions::default()).await;
     guard.release().await.unwrap();
     assert_eq!(backend.releases.load(Ordering::SeqCst), 1);
 

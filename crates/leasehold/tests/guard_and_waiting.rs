@@ -8,11 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use leasehold::conformance::take;
 use leasehold::{
     backend::{AcquireOutcome, AcquireRequest, Backend, Lease, Wrapper},
     Error, Key, LockOptions, LossPolicy, LossReason, Result, Store, Wait,
 };
+use leasehold_testkit::conformance::take;
 
 /// The memory backend, with a request counter and injectable faults.
 #[derive(Debug, Default)]
@@ -155,13 +155,13 @@ impl leasehold::backend::Clock for TokioClock {
 fn faulty_on_tokio_time() -> (Arc<Faulty>, Store) {
     let backend = Arc::new(Faulty::default());
     let clock = Arc::new(TokioClock(tokio::time::Instant::now()));
-    let store = Store::with_clock(backend.clone(), clock);
+    let store = leasehold_testkit::with_test_window(&Store::with_clock(backend.clone(), clock));
     (backend, store)
 }
 
 fn faulty() -> (Arc<Faulty>, Store) {
     let backend = Arc::new(Faulty::default());
-    let store = Store::from_backend(backend.clone());
+    let store = leasehold_testkit::test_store_from(backend.clone());
     (backend, store)
 }
 
@@ -229,7 +229,7 @@ async fn a_partitioned_holder_is_lost_before_anyone_else_can_acquire() {
     backend.partitioned.store(true, Ordering::SeqCst);
     // Another "process" waits for the key; the memory backend hands it over
     // once the holder's TTL has run out.
-    let other = Store::from_backend(backend.clone());
+    let other = leasehold_testkit::test_store_from(backend.clone());
     let next = other
         .lock_with("k", opts)
         .unwrap()
@@ -385,7 +385,7 @@ async fn totals(tasks: Vec<tokio::task::JoinHandle<(u32, Duration)>>) -> (u32, D
 async fn a_process_that_saw_another_hold_the_key_gives_way_at_every_handoff() {
     for semaphore in [false, true] {
         let (backend, here) = faulty();
-        let elsewhere = Store::from_backend(backend.clone());
+        let elsewhere = leasehold_testkit::test_store_from(backend.clone());
         let poll_max = Duration::from_millis(10);
         let opts = LockOptions::new().poll_interval(Duration::from_millis(5), poll_max);
         // Another process holds the key for a moment while this one waits.
@@ -516,7 +516,8 @@ async fn loss_is_final_even_if_a_renewal_is_answered_after_the_deadline() {
     let clock = Arc::new(leasehold::backend::ManualClock::new(Duration::from_secs(
         100,
     )));
-    let store = Store::with_clock(backend.clone(), clock.clone());
+    let store =
+        leasehold_testkit::with_test_window(&Store::with_clock(backend.clone(), clock.clone()));
     let guard = take(&store, "k", LockOptions::new().ttl(Duration::from_secs(10))).await;
     // Deadline: 100 s + 10 s − 1 s. The renewal due at 103.3 s is sent and
     // held in flight.
@@ -603,7 +604,7 @@ async fn a_wait_on_an_unreachable_store_ends_with_the_error_not_timed_out() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_waiters_on_a_held_key_time_out_as_held_not_as_store_failures() {
     let (backend, store) = faulty();
-    let other = Store::from_backend(store.backend().clone());
+    let other = leasehold_testkit::test_store_from(store.backend().clone());
     let _held = other.lock("k").unwrap().try_acquire().await.unwrap();
     // Each attempt takes 60 ms; the waiters' deadlines are 20 ms apart, so
     // each one after the first is let through the queue 20 ms before its
@@ -638,7 +639,7 @@ async fn waiters_sharing_a_deadline_send_what_one_waiter_sends() {
     /// instant, 200 ms from now, on a key held by another store.
     async fn attempts(tasks: usize, semaphore: bool) -> u32 {
         let (backend, here) = faulty();
-        let elsewhere = Store::from_backend(backend.clone());
+        let elsewhere = leasehold_testkit::test_store_from(backend.clone());
         let poll = Duration::from_secs(10);
         let opts = LockOptions::new().poll_interval(poll, poll);
         let _held = if semaphore {
@@ -692,7 +693,7 @@ async fn waiters_sharing_a_deadline_send_what_one_waiter_sends() {
 #[tokio::test(start_paused = true)]
 async fn a_waiter_let_through_the_queue_after_its_deadline_sends_nothing() {
     let (backend, here) = faulty();
-    let elsewhere = Store::from_backend(backend.clone());
+    let elsewhere = leasehold_testkit::test_store_from(backend.clone());
     let _held = elsewhere.lock("k").unwrap().try_acquire().await.unwrap();
     // This store learns the store's epoch (one more request) first.
     drop(here.lock("warm-up").unwrap().try_acquire().await.unwrap());
@@ -736,7 +737,7 @@ async fn a_huge_wait_is_forever_not_an_overflow() {
         .acquire_reporting(huge, |_| {})
         .await
         .unwrap();
-    let other = Store::from_backend(store.backend().clone());
+    let other = leasehold_testkit::test_store_from(store.backend().clone());
     let waiting = other.lock("k").unwrap();
     let waiter = tokio::spawn(async move {
         waiting
@@ -786,7 +787,7 @@ async fn a_try_acquire_told_of_a_local_guard_does_not_make_waiters_give_way() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wait_shorter_than_a_round_trip_on_a_held_key_times_out() {
     let (backend, store) = faulty();
-    let other = Store::from_backend(store.backend().clone());
+    let other = leasehold_testkit::test_store_from(store.backend().clone());
     let _held = other.lock("k").unwrap().try_acquire().await.unwrap();
     let lock = store.lock("k").unwrap();
     let err = lock.try_acquire().await.unwrap_err();
@@ -813,7 +814,7 @@ async fn only_a_waiter_that_found_the_key_held_watches_for_releases() {
     }
     assert_eq!(backend.watches.load(Ordering::SeqCst), 0);
 
-    let other = Store::from_backend(store.backend().clone());
+    let other = leasehold_testkit::test_store_from(store.backend().clone());
     let _held = other.lock("k").unwrap().try_acquire().await.unwrap();
     let err = lock
         .acquire_timeout(Duration::from_secs(1))
@@ -830,7 +831,7 @@ async fn only_a_waiter_that_found_the_key_held_watches_for_releases() {
 async fn a_release_before_the_watch_is_registered_is_not_missed() {
     let (backend, store) = faulty();
     backend.watchable.store(true, Ordering::SeqCst);
-    let other = Store::from_backend(store.backend().clone());
+    let other = leasehold_testkit::test_store_from(store.backend().clone());
     let _held = other.lock("k").unwrap().try_acquire().await.unwrap();
     backend.free_after_held.store(true, Ordering::SeqCst);
     let slow_polls =
@@ -940,7 +941,8 @@ fn faulty_on_a_manual_clock() -> (Arc<Faulty>, Arc<leasehold::backend::ManualClo
     let clock = Arc::new(leasehold::backend::ManualClock::new(Duration::from_secs(
         100,
     )));
-    let store = Store::with_clock(backend.clone(), clock.clone());
+    let store =
+        leasehold_testkit::with_test_window(&Store::with_clock(backend.clone(), clock.clone()));
     (backend, clock, store)
 }
 
@@ -1104,7 +1106,7 @@ async fn a_wait_shorter_than_one_answer_still_gets_the_answer() {
         .acquire_timeout(Duration::from_millis(1))
         .await
         .expect("a free key, answered after the wait ran out, is granted");
-    let err = Store::from_backend(store.backend().clone())
+    let err = leasehold_testkit::test_store_from(store.backend().clone())
         .lock("k")
         .unwrap()
         .acquire_timeout(Duration::from_millis(1))

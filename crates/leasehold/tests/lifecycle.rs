@@ -182,7 +182,7 @@ async fn a_writer_refused_by_readers_is_told_of_readers() {
     let rw = store.rw_lock_with("cfg", 4, opts(1000)).unwrap();
     let a = rw.try_read().await.unwrap();
     let b = rw.try_read().await.unwrap();
-    let other = Store::from_backend(store.backend().clone());
+    let other = leasehold_testkit::test_store_from(store.backend().clone());
     let err = other
         .rw_lock_with("cfg", 4, opts(1000))
         .unwrap()
@@ -229,7 +229,7 @@ async fn a_closed_store_refuses_further_use() {
     assert!(matches!(clone.break_lease("k").await, Err(Error::Closed)));
     // The release went through before close returned: a store on the same
     // backend finds the key free.
-    let again = Store::from_backend(store.backend().clone());
+    let again = leasehold_testkit::test_store_from(store.backend().clone());
     assert!(again.inspect("k").await.unwrap().holder.is_none());
     store.close().await.unwrap();
 }

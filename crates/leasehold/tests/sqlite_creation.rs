@@ -6,12 +6,12 @@
 use std::path::Path;
 use std::time::Duration;
 
-use leasehold::conformance::{sqlite_dump as dump, take};
 use leasehold::sqlite::SqliteBackend;
 use leasehold::{
     backend::{Backend, DEFAULT_STORE_MAX_TTL},
-    Creation, Error, Store,
+    Creation, Error,
 };
+use leasehold_testkit::conformance::{sqlite_dump as dump, take};
 
 fn open(path: &Path, creation: Creation) -> leasehold::Result<SqliteBackend> {
     SqliteBackend::open_with(path, DEFAULT_STORE_MAX_TTL, creation)
@@ -39,7 +39,7 @@ async fn looking_creates_nothing_and_writes_nothing() {
     // restored backup): the epoch row names the old file. A look reads
     // it and leaves it; taking a lease would start a new epoch.
     let path = dir.path().join("leases.db");
-    let store = Store::new(open(&path, Creation::IfMissing).unwrap());
+    let store = leasehold_testkit::test_store(open(&path, Creation::IfMissing).unwrap());
     let guard = store.lock("k").unwrap().try_acquire().await.unwrap();
     // Everything into the file first, so that the copy has it all (and the
     // WAL left beside it holds nothing for the old file).
@@ -51,14 +51,14 @@ async fn looking_creates_nothing_and_writes_nothing() {
     std::fs::copy(&path, &copy).unwrap();
     std::fs::rename(&copy, &path).unwrap();
     let before = dump(&path);
-    let look = Store::new(open(&path, Creation::Never).unwrap());
+    let look = leasehold_testkit::test_store(open(&path, Creation::Never).unwrap());
     let info = look.inspect("k").await.unwrap();
     assert!(info.fencing_token > 0, "{info:?}");
     assert_eq!(look.list("").await.unwrap().len(), 1);
     assert_eq!(dump(&path), before, "looking wrote to the store");
     drop(guard);
     drop(store);
-    let lease = Store::new(open(&path, Creation::IfMissing).unwrap());
+    let lease = leasehold_testkit::test_store(open(&path, Creation::IfMissing).unwrap());
     assert_ne!(dump(&path), before, "opening to lease renews the epoch");
     drop(lease);
 }
@@ -111,7 +111,9 @@ async fn a_new_file_created_proven_is_settled_at_once() {
     // A holder in the directory, and the directory's holders file gone
     // (made again, it proves nothing until the directory is free): the
     // locks cannot prove a new file safe.
-    let holder = Store::new(open(&dir.path().join("other.db"), Creation::IfMissing).unwrap());
+    let holder = leasehold_testkit::test_store(
+        open(&dir.path().join("other.db"), Creation::IfMissing).unwrap(),
+    );
     let guard = holder.lock("h").unwrap().try_acquire().await.unwrap();
     std::fs::remove_file(dir.path().join(".leasehold-holders")).unwrap();
 
@@ -124,7 +126,9 @@ async fn a_new_file_created_proven_is_settled_at_once() {
     let epoch = stated.epoch_at_open().unwrap();
     assert!(epoch.is_proven(), "{epoch:?}");
     // Every later process sees it proven, and grants at once.
-    let again = Store::new(open(&dir.path().join("stated.db"), Creation::IfMissing).unwrap());
+    let again = leasehold_testkit::test_store(
+        open(&dir.path().join("stated.db"), Creation::IfMissing).unwrap(),
+    );
     assert!(again.backend().epoch_at_open().unwrap().is_proven());
     let granted = again.lock("k").unwrap().try_acquire().await;
     assert!(granted.is_ok(), "{:?}", granted.err());
@@ -136,10 +140,12 @@ async fn a_new_file_created_proven_is_settled_at_once() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_file_created_again_later_is_quarantined() {
     let dir = tempfile::tempdir().unwrap();
-    let holder = Store::new(open(&dir.path().join("other.db"), Creation::IfMissing).unwrap());
+    let holder = leasehold_testkit::test_store(
+        open(&dir.path().join("other.db"), Creation::IfMissing).unwrap(),
+    );
     let guard = holder.lock("h").unwrap().try_acquire().await.unwrap();
     let path = dir.path().join("stated.db");
-    let stated = Store::new(open(&path, Creation::NewProven).unwrap());
+    let stated = leasehold_testkit::test_store(open(&path, Creation::NewProven).unwrap());
     let first = stated.lock("k").unwrap().try_acquire().await.unwrap();
     first.release().await.unwrap();
     for suffix in ["", "-wal", "-shm"] {
@@ -163,8 +169,8 @@ async fn a_file_created_again_later_is_quarantined() {
 async fn a_waiter_is_granted_when_the_quarantine_ends_not_a_poll_later() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("leases.db");
-    // In test builds the confirmation window is the max TTL: 2 s.
-    let store = Store::new(
+    // A test store: its confirmation window is its max TTL, 2 s.
+    let store = leasehold_testkit::test_store(
         SqliteBackend::open_with(&path, Duration::from_secs(2), Creation::IfMissing).unwrap(),
     );
     let opts = leasehold::LockOptions::new().ttl(Duration::from_secs(1));

@@ -16,7 +16,7 @@ fn a_missing_directory_is_an_error_naming_it_and_is_not_made() {
     let typo = dir.path().join("typo").join("deeper");
     let url = format!("sqlite:{}", typo.join("x.db").display());
     let err = Store::open(&url).unwrap_err();
-    leasehold::conformance::assert_invalid_input(&err, "store URL");
+    leasehold_testkit::conformance::assert_invalid_input(&err, "store URL");
     let text = err.to_string();
     assert!(
         text.contains(&format!("the directory {} ", typo.display()))
@@ -87,7 +87,7 @@ async fn another_applications_database_is_refused_unless_shared_on_purpose() {
     foreign_db(&path);
     let url = format!("sqlite:{}", path.display());
     let err = Store::open(&url).unwrap_err();
-    leasehold::conformance::assert_invalid_input(&err, "store URL");
+    leasehold_testkit::conformance::assert_invalid_input(&err, "store URL");
     let text = err.to_string();
     assert!(
         text.contains("another application's")

@@ -11,7 +11,7 @@ use std::time::Duration;
 use leasehold::sqlite::SqliteBackend;
 use leasehold::{
     backend::{Clock, SystemClock},
-    Error, LockOptions, Store, Wait, WaitReason,
+    Error, LockOptions, Wait, WaitReason,
 };
 
 const MAX_TTL: Duration = Duration::from_secs(3);
@@ -52,7 +52,7 @@ fn child() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let code = rt.block_on(async move {
         let store = match SqliteBackend::open_with_max_ttl(&path, MAX_TTL) {
-            Ok(b) => Store::new(b),
+            Ok(b) => leasehold_testkit::test_store(b),
             Err(e) => {
                 println!("error {e}");
                 return 1;
@@ -144,7 +144,7 @@ fn ten_processes_create_a_missing_store_at_once() {
 }
 
 fn read_line_starting(reader: &mut impl BufRead, prefix: &str) -> Vec<String> {
-    let rest = leasehold::conformance::line_after(reader, prefix);
+    let rest = leasehold_testkit::conformance::line_after(reader, prefix);
     rest.split_whitespace().map(str::to_string).collect()
 }
 
@@ -280,7 +280,9 @@ fn a_process_that_closes_its_store_before_exiting_leaves_no_lease() {
         let out = spawn("drop-close", &path).wait_with_output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout).to_string();
         assert!(out.status.success() && text.contains("granted"), "{text}");
-        let store = Store::new(SqliteBackend::open_with_max_ttl(&path, MAX_TTL).unwrap());
+        let store = leasehold_testkit::test_store(
+            SqliteBackend::open_with_max_ttl(&path, MAX_TTL).unwrap(),
+        );
         let info = tokio::runtime::Runtime::new()
             .unwrap()
             .block_on(store.inspect("k"))

@@ -19,7 +19,8 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
 
 async fn take_turns(store: &Store, keys: std::ops::Range<u32>) {
     for i in keys {
-        let guard = leasehold::conformance::take(store, &format!("k{i}"), Default::default()).await;
+        let guard =
+            leasehold_testkit::conformance::take(store, &format!("k{i}"), Default::default()).await;
         guard.release().await.unwrap();
     }
 }
@@ -29,7 +30,7 @@ async fn a_backup_restored_beside_the_lost_files_wal_is_refused_until_it_is_remo
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("leases.db");
     let backup = dir.path().join("backup.db");
-    let store = Store::new(SqliteBackend::open(&path).unwrap());
+    let store = leasehold_testkit::test_store(SqliteBackend::open(&path).unwrap());
     take_turns(&store, 0..5).await;
     // A consistent backup, taken while the store is in use.
     let conn = rusqlite::Connection::open(&path).unwrap();
@@ -53,7 +54,7 @@ async fn a_backup_restored_beside_the_lost_files_wal_is_refused_until_it_is_remo
     let wal_before = std::fs::read(&wal).unwrap();
 
     let err = match SqliteBackend::open(&path) {
-        Ok(backend) => Store::new(backend)
+        Ok(backend) => leasehold_testkit::test_store(backend)
             .lock("k0")
             .unwrap()
             .try_acquire()
@@ -75,6 +76,6 @@ async fn a_backup_restored_beside_the_lost_files_wal_is_refused_until_it_is_remo
     // Removed as the message says, the store opens, in a new epoch.
     std::fs::remove_file(&wal).unwrap();
     let _ = std::fs::remove_file(with_suffix(&path, "-shm"));
-    let store = Store::new(SqliteBackend::open(&path).unwrap());
+    let store = leasehold_testkit::test_store(SqliteBackend::open(&path).unwrap());
     take_turns(&store, 0..3).await;
 }

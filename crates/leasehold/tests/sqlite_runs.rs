@@ -4,9 +4,9 @@
 
 use std::time::{Duration, SystemTime};
 
-use leasehold::conformance::take;
 use leasehold::sqlite::SqliteBackend;
-use leasehold::{LockOptions, RunOutcome, RunReport, Store};
+use leasehold::{LockOptions, RunOutcome, RunReport};
+use leasehold_testkit::conformance::take;
 
 fn opts() -> LockOptions {
     LockOptions::new().ttl(Duration::from_secs(2))
@@ -29,7 +29,7 @@ async fn a_file_from_before_run_records_gets_them() {
         )
         .unwrap();
     }
-    let store = Store::new(SqliteBackend::open(&path).unwrap());
+    let store = leasehold_testkit::test_store(SqliteBackend::open(&path).unwrap());
     let info = store.inspect("nightly").await.unwrap();
     assert_eq!(info.fencing_token, 41, "the old counter is kept");
     assert!(info.last_success.is_none());
@@ -42,7 +42,7 @@ async fn a_file_from_before_run_records_gets_them() {
         .unwrap();
 
     // Another handle on the same file (as another process opens it).
-    let other = Store::new(SqliteBackend::open(&path).unwrap());
+    let other = leasehold_testkit::test_store(SqliteBackend::open(&path).unwrap());
     let success = other
         .last_success_within("nightly", Duration::from_secs(3600))
         .await

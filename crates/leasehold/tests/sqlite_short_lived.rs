@@ -9,9 +9,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use leasehold::conformance::take;
 use leasehold::sqlite::SqliteBackend;
 use leasehold::{LockOptions, Store};
+use leasehold_testkit::conformance::take;
 
 fn wal(db: &Path) -> PathBuf {
     PathBuf::from(format!("{}-wal", db.display()))
@@ -29,13 +29,13 @@ async fn cycle(store: &Store, key: &str) -> u64 {
 async fn a_closed_store_leaves_a_small_wal_for_the_next_process() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("leases.db");
-    let store = Store::new(SqliteBackend::open(&db).unwrap());
+    let store = leasehold_testkit::test_store(SqliteBackend::open(&db).unwrap());
     let first = cycle(&store, "job").await;
     drop(store);
     let kept = std::fs::metadata(wal(&db)).map(|m| m.len()).unwrap_or(0);
     assert!(kept > 0, "closing checkpointed and deleted the WAL");
 
-    let store = Store::new(SqliteBackend::open(&db).unwrap());
+    let store = leasehold_testkit::test_store(SqliteBackend::open(&db).unwrap());
     assert!(cycle(&store, "job").await > first, "the kept WAL was read");
 }
 
@@ -43,7 +43,7 @@ async fn a_closed_store_leaves_a_small_wal_for_the_next_process() {
 async fn a_closed_store_checkpoints_a_wal_that_has_grown() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("leases.db");
-    let store = Store::new(SqliteBackend::open(&db).unwrap());
+    let store = leasehold_testkit::test_store(SqliteBackend::open(&db).unwrap());
     let mut tokens = Vec::new();
     for i in 0..150 {
         tokens.push(cycle(&store, &format!("job-{i}")).await);
@@ -57,7 +57,7 @@ async fn a_closed_store_checkpoints_a_wal_that_has_grown() {
         "a WAL of {grown} bytes was left for the next process to read"
     );
 
-    let store = Store::new(SqliteBackend::open(&db).unwrap());
+    let store = leasehold_testkit::test_store(SqliteBackend::open(&db).unwrap());
     for (i, token) in tokens.iter().enumerate() {
         assert!(cycle(&store, &format!("job-{i}")).await > *token);
     }
@@ -67,14 +67,14 @@ async fn a_closed_store_checkpoints_a_wal_that_has_grown() {
 async fn a_database_deleted_beside_its_kept_wal_gives_greater_tokens() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("leases.db");
-    let store = Store::new(SqliteBackend::open(&db).unwrap());
+    let store = leasehold_testkit::test_store(SqliteBackend::open(&db).unwrap());
     let old = cycle(&store, "job").await;
     drop(store);
     assert!(wal(&db).exists());
 
     // A cleanup that removes the database file only.
     std::fs::remove_file(&db).unwrap();
-    let store = Store::new(SqliteBackend::open(&db).unwrap());
+    let store = leasehold_testkit::test_store(SqliteBackend::open(&db).unwrap());
     let new = cycle(&store, "job").await;
     assert!(
         new > old,

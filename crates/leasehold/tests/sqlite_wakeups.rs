@@ -11,7 +11,7 @@ use std::time::Duration;
 use leasehold::sqlite::SqliteBackend;
 use leasehold::{
     backend::{Clock, SystemClock},
-    LockOptions, Store, WaitReason,
+    LockOptions, WaitReason,
 };
 
 fn now_ns() -> u128 {
@@ -44,7 +44,7 @@ fn child() {
         .unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async move {
-        let store = Store::new(SqliteBackend::open(&path).unwrap());
+        let store = leasehold_testkit::test_store(SqliteBackend::open(&path).unwrap());
         let poll = Duration::from_millis(poll);
         let lock = store
             .lock_with("k", LockOptions::new().poll_interval(poll, poll))
@@ -67,13 +67,13 @@ fn child() {
 /// The rest of the child's next line that starts with `prefix` (the test
 /// harness prints lines of its own).
 fn line_starting(out: &mut impl BufRead, prefix: &str) -> String {
-    leasehold::conformance::line_after(out, prefix)
+    leasehold_testkit::conformance::line_after(out, prefix)
 }
 
 /// Holds the key, starts a waiter polling every `poll`, releases once it
 /// waits, and answers how long after the release the waiter got the key.
 async fn handoff_after_release(path: &Path, poll: Duration) -> Duration {
-    let store = Store::new(SqliteBackend::open(path).unwrap());
+    let store = leasehold_testkit::test_store(SqliteBackend::open(path).unwrap());
     let guard = store.lock("k").unwrap().try_acquire().await.unwrap();
     let mut child = spawn_waiter(path, poll);
     let mut out = BufReader::new(child.stdout.take().unwrap());

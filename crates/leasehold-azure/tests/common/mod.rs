@@ -85,7 +85,7 @@ pub fn shared_container() -> &'static str {
 /// `None` (after saying why) without Azurite.
 pub async fn backend() -> Option<AzureBackend> {
     if let Err(why) = reachable().await {
-        return leasehold::conformance::skip("azblob", &why);
+        return leasehold_testkit::conformance::skip("azblob", &why);
     }
     let backend = builder()
         .container(shared_container())
@@ -107,7 +107,7 @@ pub async fn listed_keys(store: &leasehold::Store, prefix: &str) -> Vec<String> 
 
 /// A prefix no other test uses.
 pub fn unique_prefix() -> String {
-    leasehold::conformance::servers::unique_name("t-")
+    leasehold_test_servers::unique_name("t-")
 }
 
 /// A builder on the shared container, once it is out of quarantine, under
@@ -127,7 +127,7 @@ pub async fn shared(prefix: &str) -> AzureBackendBuilder {
 /// seconds short; a second more (seen under the test command's load: a
 /// test 30 ms inside the quarantine with 2 s allowed).
 pub async fn settled(backend: &AzureBackend) {
-    let epoch = leasehold::conformance::current_epoch(backend).await;
+    let epoch = leasehold_testkit::conformance::current_epoch(backend).await;
     let full = epoch.max_ttl + epoch.max_ttl / 1000 + Duration::from_secs(3);
     let age = epoch.age.unwrap_or_default();
     tokio::time::sleep(full.saturating_sub(age + age / 1000)).await;
@@ -150,7 +150,7 @@ where
 macro_rules! require_azurite {
     () => {
         if let Err(why) = common::reachable().await {
-            if leasehold::conformance::skip::<()>("azblob", &why).is_none() {
+            if leasehold_testkit::conformance::skip::<()>("azblob", &why).is_none() {
                 return;
             }
         }

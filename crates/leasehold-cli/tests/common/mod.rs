@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
-use leasehold::conformance::servers::with_params;
+use leasehold_test_servers::with_params;
 
 pub struct Env {
     pub dir: tempfile::TempDir,
@@ -18,11 +18,11 @@ pub struct Env {
 }
 
 /// `$var`, the test server a store's tests use; if it is not set, `None`
-/// after a visible SKIPPED line (see `leasehold::conformance::skip`).
+/// after a visible SKIPPED line (see `leasehold_testkit::conformance::skip`).
 fn test_var(store: &str, var: &str, server: &str) -> Option<String> {
     match std::env::var(var) {
         Ok(value) => Some(value),
-        Err(_) => leasehold::conformance::skip(
+        Err(_) => leasehold_testkit::conformance::skip(
             store,
             &format!("{var} is not set (scripts/test.sh sets it and starts {server})"),
         ),
@@ -165,7 +165,7 @@ impl Env {
 
     /// The same store, opened by the library in this test process.
     pub fn store(&self) -> leasehold::Store {
-        leasehold::Store::open(&self.url()).unwrap()
+        leasehold_testkit::with_test_window(&leasehold::Store::open(&self.url()).unwrap())
     }
 }
 

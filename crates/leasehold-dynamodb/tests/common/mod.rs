@@ -10,9 +10,9 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use leasehold::conformance::servers;
 use leasehold_dynamodb::aws_sdk_dynamodb::config::Credentials;
 use leasehold_dynamodb::{DynamoDbBackend, DynamoDbBackendBuilder};
+use leasehold_test_servers as servers;
 
 pub const REGION: &str = "us-east-1";
 /// Dummy credentials: DynamoDB Local checks only their shape.

@@ -10,15 +10,15 @@
 use std::ops::Deref;
 use std::time::Duration;
 
-use leasehold::conformance::servers::store::ServerStore;
-use leasehold::conformance::servers::{self, ScriptServer};
 use leasehold_etcd::{EtcdBackend, EtcdBackendBuilder};
+use leasehold_test_servers::store::ServerStore;
+use leasehold_test_servers::{self as servers, ScriptServer};
 
 /// The etcd store, as the shared test set-up sees it.
 pub struct Etcd;
 
 impl ServerStore for Etcd {
-    leasehold::server_store_methods!(EtcdBackend, EtcdBackendBuilder);
+    leasehold_test_servers::server_store_methods!(EtcdBackend, EtcdBackendBuilder);
 
     const NAME: &'static str = "etcd";
     const SERVER: &'static str = "etcd";
@@ -32,7 +32,7 @@ impl ServerStore for Etcd {
     }
 }
 
-leasehold::server_store_helpers!(Etcd, prefix, unique_prefix);
+leasehold_test_servers::server_store_helpers!(Etcd, prefix, unique_prefix);
 
 /// The first endpoint, `HOST:PORT`.
 pub fn endpoint() -> String {
@@ -114,7 +114,7 @@ pub async fn grant_in(
     epoch: u64,
 ) -> (leasehold::backend::Lease, leasehold::backend::Grant) {
     use leasehold::backend::{AcquireOutcome, Backend};
-    let request = leasehold::conformance::acquire_request(key.as_str(), ttl, Some(epoch));
+    let request = leasehold_testkit::conformance::acquire_request(key.as_str(), ttl, Some(epoch));
     match backend.try_acquire(&request).await.unwrap() {
         AcquireOutcome::Acquired(g) => (
             leasehold::backend::Lease {
@@ -136,6 +136,8 @@ pub async fn grant(
     key: &leasehold::Key,
     ttl: Duration,
 ) -> (leasehold::backend::Lease, leasehold::backend::Grant) {
-    let epoch = leasehold::conformance::current_epoch(backend).await.epoch;
+    let epoch = leasehold_testkit::conformance::current_epoch(backend)
+        .await
+        .epoch;
     grant_in(backend, key, ttl, epoch).await
 }

@@ -10,15 +10,15 @@
 
 use std::ops::Deref;
 
-use leasehold::conformance::servers::store::ServerStore;
-use leasehold::conformance::servers::{self, ScriptServer};
 use leasehold_postgres::{PostgresBackend, PostgresBackendBuilder};
+use leasehold_test_servers::store::ServerStore;
+use leasehold_test_servers::{self as servers, ScriptServer};
 
 /// The PostgreSQL store, as the shared test set-up sees it.
 pub struct Postgres;
 
 impl ServerStore for Postgres {
-    leasehold::server_store_methods!(PostgresBackend, PostgresBackendBuilder);
+    leasehold_test_servers::server_store_methods!(PostgresBackend, PostgresBackendBuilder);
 
     const NAME: &'static str = "postgres";
     const SERVER: &'static str = "PostgreSQL";
@@ -33,7 +33,7 @@ impl ServerStore for Postgres {
     }
 }
 
-leasehold::server_store_helpers!(Postgres, table, unique_table);
+leasehold_test_servers::server_store_helpers!(Postgres, table, unique_table);
 
 /// A client on a connection of its own (as an administrator would have).
 pub async fn admin() -> tokio_postgres::Client {

@@ -12,16 +12,16 @@
 
 use std::ops::Deref;
 
-use leasehold::conformance::servers::store::ServerStore;
-use leasehold::conformance::servers::{self, ScriptServer};
 use leasehold::Store;
 use leasehold_redis::{redis, RedisBackend, RedisBackendBuilder};
+use leasehold_test_servers::store::ServerStore;
+use leasehold_test_servers::{self as servers, ScriptServer};
 
 /// The Redis store, as the shared test set-up sees it.
 pub struct Redis;
 
 impl ServerStore for Redis {
-    leasehold::server_store_methods!(RedisBackend, RedisBackendBuilder);
+    leasehold_test_servers::server_store_methods!(RedisBackend, RedisBackendBuilder);
 
     const NAME: &'static str = "redis";
     const SERVER: &'static str = "Redis";
@@ -35,7 +35,7 @@ impl ServerStore for Redis {
     }
 }
 
-leasehold::server_store_helpers!(Redis, prefix, unique_prefix);
+leasehold_test_servers::server_store_helpers!(Redis, prefix, unique_prefix);
 
 /// Runs one command on a connection of its own (as an administrator
 /// would), on the server `url` names.
@@ -109,7 +109,7 @@ impl PrivateServer {
     pub async fn settled_store(&self) -> Store {
         let backend = self.backend().await;
         settled(&backend).await;
-        Store::new(backend)
+        leasehold_testkit::test_store(backend)
     }
 
     pub async fn admin<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> T {

@@ -10,11 +10,11 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use leasehold::conformance::servers;
 use leasehold::Creation;
 use leasehold_s3::aws_sdk_s3::config::Credentials;
 use leasehold_s3::aws_sdk_s3::Client;
 use leasehold_s3::{S3Backend, S3BackendBuilder};
+use leasehold_test_servers as servers;
 
 pub const REGION: &str = "us-east-1";
 /// Dummy credentials: moto takes any.

@@ -4,7 +4,7 @@
 //! opened with different settings).
 
 use super::*;
-use crate::clock::{Clock, ManualClock, SystemClock};
+use leasehold::backend::{Clock, ManualClock, SystemClock};
 
 /// A holder on a store opened with a long max TTL (`holder`) holds the
 /// longest lease that store allows; the store's data is lost (`lose`);
@@ -16,7 +16,7 @@ use crate::clock::{Clock, ManualClock, SystemClock};
 /// (issue #28, item 1).
 ///
 /// Both "processes" use the confirmation window every program uses
-/// ([`CONFIRMATION_WINDOW`](crate::CONFIRMATION_WINDOW)), and time their
+/// ([`CONFIRMATION_WINDOW`](leasehold::CONFIRMATION_WINDOW)), and time their
 /// guards and quarantines on one manual clock
 /// (one machine's), which the test moves on by each quarantine the
 /// re-creator reports instead of waiting it out, so the test takes
@@ -70,9 +70,9 @@ pub async fn store_recreated_at_once_issues_greater_tokens(
 /// the re-created store's grant, and what was seen at the moment of that
 /// grant.
 struct Recreated {
-    holder: crate::LeaseGuard,
+    holder: leasehold::LeaseGuard,
     holder_ttl: Duration,
-    guard: crate::LeaseGuard,
+    guard: leasehold::LeaseGuard,
     quarantine: Duration,
     old_lost: bool,
     old_valid_for: Duration,
@@ -107,7 +107,7 @@ async fn recreate_under_a_holder(
 
     let second = on_clock(open_default().await, &clock);
     // The default TTL, or the longest the second store allows if shorter.
-    let ttl = crate::DEFAULT_TTL.min(second.backend().capabilities().max_ttl);
+    let ttl = leasehold::DEFAULT_TTL.min(second.backend().capabilities().max_ttl);
     let lock = second.lock_with(&key, LockOptions::new().ttl(ttl)).unwrap();
     let (guard, quarantine) = acquire_moving_clock(&lock, &clock).await;
     Recreated {
@@ -121,20 +121,22 @@ async fn recreate_under_a_holder(
 }
 
 /// A store over `backend` whose guards and quarantines run on `clock`,
-/// with the confirmation window every program has (a test build's store
-/// otherwise takes its backend's max TTL for it, see
-/// [`Store::confirmation_window`]).
+/// with the confirmation window every program has (a test store of
+/// [`test_store`](crate::test_store) takes its backend's max TTL for it).
 fn on_clock(backend: Arc<dyn Backend>, clock: &Arc<ManualClock>) -> Store {
-    Store::with_clock_and_window(backend, clock.clone(), crate::CONFIRMATION_WINDOW)
+    Store::builder(backend)
+        .clock(clock.clone())
+        .confirmation_window(leasehold::CONFIRMATION_WINDOW)
+        .build()
 }
 
 /// `lock.try_acquire()` until granted, moving `clock` on by each
 /// quarantine reported (and retrying failures a store may give while its
 /// data is being re-created); the guard and the quarantine moved through.
 async fn acquire_moving_clock(
-    lock: &crate::Lock,
+    lock: &leasehold::Lock,
     clock: &ManualClock,
-) -> (crate::LeaseGuard, Duration) {
+) -> (leasehold::LeaseGuard, Duration) {
     let mut quarantine = Duration::ZERO;
     for _ in 0..200 {
         match lock.try_acquire().await {

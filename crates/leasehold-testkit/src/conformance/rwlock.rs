@@ -4,7 +4,7 @@
 
 use super::*;
 
-fn rw(store: &Store, key: &str, max_readers: u32) -> crate::RwLock {
+fn rw(store: &Store, key: &str, max_readers: u32) -> leasehold::RwLock {
     store.rw_lock_with(key, max_readers, opts(store)).unwrap()
 }
 

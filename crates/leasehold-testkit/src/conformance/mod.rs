@@ -14,14 +14,20 @@
 //! [`conformance_tests!`](crate::conformance_tests), so declaring a test is
 //! all it takes to run it on every backend.
 //!
-//! A backend crate runs the whole suite with one macro call in a test file:
+//! A backend crate runs the whole suite with one macro call in a test file
+//! (see the [crate docs](crate) for the whole recipe):
 //!
 //! ```ignore
 //! async fn store() -> Option<leasehold::Store> {
-//!     // None (after leasehold::conformance::skip(...)) when the emulator is absent
+//!     // None (after leasehold_testkit::conformance::skip(...)) when the server is absent
+//!     Some(leasehold_testkit::test_store(my_backend().await))
 //! }
-//! leasehold::conformance_tests!(store);
+//! leasehold_testkit::conformance_tests!(store);
 //! ```
+//!
+//! The suite's own "other processes" (stores over the same backend that
+//! share no in-process state with the one the factory gave) take that
+//! store's clock and confirmation window.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -29,13 +35,15 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::backend::{AcquireOutcome, AcquireRequest, Backend, Lease, LeaseId, Owner, StoreEpoch};
-use crate::engine::WaitReason;
-use crate::error::Error;
-use crate::key::Key;
-use crate::options::{LockOptions, Wait, MAX_DATA_LEN, MAX_LABEL_LEN};
-use crate::runs::{RunOutcome, RunRecord, RunReport};
-use crate::store::Store;
+use leasehold::backend::{
+    AcquireOutcome, AcquireRequest, Backend, Lease, LeaseId, Owner, StoreEpoch,
+};
+use leasehold::Error;
+use leasehold::Key;
+use leasehold::Store;
+use leasehold::WaitReason;
+use leasehold::{LockOptions, Wait, MAX_DATA_LEN, MAX_LABEL_LEN};
+use leasehold::{RunOutcome, RunRecord, RunReport};
 
 /// Runs every conformance test as its own `#[tokio::test]`. `$factory` is a
 /// path to an `async fn() -> Option<Store>`; `None` skips the test.
@@ -89,7 +97,6 @@ mod mixed;
 mod runs;
 mod rwlock;
 mod semaphore;
-pub mod servers;
 
 pub use contract::*;
 pub use election::*;
@@ -222,7 +229,7 @@ fn opts(store: &Store) -> LockOptions {
 
 /// Takes `key` in `store` with `options`, with one attempt that must be
 /// granted (it panics otherwise): for tests.
-pub async fn take(store: &Store, key: &str, options: LockOptions) -> crate::LeaseGuard {
+pub async fn take(store: &Store, key: &str, options: LockOptions) -> leasehold::LeaseGuard {
     store
         .lock_with(key, options)
         .unwrap()
@@ -234,7 +241,17 @@ pub async fn take(store: &Store, key: &str, options: LockOptions) -> crate::Leas
 /// A store over the same backend that shares no in-process state with
 /// `store`: it behaves like another process.
 fn other_process(store: &Store) -> Store {
-    Store::with_clock(store.backend().clone(), store.clock().clone())
+    like(store, store.backend().clone())
+}
+
+/// A store over `backend` with `store`'s clock and confirmation window
+/// (every process on a store must use the same window): another process
+/// on the machine of `store`'s.
+fn like(store: &Store, backend: Arc<dyn Backend>) -> Store {
+    Store::builder(backend)
+        .clock(store.clock().clone())
+        .confirmation_window(store.confirmation_window())
+        .build()
 }
 
 /// A request by this process for `key` with a new lease id, no data, for
@@ -285,10 +302,10 @@ pub async fn raw_lease(backend: &dyn Backend, key: &str, ttl: Duration) -> Lease
 /// its own, each grant held through `hold` (which gives the guard back
 /// for its release): never two holders at once, and the tokens, in the
 /// order the grants came, grow. Panics otherwise.
-pub async fn take_turns<H, F>(locks: Vec<crate::Lock>, rounds: usize, hold: H)
+pub async fn take_turns<H, F>(locks: Vec<leasehold::Lock>, rounds: usize, hold: H)
 where
-    H: Fn(crate::LeaseGuard) -> F + Clone + Send + 'static,
-    F: std::future::Future<Output = crate::LeaseGuard> + Send,
+    H: Fn(leasehold::LeaseGuard) -> F + Clone + Send + 'static,
+    F: std::future::Future<Output = leasehold::LeaseGuard> + Send,
 {
     let inside = Arc::new(AtomicBool::new(false));
     let tokens = Arc::new(Mutex::new(Vec::new()));
@@ -385,12 +402,15 @@ pub fn sqlite_dump(path: &std::path::Path) -> String {
 }
 
 /// The loss `lost` tells of comes within `ttl`, and is a revocation.
-async fn revoked_within(ttl: Duration, lost: impl std::future::Future<Output = crate::LossReason>) {
+async fn revoked_within(
+    ttl: Duration,
+    lost: impl std::future::Future<Output = leasehold::LossReason>,
+) {
     let reason = tokio::time::timeout(ttl, lost)
         .await
         .expect("loss noticed within one TTL");
     assert!(
-        matches!(reason, crate::LossReason::Revoked(_)),
+        matches!(reason, leasehold::LossReason::Revoked(_)),
         "{reason:?}"
     );
 }
@@ -405,7 +425,9 @@ fn long_ttl(store: &Store) -> Duration {
         .min(Duration::from_secs(60))
 }
 
-fn assert_held<G: std::fmt::Debug>(result: crate::Result<G>) -> Option<Box<crate::HolderInfo>> {
+fn assert_held<G: std::fmt::Debug>(
+    result: leasehold::Result<G>,
+) -> Option<Box<leasehold::HolderInfo>> {
     match result {
         Err(Error::Held { holder, .. }) => holder,
         Err(e) => panic!("expected Held, got error {e}"),

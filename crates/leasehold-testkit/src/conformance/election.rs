@@ -90,7 +90,7 @@ pub async fn election_observers_see_every_change(store: Store) {
         }
     });
     let wait = test_ttl(&store) * 2;
-    let who = |c: &crate::LeaderChange| {
+    let who = |c: &leasehold::LeaderChange| {
         c.leader.as_ref().map(|h| {
             (
                 h.owner.label.clone().unwrap_or_default(),
@@ -147,9 +147,9 @@ pub async fn election_observers_see_every_change(store: Store) {
 }
 
 async fn next_change(
-    changes: &mut tokio::sync::mpsc::UnboundedReceiver<crate::LeaderChange>,
+    changes: &mut tokio::sync::mpsc::UnboundedReceiver<leasehold::LeaderChange>,
     wait: Duration,
-) -> crate::LeaderChange {
+) -> leasehold::LeaderChange {
     tokio::time::timeout(wait, changes.recv())
         .await
         .expect("the observer reports the change within two TTLs")

@@ -1,6 +1,7 @@
-//! What every server store's tests share, written once: the shared test
+//! What every server store's tests share, written once (not published:
+//! see its `Cargo.toml`): the shared test
 //! server's URL from the environment, whether it is there (skip or fail,
-//! see [`skip`](super::skip)), unique names, and private servers run by the
+//! see [`skip`](leasehold_testkit::conformance::skip)), unique names, and private servers run by the
 //! repository's `scripts/*.sh` for tests that restart, empty or stop one.
 //! A store's own test helpers keep only what is its own (its URL's shape,
 //! its builder): a store reached by URL says it once, as a
@@ -9,6 +10,12 @@
 
 pub mod store;
 pub mod suite;
+
+// What the macros name through `$crate`.
+#[doc(hidden)]
+pub use leasehold;
+#[doc(hidden)]
+pub use leasehold_testkit;
 
 use std::net::{TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
@@ -154,7 +161,7 @@ pub fn admin_tool(mut cmd: std::process::Command) -> impl std::future::Future<Ou
 /// An emulator the tests reach at an endpoint URL given by an environment
 /// variable (DynamoDB Local, moto for S3): where it is, and whether it is
 /// there (if not, the tests are skipped, or fail under
-/// `LEASEHOLD_REQUIRE_EMULATORS=1`, see [`skip`](super::skip)).
+/// `LEASEHOLD_REQUIRE_EMULATORS=1`, see [`skip`](leasehold_testkit::conformance::skip)).
 #[derive(Debug, Clone, Copy)]
 pub struct Emulator {
     /// The store's name, as skip messages give it (`"s3"`).
@@ -182,11 +189,11 @@ impl Emulator {
     }
 
     /// `Some(make())` when the emulator is there; else `None`, after saying
-    /// so (or failing the test, see [`skip`](super::skip)).
+    /// so (or failing the test, see [`skip`](leasehold_testkit::conformance::skip)).
     pub fn then<T>(&self, make: impl FnOnce() -> T) -> Option<T> {
         match self.reachable() {
             Ok(()) => Some(make()),
-            Err(why) => super::skip(self.store, &why),
+            Err(why) => leasehold_testkit::conformance::skip(self.store, &why),
         }
     }
 
@@ -236,7 +243,7 @@ impl ScriptServer {
     }
 
     /// A server [`new`](Self::new) on a free port, started; or `None`
-    /// (skipped, see [`skip`](super::skip)) when the server is not
+    /// (skipped, see [`skip`](leasehold_testkit::conformance::skip)) when the server is not
     /// `installed` (`program` names it in the message).
     pub async fn start(
         repo: impl AsRef<Path>,
@@ -247,7 +254,7 @@ impl ScriptServer {
         env: impl FnOnce(u16, &Path) -> Vec<(&'static str, String)>,
     ) -> Option<Self> {
         if !installed {
-            return super::skip(
+            return leasehold_testkit::conformance::skip(
                 name,
                 &format!("{program} is not installed (scripts/{name}.sh start installs it)"),
             );

@@ -36,7 +36,7 @@ fn assert_run(
 /// [`assert_run`]: the key's last success is that of `runner-a`'s lease
 /// with `token`, between `before` and `after`.
 fn assert_runner_a_succeeded(
-    info: &crate::KeyInfo,
+    info: &leasehold::KeyInfo,
     token: u64,
     before: std::time::SystemTime,
     after: std::time::SystemTime,
@@ -108,7 +108,7 @@ pub async fn runs_survive_release_expiry_and_break(store: Store) {
         .await
         .unwrap();
     let after = started_now();
-    let check = |info: crate::KeyInfo, when: &str| {
+    let check = |info: leasehold::KeyInfo, when: &str| {
         assert_runner_a_succeeded(&info, token, before, after);
         assert_eq!(info.last_run, info.last_success, "after {when}");
     };

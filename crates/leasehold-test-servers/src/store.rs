@@ -15,10 +15,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{reachable, server_url, unique_name, with_params};
-use crate::backend::{Backend, StoreEpoch};
-use crate::conformance::skip;
-use crate::error::Result;
-use crate::store::Store;
+use leasehold::backend::{Backend, StoreEpoch};
+use leasehold::Result;
+use leasehold::Store;
+use leasehold_testkit::conformance::skip;
+use leasehold_testkit::test_store;
 
 /// A store whose tests run against a server (see the module's docs): what
 /// it is called, where its test server is, and the builder methods the
@@ -148,7 +149,7 @@ pub trait ServerStore: Sized + 'static {
 
     /// A [`Store`] over [`backend`](Self::backend).
     fn store() -> impl Future<Output = Option<Store>> + Send {
-        async { Some(Store::new(Self::backend().await?)) }
+        async { Some(test_store(Self::backend().await?)) }
     }
 
     /// Waits until a new store's quarantine is over (one fresh store per
@@ -169,7 +170,7 @@ pub trait ServerStore: Sized + 'static {
         }
     }
 
-    /// For [`wake_up_tests!`](crate::wake_up_tests): a holder on the run's
+    /// For [`wake_up_tests!`](leasehold_testkit::wake_up_tests): a holder on the run's
     /// store, and a waiter over a backend of its own (its own connections
     /// and wake-up channel, as another machine would have), listening, both
     /// past the store's quarantine; `None` (skipped) when there is no
@@ -185,7 +186,7 @@ pub trait ServerStore: Sized + 'static {
             // few milliseconds of it left, and wait them out plus a whole
             // (10 s) poll, not for a wake-up.
             Self::settled(&waiter).await;
-            Some((Store::new(holder), Store::new(waiter)))
+            Some((test_store(holder), test_store(waiter)))
         }
     }
 
@@ -228,7 +229,7 @@ macro_rules! server_store_methods {
         type Backend = $backend;
         type Builder = $builder;
 
-        fn from_url(url: &str) -> $crate::Result<$builder> {
+        fn from_url(url: &str) -> $crate::leasehold::Result<$builder> {
             <$builder>::from_url(url)
         }
         fn wake_ups(builder: $builder, on: bool) -> $builder {
@@ -237,10 +238,12 @@ macro_rules! server_store_methods {
         fn request_timeout(builder: $builder, t: std::time::Duration) -> $builder {
             builder.request_timeout(t)
         }
-        async fn build(builder: $builder) -> $crate::Result<$backend> {
+        async fn build(builder: $builder) -> $crate::leasehold::Result<$backend> {
             builder.build().await
         }
-        async fn epoch(backend: &$backend) -> $crate::Result<$crate::backend::StoreEpoch> {
+        async fn epoch(
+            backend: &$backend,
+        ) -> $crate::leasehold::Result<$crate::leasehold::backend::StoreEpoch> {
             backend.epoch().await
         }
         async fn listening(backend: &$backend) {
@@ -257,7 +260,7 @@ macro_rules! server_store_methods {
 #[macro_export]
 macro_rules! server_store_helpers {
     ($store:ty, $namespace:ident, $unique:ident) => {
-        use $crate::conformance::servers::store::ServerStore as _;
+        use $crate::store::ServerStore as _;
 
         /// The test stores' max TTL.
         pub const MAX_TTL: std::time::Duration = <$store>::MAX_TTL;
@@ -291,41 +294,38 @@ macro_rules! server_store_helpers {
         /// A builder on `namespace`, or `None` (skipped).
         pub fn builder_for(
             namespace: &str,
-        ) -> Option<<$store as $crate::conformance::servers::store::ServerStore>::Builder> {
+        ) -> Option<<$store as $crate::store::ServerStore>::Builder> {
             <$store>::builder_for(namespace)
         }
 
         /// A backend on the run's store, or `None` (skipped), once the
         /// store is out of quarantine.
-        pub async fn backend(
-        ) -> Option<<$store as $crate::conformance::servers::store::ServerStore>::Backend> {
+        pub async fn backend() -> Option<<$store as $crate::store::ServerStore>::Backend> {
             <$store>::backend().await
         }
 
         /// A store over [`backend`], or `None` (skipped).
-        pub async fn store() -> Option<$crate::Store> {
+        pub async fn store() -> Option<$crate::leasehold::Store> {
             <$store>::store().await
         }
 
         /// A store on a namespace of its own (for a test that loses its
         /// data), out of quarantine, and that namespace; or `None`
         /// (skipped).
-        pub async fn store_of_its_own() -> Option<($crate::Store, String)> {
+        pub async fn store_of_its_own() -> Option<($crate::leasehold::Store, String)> {
             let namespace = <$store>::unique_namespace();
             let backend = <$store>::backend_on(&namespace).await?;
-            Some(($crate::Store::new(backend), namespace))
+            Some(($crate::leasehold_testkit::test_store(backend), namespace))
         }
 
         /// Waits until a new store's quarantine is over.
-        pub async fn settled(
-            backend: &<$store as $crate::conformance::servers::store::ServerStore>::Backend,
-        ) {
+        pub async fn settled(backend: &<$store as $crate::store::ServerStore>::Backend) {
             <$store>::settled(backend).await
         }
 
         /// A key no other test uses.
         pub fn unique_key(test: &str) -> String {
-            $crate::conformance::servers::unique_name(&format!("{test}/"))
+            $crate::unique_name(&format!("{test}/"))
         }
     };
 }

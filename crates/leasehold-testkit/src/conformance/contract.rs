@@ -455,7 +455,7 @@ pub async fn first_grant_is_one_attempt_after_an_epoch_read_at_open(store: Store
         inner: backend,
         attempts: AtomicU32::new(0),
     });
-    let process = Store::with_clock(counted.clone(), store.clock().clone());
+    let process = like(&store, counted.clone());
     let key = unique_key("first-grant");
     let guard = take(&process, &key, opts(&store)).await;
     guard.release().await.unwrap();
@@ -474,32 +474,32 @@ impl Backend for CountedAttempts {
     fn name(&self) -> &'static str {
         self.inner.name()
     }
-    fn capabilities(&self) -> crate::backend::Capabilities {
+    fn capabilities(&self) -> leasehold::backend::Capabilities {
         self.inner.capabilities()
     }
-    async fn try_acquire(&self, request: &AcquireRequest) -> crate::Result<AcquireOutcome> {
+    async fn try_acquire(&self, request: &AcquireRequest) -> leasehold::Result<AcquireOutcome> {
         self.attempts.fetch_add(1, Ordering::SeqCst);
         self.inner.try_acquire(request).await
     }
-    async fn renew(&self, lease: &Lease) -> crate::Result<()> {
+    async fn renew(&self, lease: &Lease) -> leasehold::Result<()> {
         self.inner.renew(lease).await
     }
-    async fn release(&self, lease: &Lease) -> crate::Result<()> {
+    async fn release(&self, lease: &Lease) -> leasehold::Result<()> {
         self.inner.release(lease).await
     }
-    async fn inspect(&self, key: &Key) -> crate::Result<crate::KeyInfo> {
+    async fn inspect(&self, key: &Key) -> leasehold::Result<leasehold::KeyInfo> {
         self.inner.inspect(key).await
     }
-    async fn break_lease(&self, key: &Key) -> crate::Result<Option<crate::HolderInfo>> {
+    async fn break_lease(&self, key: &Key) -> leasehold::Result<Option<leasehold::HolderInfo>> {
         self.inner.break_lease(key).await
     }
-    async fn list(&self, prefix: &str) -> crate::Result<Vec<crate::KeyInfo>> {
+    async fn list(&self, prefix: &str) -> leasehold::Result<Vec<leasehold::KeyInfo>> {
         self.inner.list(prefix).await
     }
-    async fn record_run(&self, lease: &Lease, run: &RunRecord) -> crate::Result<()> {
+    async fn record_run(&self, lease: &Lease, run: &RunRecord) -> leasehold::Result<()> {
         self.inner.record_run(lease, run).await
     }
-    fn watch_release(&self, keys: &[Key]) -> Option<crate::backend::ReleaseWatch> {
+    fn watch_release(&self, keys: &[Key]) -> Option<leasehold::backend::ReleaseWatch> {
         self.inner.watch_release(keys)
     }
     fn epoch_at_open(&self) -> Option<StoreEpoch> {

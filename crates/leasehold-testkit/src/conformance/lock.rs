@@ -2,7 +2,7 @@
 //! guard, and cancel safety of a dropped acquisition.
 
 use super::*;
-use crate::backend::Wrapper;
+use leasehold::backend::Wrapper;
 
 /// Many tasks in several "processes" take turns; never two at once, and the
 /// tokens grow in the order the critical sections ran.
@@ -120,7 +120,7 @@ impl Wrapper for LandsLate {
     fn inner(&self) -> &dyn Backend {
         self.inner.as_ref()
     }
-    async fn try_acquire(&self, request: &AcquireRequest) -> crate::Result<AcquireOutcome> {
+    async fn try_acquire(&self, request: &AcquireRequest) -> leasehold::Result<AcquireOutcome> {
         if request.epoch.is_none() || !self.armed.swap(false, Ordering::SeqCst) {
             return self.inner.try_acquire(request).await;
         }
@@ -166,7 +166,7 @@ pub async fn a_request_that_lands_after_its_caller_gave_up_is_released(store: St
         armed: AtomicBool::new(false),
         landed: landed.clone(),
     });
-    let late = Store::with_clock(backend.clone(), store.clock().clone());
+    let late = like(&store, backend.clone());
     // Past the store's quarantine, if it is new to this "process".
     late.lock_with(&unique_key("late-warm-up"), opts(&store))
         .unwrap()

@@ -114,10 +114,7 @@ impl PausesOnce {
             list,
             pause: Mutex::new(Some((paused_tx, go_rx))),
         };
-        (
-            Store::with_clock(Arc::new(backend), store.clock().clone()),
-            (go_tx, paused_rx),
-        )
+        (like(store, Arc::new(backend)), (go_tx, paused_rx))
     }
 
     async fn maybe_pause(&self, list: bool, at: &str) {
@@ -133,15 +130,15 @@ impl PausesOnce {
 }
 
 #[async_trait::async_trait]
-impl crate::backend::Wrapper for PausesOnce {
+impl leasehold::backend::Wrapper for PausesOnce {
     fn inner(&self) -> &dyn Backend {
         self.inner.as_ref()
     }
-    async fn inspect(&self, key: &Key) -> crate::Result<crate::KeyInfo> {
+    async fn inspect(&self, key: &Key) -> leasehold::Result<leasehold::KeyInfo> {
         self.maybe_pause(false, key.as_str()).await;
         self.inner.inspect(key).await
     }
-    async fn list(&self, prefix: &str) -> crate::Result<Vec<crate::KeyInfo>> {
+    async fn list(&self, prefix: &str) -> leasehold::Result<Vec<leasehold::KeyInfo>> {
         self.maybe_pause(true, prefix).await;
         self.inner.list(prefix).await
     }
@@ -182,7 +179,7 @@ pub async fn rw_lock_a_gate_that_reads_after_a_loss_waits_for_the_other_side<F, 
         .try_write()
         .await
         .unwrap();
-    let slots = format!("{w_key}{}", crate::rwlock::READ_SEGMENT);
+    let slots = format!("{w_key}{}", leasehold::backend::READ_SEGMENT);
     let (w_store, (w_go, w_paused)) = PausesOnce::over(&store, slots, true);
     let (r_store, (r_go, r_paused)) = PausesOnce::over(&store, r_key.clone(), false);
     let (writer, reader) = (rw(&w_store, &w_key), rw(&r_store, &r_key));
@@ -205,7 +202,7 @@ pub async fn rw_lock_a_gate_that_reads_after_a_loss_waits_for_the_other_side<F, 
     };
     let ((reader_lost, new_writer), (writer_lost, new_reader), ()) =
         tokio::join!(new_writer, new_reader, loss);
-    let sides: [(_, _, &crate::LeaseGuard, &crate::LeaseGuard); 2] = [
+    let sides: [(_, _, &leasehold::LeaseGuard, &leasehold::LeaseGuard); 2] = [
         ("writer", reader_lost, &new_writer, &old_reader),
         ("reader", writer_lost, &new_reader, &old_writer),
     ];

@@ -10,12 +10,13 @@ use std::time::{Duration, Instant};
 
 use super::store::ServerStore;
 use super::unique_name;
-use crate::backend::{Backend, StoreEpoch};
-use crate::error::{Error, LossReason};
-use crate::guard::LeaseGuard;
-use crate::key::Key;
-use crate::options::LockOptions;
-use crate::store::Store;
+use leasehold::backend::{Backend, StoreEpoch};
+use leasehold::Key;
+use leasehold::LeaseGuard;
+use leasehold::LockOptions;
+use leasehold::Store;
+use leasehold::{Error, LossReason};
+use leasehold_testkit::{test_store, test_store_from};
 
 /// Lock options with `ttl` and polls 20-60 ms apart.
 pub fn quick_polls(ttl: Duration) -> LockOptions {
@@ -40,8 +41,12 @@ pub async fn holder_survives_lost_connections<F, Fut>(
     Fut: Future<Output = ()>,
 {
     let key = unique_name("conn-loss/");
-    let guard =
-        crate::conformance::take(&store, &key, quick_polls(ttl).renew_interval(ttl / 5)).await;
+    let guard = leasehold_testkit::conformance::take(
+        &store,
+        &key,
+        quick_polls(ttl).renew_interval(ttl / 5),
+    )
+    .await;
     for _ in 0..cuts {
         cut().await;
         // Longer than the TTL in all: only renewals over new connections
@@ -55,7 +60,7 @@ pub async fn holder_survives_lost_connections<F, Fut>(
     assert_held(&other, &key, quick_polls(ttl)).await;
     let token = guard.fencing_token();
     guard.release().await.unwrap();
-    let g2 = crate::conformance::take(&other, &key, quick_polls(ttl)).await;
+    let g2 = leasehold_testkit::conformance::take(&other, &key, quick_polls(ttl)).await;
     assert!(g2.fencing_token() > token);
     g2.release().await.unwrap();
 }
@@ -63,7 +68,7 @@ pub async fn holder_survives_lost_connections<F, Fut>(
 /// Two stores, over a backend `open` opens each: as two processes on the
 /// same store would have.
 pub async fn two_stores<B: Backend, F: Future<Output = B>>(open: impl Fn() -> F) -> (Store, Store) {
-    (Store::new(open().await), Store::new(open().await))
+    (test_store(open().await), test_store(open().await))
 }
 
 /// `store`'s one attempt at `key` with `options` is refused: it is held.
@@ -178,22 +183,22 @@ where
 {
     let ttl = Duration::from_secs(4);
     let key = unique_name("server-clock/");
-    let lease = crate::conformance::raw_lease(&a, &key, ttl).await;
+    let lease = leasehold_testkit::conformance::raw_lease(&a, &key, ttl).await;
     // As if the server's clock had run 4 s ahead: expired now.
     set_expiry(key.clone(), ServerExpiry::JustPast).await;
     let info = b.inspect(&Key::new(&key).unwrap()).await.unwrap();
     assert!(info.holder.is_none(), "{info:?}");
-    let taken = crate::conformance::raw_lease(&b, &key, ttl).await;
+    let taken = leasehold_testkit::conformance::raw_lease(&b, &key, ttl).await;
     assert!(taken.fencing_token > lease.fencing_token);
     let err = a.renew(&lease).await.unwrap_err();
     assert!(err.is_lease_lost(), "{err}");
 
     // As if the server's clock stood still: held long after the TTL.
     let key = unique_name("server-clock/");
-    let lease = crate::conformance::raw_lease(&a, &key, Duration::from_secs(1)).await;
+    let lease = leasehold_testkit::conformance::raw_lease(&a, &key, Duration::from_secs(1)).await;
     set_expiry(key.clone(), ServerExpiry::InAnHour).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let store_b = Store::new(b);
+    let store_b = test_store(b);
     assert_held(&store_b, &key, quick_polls(Duration::from_secs(1))).await;
     let info = store_b.inspect(&key).await.unwrap();
     let left = info.holder.unwrap().expires_in.unwrap();
@@ -250,7 +255,7 @@ pub async fn new_epoch_grants_above<B: Backend>(
 ) {
     assert!(after.epoch > before.epoch, "{after:?} vs {before:?}");
     assert!(after.age.unwrap() < after.max_ttl, "{after:?}");
-    let guard = Store::new(backend)
+    let guard = test_store(backend)
         .lock_with(key, quick_polls(ttl))
         .unwrap()
         .acquire_timeout(wait)
@@ -321,15 +326,15 @@ pub async fn request_counts<B: Backend>(
     ttl: Duration,
     acquire_release: u64,
 ) {
-    let store = Store::from_backend(backend.clone());
-    let other = Store::from_backend(backend.clone());
+    let store = test_store_from(backend.clone());
+    let other = test_store_from(backend.clone());
     let key = unique_name("count/");
     // The key's first grant creates its record (and may read more).
-    let warm = crate::conformance::raw_lease(backend.as_ref(), &key, ttl).await;
+    let warm = leasehold_testkit::conformance::raw_lease(backend.as_ref(), &key, ttl).await;
     backend.release(&warm).await.unwrap();
 
     let before = requests_sent(&backend);
-    let guard = crate::conformance::take(&store, &key, quick_polls(ttl)).await;
+    let guard = leasehold_testkit::conformance::take(&store, &key, quick_polls(ttl)).await;
     guard.release().await.unwrap();
     assert_eq!(
         requests_sent(&backend) - before,
@@ -338,7 +343,7 @@ pub async fn request_counts<B: Backend>(
     );
 
     let labelled = quick_polls(ttl).owner_label("counter").data("d1");
-    let guard = crate::conformance::take(&store, &key, labelled).await;
+    let guard = leasehold_testkit::conformance::take(&store, &key, labelled).await;
     let before = requests_sent(&backend);
     let err = other
         .lock_with(&key, quick_polls(ttl))
@@ -364,8 +369,8 @@ pub async fn request_counts<B: Backend>(
 
 /// The two tests of a store lost and re-created by a process with the
 /// default max TTL under a holder of a 30-minute lease (see
-/// [`store_loss_quarantine_outlasts_every_holder`](crate::conformance::store_loss_quarantine_outlasts_every_holder)
-/// and [`store_recreated_at_once_issues_greater_tokens`](crate::conformance::store_recreated_at_once_issues_greater_tokens)).
+/// [`store_loss_quarantine_outlasts_every_holder`](leasehold_testkit::conformance::store_loss_quarantine_outlasts_every_holder)
+/// and [`store_recreated_at_once_issues_greater_tokens`](leasehold_testkit::conformance::store_recreated_at_once_issues_greater_tokens)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Recreation {
     /// The new store's quarantine outlasts the holder's lease.
@@ -387,13 +392,13 @@ impl Recreation {
     ) {
         match self {
             Recreation::QuarantineOutlastsHolder => {
-                crate::conformance::store_loss_quarantine_outlasts_every_holder(
+                leasehold_testkit::conformance::store_loss_quarantine_outlasts_every_holder(
                     holder, lose, reopen,
                 )
                 .await
             }
             Recreation::AtOnceGreaterTokens => {
-                crate::conformance::store_recreated_at_once_issues_greater_tokens(
+                leasehold_testkit::conformance::store_recreated_at_once_issues_greater_tokens(
                     holder, lose, reopen,
                 )
                 .await
@@ -414,7 +419,7 @@ macro_rules! recreation_tests {
         /// still believe it holds (issue #28).
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn store_loss_quarantine_outlasts_a_longer_holder() {
-            $run($crate::conformance::servers::suite::Recreation::QuarantineOutlastsHolder).await;
+            $run($crate::suite::Recreation::QuarantineOutlastsHolder).await;
         }
 
         /// The same, the store lost and re-created within the second it
@@ -422,7 +427,7 @@ macro_rules! recreation_tests {
         /// token than the holder's.
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn store_recreated_at_once_issues_greater_tokens() {
-            $run($crate::conformance::servers::suite::Recreation::AtOnceGreaterTokens).await;
+            $run($crate::suite::Recreation::AtOnceGreaterTokens).await;
         }
     };
 }
