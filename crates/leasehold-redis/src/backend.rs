@@ -9,12 +9,13 @@ use leasehold::backend::{
     AcquireOutcome, AcquireRequest, Backend, Capabilities, Grant, Lease, ReleaseWatch,
 };
 use leasehold::{backend::StoreEpoch, Error, HolderInfo, Key, KeyInfo, LossReason, Result};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManagerConfig;
 use redis::{Script, ScriptInvocation, Value};
 
 use crate::error::{self, bad_reply, NAME};
 use crate::record::{self, array, num, text, Names};
 use crate::scripts::Scripts;
+use crate::topology::{Conn, SharedConnector};
 use crate::MIN_TTL;
 use leasehold::backend::shared_builder::RecordedMaxTtl;
 use leasehold::backend::shared_builder::ServerCommon;
@@ -30,10 +31,12 @@ pub struct RedisBackend {
 pub(crate) struct Inner {
     /// The store's epoch as read while opening; the listener for releases.
     pub(crate) common: ServerCommon,
-    pub(crate) client: redis::Client,
+    /// Makes connections: to the server, the primary Sentinel names now,
+    /// or the cluster.
+    pub(crate) connector: SharedConnector,
     pub(crate) manager_config: ConnectionManagerConfig,
     /// The connection, and how many times it was replaced.
-    pub(crate) conn: Mutex<(u64, ConnectionManager)>,
+    pub(crate) conn: Mutex<(u64, Conn)>,
     pub(crate) names: Names,
     pub(crate) scripts: Scripts,
     /// The max TTL a store (or epoch) started by this backend records.
@@ -41,7 +44,8 @@ pub(crate) struct Inner {
     /// The store's recorded max TTL, in ms (for `capabilities`).
     pub(crate) store_max_ttl: RecordedMaxTtl,
     pub(crate) request_timeout: Duration,
-    /// `host:port/db`, for Debug (never the user or password).
+    /// `host:port/db` (or the sentinels, or the cluster's nodes), for
+    /// Debug (never the user or password).
     pub(crate) target: String,
 }
 
@@ -169,24 +173,35 @@ impl RedisBackend {
         }
     }
 
-    fn conn(&self) -> (u64, ConnectionManager) {
+    fn conn(&self) -> (u64, Conn) {
         let guard = self.inner.conn.lock().unwrap_or_else(|e| e.into_inner());
         (guard.0, guard.1.clone())
     }
 
     /// Replaces a connection that stopped answering (it may sit behind a
-    /// partition; redis-rs reconnects only on errors, not on silence).
-    fn replace_conn(&self, generation: u64) {
-        let mut guard = self.inner.conn.lock().unwrap_or_else(|e| e.into_inner());
-        if guard.0 != generation {
+    /// partition; redis-rs reconnects only on errors, not on silence), or,
+    /// under Sentinel, one to a server that is no longer the primary: the
+    /// new one goes to the primary the sentinels name now.
+    async fn replace_conn(&self, generation: u64) {
+        if self.conn().0 != generation {
             return; // someone replaced it already
         }
-        match ConnectionManager::new_lazy_with_config(
-            self.inner.client.clone(),
-            self.inner.manager_config.clone(),
-        ) {
-            Ok(m) => *guard = (generation + 1, m),
-            Err(e) => tracing::debug!(error = %e, "cannot make a new connection"),
+        let made = tokio::time::timeout(
+            self.inner.request_timeout,
+            self.inner
+                .connector
+                .connect(&self.inner.manager_config, true),
+        )
+        .await;
+        match made {
+            Ok(Ok(conn)) => {
+                let mut guard = self.inner.conn.lock().unwrap_or_else(|e| e.into_inner());
+                if guard.0 == generation {
+                    *guard = (generation + 1, conn);
+                }
+            }
+            Ok(Err(e)) => tracing::debug!(error = %e, "cannot make a new connection"),
+            Err(_) => tracing::debug!("no new connection within the request timeout"),
         }
     }
 
@@ -198,7 +213,11 @@ impl RedisBackend {
     /// the connection manager has reconnected by then, and the caller sees
     /// no error for a connection that was merely stale. Release and break
     /// are not repeated: a repeated release would find its own work done
-    /// and report the lease lost.
+    /// and report the lease lost. Under Sentinel, an answer that says the
+    /// server is not (or no longer) the primary, or a dead connection,
+    /// makes a new connection to the primary the sentinels name first;
+    /// any script is sent again after `READONLY` (a replica refused it
+    /// before it wrote anything).
     async fn call(
         &self,
         op: &'static str,
@@ -209,6 +228,7 @@ impl RedisBackend {
             Retry::Once => 2,
             Retry::Never => 1,
         };
+        let mut refused_by_replica = 0;
         loop {
             tries -= 1;
             let (generation, mut conn) = self.conn();
@@ -219,12 +239,23 @@ impl RedisBackend {
             .await
             {
                 Ok(Ok(v)) => return Ok(v),
-                Ok(Err(e)) if tries > 0 && (e.is_io_error() || e.is_connection_dropped()) => {
-                    tracing::debug!(error = %e, op, "connection lost; sending once more");
+                Ok(Err(e)) => {
+                    let follow = self.inner.connector.follows_primary(&e);
+                    if follow {
+                        self.replace_conn(generation).await;
+                    }
+                    if follow && e.code() == Some("READONLY") && refused_by_replica == 0 {
+                        refused_by_replica += 1;
+                        tries += 1;
+                        tracing::debug!(error = %e, op, "not the primary; asking the sentinels");
+                    } else if tries > 0 && (e.is_io_error() || e.is_connection_dropped()) {
+                        tracing::debug!(error = %e, op, "connection lost; sending once more");
+                    } else {
+                        return Err(error::client(op, e));
+                    }
                 }
-                Ok(Err(e)) => return Err(error::client(op, e)),
                 Err(_) => {
-                    self.replace_conn(generation);
+                    self.replace_conn(generation).await;
                     return Err(error::timed_out(op, self.inner.request_timeout));
                 }
             }

@@ -10,20 +10,32 @@ use leasehold::backend::shared_builder::{
 use leasehold::{Creation, Error, Result};
 use redis::{ConnectionAddr, IntoConnectionInfo};
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use leasehold::backend::Listener;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManagerConfig;
+use redis::cluster::ClusterClientBuilder;
+use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
 
 use crate::backend::{Inner, RedisBackend};
 use crate::error;
 use crate::listen::Announcements;
 use crate::record::Names;
 use crate::scripts::Scripts;
+use crate::topology::{cluster_prefix, node_info, parse_multi_host, Connector, Topology};
 use crate::{MAX_TTL, MIN_TTL};
 
 const WHAT: &str = "store URL";
-const FORM: &str = "the form is redis://[USER:PASSWORD@]HOST[:PORT][/DB][?prefix=P&max_ttl=DURATION&wake_ups=on|off&tls_ca=PATH] (rediss:// for TLS)";
+const FORM: &str = "the form is redis://[USER:PASSWORD@]HOST[:PORT][/DB][?prefix=P&max_ttl=DURATION&wake_ups=on|off&tls_ca=PATH], redis+sentinel://[USER:PASSWORD@]HOST[:PORT][,HOST[:PORT]...]/MASTER_NAME[/DB][?...] or redis+cluster://[USER:PASSWORD@]HOST[:PORT][,HOST[:PORT]...][?...] (rediss for TLS)";
+/// The schemes a Redis store URL may have.
+const SCHEMES: &[&str] = &[
+    "redis",
+    "rediss",
+    "redis+sentinel",
+    "rediss+sentinel",
+    "redis+cluster",
+    "rediss+cluster",
+];
 /// The query parameters of a `redis://` URL.
 const PARAMS: QuerySpec = QuerySpec::new("redis", &["prefix", "max_ttl", "wake_ups", "tls_ca"]);
 
@@ -36,6 +48,8 @@ pub struct RedisBackendBuilder {
     pub(crate) info: redis::ConnectionInfo,
     pub(crate) tls_ca: Option<PathBuf>,
     pub(crate) prefix: String,
+    /// One server, a primary found through Sentinel, or a cluster.
+    pub(crate) topology: Topology,
     /// Max TTL, request timeout, wake-ups, creation.
     pub(crate) options: ServerOptions,
 }
@@ -43,7 +57,7 @@ pub struct RedisBackendBuilder {
 impl std::fmt::Debug for RedisBackendBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisBackendBuilder")
-            .field("target", &target_of(&self.info))
+            .field("target", &describe(&self.topology, &self.info))
             .field("tls_ca", &self.tls_ca)
             .field("prefix", &self.prefix)
             .field("max_ttl", &self.options.max_ttl)
@@ -56,11 +70,32 @@ impl std::fmt::Debug for RedisBackendBuilder {
 /// `host:port/db` (with `tls` for TLS): never the user or password.
 pub(crate) fn target_of(info: &redis::ConnectionInfo) -> String {
     let db = info.redis_settings().db();
-    match info.addr() {
-        ConnectionAddr::Tcp(host, port) => format!("{host}:{port}/{db}"),
-        ConnectionAddr::TcpTls { host, port, .. } => format!("tls {host}:{port}/{db}"),
-        ConnectionAddr::Unix(path) => format!("{}/{db}", path.display()),
-        _ => format!("?/{db}"),
+    format!("{}/{db}", address(info.addr()))
+}
+
+/// `host:port` (`tls host:port` for TLS).
+fn address(addr: &ConnectionAddr) -> String {
+    match addr {
+        ConnectionAddr::Tcp(host, port) => format!("{host}:{port}"),
+        ConnectionAddr::TcpTls { host, port, .. } => format!("tls {host}:{port}"),
+        ConnectionAddr::Unix(path) => path.display().to_string(),
+        _ => "?".to_string(),
+    }
+}
+
+/// What a store's `Debug` names as its target: the server, the sentinels
+/// and the primary's name, or the cluster's first nodes (never the user
+/// or password).
+pub(crate) fn describe(topology: &Topology, info: &redis::ConnectionInfo) -> String {
+    let list = |addrs: &[ConnectionAddr]| addrs.iter().map(address).collect::<Vec<_>>().join(",");
+    match topology {
+        Topology::Single => target_of(info),
+        Topology::Sentinel { sentinels, master } => format!(
+            "sentinel {} /{master}/{}",
+            list(sentinels),
+            info.redis_settings().db()
+        ),
+        Topology::Cluster { nodes } => format!("cluster {}", list(nodes)),
     }
 }
 
@@ -89,6 +124,7 @@ impl RedisBackendBuilder {
             info,
             tls_ca: None,
             prefix: DEFAULT_PREFIX.to_string(),
+            topology: Topology::Single,
             options: ServerOptions::default(),
         }
     }
@@ -100,7 +136,7 @@ impl RedisBackendBuilder {
     /// [`Error::InvalidInput`] for a malformed URL or parameter; the message
     /// never holds the password.
     pub fn from_url(url: &str) -> Result<Self> {
-        let (scheme, _) = split_scheme(url, &["redis", "rediss"], FORM)?;
+        let (scheme, _) = split_scheme(url, SCHEMES, FORM)?;
         if url.contains('#') {
             // redis-rs reads `#insecure` as "skip certificate checks".
             return Err(Error::invalid(
@@ -112,16 +148,27 @@ impl RedisBackendBuilder {
         let tls_ca = query.string("tls_ca").map(PathBuf::from);
         // redis-rs's parse errors name the part that is wrong, never the
         // password's value (checked by bad_urls_are_refused_without_the_password).
-        let info = base
-            .into_connection_info()
-            .map_err(|e| Error::invalid(WHAT, format!("{e}; {FORM}")))?;
-        if tls_ca.is_some() && scheme != "rediss" {
+        let tls = scheme.starts_with("rediss");
+        let (info, topology) = match scheme {
+            "redis" | "rediss" => (
+                base.into_connection_info()
+                    .map_err(|e| Error::invalid(WHAT, format!("{e}; {FORM}")))?,
+                Topology::Single,
+            ),
+            _ => {
+                let sentinel = scheme.ends_with("+sentinel");
+                let multi = parse_multi_host(base, sentinel, tls, FORM)?;
+                (multi.info, multi.topology)
+            }
+        };
+        if tls_ca.is_some() && !tls {
             return Err(Error::invalid(
                 WHAT,
                 format!("tls_ca is for rediss:// (TLS) URLs; {FORM}"),
             ));
         }
         let mut builder = RedisBackendBuilder::new(info);
+        builder.topology = topology;
         if let Some(prefix) = query.string("prefix") {
             builder = builder.prefix(prefix);
         }
@@ -217,64 +264,123 @@ impl RedisBackendBuilder {
     pub async fn build(self) -> Result<RedisBackend> {
         self.check()?;
         const OP: &str = "open";
-        let client = match &self.tls_ca {
+        let tls = matches!(self.info.addr(), ConnectionAddr::TcpTls { .. });
+        if tls {
+            install_crypto_provider();
+        }
+        let certificates = match &self.tls_ca {
             Some(path) => {
-                install_crypto_provider();
                 let pem = std::fs::read(path).map_err(|e| {
                     Error::invalid(
                         "tls_ca",
                         format!("cannot read CA certificates from {}: {e}", path.display()),
                     )
                 })?;
-                redis::Client::build_with_tls(
-                    self.info.clone(),
-                    redis::TlsCertificates {
-                        client_tls: None,
-                        root_cert: Some(pem),
-                    },
-                )
+                Some(redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem),
+                })
             }
-            None => {
-                if matches!(self.info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
-                    install_crypto_provider();
+            None => None,
+        };
+        let settings = self.info.redis_settings();
+        let mut nodes = Vec::new();
+        let connector = match &self.topology {
+            Topology::Single => Connector::Single(
+                match certificates {
+                    Some(certs) => redis::Client::build_with_tls(self.info.clone(), certs),
+                    None => redis::Client::open(self.info.clone()),
                 }
-                redis::Client::open(self.info.clone())
+                .map_err(|e| error::client(OP, e))?,
+            ),
+            Topology::Sentinel { sentinels, master } => {
+                let mut b = SentinelClientBuilder::new(
+                    sentinels.iter().cloned(),
+                    master,
+                    SentinelServerType::Master,
+                )
+                .map_err(|e| error::client(OP, e))?
+                .set_client_to_redis_db(settings.db());
+                if let Some(user) = settings.username() {
+                    b = b.set_client_to_redis_username(user);
+                }
+                if let Some(password) = settings.password() {
+                    b = b.set_client_to_redis_password(password);
+                }
+                if tls {
+                    b = b
+                        .set_client_to_redis_tls_mode(redis::TlsMode::Secure)
+                        .set_client_to_sentinel_tls_mode(redis::TlsMode::Secure);
+                    if let Some(certs) = certificates {
+                        b = b
+                            .set_client_to_redis_certificates(certs.clone())
+                            .set_client_to_sentinel_certificates(certs);
+                    }
+                }
+                let client = b.build().map_err(|e| error::client(OP, e))?;
+                Connector::Sentinel(tokio::sync::Mutex::new(client))
             }
-        }
-        .map_err(|e| error::client(OP, e))?;
+            Topology::Cluster { nodes: addrs } => {
+                nodes = addrs.iter().map(|a| node_info(a, settings)).collect();
+                let mut b = ClusterClientBuilder::new(nodes.clone())
+                    .connection_timeout(self.options.request_timeout)
+                    .response_timeout(self.options.request_timeout)
+                    .retries(2);
+                if let Some(user) = settings.username() {
+                    b = b.username(user);
+                }
+                if let Some(password) = settings.password() {
+                    b = b.password(password);
+                }
+                if tls {
+                    b = b.tls(redis::TlsMode::Secure);
+                    if let Some(certs) = certificates {
+                        b = b.certs(certs);
+                    }
+                }
+                Connector::Cluster(b.build().map_err(|e| error::client(OP, e))?)
+            }
+        };
+        let connector = Arc::new(connector);
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.options.request_timeout))
             .set_response_timeout(Some(self.options.request_timeout))
             .set_number_of_retries(2)
             .set_min_delay(Duration::from_millis(50))
             .set_max_delay(Duration::from_secs(1));
-        let manager = match tokio::time::timeout(
+        let conn = match tokio::time::timeout(
             self.options.request_timeout * 2,
-            ConnectionManager::new_with_config(client.clone(), manager_config.clone()),
+            connector.connect(&manager_config, false),
         )
         .await
         {
-            Ok(Ok(m)) => m,
+            Ok(Ok(c)) => c,
             Ok(Err(e)) => return Err(error::client(OP, e)),
             Err(_) => return Err(error::timed_out(OP, self.options.request_timeout * 2)),
         };
-        let names = Names::new(&self.prefix);
+        let prefix = match self.topology {
+            Topology::Cluster { .. } => cluster_prefix(&self.prefix),
+            _ => self.prefix.clone(),
+        };
+        let names = Names::new(&prefix);
         let listener = self.options.wake_ups.then(|| {
             Listener::new(Announcements {
-                client: client.clone(),
+                connector: connector.clone(),
+                nodes,
+                attempt: Default::default(),
                 channel: names.channel.clone(),
             })
         });
         let inner = Inner {
-            client,
+            connector,
             manager_config,
-            conn: Mutex::new((0, manager)),
+            conn: Mutex::new((0, conn)),
             names,
             scripts: Scripts::new(),
             max_ttl: self.options.max_ttl,
             store_max_ttl: RecordedMaxTtl::new(self.options.max_ttl),
             request_timeout: self.options.request_timeout,
-            target: target_of(&self.info),
+            target: describe(&self.topology, &self.info),
             common: ServerCommon::new(listener),
         };
         RedisBackend::open(inner, self.options.creation).await
@@ -324,6 +430,50 @@ mod tests {
     }
 
     #[test]
+    fn sentinel_and_cluster_urls() {
+        let b = RedisBackendBuilder::from_url(
+            "redis+sentinel://me:s3cret@h1:26380,h2,[::1]:1/my%20primary/2?prefix=jobs:",
+        )
+        .unwrap();
+        let tcp = |h: &str, p: u16| ConnectionAddr::Tcp(h.into(), p);
+        assert_eq!(
+            b.topology,
+            Topology::Sentinel {
+                sentinels: vec![tcp("h1", 26380), tcp("h2", 26379), tcp("::1", 1)],
+                master: "my primary".into(),
+            }
+        );
+        let s = b.info.redis_settings();
+        assert_eq!(
+            (s.username(), s.password(), s.db()),
+            (Some("me"), Some("s3cret"), 2)
+        );
+        assert_eq!(b.prefix, "jobs:");
+        assert_eq!(
+            describe(&b.topology, &b.info),
+            "sentinel h1:26380,h2:26379,::1:1 /my primary/2"
+        );
+        let b = RedisBackendBuilder::from_url("redis+sentinel://h/m").unwrap();
+        assert_eq!(b.info.redis_settings().db(), 0);
+
+        let b = RedisBackendBuilder::from_url("redis+cluster://:pw@a:7000,b?wake_ups=off").unwrap();
+        assert_eq!(
+            b.topology,
+            Topology::Cluster {
+                nodes: vec![tcp("a", 7000), tcp("b", 6379)]
+            }
+        );
+        assert_eq!(b.info.redis_settings().password(), Some("pw"));
+        assert!(!b.options.wake_ups);
+        assert_eq!(describe(&b.topology, &b.info), "cluster a:7000,b:6379");
+        let b = RedisBackendBuilder::from_url("rediss+cluster://a:7000/0?tls_ca=/ca.pem").unwrap();
+        assert!(matches!(
+            &b.topology,
+            Topology::Cluster { nodes } if matches!(nodes[0], ConnectionAddr::TcpTls { .. })
+        ));
+    }
+
+    #[test]
     fn bad_urls_are_refused_without_the_password() {
         let urls = [
             "redis://u:hunter22@h/0?prefix=has space",
@@ -339,6 +489,17 @@ mod tests {
             "rediss://u:hunter22@h/0#insecure",
             "redis://u:hunter22@/0",
             "mysql://u:hunter22@h/d",
+            "redis+sentinel://u:hunter22@h1:26379",
+            "redis+sentinel://u:hunter22@h1,,h2/m",
+            "redis+sentinel://u:hunter22@h1/m/notadb",
+            "redis+sentinel://u:hunter22@h1/m/0/extra",
+            "redis+sentinel://u:hunter22@h1/m%zz",
+            "redis+sentinel://u:hunter22@h1:port/m",
+            "redis+cluster://u:hunter22@h:7000/3",
+            "redis+cluster://u:hunter22@",
+            "redis+cluster://u:hunter22@h/0?tls_ca=/x.pem",
+            "redis+cluster://u:hunter22@h/0#insecure",
+            "redis+clusters://u:hunter22@h",
             "redis:u:hunter22@h/d",
         ];
         assert_refused_without(&urls, "hunter22", RedisBackendBuilder::from_url);
@@ -348,5 +509,9 @@ mod tests {
     fn debug_never_shows_the_password() {
         let b = RedisBackendBuilder::from_url("redis://u:hunter22@h/0").unwrap();
         assert_debug_hides(&b, "hunter22", "h:6379/0");
+        let b = RedisBackendBuilder::from_url("redis+sentinel://u:hunter22@h/m").unwrap();
+        assert_debug_hides(&b, "hunter22", "sentinel h:26379 /m/0");
+        let b = RedisBackendBuilder::from_url("redis+cluster://u:hunter22@h").unwrap();
+        assert_debug_hides(&b, "hunter22", "cluster h:6379");
     }
 }

@@ -324,6 +324,7 @@ mod error;
 mod listen;
 mod record;
 mod scripts;
+mod topology;
 
 use std::time::Duration;
 

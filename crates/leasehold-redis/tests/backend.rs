@@ -99,6 +99,101 @@ async fn failover_to_a_lagging_replica_starts_a_new_epoch() {
     suite::new_epoch_grants_above(b, &key, epochs, ttl, wait, above).await;
 }
 
+/// Makes `replica` a replica of `primary` and waits until it has the
+/// primary's data.
+async fn replicate(replica: &PrivateServer, primary: &PrivateServer) {
+    let _: () = replica
+        .admin(
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("masterauth")
+                .arg(common::PRIVATE_PASSWORD),
+        )
+        .await;
+    let _: () = primary
+        .admin(
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("repl-diskless-sync-delay")
+                .arg(0),
+        )
+        .await;
+    let _: () = replica
+        .admin(redis::cmd("REPLICAOF").arg("127.0.0.1").arg(primary.port))
+        .await;
+}
+
+/// Waits until every write `primary` took has reached its one replica.
+async fn replicated(primary: &PrivateServer) {
+    for _ in 0..100 {
+        let acked: i64 = primary.admin(redis::cmd("WAIT").arg(1).arg(100)).await;
+        if acked == 1 {
+            return;
+        }
+    }
+    panic!("the replica did not catch up within 10 s");
+}
+
+/// Failover to a replica that has the grant: the promoted replica starts a
+/// new epoch that carries the leases it has. The holder's renewals there
+/// succeed (it keeps working), nobody else is granted its key while it
+/// holds it, its release is not a loss, and the next token is above its.
+/// Without the carry (every new server process voiding every lease), the
+/// renewal is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failover_to_a_replica_that_has_the_grant_keeps_its_holder() {
+    let Some(primary) = PrivateServer::start(false).await else {
+        return;
+    };
+    let replica = PrivateServer::start(false).await.unwrap();
+    replicate(&replica, &primary).await;
+    let a = primary.backend().await;
+    let before = a.epoch().await.unwrap();
+    let ttl = common::MAX_TTL;
+    let key = common::unique_key("carried");
+    let held = leasehold_testkit::conformance::raw_lease(&a, &key, ttl).await;
+    a.renew(&held).await.unwrap();
+    replicated(&primary).await;
+
+    // The replica is promoted; clients now reach it.
+    let _: () = replica
+        .admin(redis::cmd("REPLICAOF").arg("NO").arg("ONE"))
+        .await;
+    let b = replica.backend().await;
+    let after = b.epoch().await.unwrap();
+    assert!(after.epoch > before.epoch, "a promotion starts a new epoch");
+    b.renew(&held)
+        .await
+        .expect("the holder's renewal on the promoted replica that has its grant");
+    let req = leasehold_testkit::conformance::acquire_request(&key, ttl, Some(after.epoch));
+    match b.try_acquire(&req).await.unwrap() {
+        AcquireOutcome::Held(_) => {}
+        other => panic!("the carried lease's key must stay held: {other:?}"),
+    }
+    let info = b.inspect(&held.key).await.unwrap();
+    assert!(info.holder.is_some(), "inspect shows the carried holder");
+    b.release(&held)
+        .await
+        .expect("releasing a carried lease is no loss");
+    let next = leasehold_testkit::conformance::raw_lease(&b, &key, ttl).await;
+    assert!(next.fencing_token > held.fencing_token);
+    assert_eq!(next.epoch, after.epoch);
+
+    // A second promotion (back to the old primary, after it resynchronised
+    // from the new one) carries the chain: the lease of the new epoch is
+    // renewed there too.
+    replicate(&primary, &replica).await;
+    replicated(&replica).await;
+    let _: () = primary
+        .admin(redis::cmd("REPLICAOF").arg("NO").arg("ONE"))
+        .await;
+    let c = primary.backend().await;
+    assert!(c.epoch().await.unwrap().epoch > after.epoch);
+    c.renew(&next)
+        .await
+        .expect("the lease survives a failback that kept it");
+}
+
 /// Expiry is decided by the server's clock alone: a lease whose expiry
 /// the server finds past is free at once, whatever the TTL the client
 /// asked for; one the server finds in the future stays held past its TTL

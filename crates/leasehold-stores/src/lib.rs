@@ -30,7 +30,7 @@ pub use test_window::apply_test_window;
 
 /// The store URLs leasehold opens, for messages.
 pub const FORMS: &str =
-    "expected sqlite:PATH, sqlite:///ABS/PATH, azblob://CONTAINER[/PREFIX], dynamodb://TABLE, postgres://USER@HOST/DB, redis://[:PASSWORD@]HOST[:PORT][/DB], etcd://HOST:PORT or s3://BUCKET[/PREFIX]";
+    "expected sqlite:PATH, sqlite:///ABS/PATH, azblob://CONTAINER[/PREFIX], dynamodb://TABLE, postgres://USER@HOST/DB, redis://[:PASSWORD@]HOST[:PORT][/DB] (redis+sentinel://HOST:PORT[,...]/MASTER, redis+cluster://HOST:PORT[,...]), etcd://HOST:PORT or s3://BUCKET[/PREFIX]";
 
 /// What a command does with the store, which says what opening it may do
 /// ([`Access::creation`], passed to every backend the same way).
@@ -129,7 +129,10 @@ pub async fn open_backend_with(url: &str, creation: Creation) -> leasehold::Resu
         Some("azblob") => open_azblob(url, creation).await,
         Some("dynamodb") => open_dynamodb(url, creation).await,
         Some("postgres" | "postgresql") => open_postgres(url, creation).await,
-        Some("redis" | "rediss") => open_redis(url, creation).await,
+        Some(
+            "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" | "redis+cluster"
+            | "rediss+cluster",
+        ) => open_redis(url, creation).await,
         Some("etcd" | "etcds") => open_etcd(url, creation).await,
         Some("s3") => open_s3(url, creation).await,
         Some(scheme) if scheme != "sqlite" => Err(not_a_store_url(url)),
@@ -391,6 +394,10 @@ const NETWORK_SCHEMES: &[&str] = &[
     "postgresql",
     "redis",
     "rediss",
+    "redis+sentinel",
+    "rediss+sentinel",
+    "redis+cluster",
+    "rediss+cluster",
     "etcd",
     "etcds",
     "s3",

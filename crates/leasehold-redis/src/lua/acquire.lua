@@ -22,8 +22,8 @@ if now < m.start then
   return { 5, int(m.start - now) }
 end
 local r = redis.call('HMGET', KEYS[2], 'fence', 'epoch', 'lease_id', 'expires_ms')
-if r[3] and tonumber(r[2]) == m.epoch then
-  if r[3] == ARGV[2] then
+if r[3] and honoured(m, r[2]) then
+  if r[3] == ARGV[2] and tonumber(r[2]) == m.epoch then
     -- Our own lease asked for again (a retry): extended, same token.
     redis.call('HSET', KEYS[2], 'expires_ms', int(now + ttl), 'ttl_ms', int(ttl))
     return { 1, r[1] }

@@ -36,6 +36,12 @@ local function replid()
   return info('replication', 'master_replid')
 end
 
+-- The replication history this server followed before it was promoted
+-- (all zeros if it never was): its data is a prefix of that history.
+local function replid2()
+  return info('replication', 'master_replid2')
+end
+
 -- The store's epoch if the marker was written by this very server
 -- process in its present replication history, else nil (and what the
 -- marker holds, if anything). A marker of a protocol above PROTOCOL (put
@@ -44,7 +50,7 @@ end
 -- writes anything (release only ends its own lease first).
 local function current_epoch()
   local m = redis.call('HMGET', KEYS[1], 'epoch', 'max_ttl_ms', 'start_ms', 'run_id', 'high',
-                       'replid', 'proven', 'protocol')
+                       'replid', 'proven', 'protocol', 'carry_from')
   if m[8] then
     local p = tonumber(m[8])
     if not p or p ~= math.floor(p) or p < 1 or p > PROTOCOL then
@@ -54,8 +60,18 @@ local function current_epoch()
   if not m[1] or m[4] ~= run_id() or m[6] ~= replid() then
     return nil, m
   end
-  return { epoch = tonumber(m[1]), max_ttl = tonumber(m[2]), start = tonumber(m[3]),
-           high = tonumber(m[5]) or 0, proven = m[7] == '1' }, m
+  local epoch = tonumber(m[1])
+  return { epoch = epoch, max_ttl = tonumber(m[2]), start = tonumber(m[3]),
+           high = tonumber(m[5]) or 0, proven = m[7] == '1',
+           from = tonumber(m[9]) or epoch }, m
+end
+
+-- Whether leases granted in `epoch` are honoured in the current epoch `m`:
+-- its own, and, after a promotion, those of the epochs it carries (see
+-- check_epoch).
+local function honoured(m, epoch)
+  local e = tonumber(epoch)
+  return m ~= nil and e ~= nil and e >= m.from and e <= m.epoch
 end
 
 -- The current epoch, starting a new one when the marker is missing (a new
@@ -81,11 +97,26 @@ local function check_epoch(now, default_max_ttl, proven, index)
   if e < 1 then e = 1 end
   local prev = tonumber(old[1])
   if prev and e <= prev then e = prev + 1 end
+  -- A promoted replica (this server followed, before its promotion, the
+  -- history the marker was written in) holds a prefix of the old
+  -- primary's writes: the leases whose records it has are carried into
+  -- the new epoch (their holders renew here and keep working), while any
+  -- grant it missed is void; the new epoch's quarantine outlasts the
+  -- holders of those. Any other new server process carries nothing.
+  local from = e
+  if prev and old[6] and old[4] ~= run_id() and old[6] == replid2() then
+    from = tonumber(old[9]) or prev
+  end
   m = { epoch = e, max_ttl = tonumber(old[2]) or tonumber(default_max_ttl),
-        start = (e + ORIGIN_S) * 1000, high = tonumber(old[5]) or 0 }
+        start = (e + ORIGIN_S) * 1000, high = tonumber(old[5]) or 0, from = from }
   redis.call('HSET', KEYS[1], 'epoch', int(m.epoch), 'max_ttl_ms', int(m.max_ttl),
              'start_ms', int(m.start), 'run_id', run_id(), 'high', int(m.high),
              'replid', replid(), 'protocol', int(PROTOCOL))
+  if from < e then
+    redis.call('HSET', KEYS[1], 'carry_from', int(from))
+  else
+    redis.call('HDEL', KEYS[1], 'carry_from')
+  end
   if proven then
     redis.call('HSET', KEYS[1], 'proven', '1')
     m.proven = true
@@ -105,11 +136,10 @@ local function age_of(m, now)
   return age
 end
 
--- Whether the record's lease is live: set, granted in the current epoch,
--- and not past its expiry by the server's clock.
+-- Whether the record's lease is live: set, granted in an epoch the current
+-- one honours, and not past its expiry by the server's clock.
 local function live(m, lease_id, epoch, expires, now)
-  return m ~= nil and lease_id ~= false and tonumber(epoch) == m.epoch
-    and (tonumber(expires) or 0) > now
+  return lease_id ~= false and honoured(m, epoch) and (tonumber(expires) or 0) > now
 end
 
 -- The holder fields of a record (false where a field is missing).

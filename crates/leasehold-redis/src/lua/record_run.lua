@@ -8,7 +8,7 @@ if not r[1] then
   return 'free' -- never create a record
 end
 local m = current_epoch()
-local same_epoch = m ~= nil and m.epoch == tonumber(ARGV[2]) and tonumber(r[3]) == m.epoch
+local same_epoch = honoured(m, ARGV[2]) and tonumber(r[3]) == tonumber(ARGV[2])
 if r[2] == ARGV[1] and same_epoch then
   redis.call('HSET', KEYS[2], 'last_run', ARGV[3], 'last_run_end_ms', int(now),
              'last_run_token', ARGV[4])

@@ -11,7 +11,7 @@ if ARGV[3] ~= '' then
   redis.call('PUBLISH', ARGV[3], ARGV[4])
 end
 local m = current_epoch()
-if not m or m.epoch ~= tonumber(ARGV[2]) or tonumber(r[2]) ~= m.epoch then
+if not honoured(m, ARGV[2]) or tonumber(r[2]) ~= tonumber(ARGV[2]) then
   return 'epoch'
 end
 return 'ok'

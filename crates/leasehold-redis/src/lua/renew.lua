@@ -2,14 +2,14 @@
 -- Reply: 'ok', or why not: 'epoch', 'free', 'other', 'expired'.
 local now = now_ms()
 local m = current_epoch()
-if not m or m.epoch ~= tonumber(ARGV[2]) then
+if not honoured(m, ARGV[2]) then
   return 'epoch'
 end
 local r = redis.call('HMGET', KEYS[2], 'lease_id', 'epoch', 'expires_ms')
 if not r[1] then
   return 'free'
 end
-if r[1] ~= ARGV[1] or tonumber(r[2]) ~= m.epoch then
+if r[1] ~= ARGV[1] or tonumber(r[2]) ~= tonumber(ARGV[2]) then
   return 'other'
 end
 if (tonumber(r[3]) or 0) <= now then
