@@ -24,8 +24,10 @@
 #
 # Ports: $LEASEHOLD_REDIS_CLUSTER_PORT (the first node, default 63820; the
 # others the next five) and $LEASEHOLD_REDIS_CLUSTER_BUS_PORT (the first
-# node's cluster bus port, default 10000 below the first node's, 53820: the
-# usual port + 10000 would be above 65535, which Redis refuses). The nodes
+# node's cluster bus port, default the first node's + 10, 63830-63835: the
+# usual port + 10000 would be above 65535, which Redis refuses, and a bus
+# port in Linux's ephemeral range, 32768-60999, was seen taken by some
+# client's connection, the node exiting at start). The nodes
 # require the password $LEASEHOLD_REDIS_CLUSTER_PASSWORD (default below;
 # only for this throw-away cluster; `masterauth` too, for the replicas).
 # Nothing is saved (no RDB, no AOF); each node's nodes.conf is in its
@@ -38,7 +40,7 @@ server redis-cluster redis-server "${LEASEHOLD_REDIS_CLUSTER_PORT:-63820}" \
     "${LEASEHOLD_REDIS_CLUSTER_READY_TIMEOUT:-30}"
 keeps_data "" /tmp/leasehold-redis-cluster.XXXXXX
 PASSWORD="${LEASEHOLD_REDIS_CLUSTER_PASSWORD:-leasehold-test-pw-5c1d}"
-BUS_PORT="${LEASEHOLD_REDIS_CLUSTER_BUS_PORT:-$((PORT - 10000))}"
+BUS_PORT="${LEASEHOLD_REDIS_CLUSTER_BUS_PORT:-$((PORT + 10))}"
 MEMBERS=()
 for i in 0 1 2 3 4 5; do MEMBERS+=($((PORT + i))); done
 # shellcheck source=lib/redis_group.sh
