@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # A group of redis-server processes started and stopped together
 # (scripts/redis-sentinel.sh: two data nodes and three sentinels;
 # scripts/redis-cluster.sh: six cluster nodes), sourced after lib/server.sh,
@@ -29,6 +30,7 @@ info_field() {
 
 # The pid of the member on port $1, if it runs.
 member_pid() {
+    # shellcheck disable=SC2034 # (running_pid reads it)
     local PIDFILE="$STATE.$1.pid"
     running_pid
 }
