@@ -2,7 +2,8 @@
 # The whole test suite, from a fresh clone: installs and starts the storage
 # emulators on 127.0.0.1 (Azurite for Azure Blob Storage, DynamoDB Local, a
 # throw-away PostgreSQL server, PgBouncer in transaction mode in front of it,
-# a throw-away Redis server, a throw-away etcd, moto for S3), checks formatting and lints,
+# a throw-away Redis server, a Redis Sentinel set-up and a Redis Cluster, a
+# throw-away etcd, moto for S3), checks formatting and lints,
 # proves that README command 1 and the library's tests build where any use
 # of protoc fails (scripts/bare-build.sh, first, while the target directory
 # of a clean clone is still empty), runs every test with the emulators
@@ -50,13 +51,20 @@ print_steps() { # the exit status
     echo "$(printf '%5d s' "$SECONDS")  in all"
 }
 
-emulators=(azurite dynamodb-local postgres pgbouncer redis etcd)
+emulators=(azurite dynamodb-local postgres pgbouncer redis etcd redis-sentinel redis-cluster)
+# Started in the background, beside the others, and waited for before the
+# step ends: about 3 s each, mostly waiting on the sentinels' and the
+# cluster's own timers (the same readiness checks either way).
+background=(redis-sentinel redis-cluster)
+background_pids=()
 started=()
 moto_pid=""
 stop_all() {
     # A moto start still under way (a failure before the tests) ends first,
-    # so that the server it starts is stopped too.
+    # so that the server it starts is stopped too; the same for the
+    # background starts.
     [[ -n "$moto_pid" ]] && { wait "$moto_pid" 2>/dev/null || true; }
+    for pid in "${background_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
     for e in "${started[@]}"; do
         "scripts/$e.sh" stop || true
     done
@@ -70,10 +78,28 @@ moto_log="$(mktemp)"
 scripts/moto.sh start >"$moto_log" 2>&1 &
 moto_pid=$!
 started+=(moto)
+background_dir="$(mktemp -d)"
+for e in "${background[@]}"; do
+    "scripts/$e.sh" start >"$background_dir/$e.log" 2>&1 &
+    background_pids+=($!)
+    started+=("$e")
+done
 for e in "${emulators[@]}"; do
+    [[ " ${background[*]} " == *" $e "* ]] && continue
     "scripts/$e.sh" start
     started+=("$e")
 done
+for i in "${!background[@]}"; do
+    e="${background[$i]}"
+    if ! wait "${background_pids[$i]}"; then
+        cat "$background_dir/$e.log" >&2
+        echo "test.sh: $e did not start" >&2
+        exit 1
+    fi
+    cat "$background_dir/$e.log" >&2
+done
+background_pids=()
+rm -rf "$background_dir"
 step "start the servers"
 
 # README command 1 and plain `cargo test -p leasehold`, built in an
@@ -96,6 +122,8 @@ export LEASEHOLD_TEST_AZBLOB_CONNECTION_STRING="${LEASEHOLD_TEST_AZBLOB_CONNECTI
 export LEASEHOLD_TEST_DYNAMODB_ENDPOINT="${LEASEHOLD_TEST_DYNAMODB_ENDPOINT:-http://127.0.0.1:8000}"
 export LEASEHOLD_TEST_POSTGRES_URL="${LEASEHOLD_TEST_POSTGRES_URL:-$(scripts/postgres.sh url)}"
 export LEASEHOLD_TEST_REDIS_URL="${LEASEHOLD_TEST_REDIS_URL:-$(scripts/redis.sh url)}"
+export LEASEHOLD_TEST_REDIS_SENTINEL_URL="${LEASEHOLD_TEST_REDIS_SENTINEL_URL:-$(scripts/redis-sentinel.sh url)}"
+export LEASEHOLD_TEST_REDIS_CLUSTER_URL="${LEASEHOLD_TEST_REDIS_CLUSTER_URL:-$(scripts/redis-cluster.sh url)}"
 export LEASEHOLD_TEST_ETCD_URL="${LEASEHOLD_TEST_ETCD_URL:-$(scripts/etcd.sh url)}"
 export LEASEHOLD_TEST_S3_ENDPOINT="${LEASEHOLD_TEST_S3_ENDPOINT:-$(scripts/moto.sh url)}"
 
