@@ -118,4 +118,60 @@ impl PrivateServer {
 }
 
 /// The repository's root, whose `scripts/` run the servers.
-const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+pub const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+/// The Redis store through Sentinel (`scripts/redis-sentinel.sh`: a
+/// primary, a replica and three sentinels).
+pub struct RedisSentinel;
+
+impl ServerStore for RedisSentinel {
+    leasehold_test_servers::server_store_methods!(RedisBackend, RedisBackendBuilder);
+
+    const NAME: &'static str = "redis-sentinel";
+    const SERVER: &'static str = "Redis Sentinel";
+    const URL_VAR: &'static str = "LEASEHOLD_TEST_REDIS_SENTINEL_URL";
+    const DEFAULT_URL: &'static str = "redis+sentinel://:leasehold-test-pw-5c1d@127.0.0.1:26380,127.0.0.1:26381,127.0.0.1:26382/leasehold/0";
+    const DEFAULT_PORT: u16 = 26379;
+    const NAMESPACE: &'static str = "prefix";
+
+    fn unique_namespace() -> String {
+        format!("{}:", servers::unique_name("lh-test-"))
+    }
+}
+
+/// The Redis store on a Redis Cluster (`scripts/redis-cluster.sh`: three
+/// primaries, each with a replica).
+pub struct RedisCluster;
+
+impl ServerStore for RedisCluster {
+    leasehold_test_servers::server_store_methods!(RedisBackend, RedisBackendBuilder);
+
+    const NAME: &'static str = "redis-cluster";
+    const SERVER: &'static str = "Redis Cluster";
+    const URL_VAR: &'static str = "LEASEHOLD_TEST_REDIS_CLUSTER_URL";
+    const DEFAULT_URL: &'static str =
+        "redis+cluster://:leasehold-test-pw-5c1d@127.0.0.1:63820,127.0.0.1:63821,127.0.0.1:63822";
+    const DEFAULT_PORT: u16 = 6379;
+    const NAMESPACE: &'static str = "prefix";
+
+    fn unique_namespace() -> String {
+        format!("{}:", servers::unique_name("lh-test-"))
+    }
+}
+
+/// The test helpers of the store through Sentinel.
+pub mod sentinel {
+    leasehold_test_servers::server_store_helpers!(super::RedisSentinel, prefix, unique_prefix);
+}
+
+/// The test helpers of the store on a cluster.
+pub mod cluster {
+    leasehold_test_servers::server_store_helpers!(super::RedisCluster, prefix, unique_prefix);
+}
+
+/// Runs `scripts/{script}.sh` with `args` to its end; its output.
+pub async fn script(script: &str, args: &[&str]) -> String {
+    let mut cmd = std::process::Command::new(format!("{REPO}/scripts/{script}.sh"));
+    cmd.args(args);
+    servers::admin_tool(cmd).await
+}
