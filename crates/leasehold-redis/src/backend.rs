@@ -37,6 +37,10 @@ pub(crate) struct Inner {
     pub(crate) manager_config: ConnectionManagerConfig,
     /// The connection, and how many times it was replaced.
     pub(crate) conn: Mutex<(u64, Conn)>,
+    /// The connection's generation, for the subscription: a new connection
+    /// (a silent server, or, under Sentinel, a new primary) ends it, and
+    /// the listener subscribes again, where the connector says.
+    pub(crate) generation: tokio::sync::watch::Sender<u64>,
     pub(crate) names: Names,
     pub(crate) scripts: Scripts,
     /// The max TTL a store (or epoch) started by this backend records.
@@ -198,6 +202,7 @@ impl RedisBackend {
                 let mut guard = self.inner.conn.lock().unwrap_or_else(|e| e.into_inner());
                 if guard.0 == generation {
                     *guard = (generation + 1, conn);
+                    self.inner.generation.send_replace(generation + 1);
                 }
             }
             Ok(Err(e)) => tracing::debug!(error = %e, "cannot make a new connection"),
@@ -244,7 +249,12 @@ impl RedisBackend {
                     if follow {
                         self.replace_conn(generation).await;
                     }
-                    if follow && e.code() == Some("READONLY") && refused_by_replica == 0 {
+                    // Refused before the script wrote anything: by a
+                    // replica, or by a primary short of replicas
+                    // (`min-replicas-to-write`), which may have been
+                    // demoted since.
+                    let refused = matches!(e.code(), Some("READONLY" | "NOREPLICAS"));
+                    if follow && refused && refused_by_replica == 0 {
                         refused_by_replica += 1;
                         tries += 1;
                         tracing::debug!(error = %e, op, "not the primary; asking the sentinels");

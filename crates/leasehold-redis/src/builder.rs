@@ -363,9 +363,11 @@ impl RedisBackendBuilder {
             _ => self.prefix.clone(),
         };
         let names = Names::new(&prefix);
+        let generation = tokio::sync::watch::Sender::new(0);
         let listener = self.options.wake_ups.then(|| {
             Listener::new(Announcements {
                 connector: connector.clone(),
+                generation: generation.subscribe(),
                 nodes,
                 attempt: Default::default(),
                 channel: names.channel.clone(),
@@ -375,6 +377,7 @@ impl RedisBackendBuilder {
             connector,
             manager_config,
             conn: Mutex::new((0, conn)),
+            generation,
             names,
             scripts: Scripts::new(),
             max_ttl: self.options.max_ttl,

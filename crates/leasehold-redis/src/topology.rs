@@ -238,7 +238,10 @@ impl Connector {
                 || e.is_connection_dropped()
                 || e.is_connection_refusal()
                 || e.is_timeout()
-                || matches!(e.code(), Some("READONLY" | "MASTERDOWN" | "LOADING")))
+                || matches!(
+                    e.code(),
+                    Some("READONLY" | "MASTERDOWN" | "LOADING" | "NOREPLICAS")
+                ))
     }
 }
 

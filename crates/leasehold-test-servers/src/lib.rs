@@ -284,6 +284,20 @@ impl ScriptServer {
         );
     }
 
+    /// Runs `scripts/NAME.sh COMMAND ARGS...` on this server (a
+    /// `failover KEY`); panics if the script fails.
+    pub async fn script_with(&self, command: &str, args: &[&str]) {
+        let mut cmd = self.command(command);
+        cmd.args(args);
+        admin_tool(cmd).await;
+    }
+
+    /// What `scripts/NAME.sh COMMAND` prints (`url`, `primary`); panics if
+    /// the script fails.
+    pub async fn output(&self, command: &str) -> String {
+        admin_tool(self.command(command)).await
+    }
+
     fn command(&self, command: &str) -> std::process::Command {
         let mut cmd = std::process::Command::new(&self.script);
         cmd.arg(command).envs(self.env.iter().cloned());

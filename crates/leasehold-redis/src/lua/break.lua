@@ -6,7 +6,7 @@ if not r[1] then
 end
 local now = now_ms()
 local reply = { 0 }
-if live(current_epoch(), r[1], r[2], r[3], now) then
+if live(lease_epoch(now, false), r[1], r[2], r[3], now) then
   reply = { 1, holder(KEYS[2], now) }
 end
 redis.call('HDEL', KEYS[2], 'lease_id', 'expires_ms')

@@ -4,7 +4,7 @@
 -- {key name or false, fence, live holder or false, last success,
 -- its end ms, last run, its end ms}.
 local now = now_ms()
-local m = current_epoch()
+local m = lease_epoch(now, false)
 local function entry(record, name)
   local r = redis.call('HMGET', record, 'fence', 'lease_id', 'epoch', 'expires_ms',
                        'last_success', 'last_success_end_ms', 'last_run', 'last_run_end_ms')

@@ -126,6 +126,25 @@ local function check_epoch(now, default_max_ttl, proven, index)
   return m, new
 end
 
+-- The epoch a script on an existing lease (renew, release, record a run,
+-- break, inspect) works in: the current one; or, on a promoted replica
+-- whose marker is of the history it was promoted from, the new epoch that
+-- carries those leases (see check_epoch): started here when `write`, so
+-- that a holder's first renewal after a failover is not refused for want
+-- of an acquire, else only as it would be (nothing written). Any other
+-- marker of another server process: nil (its leases are void).
+local function lease_epoch(now, write)
+  local m, old = current_epoch()
+  if m or not old[1] or old[4] == run_id() or not old[6] or old[6] ~= replid2() then
+    return m
+  end
+  if write then
+    return (check_epoch(now, old[2], false, nil))
+  end
+  local prev = tonumber(old[1])
+  return { epoch = prev + 1, from = tonumber(old[9]) or prev, start = now, high = 0 }
+end
+
 -- The epoch's age in ms by the server's clock; -1 for a proven epoch.
 local function age_of(m, now)
   if m.proven then

@@ -7,7 +7,7 @@ local r = redis.call('HMGET', KEYS[2], 'fence', 'lease_id', 'epoch', 'last_run_t
 if not r[1] then
   return 'free' -- never create a record
 end
-local m = current_epoch()
+local m = lease_epoch(now, true)
 local same_epoch = honoured(m, ARGV[2]) and tonumber(r[3]) == tonumber(ARGV[2])
 if r[2] == ARGV[1] and same_epoch then
   redis.call('HSET', KEYS[2], 'last_run', ARGV[3], 'last_run_end_ms', int(now),

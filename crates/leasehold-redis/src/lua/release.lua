@@ -10,7 +10,7 @@ redis.call('HDEL', KEYS[2], 'lease_id', 'expires_ms')
 if ARGV[3] ~= '' then
   redis.call('PUBLISH', ARGV[3], ARGV[4])
 end
-local m = current_epoch()
+local m = lease_epoch(now_ms(), true)
 if not honoured(m, ARGV[2]) or tonumber(r[2]) ~= tonumber(ARGV[2]) then
   return 'epoch'
 end

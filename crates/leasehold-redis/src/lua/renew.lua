@@ -1,7 +1,7 @@
 -- RENEW. KEYS: marker, record. ARGV: 1 lease id, 2 epoch, 3 ttl ms.
 -- Reply: 'ok', or why not: 'epoch', 'free', 'other', 'expired'.
 local now = now_ms()
-local m = current_epoch()
+local m = lease_epoch(now, true)
 if not honoured(m, ARGV[2]) then
   return 'epoch'
 end
