@@ -23,7 +23,7 @@ import pytest
 
 import leasehold
 
-STORES = ["sqlite", "postgres", "redis", "etcd", "s3", "dynamodb", "azblob"]
+STORES = ["sqlite", "postgres", "redis", "redis-sentinel", "redis-cluster", "etcd", "s3", "dynamodb", "azblob"]
 
 # The credentials DynamoDB Local and moto are given in the Rust tests too.
 AWS = {"AWS_ACCESS_KEY_ID": "leaseholdtests", "AWS_SECRET_ACCESS_KEY": "leasehold-test-secret"}
@@ -77,10 +77,12 @@ def _make(store: str, tmp: str) -> Env:
     unique = uuid.uuid4().hex[:12]
     if store == "sqlite":
         return Env(store, f"sqlite:{tmp}/leases.db", {}, 2.0)
-    if store in ("postgres", "redis", "etcd"):
+    if store in ("postgres", "redis", "redis-sentinel", "redis-cluster", "etcd"):
         var, server, own = {
             "postgres": ("POSTGRES", "PostgreSQL", f"table=py_{unique}"),
             "redis": ("REDIS", "Redis", f"prefix=py-{unique}:"),
+            "redis-sentinel": ("REDIS_SENTINEL", "Redis Sentinel", f"prefix=py-{unique}:"),
+            "redis-cluster": ("REDIS_CLUSTER", "Redis Cluster", f"prefix=py-{unique}:"),
             "etcd": ("ETCD", "etcd", f"prefix=py-{unique}/"),
         }[store]
         url = _var(store, f"LEASEHOLD_TEST_{var}_URL", server)

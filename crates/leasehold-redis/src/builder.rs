@@ -355,7 +355,18 @@ impl RedisBackendBuilder {
         .await
         {
             Ok(Ok(c)) => c,
-            Ok(Err(e)) => return Err(error::client(OP, e)),
+            Ok(Err(e)) => {
+                let hint = match &self.topology {
+                    Topology::Sentinel { master, .. } => format!(
+                        " (asking the sentinels for the primary {master:?}: are the URL's hosts sentinels, and is that the name they monitor?)"
+                    ),
+                    Topology::Cluster { .. } => {
+                        " (are the URL's hosts nodes of a Redis Cluster?)".to_string()
+                    }
+                    Topology::Single => String::new(),
+                };
+                return Err(error::client_with(OP, e, &hint));
+            }
             Err(_) => return Err(error::timed_out(OP, self.options.request_timeout * 2)),
         };
         let prefix = match self.topology {

@@ -12,6 +12,13 @@ pub(crate) const NAME: &str = "redis";
 /// not. The message never holds the password: the client's errors do not
 /// carry its connection settings.
 pub(crate) fn client(op: &'static str, e: redis::RedisError) -> Error {
+    client_with(op, e, "")
+}
+
+/// [`client`], with `hint` (what to check, or empty) after the client's
+/// message. A server that answers as a Redis Cluster node (`MOVED`,
+/// `CROSSSLOT`) to a `redis://` store says so.
+pub(crate) fn client_with(op: &'static str, e: redis::RedisError, hint: &str) -> Error {
     if e.code() == Some("LEASEHOLD_PROTOCOL") {
         // A script found a marker of a protocol this build does not speak
         // and wrote nothing (see the prelude's `current_epoch`).
@@ -37,7 +44,18 @@ pub(crate) fn client(op: &'static str, e: redis::RedisError) -> Error {
                     | "NOREPLICAS"
             )
         );
-    Error::backend(NAME, op, retryable, e)
+    let cluster = matches!(e.code(), Some("MOVED" | "CROSSSLOT" | "ASK"))
+        || e.to_string().contains("CrossSlot");
+    let hint = if cluster {
+        "; this server is a Redis Cluster node: open the store with redis+cluster://"
+    } else {
+        hint
+    };
+    if hint.is_empty() {
+        Error::backend(NAME, op, retryable, e)
+    } else {
+        Error::backend(NAME, op, retryable, format!("{e}{hint}"))
+    }
 }
 
 /// A request that did not answer within the backend's request timeout.

@@ -21,7 +21,12 @@
 //!
 //! # Store URL
 //! `redis://[USER:PASSWORD@]HOST[:PORT][/DB][?prefix=P&max_ttl=DURATION&wake_ups=on|off]`,
-//! or `rediss://…[&tls_ca=PATH]` for TLS (rustls; the certificate chain and
+//! `redis+sentinel://[USER:PASSWORD@]HOST[:PORT][,HOST[:PORT]...]/MASTER_NAME[/DB][?…]`
+//! (the sentinels, port 26379 by default; the primary they name is asked
+//! for at every reconnection, see [Sentinel](#sentinel-and-cluster)),
+//! `redis+cluster://[USER:PASSWORD@]HOST[:PORT][,HOST[:PORT]...][?…]` (seed
+//! nodes of a Redis Cluster; database 0),
+//! or `rediss…://…[&tls_ca=PATH]` for TLS (rustls; the certificate chain and
 //! host name are always verified, against the system's roots, or only
 //! against the CA certificates in `tls_ca`; redis-rs's `#insecure` is
 //! refused; test `tests/tls.rs`: a private CA, with an unknown issuer and a
@@ -40,9 +45,9 @@
 //!
 //! **Server requirements.** Redis 5 or later (scripts are replicated by
 //! their effects, so a script may read `TIME`), tested on Redis 7.0; a
-//! standalone server or a primary with replicas, **not Redis Cluster**
-//! (each script touches the store's epoch marker and a key's record,
-//! which Cluster would place on different nodes). The user needs `EVALSHA`,
+//! standalone server, a primary with replicas (under Sentinel or not), or
+//! a Redis Cluster (the store in one hash slot, see
+//! [Sentinel and Cluster](#sentinel-and-cluster)). The user needs `EVALSHA`,
 //! `EVAL`, `SCRIPT LOAD`, `SUBSCRIBE`, and, inside scripts, `TIME`, `INFO`,
 //! `HMGET`, `HSET`, `HDEL`, `ZADD`, `ZRANGEBYLEX`, `PUBLISH` on the prefix's
 //! keys and channel. The server must not evict the store's keys:
@@ -176,6 +181,36 @@
 //! holders are told lost at their next renewal) and grants wait one
 //! confirmation window.
 //!
+//! **A promotion carries the leases the replica has.** A new epoch started
+//! by a promoted replica whose previous replication history
+//! (`master_replid2`) is the one the marker was written in records
+//! `carry_from`: the leases of that epoch (and of those it carried) stay
+//! honoured if the replica has their records, live by its clock. Why that
+//! is safe: the replica's data is a prefix of the old primary's history
+//! (replication applies each script's effects in order, atomically), so
+//! what it lacks is a suffix of the old primary's writes. (1) A lost grant:
+//! its holder's record is missing or names another lease, so its renewal is
+//! refused ('other'/'free') and it stops by its own deadline, which the new
+//! epoch's quarantine outlasts, as before. (2) A lost renewal: the record's
+//! expiry is earlier than its holder believes; nothing is granted during
+//! the quarantine, and after it the holder has either renewed here
+//! (an expiry by this server's clock) or passed its deadline. (3) A lost
+//! release or a lost later grant of the same key: a later grant needed the
+//! carried lease expired or released first, so its holder's deadline had
+//! passed (a lost lease stays lost in the core, whatever a late renewal
+//! says) or it released; its record here only keeps the key held until it
+//! expires. A carried record's expiry was set by the old primary's clock;
+//! a renewal here checks it against this server's clock, and a carried
+//! holder's renewal refused for that reason is told lost (safe). Tokens:
+//! new grants are above the new epoch's base, so above every carried token.
+//! Renew, release and record-run start the carrying epoch themselves (a
+//! holder's first renewal after a failover comes before any acquire);
+//! break and inspect only compute it. Tests:
+//! `backend::failover_to_a_replica_that_has_the_grant_keeps_its_holder`
+//! (carried through a failover and a failback; without the carry the
+//! renewal is refused) and `tests/failover.rs` (real Sentinel and Cluster
+//! failovers).
+//!
 //! Tests: `tests/store_loss.rs` (the conformance suite's store-loss tests
 //! with `FLUSHALL` under a live holder and a waiter), `tests/restart.rs`
 //! (restarts without data, with an append-only file, and an outage longer
@@ -227,13 +262,16 @@
 //!   Sentinel: failover and failback are new epochs (tokens never repeat,
 //!   holders of lost grants are told lost), and exclusion holds if the old
 //!   primary stops taking writes first (the split-brain item below).
-//!   Redis Cluster, and proxies that spread a client over several
-//!   servers: not supported (see the proxy item below).
-//! * **Finding the primary.** leasehold connects to the address in the
-//!   URL; it does not ask Sentinel. Point the URL at a name or address that
-//!   follows the primary (DNS, a virtual IP, a proxy that forwards to the
-//!   one primary); after a failover, requests to a demoted primary fail
-//!   (`READONLY`, retryable) until the address moves.
+//!   Redis Cluster: the same, per shard (a store lives on one). Proxies
+//!   that spread a client over several servers: not supported (see the
+//!   proxy item below).
+//! * **Finding the primary.** With `redis+sentinel://`, the sentinels are
+//!   asked at every reconnection, and a `READONLY` or `NOREPLICAS` answer,
+//!   a dead connection or a timeout makes a new connection to the primary
+//!   they name (the subscription follows). With `redis://`, leasehold
+//!   connects to the address in the URL: point it at a name or address that
+//!   follows the primary; after a failover, requests to a demoted primary
+//!   fail (`READONLY`, retryable) until the address moves.
 //! * **Split brain.** If the old primary is alive but cut off from the
 //!   failover (a partition), clients that still reach it keep renewing and
 //!   even being granted there, in the old epoch, while clients of the new
@@ -246,8 +284,14 @@
 //!   `min-replicas-max-lag` below Sentinel's `down-after-milliseconds`
 //!   (and every replica that can be promoted counted), so an isolated
 //!   primary refuses renewals (`NOREPLICAS`) and its holders are told lost
-//!   by their own deadlines. This is a property of the Redis deployment,
-//!   not something a client can enforce; untested here (one machine).
+//!   by their own deadlines; and keep TTLs below the confirmation window
+//!   less `min-replicas-max-lag` (a renewal the old primary took in its
+//!   last moments must not outlast the new epoch's quarantine). This is a
+//!   property of the Redis deployment, not something a client can enforce;
+//!   untested here (one machine). `SENTINEL FAILOVER` of a healthy primary
+//!   is such a split brain until the sentinels demote it (10–20 s later,
+//!   measured): without `min-replicas-to-write`, holders connected to it
+//!   keep renewing there.
 //! * **Clocks.** A new epoch's number comes from the new server's clock
 //!   when the old marker is gone (after `FLUSHALL`, or on a replica that
 //!   never had it). If that clock is behind the old server's by more than
@@ -265,6 +309,27 @@
 //!   token is above the store's highest); deleting the key index *and* a
 //!   record is not (that key's tokens could repeat). Delete a whole store
 //!   by its prefix, marker included, or not at all.
+//!
+//! # Sentinel and Cluster
+//! **Sentinel** (`redis+sentinel://`): redis-rs's `SentinelClient` finds
+//! the primary (checked with `ROLE`); see "Finding the primary" above and
+//! the carry in the epoch section. **Cluster** (`redis+cluster://`):
+//! redis-rs's cluster client routes each script by its first key and
+//! follows `MOVED` and failovers. Every script's keys (the marker, the
+//! record, the index) must be in one slot, so the prefix is made a hash
+//! tag: `leasehold:` becomes `{leasehold:}` (a prefix with a tag, such as
+//! `{jobs}:`, is kept), and every key of the store is in that slot, on one
+//! shard. A failover of that shard is the store's failover (new epoch,
+//! leases the replica has carried, one quarantine for new grants); other
+//! shards' failovers do not touch it. Quarantining only some keys of a
+//! store would need an epoch per slot, which the core's one store epoch
+//! does not have; with the store on one shard, its shard's failover is all
+//! there is. A store of a single Redis copied into a cluster is found only
+//! if its prefix already had a hash tag (other key names otherwise: a new
+//! store). The wake-up channel is ordinary pub/sub, which a cluster
+//! delivers on every node; the subscription connects to the seed nodes in
+//! turn. Tests: `tests/sentinel.rs` and `tests/cluster.rs` (the
+//! conformance suite and the wake-up tests, unchanged), `tests/failover.rs`.
 //!
 //! # Why not Redlock
 //! Redlock takes a lock on a majority of N independent Redis primaries
