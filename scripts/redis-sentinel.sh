@@ -13,6 +13,10 @@
 #   scripts/redis-sentinel.sh status    # say whether it is running
 #   scripts/redis-sentinel.sh url       # print the URL the tests use
 #   scripts/redis-sentinel.sh primary   # print the current primary's host:port
+#   scripts/redis-sentinel.sh crash-failover  # SIGKILL the primary; wait until the
+#                                       # sentinels promote the replica, start the
+#                                       # old one again (empty) and wait until it
+#                                       # replicates from the new one
 #   scripts/redis-sentinel.sh failover  # SENTINEL FAILOVER, and wait until every
 #                                       # sentinel names the other node, that node
 #                                       # says it is master, and the old primary
@@ -197,4 +201,42 @@ failover() {
     echo "$NAME: failover: $HOST:$old replicates from it after $(since "$t0") s" >&2
 }
 
-server_command "start|stop|status|url|failover|primary" "$@"
+# The primary crashes (SIGKILL: writes it had not replicated yet are lost);
+# the sentinels promote the replica (about 2.5 s: down-after-milliseconds
+# 1000); the old primary starts again, empty, and the sentinels make it a
+# replica of the new one; returns once it replicates and every sentinel
+# agrees (for the next crash).
+crash_failover() {
+    (($(members_running) == ${#MEMBERS[@]})) || die "not running (start it first)"
+    local old new t0 pid base
+    old="$(primary_port)" || die "no sentinel answers"
+    new="$(other_node "$old")"
+    agreed() { sentinels_agree "$old"; }
+    await agreed 60 "the sentinels do not agree on $HOST:$old and its replica within 60 s"
+    base="$(server_data_dir)"
+    t0="$(date +%s.%N)"
+    pid="$(member_pid "$old")" || die "no primary process on port $old"
+    kill -KILL "$pid"
+    promoted() {
+        [[ "$(rcli "$new" role 2>/dev/null | head -n 1 | tr -d '\r')" == master ]] || return 1
+        local sport
+        for sport in "${SENTINEL_PORTS[@]}"; do
+            [[ "$(named_primary "$sport")" == "$new" ]] || return 1
+        done
+    }
+    await promoted 60 "crash of $HOST:$old: $HOST:$new not the primary for every sentinel within 60 s"
+    echo "$NAME: crash-failover: $HOST:$new is the primary for every sentinel after $(since "$t0") s" >&2
+    # It comes back as it was configured (a primary, or a replica of the
+    # node that is now the primary); the sentinels, which know it is not
+    # the primary any more, make it a replica of the new one.
+    local config="requirepass $PASSWORD"$'\n'"masterauth $PASSWORD"
+    launch_member "$old" "$base/$old" "$config"
+    settled() { replicates_from "$old" "$new" && sentinels_agree "$new"; }
+    await settled 90 "crash-failover: $HOST:$old not a replica of $HOST:$new within 90 s"
+    echo "$NAME: crash-failover: $HOST:$old replicates from it after $(since "$t0") s" >&2
+}
+
+# (The command's name, as server_command calls it.)
+crash-failover() { crash_failover; }
+
+server_command "start|stop|status|url|failover|crash-failover|primary" "$@"

@@ -192,9 +192,11 @@ impl RedisBackend {
         }
         let made = tokio::time::timeout(
             self.inner.request_timeout,
-            self.inner
-                .connector
-                .connect(&self.inner.manager_config, true),
+            self.inner.connector.connect(
+                &self.inner.manager_config,
+                self.inner.request_timeout,
+                true,
+            ),
         )
         .await;
         match made {

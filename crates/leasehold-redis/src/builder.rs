@@ -350,7 +350,7 @@ impl RedisBackendBuilder {
             .set_max_delay(Duration::from_secs(1));
         let conn = match tokio::time::timeout(
             self.options.request_timeout * 2,
-            connector.connect(&manager_config, false),
+            connector.connect(&manager_config, self.options.request_timeout, false),
         )
         .await
         {

@@ -6,7 +6,9 @@
 use std::sync::Arc;
 
 use leasehold::{Error, Result};
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{
+    ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
+};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::SentinelClient;
@@ -190,6 +192,7 @@ impl Connector {
     pub(crate) async fn connect(
         &self,
         config: &ConnectionManagerConfig,
+        timeout: std::time::Duration,
         lazy: bool,
     ) -> redis::RedisResult<Conn> {
         match self {
@@ -198,13 +201,22 @@ impl Connector {
             } else {
                 ConnectionManager::new_with_config(client.clone(), config.clone()).await?
             })),
+            // Not a connection manager, which would reconnect by itself to
+            // the same address: after a crash and failover, that may be the
+            // old primary started again, empty, and still a primary until
+            // the sentinels demote it (10-20 s). A dead connection is
+            // replaced instead (see `follows_primary`), by asking the
+            // sentinels again.
             Connector::Sentinel(sentinel) => {
                 let client = sentinel.lock().await.async_get_client().await?;
-                Ok(Conn::Single(if lazy {
-                    ConnectionManager::new_lazy_with_config(client, config.clone())?
-                } else {
-                    ConnectionManager::new_with_config(client, config.clone()).await?
-                }))
+                let config = redis::AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(timeout))
+                    .set_response_timeout(Some(timeout));
+                Ok(Conn::Multiplexed(
+                    client
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await?,
+                ))
             }
             Connector::Cluster(client) => Ok(Conn::Cluster(client.get_async_connection().await?)),
         }
@@ -249,6 +261,7 @@ impl Connector {
 #[derive(Clone)]
 pub(crate) enum Conn {
     Single(ConnectionManager),
+    Multiplexed(MultiplexedConnection),
     Cluster(ClusterConnection),
 }
 
@@ -259,6 +272,7 @@ impl ConnectionLike for Conn {
     ) -> redis::RedisFuture<'a, redis::Value> {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Multiplexed(c) => c.req_packed_command(cmd),
             Conn::Cluster(c) => c.req_packed_command(cmd),
         }
     }
@@ -271,6 +285,7 @@ impl ConnectionLike for Conn {
     ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
         match self {
             Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Multiplexed(c) => c.req_packed_commands(cmd, offset, count),
             Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
         }
     }
@@ -278,6 +293,7 @@ impl ConnectionLike for Conn {
     fn get_db(&self) -> i64 {
         match self {
             Conn::Single(c) => c.get_db(),
+            Conn::Multiplexed(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
         }
     }
