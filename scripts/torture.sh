@@ -37,7 +37,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 mode=long
 [[ "${1:-}" == "--short" ]] && mode=short
-stores=(${TORTURE_STORES:-sqlite azblob dynamodb postgres redis etcd s3})
+stores=(${TORTURE_STORES:-sqlite azblob dynamodb postgres redis redis-sentinel redis-cluster etcd s3})
 # The long run uses a release build unless TORTURE_PROFILE=debug.
 profile=debug
 [[ $mode == long ]] && profile="${TORTURE_PROFILE:-release}"
@@ -133,6 +133,10 @@ settings() {
         short:azblob) echo "50s 15s 8s" ;;
         short:postgres | short:postgres-unlogged) echo "20s 2s 2s" ;;
         short:redis) echo "20s 2s 2s" ;;
+        # A failover fault takes about 25 s (Sentinel) or 3 s (a cluster
+        # shard): a run long enough for a couple.
+        short:redis-sentinel) echo "40s 2s 4s" ;;
+        short:redis-cluster) echo "30s 2s 4s" ;;
         short:etcd) echo "20s 2s 2s" ;;
         short:s3) echo "20s 4s 2s" ;;
         long:sqlite) echo "${d:-15m} 1s 1s" ;;
@@ -140,6 +144,7 @@ settings() {
         long:azblob) echo "${d:-25m} 15s 5s" ;;
         long:postgres | long:postgres-unlogged) echo "${d:-20m} 2s 2s" ;;
         long:redis) echo "${d:-20m} 2s 2s" ;;
+        long:redis-sentinel | long:redis-cluster) echo "${d:-20m} 2s 4s" ;;
         long:etcd) echo "${d:-20m} 2s 2s" ;;
         long:s3) echo "${d:-20m} 4s 2s" ;;
     esac
@@ -211,6 +216,9 @@ failed=0
 failed_runs=()
 for store in "${stores[@]}"; do
   for variant in "${variants[@]}"; do
+    # Sentinel and Cluster: the main run, with failovers; their loss,
+    # restart and mixed runs are the single server's (the redis runs).
+    [[ $store == redis-sentinel || $store == redis-cluster ]] && [[ $variant != main ]] && continue
     read -r duration ttl every <<<"$(settings "$store")"
     [[ $variant == loss ]] && duration="${TORTURE_LOSS_DURATION:-3m}"
     if [[ $variant == mixed ]]; then
@@ -292,6 +300,33 @@ for store in "${stores[@]}"; do
             faults=kill,pause,break,partition,delay,reset,loss,restart
             loss=loss,restart
             extra=(--restart-cmd "LEASEHOLD_REDIS_PORT=$LEASEHOLD_REDIS_PORT scripts/redis.sh restart")
+            ;;
+        redis-sentinel)
+            # A primary, a replica and three sentinels of the run's own
+            # (scripts/redis-sentinel.sh on other ports). The failover fault
+            # crashes the primary (SIGKILL: writes not yet replicated are
+            # lost), the sentinels promote the replica, and the old one
+            # comes back as its replica. The holders reach the data nodes
+            # where the sentinels send them, not through a fault proxy: no
+            # network faults. Store loss and restarts are the redis runs'.
+            export LEASEHOLD_REDIS_SENTINEL_PORT="${TORTURE_SENTINEL_PORT:-26410}"
+            export LEASEHOLD_REDIS_SENTINEL_DATA_PORT="${TORTURE_SENTINEL_DATA_PORT:-63816}"
+            start_server redis-sentinel.sh
+            url="$(scripts/redis-sentinel.sh url)?prefix=torture$RANDOM:&max_ttl=5s"
+            faults=kill,pause,break,failover
+            extra=(--failover-cmd "LEASEHOLD_REDIS_SENTINEL_PORT=$LEASEHOLD_REDIS_SENTINEL_PORT LEASEHOLD_REDIS_SENTINEL_DATA_PORT=$LEASEHOLD_REDIS_SENTINEL_DATA_PORT scripts/redis-sentinel.sh crash-failover")
+            ;;
+        redis-cluster)
+            # A cluster of the run's own (scripts/redis-cluster.sh on other
+            # ports); the failover fault fails over the shard that serves
+            # the store's slot (CLUSTER FAILOVER on its replica).
+            export LEASEHOLD_REDIS_CLUSTER_PORT="${TORTURE_CLUSTER_PORT:-63860}"
+            export LEASEHOLD_REDIS_CLUSTER_BUS_PORT="${TORTURE_CLUSTER_BUS_PORT:-63870}"
+            start_server redis-cluster.sh
+            prefix="torture$RANDOM:"
+            url="$(scripts/redis-cluster.sh url)?prefix=$prefix&max_ttl=5s"
+            faults=kill,pause,break,failover
+            extra=(--failover-cmd "LEASEHOLD_REDIS_CLUSTER_PORT=$LEASEHOLD_REDIS_CLUSTER_PORT LEASEHOLD_REDIS_CLUSTER_BUS_PORT=$LEASEHOLD_REDIS_CLUSTER_BUS_PORT scripts/redis-cluster.sh failover '{$prefix}#epoch'")
             ;;
         etcd)
             # An etcd of its own (port 23809, data in a temporary

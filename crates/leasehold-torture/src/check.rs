@@ -74,6 +74,9 @@ pub const STORE_LOST: &str = "store lost";
 pub const STORE_LOST_CUT_OFF: &str = "store lost, its holders cut off";
 /// The detail of the epoch record written once the store restarted empty.
 pub const STORE_RESTARTED: &str = "store restarted";
+/// The detail of the record written once the store's primary failed over:
+/// the witness's epoch stays (tokens must keep growing across it).
+pub const FAILED_OVER: &str = "store failed over";
 
 /// Time bounds the checker allows holders.
 #[derive(Debug, Clone, Copy)]
@@ -242,6 +245,7 @@ pub fn check(records: &[Record], limits: Limits) -> Findings {
                     }
                     STORE_LOST => *f.faults.entry("loss".into()).or_default() += 1,
                     STORE_RESTARTED => *f.faults.entry("restart".into()).or_default() += 1,
+                    FAILED_OVER => *f.faults.entry("failover".into()).or_default() += 1,
                     STORE_LOST_CUT_OFF => {
                         *f.faults.entry("loss-partition".into()).or_default() += 1
                     }

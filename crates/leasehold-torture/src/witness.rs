@@ -160,6 +160,25 @@ impl Witness {
         Ok(next)
     }
 
+    /// A store event that changes nothing of the witness's order (a
+    /// failover): an epoch record of the current epoch, for the report to
+    /// count.
+    pub fn note(&self, detail: &str) -> std::io::Result<()> {
+        self.append(&Record {
+            kind: Kind::Epoch,
+            key: "-".into(),
+            epoch: self.epoch(),
+            token: 0,
+            worker: "coordinator".into(),
+            pid: std::process::id(),
+            ppid: 0,
+            t_ns: now_ns(),
+            accepted: true,
+            shared: false,
+            detail: detail.into(),
+        })
+    }
+
     /// A fenced write of `kind` by `worker` holding `token` on `key`: accepted
     /// unless a greater token has written to the key (in any epoch; see
     /// [`Fence`] for readers).

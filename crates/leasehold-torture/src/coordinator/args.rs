@@ -10,6 +10,7 @@ pub const FAULTS: &[&str] = &[
     "break",
     "loss",
     "restart",
+    "failover",
     "partition",
     "delay",
     "reset",
@@ -88,6 +89,13 @@ pub struct RunArgs {
     /// restart fault), e.g. "scripts/azurite.sh stop && scripts/azurite.sh start".
     #[arg(long)]
     pub restart_cmd: Option<String>,
+    /// Shell command that fails the store's primary over to a replica (for
+    /// the failover fault), e.g. "scripts/redis-sentinel.sh crash-failover".
+    /// Unlike a restart, nothing of the witness's order is relaxed: grants
+    /// before and after the failover must exclude each other and their
+    /// tokens must grow.
+    #[arg(long)]
+    pub failover_cmd: Option<String>,
     /// Mixed max TTLs (issue 28): every second holder (lib-1, lib-3, ...,
     /// cli-1, ...) opens the store with this `max_ttl` in its URL instead of
     /// the store URL's, takes TTLs between half this and this, and holds a

@@ -174,6 +174,27 @@ pub async fn inject_faults(
             let _ = witness.bump_epoch(check::STORE_LOST_CUT_OFF);
             continue;
         }
+        if kind == "failover" {
+            // The store's primary fails over (Redis Sentinel, a cluster
+            // shard). No witness epoch is bumped and no holder is marked:
+            // a failover must keep the promise whole (holders whose grants
+            // the replica lacks stop before anyone else begins; tokens keep
+            // growing), so the checker holds it to exclusion and token order
+            // across it. (Run to its end: the next fault waits for it.)
+            let cmd = args.failover_cmd.as_deref().unwrap_or("true");
+            match Command::new("sh")
+                .args(["-c", cmd])
+                .stdout(std::process::Stdio::null())
+                .status()
+                .await
+            {
+                Ok(s) if s.success() => {
+                    let _ = witness.note(check::FAILED_OVER);
+                }
+                other => eprintln!("leasehold-torture: failover: the command failed: {other:?}"),
+            }
+            continue;
+        }
         if kind == "restart" || kind == "loss" {
             // Every key loses its holder; tokens start again (new epoch).
             for (k, h) in &tracker.holders {

@@ -48,6 +48,10 @@ pub async fn run(mut args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
         !args.faults.iter().any(|f| f == "restart") || args.restart_cmd.is_some(),
         "the restart fault needs --restart-cmd"
     );
+    anyhow::ensure!(
+        !args.faults.iter().any(|f| f == "failover") || args.failover_cmd.is_some(),
+        "the failover fault needs --failover-cmd"
+    );
     let me = std::env::current_exe()?;
     let leasehold = args
         .leasehold
