@@ -175,9 +175,10 @@ step "compat: the previous release against this one"
 # tables, prefixes and servers of their own), and each run's checker is as
 # strict on a loaded machine, where pauses only come more often. The
 # seeded runs (bugs injected on purpose, which must be caught) go with
-# Redis, whose server of the run's own they use too. A lane's output is
+# Redis, whose server of the run's own they use too; Sentinel and
+# Cluster runs (failovers) fill the two other lanes. A lane's output is
 # shown once all are done, a failed lane's last (CI keeps the tail).
-torture_lanes=("azblob sqlite" "redis postgres" "dynamodb etcd s3")
+torture_lanes=("azblob sqlite redis-cluster" "redis postgres" "dynamodb etcd s3 redis-sentinel")
 torture_dir="$(mktemp -d)"
 torture_pids=()
 for i in "${!torture_lanes[@]}"; do
