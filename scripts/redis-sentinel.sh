@@ -168,6 +168,15 @@ primary() {
     echo "$HOST:$p"
 }
 
+# Whether the node on port $1 says it is master and every sentinel names it.
+is_primary_for_all() {
+    [[ "$(rcli "$1" role 2>/dev/null | head -n 1 | tr -d '\r')" == master ]] || return 1
+    local sport
+    for sport in "${SENTINEL_PORTS[@]}"; do
+        [[ "$(named_primary "$sport")" == "$1" ]] || return 1
+    done
+}
+
 failover() {
     (($(members_running) == ${#MEMBERS[@]})) || die "not running (start it first)"
     local old new t0 answer deadline=$((SECONDS + 30))
@@ -181,13 +190,7 @@ failover() {
         ((SECONDS < deadline)) || die "SENTINEL FAILOVER answered: $answer"
         sleep 0.2
     done
-    promoted() {
-        [[ "$(rcli "$new" role 2>/dev/null | head -n 1 | tr -d '\r')" == master ]] || return 1
-        local sport
-        for sport in "${SENTINEL_PORTS[@]}"; do
-            [[ "$(named_primary "$sport")" == "$new" ]] || return 1
-        done
-    }
+    promoted() { is_primary_for_all "$new"; }
     await promoted 60 "failover from $HOST:$old: $HOST:$new not the primary for every sentinel within 60 s"
     echo "$NAME: failover: $HOST:$new is the primary for every sentinel after $(since "$t0") s" >&2
     [[ "${LEASEHOLD_REDIS_SENTINEL_FAILOVER_WAIT:-}" == promoted ]] && return 0
@@ -217,13 +220,7 @@ crash_failover() {
     t0="$(date +%s.%N)"
     pid="$(member_pid "$old")" || die "no primary process on port $old"
     kill -KILL "$pid"
-    promoted() {
-        [[ "$(rcli "$new" role 2>/dev/null | head -n 1 | tr -d '\r')" == master ]] || return 1
-        local sport
-        for sport in "${SENTINEL_PORTS[@]}"; do
-            [[ "$(named_primary "$sport")" == "$new" ]] || return 1
-        done
-    }
+    promoted() { is_primary_for_all "$new"; }
     await promoted 60 "crash of $HOST:$old: $HOST:$new not the primary for every sentinel within 60 s"
     echo "$NAME: crash-failover: $HOST:$new is the primary for every sentinel after $(since "$t0") s" >&2
     # It comes back as it was configured (a primary, or a replica of the

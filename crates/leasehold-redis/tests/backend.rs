@@ -45,45 +45,16 @@ async fn failover_to_a_lagging_replica_starts_a_new_epoch() {
         return;
     };
     let replica = PrivateServer::start(false).await.unwrap();
-    let _: () = replica
-        .admin(
-            redis::cmd("CONFIG")
-                .arg("SET")
-                .arg("masterauth")
-                .arg(common::PRIVATE_PASSWORD),
-        )
-        .await;
-    // Start the full sync at once (the default waits 5 s for more replicas).
-    let _: () = primary
-        .admin(
-            redis::cmd("CONFIG")
-                .arg("SET")
-                .arg("repl-diskless-sync-delay")
-                .arg(0),
-        )
-        .await;
-    let _: () = replica
-        .admin(redis::cmd("REPLICAOF").arg("127.0.0.1").arg(primary.port))
-        .await;
+    replica.replicate_from(&primary).await;
     let a = primary.backend().await;
     let before = a.epoch().await.unwrap();
     let ttl = Duration::from_secs(4);
     let key = common::unique_key("failover");
     let replicated = leasehold_testkit::conformance::raw_lease(&a, &key, ttl).await;
-    // Wait until the replica has it (WAIT for 1 replica, 10 s at most).
-    let mut acked = 0;
-    for _ in 0..100 {
-        acked = primary.admin(redis::cmd("WAIT").arg(1).arg(100)).await;
-        if acked == 1 {
-            break;
-        }
-    }
-    assert_eq!(acked, 1, "the replica did not catch up");
+    primary.replicated().await;
     // The replica stops replicating (a partition), then the primary grants
     // once more: a write the replica never gets.
-    let _: () = replica
-        .admin(redis::cmd("REPLICAOF").arg("NO").arg("ONE"))
-        .await;
+    replica.promote().await;
     a.release(&replicated).await.unwrap();
     let unseen = leasehold_testkit::conformance::raw_lease(&a, &key, ttl).await;
     assert!(unseen.fencing_token > replicated.fencing_token);
@@ -99,41 +70,6 @@ async fn failover_to_a_lagging_replica_starts_a_new_epoch() {
     suite::new_epoch_grants_above(b, &key, epochs, ttl, wait, above).await;
 }
 
-/// Makes `replica` a replica of `primary` and waits until it has the
-/// primary's data.
-async fn replicate(replica: &PrivateServer, primary: &PrivateServer) {
-    let _: () = replica
-        .admin(
-            redis::cmd("CONFIG")
-                .arg("SET")
-                .arg("masterauth")
-                .arg(common::PRIVATE_PASSWORD),
-        )
-        .await;
-    let _: () = primary
-        .admin(
-            redis::cmd("CONFIG")
-                .arg("SET")
-                .arg("repl-diskless-sync-delay")
-                .arg(0),
-        )
-        .await;
-    let _: () = replica
-        .admin(redis::cmd("REPLICAOF").arg("127.0.0.1").arg(primary.port))
-        .await;
-}
-
-/// Waits until every write `primary` took has reached its one replica.
-async fn replicated(primary: &PrivateServer) {
-    for _ in 0..100 {
-        let acked: i64 = primary.admin(redis::cmd("WAIT").arg(1).arg(100)).await;
-        if acked == 1 {
-            return;
-        }
-    }
-    panic!("the replica did not catch up within 10 s");
-}
-
 /// Failover to a replica that has the grant: the promoted replica starts a
 /// new epoch that carries the leases it has. The holder's renewals there
 /// succeed (it keeps working), nobody else is granted its key while it
@@ -146,19 +82,17 @@ async fn failover_to_a_replica_that_has_the_grant_keeps_its_holder() {
         return;
     };
     let replica = PrivateServer::start(false).await.unwrap();
-    replicate(&replica, &primary).await;
+    replica.replicate_from(&primary).await;
     let a = primary.backend().await;
     let before = a.epoch().await.unwrap();
     let ttl = common::MAX_TTL;
     let key = common::unique_key("carried");
     let held = leasehold_testkit::conformance::raw_lease(&a, &key, ttl).await;
     a.renew(&held).await.unwrap();
-    replicated(&primary).await;
+    primary.replicated().await;
 
     // The replica is promoted; clients now reach it.
-    let _: () = replica
-        .admin(redis::cmd("REPLICAOF").arg("NO").arg("ONE"))
-        .await;
+    replica.promote().await;
     let b = replica.backend().await;
     let after = b.epoch().await.unwrap();
     assert!(after.epoch > before.epoch, "a promotion starts a new epoch");
@@ -182,11 +116,9 @@ async fn failover_to_a_replica_that_has_the_grant_keeps_its_holder() {
     // A second promotion (back to the old primary, after it resynchronised
     // from the new one) carries the chain: the lease of the new epoch is
     // renewed there too.
-    replicate(&primary, &replica).await;
-    replicated(&replica).await;
-    let _: () = primary
-        .admin(redis::cmd("REPLICAOF").arg("NO").arg("ONE"))
-        .await;
+    primary.replicate_from(&replica).await;
+    replica.replicated().await;
+    primary.promote().await;
     let c = primary.backend().await;
     assert!(c.epoch().await.unwrap().epoch > after.epoch);
     c.renew(&next)

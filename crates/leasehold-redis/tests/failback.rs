@@ -6,42 +6,9 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::{PrivateServer, PRIVATE_PASSWORD};
+use common::PrivateServer;
 use leasehold_redis::redis;
 use leasehold_test_servers::suite::next_token as token;
-
-/// Makes `replica` a replica of `primary` and waits until it has loaded
-/// the primary's data (a full resynchronisation when their histories
-/// differ).
-async fn replicate(replica: &PrivateServer, primary: &PrivateServer) {
-    let _: () = replica
-        .admin(
-            redis::cmd("CONFIG")
-                .arg("SET")
-                .arg("masterauth")
-                .arg(PRIVATE_PASSWORD),
-        )
-        .await;
-    let _: () = replica
-        .admin(redis::cmd("REPLICAOF").arg("127.0.0.1").arg(primary.port))
-        .await;
-    for _ in 0..200 {
-        let info: String = replica.admin(redis::cmd("INFO").arg("replication")).await;
-        if info.contains("master_link_status:up") && info.contains("master_sync_in_progress:0") {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the replica did not synchronise within 10 s");
-}
-
-async fn promote(server: &PrivateServer) {
-    let _: () = server
-        .admin(redis::cmd("REPLICAOF").arg("NO").arg("ONE"))
-        .await;
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failback_to_a_primary_that_lost_writes_never_repeats_a_token() {
@@ -51,7 +18,7 @@ async fn failback_to_a_primary_that_lost_writes_never_repeats_a_token() {
     ) else {
         return;
     };
-    replicate(&b, &a).await;
+    b.replicate_from(&a).await;
     let on_a = leasehold_testkit::test_store(a.backend().await);
     let first = token(&on_a).await;
     let acked: i64 = a.admin(redis::cmd("WAIT").arg(1).arg(5000)).await;
@@ -59,7 +26,7 @@ async fn failback_to_a_primary_that_lost_writes_never_repeats_a_token() {
 
     // Failover: B is promoted; A, not told yet (or its last writes not yet
     // replicated), grants once more. B never gets that grant.
-    promote(&b).await;
+    b.promote().await;
     let lost = token(&on_a).await;
     assert!(lost > first);
 
@@ -71,9 +38,9 @@ async fn failback_to_a_primary_that_lost_writes_never_repeats_a_token() {
             .unwrap()
     };
     let before = run_id(a.admin(redis::cmd("INFO").arg("server")).await);
-    replicate(&a, &b).await;
-    promote(&a).await;
-    replicate(&b, &a).await;
+    a.replicate_from(&b).await;
+    a.promote().await;
+    b.replicate_from(&a).await;
     assert_eq!(
         before,
         run_id(a.admin(redis::cmd("INFO").arg("server")).await)

@@ -144,19 +144,7 @@ impl Witness {
         let aside = self.dir.join("epoch.next");
         std::fs::write(&aside, next.to_string())?;
         std::fs::rename(aside, self.dir.join("epoch"))?;
-        self.append(&Record {
-            kind: Kind::Epoch,
-            key: "-".into(),
-            epoch: next,
-            token: 0,
-            worker: "coordinator".into(),
-            pid: std::process::id(),
-            ppid: 0,
-            t_ns: now_ns(),
-            accepted: true,
-            shared: false,
-            detail: detail.into(),
-        })?;
+        self.append(&epoch_record(next, detail))?;
         Ok(next)
     }
 
@@ -164,19 +152,7 @@ impl Witness {
     /// failover): an epoch record of the current epoch, for the report to
     /// count.
     pub fn note(&self, detail: &str) -> std::io::Result<()> {
-        self.append(&Record {
-            kind: Kind::Epoch,
-            key: "-".into(),
-            epoch: self.epoch(),
-            token: 0,
-            worker: "coordinator".into(),
-            pid: std::process::id(),
-            ppid: 0,
-            t_ns: now_ns(),
-            accepted: true,
-            shared: false,
-            detail: detail.into(),
-        })
+        self.append(&epoch_record(self.epoch(), detail))
     }
 
     /// A fenced write of `kind` by `worker` holding `token` on `key`: accepted
@@ -461,5 +437,22 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("witness-test-{test}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         dir
+    }
+}
+
+/// The coordinator's record of a store event in witness epoch `epoch`.
+fn epoch_record(epoch: u64, detail: &str) -> Record {
+    Record {
+        kind: Kind::Epoch,
+        key: "-".into(),
+        epoch,
+        token: 0,
+        worker: "coordinator".into(),
+        pid: std::process::id(),
+        ppid: 0,
+        t_ns: now_ns(),
+        accepted: true,
+        shared: false,
+        detail: detail.into(),
     }
 }

@@ -115,6 +115,56 @@ impl PrivateServer {
     pub async fn admin<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> T {
         admin(&self.base_url(), cmd).await
     }
+
+    /// Makes this server a replica of `primary` (as Sentinel would, with
+    /// `REPLICAOF`) and waits until it has loaded the primary's data (a
+    /// full resynchronisation when their histories differ).
+    pub async fn replicate_from(&self, primary: &PrivateServer) {
+        let set = |name: &str, value: String| {
+            let mut cmd = redis::cmd("CONFIG");
+            cmd.arg("SET").arg(name).arg(value);
+            cmd
+        };
+        let _: () = self
+            .admin(&set("masterauth", PRIVATE_PASSWORD.to_string()))
+            .await;
+        // Start the full sync at once (the default waits 5 s for more
+        // replicas).
+        let _: () = primary
+            .admin(&set("repl-diskless-sync-delay", "0".to_string()))
+            .await;
+        let _: () = self
+            .admin(redis::cmd("REPLICAOF").arg("127.0.0.1").arg(primary.port))
+            .await;
+        for _ in 0..200 {
+            let info: String = self.admin(redis::cmd("INFO").arg("replication")).await;
+            if info.contains("master_link_status:up") && info.contains("master_sync_in_progress:0")
+            {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("the replica did not synchronise within 10 s");
+    }
+
+    /// Promotes this server (`REPLICAOF NO ONE`).
+    pub async fn promote(&self) {
+        let _: () = self
+            .admin(redis::cmd("REPLICAOF").arg("NO").arg("ONE"))
+            .await;
+    }
+
+    /// Waits until every write this primary took has reached its one
+    /// replica (`WAIT`, 10 s at most).
+    pub async fn replicated(&self) {
+        for _ in 0..100 {
+            let acked: i64 = self.admin(redis::cmd("WAIT").arg(1).arg(100)).await;
+            if acked == 1 {
+                return;
+            }
+        }
+        panic!("the replica did not catch up within 10 s");
+    }
 }
 
 /// The repository's root, whose `scripts/` run the servers.
