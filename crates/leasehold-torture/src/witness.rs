@@ -376,6 +376,23 @@ impl Drop for Flock<'_> {
     }
 }
 
+/// The coordinator's record of a store event in witness epoch `epoch`.
+fn epoch_record(epoch: u64, detail: &str) -> Record {
+    Record {
+        kind: Kind::Epoch,
+        key: "-".into(),
+        epoch,
+        token: 0,
+        worker: "coordinator".into(),
+        pid: std::process::id(),
+        ppid: 0,
+        t_ns: now_ns(),
+        accepted: true,
+        shared: false,
+        detail: detail.into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -437,22 +454,5 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("witness-test-{test}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         dir
-    }
-}
-
-/// The coordinator's record of a store event in witness epoch `epoch`.
-fn epoch_record(epoch: u64, detail: &str) -> Record {
-    Record {
-        kind: Kind::Epoch,
-        key: "-".into(),
-        epoch,
-        token: 0,
-        worker: "coordinator".into(),
-        pid: std::process::id(),
-        ppid: 0,
-        t_ns: now_ns(),
-        accepted: true,
-        shared: false,
-        detail: detail.into(),
     }
 }
