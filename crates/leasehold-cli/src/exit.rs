@@ -72,8 +72,9 @@ mod tests {
 
     #[test]
     fn an_unknown_protocol_exits_1_naming_both_protocols() {
-        let refused = leasehold::backend::protocol::check_protocol("redis", Some("2")).unwrap_err();
-        let err = anyhow::Error::from(refused).context("cannot open store redis://h");
+        let refused =
+            leasehold::backend::protocol::check_protocol("postgres", Some("2")).unwrap_err();
+        let err = anyhow::Error::from(refused).context("cannot open store postgres://h");
         assert_eq!(exit_code_for(&err), EXIT_BACKEND);
         let text = error_chain(&err);
         assert!(

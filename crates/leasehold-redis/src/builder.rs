@@ -22,7 +22,9 @@ use crate::error;
 use crate::listen::Announcements;
 use crate::record::Names;
 use crate::scripts::Scripts;
-use crate::topology::{cluster_prefix, node_info, parse_multi_host, Connector, Topology};
+use crate::topology::{
+    cluster_prefix, has_hash_tag, node_info, parse_multi_host, Connector, Topology,
+};
 use crate::{MAX_TTL, MIN_TTL};
 
 const WHAT: &str = "store URL";
@@ -236,6 +238,20 @@ impl RedisBackendBuilder {
                 self.prefix
             )
         })?;
+        if matches!(self.topology, Topology::Cluster { .. }) {
+            // `}x:` would become `{}x:}`: an empty tag, which Redis ignores,
+            // so the store's keys would spread over slots.
+            require(
+                "prefix",
+                has_hash_tag(&cluster_prefix(&self.prefix)),
+                || {
+                    format!(
+                    "{:?}: on a Redis Cluster the prefix is made a hash tag ({{PREFIX}}) unless it has one, and a prefix that starts with '}}' would make it empty; use another prefix, or one with a tag such as {{jobs}}:",
+                    self.prefix
+                )
+                },
+            )?;
+        }
         check_max_ttl(self.options.max_ttl, MIN_TTL, MAX_TTL)?;
         Ok(())
     }
@@ -513,6 +529,7 @@ mod tests {
             "redis+cluster://u:hunter22@",
             "redis+cluster://u:hunter22@h/0?tls_ca=/x.pem",
             "redis+cluster://u:hunter22@h/0#insecure",
+            "redis+cluster://u:hunter22@h?prefix=%7Dx:",
             "redis+clusters://u:hunter22@h",
             "redis:u:hunter22@h/d",
         ];

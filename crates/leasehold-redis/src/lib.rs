@@ -121,10 +121,18 @@
 //! keep this one when they rewrite the marker). Every script reads the
 //! marker first (`current_epoch` in the prelude, before any write but
 //! release's end of its own lease) and ends with the error
-//! `LEASEHOLD_PROTOCOL <found>` on a protocol above the one the backend
-//! puts in front of the prelude (`PROTOCOL`), which the backend reports as
+//! `LEASEHOLD_PROTOCOL <found>` on a protocol above the highest the backend
+//! puts in front of the prelude (`CARRYING_PROTOCOL`, 2), which the backend
+//! reports as
 //! [`Error::UnsupportedProtocol`](leasehold::Error::UnsupportedProtocol):
-//! nothing granted, started, voided or broken.
+//! nothing granted, started, voided or broken. A new epoch is protocol 1
+//! (`PROTOCOL`), except one that carries leases through a promotion (see
+//! below): **protocol 2**, because it changes how records are read (a
+//! record of an earlier epoch may be live), which builds before the carry
+//! would get wrong (granting a carried lease's key as free): they refuse
+//! such a store instead (test
+//! `backend::failover_to_a_replica_that_has_the_grant_keeps_its_holder`
+//! reads the marker's protocol).
 //!
 //! # Store epoch and quarantine
 //! The marker holds the store's epoch, the `run_id` of the **server
@@ -184,7 +192,10 @@
 //! **A promotion carries the leases the replica has.** A new epoch started
 //! by a promoted replica whose previous replication history
 //! (`master_replid2`) is the one the marker was written in records
-//! `carry_from`: the leases of that epoch (and of those it carried) stay
+//! `carry_from` (so does, by the same test, a primary of Redis 7 restarted
+//! from an RDB file with replication information, which it loads as its
+//! `master_replid2`; an append-only file or no persistence carries
+//! nothing): the leases of that epoch (and of those it carried) stay
 //! honoured if the replica has their records, live by its clock. Why that
 //! is safe: the replica's data is a prefix of the old primary's history
 //! (replication applies each script's effects in order, atomically), so
@@ -201,7 +212,13 @@
 //! says) or it released; its record here only keeps the key held until it
 //! expires. A carried record's expiry was set by the old primary's clock;
 //! a renewal here checks it against this server's clock, and a carried
-//! holder's renewal refused for that reason is told lost (safe). Tokens:
+//! holder's renewal refused for that reason is told lost (safe). A lost
+//! **break** is undone the same way: a lease broken on the old primary,
+//! whose break the replica never got, is renewed there again, beside any
+//! holder the old primary granted after the break (whose own grant was
+//! lost too, so it is told lost at its next renewal; fencing tokens order
+//! the two, and `break` is a forced takeover that already relies on them).
+//! Tokens:
 //! new grants are above the new epoch's base, so above every carried token.
 //! Renew, release and record-run start the carrying epoch themselves (a
 //! holder's first renewal after a failover comes before any acquire);

@@ -31,11 +31,22 @@ impl Scripts {
 
 const PRELUDE: &str = include_str!("lua/prelude.lua");
 
-/// `body` with the prelude in front, and in front of that the protocol
-/// this build speaks (the prelude's `PROTOCOL`, see the crate docs).
+/// The store protocol of a marker whose epoch carries the leases of
+/// earlier ones (after a promotion, see the crate docs): protocol 1, but
+/// records of the carried epochs are read as live. Written only into such
+/// markers, so that builds that know nothing of the carry (which would
+/// grant a carried lease's key as free) refuse the store instead.
+pub(crate) const CARRYING_PROTOCOL: u64 = 2;
+
+/// `body` with the prelude in front, and in front of that the protocol a
+/// new epoch records (the prelude's `PROTOCOL`) and the one an epoch that
+/// carries leases records, the highest this build reads
+/// (`CARRYING_PROTOCOL`; see the crate docs).
 fn with_prelude(body: &str) -> String {
     let protocol = leasehold::backend::protocol::PROTOCOL;
-    format!("local PROTOCOL = {protocol}\n{PRELUDE}\n{body}")
+    format!(
+        "local PROTOCOL = {protocol}\nlocal CARRYING_PROTOCOL = {CARRYING_PROTOCOL}\n{PRELUDE}\n{body}"
+    )
 }
 
 /// The script texts, for tools that run the same protocol by hand (the

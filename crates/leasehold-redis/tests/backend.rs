@@ -96,6 +96,14 @@ async fn failover_to_a_replica_that_has_the_grant_keeps_its_holder() {
     let b = replica.backend().await;
     let after = b.epoch().await.unwrap();
     assert!(after.epoch > before.epoch, "a promotion starts a new epoch");
+    let marker = format!("{}#epoch", leasehold_redis::DEFAULT_PREFIX);
+    let protocol: String = replica
+        .admin(redis::cmd("HGET").arg(&marker).arg("protocol"))
+        .await;
+    assert_eq!(
+        protocol, "2",
+        "an epoch that carries leases is protocol 2 (earlier builds refuse it)"
+    );
     b.renew(&held)
         .await
         .expect("the holder's renewal on the promoted replica that has its grant");

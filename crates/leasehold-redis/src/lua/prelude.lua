@@ -44,7 +44,7 @@ end
 
 -- The store's epoch if the marker was written by this very server
 -- process in its present replication history, else nil (and what the
--- marker holds, if anything). A marker of a protocol above PROTOCOL (put
+-- marker holds, if anything). A marker of a protocol above CARRYING_PROTOCOL (put
 -- in front of the prelude by the backend) ends the script with the error
 -- `LEASEHOLD_PROTOCOL <found>`: every script reads the marker before it
 -- writes anything (release only ends its own lease first).
@@ -53,7 +53,7 @@ local function current_epoch()
                        'replid', 'proven', 'protocol', 'carry_from')
   if m[8] then
     local p = tonumber(m[8])
-    if not p or p ~= math.floor(p) or p < 1 or p > PROTOCOL then
+    if not p or p ~= math.floor(p) or p < 1 or p > CARRYING_PROTOCOL then
       return error({ err = 'LEASEHOLD_PROTOCOL ' .. m[8] })
     end
   end
@@ -102,7 +102,10 @@ local function check_epoch(now, default_max_ttl, proven, index)
   -- primary's writes: the leases whose records it has are carried into
   -- the new epoch (their holders renew here and keep working), while any
   -- grant it missed is void; the new epoch's quarantine outlasts the
-  -- holders of those. Any other new server process carries nothing.
+  -- holders of those. (So does a primary restarted from an RDB file with
+  -- replication information, which Redis 7 loads as its master_replid2:
+  -- its data is a prefix of that history too.) Any other new server
+  -- process carries nothing.
   local from = e
   if prev and old[6] and old[4] ~= run_id() and old[6] == replid2() then
     from = tonumber(old[9]) or prev
@@ -111,7 +114,7 @@ local function check_epoch(now, default_max_ttl, proven, index)
         start = (e + ORIGIN_S) * 1000, high = tonumber(old[5]) or 0, from = from }
   redis.call('HSET', KEYS[1], 'epoch', int(m.epoch), 'max_ttl_ms', int(m.max_ttl),
              'start_ms', int(m.start), 'run_id', run_id(), 'high', int(m.high),
-             'replid', replid(), 'protocol', int(PROTOCOL))
+             'replid', replid(), 'protocol', int(from < e and CARRYING_PROTOCOL or PROTOCOL))
   if from < e then
     redis.call('HSET', KEYS[1], 'carry_from', int(from))
   else

@@ -39,7 +39,9 @@
 //! Where the marker is lost (the store's data lost), the first process to
 //! use the store again writes a new one with its own protocol, as it
 //! begins the new epoch. Records carry no version of their own: a record
-//! is only read in the epoch of the marker that describes it.
+//! is only read in the epoch of the marker that describes it (on Redis, a
+//! marker of protocol 2 also describes the records of the earlier epochs
+//! it carries through a failover: see `leasehold-redis`).
 
 use crate::error::{Error, Result};
 
