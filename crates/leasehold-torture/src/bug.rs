@@ -8,15 +8,22 @@
 //! rejects the older holder's writes, and the checker must flag the overlap.
 //!
 //! `old-window` undoes the fix of issue 28 (item 8) in the holders'
-//! environment: their confirmation window becomes their own store's max TTL
-//! (what a test build falls back to without
-//! `LEASEHOLD_TEST_CONFIRMATION_WINDOW`), which is how every process
-//! behaved before the window existed: a holder trusts an unconfirmed lease
-//! for its whole TTL, and a process that meets a new store epoch
-//! quarantines it for that epoch's max TTL, the re-creator's. With mixed
-//! max TTLs and the `loss-partition` fault, a holder of a long lease of the
-//! lost data, cut off from the store, works on while a holder of the
-//! re-created store (short max TTL) already has the key.
+//! environment: each holder's confirmation window becomes the max TTL its
+//! own store URL gives, as every process behaved before the window existed
+//! (a process's window was its backend's max TTL): a holder trusts an
+//! unconfirmed lease for its whole TTL, and a process that meets a new
+//! store epoch quarantines it for its own max TTL, not one window every
+//! process shares. With mixed max TTLs and the `loss-partition` fault, a
+//! holder of a long lease of the lost data, cut off from the store, works
+//! on while a holder with the short max TTL already has the key in the
+//! re-created store. (The bug once took the window away instead, leaving
+//! a test build's fallback, the backend's max TTL: read at every use, it
+//! followed the epoch a holder met last. Since the test kit (issue 51) a
+//! store's window is fixed when it is opened, after the backend has read
+//! the first epoch's long max TTL: every holder quarantined the second
+//! epoch for 20 s too, the 30 s run ended before anyone got a lease in it,
+//! and the bug went uncaught. The URL's max TTL keeps short and long
+//! windows side by side whatever epoch a holder meets first.)
 //!
 //! `epochless-tokens` wraps a real backend and drops the store epoch from
 //! every token it grants (the low 22 bits only: the count within the
@@ -58,8 +65,8 @@ pub fn wraps_backend(bug: &str) -> bool {
     )
 }
 
-/// Whether `bug` takes the holders' confirmation window away (see the
-/// module docs).
+/// Whether `bug` gives each holder its own URL's max TTL as its
+/// confirmation window (see the module docs).
 pub fn removes_window(bug: &str) -> bool {
     bug == "old-window"
 }

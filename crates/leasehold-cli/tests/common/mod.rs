@@ -156,11 +156,37 @@ impl Env {
     /// Starts `leasehold ARGS` ([`spawn`](Self::spawn)) and reads the
     /// first line of its stdout, which must be `line`; returns the child and
     /// the rest of its stdout.
+    ///
+    /// A grant answered after its lease's safety deadline (a store slowed
+    /// down by the test command's load: `leasehold` releases it and exits
+    /// 1 before the command starts) is asked for again, for up to two
+    /// minutes, as [`warm_up`](Self::warm_up) does: the tests that use this
+    /// check what follows a grant.
     pub fn spawn_until(&self, args: &[&str], line: &str) -> (Child, BufReader<ChildStdout>) {
-        let mut child = self.spawn(args);
-        let mut out = stdout_reader(&mut child);
-        assert_eq!(read_line(&mut out), line, "{args:?}");
-        (child, out)
+        let started = std::time::Instant::now();
+        loop {
+            let mut child = self.spawn(args);
+            let mut out = stdout_reader(&mut child);
+            let first = read_line(&mut out);
+            if first == line {
+                return (child, out);
+            }
+            // It has exited, or is killed here; say why from its stderr.
+            let _ = child.kill();
+            let status = child.wait();
+            let mut stderr = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                let _ = e.read_to_string(&mut stderr);
+            }
+            let late = first.is_empty()
+                && status.as_ref().is_ok_and(|s| s.code() == Some(1))
+                && stderr.contains("answered after the lease's safety deadline");
+            if !late || started.elapsed() > Duration::from_secs(120) {
+                panic!(
+                    "{args:?}: first line {first:?}, not {line:?}; {status:?}; stderr: {stderr}"
+                );
+            }
+        }
     }
 
     /// The same store, opened by the library in this test process.

@@ -25,7 +25,7 @@ pub use args::{RunArgs, FAULTS};
 use faults::{inject_faults, CliPids};
 use route::{redact, upstream, Route};
 pub use store::open_store;
-use store::{recreate, settle, with_max_ttl};
+use store::{recreate, settle, url_max_ttl, with_max_ttl};
 
 pub async fn run(mut args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
     // `--faults ""` means none.
@@ -105,6 +105,10 @@ pub async fn run(mut args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
         .inject_bug
         .as_deref()
         .is_some_and(crate::bug::removes_window);
+    anyhow::ensure!(
+        !old_window || url_max_ttl(&args.store).is_some(),
+        "--inject-bug old-window needs max_ttl= in the store URL (each holder's window is its URL's max TTL)"
+    );
     let mut routes = HashMap::new();
     for id in (0..args.workers)
         .map(|i| format!("lib-{i}"))
@@ -168,12 +172,13 @@ pub async fn run(mut args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
             lib_key(i),
             args.ttl,
         );
+        let own_window = url_max_ttl(&store).filter(|_| old_window);
         tasks.push(tokio::spawn(async move {
             // Restarted whenever it dies before the end (killed by a fault).
             while now_ns() < until_ns {
                 let mut worker = Command::new(&me);
-                if old_window {
-                    worker.env_remove(WINDOW_VAR);
+                if let Some(own) = own_window {
+                    worker.env(WINDOW_VAR, own.as_secs_f64().to_string());
                 }
                 let status = worker
                     .args([
@@ -222,6 +227,7 @@ pub async fn run(mut args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
         let forking = i < args.forking;
         let id = format!("cli-{i}");
         let long = args.long_max_ttl.filter(|_| is_long(&args, &id));
+        let own_window = url_max_ttl(&store).filter(|_| old_window);
         tasks.push(tokio::spawn(async move {
             while now_ns() < until_ns {
                 let left = Duration::from_nanos(until_ns.saturating_sub(now_ns()));
@@ -246,8 +252,8 @@ pub async fn run(mut args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
                     rand::rng().random_range(3..12)
                 };
                 let mut child = Command::new(&leasehold);
-                if old_window {
-                    child.env_remove(WINDOW_VAR);
+                if let Some(own) = own_window {
+                    child.env(WINDOW_VAR, own.as_secs_f64().to_string());
                 }
                 child
                     .args([

@@ -120,6 +120,16 @@ pub async fn lose_store(url: &str, recreate_with: &str) -> anyhow::Result<()> {
     }
 }
 
+/// The `max_ttl=` of `url`, if it has one that parses.
+pub fn url_max_ttl(url: &str) -> Option<Duration> {
+    let query = url.split_once('?')?.1;
+    query
+        .split('&')
+        .filter_map(|p| p.strip_prefix("max_ttl="))
+        .next_back()
+        .and_then(|d| humantime::parse_duration(d).ok())
+}
+
 /// `url` with `max_ttl=` (the store's max TTL if it begins a new epoch)
 /// set to `max`.
 pub fn with_max_ttl(url: &str, max: Duration) -> String {
