@@ -190,8 +190,12 @@ impl RedisBackend {
         if self.conn().0 != generation {
             return; // someone replaced it already
         }
+        // Three request timeouts: a new cluster connection first connects
+        // to every seed node at once (one may be the frozen primary that
+        // made this connection time out: a connection timeout), then asks
+        // one that answered for the slots; the sentinels are asked in turn.
         let made = tokio::time::timeout(
-            self.inner.request_timeout,
+            self.inner.request_timeout * 3,
             self.inner.connector.connect(
                 &self.inner.manager_config,
                 self.inner.request_timeout,

@@ -226,7 +226,9 @@
 //! `backend::failover_to_a_replica_that_has_the_grant_keeps_its_holder`
 //! (carried through a failover and a failback; without the carry the
 //! renewal is refused) and `tests/failover.rs` (real Sentinel and Cluster
-//! failovers).
+//! failovers that kept the grant, and, with replication cut by hand before
+//! it, that lost it: the holder is told lost before another process gets
+//! the key, whose token is above the holder's).
 //!
 //! Tests: `tests/store_loss.rs` (the conformance suite's store-loss tests
 //! with `FLUSHALL` under a live holder and a waiter), `tests/restart.rs`

@@ -5,9 +5,10 @@
 //! working (its renewals go to the new primary), nobody else gets its key
 //! meanwhile, a waiter elsewhere is still woken by a release (pub/sub
 //! follows the primary), and the next token is above the holder's. A
-//! failover that lost the grant: `backend.rs`
-//! (`failover_to_a_lagging_replica_starts_a_new_epoch`, the promoted
-//! replica refuses the holder and tokens grow past it).
+//! failover that lost the grant (replication cut before it, by hand): the
+//! holder is told lost before anyone else gets its key, and the next token
+//! is above its own (on two bare servers too: `backend.rs`,
+//! `failover_to_a_lagging_replica_starts_a_new_epoch`).
 
 mod common;
 
@@ -22,8 +23,13 @@ use leasehold_test_servers::{installed, unique_name, ScriptServer};
 
 const SENTINEL_PORT: u16 = 26390;
 const SENTINEL_DATA_PORT: u16 = 63814;
+/// The lost-grant test's own set (the tests of a binary run side by side).
+const LOST_SENTINEL_PORT: u16 = 26395;
+const LOST_DATA_PORT: u16 = 63818;
 const CLUSTER_PORT: u16 = 63840;
 const CLUSTER_BUS_PORT: u16 = 63850;
+const LOST_CLUSTER_PORT: u16 = 63880;
+const LOST_CLUSTER_BUS_PORT: u16 = 63890;
 /// The holder's TTL: longer than the outage a crash-and-promote takes
 /// (about 2.5 s with the set-up's `down-after-milliseconds` 1000).
 const TTL: Duration = Duration::from_secs(8);
@@ -164,13 +170,7 @@ async fn sentinel_failover_after_a_crash_keeps_the_holder() {
     let primary = format!("redis://:{PRIVATE_PASSWORD}@127.0.0.1:{SENTINEL_DATA_PORT}/0");
     let acked: i64 = common::admin(&primary, redis::cmd("WAIT").arg(1).arg(5000)).await;
     assert_eq!(acked, 1);
-    let info: String = common::admin(&primary, redis::cmd("INFO").arg("server")).await;
-    let pid = info
-        .lines()
-        .find_map(|l| l.strip_prefix("process_id:"))
-        .unwrap()
-        .trim()
-        .to_string();
+    let pid = pid_of(&primary).await;
     signal("STOP", &pid);
     let result = tokio::time::timeout(Duration::from_secs(60), async {
         promoted(&set, SENTINEL_DATA_PORT).await;
@@ -179,6 +179,115 @@ async fn sentinel_failover_after_a_crash_keeps_the_holder() {
     .await;
     signal("CONT", &pid);
     result.expect("the failover test took over a minute");
+}
+
+/// The sentinels promote a replica that never got the holder's grant:
+/// replication is cut just before it (the replica frozen, its link closed
+/// by the primary, which then has no replica to send the grant to), and
+/// the primary freezes just after it. The holder must be told lost (its
+/// renewal refused by the new primary, or its deadline passed) before
+/// another process gets its key, and that process's token must be above
+/// the holder's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_failover_that_lost_the_grant_stops_the_holder_first() {
+    let Some(set) = start(
+        "redis-sentinel",
+        LOST_SENTINEL_PORT,
+        vec![(
+            "LEASEHOLD_REDIS_SENTINEL_DATA_PORT",
+            LOST_DATA_PORT.to_string(),
+        )],
+    )
+    .await
+    else {
+        return;
+    };
+    let p = set.port;
+    let url = format!(
+        "redis+sentinel://:{PRIVATE_PASSWORD}@127.0.0.1:{p},127.0.0.1:{},127.0.0.1:{}/leasehold/0?prefix={}:&max_ttl={MAX_TTL}",
+        p + 1,
+        p + 2,
+        unique_name("lost")
+    );
+    let (holder, other) = two_processes(&url).await;
+    let key = unique_name("lost/");
+    let data = |port: u16| format!("redis://:{PRIVATE_PASSWORD}@127.0.0.1:{port}/0");
+    let (guard, frozen) = grant_lost_to_the_replica(
+        &holder,
+        &key,
+        &data(LOST_DATA_PORT),
+        &data(LOST_DATA_PORT + 1),
+    )
+    .await;
+    let result = tokio::time::timeout(Duration::from_secs(60), async {
+        promoted(&set, LOST_DATA_PORT).await;
+        stopped_before_takeover(&other, guard, &key).await;
+    })
+    .await;
+    signal("CONT", &frozen);
+    result.expect("the failover test took over a minute");
+}
+
+/// Takes `key` for `holder` on `primary` while its `replica` cannot get the
+/// grant (frozen, its link closed by the primary, which then has no
+/// replica to send the grant to), then freezes the primary and thaws the
+/// replica: a promotion now loses the grant. Returns the guard and the
+/// frozen primary's pid (to thaw at the end).
+async fn grant_lost_to_the_replica(
+    holder: &Store,
+    key: &str,
+    primary: &str,
+    replica: &str,
+) -> (LeaseGuard, String) {
+    let (primary_pid, replica_pid) = (pid_of(primary).await, pid_of(replica).await);
+    signal("STOP", &replica_pid);
+    let cut: i64 = common::admin(
+        primary,
+        redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("replica"),
+    )
+    .await;
+    let guard = leasehold_testkit::conformance::take(holder, key, quick_polls(TTL)).await;
+    signal("STOP", &primary_pid);
+    signal("CONT", &replica_pid);
+    assert_eq!(cut, 1, "the primary had one replica to cut off");
+    (guard, primary_pid)
+}
+
+/// After a failover that lost `guard`'s grant: another process asks for
+/// `key` until it gets it; by then the holder must have been told lost,
+/// and the new token must be above the holder's.
+async fn stopped_before_takeover(other: &Store, guard: LeaseGuard, key: &str) {
+    let token = guard.fencing_token();
+    let lost_at = {
+        let lost = guard.lost_token();
+        tokio::spawn(async move {
+            lost.cancelled().await;
+            tokio::time::Instant::now()
+        })
+    };
+    let lock = other.lock_with(key, quick_polls(TTL)).unwrap();
+    let next = loop {
+        match lock.try_acquire().await {
+            Ok(g) => break g,
+            // Refused meanwhile: the new epoch's quarantine, or errors
+            // while the primary moves. (Had the replica the grant, the
+            // holder would keep it, renewed, and this would go on until
+            // the test's minute.)
+            Err(e) if e.is_retryable() => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(e) => panic!("another process's attempt: {e}"),
+        }
+    };
+    let granted_at = tokio::time::Instant::now();
+    assert!(
+        guard.is_lost(),
+        "another process got the key while its holder, whose grant the failover lost, still held it"
+    );
+    assert!(lost_at.await.unwrap() <= granted_at);
+    assert!(
+        next.fencing_token() > token,
+        "{} after {token}",
+        next.fencing_token()
+    );
 }
 
 /// A cluster shard's coordinated failover (`CLUSTER FAILOVER` on the
@@ -214,6 +323,90 @@ async fn cluster_shard_failover_keeps_the_holder() {
     })
     .await
     .expect("the failover test took over a minute");
+}
+
+/// A cluster shard's failover that lost the holder's grant: replication
+/// cut by hand as in the Sentinel test, the shard's primary frozen, then
+/// `CLUSTER FAILOVER TAKEOVER` on its replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_shard_failover_that_lost_the_grant_stops_the_holder_first() {
+    let Some(cluster) = start(
+        "redis-cluster",
+        LOST_CLUSTER_PORT,
+        vec![(
+            "LEASEHOLD_REDIS_CLUSTER_BUS_PORT",
+            LOST_CLUSTER_BUS_PORT.to_string(),
+        )],
+    )
+    .await
+    else {
+        return;
+    };
+    let p = cluster.port;
+    let prefix = format!("{}:", unique_name("lost"));
+    let url = format!(
+        "redis+cluster://:{PRIVATE_PASSWORD}@127.0.0.1:{p},127.0.0.1:{}?prefix={prefix}&max_ttl={MAX_TTL}",
+        p + 1
+    );
+    let (holder, other) = two_processes(&url).await;
+    let key = unique_name("lost/");
+    let node = |port: u16| format!("redis://:{PRIVATE_PASSWORD}@127.0.0.1:{port}/0");
+    let (primary, replica) = shard_of(&node(p), &format!("{{{prefix}}}#epoch")).await;
+    let (guard, frozen) =
+        grant_lost_to_the_replica(&holder, &key, &node(primary), &node(replica)).await;
+    let result = tokio::time::timeout(Duration::from_secs(60), async {
+        let answer: String = common::admin(
+            &node(replica),
+            redis::cmd("CLUSTER").arg("FAILOVER").arg("TAKEOVER"),
+        )
+        .await;
+        assert_eq!(answer, "OK");
+        stopped_before_takeover(&other, guard, &key).await;
+    })
+    .await;
+    signal("CONT", &frozen);
+    result.expect("the failover test took over a minute");
+}
+
+/// The ports of the primary that serves `key`'s slot and of its replica,
+/// by `CLUSTER NODES` on the node at `any`.
+async fn shard_of(any: &str, key: &str) -> (u16, u16) {
+    let slot: u16 = common::admin(any, redis::cmd("CLUSTER").arg("KEYSLOT").arg(key)).await;
+    let nodes: String = common::admin(any, redis::cmd("CLUSTER").arg("NODES")).await;
+    let nodes: Vec<Vec<&str>> = nodes
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    // "ID HOST:PORT@BUS FLAGS PRIMARY-ID PING PONG EPOCH LINK SLOTS..."
+    let port = |addr: &str| -> u16 {
+        let host_port = addr.split('@').next().unwrap();
+        host_port.rsplit(':').next().unwrap().parse().unwrap()
+    };
+    let serves = |range: &str| match range.split_once('-') {
+        Some((a, b)) => {
+            a.parse::<u16>().is_ok_and(|a| a <= slot) && b.parse::<u16>().is_ok_and(|b| slot <= b)
+        }
+        None => range.parse::<u16>() == Ok(slot),
+    };
+    let primary = nodes
+        .iter()
+        .find(|f| f[2].contains("master") && f[8..].iter().any(|r| serves(r)))
+        .unwrap_or_else(|| panic!("no primary serves slot {slot}"));
+    let replica = nodes
+        .iter()
+        .find(|f| f[3] == primary[0])
+        .unwrap_or_else(|| panic!("the primary of slot {slot} has no replica"));
+    (port(primary[1]), port(replica[1]))
+}
+
+/// The process id of the Redis server at `url`.
+async fn pid_of(url: &str) -> String {
+    let info: String = common::admin(url, redis::cmd("INFO").arg("server")).await;
+    info.lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .unwrap()
+        .trim()
+        .to_string()
 }
 
 /// Sends `SIG{name}` to `pid`.
