@@ -22,8 +22,19 @@ pub(crate) fn client_with(op: &'static str, e: redis::RedisError, hint: &str) ->
     if e.code() == Some("LEASEHOLD_PROTOCOL") {
         // A script found a marker of a protocol this build does not speak
         // and wrote nothing (see the prelude's `current_epoch`).
-        let found = e.detail().unwrap_or("").trim();
-        if let Err(refused) = leasehold::backend::protocol::check_protocol(NAME, Some(found)) {
+        // The detail is the protocol, then where in which script Redis
+        // raised it ("3 script: SHA, on @user_script:59.").
+        let found = e
+            .detail()
+            .unwrap_or("")
+            .split_whitespace()
+            .next()
+            .unwrap_or("");
+        if let Err(refused) = leasehold::backend::protocol::check_protocol_up_to(
+            NAME,
+            Some(found),
+            crate::scripts::CARRYING_PROTOCOL,
+        ) {
             return refused;
         }
     }

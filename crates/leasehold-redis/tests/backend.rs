@@ -224,6 +224,45 @@ async fn server_that_evicts_any_key_is_refused() {
     server.backend().await;
 }
 
+/// A marker of a protocol above the highest this build reads (2, the
+/// epochs that carry leases) is refused before anything is written, and
+/// the refusal names protocol 2, not the core's 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_marker_of_a_newer_protocol_is_refused_naming_protocol_2() {
+    let Some(server) = PrivateServer::start(false).await else {
+        return;
+    };
+    let a = server.settled_store().await;
+    let key = common::unique_key("protocol");
+    let options = leasehold::LockOptions::new().ttl(common::MAX_TTL);
+    leasehold_testkit::conformance::take(&a, &key, options.clone())
+        .await
+        .release()
+        .await
+        .unwrap();
+    let marker = format!("{}#epoch", leasehold_redis::DEFAULT_PREFIX);
+    let _: i64 = server
+        .admin(redis::cmd("HSET").arg(&marker).arg("protocol").arg("3"))
+        .await;
+    let err = a
+        .lock_with(&key, options)
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap_err();
+    match &err {
+        leasehold::Error::UnsupportedProtocol {
+            backend: "redis",
+            found,
+            supported: 2,
+            ..
+        } if found == "3" => {}
+        other => panic!("expected a refusal of protocol 3, got {other:?}"),
+    }
+    let text = err.to_string();
+    assert!(text.contains("speaks protocol 2 and older"), "{text}");
+}
+
 /// A request naming an epoch other than the store's is refused without a
 /// grant, and the answer names the store's epoch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

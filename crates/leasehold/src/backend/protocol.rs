@@ -61,15 +61,31 @@ pub const PROTOCOL_FIELD: &str = "protocol";
 /// [`Error::UnsupportedProtocol`] when `found` names a protocol above
 /// [`PROTOCOL`], or is not a protocol number at all.
 pub fn check_protocol(backend: &'static str, found: Option<&str>) -> Result<u64> {
+    check_protocol_up_to(backend, found, PROTOCOL)
+}
+
+/// [`check_protocol`] for a backend that reads protocols up to `supported`,
+/// above [`PROTOCOL`] (a store-specific later protocol, such as Redis's
+/// epochs that carry leases through a failover): the refusal names
+/// `supported`.
+///
+/// # Errors
+/// [`Error::UnsupportedProtocol`] when `found` names a protocol above
+/// `supported`, or is not a protocol number at all.
+pub fn check_protocol_up_to(
+    backend: &'static str,
+    found: Option<&str>,
+    supported: u64,
+) -> Result<u64> {
     let Some(text) = found else {
         return Ok(1);
     };
     match text.trim().parse::<u64>() {
-        Ok(n) if (1..=PROTOCOL).contains(&n) => Ok(n),
+        Ok(n) if (1..=supported).contains(&n) => Ok(n),
         _ => Err(Error::UnsupportedProtocol {
             backend,
             found: text.to_string(),
-            supported: PROTOCOL,
+            supported,
             this_version: env!("CARGO_PKG_VERSION"),
         }),
     }
