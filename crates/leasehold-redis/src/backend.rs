@@ -235,13 +235,13 @@ impl RedisBackend {
         retry: Retry,
         inv: &ScriptInvocation<'_>,
     ) -> Result<Value> {
-        let mut tries = match retry {
+        let mut sends_left = match retry {
             Retry::Once => 2,
             Retry::Never => 1,
         };
-        let mut refused_by_replica = 0;
+        let mut resent_after_refusal = false;
         loop {
-            tries -= 1;
+            sends_left -= 1;
             let (generation, mut conn) = self.conn();
             match tokio::time::timeout(
                 self.inner.request_timeout,
@@ -258,13 +258,14 @@ impl RedisBackend {
                     // Refused before the script wrote anything: by a
                     // replica, or by a primary short of replicas
                     // (`min-replicas-to-write`), which may have been
-                    // demoted since.
+                    // demoted since. Sent once more, to the primary the
+                    // sentinels name now, whatever `retry` says.
                     let refused = matches!(e.code(), Some("READONLY" | "NOREPLICAS"));
-                    if follow && refused && refused_by_replica == 0 {
-                        refused_by_replica += 1;
-                        tries += 1;
+                    if follow && refused && !resent_after_refusal {
+                        resent_after_refusal = true;
+                        sends_left += 1;
                         tracing::debug!(error = %e, op, "not the primary; asking the sentinels");
-                    } else if tries > 0 && (e.is_io_error() || e.is_connection_dropped()) {
+                    } else if sends_left > 0 && (e.is_io_error() || e.is_connection_dropped()) {
                         tracing::debug!(error = %e, op, "connection lost; sending once more");
                     } else {
                         return Err(error::client(op, e));

@@ -188,7 +188,10 @@ pub(crate) enum Connector {
 
 impl Connector {
     /// A connection to the server as it is now: for Sentinel, to the
-    /// primary the sentinels name (checked with `ROLE`).
+    /// primary the sentinels name (checked with `ROLE`). `lazy` is for a
+    /// single server's connection manager only (connect at its first
+    /// request, as a replacement does); Sentinel's and a cluster's
+    /// connections are made at once.
     pub(crate) async fn connect(
         &self,
         config: &ConnectionManagerConfig,
