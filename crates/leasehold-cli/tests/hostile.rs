@@ -74,7 +74,7 @@ async fn a_huge_wait_waits_instead_of_overflowing() {
         "ran",
     ]);
     let mut stderr = std::io::BufReader::new(waiter.stderr.take().unwrap());
-    let line = tokio::task::spawn_blocking(move || read_line(&mut stderr))
+    let line = tokio::task::spawn_blocking(move || read_message(&mut stderr))
         .await
         .unwrap();
     assert!(line.contains("waiting for k"), "{line}");

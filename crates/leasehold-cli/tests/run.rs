@@ -69,7 +69,7 @@ async fn a_waiter_runs_once_the_holder_releases() {
     let guard = store.lock("k").unwrap().try_acquire().await.unwrap();
     let mut waiter = env.spawn(&sh("run --wait 30s k", "echo $LEASEHOLD_FENCING_TOKEN"));
     let mut stderr = std::io::BufReader::new(waiter.stderr.take().unwrap());
-    let line = tokio::task::spawn_blocking(move || read_line(&mut stderr))
+    let line = tokio::task::spawn_blocking(move || read_message(&mut stderr))
         .await
         .unwrap();
     assert!(line.contains("waiting for k"), "{line}");

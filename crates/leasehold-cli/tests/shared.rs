@@ -69,7 +69,7 @@ fn a_waiting_plain_run_goes_before_later_shared_runs() {
         "run --wait 60s --owner writer-1 k",
         r#"echo w >> "$D/order""#,
     ));
-    let waiting = read_line(&mut stderr_reader(&mut writer));
+    let waiting = read_message(&mut stderr_reader(&mut writer));
     assert!(
         waiting.starts_with("leasehold: waiting for k: held by") && waiting.contains("reader-1"),
         "{waiting}"
@@ -91,7 +91,7 @@ fn a_waiting_plain_run_goes_before_later_shared_runs() {
         "run --shared --wait 60s --owner reader-2 k",
         r#"echo r >> "$D/order""#,
     ));
-    let waiting = read_line(&mut stderr_reader(&mut later));
+    let waiting = read_message(&mut stderr_reader(&mut later));
     assert!(
         waiting.starts_with("leasehold: waiting for k: held by") && waiting.contains("writer-1"),
         "a reader after a waiting writer did not wait: {waiting:?}"

@@ -218,6 +218,19 @@ pub fn sh<'a>(args: &'a str, script: &'a str) -> Vec<&'a str> {
     all
 }
 
+/// Reads one line of a `leasehold` process's stderr, passing over reports
+/// of processes it killed that another run left behind (another test's
+/// `leasehold run`, whose watchdog it killed on purpose: every run sweeps
+/// such leftovers as it starts, and says so first).
+pub fn read_message(from: &mut BufReader<impl Read>) -> String {
+    loop {
+        let line = read_line(from);
+        if !line.contains("left running by a `leasehold` run whose watchdog was killed") {
+            return line;
+        }
+    }
+}
+
 /// Reads one line (blocking until the process writes it or closes).
 pub fn read_line(from: &mut BufReader<impl Read>) -> String {
     let mut line = String::new();
