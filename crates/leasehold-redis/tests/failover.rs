@@ -62,6 +62,26 @@ async fn start(script: &str, port: u16, more: Vec<(&'static str, String)>) -> Op
     .await
 }
 
+/// A Sentinel set of the test's own (sentinels from `port`, data nodes
+/// from `data_port`) and a store URL on it with a prefix named after
+/// `name`; `None` (skipped) without Redis.
+async fn sentinel_set(port: u16, data_port: u16, name: &str) -> Option<(ScriptServer, String)> {
+    let set = start(
+        "redis-sentinel",
+        port,
+        vec![("LEASEHOLD_REDIS_SENTINEL_DATA_PORT", data_port.to_string())],
+    )
+    .await?;
+    let p = set.port;
+    let url = format!(
+        "redis+sentinel://:{PRIVATE_PASSWORD}@127.0.0.1:{p},127.0.0.1:{},127.0.0.1:{}/leasehold/0?prefix={}:&max_ttl={MAX_TTL}",
+        p + 1,
+        p + 2,
+        unique_name(name)
+    );
+    Some((set, url))
+}
+
 /// A holder's store and another process's, on `url` (a store of the test's
 /// own), both out of quarantine.
 async fn two_processes(url: &str) -> (Store, Store) {
@@ -143,25 +163,9 @@ async fn after_failover(holder: &Store, other: &Store, guard: LeaseGuard, key: &
 /// the sentinels promote the replica, which has the holder's grant.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_failover_after_a_crash_keeps_the_holder() {
-    let Some(set) = start(
-        "redis-sentinel",
-        SENTINEL_PORT,
-        vec![(
-            "LEASEHOLD_REDIS_SENTINEL_DATA_PORT",
-            SENTINEL_DATA_PORT.to_string(),
-        )],
-    )
-    .await
-    else {
+    let Some((set, url)) = sentinel_set(SENTINEL_PORT, SENTINEL_DATA_PORT, "failover").await else {
         return;
     };
-    let p = set.port;
-    let url = format!(
-        "redis+sentinel://:{PRIVATE_PASSWORD}@127.0.0.1:{p},127.0.0.1:{},127.0.0.1:{}/leasehold/0?prefix={}:&max_ttl={MAX_TTL}",
-        p + 1,
-        p + 2,
-        unique_name("failover")
-    );
     let (holder, other) = two_processes(&url).await;
     let key = unique_name("kept/");
     let guard = leasehold_testkit::conformance::take(&holder, &key, quick_polls(TTL)).await;
@@ -190,25 +194,9 @@ async fn sentinel_failover_after_a_crash_keeps_the_holder() {
 /// the holder's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_failover_that_lost_the_grant_stops_the_holder_first() {
-    let Some(set) = start(
-        "redis-sentinel",
-        LOST_SENTINEL_PORT,
-        vec![(
-            "LEASEHOLD_REDIS_SENTINEL_DATA_PORT",
-            LOST_DATA_PORT.to_string(),
-        )],
-    )
-    .await
-    else {
+    let Some((set, url)) = sentinel_set(LOST_SENTINEL_PORT, LOST_DATA_PORT, "lost").await else {
         return;
     };
-    let p = set.port;
-    let url = format!(
-        "redis+sentinel://:{PRIVATE_PASSWORD}@127.0.0.1:{p},127.0.0.1:{},127.0.0.1:{}/leasehold/0?prefix={}:&max_ttl={MAX_TTL}",
-        p + 1,
-        p + 2,
-        unique_name("lost")
-    );
     let (holder, other) = two_processes(&url).await;
     let key = unique_name("lost/");
     let data = |port: u16| format!("redis://:{PRIVATE_PASSWORD}@127.0.0.1:{port}/0");
