@@ -28,7 +28,9 @@
 # directory to keep each store's report and witness log in, for
 # `leasehold-torture check --witness DIR`), TORTURE_PAGE (the page to write),
 # TORTURE_VARIANTS (which runs of each store: "main loss mixed" by default,
-# see below), TORTURE_HOLDERS (the holder flags, e.g. "--workers 16 --keys 8").
+# see below), TORTURE_HOLDERS (the holder flags, e.g. "--workers 16 --keys 8"),
+# TORTURE_BIN (a directory with the `leasehold` and `leasehold-torture`
+# binaries to use, built with the test feature below; no build then).
 # Servers: the run starts its own on ports of its own where it can
 # (TORTURE_REDIS_PORT, TORTURE_ETCD_PORT, TORTURE_DYNAMODB_PORT; PostgreSQL
 # on LEASEHOLD_PG_PORT; Azurite on AZURITE_PORT, default the shared 10000).
@@ -50,7 +52,11 @@ profile=debug
 # so faults come and go in seconds instead of minutes.
 features=(--features leasehold-stores/test-window)
 build_start=$SECONDS
-if [[ $profile == release ]]; then
+if [[ -n "${TORTURE_BIN:-}" ]]; then
+    # Binaries built already (a copy of another run's, so that a second
+    # run side by side tests the same build while the tree changes).
+    bin="$TORTURE_BIN"
+elif [[ $profile == release ]]; then
     cargo build --release -p leasehold-cli -p leasehold-torture --bins "${features[@]}"
 elif [[ "${TORTURE_BUILD:-}" == tests ]]; then
     # scripts/test.sh: the workspace's test build has just built both
@@ -62,7 +68,7 @@ elif [[ "${TORTURE_BUILD:-}" == tests ]]; then
 else
     cargo build -p leasehold-cli -p leasehold-torture --bins "${features[@]}"
 fi
-bin="${CARGO_TARGET_DIR:-target}/$profile"
+bin="${TORTURE_BIN:-${CARGO_TARGET_DIR:-target}/$profile}"
 echo "torture: the build took $((SECONDS - build_start)) s" >&2
 
 work="$(mktemp -d)"

@@ -317,6 +317,17 @@ pub struct LeaseArgs {
     #[arg(long, default_value = "30s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub ttl: Duration,
 
+    /// While waiting, the longest pause between two asks of the store. A
+    /// wait asks every 50-100ms for its first 2s and whenever the key
+    /// changes hands, then backs off while the same holder keeps it, to a
+    /// pause of half the cap to the cap (default 2s: about 0.7 requests a
+    /// second, which is what a long wait costs on DynamoDB, Azure Blob and
+    /// S3, billed by request). A holder's lease that ends sooner is asked
+    /// after when it ends; a release wakes the wait at once where the
+    /// store tells of releases (sqlite, postgres, redis, etcd).
+    #[arg(long, value_name = "DURATION", value_parser = parse_poll_cap)]
+    pub poll_cap: Option<Duration>,
+
     /// A label stored with the lease to say who holds it (at most 128
     /// bytes).
     #[arg(long, value_name = "LABEL")]
@@ -368,6 +379,18 @@ fn parse_positive(s: &str) -> Result<Duration, String> {
         return Err("it must be longer than zero (expected e.g. 10s, 1m)".into());
     }
     Ok(d)
+}
+
+/// A `--poll-cap`: no shorter than the polls of a young wait.
+fn parse_poll_cap(s: &str) -> Result<Duration, String> {
+    let cap = parse_duration(s)?;
+    if cap < leasehold::DEFAULT_POLL_MAX {
+        return Err(format!(
+            "it must be at least {}ms, the longest pause between the first polls of a wait (expected e.g. 2s, 10s)",
+            leasehold::DEFAULT_POLL_MAX.as_millis()
+        ));
+    }
+    Ok(cap)
 }
 
 /// A `--once-per` period: a duration above zero.
@@ -508,6 +531,9 @@ pub fn lock_options(args: &LeaseArgs, window: Duration) -> anyhow::Result<LockOp
         .ttl(args.ttl)
         .safety_margin(margin)
         .renew_interval((trusted - margin) / 3);
+    if let Some(cap) = args.poll_cap {
+        opts = opts.poll_cap(cap);
+    }
     if let Some(label) = &args.owner {
         opts = opts.owner_label(label.clone());
     }
@@ -589,6 +615,26 @@ mod tests {
     }
 
     #[test]
+    fn poll_cap_is_read_for_run_and_elect_and_no_shorter_than_the_first_polls() {
+        for cmd in ["run", "elect"] {
+            let parse = |extra: &[&str]| {
+                let args = [&["leasehold", cmd, "k"][..], extra, &["--", "true"]].concat();
+                Cli::try_parse_from(args)
+            };
+            let lease = match parse(&["--poll-cap", "5s"]).unwrap().command {
+                Command::Run(run) => run.lease,
+                Command::Elect(elect) => elect.lease,
+                _ => panic!(),
+            };
+            assert_eq!(lease.poll_cap, Some(Duration::from_secs(5)));
+            assert!(lock_options(&lease, Duration::from_secs(60)).is_ok());
+            let err = parse(&["--poll-cap", "50ms"]).unwrap_err().to_string();
+            assert!(err.contains("at least 100ms"), "{err}");
+            assert!(parse(&["--poll-cap", "100ms"]).is_ok());
+        }
+    }
+
+    #[test]
     fn rejects_bad_durations() {
         assert!(
             Cli::try_parse_from(["leasehold", "run", "k", "--wait", "soon", "--", "true"]).is_err()
@@ -626,6 +672,7 @@ mod tests {
         LeaseArgs {
             key: "k".into(),
             ttl: Duration::from_secs(ttl),
+            poll_cap: None,
             owner: None,
             data: None,
             grace_arg: None,

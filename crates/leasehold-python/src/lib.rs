@@ -416,7 +416,7 @@ impl Store {
     /// election ("election"), or a reader-writer lock's reader side
     /// ("read") or writer side ("write", both with `limit` the maximum
     /// number of readers) on `key`.
-    #[pyo3(signature = (kind, key, limit=1, ttl=None, data=None, label=None, abort_on_loss=false, renew_interval=None))]
+    #[pyo3(signature = (kind, key, limit=1, ttl=None, data=None, label=None, abort_on_loss=false, renew_interval=None, poll_cap=None))]
     #[allow(clippy::too_many_arguments)]
     fn target(
         slf: Bound<'_, Self>,
@@ -430,10 +430,11 @@ impl Store {
         label: Option<String>,
         abort_on_loss: bool,
         renew_interval: Option<f64>,
+        poll_cap: Option<f64>,
     ) -> PyResult<Target> {
         let this = slf.get();
         this.home.check("store")?;
-        let options = lock_options(ttl, data, label, abort_on_loss, renew_interval)?;
+        let options = lock_options(ttl, data, label, abort_on_loss, renew_interval, poll_cap)?;
         let store = &*this.inner;
         let size = |what: &str| {
             u32::try_from(limit).map_err(|_| {
@@ -551,6 +552,7 @@ fn lock_options(
     label: Option<String>,
     abort_on_loss: bool,
     renew_interval: Option<f64>,
+    poll_cap: Option<f64>,
 ) -> PyResult<LockOptions> {
     let mut options = LockOptions::new();
     if let Some(ttl) = ttl {
@@ -558,6 +560,9 @@ fn lock_options(
     }
     if let Some(every) = renew_interval {
         options = options.renew_interval(duration("renew_interval", every)?);
+    }
+    if let Some(cap) = poll_cap {
+        options = options.poll_cap(duration("poll_cap", cap)?);
     }
     if let Some(data) = data {
         options = options.data(data);

@@ -135,3 +135,20 @@ def test_a_closed_store_refuses_use_with_usage_error(sqlite_env: Env) -> None:
     again = sqlite_env.open()
     with again.lock("c", ttl=sqlite_env.ttl):
         pass
+
+
+def test_a_poll_cap_reaches_the_lock_options_and_is_checked(sqlite_env: Env) -> None:
+    store = sqlite_env.open()
+    # Shorter than the polls' 100 ms: refused, as the Rust options refuse it
+    # (which shows the value got there).
+    with pytest.raises(leasehold.UsageError) as caught:
+        store.lock("k", ttl=sqlite_env.ttl, poll_cap=0.05)
+    assert "poll cap" in str(caught.value) and "100ms" in str(caught.value)
+    with pytest.raises(TypeError):
+        store.semaphore("k", 2, poll_cap="2s")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        store.election("k", poll_cap=-1)
+    with store.rw_lock("k", ttl=sqlite_env.ttl, poll_cap=datetime.timedelta(seconds=5)).write():
+        pass
+    with store.semaphore("k2", 2, ttl=sqlite_env.ttl, poll_cap=1):
+        pass

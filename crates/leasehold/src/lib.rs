@@ -179,8 +179,8 @@ pub use guard::{HeldLease, LeaseGuard};
 pub use key::{Key, MAX_KEY_LEN};
 pub use lock::Lock;
 pub use options::{
-    LockOptions, LossPolicy, Wait, DEFAULT_POLL_MAX, DEFAULT_POLL_MIN, DEFAULT_TTL, MAX_DATA_LEN,
-    MAX_LABEL_LEN, MIN_SAFETY_MARGIN,
+    LockOptions, LossPolicy, Wait, DEFAULT_POLL_CAP, DEFAULT_POLL_MAX, DEFAULT_POLL_MIN,
+    DEFAULT_TTL, MAX_DATA_LEN, MAX_LABEL_LEN, MIN_SAFETY_MARGIN,
 };
 pub use runs::{RunOutcome, RunRecord, RunReport};
 pub use rwlock::{

@@ -1121,3 +1121,93 @@ async fn a_wait_shorter_than_one_answer_still_gets_the_answer() {
         .expect("a free permit, answered after the wait ran out, is granted");
     permit.release().await.unwrap();
 }
+
+/// Two stores (two processes) on one [`Faulty`] memory backend, the
+/// backend's leases and both stores' guards on tokio's paused clock.
+fn two_processes_on_tokio_time() -> (Arc<Faulty>, Store, Store) {
+    let clock = Arc::new(TokioClock(tokio::time::Instant::now()));
+    let backend = Arc::new(Faulty {
+        inner: leasehold::memory::MemoryBackend::with_clock(clock.clone()),
+        ..Faulty::default()
+    });
+    let store =
+        || leasehold_testkit::with_test_window(&Store::with_clock(backend.clone(), clock.clone()));
+    let (here, elsewhere) = (store(), store());
+    (backend, here, elsewhere)
+}
+
+/// A wait on a store that cannot tell of releases by other processes (a
+/// pay-per-request store's case) polls quickly for its first 2 s, then,
+/// while the same holder keeps the key, backs off to a pause of 1-2 s (the
+/// default cap): over a 10-minute wait about 430 requests instead of about
+/// 8,000, and the key is still taken within the cap of its release.
+#[tokio::test(start_paused = true)]
+async fn a_long_wait_backs_off_to_a_request_every_one_to_two_seconds() {
+    let (backend, holder_side, waiter_side) = two_processes_on_tokio_time();
+    let holder = take(&holder_side, "k", LockOptions::new()).await;
+    let lock = waiter_side.lock("k").unwrap();
+    let before = backend.acquires.load(Ordering::SeqCst);
+    let waiting = tokio::spawn(async move {
+        let g = lock.acquire().await.unwrap();
+        (g, tokio::time::Instant::now())
+    });
+    let wait = Duration::from_secs(600);
+    tokio::time::sleep(wait).await;
+    let polls = backend.acquires.load(Ordering::SeqCst) - before;
+    assert!(
+        (300..=600).contains(&polls),
+        "{polls} requests in a wait of {wait:?}: expected about 30 in the first 2 s, then one every 1-2 s"
+    );
+    let released = tokio::time::Instant::now();
+    holder.release().await.unwrap();
+    let (_g, taken) = waiting.await.unwrap();
+    let after = taken - released;
+    assert!(
+        after <= leasehold::DEFAULT_POLL_CAP + Duration::from_millis(50),
+        "taken {after:?} after the release; the cap is {:?}",
+        leasehold::DEFAULT_POLL_CAP
+    );
+}
+
+/// A wait that has backed off asks again right when the holder's lease
+/// runs out by the store's account (here the holder is cut off and never
+/// renews, as a dead one would): the key is taken within a moment of its
+/// expiry, not up to a cap (10 s here) later.
+#[tokio::test(start_paused = true)]
+async fn a_backed_off_wait_takes_a_dead_holders_key_as_its_lease_runs_out() {
+    let (backend, holder_side, waiter_side) = two_processes_on_tokio_time();
+    let ttl = Duration::from_secs(20);
+    let _holder = take(&holder_side, "k", LockOptions::new().ttl(ttl)).await;
+    let granted = tokio::time::Instant::now();
+    backend.partitioned.store(true, Ordering::SeqCst);
+    let lock = waiter_side
+        .lock_with("k", LockOptions::new().poll_cap(Duration::from_secs(10)))
+        .unwrap();
+    let g = lock.acquire().await.unwrap();
+    let expired = granted + ttl;
+    let late = tokio::time::Instant::now().saturating_duration_since(expired);
+    assert!(
+        late <= Duration::from_millis(150),
+        "taken {late:?} after the dead holder's lease ran out (cap 10 s)"
+    );
+    assert!(g.fencing_token() > 1);
+}
+
+/// A cap shorter than the poll interval's max is refused, naming both.
+#[test]
+fn a_poll_cap_below_the_poll_interval_is_refused() {
+    let store = leasehold_testkit::test_store_from(Arc::new(Faulty::default()));
+    let err = store
+        .lock_with(
+            "k",
+            LockOptions::new()
+                .poll_interval(Duration::from_millis(50), Duration::from_millis(500))
+                .poll_cap(Duration::from_millis(200)),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("poll cap") && err.contains("200ms") && err.contains("500ms"),
+        "{err}"
+    );
+}

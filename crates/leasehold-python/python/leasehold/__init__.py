@@ -148,13 +148,19 @@ class Store:
         on_loss: Optional[LossCallback] = None,
         abort_on_loss: bool = False,
         renew_interval: Optional[Duration] = None,
+        poll_cap: Optional[Duration] = None,
     ) -> "Lock":
         """A lock on ``key``. ``ttl``: the lease's time to live (default
         30 s); ``wait``: how long ``with lock:`` waits (None: as long as it
         takes); ``data``/``label``: stored with the lease for others to see
         (``status``); ``on_loss``: called with the reason if a lease is
-        lost; ``abort_on_loss``: end the process at once if it is."""
-        return Lock(self, "lock", key, 1, ttl, wait, data, label, on_loss, abort_on_loss, renew_interval)
+        lost; ``abort_on_loss``: end the process at once if it is;
+        ``poll_cap``: the longest pause between two asks of the store while
+        waiting (default 2 s: a wait polls every 50-100 ms for its first
+        2 s and whenever the key changes hands, then backs off while the
+        same holder keeps it; what a long wait costs on stores billed by
+        request)."""
+        return Lock(self, "lock", key, 1, ttl, wait, data, label, on_loss, abort_on_loss, renew_interval, poll_cap)
 
     def semaphore(
         self,
@@ -168,12 +174,13 @@ class Store:
         on_loss: Optional[LossCallback] = None,
         abort_on_loss: bool = False,
         renew_interval: Optional[Duration] = None,
+        poll_cap: Optional[Duration] = None,
     ) -> "Semaphore":
         """At most ``limit`` holders of ``key`` at once; options as ``lock``.
         Each permit holds a slot key (``KEY/:slot:N``) with its own fencing
         tokens: they grow per slot, not across slots."""
         _int(limit, "limit")
-        return Semaphore(self, "semaphore", key, limit, ttl, wait, data, label, on_loss, abort_on_loss, renew_interval)
+        return Semaphore(self, "semaphore", key, limit, ttl, wait, data, label, on_loss, abort_on_loss, renew_interval, poll_cap)
 
     def rw_lock(
         self,
@@ -187,6 +194,7 @@ class Store:
         on_loss: Optional[LossCallback] = None,
         abort_on_loss: bool = False,
         renew_interval: Optional[Duration] = None,
+        poll_cap: Optional[Duration] = None,
     ) -> "RwLock":
         """A reader-writer lock on ``key``: ``with rw.read():`` shares it
         with other readers (up to ``max_readers`` at once), ``with
@@ -194,7 +202,7 @@ class Store:
         The same lock as ``leasehold run --shared KEY`` (a reader) and
         ``leasehold run KEY`` (a writer) take. Options as ``lock``."""
         _int(max_readers, "max_readers")
-        return RwLock(self, key, max_readers, ttl, wait, data, label, on_loss, abort_on_loss, renew_interval)
+        return RwLock(self, key, max_readers, ttl, wait, data, label, on_loss, abort_on_loss, renew_interval, poll_cap)
 
     def election(
         self,
@@ -207,10 +215,11 @@ class Store:
         on_loss: Optional[LossCallback] = None,
         abort_on_loss: bool = False,
         renew_interval: Optional[Duration] = None,
+        poll_cap: Optional[Duration] = None,
     ) -> "Election":
         """Leader election on ``key``: ``campaign`` to lead, ``leader`` to
         see who does; ``data`` is what the leader publishes."""
-        return Election(self, "election", key, 1, ttl, wait, data, label, on_loss, abort_on_loss, renew_interval)
+        return Election(self, "election", key, 1, ttl, wait, data, label, on_loss, abort_on_loss, renew_interval, poll_cap)
 
     def status(self, key: str) -> KeyInfo:
         """What the store holds for ``key``: its holder, last token, runs."""
@@ -464,6 +473,7 @@ class _Target:
         on_loss: Optional[LossCallback],
         abort_on_loss: bool,
         renew_interval: Optional[Duration],
+        poll_cap: Optional[Duration],
     ) -> None:
         self.store = store
         self._native = store._native.target(
@@ -475,6 +485,7 @@ class _Target:
             _str(label, "label", optional=True),
             _bool(abort_on_loss, "abort_on_loss"),
             _secs(renew_interval, "renew_interval"),
+            _secs(poll_cap, "poll_cap"),
         )
         self._wait = _secs(wait, "wait")
         self._on_loss = _callable(on_loss, "on_loss")
@@ -690,8 +701,9 @@ class RwLock:
         on_loss: Optional[LossCallback],
         abort_on_loss: bool,
         renew_interval: Optional[Duration],
+        poll_cap: Optional[Duration],
     ) -> None:
-        args = (key, max_readers, ttl, wait, data, label, on_loss, abort_on_loss, renew_interval)
+        args = (key, max_readers, ttl, wait, data, label, on_loss, abort_on_loss, renew_interval, poll_cap)
         self.store = store
         self._reader = ReadLock(store, "read", *args)
         self._writer = WriteLock(store, "write", *args)

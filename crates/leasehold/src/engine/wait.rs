@@ -62,7 +62,13 @@ impl Engine {
                 None => return Err(timed_out()),
             },
         };
-        let mut waiter = Waiter::new(started, give_up, queued);
+        let mut waiter = Waiter::new(
+            started,
+            give_up,
+            queued,
+            self.opts.poll_max,
+            self.opts.poll_cap,
+        );
         // A lock's guard keeps the gate (the key's) while held; a
         // semaphore's waiter lets the next local waiter poll once it is done.
         let mut queue = Some(gate);
@@ -173,7 +179,7 @@ impl Engine {
                     continue;
                 }
             }
-            let next = waiter.next(&missed, self.opts.poll_pause());
+            let next = waiter.next(&missed, self.opts.poll_pause(), tokio::time::Instant::now());
             match next {
                 Next::Again => {}
                 Next::Quarantine { epoch, remaining } => {
