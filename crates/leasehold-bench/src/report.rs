@@ -574,6 +574,7 @@ cycles, then a handoff to a waiter in another process (held 0.1–0.2 s, then re
         let _ = writeln!(s, "{}\n", section.trim_end());
     }
     rw_lock(&mut s, r);
+    wait_cost(&mut s, r);
     let _ = writeln!(
         s,
         "## Reproduce\n\n```sh\nscripts/bench.sh          # this page and its chart (several minutes)\nscripts/bench.sh --tiny   # a few seconds, to a temporary directory (CI)\nscripts/bench.sh --stores s3 --only 1,2,3 --out DIR   # some stores and figures only\nscripts/bench.sh --only 9 --out DIR   # section 9 alone\nscripts/setup-times.sh    # section 7 (half an hour)\nscripts/python-bench.py --out docs/python-bench.md sqlite:PATH URL   # section 8 (with the package installed)\nURL=\"$(scripts/postgres.sh url)\" .cache/bench-venv/bin/python scripts/pg-handoff-floor.py   # section 10's last handoff comparison\nscripts/cli-builds.py default=target/release/leasehold slim=target/slim/release/leasehold   # section 11 (builds: see the script)\nURL=\"$(scripts/postgres.sh url)\" cargo run --release -p leasehold-bench --example pg_layers -- --spawned   # section 13 (without --spawned: on the block_on thread)\n```"
@@ -768,4 +769,142 @@ which is why the ratio is below 1 even between writes.\n"
         }
         let _ = writeln!(s, "- **{}: {}.**\n", f.store, missed.join("; "));
     }
+}
+
+/// Per-request list prices the cost of figure 15 is reckoned at: (store
+/// label, the price of one request in US dollars, what the price is).
+const REQUEST_PRICES: [(&str, f64, &str); 2] = [
+    (
+        "DynamoDB Local",
+        0.625 / 1e6,
+        "DynamoDB on-demand, us-east-1: $0.625 per million write request units (the price since AWS halved it on 2024-11-01; a failed conditional `UpdateItem` of an item under 1 KB costs one)",
+    ),
+    (
+        crate::stores::S3_LABEL,
+        0.005 / 1e3,
+        "S3 Standard, us-east-1: $0.005 per 1,000 PUT requests (a held attempt may be a GET, $0.0004 per 1,000: this is the upper bound)",
+    ),
+];
+
+fn wait_cost(s: &mut String, r: &Results) {
+    let _ = writeln!(s, "## 15. What a long wait costs\n");
+    let Some(first) = r.wait_cost.first() else {
+        let _ = writeln!(s, "Not run (see notes).\n");
+        return;
+    };
+    let longest = first.waits_s.iter().cloned().fold(0.0, f64::max);
+    let _ = writeln!(
+        s,
+        "On every store at once, {n} waiter(s) per store and way of waiting, each on a key of its own \
+that a holder (the default options: TTL 30 s) keeps, each waiter a store client of its own so \
+that its requests are its own (HTTP requests on Azurite, DynamoDB Local and moto, gRPC requests \
+on etcd, transactions or scripts on the others). The holders release from half the longest wait \
+({half:.0} s) to its end ({longest:.0} s), spread evenly; the handoff is from the release call to \
+the waiter's grant. Two ways of waiting side by side in the same run: backing off to the poll cap \
+(`LockOptions::poll_cap`, default 2 s: quick polls for 2 s and whenever the key changes hands, \
+then doubling while the same holder keeps it, to 1–2 s), and polling every 50–100 ms throughout, \
+as every wait did before the cap (a cap equal to the poll interval's max never backs off). \
+Requests a second are all waiters' requests over all their waiting time.\n\
+Targets (issue 55): on the stores that cannot wake waiters (Azure Blob, DynamoDB, S3) at most 1 \
+request a second averaged over a long wait, at least 10× fewer than before, and a handoff p50 \
+after a long wait no longer than the cap.\n",
+        n = first.waits_s.len(),
+        half = longest / 2.0,
+    );
+    let _ = writeln!(
+        s,
+        "| store | way of waiting | requests / s | per hour | requests in the longest wait | handoff after the wait p50 / max | target |\n|---|---|---|---|---|---|---|"
+    );
+    for w in &r.wait_cost {
+        let longest_i = w
+            .waits_s
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .map(|(i, _)| i);
+        let longest_n = longest_i
+            .map(|i| format!("{} in {:.0} s", w.requests[i], w.waits_s[i]))
+            .unwrap_or_else(|| "–".into());
+        let handoff = w
+            .handoff
+            .map(|l| format!("{:.0} / {:.0} ms", l.p50_ms, l.max_ms))
+            .unwrap_or_else(|| "–".into());
+        let before = r
+            .wait_cost
+            .iter()
+            .find(|b| b.store == w.store && b.cap_ms < w.cap_ms);
+        let polling_store = matches!(
+            w.store.as_str(),
+            "Azurite" | "DynamoDB Local" | crate::stores::S3_LABEL
+        );
+        let target = match before {
+            Some(b) if polling_store => {
+                let fewer = b.requests_per_s / w.requests_per_s.max(1e-9);
+                let p50_ok = w
+                    .handoff
+                    .is_some_and(|l| l.p50_ms <= w.cap_ms as f64);
+                let ok = w.requests_per_s <= 1.0 && fewer >= 10.0 && p50_ok;
+                format!(
+                    "{}: {fewer:.0}× fewer than before",
+                    if ok { "**met**" } else { "**missed**" }
+                )
+            }
+            Some(b) => format!(
+                "{:.0}× fewer than before",
+                b.requests_per_s / w.requests_per_s.max(1e-9)
+            ),
+            None => String::new(),
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.2} | {:.0} | {} | {} | {} |",
+            w.store,
+            w.mode,
+            w.requests_per_s,
+            w.requests_per_s * 3600.0,
+            longest_n,
+            handoff,
+            target
+        );
+    }
+    let _ = writeln!(s);
+    let priced: Vec<_> = REQUEST_PRICES
+        .iter()
+        .filter(|(store, _, _)| r.wait_cost.iter().any(|w| w.store == *store))
+        .collect();
+    if priced.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "What 100 waiters waiting an hour would cost at the rates above, at list prices (as of \
+2026-11-28; the emulators' request counts, the real services' prices):\n"
+    );
+    let _ = writeln!(
+        s,
+        "| store | way of waiting | requests, 100 waiters × 1 h | cost |\n|---|---|---|---|"
+    );
+    for (store, price, _) in &priced {
+        for w in r.wait_cost.iter().filter(|w| w.store == *store) {
+            let n = w.requests_per_s * 3600.0 * 100.0;
+            let _ = writeln!(
+                s,
+                "| {} | {} | {:.0} | ${:.2} |",
+                w.store,
+                w.mode,
+                n,
+                n * price
+            );
+        }
+    }
+    let _ = writeln!(s);
+    for (_, _, what) in &priced {
+        let _ = writeln!(s, "- {what}.");
+    }
+    let _ = writeln!(
+        s,
+        "- Azure Blob bills lease operations by its tier and operation type; its request counts are \
+above, and its price per 10,000 operations on the Azure pricing page turns them into dollars the \
+same way.\n"
+    );
 }

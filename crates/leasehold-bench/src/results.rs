@@ -41,6 +41,12 @@ pub struct Plan {
     /// Figure 9: each window's length (ms).
     #[serde(default)]
     pub rw_window_ms: u64,
+    /// Figure 15: the longest wait (ms); the others end from half of it.
+    #[serde(default)]
+    pub wait_cost_ms: u64,
+    /// Figure 15: waiters per store and way of waiting.
+    #[serde(default)]
+    pub wait_cost_waiters: usize,
 }
 
 impl Plan {
@@ -71,6 +77,8 @@ impl Plan {
                 start_ms: 800,
                 rw_rounds: 1,
                 rw_window_ms: 600,
+                wait_cost_ms: 3_000,
+                wait_cost_waiters: 1,
             }
         } else {
             Plan {
@@ -100,6 +108,10 @@ impl Plan {
                 start_ms: 2_000,
                 rw_rounds: 3,
                 rw_window_ms: 5_000,
+                // Ten minutes, the waiters released from five on (issue
+                // 55's figure): added to the run's time, all stores at once.
+                wait_cost_ms: 600_000,
+                wait_cost_waiters: 5,
             }
         }
     }
@@ -291,6 +303,24 @@ pub struct RwLockFigure {
     pub errors: u64,
 }
 
+/// Figure 15, one store and one way of waiting.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct WaitCost {
+    pub store: String,
+    /// How the waiters waited.
+    pub mode: String,
+    /// Their poll cap (ms).
+    pub cap_ms: u64,
+    /// Each waiter's wait, from its call to the holder's release (s), and
+    /// the requests it sent meanwhile.
+    pub waits_s: Vec<f64>,
+    pub requests: Vec<u64>,
+    /// All waiters' requests over all their waiting time.
+    pub requests_per_s: f64,
+    /// From each release call to the waiter's grant.
+    pub handoff: Option<Latency>,
+}
+
 /// Everything one run measured.
 #[derive(Debug, Clone, Serialize, serde::Deserialize, Default)]
 pub struct Results {
@@ -307,6 +337,9 @@ pub struct Results {
     /// Figure 9, one row per store.
     #[serde(default)]
     pub rw_lock: Vec<RwLockFigure>,
+    /// Figure 15, one row per store and way of waiting.
+    #[serde(default)]
+    pub wait_cost: Vec<WaitCost>,
     /// What was skipped or failed, and why.
     pub notes: Vec<String>,
 }

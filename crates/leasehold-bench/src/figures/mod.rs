@@ -10,6 +10,7 @@ mod many;
 mod overhead;
 mod peer;
 mod rwlock;
+mod wait_cost;
 
 use std::path::Path;
 use std::time::Instant;
@@ -253,6 +254,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         let rw = run.rw_lock(spec).await;
         res.rw_lock
             .extend(noted(&mut res.notes, figure(9, spec), rw));
+    }
+    if want(15) {
+        // Every store at once: the figure is minutes of waiting.
+        let stores: Vec<Spec> = specs.iter().filter(tiny_store).cloned().collect();
+        eprintln!(
+            "[15] what a long wait costs: {} s, every store at once",
+            plan.wait_cost_ms / 1000
+        );
+        for (what, row) in run.wait_cost(&stores).await {
+            res.wait_cost.extend(noted(&mut res.notes, what, row));
+        }
     }
     cleanup::cleanup(&specs).await;
     let _ = std::fs::remove_dir_all(&dir);
