@@ -840,9 +840,7 @@ after a long wait no longer than the cap.\n",
         let target = match before {
             Some(b) if polling_store => {
                 let fewer = b.requests_per_s / w.requests_per_s.max(1e-9);
-                let p50_ok = w
-                    .handoff
-                    .is_some_and(|l| l.p50_ms <= w.cap_ms as f64);
+                let p50_ok = w.handoff.is_some_and(|l| l.p50_ms <= w.cap_ms as f64);
                 let ok = w.requests_per_s <= 1.0 && fewer >= 10.0 && p50_ok;
                 format!(
                     "{}: {fewer:.0}× fewer than before",

@@ -11,18 +11,25 @@ use crate::output::say;
 use crate::run::{describe_wait, StatusLine};
 use crate::supervisor::{supervise, Signals};
 
-/// Pause before campaigning again after the command exited, so that other
-/// candidates (polling every 50-100 ms) get their turn.
+/// The shortest pause before campaigning again after the command exited
+/// (and the base of the doubling after failures). Never shorter than the
+/// poll cap: a candidate that has waited long elsewhere asks the store at
+/// most a cap apart (on a store that does not wake it), and gets its turn
+/// only if the key stays free that long.
 const REST: Duration = Duration::from_millis(200);
 /// The longest pause after a command that keeps failing: the pause doubles
-/// with each failure in a row (0.2 s, 0.4 s, ... 30 s) and is back to
-/// [`REST`] after a success, so that a command that fails at once is not
-/// restarted five times a second.
+/// with each failure in a row (0.2 s, 0.4 s, ... 30 s, each at least the
+/// poll cap) and is back to the shortest after a success, so that a
+/// command that fails at once is not restarted five times a second.
 const MAX_REST: Duration = Duration::from_secs(30);
 
-/// The pause after `failures` failed runs in a row (0: the last succeeded).
-fn rest_after(failures: u32) -> Duration {
-    REST.saturating_mul(1 << failures.min(8)).min(MAX_REST)
+/// The pause after `failures` failed runs in a row (0: the last
+/// succeeded), with other candidates' waits polling at most `poll_cap`
+/// apart.
+fn rest_after(failures: u32, poll_cap: Duration) -> Duration {
+    REST.saturating_mul(1 << failures.min(8))
+        .max(poll_cap)
+        .min(MAX_REST)
 }
 
 pub async fn elect(store: &Store, args: ElectArgs) -> anyhow::Result<ExitCode> {
@@ -66,7 +73,10 @@ pub async fn elect(store: &Store, args: ElectArgs) -> anyhow::Result<ExitCode> {
             );
         } else {
             failures = if outcome.code == 0 { 0 } else { failures + 1 };
-            let rest = rest_after(failures);
+            let rest = rest_after(
+                failures,
+                lease.poll_cap.unwrap_or(leasehold::DEFAULT_POLL_CAP),
+            );
             say!(
                 "the command exited with {} (term {term}); campaigning again in {}",
                 outcome.code,

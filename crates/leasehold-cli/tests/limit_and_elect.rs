@@ -154,7 +154,19 @@ fn elect_backs_off_while_the_command_keeps_failing() {
     let script = "n=$(cat \"$D/n\" 2>/dev/null || echo 0); echo $((n + 1)) > \"$D/n\"; \
                   [ $n -eq 3 ]";
     let mut e = env.spawn(&[
-        "elect", "--ttl", "1s", "--grace", "100ms", "flaky", "--", "sh", "-c", script,
+        "elect",
+        "--ttl",
+        "1s",
+        "--grace",
+        "100ms",
+        // The pauses' floor: no higher than the first one, to see them double.
+        "--poll-cap",
+        "100ms",
+        "flaky",
+        "--",
+        "sh",
+        "-c",
+        script,
     ]);
     let mut err = BufReader::new(e.stderr.take().unwrap());
     let mut pauses = Vec::new();
@@ -168,6 +180,35 @@ fn elect_backs_off_while_the_command_keeps_failing() {
     assert_eq!(pauses, ["400ms", "800ms", "1s 600ms", "200ms", "400ms"]);
     kill(e.id(), libc::SIGTERM);
     wait_with_timeout(&mut e, 10 * SECS);
+}
+
+/// After the command exits, the key is left free for at least the poll
+/// cap (default 2 s) before this instance campaigns again: a candidate
+/// that has waited long elsewhere polls at most that far apart, and gets
+/// its turn.
+#[test]
+fn elect_leaves_the_key_free_for_a_poll_cap_after_the_command_exits() {
+    let env = Env::new();
+    for (extra, pause) in [(&[][..], "2s"), (&["--poll-cap", "5s"][..], "5s")] {
+        let args = [
+            &["elect", "--ttl", "1s", "--grace", "100ms"][..],
+            extra,
+            &["turns", "--", "true"],
+        ]
+        .concat();
+        let mut e = env.spawn(&args);
+        let mut err = BufReader::new(e.stderr.take().unwrap());
+        let said = loop {
+            let line = read_line(&mut err);
+            assert!(!line.is_empty(), "elect ended");
+            if let Some((_, p)) = line.rsplit_once("campaigning again in ") {
+                break p.trim().to_string();
+            }
+        };
+        assert_eq!(said, pause, "{extra:?}");
+        kill(e.id(), libc::SIGTERM);
+        wait_with_timeout(&mut e, 10 * SECS);
+    }
 }
 
 #[test]

@@ -19,7 +19,10 @@ use super::harness::Run;
 
 /// The two ways of waiting measured: a name, and the poll cap.
 pub const MODES: [(&str, Duration); 2] = [
-    ("backing off (the default cap, 2 s)", leasehold::DEFAULT_POLL_CAP),
+    (
+        "backing off (the default cap, 2 s)",
+        leasehold::DEFAULT_POLL_CAP,
+    ),
     (
         "polling every 50–100 ms throughout (before the cap)",
         leasehold::DEFAULT_POLL_MAX,
@@ -33,10 +36,13 @@ impl Run {
         let wait = Duration::from_millis(self.plan.wait_cost_ms);
         let waiters = self.plan.wait_cost_waiters.max(1);
         let runs = specs.iter().flat_map(|spec| {
-            MODES.iter().enumerate().map(move |(m, (mode, cap))| async move {
-                let what = format!("figure 15, {}, {mode}", spec.label());
-                (what, one(spec, m, mode, *cap, waiters, wait).await)
-            })
+            MODES
+                .iter()
+                .enumerate()
+                .map(move |(m, (mode, cap))| async move {
+                    let what = format!("figure 15, {}, {mode}", spec.label());
+                    (what, one(spec, m, mode, *cap, waiters, wait).await)
+                })
         });
         futures::future::join_all(runs).await
     }

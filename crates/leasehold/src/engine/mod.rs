@@ -36,7 +36,15 @@
 //!   semaphore queue in FIFO order on a local gate; only the first polls the
 //!   store, after a random pause between the poll bounds (a backoff after
 //!   failures), and a release by a guard of the same [`Store`] wakes it at
-//!   once. From its first round that finds the key held, the waiter also
+//!   once. While its rounds keep finding the same holders for longer than
+//!   [`QUICK_FOR`](waiter::QUICK_FOR), the pause doubles up to the poll
+//!   cap ([`LockOptions::poll_cap`](crate::LockOptions::poll_cap)), and a
+//!   round that finds other holders starts the quick polls again: a long
+//!   wait costs a request every second or two, not thirteen a second (what
+//!   a pay-per-request store bills), and a key that changes hands often is
+//!   still polled quickly. A backed-off pause never runs past the moment
+//!   the store said the first holder's lease ends, so a dead holder's key
+//!   is still taken as soon as its lease runs out. From its first round that finds the key held, the waiter also
 //!   watches for releases by other processes where the backend can tell
 //!   ([`Backend::watch_release`]), and asks once more at once (a release
 //!   before the watch was registered is not missed): an uncontended
@@ -54,7 +62,11 @@
 //!   local handoffs have kept the key for [`PROBE_POLLS`](wait::PROBE_POLLS) longest poll
 //!   intervals, since a process holding the key all along never sees the
 //!   others waiting. So passes go round the processes that want the key; a
-//!   key only one process uses waits a moment once every few polls.
+//!   key only one process uses waits a moment once every few polls. On a
+//!   backend that wakes no one, a waiter elsewhere that has backed off
+//!   (its holders unchanged for 2 s: long holds) polls less often than
+//!   that moment lasts, and may miss it: passes then go round less
+//!   evenly. A lower poll cap trades requests for that evenness.
 //! * **Gates.** An engine may have a [`Gate`]: a read of other keys that a
 //!   grant must pass before it is handed out (a reader-writer lock's
 //!   sides; the `rwlock` module says why that is safe). It is checked right
