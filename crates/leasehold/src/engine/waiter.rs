@@ -54,6 +54,9 @@ pub(super) struct Waiter {
     same_since: Option<Instant>,
     /// Pauses backed off since then (each doubles the poll pause).
     slow: u32,
+    /// Since when rounds have found one of those holders' leases ended by
+    /// the store's account while it still answers "held".
+    ended_since: Option<Instant>,
 }
 
 /// What the wait does after a round that missed and did not start a watch.
@@ -115,6 +118,7 @@ impl Waiter {
             holders: Vec::new(),
             same_since: None,
             slow: 0,
+            ended_since: None,
         }
     }
 
@@ -199,23 +203,41 @@ impl Waiter {
                 self.holders = tokens;
                 self.same_since = Some(now);
                 self.slow = 0;
+                self.ended_since = None;
                 now
             }
         };
         if now.saturating_duration_since(since) < QUICK_FOR {
             return poll;
         }
+        // A lease the store says has ended while it still answers "held":
+        // on DynamoDB and S3 the key passes once a waiter has seen the
+        // record unchanged for its TTL, a moment after the end the holder's
+        // clock gave it. Quick polls then, but for no longer than a TTL
+        // (and QUICK_FOR) from when it was first seen ended: a holder
+        // whose clock is far behind ours seems ended all along.
+        if missed
+            .holders
+            .iter()
+            .any(|h| h.expires_in == Some(Duration::ZERO))
+        {
+            let ended = *self.ended_since.get_or_insert(now);
+            let ttl = missed.holders.iter().filter_map(|h| h.ttl).max();
+            let quick = ttl.unwrap_or(QUICK_FOR) + QUICK_FOR;
+            if now.saturating_duration_since(ended) < quick {
+                return poll;
+            }
+        } else {
+            // Renewed after all: a later end is timed afresh.
+            self.ended_since = None;
+        }
         self.slow = (self.slow + 1).min(32);
         let factor = 2f64.powi(self.slow as i32).min(self.cap_factor);
         let pause = poll.mul_f64(factor);
         // A holder that died leaves the key when its lease runs out: ask
         // then (a live one will have renewed, and the pause that follows
-        // is measured from its new expiry). A lease the store says has run
-        // out while it still answers "held" tells nothing of when it will
-        // not: DynamoDB and S3 estimate the end from the holder's wall
-        // clock, and hand the key over only once a waiter has seen the
-        // record unchanged for its TTL (and a holder's clock far behind
-        // ours would make every poll quick).
+        // is measured from its new expiry). Ended leases (above) give no
+        // such moment.
         let ends = missed
             .holders
             .iter()
@@ -509,12 +531,6 @@ mod tests {
             [POLL],
             "nor below a poll"
         );
-        let ran_out = held_by(&[7], Some(Duration::ZERO));
-        assert_eq!(
-            pauses(&mut w, t0, &[3_100], &ran_out),
-            [POLL * 20],
-            "a lease said to have ended while still held: no hint"
-        );
         // Of several holders, the first lease to run out counts.
         let mut w = waiter(t0, None, false);
         let mut two = held_by(&[1, 2], Some(Duration::from_secs(30)));
@@ -549,5 +565,33 @@ mod tests {
         pauses(&mut w, t0, &[0, 2_000, 2_200], &same);
         w.next(&failed(), POLL, t0 + Duration::from_millis(2_600));
         assert_eq!(pauses(&mut w, t0, &[3_000], &same), [POLL * 8]);
+    }
+
+    #[test]
+    fn a_lease_said_ended_while_still_held_is_polled_quickly_for_a_ttl_and_no_longer() {
+        let t0 = Instant::now();
+        let mut w = waiter(t0, None, false);
+        let live = held_by(&[7], Some(Duration::from_secs(2)));
+        pauses(&mut w, t0, &[0, 2_000, 2_200, 2_600], &live);
+        let mut ended = held_by(&[7], Some(Duration::ZERO));
+        ended.holders[0].ttl = Some(Duration::from_secs(2));
+        assert_eq!(
+            pauses(&mut w, t0, &[4_000, 4_100, 7_900], &ended),
+            [POLL; 3],
+            "quick from the first sight of the end, for its TTL + 2 s"
+        );
+        assert_eq!(
+            pauses(&mut w, t0, &[8_000, 8_200], &ended),
+            [POLL * 16, POLL * 20],
+            "then backing off again (a holder whose clock is behind ours)"
+        );
+        // Another holder: quick again, and its end is timed afresh.
+        let mut other = held_by(&[8], Some(Duration::ZERO));
+        other.holders[0].ttl = Some(Duration::from_secs(2));
+        assert_eq!(
+            pauses(&mut w, t0, &[9_000, 11_000, 14_900], &other),
+            [POLL; 3]
+        );
+        assert_eq!(pauses(&mut w, t0, &[15_100], &other), [POLL * 2]);
     }
 }
