@@ -145,10 +145,12 @@ def test_a_poll_cap_reaches_the_lock_options_and_is_checked(sqlite_env: Env) -> 
         store.lock("k", ttl=sqlite_env.ttl, poll_cap=0.05)
     assert "poll cap" in str(caught.value) and "100ms" in str(caught.value)
     with pytest.raises(TypeError):
-        store.semaphore("k", 2, poll_cap="2s")  # type: ignore[arg-type]
+        store.semaphore("k", 2, poll_cap=b"2s")  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         store.election("k", poll_cap=-1)
     with store.rw_lock("k", ttl=sqlite_env.ttl, poll_cap=datetime.timedelta(seconds=5)).write():
         pass
-    with store.semaphore("k2", 2, ttl=sqlite_env.ttl, poll_cap=1):
+    with store.semaphore("k2", 2, ttl=sqlite_env.ttl, poll_cap="1s"):
+        pass
+    with store.lock("k3", ttl=sqlite_env.ttl, poll_cap=0.1):
         pass
