@@ -185,6 +185,30 @@ dated where it stands.\n",
             peers.join(", ")
         );
     }
+    let backed: Vec<String> = r
+        .wait_cost
+        .iter()
+        .filter(|w| w.cap_ms == leasehold::DEFAULT_POLL_CAP.as_millis() as u64)
+        .filter_map(|w| {
+            let before = r
+                .wait_cost
+                .iter()
+                .find(|b| b.store == w.store && b.cap_ms < w.cap_ms)?;
+            Some(format!(
+                "{} {:.2} ({:.0}× fewer)",
+                w.store,
+                w.requests_per_s,
+                before.requests_per_s / w.requests_per_s.max(1e-9)
+            ))
+        })
+        .collect();
+    if !backed.is_empty() {
+        let _ = writeln!(
+            s,
+            "- 15: requests a second of a long wait, backing off to the default cap: {}.",
+            backed.join(", ")
+        );
+    }
     let all = targets(r);
     if !all.is_empty() {
         let missed: Vec<&str> = all
