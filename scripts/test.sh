@@ -49,7 +49,23 @@ print_steps() { # the exit status
             $((SECONDS - step_start)) "$1"
     fi
     echo "$(printf '%5d s' "$SECONDS")  in all"
+    echo "== test.sh: disk space left for $target_dir and /tmp: $(free_gb "$target_dir") GB, $(free_gb /tmp) GB"
 }
+# Free space (GB, rounded down) on the file system that holds $1.
+free_gb() {
+    local kb
+    kb="$(df -Pk "$1" 2>/dev/null | awk 'NR == 2 { print $4 }')"
+    echo $((${kb:-0} / 1024 / 1024))
+}
+# A whole run from a clean clone writes about 9 GB (the builds, the
+# servers' data, the torture runs' logs); a full disk fails it late and
+# unclearly (a CI run ended in the torture step with "No space left on
+# device", etcd exiting at start-up with an empty log). Said up front.
+target_dir="${CARGO_TARGET_DIR:-target}"
+mkdir -p "$target_dir"
+if (($(free_gb "$target_dir") < 12 || $(free_gb /tmp) < 12)); then
+    echo "test.sh: warning: only $(free_gb "$target_dir") GB free for $target_dir and $(free_gb /tmp) GB for /tmp; a whole run writes about 9 GB" >&2
+fi
 
 emulators=(azurite dynamodb-local postgres pgbouncer redis etcd redis-sentinel redis-cluster)
 # Started in the background, beside the others, and waited for before the
