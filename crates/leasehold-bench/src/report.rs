@@ -829,10 +829,7 @@ after a long wait no longer than the cap.\n",
             .handoff
             .map(|l| format!("{:.0} / {:.0} ms", l.p50_ms, l.max_ms))
             .unwrap_or_else(|| "–".into());
-        let before = r
-            .wait_cost
-            .iter()
-            .find(|b| b.store == w.store && b.cap_ms < w.cap_ms);
+        let before = r.wait_cost_before(w);
         let polling_store = matches!(
             w.store.as_str(),
             "Azurite" | "DynamoDB Local" | crate::stores::S3_LABEL

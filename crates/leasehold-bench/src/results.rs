@@ -321,6 +321,16 @@ pub struct WaitCost {
     pub handoff: Option<Latency>,
 }
 
+impl Results {
+    /// Figure 15's row of the same store that waited with a lower cap (the
+    /// "before" of `w`), if there is one.
+    pub fn wait_cost_before(&self, w: &WaitCost) -> Option<&WaitCost> {
+        self.wait_cost
+            .iter()
+            .find(|b| b.store == w.store && b.cap_ms < w.cap_ms)
+    }
+}
+
 /// Everything one run measured.
 #[derive(Debug, Clone, Serialize, serde::Deserialize, Default)]
 pub struct Results {

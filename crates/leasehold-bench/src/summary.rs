@@ -190,10 +190,7 @@ dated where it stands.\n",
         .iter()
         .filter(|w| w.cap_ms == leasehold::DEFAULT_POLL_CAP.as_millis() as u64)
         .filter_map(|w| {
-            let before = r
-                .wait_cost
-                .iter()
-                .find(|b| b.store == w.store && b.cap_ms < w.cap_ms)?;
+            let before = r.wait_cost_before(w)?;
             Some(format!(
                 "{} {:.2} ({:.0}× fewer)",
                 w.store,
