@@ -245,7 +245,7 @@ impl Waiter {
             .filter(|d| !d.is_zero())
             .min();
         match ends {
-            Some(ends) => pause.min((ends + EXPIRY_SLACK).max(poll)),
+            Some(ends) => pause.min(ends.saturating_add(EXPIRY_SLACK).max(poll)),
             None => pause,
         }
     }
@@ -593,5 +593,18 @@ mod tests {
             [POLL; 3]
         );
         assert_eq!(pauses(&mut w, t0, &[15_100], &other), [POLL * 2]);
+    }
+
+    #[test]
+    fn a_store_that_says_a_lease_ends_in_the_far_future_is_polled_at_the_cap() {
+        // A corrupt or hostile record (DynamoDB's and S3's expiry is the
+        // writer's number): no overflow, the cap still bounds the pause.
+        let t0 = Instant::now();
+        let mut w = waiter(t0, None, false);
+        let far = held_by(&[7], Some(Duration::MAX));
+        assert_eq!(
+            pauses(&mut w, t0, &[0, 2_000, 2_200], &far),
+            [POLL, POLL * 2, POLL * 4]
+        );
     }
 }
