@@ -253,7 +253,7 @@ impl MysqlBackendBuilder {
     /// the server cannot be reached or refuses.
     pub async fn build(self) -> Result<MysqlBackend> {
         self.check()?;
-        let constraints = PoolConstraints::new(0, self.pool_size)
+        let constraints = PoolConstraints::new(1, self.pool_size)
             .ok_or_else(|| Error::invalid("pool_size", "must be at least 1"))?;
         let mut opts = OptsBuilder::from_opts(self.opts.clone())
             // A renewal that finds its row counts as done even if the row
@@ -264,6 +264,10 @@ impl MysqlBackendBuilder {
             .pool_opts(
                 PoolOpts::default()
                     .with_constraints(constraints)
+                    // One connection stays open; more are closed after a
+                    // minute idle (not at the next 30 s check, which
+                    // would make a renewal every so often reconnect).
+                    .with_inactive_connection_ttl(Duration::from_secs(60))
                     // A connection back in the pool keeps its prepared
                     // statements (the session state this backend uses: no
                     // variables, no locks); an unfinished transaction is
