@@ -88,3 +88,50 @@ pub async fn query_i64(sql: &str) -> i64 {
         .expect("a row");
     mysql_async::from_value(row[0].clone())
 }
+
+const PRIVATE_PASSWORD: &str = "restart-test-pw-62d0";
+
+/// A MariaDB server of a test's own (a new data directory, started with
+/// `scripts/mysql.sh` on a port of its own, stopped and removed on drop),
+/// so the shared server is never disturbed.
+pub struct PrivateServer(servers::ScriptServer);
+
+impl std::ops::Deref for PrivateServer {
+    type Target = servers::ScriptServer;
+    fn deref(&self) -> &servers::ScriptServer {
+        &self.0
+    }
+}
+
+impl PrivateServer {
+    /// Starts one, or `None` (skipped) when MariaDB is not installed.
+    pub async fn start() -> Option<Self> {
+        let installed = std::path::Path::new("/usr/sbin/mariadbd").exists();
+        let port = servers::free_port();
+        servers::ScriptServer::start(REPO, "mysql", installed, "MariaDB", port, |port, dir| {
+            vec![
+                ("LEASEHOLD_MYSQL_PORT", port.to_string()),
+                ("LEASEHOLD_MYSQL_DIR", dir.display().to_string()),
+                ("LEASEHOLD_MYSQL_PASSWORD", PRIVATE_PASSWORD.to_string()),
+            ]
+        })
+        .await
+        .map(PrivateServer)
+    }
+
+    /// Its URL (database `leasehold`, max TTL 4 s, the default table).
+    pub fn url(&self) -> String {
+        format!(
+            "mysql://leasehold:{PRIVATE_PASSWORD}@127.0.0.1:{}/leasehold?max_ttl=4s",
+            self.port
+        )
+    }
+
+    /// A backend on [`PrivateServer::url`] (1 s request timeout).
+    pub async fn backend(&self) -> MysqlBackend {
+        Mysql::private_backend(&self.url()).await
+    }
+}
+
+/// The repository's root, whose `scripts/` run the servers.
+const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
