@@ -39,7 +39,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 mode=long
 [[ "${1:-}" == "--short" ]] && mode=short
-stores=(${TORTURE_STORES:-sqlite azblob dynamodb postgres redis redis-sentinel redis-cluster etcd s3})
+stores=(${TORTURE_STORES:-sqlite azblob dynamodb postgres mysql redis redis-sentinel redis-cluster etcd s3})
 # The long run uses a release build unless TORTURE_PROFILE=debug.
 profile=debug
 [[ $mode == long ]] && profile="${TORTURE_PROFILE:-release}"
@@ -138,6 +138,7 @@ settings() {
         short:dynamodb) echo "30s 2s 2s" ;;
         short:azblob) echo "50s 15s 8s" ;;
         short:postgres | short:postgres-unlogged) echo "20s 2s 2s" ;;
+        short:mysql) echo "20s 2s 2s" ;;
         short:redis) echo "20s 2s 2s" ;;
         # A failover fault takes about 25 s (Sentinel) or 3 s (a cluster
         # shard): a run long enough for a couple.
@@ -149,6 +150,7 @@ settings() {
         long:dynamodb) echo "${d:-20m} 2s 2s" ;;
         long:azblob) echo "${d:-25m} 15s 5s" ;;
         long:postgres | long:postgres-unlogged) echo "${d:-20m} 2s 2s" ;;
+        long:mysql) echo "${d:-20m} 2s 2s" ;;
         long:redis) echo "${d:-20m} 2s 2s" ;;
         long:redis-sentinel | long:redis-cluster) echo "${d:-20m} 2s 4s" ;;
         long:etcd) echo "${d:-20m} 2s 2s" ;;
@@ -281,6 +283,13 @@ for store in "${stores[@]}"; do
             # quarantine when new is kept short. Store loss drops the table.
             start_unless_running postgres.sh
             url="$(scripts/postgres.sh url)?table=torture_$RANDOM&max_ttl=5s"
+            ;;
+        mysql)
+            # The test server (scripts/mysql.sh; left running if it already
+            # was); a table per run, whose quarantine when new is kept
+            # short. Store loss drops the table.
+            start_unless_running mysql.sh
+            url="$(scripts/mysql.sh url)?table=torture_$RANDOM&max_ttl=5s"
             ;;
         postgres-unlogged)
             # An UNLOGGED table (unlogged=on) on a server of the run's own

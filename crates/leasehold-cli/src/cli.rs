@@ -71,6 +71,7 @@ pub struct Cli {
     /// Where leases live: sqlite:PATH, sqlite:///ABS/PATH,
     /// azblob://CONTAINER[/PREFIX], dynamodb://TABLE?region=R&endpoint=URL,
     /// postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?table=NAME&sslmode=MODE],
+    /// mysql://USER[:PASSWORD]@HOST[:PORT]/DB[?table=NAME] (MySQL, MariaDB),
     /// redis://[USER:PASSWORD@]HOST[:PORT][/DB][?prefix=P] (rediss:// for TLS),
     /// etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][?prefix=P] (etcds:// for TLS),
     /// s3://BUCKET[/PREFIX]?region=R&endpoint=URL.

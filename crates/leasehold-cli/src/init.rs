@@ -89,7 +89,7 @@ fn describe_epoch(store: &Store) -> String {
 fn made(name: &str) -> &'static str {
     match name {
         "sqlite" => "the database file, its tables and its epoch row",
-        "postgres" => "the table and its epoch row",
+        "postgres" | "mysql" => "the table and its epoch row",
         "dynamodb" => "the table and its epoch marker item",
         "azblob" => "the container and its epoch marker blob",
         "redis" => "the epoch marker under the prefix",

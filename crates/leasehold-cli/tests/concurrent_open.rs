@@ -174,6 +174,7 @@ on_every_store!(
     // lock, each with an fsync, which a busy disk can stretch past 2 s.
     sqlite: "30s",
     postgres: "2s" if "postgres",
+    mysql: "2s" if "mysql",
     dynamodb: "2s" if "dynamodb",
     // Azure's shortest lease, and its test containers' max TTL.
     azblob: "15s" if "azblob",

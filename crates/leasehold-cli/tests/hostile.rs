@@ -780,6 +780,7 @@ fn help_lists_every_store_and_the_default_build_has_each() {
         "azblob://",
         "dynamodb://",
         "postgres://",
+        "mysql://",
         "redis://",
         "rediss://",
         "etcd://",

@@ -109,6 +109,42 @@ fn dump(store: &str, env: &Env) -> Option<String> {
                 "SELECT row_to_json(t)::text FROM {table} t ORDER BY key"
             )))
         }
+        "mysql" => {
+            let table = param(&url, "table");
+            // mysql://USER:PASSWORD@HOST:PORT/DB, as the test server's URL is.
+            let rest = base(&url).trim_start_matches("mysql://");
+            let (user_pw, rest) = rest.split_once('@').unwrap();
+            let (user, pw) = user_pw.split_once(':').unwrap();
+            let (host_port, db) = rest.split_once('/').unwrap();
+            let (host, port) = host_port.split_once(':').unwrap();
+            let sql = |sql: String| {
+                tool(
+                    Command::new("mariadb")
+                        .args([
+                            "--no-defaults",
+                            "-h",
+                            host,
+                            "-P",
+                            port,
+                            "-u",
+                            user,
+                            db,
+                            "-N",
+                            "-B",
+                            "-e",
+                            &sql,
+                        ])
+                        .env("MYSQL_PWD", pw),
+                )
+            };
+            let exists = format!(
+                "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = '{table}'"
+            );
+            if sql(exists).trim() != "1" {
+                return None;
+            }
+            Some(sql(format!("SELECT * FROM {table} ORDER BY k")))
+        }
         "redis" => {
             let prefix = param(&url, "prefix");
             let cli = |args: &[&str]| {

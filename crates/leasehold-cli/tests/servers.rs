@@ -87,6 +87,7 @@ fn a_wrong_password_is_never_printed(store: &str) {
     // a user it does not know all the same.
     let user = match store {
         "postgres" => "postgres",
+        "mysql" => "leasehold",
         "redis" => "",
         _ => "someone",
     };
@@ -101,6 +102,7 @@ fn a_wrong_password_is_never_printed(store: &str) {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     let refusal = match store {
         "postgres" => stderr.contains("password authentication failed"),
+        "mysql" => stderr.contains("Access denied"),
         "redis" => stderr.to_lowercase().contains("password") || stderr.contains("WRONGPASS"),
         _ => true,
     };

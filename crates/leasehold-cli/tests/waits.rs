@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-const SERVER_STORES: [&str; 6] = ["azblob", "dynamodb", "postgres", "redis", "etcd", "s3"];
+const SERVER_STORES: [&str; 7] = [
+    "azblob", "dynamodb", "postgres", "mysql", "redis", "etcd", "s3",
+];
 
 /// A TTL the test store accepts (its max TTL: Azure containers 15 s, S3
 /// stores 4 s, the other stores 2 s, see `Env::on`).

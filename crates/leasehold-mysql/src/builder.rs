@@ -260,6 +260,10 @@ impl MysqlBackendBuilder {
             // came out the same.
             .client_found_rows(true)
             .tcp_keepalive(Some(Duration::from_secs(30)))
+            // The address the URL names, always: the client would otherwise
+            // switch a loopback connection to the server's Unix socket
+            // (bypassing, say, a proxy on the port).
+            .prefer_socket(false)
             .stmt_cache_size(32)
             .pool_opts(
                 PoolOpts::default()

@@ -7,7 +7,6 @@ mod common;
 use std::time::Duration;
 
 use common::PrivateServer;
-use leasehold::backend::Backend;
 use leasehold_test_servers::suite;
 
 /// A quick restart (shorter than the TTL): the holder renews over new

@@ -1,6 +1,6 @@
 """Stores for the tests: SQLite always, and every server store whose server
 scripts/test.sh started, read from the same variables as the Rust tests
-(LEASEHOLD_TEST_POSTGRES_URL, ..._REDIS_URL, ..._ETCD_URL, ..._S3_ENDPOINT,
+(LEASEHOLD_TEST_POSTGRES_URL, ..._MYSQL_URL, ..._REDIS_URL, ..._ETCD_URL, ..._S3_ENDPOINT,
 ..._DYNAMODB_ENDPOINT, ..._AZBLOB_CONNECTION_STRING). Without one, that
 store's tests are skipped with a message saying which variable is missing;
 with LEASEHOLD_REQUIRE_EMULATORS=1 they fail instead.
@@ -23,7 +23,7 @@ import pytest
 
 import leasehold
 
-STORES = ["sqlite", "postgres", "redis", "redis-sentinel", "redis-cluster", "etcd", "s3", "dynamodb", "azblob"]
+STORES = ["sqlite", "postgres", "mysql", "redis", "redis-sentinel", "redis-cluster", "etcd", "s3", "dynamodb", "azblob"]
 
 # The credentials DynamoDB Local and moto are given in the Rust tests too.
 AWS = {"AWS_ACCESS_KEY_ID": "leaseholdtests", "AWS_SECRET_ACCESS_KEY": "leasehold-test-secret"}
@@ -77,9 +77,10 @@ def _make(store: str, tmp: str) -> Env:
     unique = uuid.uuid4().hex[:12]
     if store == "sqlite":
         return Env(store, f"sqlite:{tmp}/leases.db", {}, 2.0)
-    if store in ("postgres", "redis", "redis-sentinel", "redis-cluster", "etcd"):
+    if store in ("postgres", "mysql", "redis", "redis-sentinel", "redis-cluster", "etcd"):
         var, server, own = {
             "postgres": ("POSTGRES", "PostgreSQL", f"table=py_{unique}"),
+            "mysql": ("MYSQL", "MySQL", f"table=py_{unique}"),
             "redis": ("REDIS", "Redis", f"prefix=py-{unique}:"),
             "redis-sentinel": ("REDIS_SENTINEL", "Redis Sentinel", f"prefix=py-{unique}:"),
             "redis-cluster": ("REDIS_CLUSTER", "Redis Cluster", f"prefix=py-{unique}:"),

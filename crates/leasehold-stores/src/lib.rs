@@ -9,6 +9,7 @@
 //! | `azblob://CONTAINER[/PREFIX][?max_ttl=D]` | Azure Blob Storage leases | `azblob` |
 //! | `dynamodb://TABLE?region=R&endpoint=URL` | DynamoDB | `dynamodb` |
 //! | `postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?table=NAME&sslmode=MODE]` (or `postgresql://`) | PostgreSQL | `postgres` |
+//! | `mysql://USER[:PASSWORD]@HOST[:PORT]/DB[?table=NAME&sslmode=MODE]` (or `mariadb://`) | MySQL, MariaDB | `mysql` |
 //! | `redis://[USER:PASSWORD@]HOST[:PORT][/DB][?prefix=P&max_ttl=D]` (`rediss://` for TLS) | Redis | `redis` |
 //! | `etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][?prefix=P&max_ttl=D]` (`etcds://` for TLS) | etcd | `etcd` |
 //! | `s3://BUCKET[/PREFIX][?region=R&endpoint=URL&max_ttl=D]` | S3 (conditional writes) | `s3` |
@@ -30,7 +31,7 @@ pub use test_window::apply_test_window;
 
 /// The store URLs leasehold opens, for messages.
 pub const FORMS: &str =
-    "expected sqlite:PATH, sqlite:///ABS/PATH, azblob://CONTAINER[/PREFIX], dynamodb://TABLE, postgres://USER@HOST/DB, redis://[:PASSWORD@]HOST[:PORT][/DB] (redis+sentinel://HOST:PORT[,...]/MASTER, redis+cluster://HOST:PORT[,...]), etcd://HOST:PORT or s3://BUCKET[/PREFIX]";
+    "expected sqlite:PATH, sqlite:///ABS/PATH, azblob://CONTAINER[/PREFIX], dynamodb://TABLE, postgres://USER@HOST/DB, mysql://USER@HOST/DB, redis://[:PASSWORD@]HOST[:PORT][/DB] (redis+sentinel://HOST:PORT[,...]/MASTER, redis+cluster://HOST:PORT[,...]), etcd://HOST:PORT or s3://BUCKET[/PREFIX]";
 
 /// What a command does with the store, which says what opening it may do
 /// ([`Access::creation`], passed to every backend the same way).
@@ -129,6 +130,7 @@ pub async fn open_backend_with(url: &str, creation: Creation) -> leasehold::Resu
         Some("azblob") => open_azblob(url, creation).await,
         Some("dynamodb") => open_dynamodb(url, creation).await,
         Some("postgres" | "postgresql") => open_postgres(url, creation).await,
+        Some("mysql" | "mariadb") => open_mysql(url, creation).await,
         Some(
             "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" | "redis+cluster"
             | "rediss+cluster",
@@ -355,6 +357,9 @@ openers! {
     );
     // One backend call is one statement, one round trip: no counter.
     "postgres" => open_postgres(leasehold_postgres::PostgresBackendBuilder::from_url, None);
+    // A backend call is one statement, or one short transaction of a few
+    // (see leasehold-mysql): no counter.
+    "mysql" => open_mysql(leasehold_mysql::MysqlBackendBuilder::from_url, None);
     // One backend call is one script, one round trip: no counter.
     "redis" => open_redis(leasehold_redis::RedisBackendBuilder::from_url, None);
     // Backend calls take one to three requests (see leasehold-etcd): the
@@ -375,6 +380,7 @@ openers! {
     feature = "azblob",
     feature = "dynamodb",
     feature = "postgres",
+    feature = "mysql",
     feature = "redis",
     feature = "etcd",
     feature = "s3"
@@ -392,6 +398,8 @@ const NETWORK_SCHEMES: &[&str] = &[
     "dynamodb",
     "postgres",
     "postgresql",
+    "mysql",
+    "mariadb",
     "redis",
     "rediss",
     "redis+sentinel",

@@ -49,7 +49,7 @@ impl Env {
     }
 
     /// An environment on the store named `sqlite`, `azblob`, `dynamodb`,
-    /// `postgres`, `redis`, `etcd` or `s3`;
+    /// `postgres`, `mysql`, `redis`, `etcd` or `s3`;
     /// `None` (with a visible SKIPPED line, or a panic under
     /// `LEASEHOLD_REQUIRE_EMULATORS=1`) when that store's emulator is not
     /// configured. Each call gets a container/table of its own.
@@ -79,9 +79,10 @@ impl Env {
                     aws_test_credentials(),
                 ));
             }
-            "postgres" | "redis" | "etcd" => {
+            "postgres" | "mysql" | "redis" | "etcd" => {
                 let (var, server, own) = match store {
                     "postgres" => ("POSTGRES", "PostgreSQL", format!("table=cli_{unique}")),
+                    "mysql" => ("MYSQL", "MySQL", format!("table=cli_{unique}")),
                     "redis" => ("REDIS", "Redis", format!("prefix=cli-{unique}:")),
                     _ => ("ETCD", "etcd", format!("prefix=cli-{unique}/")),
                 };
@@ -574,7 +575,7 @@ pub(crate) use on_stores;
 macro_rules! on_every_store {
     ($($test:ident),+ $(,)?) => {
         $crate::common::on_stores!(
-            [sqlite, azblob, dynamodb, postgres, redis, etcd if "etcd", s3 if "s3"]
+            [sqlite, azblob, dynamodb, postgres, mysql if "mysql", redis, etcd if "etcd", s3 if "s3"]
             [$($test),+]
         );
     };
@@ -586,7 +587,7 @@ pub(crate) use on_every_store;
 #[allow(unused_macros)]
 macro_rules! on_every_server {
     ($($test:ident),+ $(,)?) => {
-        $crate::common::on_stores!([postgres, redis, etcd if "etcd"] [$($test),+]);
+        $crate::common::on_stores!([postgres, mysql if "mysql", redis, etcd if "etcd"] [$($test),+]);
     };
 }
 #[allow(unused_imports)]

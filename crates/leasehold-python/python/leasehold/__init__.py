@@ -1,6 +1,6 @@
 """Distributed mutual exclusion on leases: locks, semaphores, reader-writer
 locks and leader election over SQLite, Azure Blob Storage, DynamoDB,
-PostgreSQL, Redis, etcd and S3, from Python.
+PostgreSQL, MySQL, Redis, etcd and S3, from Python.
 
     import leasehold
 

@@ -77,6 +77,8 @@ pub fn upstream(store: &str) -> anyhow::Result<SocketAddr> {
         authority_of(endpoint)
     } else if store.starts_with("postgres://")
         || store.starts_with("postgresql://")
+        || store.starts_with("mysql://")
+        || store.starts_with("mariadb://")
         || store.starts_with("redis://")
         || store.starts_with("etcd://")
     {
@@ -114,7 +116,7 @@ fn authority_of(endpoint: &str) -> String {
 }
 
 /// The URL without its user info and query string (which may carry
-/// credentials: a Redis or PostgreSQL password, an Azure SAS).
+/// credentials: a Redis, PostgreSQL or MySQL password, an Azure SAS).
 pub fn redact(url: &str) -> String {
     leasehold_stores::redact(url)
         .trim_end_matches("?***")

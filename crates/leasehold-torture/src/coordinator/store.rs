@@ -18,7 +18,7 @@ pub async fn open_store(url: &str) -> anyhow::Result<Store> {
 /// The store loses every lease and fencing counter: the SQLite file is
 /// deleted, the Azure container deleted (the backend creates it again on
 /// use), the DynamoDB table deleted and created again, the PostgreSQL
-/// table dropped, the Redis server flushed (FLUSHALL), the etcd prefix
+/// or MySQL table dropped, the Redis server flushed (FLUSHALL), the etcd prefix
 /// deleted, the S3 store's objects deleted. A new DynamoDB table is created from `recreate_with`.
 pub async fn lose_store(url: &str, recreate_with: &str) -> anyhow::Result<()> {
     if let Some(rest) = url.strip_prefix("sqlite:") {
@@ -81,6 +81,16 @@ pub async fn lose_store(url: &str, recreate_with: &str) -> anyhow::Result<()> {
             .context("drop table")?;
         drop(client);
         let _ = connection.await;
+        Ok(())
+    } else if url.starts_with("mysql://") || url.starts_with("mariadb://") {
+        // The table dropped (the backend creates it again on use).
+        use leasehold_mysql::mysql_async::prelude::Queryable;
+        let builder = leasehold_mysql::MysqlBackendBuilder::from_url(url)?;
+        let mut conn = leasehold_mysql::mysql_async::Conn::new(builder.opts().clone()).await?;
+        conn.query_drop(format!("DROP TABLE IF EXISTS {}", builder.table_name()))
+            .await
+            .context("drop table")?;
+        conn.disconnect().await?;
         Ok(())
     } else if url.starts_with("redis://") || url.starts_with("rediss://") {
         // Everything flushed, as an administrator's FLUSHALL (or a restart
