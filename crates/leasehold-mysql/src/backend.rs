@@ -139,6 +139,30 @@ impl MysqlBackend {
         Ok(self.check_epoch("epoch").await?.0.store_epoch())
     }
 
+    /// For tests: a connection of the backend's pool left inside a
+    /// transaction that holds `key`'s row lock, as an acquire frozen between
+    /// its statements leaves it (the caller keeps it, idle).
+    ///
+    /// # Errors
+    /// [`Error::Backend`] when the server cannot be reached.
+    #[doc(hidden)]
+    pub async fn freeze_mid_acquire(&self, key: &str) -> Result<Conn> {
+        let op = "freeze";
+        let mut conn = self
+            .inner
+            .pool
+            .get_conn()
+            .await
+            .map_err(|e| error::db(op, e))?;
+        conn.query_drop("START TRANSACTION")
+            .await
+            .map_err(|e| error::db(op, e))?;
+        conn.exec_drop(self.inner.sql.lock_key.as_str(), (key,))
+            .await
+            .map_err(|e| error::db(op, e))?;
+        Ok(conn)
+    }
+
     /// Waits until the backend is ready to be told of releases: at once,
     /// as MySQL has no notifications (waiters poll; see the crate docs).
     pub async fn listening(&self) {

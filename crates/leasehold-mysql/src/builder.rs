@@ -8,6 +8,7 @@ use leasehold::backend::shared_builder::{
     check_max_ttl, require, split_scheme, RecordedMaxTtl, ServerCommon, ServerOptions,
 };
 use leasehold::{Creation, Error, Result};
+use mysql_async::prelude::Queryable;
 use mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts, SslOpts};
 
 use crate::backend::{Inner, MysqlBackend};
@@ -20,6 +21,11 @@ const PARAMS: QuerySpec = QuerySpec::new(
     &["table", "max_ttl", "sslmode", "sslrootcert", "pool_size"],
 );
 const FORM: &str = "the form is mysql://USER[:PASSWORD]@HOST[:PORT]/DB[?table=NAME&max_ttl=DURATION&sslmode=disable|require|verify-ca|verify-full&sslrootcert=PATH&pool_size=N] (or mariadb://); MYSQL_PWD gives the password when the URL has none";
+
+/// How long (whole seconds) MariaDB lets a connection of this backend sit
+/// idle inside a transaction before it ends it: an acquire frozen between
+/// its statements holds its key's row lock no longer than this.
+pub(crate) const IDLE_IN_TRANSACTION_SECS: u64 = 2;
 
 /// The table a store URL without `table=` uses.
 pub const DEFAULT_TABLE: &str = "leasehold_leases";
@@ -264,6 +270,20 @@ impl MysqlBackendBuilder {
             // switch a loopback connection to the server's Unix socket
             // (bypassing, say, a proxy on the port).
             .prefer_socket(false)
+            .after_connect(|conn| {
+                Box::pin(async move {
+                    // MariaDB ends a connection left idle inside a
+                    // transaction this long, and with it the row locks of an
+                    // acquire frozen between its statements (see the crate
+                    // docs). MySQL has no such setting: the error is ignored.
+                    let _ = conn
+                        .query_drop(format!(
+                            "SET SESSION idle_transaction_timeout = {IDLE_IN_TRANSACTION_SECS}"
+                        ))
+                        .await;
+                    Ok(())
+                })
+            })
             .stmt_cache_size(32)
             .pool_opts(
                 PoolOpts::default()

@@ -125,6 +125,14 @@
 //! * An operation that does not answer within the request timeout (5 s)
 //!   is a retryable failure; its connection is dropped mid-way, and the
 //!   pool rolls back what it left open before reusing it.
+//! * **A process frozen inside an acquire** (between its statements) would
+//!   keep the key's row lock as long as its connection lives. Every
+//!   connection sets MariaDB's `idle_transaction_timeout` (2 s): the server
+//!   ends a connection idle inside a transaction that long and rolls it
+//!   back (test `an_acquire_frozen_mid_transaction_holds_the_key_for_seconds_only`).
+//!   MySQL has no such setting (the statement fails there, ignored): a
+//!   frozen acquirer holds the key until its connection ends. Liveness
+//!   only: exclusion and fencing do not depend on it.
 //!
 //! # Store epoch and quarantine
 //! The epoch row (key `#epoch`) is written when the table is created: the

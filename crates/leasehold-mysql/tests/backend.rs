@@ -200,3 +200,35 @@ async fn many_backends_creating_one_table_at_once_agree() {
     assert_eq!(epochs.len(), 1, "{epochs:?}");
     common::sql(&format!("DROP TABLE {table}")).await;
 }
+
+/// An acquire frozen between its statements (here: a connection of the
+/// backend's own pool left idle inside a transaction that holds the key's
+/// row lock) holds the key for seconds only: MariaDB ends the connection
+/// (the backend sets `idle_transaction_timeout` on each), and another
+/// process is granted the key. Without the setting the lock is held as
+/// long as the frozen connection lives, and the wait below runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_frozen_mid_transaction_holds_the_key_for_seconds_only() {
+    let Some(a) = common::backend().await else {
+        return;
+    };
+    let key = common::unique_key("frozen");
+    let store = leasehold_testkit::test_store(common::backend().await.unwrap());
+    let ttl = Duration::from_secs(2);
+    // The key's row exists (a grant, released).
+    let lock = store.lock_with(&key, suite::quick_polls(ttl)).unwrap();
+    lock.try_acquire().await.unwrap().release().await.unwrap();
+    let frozen = a.freeze_mid_acquire(&key).await.unwrap();
+    let started = std::time::Instant::now();
+    let guard = lock
+        .acquire_timeout(Duration::from_secs(20))
+        .await
+        .expect("the frozen transaction still holds the key");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    guard.release().await.unwrap();
+    drop(frozen);
+}
