@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use leasehold::backend::shared_builder::{RecordedMaxTtl, ServerCommon};
+use leasehold::backend::table_epoch::check_ttl;
 use leasehold::backend::{
     next_token, AcquireOutcome, AcquireRequest, Backend, Capabilities, Grant, Lease, ReleaseWatch,
 };
-use leasehold::{backend::StoreEpoch, Error, HolderInfo, Key, KeyInfo, LossReason, Result};
+use leasehold::{backend::StoreEpoch, Error, HolderInfo, Key, KeyInfo, Result};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Pool, Row, TxOpts, Value};
 use tokio::time::{timeout_at, Instant};
@@ -196,15 +197,7 @@ impl MysqlBackend {
     }
 
     fn check_ttl(&self, ttl: Duration, max: Duration) -> Result<()> {
-        if ttl < MIN_TTL || ttl > max {
-            return Err(Error::invalid(
-                "ttl",
-                format!(
-                    "{ttl:?} is outside {MIN_TTL:?}..={max:?} (the store's max TTL bounds the wait after the store's data is lost)"
-                ),
-            ));
-        }
-        Ok(())
+        check_ttl(ttl, MIN_TTL, max)
     }
 
     /// One acquire transaction (see the crate docs, "Acquire").
@@ -225,7 +218,7 @@ impl MysqlBackend {
             Some(m) => {
                 // Nothing is granted in a store of a protocol this build
                 // does not speak.
-                m.check_protocol()?;
+                m.check_protocol(NAME)?;
                 m
             }
             None => return Ok(Step::NoEpoch),
@@ -311,8 +304,8 @@ impl MysqlBackend {
             .await;
         match outcome {
             Ok(None) => Ok(()),
-            Ok(Some(why)) => Err(lost(&lease.key, why)),
-            Err(f) if f.missing_table() => Err(lost(
+            Ok(Some(why)) => Err(Error::revoked(&lease.key, why)),
+            Err(f) if f.missing_table() => Err(Error::revoked(
                 &lease.key,
                 "the table was dropped (its data, and the lease, were lost)",
             )),
@@ -338,13 +331,6 @@ impl MysqlBackend {
                 Some(_) => "the lease expired".into(),
             }
         })
-    }
-}
-
-fn lost(key: &Key, why: impl Into<String>) -> Error {
-    Error::LeaseLost {
-        key: key.to_string(),
-        reason: LossReason::Revoked(why.into()),
     }
 }
 
@@ -472,8 +458,8 @@ impl Backend for MysqlBackend {
             .await;
         match outcome {
             Ok(None) => Ok(()),
-            Ok(Some(why)) => Err(lost(&lease.key, why)),
-            Err(f) if f.missing_table() => Err(lost(
+            Ok(Some(why)) => Err(Error::revoked(&lease.key, why)),
+            Err(f) if f.missing_table() => Err(Error::revoked(
                 &lease.key,
                 "the table was dropped (its data, and the lease, were lost)",
             )),

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use leasehold::backend::table_epoch::{first_read, no_epoch_row, FirstRead};
 use leasehold::Error;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row, TxOpts, Value};
@@ -54,34 +55,16 @@ impl MysqlBackend {
         {
             Ok(row) => {
                 let found = row.as_ref().and_then(record::epoch);
-                // An unknown protocol: refused before anything is written.
-                if let Some(row) = &found {
-                    row.check_protocol()?;
-                }
-                match found {
-                    Some(row) if row.same_table => return Ok((row, false)),
-                    // Looking writes nothing: the row as it is (restored
-                    // from another table, which the next acquirer renews).
-                    Some(row) if look => {
-                        let row = EpochRow {
-                            proven: false,
-                            ..row
-                        };
+                match first_read(NAME, found, look)? {
+                    FirstRead::Epoch(row) => return Ok((row, false)),
+                    // A table another process is creating the store in, or
+                    // whose creation was cut short, unless it holds leases.
+                    FirstRead::NoRowWhileLooking => {
+                        let leases = any_lease(&mut conn, &sql.any_lease).await?;
+                        let row = no_epoch_row(&self.inner.table, leases, self.inner.max_ttl)?;
                         return Ok((row, false));
                     }
-                    // Neither an epoch row nor a lease: a table another
-                    // process is creating the store in, or whose creation
-                    // was cut short: no store yet.
-                    None if look => {
-                        if !any_lease(&mut conn, &sql.any_lease).await? {
-                            return Err(Fail::Other(Error::no_store(format!(
-                                "table {} has no store epoch yet (another process is creating the store, or its creation was cut short)",
-                                self.inner.table
-                            ))));
-                        }
-                        return Ok((EpochRow::unknown(self.inner.max_ttl), false));
-                    }
-                    _ => {}
+                    FirstRead::Settle => {}
                 }
             }
             Err(e) if crate::error::is_missing_table(&e) && look => {
@@ -108,7 +91,7 @@ impl MysqlBackend {
             .as_ref()
             .and_then(record::epoch);
         if let Some(row) = &existing {
-            row.check_protocol()?;
+            row.check_protocol(NAME)?;
         }
         // Only the table created while opening is the operator's new store
         // (one created again later, dropped under us, is quarantined), and
@@ -168,6 +151,6 @@ async fn locked_epoch(conn: &mut impl Queryable, sql: &str, op: &'static str) ->
         .as_ref()
         .and_then(record::epoch)
         .ok_or_else(|| Error::backend(NAME, op, true, "the epoch row vanished"))?;
-    row.check_protocol()?;
+    row.check_protocol(NAME)?;
     Ok(row)
 }

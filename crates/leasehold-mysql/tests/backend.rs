@@ -9,9 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::Mysql;
-use leasehold::backend::{AcquireOutcome, Backend};
-use leasehold::LossReason;
-use leasehold_test_servers::suite::{self, ServerExpiry};
+use leasehold_test_servers::suite::{self, RestoreTold, ServerExpiry};
 
 /// Every connection of the holder's pool killed by the server (an
 /// administrator's `KILL`, a proxy restart): the holder's next renewals
@@ -95,59 +93,32 @@ async fn expiry_is_decided_by_the_server_clock() {
 }
 
 /// A table restored from a dump (here: copied into a new table that takes
-/// the old one's name, as loading a `mysqldump` does) is a new store: the
-/// holder is told lost once the next acquirer starts a new epoch, nothing
-/// is granted on the restored rows before the quarantine, and the next
-/// token is above every earlier one.
+/// the old one's name, as loading a `mysqldump` does, a second after the
+/// table's creation: its `CREATE_TIME` counts whole seconds) is a new
+/// store: the holder is told lost once the next acquirer starts a new
+/// epoch (its renewal does not check the table), nothing is granted on the
+/// restored rows before the quarantine, and the next token is above every
+/// earlier one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restored_table_starts_a_new_epoch() {
     if !common::available() {
         return;
     }
     let table = common::unique_table();
-    let open = || async {
-        common::builder_for(&table)
-            .unwrap()
-            .build()
-            .await
-            .expect("open")
+    let restore = || async {
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        common::sql(&format!(
+            "CREATE TABLE {table}_copy LIKE {table}; INSERT INTO {table}_copy SELECT * FROM {table};
+             DROP TABLE {table}; RENAME TABLE {table}_copy TO {table}"
+        ))
+        .await;
     };
-    let a = open().await;
-    common::settled(&a).await;
-    let before = a.epoch().await.unwrap();
-    let key = common::unique_key("restored");
-    let ttl = Duration::from_secs(2);
-    let holder = leasehold_testkit::test_store(a.clone())
-        .lock_with(&key, suite::quick_polls(ttl).renew_interval(ttl / 5))
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
-    let first = holder.fencing_token();
-    // The restore, a second later than the table's creation (its
-    // CREATE_TIME counts whole seconds): same rows (the holder's lease
-    // included), new table.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    common::sql(&format!(
-        "CREATE TABLE {table}_copy LIKE {table}; INSERT INTO {table}_copy SELECT * FROM {table};
-         DROP TABLE {table}; RENAME TABLE {table}_copy TO {table}"
-    ))
+    suite::restored_table_starts_a_new_epoch::<Mysql, _>(
+        &table,
+        restore,
+        RestoreTold::AfterTheNextAcquire,
+    )
     .await;
-    // A raw acquire in the old epoch is refused, and starts a new one.
-    let b = open().await;
-    let req = leasehold_testkit::conformance::acquire_request(&key, ttl, Some(before.epoch));
-    let outcome = b.try_acquire(&req).await.unwrap();
-    let AcquireOutcome::OtherEpoch(after) = outcome else {
-        panic!("granted on restored data: {outcome:?}");
-    };
-    // The new epoch voided the holder's lease: its next renewal is refused.
-    let reason = tokio::time::timeout(ttl * 2, holder.lost())
-        .await
-        .expect("the holder was not told lost");
-    assert!(matches!(reason, LossReason::Revoked(_)), "{reason:?}");
-    // Through the core: quarantine, then a token above the old ones.
-    let (epochs, wait) = ((&before, &after), common::MAX_TTL * 3);
-    suite::new_epoch_grants_above(b, &key, epochs, ttl, wait, first).await;
 }
 
 /// The password shows nowhere: not in the builder's or the backend's

@@ -9,7 +9,7 @@ use deadpool_postgres::{Object, Pool};
 use leasehold::backend::{
     AcquireOutcome, AcquireRequest, Backend, Capabilities, Grant, Lease, ReleaseWatch,
 };
-use leasehold::{backend::StoreEpoch, Error, HolderInfo, Key, KeyInfo, LossReason, Result};
+use leasehold::{backend::StoreEpoch, Error, HolderInfo, Key, KeyInfo, Result};
 use tokio::time::{timeout_at, Instant};
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Row;
@@ -20,6 +20,7 @@ use crate::statements::Statements;
 use crate::MIN_TTL;
 use leasehold::backend::shared_builder::RecordedMaxTtl;
 use leasehold::backend::shared_builder::ServerCommon;
+use leasehold::backend::table_epoch::check_ttl;
 
 /// The PostgreSQL [`Backend`]. See the [crate docs](crate) for the protocol.
 /// Cheap to clone (the pool is shared).
@@ -234,7 +235,7 @@ impl PostgresBackend {
         let row = match self.one(op, sql, &params).await {
             Ok(row) => row,
             Err(f) if f.missing_table() => {
-                return Err(lost(
+                return Err(Error::revoked(
                     &lease.key,
                     "the table was dropped (its data, and the lease, were lost)",
                 ))
@@ -244,26 +245,11 @@ impl PostgresBackend {
         if row.get::<_, bool>("done") {
             return Ok(());
         }
-        Err(lost(&lease.key, why_not_ours(&row, lease)))
+        Err(Error::revoked(&lease.key, why_not_ours(&row, lease)))
     }
 
     fn check_ttl(&self, ttl: Duration, max: Duration) -> Result<()> {
-        if ttl < MIN_TTL || ttl > max {
-            return Err(Error::invalid(
-                "ttl",
-                format!(
-                    "{ttl:?} is outside {MIN_TTL:?}..={max:?} (the store's max TTL bounds the wait after the store's data is lost)"
-                ),
-            ));
-        }
-        Ok(())
-    }
-}
-
-fn lost(key: &Key, why: impl Into<String>) -> Error {
-    Error::LeaseLost {
-        key: key.to_string(),
-        reason: LossReason::Revoked(why.into()),
+        check_ttl(ttl, MIN_TTL, max)
     }
 }
 
@@ -343,7 +329,7 @@ impl Backend for PostgresBackend {
         if let Some(m) = &meta {
             // The statement granted nothing in a store of a protocol this
             // build does not speak.
-            m.check_protocol()?;
+            m.check_protocol(NAME)?;
         }
         let meta = match meta {
             Some(m) if m.same_table => m,

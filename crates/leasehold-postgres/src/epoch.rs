@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use deadpool_postgres::Object;
+use leasehold::backend::table_epoch::{first_read, no_epoch_row, FirstRead};
 use leasehold::{Error, Result};
 use tokio::time::{timeout_at, Instant};
 use tokio_postgres::types::Type;
@@ -47,43 +48,22 @@ impl PostgresBackend {
         match client.query_typed(&sql.read_epoch, &[]).await {
             Ok(rows) => {
                 let found = rows.first().and_then(record::epoch);
-                // An unknown protocol: refused before anything is written.
-                if let Some(row) = &found {
-                    row.check_protocol()?;
-                }
-                match found {
-                    Some(row) if row.same_table => return Ok((row, false)),
-                    // Looking writes nothing: the row as it is (restored
-                    // from another table, which the next acquirer renews),
-                    // or an epoch of no age where there is none.
-                    // (Not proven: the next acquirer starts a new epoch.)
-                    Some(row) if look => {
-                        let row = EpochRow {
-                            proven: false,
-                            ..row
-                        };
-                        return Ok((row, false));
-                    }
-                    // Neither an epoch row nor a lease: a table another
-                    // process is creating the store in (its table is
-                    // committed before its epoch row), or whose creation
-                    // was cut short: no store yet.
-                    None if look => {
+                match first_read(NAME, found, look)? {
+                    FirstRead::Epoch(row) => return Ok((row, false)),
+                    // A table another process is creating the store in (its
+                    // table is committed before its epoch row), or whose
+                    // creation was cut short, unless it holds leases.
+                    FirstRead::NoRowWhileLooking => {
                         let leases = client
                             .query_typed(&sql.any_lease, &[])
                             .await
                             .map_err(db)?
                             .first()
                             .is_some_and(|r| r.get::<_, bool>(0));
-                        if !leases {
-                            return Err(Error::no_store(format!(
-                                "table {} has no store epoch yet (another process is creating the store, or its creation was cut short)",
-                                self.inner.table
-                            )));
-                        }
-                        return Ok((EpochRow::unknown(self.inner.max_ttl), false));
+                        let row = no_epoch_row(&self.inner.table, leases, self.inner.max_ttl)?;
+                        return Ok((row, false));
                     }
-                    _ => {}
+                    FirstRead::Settle => {}
                 }
             }
             Err(e) if error::is_missing_table(&e) && look => {
@@ -115,7 +95,7 @@ impl PostgresBackend {
             .first()
             .and_then(record::epoch)
         {
-            row.check_protocol()?;
+            row.check_protocol(NAME)?;
         }
         let inserted = tx
             .query_typed(
@@ -166,5 +146,5 @@ async fn locked_epoch(
         .first()
         .and_then(record::epoch)
         .ok_or_else(|| Error::backend(NAME, op, true, "the epoch row vanished"))
-        .and_then(|row| row.check_protocol().map(|_| row))
+        .and_then(|row| row.check_protocol(NAME).map(|_| row))
 }

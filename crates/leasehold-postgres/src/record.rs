@@ -2,9 +2,10 @@
 
 use std::time::{Duration, UNIX_EPOCH};
 
-use leasehold::backend::protocol::{check_protocol_number, PROTOCOL};
+use leasehold::backend::protocol::PROTOCOL;
+pub(crate) use leasehold::backend::table_epoch::EpochRow;
 
-use leasehold::{backend::StoreEpoch, HolderInfo, Key, KeyInfo, Owner, RunRecord};
+use leasehold::{HolderInfo, Key, KeyInfo, Owner, RunRecord};
 use tokio_postgres::Row;
 
 /// The key of the table's epoch row: not a valid leasehold key (`#` is not a
@@ -126,51 +127,6 @@ pub(crate) fn epoch_columns(table: &str) -> String {
          coalesce({PROTOCOL_COLUMN}, 1) BETWEEN 1 AND {PROTOCOL} AS m_protocol_known",
         same_table(table, "")
     )
-}
-
-/// What the epoch row says, when there is one.
-#[derive(Debug, Clone)]
-pub(crate) struct EpochRow {
-    pub epoch: u64,
-    pub max_ttl: Duration,
-    /// Whether it was written in this very table (not restored from a dump
-    /// into a new one, nor into another cluster: [`same_table`]).
-    pub same_table: bool,
-    /// How long ago the epoch began, by the server's clock.
-    pub age: Duration,
-    /// Whether the epoch is proven (see [`PROVEN`]).
-    pub proven: bool,
-    /// The store's protocol, as written ([`PROTOCOL_COLUMN`]).
-    pub protocol: Option<i64>,
-}
-
-impl EpochRow {
-    /// The row's protocol, if this build speaks it (see the crate docs).
-    pub fn check_protocol(&self) -> leasehold::Result<u64> {
-        check_protocol_number(crate::error::NAME, self.protocol)
-    }
-
-    pub fn store_epoch(&self) -> StoreEpoch {
-        let epoch = StoreEpoch::new(self.epoch, self.max_ttl).with_age(Some(self.age));
-        if self.proven {
-            epoch.proven()
-        } else {
-            epoch
-        }
-    }
-
-    /// What a look reports for a table without an epoch row: an epoch
-    /// beginning now (the next acquirer starts one).
-    pub fn unknown(max_ttl: Duration) -> Self {
-        EpochRow {
-            epoch: leasehold::backend::epoch_at(std::time::SystemTime::now()),
-            max_ttl,
-            same_table: false,
-            age: Duration::ZERO,
-            proven: false,
-            protocol: None,
-        }
-    }
 }
 
 /// The epoch row in a row with [`epoch_columns`], or `None` if the row (a

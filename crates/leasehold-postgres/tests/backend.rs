@@ -7,12 +7,8 @@ mod common;
 use std::time::Duration;
 
 use common::Postgres;
-use leasehold::{
-    backend::{AcquireOutcome, Backend},
-    LossReason,
-};
 use leasehold_postgres::PostgresBackendBuilder;
-use leasehold_test_servers::suite::{self, ServerExpiry};
+use leasehold_test_servers::suite::{self, RestoreTold, ServerExpiry};
 
 /// Every connection of the pool killed by the server (an administrator's
 /// `pg_terminate_backend`, a pooler or proxy restart): the holder's next
@@ -117,46 +113,19 @@ async fn restored_table_starts_a_new_epoch() {
         return;
     }
     let table = common::unique_table();
-    let open = || async {
-        common::builder_for(&table)
-            .unwrap()
-            .build()
-            .await
-            .expect("open")
-    };
-    let a = open().await;
-    common::settled(&a).await;
-    let before = a.epoch().await.unwrap();
-    let key = common::unique_key("restored");
-    let ttl = Duration::from_secs(2);
-    let holder = leasehold_testkit::test_store(a.clone())
-        .lock_with(&key, suite::quick_polls(ttl).renew_interval(ttl / 5))
-        .unwrap()
-        .try_acquire()
+    let restore = || async {
+        common::sql(&format!(
+            "BEGIN; CREATE TABLE {table}_copy AS SELECT * FROM {table}; DROP TABLE {table};
+             ALTER TABLE {table}_copy RENAME TO {table}; ALTER TABLE {table} ADD PRIMARY KEY (key); COMMIT;"
+        ))
         .await
-        .unwrap();
-    let first = holder.fencing_token();
-    // The restore: same rows (the holder's lease included), new table.
-    common::sql(&format!(
-        "BEGIN; CREATE TABLE {table}_copy AS SELECT * FROM {table}; DROP TABLE {table};
-         ALTER TABLE {table}_copy RENAME TO {table}; ALTER TABLE {table} ADD PRIMARY KEY (key); COMMIT;"
-    ))
+    };
+    suite::restored_table_starts_a_new_epoch::<Postgres, _>(
+        &table,
+        restore,
+        RestoreTold::AtItsRenewal,
+    )
     .await;
-    // The holder's next renewal is refused.
-    let reason = tokio::time::timeout(ttl * 2, holder.lost())
-        .await
-        .expect("the holder was not told lost");
-    assert!(matches!(reason, LossReason::Revoked(_)), "{reason:?}");
-    // A raw acquire in the old epoch is refused, and starts a new one.
-    let b = open().await;
-    let req = leasehold_testkit::conformance::acquire_request(&key, ttl, Some(before.epoch));
-    let outcome = b.try_acquire(&req).await.unwrap();
-    let AcquireOutcome::OtherEpoch(after) = outcome else {
-        panic!("granted on restored data: {outcome:?}");
-    };
-    // Through the core: quarantine, then a token above the old ones.
-    let (epochs, wait) = ((&before, &after), common::MAX_TTL * 3);
-    suite::new_epoch_grants_above(b, &key, epochs, ttl, wait, first).await;
 }
 
 /// The password shows nowhere: not in the builder's or the backend's

@@ -269,6 +269,69 @@ pub async fn new_epoch_grants_above<B: Backend>(
     guard.release().await.unwrap();
 }
 
+/// When the holder of a restored table's lease is told it is lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestoreTold {
+    /// At its next renewal, before anyone asks for a lease (its renewal
+    /// checks the table's identity).
+    AtItsRenewal,
+    /// Once the next acquirer has started a new epoch, which voids every
+    /// lease (its renewal does not check the table's identity).
+    AfterTheNextAcquire,
+}
+
+/// A table restored from a dump (`restore` copies the table `S` keeps its
+/// store in, `table`, into a new one under the same name, as loading a
+/// dump does) is a new store: the holder of a lease in it is told lost
+/// (`told` says when), a raw acquire in the old epoch is refused and
+/// starts a new one, and through the core the key is granted after the
+/// quarantine with a token above every earlier one.
+pub async fn restored_table_starts_a_new_epoch<S: ServerStore, Fut>(
+    table: &str,
+    restore: impl FnOnce() -> Fut,
+    told: RestoreTold,
+) where
+    Fut: Future<Output = ()>,
+{
+    let open = || async {
+        S::build(S::builder_for(table).expect("a test server"))
+            .await
+            .expect("open")
+    };
+    let a = open().await;
+    S::settled(&a).await;
+    let before = S::epoch(&a).await.unwrap();
+    let key = unique_name("restored/");
+    let ttl = Duration::from_secs(2);
+    let holder = test_store(a)
+        .lock_with(&key, quick_polls(ttl).renew_interval(ttl / 5))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    let first = holder.fencing_token();
+    restore().await;
+    if told == RestoreTold::AtItsRenewal {
+        told_lost(&holder, ttl * 2).await;
+    }
+    let b = open().await;
+    let req = leasehold_testkit::conformance::acquire_request(&key, ttl, Some(before.epoch));
+    let outcome = b.try_acquire(&req).await.unwrap();
+    let leasehold::backend::AcquireOutcome::OtherEpoch(after) = outcome else {
+        panic!("granted on restored data: {outcome:?}");
+    };
+    told_lost(&holder, ttl * 2).await;
+    new_epoch_grants_above(b, &key, (&before, &after), ttl, S::MAX_TTL * 3, first).await;
+}
+
+/// The holder of `guard` is told its lease was revoked within `within`.
+async fn told_lost(guard: &LeaseGuard, within: Duration) {
+    let reason = tokio::time::timeout(within, guard.lost())
+        .await
+        .expect("the holder was not told lost");
+    assert!(matches!(reason, LossReason::Revoked(_)), "{reason:?}");
+}
+
 /// Opening `S`'s backend on `url(port)`, a port where nothing listens,
 /// with a request timeout of a second: a retryable error, within `within`.
 /// Returns the error for the store's own checks.

@@ -259,6 +259,7 @@ mod observe;
 pub mod params;
 pub mod protocol;
 pub mod shared_builder;
+pub mod table_epoch;
 mod wrapper;
 
 pub use crate::error::error_chain;

@@ -204,6 +204,16 @@ impl Error {
         }
     }
 
+    /// Builds an [`Error::LeaseLost`] with [`LossReason::Revoked`]: the
+    /// store says definitively that the lease on `key` is not ours, and
+    /// `why`.
+    pub fn revoked(key: impl std::fmt::Display, why: impl Into<String>) -> Self {
+        Error::LeaseLost {
+            key: key.to_string(),
+            reason: LossReason::Revoked(why.into()),
+        }
+    }
+
     /// Builds an [`Error::NoStore`].
     pub fn no_store(what: impl Into<String>) -> Self {
         Error::NoStore { what: what.into() }
