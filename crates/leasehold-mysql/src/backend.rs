@@ -302,15 +302,7 @@ impl MysqlBackend {
                 Ok(Some(self.why_not(&mut conn, lease).await?))
             })
             .await;
-        match outcome {
-            Ok(None) => Ok(()),
-            Ok(Some(why)) => Err(Error::revoked(&lease.key, why)),
-            Err(f) if f.missing_table() => Err(Error::revoked(
-                &lease.key,
-                "the table was dropped (its data, and the lease, were lost)",
-            )),
-            Err(f) => Err(f.into_error(op)),
-        }
+        on_lease_outcome(op, lease, outcome)
     }
 
     /// Why a statement on `lease` changed nothing.
@@ -331,6 +323,24 @@ impl MysqlBackend {
                 Some(_) => "the lease expired".into(),
             }
         })
+    }
+}
+
+/// What a statement on `lease` came to: done (`None`), or the lease is
+/// lost, and why (also when the table is gone).
+fn on_lease_outcome(
+    op: &'static str,
+    lease: &Lease,
+    outcome: Outcome<Option<String>>,
+) -> Result<()> {
+    match outcome {
+        Ok(None) => Ok(()),
+        Ok(Some(why)) => Err(Error::revoked(&lease.key, why)),
+        Err(f) if f.missing_table() => Err(Error::revoked(
+            &lease.key,
+            "the table was dropped (its data, and the lease, were lost)",
+        )),
+        Err(f) => Err(f.into_error(op)),
     }
 }
 
@@ -456,15 +466,7 @@ impl Backend for MysqlBackend {
                 }
             })
             .await;
-        match outcome {
-            Ok(None) => Ok(()),
-            Ok(Some(why)) => Err(Error::revoked(&lease.key, why)),
-            Err(f) if f.missing_table() => Err(Error::revoked(
-                &lease.key,
-                "the table was dropped (its data, and the lease, were lost)",
-            )),
-            Err(f) => Err(f.into_error(OP)),
-        }
+        on_lease_outcome(OP, lease, outcome)
     }
 
     async fn inspect(&self, key: &Key) -> Result<KeyInfo> {
