@@ -60,7 +60,20 @@ fn spawn_behind_barrier(env: &Env, ttl: &str, key: &str) -> Child {
     }
     cmd.args(["-c", r#"echo ready; read go; exec "$0" "$@""#])
         .arg(leasehold.get_program())
-        .args(["run", "--json", "--ttl", ttl, key, "--", "true"])
+        // Opening may take long on a loaded machine (moto answered ten
+        // processes at once later than the default 10 s in a CI run): this
+        // test is about what opening does, not how soon.
+        .args([
+            "run",
+            "--json",
+            "--connect-timeout",
+            "45s",
+            "--ttl",
+            ttl,
+            key,
+            "--",
+            "true",
+        ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -92,7 +105,7 @@ fn one_round(env: &Env, ttl: &str) -> Result<(), String> {
     let ended: Vec<Ended> = children
         .iter_mut()
         .map(|child| {
-            let code = wait_with_timeout(child, Duration::from_secs(60));
+            let code = wait_with_timeout(child, Duration::from_secs(90));
             let stderr = read_all(&mut child.stderr.take().unwrap());
             // `--json` writes its result as stderr's last line.
             let result = stderr
