@@ -454,6 +454,7 @@ const NOT_SECRET: &[&str] = &[
     "wake_ups",
     "create_bucket",
     "options",
+    "pool_size",
 ];
 
 /// The URL without anything that may be secret: the password of its user
