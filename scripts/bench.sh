@@ -15,7 +15,7 @@
 #                                  # (uses the emulators and servers only if already running)
 #   scripts/bench.sh --only 1,5 --out DIR   # some figures only, for a quick look
 #   scripts/bench.sh --stores s3 --out DIR  # some stores only (memory, sqlite, azblob,
-#                                  # dynamodb, postgres, redis, etcd, s3): starts only theirs
+#                                  # dynamodb, postgres, mysql, redis, etcd, s3): starts only theirs
 #
 # It is not a timed test: a --tiny run only checks that everything runs and
 # the report is written.
@@ -97,7 +97,7 @@ else
         fi
     done
     # moto (S3): installed into .cache/moto on first use (about 90 s).
-    for pair in s3:moto postgres:postgres redis:redis etcd:etcd; do
+    for pair in s3:moto postgres:postgres mysql:mysql redis:redis etcd:etcd; do
         store="${pair%%:*}"
         e="${pair##*:}"
         if wants "$store" && ! "scripts/$e.sh" status >/dev/null 2>&1; then
@@ -106,14 +106,14 @@ else
         fi
     done
     # The Python peers run in figure 6, on the stores that have one.
-    if wants_figure 6 && { wants azblob || wants dynamodb || wants postgres || wants redis; }; then
+    if wants_figure 6 && { wants azblob || wants dynamodb || wants postgres || wants mysql || wants redis; }; then
         VENV="$ROOT/.cache/bench-venv"
-        if ! "$VENV/bin/python" -c 'import azure.storage.blob, python_dynamodb_lock, boto3, psycopg, redis' 2>/dev/null; then
+        if ! "$VENV/bin/python" -c 'import azure.storage.blob, python_dynamodb_lock, boto3, psycopg, redis, pymysql' 2>/dev/null; then
             echo "bench.sh: installing the Python peers into $VENV" >&2
             python3 -m venv "$VENV"
             "$VENV/bin/pip" install --quiet --disable-pip-version-check \
                 'azure-storage-blob==12.31.1' 'python-dynamodb-lock==0.9.1' 'boto3>=1.34,<2' \
-                'psycopg[binary]==3.3.9' 'redis==6.4.0' >&2
+                'psycopg[binary]==3.3.9' 'redis==6.4.0' 'PyMySQL==1.2.4' >&2
         fi
         args+=(--venv "$VENV")
     fi
@@ -136,6 +136,10 @@ fi
 # PostgreSQL's figures run on the test server when it is up.
 if [[ -z "${LEASEHOLD_BENCH_POSTGRES_URL:-}" ]] && scripts/postgres.sh status >/dev/null 2>&1; then
     export LEASEHOLD_BENCH_POSTGRES_URL="$(scripts/postgres.sh url)"
+fi
+# MySQL's figures run on the test server when it is up.
+if [[ -z "${LEASEHOLD_BENCH_MYSQL_URL:-}" ]] && scripts/mysql.sh status >/dev/null 2>&1; then
+    export LEASEHOLD_BENCH_MYSQL_URL="$(scripts/mysql.sh url)"
 fi
 if [[ -z "${AZURE_STORAGE_CONNECTION_STRING:-}" ]]; then
     export AZURE_STORAGE_CONNECTION_STRING="$(scripts/azurite.sh connection-string)"

@@ -27,10 +27,11 @@ pub(crate) fn overhead_target(store: &str) -> Option<f64> {
 
 /// Figure 2's target for another process's handoff, p50 in ms: stores that
 /// wake waiters in other processes (SQLite on one machine, the servers
-/// across machines) < 5 ms; the emulators, which only poll, < 50 ms.
+/// across machines) < 5 ms; the stores that only poll (the emulators,
+/// MySQL) < 50 ms.
 pub(crate) fn handoff_target_ms(store: &str) -> f64 {
     match store {
-        "Azurite" | "DynamoDB Local" | S3_LABEL => 50.0,
+        "Azurite" | "DynamoDB Local" | S3_LABEL | "MySQL" => 50.0,
         _ => 5.0,
     }
 }
@@ -178,6 +179,7 @@ own last write from one on a restored copy of it), a conditional `PutObject` to 
                 "SQLite" => "Each leasehold operation is a `spawn_blocking` hop onto tokio's blocking pool, plus the work listed for the next row; the raw loop runs both statements back to back on one thread. A cycle is one fsync (the acquisition commits with `synchronous=FULL`, the release with `NORMAL`), so the fixed costs show as far as the disk is fast.",
                 "Azurite" => "The raw loop and leasehold send the same three requests; the difference is leasehold's per-call work (the guard, record encoding, the snapshot cache) and the noise of a node.js emulator sharing two cores.",
                 "PostgreSQL" => "Both send the same two statements, one round trip each, each prepared once on its connection; leasehold takes a connection from its pool for each statement (the raw loop keeps one), and adds its per-call work (the guard, metrics). The server shares the two cores with both.",
+                "MySQL" => "Both send the same six statements (the acquire's transaction: begin, the epoch row shared, the key's row locked, the grant, commit; the release), each prepared once on its connection; leasehold takes a connection from its pool for each operation (the raw loop keeps one), and adds its per-call work (the guard, metrics). The server shares the two cores with both.",
                 "Redis" => "Both send the same two scripts (EVALSHA), one round trip each, each on one multiplexed connection; the difference is leasehold's per-call work (the guard, metrics, the epoch check of each answer). The server shares the two cores with both.",
                 S3_LABEL => "Both send the same three requests on the same client (a conditional `PutObject` of a whole record of a few hundred bytes with a fresh nonce and a read of the epoch marker to acquire, a conditional `PutObject` to release); the difference is leasehold's per-call work (the guard, encoding the record, the backend's memory of its last write) and the noise of a Python emulator sharing two cores.",
                 "etcd" => "Both send the same two requests on one gRPC channel each, the minimum of the protocol: acquire one `Txn` (comparing the marker's and the record's values with those last seen and the holder key's absence, putting the holder key on the process's session lease and the record with the next fencing token), release one `Txn` (deleting the holder key if it still has our value), and a new session (`LeaseGrant`) every 1.5 s. The difference is leasehold's per-call work (the guard, JSON encoding of the records). etcd commits every write with an fsync and shares the two cores with both.",
@@ -285,6 +287,7 @@ process, so the request rate does not grow with the number of tasks.\n"
                 "etcd" => "The waiter is woken at once, but the holder's release is one `Txn` and the waiter's acquisition another (two when the key was granted elsewhere since the waiter last saw it), each a Raft write committed with an fsync by a server sharing the two cores. The target is below those round trips on this machine, so it cannot be met by the library alone on this store.",
                 "SQLite" => "The waiter is woken at once, but the holder's release is a transaction and the waiter's attempt another, committed with an fsync (a grant is durable before it is answered), each a hop onto tokio's blocking pool and back: the two transactions are most of the time.",
                 S3_LABEL => "The waiter is woken at once, but the holder's release is one conditional `PutObject`, and the waiter's attempt another and a read of the epoch marker (its process's last write to the key is the holder's release: no read of the key), each a full round trip to a Python emulator sharing the two cores. The target is below one moto round trip on this machine, so it cannot be met by the library alone on this store.",
+                "MySQL" => "The waiter learns of the release at its next poll (MySQL tells no one), then its attempt is a transaction of five statements after the holder's release statement, with a server sharing the two cores.",
                 "PostgreSQL" => "The waiter is woken at once, but the holder's release is one statement (committed without waiting for a WAL flush: a lost release only holds the key to its expiry) and the waiter's attempt another, whose commit the server flushes to its WAL before answering (a grant is durable before it is answered), with a server sharing the two cores.",
                 _ => "The waiter is woken at once, but its attempt is a full round trip to the store (Azurite: a read, a conditional write and a lease request; DynamoDB Local: one conditional update), after the holder's own release request. The target is below one emulator round trip on this machine, so it cannot be met by the library alone on these stores.",
             };

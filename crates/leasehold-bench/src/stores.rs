@@ -49,6 +49,15 @@ pub fn s3_endpoint() -> String {
 /// `scripts/postgres.sh url`); without it PostgreSQL's figures are left out.
 pub const POSTGRES_URL_ENV: &str = "LEASEHOLD_BENCH_POSTGRES_URL";
 
+/// The MySQL (MariaDB) server's URL (scripts/bench.sh sets it from
+/// `scripts/mysql.sh url`); without it MySQL's figures are left out.
+pub const MYSQL_URL_ENV: &str = "LEASEHOLD_BENCH_MYSQL_URL";
+
+/// The MySQL server's URL, if one is given.
+pub fn mysql_url() -> Option<String> {
+    std::env::var(MYSQL_URL_ENV).ok().filter(|v| !v.is_empty())
+}
+
 /// The Redis server's URL (scripts/bench.sh sets it from
 /// `scripts/redis.sh url`); without it Redis's figures are left out.
 pub const REDIS_URL_ENV: &str = "LEASEHOLD_BENCH_REDIS_URL";
@@ -89,6 +98,8 @@ pub enum Spec {
     Dynamodb(String),
     /// A table on the PostgreSQL server of [`postgres_url`].
     Postgres(String),
+    /// A table on the MySQL server of [`mysql_url`].
+    Mysql(String),
     /// A key prefix on the Redis server of [`redis_url`].
     Redis(String),
     /// A key prefix on the etcd server of [`etcd_url`].
@@ -99,7 +110,7 @@ pub enum Spec {
 
 /// The store kinds, as [`Spec::kind`] names them (`run --stores`).
 pub const KINDS: &[&str] = &[
-    "memory", "sqlite", "azblob", "dynamodb", "postgres", "redis", "etcd", "s3",
+    "memory", "sqlite", "azblob", "dynamodb", "postgres", "mysql", "redis", "etcd", "s3",
 ];
 
 impl Spec {
@@ -111,6 +122,7 @@ impl Spec {
             Some(("azblob", c)) => Spec::Azblob(c.to_string()),
             Some(("dynamodb", t)) => Spec::Dynamodb(t.to_string()),
             Some(("postgres", t)) => Spec::Postgres(t.to_string()),
+            Some(("mysql", t)) => Spec::Mysql(t.to_string()),
             Some(("redis", p)) => Spec::Redis(p.to_string()),
             Some(("etcd", p)) => Spec::Etcd(p.to_string()),
             Some(("s3", p)) => Spec::S3(p.to_string()),
@@ -127,6 +139,7 @@ impl Spec {
             Spec::Azblob(name)
             | Spec::Dynamodb(name)
             | Spec::Postgres(name)
+            | Spec::Mysql(name)
             | Spec::Redis(name)
             | Spec::Etcd(name)
             | Spec::S3(name) => format!("{kind}:{name}"),
@@ -141,6 +154,7 @@ impl Spec {
             Spec::Azblob(_) => "azblob",
             Spec::Dynamodb(_) => "dynamodb",
             Spec::Postgres(_) => "postgres",
+            Spec::Mysql(_) => "mysql",
             Spec::Redis(_) => "redis",
             Spec::Etcd(_) => "etcd",
             Spec::S3(_) => "s3",
@@ -162,6 +176,11 @@ impl Spec {
             ),
             Spec::Postgres(t) => {
                 let base = postgres_url().unwrap_or_default();
+                let sep = if base.contains('?') { '&' } else { '?' };
+                format!("{base}{sep}table={t}&max_ttl=30s")
+            }
+            Spec::Mysql(t) => {
+                let base = mysql_url().unwrap_or_default();
                 let sep = if base.contains('?') { '&' } else { '?' };
                 format!("{base}{sep}table={t}&max_ttl=30s")
             }
@@ -190,6 +209,7 @@ impl Spec {
             Spec::Azblob(_) => "Azurite",
             Spec::Dynamodb(_) => "DynamoDB Local",
             Spec::Postgres(_) => "PostgreSQL",
+            Spec::Mysql(_) => "MySQL",
             Spec::Redis(_) => "Redis",
             Spec::Etcd(_) => "etcd",
             Spec::S3(_) => S3_LABEL,
@@ -242,6 +262,8 @@ pub struct Opened {
     pub dynamo: Option<Arc<DynamoDbBackend>>,
     /// The PostgreSQL backend, for its statements and epoch.
     pub postgres: Option<Arc<PostgresBackend>>,
+    /// The MySQL backend, for its statements and epoch.
+    pub mysql: Option<Arc<leasehold_mysql::MysqlBackend>>,
     /// The Redis backend, for its epoch.
     pub redis: Option<Arc<leasehold_redis::RedisBackend>>,
     /// The etcd backend, for its prefix and epoch.
@@ -293,6 +315,11 @@ pub async fn open(spec: &Spec, track_renewals: bool) -> anyhow::Result<Opened> {
         .with_context(|| format!("opening {}", spec.label()))?;
     let dynamo = opened.concrete.clone().downcast::<DynamoDbBackend>().ok();
     let postgres = opened.concrete.clone().downcast::<PostgresBackend>().ok();
+    let mysql = opened
+        .concrete
+        .clone()
+        .downcast::<leasehold_mysql::MysqlBackend>()
+        .ok();
     let redis = opened
         .concrete
         .clone()
@@ -317,6 +344,7 @@ pub async fn open(spec: &Spec, track_renewals: bool) -> anyhow::Result<Opened> {
         calls,
         dynamo,
         postgres,
+        mysql,
         redis,
         etcd,
         s3,

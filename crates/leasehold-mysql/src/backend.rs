@@ -54,6 +54,24 @@ impl std::fmt::Debug for MysqlBackend {
     }
 }
 
+/// The statements [`MysqlBackend::raw_sql`] gives.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct RawSql<'a> {
+    /// The epoch row, `LOCK IN SHARE MODE` (no parameters).
+    pub share_epoch: &'a str,
+    /// The key's row `FOR UPDATE` (the key).
+    pub lock_key: &'a str,
+    /// A grant of a key without a row (key, fence, epoch, lease id, TTL
+    /// µs, TTL ms, host, pid, label, data).
+    pub insert_grant: &'a str,
+    /// A grant of a key with a row (fence, epoch, lease id, TTL µs, TTL
+    /// ms, host, pid, label, data, whether to keep `acquired_at`, key).
+    pub update_grant: &'a str,
+    /// A release (key, lease id).
+    pub release: &'a str,
+}
+
 /// A failed operation: the client's error (to look at its code) or one of
 /// ours.
 pub(crate) enum Fail {
@@ -138,6 +156,22 @@ impl MysqlBackend {
     /// [`Error::Backend`] when the server cannot be reached.
     pub async fn epoch(&self) -> Result<StoreEpoch> {
         Ok(self.check_epoch("epoch").await?.0.store_epoch())
+    }
+
+    /// The statements of an acquire's transaction and of a release, as
+    /// `try_acquire` and `release` send them (their parameters as
+    /// [`statements`](crate) lists them), for the benchmarks' raw loop,
+    /// which sends the same statements on a client of its own.
+    #[doc(hidden)]
+    pub fn raw_sql(&self) -> RawSql<'_> {
+        let sql = &self.inner.sql;
+        RawSql {
+            share_epoch: &sql.share_epoch,
+            lock_key: &sql.lock_key,
+            insert_grant: &sql.insert_grant,
+            update_grant: &sql.update_grant,
+            release: &sql.release,
+        }
     }
 
     /// For tests: a connection of the backend's pool left inside a

@@ -245,6 +245,8 @@ mod statements;
 use std::time::Duration;
 
 pub use backend::MysqlBackend;
+#[doc(hidden)]
+pub use backend::RawSql;
 pub use builder::{MysqlBackendBuilder, SslMode, DEFAULT_TABLE};
 
 /// Re-exported for building client options in code.

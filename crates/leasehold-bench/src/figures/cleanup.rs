@@ -38,6 +38,17 @@ pub async fn cleanup(specs: &[Spec]) {
                     drop(client);
                     let _ = connection.await;
                 }
+                Spec::Mysql(table) => {
+                    use leasehold_mysql::mysql_async::prelude::Queryable;
+                    let url = stores::mysql_url().unwrap_or_default();
+                    let opts = leasehold_mysql::MysqlBackendBuilder::from_url(&url)?
+                        .opts()
+                        .clone();
+                    let mut conn = leasehold_mysql::mysql_async::Conn::new(opts).await?;
+                    conn.query_drop(format!("DROP TABLE IF EXISTS {table}"))
+                        .await?;
+                    conn.disconnect().await?;
+                }
                 Spec::Redis(prefix) => {
                     use leasehold_redis::redis;
                     let url = stores::redis_url().unwrap_or_default();

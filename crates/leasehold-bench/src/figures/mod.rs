@@ -90,6 +90,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             stores::POSTGRES_URL_ENV,
         ),
         (
+            Spec::Mysql(format!("leasehold_bench_{tag}")),
+            "MySQL",
+            stores::mysql_url(),
+            stores::MYSQL_URL_ENV,
+        ),
+        (
             Spec::Redis(format!("leasehold-bench-{tag}:")),
             "Redis",
             stores::redis_url(),
@@ -133,6 +139,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             Spec::Azblob(_)
             | Spec::Dynamodb(_)
             | Spec::Postgres(_)
+            | Spec::Mysql(_)
             | Spec::Redis(_)
             | Spec::Etcd(_)
             | Spec::S3(_) => {
@@ -190,16 +197,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         // 1), less than 1,000 leases' renewals ask (two requests each: 400 a
         // second); the embedded stores and real servers 10,000.
         let (n, ttl) = match spec {
-            Spec::Memory | Spec::Sqlite(_) | Spec::Postgres(_) | Spec::Redis(_) | Spec::Etcd(_) => {
-                (plan.many_local, plan.many_ttl_ms)
-            }
+            Spec::Memory
+            | Spec::Sqlite(_)
+            | Spec::Postgres(_)
+            | Spec::Mysql(_)
+            | Spec::Redis(_)
+            | Spec::Etcd(_) => (plan.many_local, plan.many_ttl_ms),
             Spec::S3(_) => (plan.many_moto, plan.many_emulator_ttl_ms),
             Spec::Azblob(_) | Spec::Dynamodb(_) => (plan.many_emulator, plan.many_emulator_ttl_ms),
         };
         // The servers refuse TTLs under a second, etcd under two (a
         // --tiny run asks 600 ms).
         let ttl = match spec {
-            Spec::Postgres(_) | Spec::Redis(_) => ttl.max(1_000),
+            Spec::Postgres(_) | Spec::Mysql(_) | Spec::Redis(_) => ttl.max(1_000),
             Spec::Etcd(_) => ttl.max(leasehold_etcd::MIN_TTL.as_millis() as u64),
             _ => ttl,
         };

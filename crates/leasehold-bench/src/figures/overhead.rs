@@ -45,6 +45,14 @@ impl Run {
                 let url = stores::postgres_url().ok_or_else(|| anyhow!("no server"))?;
                 (RawLoop::postgres(p, &url).await?, 2)
             }
+            // One transaction of five statements to acquire (begin, the
+            // epoch row shared, the key's row locked, the grant, commit),
+            // one statement to release.
+            Spec::Mysql(_) => {
+                let m = opened.mysql.as_ref().ok_or_else(|| anyhow!("no client"))?;
+                let url = stores::mysql_url().ok_or_else(|| anyhow!("no server"))?;
+                (RawLoop::mysql(m, &url).await?, 6)
+            }
             Spec::Redis(_) => {
                 let r = opened.redis.as_ref().ok_or_else(|| anyhow!("no client"))?;
                 let url = stores::redis_url().ok_or_else(|| anyhow!("no server"))?;

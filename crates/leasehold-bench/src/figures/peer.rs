@@ -37,6 +37,7 @@ impl Run {
                 "postgres_advisory_lock.py",
                 "session advisory lock, psycopg (Python)",
             ),
+            Spec::Mysql(_) => ("mysql_get_lock.py", "GET_LOCK, PyMySQL (Python)"),
             Spec::Redis(_) => ("redis_py_lock.py", "redis-py Lock (Python)"),
             Spec::Etcd(_) => ("", "etcd v3lock Lock/Unlock on a session lease (Rust)"),
             _ => bail!("no peer for {}", spec.label()),

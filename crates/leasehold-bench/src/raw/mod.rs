@@ -7,6 +7,7 @@ mod azure;
 mod dynamo;
 mod etcd;
 mod key;
+mod mysql;
 mod postgres;
 mod redis;
 mod s3;
@@ -28,6 +29,7 @@ use dynamo::dynamo_cycle;
 pub use etcd::etcd_endpoints;
 use etcd::{etcd_cycle, EtcdRaw};
 use key::RAW_KEY;
+use mysql::{mysql_cycle, MysqlSql};
 use postgres::postgres_cycle;
 use redis::redis_cycle;
 use s3::S3Raw;
@@ -78,6 +80,18 @@ pub enum RawLoop {
         release: tokio_postgres::Statement,
         /// The table's store epoch.
         epoch: i64,
+        /// Statements sent.
+        requests: Arc<AtomicU64>,
+    },
+    /// mysql_async on a connection of its own: leasehold's acquire
+    /// transaction (five statements) and release statement.
+    Mysql {
+        /// The connection.
+        conn: leasehold_mysql::mysql_async::Conn,
+        /// leasehold's statements.
+        sql: MysqlSql,
+        /// The table's store epoch.
+        epoch: u64,
         /// Statements sent.
         requests: Arc<AtomicU64>,
     },
@@ -229,6 +243,31 @@ impl RawLoop {
         })
     }
 
+    /// A loop on `backend`'s table, on a connection of its own to the
+    /// server `url` names.
+    pub async fn mysql(
+        backend: &leasehold_mysql::MysqlBackend,
+        url: &str,
+    ) -> anyhow::Result<RawLoop> {
+        let opts = leasehold_mysql::MysqlBackendBuilder::from_url(url)?
+            .opts()
+            .clone();
+        let conn = leasehold_mysql::mysql_async::Conn::new(opts).await?;
+        let raw = backend.raw_sql();
+        Ok(RawLoop::Mysql {
+            conn,
+            sql: MysqlSql {
+                share_epoch: raw.share_epoch.into(),
+                lock_key: raw.lock_key.into(),
+                insert_grant: raw.insert_grant.into(),
+                update_grant: raw.update_grant.into(),
+                release: raw.release.into(),
+            },
+            epoch: backend.epoch().await?.epoch,
+            requests: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
     /// A loop on `backend`'s store, on a connection of its own to the
     /// server `url` names.
     pub async fn redis(
@@ -295,6 +334,7 @@ impl RawLoop {
         match self {
             RawLoop::Azure { requests, .. }
             | RawLoop::Postgres { requests, .. }
+            | RawLoop::Mysql { requests, .. }
             | RawLoop::Redis { requests, .. }
             | RawLoop::Etcd { requests, .. }
             | RawLoop::EtcdPeer { requests, .. } => Some(requests.load(Ordering::Relaxed)),
@@ -378,6 +418,15 @@ impl RawLoop {
             } => {
                 postgres_cycle(client, acquire, release, *epoch).await?;
                 requests.fetch_add(2, Ordering::Relaxed);
+            }
+            RawLoop::Mysql {
+                conn,
+                sql,
+                epoch,
+                requests,
+            } => {
+                mysql_cycle(conn, sql, *epoch).await?;
+                requests.fetch_add(6, Ordering::Relaxed);
             }
             RawLoop::Etcd {
                 client,
