@@ -4,7 +4,7 @@
 # directory, as the current user (root is fine: ZooKeeper needs no
 # unprivileged user).
 #
-#   scripts/zookeeper.sh start    # install if needed, start, wait until it answers ruok
+#   scripts/zookeeper.sh start    # install if needed, start, wait until it serves (srvr)
 #   scripts/zookeeper.sh stop     # SIGTERM, then remove the data
 #   scripts/zookeeper.sh restart  # stop and start again, keeping the data
 #   scripts/zookeeper.sh restart-stopped  # stop, keeping the data (start resumes)
@@ -33,11 +33,12 @@ install() {
     apt_install zookeeper
 }
 
-# Whether it answers the four-letter word `ruok` with `imok`.
+# Whether it serves: the four-letter word `srvr` answers with its mode
+# (`ruok` answers `imok` before the server takes sessions).
 answers() {
     local reply
-    reply="$(timeout 1 bash -c "exec 3<>/dev/tcp/$HOST/$PORT; printf ruok >&3; cat <&3" 2>/dev/null)" || true
-    [[ "$reply" == imok ]]
+    reply="$(timeout 1 bash -c "exec 3<>/dev/tcp/$HOST/$PORT; printf srvr >&3; cat <&3" 2>/dev/null)" || true
+    [[ "$reply" == *"Mode: standalone"* ]]
 }
 
 # Starts ZooKeeper on the data in $1 (see start_in_data_dir).

@@ -35,7 +35,11 @@ impl Inner {
                 let fresh = self.refresh_epoch("acquire").await?;
                 match req.epoch {
                     Some(e) if e == fresh.epoch.epoch => e,
-                    _ => return Ok(AcquireOutcome::OtherEpoch(self.current_epoch("acquire").await?)),
+                    _ => {
+                        return Ok(AcquireOutcome::OtherEpoch(
+                            self.current_epoch("acquire").await?,
+                        ))
+                    }
                 }
             }
         };
@@ -78,7 +82,10 @@ impl Inner {
                 }
             };
             let record = with_lease(read.record, req, fence);
-            match self.write("acquire", epoch, &req.key, &record, read.stat.version).await? {
+            match self
+                .write("acquire", epoch, &req.key, &record, read.stat.version)
+                .await?
+            {
                 Written::Done => {
                     self.observations.forget(key);
                     return Ok(AcquireOutcome::Acquired(Grant::new(fence)));
@@ -115,7 +122,11 @@ impl Inner {
     async fn create_record(&self, req: &AcquireRequest, epoch: u64) -> Result<Created> {
         let folder = self.paths.records(epoch);
         let f = folder.clone();
-        let stat = match self.conn.run("acquire", |c| async move { c.check_stat(&f).await }).await? {
+        let stat = match self
+            .conn
+            .run("acquire", |c| async move { c.check_stat(&f).await })
+            .await?
+        {
             Ok(Some(stat)) => stat,
             Ok(None) => return Ok(Created::Gone),
             Err(e) => return Err(zk_error("acquire", e)),

@@ -110,9 +110,18 @@ impl Inner {
     }
 
     /// Reads `key`'s record in `epoch`: `None` when it has none.
-    pub(crate) async fn read(&self, op: &'static str, epoch: u64, key: &Key) -> Result<Option<Read>> {
+    pub(crate) async fn read(
+        &self,
+        op: &'static str,
+        epoch: u64,
+        key: &Key,
+    ) -> Result<Option<Read>> {
         let path = self.paths.record(epoch, key);
-        match self.conn.run(op, |c| async move { c.get_data(&path).await }).await? {
+        match self
+            .conn
+            .run(op, |c| async move { c.get_data(&path).await })
+            .await?
+        {
             Ok((bytes, stat)) => Ok(Some(Read {
                 record: Record::decode(op, &bytes)?,
                 stat,
@@ -136,7 +145,9 @@ impl Inner {
         let bytes = record.encode();
         match self
             .conn
-            .run(op, |c| async move { c.set_data(&path, &bytes, Some(version)).await })
+            .run(op, |c| async move {
+                c.set_data(&path, &bytes, Some(version)).await
+            })
             .await?
         {
             Ok(_) => Ok(Written::Done),
@@ -234,21 +245,37 @@ impl Backend for ZkBackend {
         let inner = &self.inner;
         for _ in 0..ROUNDS {
             let Some(mut read) = inner.read("renew", lease.epoch, &lease.key).await? else {
-                return Err(lost(&lease.key, "the key's record is gone (the store's data lost?)"));
+                return Err(lost(
+                    &lease.key,
+                    "the key's record is gone (the store's data lost?)",
+                ));
             };
-            let Some(held) = read.record.lease.as_mut().filter(|l| l.id == lease.lease_id.as_str())
+            let Some(held) = read
+                .record
+                .lease
+                .as_mut()
+                .filter(|l| l.id == lease.lease_id.as_str())
             else {
                 return Err(lost(&lease.key, "the key is no longer held by this lease"));
             };
             held.renewed_ms = unix_ms(SystemTime::now());
             match inner
-                .write("renew", lease.epoch, &lease.key, &read.record, read.stat.version)
+                .write(
+                    "renew",
+                    lease.epoch,
+                    &lease.key,
+                    &read.record,
+                    read.stat.version,
+                )
                 .await?
             {
                 Written::Done => return Ok(()),
                 Written::Changed => continue,
                 Written::Gone => {
-                    return Err(lost(&lease.key, "the key's record is gone (the store's data lost?)"))
+                    return Err(lost(
+                        &lease.key,
+                        "the key's record is gone (the store's data lost?)",
+                    ))
                 }
             }
         }
@@ -259,7 +286,10 @@ impl Backend for ZkBackend {
         let inner = &self.inner;
         for _ in 0..ROUNDS {
             let Some(mut read) = inner.read("release", lease.epoch, &lease.key).await? else {
-                return Err(lost(&lease.key, "the key's record is gone (the store's data lost?)"));
+                return Err(lost(
+                    &lease.key,
+                    "the key's record is gone (the store's data lost?)",
+                ));
             };
             let ours = read
                 .record
@@ -276,13 +306,22 @@ impl Backend for ZkBackend {
             read.record.lease = None;
             read.record.released_by = Some(lease.lease_id.as_str().to_string());
             match inner
-                .write("release", lease.epoch, &lease.key, &read.record, read.stat.version)
+                .write(
+                    "release",
+                    lease.epoch,
+                    &lease.key,
+                    &read.record,
+                    read.stat.version,
+                )
                 .await?
             {
                 Written::Done => return Ok(()),
                 Written::Changed => continue,
                 Written::Gone => {
-                    return Err(lost(&lease.key, "the key's record is gone (the store's data lost?)"))
+                    return Err(lost(
+                        &lease.key,
+                        "the key's record is gone (the store's data lost?)",
+                    ))
                 }
             }
         }
@@ -314,7 +353,10 @@ impl Backend for ZkBackend {
             };
             read.record.lease = None;
             read.record.released_by = None;
-            match inner.write("break", epoch, key, &read.record, read.stat.version).await? {
+            match inner
+                .write("break", epoch, key, &read.record, read.stat.version)
+                .await?
+            {
                 Written::Done => return Ok(Some(holder)),
                 Written::Changed => continue,
                 Written::Gone => return Ok(None),
@@ -373,7 +415,10 @@ impl Backend for ZkBackend {
         let inner = &self.inner;
         for _ in 0..ROUNDS {
             let Some(mut read) = inner.read("record run", lease.epoch, &lease.key).await? else {
-                return Err(lost(&lease.key, "the key's record is gone (the store's data lost?)"));
+                return Err(lost(
+                    &lease.key,
+                    "the key's record is gone (the store's data lost?)",
+                ));
             };
             let ours = read
                 .record
@@ -401,7 +446,13 @@ impl Backend for ZkBackend {
                 read.record.last_run = Some(run.clone());
             }
             match inner
-                .write("record run", lease.epoch, &lease.key, &read.record, read.stat.version)
+                .write(
+                    "record run",
+                    lease.epoch,
+                    &lease.key,
+                    &read.record,
+                    read.stat.version,
+                )
                 .await?
             {
                 Written::Done if ours => return Ok(()),
@@ -410,7 +461,10 @@ impl Backend for ZkBackend {
                 }
                 Written::Changed => continue,
                 Written::Gone => {
-                    return Err(lost(&lease.key, "the key's record is gone (the store's data lost?)"))
+                    return Err(lost(
+                        &lease.key,
+                        "the key's record is gone (the store's data lost?)",
+                    ))
                 }
             }
         }

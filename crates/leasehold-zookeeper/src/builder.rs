@@ -111,7 +111,10 @@ impl ZkBackendBuilder {
                 None => false,
             };
             if !ok {
-                return Err(Error::invalid(WHAT, format!("{hp:?} is not HOST:PORT; {FORM}")));
+                return Err(Error::invalid(
+                    WHAT,
+                    format!("{hp:?} is not HOST:PORT; {FORM}"),
+                ));
             }
             list.push(hp.to_string());
         }
@@ -228,7 +231,11 @@ impl ZkBackendBuilder {
     pub async fn build(self) -> Result<ZkBackend> {
         self.check()?;
         let auth = self.user.as_ref().map(|(u, p)| format!("{u}:{p}"));
-        let conn = Arc::new(Connection::new(&self.hosts, auth, self.options.request_timeout));
+        let conn = Arc::new(Connection::new(
+            &self.hosts,
+            auth,
+            self.options.request_timeout,
+        ));
         let paths = Paths::new(&self.root);
         let listener = self.options.wake_ups.then(|| {
             Listener::new(RecordWrites {
@@ -292,7 +299,10 @@ mod tests {
         assert!(!b.options.wake_ups);
         assert_eq!(b.margin, Duration::from_secs(1));
         // A bare `/` is no chroot.
-        assert_eq!(ZkBackendBuilder::from_url("zk://h:1/").unwrap().root, DEFAULT_ROOT);
+        assert_eq!(
+            ZkBackendBuilder::from_url("zk://h:1/").unwrap().root,
+            DEFAULT_ROOT
+        );
     }
 
     #[test]
@@ -338,6 +348,10 @@ mod tests {
         let b = ZkBackendBuilder::new(Vec::<String>::new());
         assert!(b.check().is_err());
         let b = ZkBackendBuilder::new(["h:1"]).request_timeout(Duration::ZERO);
-        assert!(b.check().unwrap_err().to_string().contains("request timeout"));
+        assert!(b
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("request timeout"));
     }
 }

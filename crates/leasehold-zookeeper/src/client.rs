@@ -67,12 +67,16 @@ impl Connection {
         }
         let mut connector = zk::Client::connector()
             .with_session_timeout(SESSION_TIMEOUT)
-            .with_connection_timeout(self.request_timeout.min(SESSION_TIMEOUT / 3))
-            .with_fail_eagerly();
+            .with_connection_timeout(self.request_timeout.min(SESSION_TIMEOUT / 3));
         if let Some(auth) = &self.auth {
             connector = connector.with_auth("digest", auth.as_bytes());
         }
-        let client = match tokio::time::timeout(self.request_timeout, connector.connect(&self.hosts)).await {
+        let client = match tokio::time::timeout(
+            self.request_timeout,
+            connector.connect(&self.hosts),
+        )
+        .await
+        {
             Ok(Ok(c)) => c,
             Ok(Err(e)) => return Err(zk_error(op, e)),
             Err(_) => return Err(timed_out(op, self.request_timeout)),
@@ -85,15 +89,41 @@ impl Connection {
     /// timeout. The request's own ZooKeeper error is returned as is (the
     /// caller tells a failed condition from a failure); a time-out or a
     /// failure to connect is a retryable backend error.
-    pub(crate) async fn run<T, F, Fut>(&self, op: &'static str, request: F) -> Result<std::result::Result<T, zk::Error>>
+    pub(crate) async fn run<T, F, Fut>(
+        &self,
+        op: &'static str,
+        request: F,
+    ) -> Result<std::result::Result<T, zk::Error>>
     where
         F: FnOnce(zk::Client) -> Fut,
         Fut: Future<Output = std::result::Result<T, zk::Error>>,
     {
         let client = self.client(op).await?;
+        let session = client.session_id();
         match tokio::time::timeout(self.request_timeout, request(client)).await {
+            Ok(Err(e @ (zk::Error::ConnectionLoss | zk::Error::Custom(_)))) => {
+                self.discard(session).await;
+                Ok(Err(e))
+            }
             Ok(answer) => Ok(answer),
-            Err(_) => Err(timed_out(op, self.request_timeout)),
+            Err(_) => {
+                self.discard(session).await;
+                Err(timed_out(op, self.request_timeout))
+            }
+        }
+    }
+
+    /// Drops the session `session` (if it is still the current one) after a
+    /// request lost its connection or timed out, so that the next request
+    /// opens a new one. The client would reconnect the old session by
+    /// itself, but a server that lost its data (a new ensemble) refuses a
+    /// client that has seen a later transaction than its own, forever; a
+    /// new session starts from nothing. The store keeps nothing on
+    /// sessions, so nothing is lost.
+    async fn discard(&self, session: zk::SessionId) {
+        let mut slot = self.client.lock().await;
+        if slot.as_ref().is_some_and(|c| c.session_id() == session) {
+            *slot = None;
         }
     }
 }

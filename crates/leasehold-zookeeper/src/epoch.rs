@@ -48,7 +48,11 @@ impl Inner {
         let path = self.paths.clock();
         for _ in 0..3 {
             let p = path.clone();
-            match self.conn.run(op, |c| async move { c.set_data(&p, b"", None).await }).await? {
+            match self
+                .conn
+                .run(op, |c| async move { c.set_data(&p, b"", None).await })
+                .await?
+            {
                 Ok(stat) => return Ok(server_time(stat.mtime)),
                 Err(zk::Error::NoNode) => self.make_root(op).await?,
                 Err(e) => return Err(zk_error(op, e)),
@@ -80,7 +84,11 @@ impl Inner {
     /// lost). Checks the protocol before anything else.
     pub(crate) async fn read_marker(&self, op: &'static str) -> Result<Option<(Marker, zk::Stat)>> {
         let path = self.paths.marker();
-        match self.conn.run(op, |c| async move { c.get_data(&path).await }).await? {
+        match self
+            .conn
+            .run(op, |c| async move { c.get_data(&path).await })
+            .await?
+        {
             Ok((bytes, stat)) => Ok(Some((Marker::decode(op, &bytes)?, stat))),
             Err(zk::Error::NoNode) => Ok(None),
             Err(e) => Err(zk_error(op, e)),
@@ -160,7 +168,11 @@ impl Inner {
     /// seconds; the marker and the epoch's record folder are created in
     /// one transaction. `None` when another process created a marker
     /// first, or the folder of that second exists (read or try again).
-    async fn begin_epoch(&self, op: &'static str, creation: Creation) -> Result<Option<EpochState>> {
+    async fn begin_epoch(
+        &self,
+        op: &'static str,
+        creation: Creation,
+    ) -> Result<Option<EpochState>> {
         let now = self.server_now(op).await?;
         let epoch = epoch_at(now);
         let proven = creation == Creation::NewProven;

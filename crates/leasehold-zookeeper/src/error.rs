@@ -10,7 +10,7 @@ pub(crate) const NAME: &str = "zookeeper";
 
 /// A failure of a ZooKeeper request during `op`. Losing the connection or
 /// the session, a time-out, throttling, or no reachable server are
-/// retryable; refused credentials or permissions, bad arguments and
+/// retryable, as are the connection's I/O errors; refused credentials or permissions, bad arguments and
 /// operations the server does not implement are not. The client's errors
 /// never carry the URL or the password.
 pub(crate) fn zk(op: &'static str, e: zk::Error) -> Error {
@@ -24,6 +24,8 @@ pub(crate) fn zk(op: &'static str, e: zk::Error) -> Error {
             | zk::Error::NoHosts
             | zk::Error::Throttled
             | zk::Error::NotReadOnly
+            // I/O errors of the connection (reset, refused, ...).
+            | zk::Error::Custom(_)
             // Conditions a caller retries past (a race lost at the last
             // moment); reaching here means it ran out of rounds.
             | zk::Error::BadVersion

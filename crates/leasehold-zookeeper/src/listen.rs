@@ -28,7 +28,10 @@ impl Subscribe for RecordWrites {
     async fn subscribe(&self) -> Result<Released, BoxError> {
         let client = self.conn.client("watch").await?;
         let root = self.paths.root().to_string();
-        let mut watcher = match client.watch(&root, zk::AddWatchMode::PersistentRecursive).await {
+        let mut watcher = match client
+            .watch(&root, zk::AddWatchMode::PersistentRecursive)
+            .await
+        {
             Ok(w) => w,
             Err(e) => return Err(Box::new(e)),
         };

@@ -58,7 +58,9 @@ impl Paths {
     /// The key a record's path stands for, if the path is a record of
     /// some epoch of this store.
     pub(crate) fn key_of_path(&self, path: &str) -> Option<Key> {
-        let rest = path.strip_prefix(&self.root)?.strip_prefix("/epoch/keys-")?;
+        let rest = path
+            .strip_prefix(&self.root)?
+            .strip_prefix("/epoch/keys-")?;
         let (epoch, name) = rest.split_once('/')?;
         epoch.parse::<u64>().ok()?;
         key_of(name)
@@ -154,7 +156,18 @@ mod tests {
         for ok in ["/leasehold", "/a/b-c/d_e.f:g", "/zookeeperx"] {
             check_root(ok).unwrap();
         }
-        for bad in ["", "/", "a", "/a/", "/a//b", "/a/./b", "/a/../b", "/a b", "/zookeeper", "/zookeeper/x"] {
+        for bad in [
+            "",
+            "/",
+            "a",
+            "/a/",
+            "/a//b",
+            "/a/./b",
+            "/a/../b",
+            "/a b",
+            "/zookeeper",
+            "/zookeeper/x",
+        ] {
             let err = check_root(bad).unwrap_err();
             assert!(err.to_string().contains("a chroot is"), "{bad}: {err}");
         }

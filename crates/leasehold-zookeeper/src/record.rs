@@ -163,8 +163,11 @@ mod tests {
         assert_eq!(Marker::decode("t", &m.encode()).unwrap(), m);
         // Without the field: protocol 1.
         assert!(Marker::decode("t", br#"{"epoch":3,"max_ttl_ms":1000}"#).is_ok());
-        let err = Marker::decode("t", br#"{"epoch":3,"max_ttl_ms":1000,"protocol":2}"#)
-            .unwrap_err();
-        assert!(matches!(err, leasehold::Error::UnsupportedProtocol { .. }), "{err}");
+        let err =
+            Marker::decode("t", br#"{"epoch":3,"max_ttl_ms":1000,"protocol":2}"#).unwrap_err();
+        assert!(
+            matches!(err, leasehold::Error::UnsupportedProtocol { .. }),
+            "{err}"
+        );
     }
 }

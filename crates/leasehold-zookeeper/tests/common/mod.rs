@@ -37,10 +37,17 @@ impl ServerStore for Zk {
     }
 
     fn url_for(namespace: &str) -> String {
-        format!("{}{namespace}?max_ttl={}s", Self::url(), Self::MAX_TTL.as_secs())
+        format!(
+            "{}{namespace}?max_ttl={}s",
+            Self::url(),
+            Self::MAX_TTL.as_secs()
+        )
     }
 
-    fn open(namespace: &str, params: &str) -> impl std::future::Future<Output = Arc<dyn Backend>> + Send {
+    fn open(
+        namespace: &str,
+        params: &str,
+    ) -> impl std::future::Future<Output = Arc<dyn Backend>> + Send {
         // `params` starts with `&` (a parameter added to a query).
         let params = params.strip_prefix('&').unwrap_or(params);
         let url = format!("{}{namespace}?{params}", Self::url());
@@ -119,3 +126,24 @@ const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 /// A short pause for tests that must let time pass on the server's clock
 /// (never standing in for an event).
 pub const SECOND: Duration = Duration::from_secs(1);
+
+/// Deletes `chroot` with everything under it in one transaction, with a
+/// client of the test's own: in milliseconds, where `zkCli.sh` first
+/// starts a JVM (about a second), for tests that lose the store "at once".
+pub async fn delete_store_now(chroot: &str) {
+    use zookeeper_client as zk;
+    let client = zk::Client::connect(&endpoint()).await.expect("connect");
+    let mut nodes = vec![chroot.to_string()];
+    let mut i = 0;
+    while i < nodes.len() {
+        let children = client.list_children(&nodes[i]).await.unwrap_or_default();
+        let parent = nodes[i].clone();
+        nodes.extend(children.into_iter().map(|c| format!("{parent}/{c}")));
+        i += 1;
+    }
+    let mut writer = client.new_multi_writer();
+    for node in nodes.iter().rev() {
+        writer.add_delete(node, None).unwrap();
+    }
+    writer.commit().await.expect("delete the store");
+}
