@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use leasehold::backend::{next_token, AcquireOutcome, AcquireRequest, Grant};
+use leasehold::backend::{next_token, AcquireOutcome, AcquireRequest, Grant, Lease};
 use leasehold::{Error, Result};
 use zookeeper_client as zk;
 
@@ -86,8 +86,10 @@ impl Inner {
                 .write("acquire", epoch, &req.key, &record, read.stat.version)
                 .await?
             {
-                Written::Done => {
+                Written::Done(version) => {
                     self.observations.forget(key);
+                    self.writes
+                        .keep(&granted(req, epoch, fence), record, version);
                     return Ok(AcquireOutcome::Acquired(Grant::new(fence)));
                 }
                 Written::Changed => continue,
@@ -148,6 +150,7 @@ impl Inner {
         let record = with_lease(Record::default(), req, first);
         let bytes = record.encode();
         let path = self.paths.record(epoch, &req.key);
+        let record = record.clone();
         let acls = self.conn.acls();
         let version = stat.version;
         let answer = self
@@ -161,10 +164,25 @@ impl Inner {
             })
             .await?;
         match answer {
-            Ok(_) => Ok(Created::Token(first)),
+            Ok(_) => {
+                // A new node's version is 0.
+                self.writes.keep(&granted(req, epoch, first), record, 0);
+                Ok(Created::Token(first))
+            }
             Err(zk::Error::BadVersion | zk::Error::NodeExists) => Ok(Created::Raced),
             Err(zk::Error::NoNode) => Ok(Created::Gone),
             Err(e) => Err(zk_error("acquire", e)),
         }
+    }
+}
+
+/// The lease `req` was granted with `fence` in `epoch`.
+fn granted(req: &AcquireRequest, epoch: u64, fence: u64) -> Lease {
+    Lease {
+        key: req.key.clone(),
+        lease_id: req.lease_id.clone(),
+        ttl: req.ttl,
+        fencing_token: fence,
+        epoch,
     }
 }

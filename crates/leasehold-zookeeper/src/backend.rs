@@ -40,6 +40,55 @@ pub(crate) struct Inner {
     pub(crate) observations: Observations,
     pub(crate) epoch: Mutex<Option<EpochState>>,
     pub(crate) common: ServerCommon,
+    /// Our last write of each record we hold.
+    pub(crate) writes: LastWrites,
+}
+
+/// Beyond this many records remembered, the oldest is forgotten (the only
+/// cost: its next renewal reads first).
+const MAX_REMEMBERED: usize = 10_000;
+
+/// The record each lease of ours last wrote, and the version it got: a
+/// renewal writes over it conditional on that version, in one request.
+/// A version check that fails (anyone else wrote since) falls back to a
+/// read; it never writes over another's record.
+#[derive(Debug, Default)]
+pub(crate) struct LastWrites(
+    Mutex<std::collections::HashMap<(u64, String), (String, Record, i32)>>,
+);
+
+impl LastWrites {
+    fn slot(lease: &Lease) -> (u64, String) {
+        (lease.epoch, lease.key.as_str().to_string())
+    }
+
+    /// Our last write of `lease`'s record, if remembered.
+    pub(crate) fn get(&self, lease: &Lease) -> Option<(Record, i32)> {
+        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(&Self::slot(lease))
+            .filter(|(id, _, _)| id == lease.lease_id.as_str())
+            .map(|(_, r, v)| (r.clone(), *v))
+    }
+
+    /// Remembers that `lease` wrote `record`, which got `version`.
+    pub(crate) fn keep(&self, lease: &Lease, record: Record, version: i32) {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= MAX_REMEMBERED {
+            map.clear();
+        }
+        map.insert(
+            Self::slot(lease),
+            (lease.lease_id.as_str().to_string(), record, version),
+        );
+    }
+
+    /// Forgets `lease`'s record.
+    pub(crate) fn forget(&self, lease: &Lease) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&Self::slot(lease));
+    }
 }
 
 /// A record as read: its contents and the node's version.
@@ -58,8 +107,8 @@ impl Read {
 
 /// What a conditional write of a record met.
 pub(crate) enum Written {
-    /// Written.
-    Done,
+    /// Written; the node's new version.
+    Done(i32),
     /// The record changed since it was read.
     Changed,
     /// The record (or its epoch's folder) is gone.
@@ -150,22 +199,18 @@ impl Inner {
             })
             .await?
         {
-            Ok(_) => Ok(Written::Done),
+            Ok(stat) => Ok(Written::Done(stat.version)),
             Err(zk::Error::BadVersion) => Ok(Written::Changed),
             Err(zk::Error::NoNode) => Ok(Written::Gone),
             Err(e) => Err(zk_error(op, e)),
         }
     }
 
-    /// The epoch to read a key in: the current one, re-read from the
-    /// marker (reads follow the store as it is now); `None` when there is
-    /// no store.
+    /// The epoch to read a key in: the marker's, read now (reads follow
+    /// the store as it is, and write nothing); `None` when there is no
+    /// store.
     async fn epoch_for_reading(&self, op: &'static str) -> Result<Option<u64>> {
-        match self.refresh_epoch(op).await {
-            Ok(s) => Ok(Some(s.epoch.epoch)),
-            Err(Error::NoStore { .. }) => Ok(None),
-            Err(e) => Err(e),
-        }
+        Ok(self.read_marker(op).await?.map(|(marker, _)| marker.epoch))
     }
 }
 
@@ -243,6 +288,30 @@ impl Backend for ZkBackend {
 
     async fn renew(&self, lease: &Lease) -> Result<()> {
         let inner = &self.inner;
+        // Our last write, if we remember it: one request instead of a read
+        // and a write (the version check makes it exactly that write's).
+        if let Some((mut record, version)) = inner.writes.get(lease) {
+            if let Some(held) = record.lease.as_mut() {
+                held.renewed_ms = unix_ms(SystemTime::now());
+            }
+            match inner
+                .write("renew", lease.epoch, &lease.key, &record, version)
+                .await?
+            {
+                Written::Done(v) => {
+                    inner.writes.keep(lease, record, v);
+                    return Ok(());
+                }
+                Written::Changed => inner.writes.forget(lease),
+                Written::Gone => {
+                    inner.writes.forget(lease);
+                    return Err(lost(
+                        &lease.key,
+                        "the key's record is gone (the store's data lost?)",
+                    ));
+                }
+            }
+        }
         for _ in 0..ROUNDS {
             let Some(mut read) = inner.read("renew", lease.epoch, &lease.key).await? else {
                 return Err(lost(
@@ -269,7 +338,7 @@ impl Backend for ZkBackend {
                 )
                 .await?
             {
-                Written::Done => return Ok(()),
+                Written::Done(_) => return Ok(()),
                 Written::Changed => continue,
                 Written::Gone => {
                     return Err(lost(
@@ -284,6 +353,7 @@ impl Backend for ZkBackend {
 
     async fn release(&self, lease: &Lease) -> Result<()> {
         let inner = &self.inner;
+        inner.writes.forget(lease);
         for _ in 0..ROUNDS {
             let Some(mut read) = inner.read("release", lease.epoch, &lease.key).await? else {
                 return Err(lost(
@@ -315,7 +385,7 @@ impl Backend for ZkBackend {
                 )
                 .await?
             {
-                Written::Done => return Ok(()),
+                Written::Done(_) => return Ok(()),
                 Written::Changed => continue,
                 Written::Gone => {
                     return Err(lost(
@@ -357,7 +427,7 @@ impl Backend for ZkBackend {
                 .write("break", epoch, key, &read.record, read.stat.version)
                 .await?
             {
-                Written::Done => return Ok(Some(holder)),
+                Written::Done(_) => return Ok(Some(holder)),
                 Written::Changed => continue,
                 Written::Gone => return Ok(None),
             }
@@ -455,8 +525,8 @@ impl Backend for ZkBackend {
                 )
                 .await?
             {
-                Written::Done if ours => return Ok(()),
-                Written::Done => {
+                Written::Done(_) if ours => return Ok(()),
+                Written::Done(_) => {
                     return Err(lost(&lease.key, "the key is no longer held by this lease"))
                 }
                 Written::Changed => continue,

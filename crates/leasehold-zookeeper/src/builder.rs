@@ -252,6 +252,7 @@ impl ZkBackendBuilder {
             observations: Observations::default(),
             epoch: Mutex::new(None),
             common: ServerCommon::new(listener),
+            writes: Default::default(),
             options: self.options,
         };
         let creation = inner.options.creation;
