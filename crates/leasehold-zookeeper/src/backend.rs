@@ -41,54 +41,7 @@ pub(crate) struct Inner {
     pub(crate) epoch: Mutex<Option<EpochState>>,
     pub(crate) common: ServerCommon,
     /// Our last write of each record we hold.
-    pub(crate) writes: LastWrites,
-}
-
-/// Beyond this many records remembered, the oldest is forgotten (the only
-/// cost: its next renewal reads first).
-const MAX_REMEMBERED: usize = 10_000;
-
-/// The record each lease of ours last wrote, and the version it got: a
-/// renewal writes over it conditional on that version, in one request.
-/// A version check that fails (anyone else wrote since) falls back to a
-/// read; it never writes over another's record.
-#[derive(Debug, Default)]
-pub(crate) struct LastWrites(
-    Mutex<std::collections::HashMap<(u64, String), (String, Record, i32)>>,
-);
-
-impl LastWrites {
-    fn slot(lease: &Lease) -> (u64, String) {
-        (lease.epoch, lease.key.as_str().to_string())
-    }
-
-    /// Our last write of `lease`'s record, if remembered.
-    pub(crate) fn get(&self, lease: &Lease) -> Option<(Record, i32)> {
-        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(&Self::slot(lease))
-            .filter(|(id, _, _)| id == lease.lease_id.as_str())
-            .map(|(_, r, v)| (r.clone(), *v))
-    }
-
-    /// Remembers that `lease` wrote `record`, which got `version`.
-    pub(crate) fn keep(&self, lease: &Lease, record: Record, version: i32) {
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if map.len() >= MAX_REMEMBERED {
-            map.clear();
-        }
-        map.insert(
-            Self::slot(lease),
-            (lease.lease_id.as_str().to_string(), record, version),
-        );
-    }
-
-    /// Forgets `lease`'s record.
-    pub(crate) fn forget(&self, lease: &Lease) {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&Self::slot(lease));
-    }
+    pub(crate) writes: crate::writes::LastWrites,
 }
 
 /// A record as read: its contents and the node's version.

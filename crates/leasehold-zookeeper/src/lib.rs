@@ -217,6 +217,7 @@ mod error;
 mod listen;
 mod names;
 mod record;
+mod writes;
 
 use std::time::Duration;
 

@@ -45,14 +45,14 @@ impl Subscribe for RecordWrites {
                     () = tx.closed() => return,
                 };
                 match event.event_type {
-                    zk::EventType::Session => {
-                        if event.session_state != zk::SessionState::SyncConnected {
-                            // Disconnected (events may be missed until the
-                            // watch is back: ZOOKEEPER-4698), or the
-                            // session ended: the stream ends, and the
-                            // listener subscribes again, waking everyone.
-                            return;
-                        }
+                    // Disconnected (events may be missed until the watch is
+                    // back: ZOOKEEPER-4698), or the session ended: the
+                    // stream ends, and the listener subscribes again,
+                    // waking everyone.
+                    zk::EventType::Session
+                        if event.session_state != zk::SessionState::SyncConnected =>
+                    {
+                        return;
                     }
                     zk::EventType::NodeDataChanged | zk::EventType::NodeDeleted => {
                         if let Some(key) = paths.key_of_path(&event.path) {
