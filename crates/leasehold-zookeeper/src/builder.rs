@@ -148,7 +148,7 @@ impl ZkBackendBuilder {
 
     /// Authenticate with ZooKeeper's `digest` scheme as `user`; nodes the
     /// backend creates then carry the creator-only ACL (see the README,
-    /// "Permissions").
+    /// "Permissions and ACLs").
     pub fn user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
         self.user = Some((user.into(), password.into()));
         self

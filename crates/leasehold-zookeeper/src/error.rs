@@ -34,7 +34,7 @@ pub(crate) fn zk(op: &'static str, e: zk::Error) -> Error {
     );
     let hint = match e {
         zk::Error::NoAuth => {
-            " (the store's nodes refuse this client: see the README, \"Permissions\")"
+            " (the store's nodes refuse this client: see the README, \"Permissions and ACLs\")"
         }
         zk::Error::Unimplemented => " (ZooKeeper 3.6 or later is needed)",
         _ => "",

@@ -228,3 +228,53 @@ async fn a_proven_store_is_proven_until_its_data_is_lost() {
     assert_eq!(current_epoch(&creator).await.epoch, epoch.epoch);
     common::delete_store_now(&chroot).await;
 }
+
+/// With `USER:PASSWORD@`, the backend authenticates with `digest` and its
+/// nodes get the creator-only ACL: the same user takes and releases
+/// leases; a client without the credentials is refused (not retryably),
+/// and the password is never printed.
+#[tokio::test]
+async fn digest_credentials_make_the_store_the_users_own() {
+    if !common::available() {
+        return;
+    }
+    let chroot = common::unique_chroot();
+    let with_user =
+        |user: &str| common::url_for(&chroot).replacen("zk://", &format!("zk://{user}@"), 1);
+    let url = with_user("app:S3CRET-pw");
+    let backend = ZkBackend::from_url(&url).await.unwrap();
+    assert!(!format!("{backend:?}").contains("S3CRET"));
+    common::settled(&backend).await;
+    let lease = raw_lease(&backend, "owned", Duration::from_secs(2)).await;
+    backend.release(&lease).await.unwrap();
+    let owner = zk::Client::connector()
+        .with_auth("digest", b"app:S3CRET-pw")
+        .connect(&common::endpoint())
+        .await
+        .unwrap();
+    let (acls, _) = owner.get_acl(&format!("{chroot}/epoch")).await.unwrap();
+    assert!(
+        acls.iter()
+            .all(|a| a.scheme() == "digest" && a.id().starts_with("app:")),
+        "{acls:?}"
+    );
+    // Without credentials, or with another user's: refused.
+    for url in [common::url_for(&chroot), with_user("other:pw")] {
+        let err = ZkBackend::from_url(&url).await.unwrap_err();
+        assert!(!err.is_retryable(), "{err}");
+        assert!(err.to_string().contains("Permissions and ACLs"), "{err}");
+        assert!(!err.to_string().contains("S3CRET"), "{err}");
+    }
+    // Clean up as the owner.
+    let mut nodes = vec![chroot.clone()];
+    let mut i = 0;
+    while i < nodes.len() {
+        let children = owner.list_children(&nodes[i]).await.unwrap_or_default();
+        let parent = nodes[i].clone();
+        nodes.extend(children.into_iter().map(|c| format!("{parent}/{c}")));
+        i += 1;
+    }
+    for node in nodes.iter().rev() {
+        owner.delete(node, None).await.unwrap();
+    }
+}
