@@ -73,7 +73,11 @@
 //!   time updated), if the record still names our lease id; otherwise, or
 //!   if the record is gone, the lease is lost
 //!   ([`LossReason::Revoked`](leasehold::LossReason::Revoked)). Every
-//!   renewal changes the node's version.
+//!   renewal changes the node's version. The backend remembers the record
+//!   and version of its own last write of each key it holds, so a renewal
+//!   is one request: `setData` of that record with that version, which
+//!   succeeds only if nobody wrote since (the node then holds exactly what
+//!   we wrote); if anyone did, it reads and decides as above.
 //! * **Release**: `setData(record, version)` without the lease and with
 //!   `released_by` = our lease id, if it names our lease id; a retry that
 //!   finds `released_by` ours succeeds, anything else is
@@ -196,15 +200,31 @@
 //! trust no clock reading across machines, and pass the conformance suite
 //! unchanged (as the DynamoDB and S3 stores do).
 //!
+//! Requests: acquire of a free key 2 (read, write; a key's first grant in
+//! an epoch 3), of a held key 1, renew 1, release 2, inspect 2; opening 2
+//! to 3 (the marker, and a write of `R/clock` for the epoch's age), and a
+//! write of `R/clock` whenever the backend learns a new epoch.
+//!
 //! # Wake-ups across machines
 //! One persistent recursive watch (`addWatch`, ZooKeeper 3.6+) per backend
 //! on the root: every change of a record node (a release or break, but
 //! also a renewal) wakes the waiters of its key. A hint only: waiters keep
 //! polling, and a lost connection ends the watch until it is put back.
 //!
+//! # Sessions
+//! One ZooKeeper session per backend (10 s session timeout), opened on
+//! first use. A request that loses its connection or times out (the
+//! backend's request timeout, 5 s by default) drops the session, and the
+//! next request opens a new one: the store keeps nothing on sessions, and
+//! a server that lost its data refuses a session that has seen later
+//! transactions than its own, for as long as the client retries it
+//! (test `tests/restart.rs`, `wiped_ensemble_is_a_new_epoch`).
+//!
 //! # Build
 //! The client is `zookeeper-client` (pure Rust, no build script, no
-//! system library; TLS and SASL off).
+//! system library; TLS and SASL off): a Rust toolchain is all the build
+//! needs. Its session task runs on the caller's tokio runtime; its sockets
+//! are driven by `async-io`'s reactor thread.
 
 #![warn(missing_docs)]
 
