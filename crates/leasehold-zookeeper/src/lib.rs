@@ -234,6 +234,7 @@ mod builder;
 mod client;
 mod epoch;
 mod error;
+mod lease;
 mod listen;
 mod names;
 mod record;
