@@ -146,12 +146,18 @@ leader() {
     client_port "$id"
 }
 
+# Whether a member other than $OLD_LEADER leads.
+new_leader() {
+    local l
+    l="$(leader_id)" && [[ "$l" != "$OLD_LEADER" ]]
+}
+
 crash-leader() {
-    local id t0 old
+    local t0 old
     old="$(leader_id)" || die "no leader"
+    OLD_LEADER="$old"
     t0="$(date +%s%N)"
     PIDFILE="$STATE.$old.pid" server_shutdown KILL
-    new_leader() { local l; l="$(leader_id)" && [[ "$l" != "$old" ]]; }
     await new_leader "led by another server"
     echo "$NAME: $(client_port "$(leader_id)") leads $((($(date +%s%N) - t0) / 1000000)) ms after the leader was killed" >&2
     launch_member "$old" "$(server_data_dir)"
