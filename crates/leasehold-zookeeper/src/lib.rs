@@ -189,21 +189,32 @@
 //! instead, or delete the restored marker with everything under it).
 //!
 //! # Why not ephemeral nodes (sessions as leases)
-//! A holder's ephemeral node lives as long as its ZooKeeper session, which
-//! the client keeps alive with pings of its own, independent of the
-//! holder's renewals: a process whose renewal loop has stopped (or whose
-//! guard declared the lease lost) would keep the key until its process or
-//! connection dies, and every lease of a process would share one session
-//! timeout, where leasehold gives each lease its own TTL (from 1 s to a
-//! day; a server's `maxSessionTimeout` is 40 s by default). Versioned
-//! records and takeover by observation need no session semantics at all,
-//! trust no clock reading across machines, and pass the conformance suite
-//! unchanged (as the DynamoDB and S3 stores do).
+//! The other design hangs a holder's node on its ZooKeeper session and
+//! lets the server delete it when the session expires. Its timing could be
+//! argued as etcd's leases are: the server expires a session at least its
+//! negotiated timeout after the *receipt* of its last request or ping
+//! (rounded up to the next tick; a new leader even restarts every
+//! session's timer), so a holder that counts its deadline from the *send*
+//! of its last acknowledged request always stops first. It fails on what
+//! the core asks of a lease, not on timing:
 //!
-//! Requests: acquire of a free key 2 (read, write; a key's first grant in
-//! an epoch 3), of a held key 1, renew 1, release 2, inspect 2; opening 2
-//! to 3 (the marker, and a write of `R/clock` for the epoch's age), and a
-//! write of `R/clock` whenever the backend learns a new epoch.
+//! * **A lease must end when its holder stops renewing it, not when its
+//!   process or connection dies.** The client library pings the session
+//!   by itself, so a key stays held as long as the process is connected,
+//!   whether or not anything still renews it: a lease taken and never
+//!   renewed (the conformance suite's `expiry_frees_after_ttl`, and any
+//!   guard whose renewal loop has stopped) would never expire.
+//!   Sessions of our own that we stop pinging are not something
+//!   `zookeeper-client` (or ZooKeeper's Java client) offers.
+//! * **Each lease has its own TTL** (1 s to a day, renewed every third of
+//!   it at most), while a session has one timeout, which the server clamps
+//!   to `minSessionTimeout..=maxSessionTimeout` (4 s to 40 s by default):
+//!   one session per lease, or per TTL, with the clamping reported back.
+//!
+//! Versioned records and takeover by observation need no session
+//! semantics at all, trust no clock reading across machines, and pass the
+//! conformance suite unchanged, as the DynamoDB and S3 stores do. The
+//! price: a dead holder's key is free after up to two TTLs, not one.
 //!
 //! # Wake-ups across machines
 //! One persistent recursive watch (`addWatch`, ZooKeeper 3.6+) per backend
