@@ -131,6 +131,14 @@
 //!   version check. A key's first record gets the epoch's first token,
 //!   `E << 22 + 1`, above every token of an earlier epoch.
 //!
+//! Tests: the conformance suite unchanged (`tests/conformance.rs`:
+//! exclusion, expiry, tokens, runs, semaphores, reader-writer locks,
+//! elections); `tests/backend.rs`: `takeover_waits_a_whole_ttl_of_an_unchanged_record`
+//! (a renewal starts the watch over), `a_deleted_record_is_never_granted_its_first_token_again`;
+//! `tests/store_loss.rs` (below); `tests/restart.rs` (a restart, a
+//! SIGKILL, a long outage, a wiped ensemble); `tests/ensemble.rs` (the
+//! leader of three killed under a holder).
+//!
 //! # Store epoch and quarantine
 //! The store's epoch `E` is the **server's clock** in whole seconds since
 //! 2024-01-01 when the marker was created: the `mtime` of a write to
@@ -152,7 +160,10 @@
 //!   clock later: its epoch is above `E`, and its tokens above every token
 //!   of the lost one. Two stores may share an epoch only when the first
 //!   granted nothing (its leftover empty folder then makes the second wait
-//!   for the next second).
+//!   for the next second). Test: `store_recreated_at_once_issues_greater_tokens`
+//!   (`tests/store_loss.rs`: the store deleted in one transaction
+//!   milliseconds after its first grant, and created again at once; it
+//!   fails without the wait).
 //! * **Quarantine.** A new epoch's age is the server's clock (a write of
 //!   `R/clock`) less the marker's `ctime`: a process meeting a store older
 //!   than one [confirmation window](leasehold::CONFIRMATION_WINDOW) (60 s)
@@ -162,6 +173,9 @@
 //!   within that window (its renewals fail: its record is gone), so no one
 //!   is granted the key while it can still believe it holds it. A backend
 //!   built with `Creation::Never` writes nothing, so it reports no age.
+//!   Tests: `tests/store_loss.rs` (the conformance suite's
+//!   `store_loss_stops_holder_before_next_grant`,
+//!   `store_loss_quarantine_outlasts_a_longer_holder`, `store_loss_forgets_runs`).
 //! * **What is trusted of the server's clock**: in an ensemble, `ctime`
 //!   and `mtime` are the wall clock of the leader of the time. Epochs need
 //!   it to move forward across a store's deletion and re-creation (as every
