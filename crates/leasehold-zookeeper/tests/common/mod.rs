@@ -9,7 +9,6 @@
 
 use std::ops::Deref;
 use std::sync::Arc;
-use std::time::Duration;
 
 use leasehold::backend::Backend;
 use leasehold_test_servers::store::ServerStore;
@@ -122,10 +121,6 @@ impl PrivateServer {
 
 /// The repository's root, whose `scripts/` run the servers.
 const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-
-/// A short pause for tests that must let time pass on the server's clock
-/// (never standing in for an event).
-pub const SECOND: Duration = Duration::from_secs(1);
 
 /// Deletes `chroot` with everything under it in one transaction, with a
 /// client of the test's own: in milliseconds, where `zkCli.sh` first
