@@ -67,7 +67,7 @@ if (($(free_gb "$target_dir") < 12 || $(free_gb /tmp) < 12)); then
     echo "test.sh: warning: only $(free_gb "$target_dir") GB free for $target_dir and $(free_gb /tmp) GB for /tmp; a whole run writes about 9 GB" >&2
 fi
 
-emulators=(azurite dynamodb-local postgres pgbouncer mysql redis etcd redis-sentinel redis-cluster)
+emulators=(azurite dynamodb-local postgres pgbouncer mysql zookeeper redis etcd redis-sentinel redis-cluster)
 # Started in the background, beside the others, and waited for before the
 # step ends: about 3 s each, mostly waiting on the sentinels' and the
 # cluster's own timers (the same readiness checks either way).
@@ -138,6 +138,7 @@ export LEASEHOLD_TEST_AZBLOB_CONNECTION_STRING="${LEASEHOLD_TEST_AZBLOB_CONNECTI
 export LEASEHOLD_TEST_DYNAMODB_ENDPOINT="${LEASEHOLD_TEST_DYNAMODB_ENDPOINT:-http://127.0.0.1:8000}"
 export LEASEHOLD_TEST_POSTGRES_URL="${LEASEHOLD_TEST_POSTGRES_URL:-$(scripts/postgres.sh url)}"
 export LEASEHOLD_TEST_MYSQL_URL="${LEASEHOLD_TEST_MYSQL_URL:-$(scripts/mysql.sh url)}"
+export LEASEHOLD_TEST_ZOOKEEPER_URL="${LEASEHOLD_TEST_ZOOKEEPER_URL:-$(scripts/zookeeper.sh url)}"
 export LEASEHOLD_TEST_REDIS_URL="${LEASEHOLD_TEST_REDIS_URL:-$(scripts/redis.sh url)}"
 export LEASEHOLD_TEST_REDIS_SENTINEL_URL="${LEASEHOLD_TEST_REDIS_SENTINEL_URL:-$(scripts/redis-sentinel.sh url)}"
 export LEASEHOLD_TEST_REDIS_CLUSTER_URL="${LEASEHOLD_TEST_REDIS_CLUSTER_URL:-$(scripts/redis-cluster.sh url)}"
@@ -223,7 +224,7 @@ torture_batch() { # the lanes, each a list of stores
     done
     ((${#failed[@]} == 0)) || torture_failed=1
 }
-torture_batch "azblob sqlite mysql" "redis postgres" "dynamodb etcd s3"
+torture_batch "azblob sqlite mysql" "redis postgres zookeeper" "dynamodb etcd s3"
 ((torture_failed == 0)) && torture_batch "redis-sentinel" "redis-cluster"
 rm -rf "$torture_dir"
 ((torture_failed == 0)) || exit 1

@@ -39,7 +39,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 mode=long
 [[ "${1:-}" == "--short" ]] && mode=short
-stores=(${TORTURE_STORES:-sqlite azblob dynamodb postgres mysql redis redis-sentinel redis-cluster etcd s3})
+stores=(${TORTURE_STORES:-sqlite azblob dynamodb postgres mysql redis redis-sentinel redis-cluster etcd s3 zookeeper})
 # The long run uses a release build unless TORTURE_PROFILE=debug.
 profile=debug
 [[ $mode == long ]] && profile="${TORTURE_PROFILE:-release}"
@@ -146,6 +146,7 @@ settings() {
         short:redis-cluster) echo "30s 2s 4s" ;;
         short:etcd) echo "20s 2s 2s" ;;
         short:s3) echo "20s 4s 2s" ;;
+        short:zookeeper) echo "20s 2s 2s" ;;
         long:sqlite) echo "${d:-15m} 1s 1s" ;;
         long:dynamodb) echo "${d:-20m} 2s 2s" ;;
         long:azblob) echo "${d:-25m} 15s 5s" ;;
@@ -155,6 +156,7 @@ settings() {
         long:redis-sentinel | long:redis-cluster) echo "${d:-20m} 2s 4s" ;;
         long:etcd) echo "${d:-20m} 2s 2s" ;;
         long:s3) echo "${d:-20m} 4s 2s" ;;
+        long:zookeeper) echo "${d:-20m} 2s 2s" ;;
     esac
 }
 
@@ -283,6 +285,13 @@ for store in "${stores[@]}"; do
             # quarantine when new is kept short. Store loss drops the table.
             start_unless_running postgres.sh
             url="$(scripts/postgres.sh url)?table=torture_$RANDOM&max_ttl=5s"
+            ;;
+        zookeeper)
+            # The test server (scripts/zookeeper.sh; left running if it
+            # already was); a chroot per run, whose quarantine when new is
+            # kept short. Store loss deletes the chroot.
+            start_unless_running zookeeper.sh
+            url="$(scripts/zookeeper.sh url)/torture-$RANDOM?max_ttl=5s"
             ;;
         mysql)
             # The test server (scripts/mysql.sh; left running if it already

@@ -74,7 +74,8 @@ pub struct Cli {
     /// mysql://USER[:PASSWORD]@HOST[:PORT]/DB[?table=NAME] (MySQL, MariaDB),
     /// redis://[USER:PASSWORD@]HOST[:PORT][/DB][?prefix=P] (rediss:// for TLS),
     /// etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][?prefix=P] (etcds:// for TLS),
-    /// s3://BUCKET[/PREFIX]?region=R&endpoint=URL.
+    /// s3://BUCKET[/PREFIX]?region=R&endpoint=URL,
+    /// zk://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][/CHROOT] (ZooKeeper).
     /// Default: the SQLite file under the user's state directory
     /// (~/.local/state/leasehold/leases.db, directory created 0700).
     /// status, list, leader and break never create a store, and the first

@@ -95,6 +95,7 @@ fn made(name: &str) -> &'static str {
         "redis" => "the epoch marker under the prefix",
         "etcd" => "the epoch marker under the prefix",
         "s3" => "the bucket (if missing) and the epoch marker object under the prefix",
+        "zookeeper" => "the root node and its epoch marker node",
         _ => "the store and its epoch marker",
     }
 }

@@ -194,4 +194,5 @@ on_every_store!(
     redis: "2s" if "redis",
     etcd: "2s" if "etcd",
     s3: "4s" if "s3",
+    zookeeper: "2s" if "zookeeper",
 );

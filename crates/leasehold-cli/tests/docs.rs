@@ -590,7 +590,7 @@ fn every_store_scheme_has_a_section_and_an_example() {
     let help = leasehold(&["--help"]);
     let from_help = schemes_in(&option_help(&help, "store"));
     for expected in [
-        "sqlite", "azblob", "dynamodb", "postgres", "mysql", "redis", "etcd", "s3",
+        "sqlite", "azblob", "dynamodb", "postgres", "mysql", "redis", "etcd", "s3", "zk",
     ] {
         assert!(
             from_help.contains(expected),

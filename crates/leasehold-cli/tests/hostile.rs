@@ -785,6 +785,7 @@ fn help_lists_every_store_and_the_default_build_has_each() {
         "rediss://",
         "etcd://",
         "etcds://",
+        "zk://",
     ] {
         assert!(out.stdout.contains(scheme), "--help lacks {scheme}");
     }

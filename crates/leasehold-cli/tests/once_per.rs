@@ -17,7 +17,7 @@ fn ttl(store: &str) -> &'static str {
     match store {
         "azblob" => "15s",
         // The test tables' max TTL (see `Env::on`).
-        "dynamodb" | "postgres" | "mysql" | "redis" | "etcd" => "2s",
+        "dynamodb" | "postgres" | "mysql" | "redis" | "etcd" | "zookeeper" => "2s",
         // S3's shortest TTL.
         "s3" => "4s",
         _ => "3s",

@@ -99,6 +99,17 @@ fn a_wrong_password_is_never_printed(store: &str) {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
+    if store == "zookeeper" {
+        // ZooKeeper's digest authentication refuses no session: a wrong
+        // password only fails on nodes whose ACL names the right one (this
+        // test's store is open), so only the message is checked here.
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            !format!("{stdout}{stderr}").contains("Wr0ngS3cretPw"),
+            "{stderr}"
+        );
+        return;
+    }
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     let refusal = match store {
         "postgres" => stderr.contains("password authentication failed"),

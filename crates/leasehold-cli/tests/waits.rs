@@ -10,8 +10,15 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-const SERVER_STORES: [&str; 7] = [
-    "azblob", "dynamodb", "postgres", "mysql", "redis", "etcd", "s3",
+const SERVER_STORES: [&str; 8] = [
+    "azblob",
+    "dynamodb",
+    "postgres",
+    "mysql",
+    "redis",
+    "etcd",
+    "s3",
+    "zookeeper",
 ];
 
 /// A TTL the test store accepts (its max TTL: Azure containers 15 s, S3

@@ -1,6 +1,6 @@
 """Stores for the tests: SQLite always, and every server store whose server
 scripts/test.sh started, read from the same variables as the Rust tests
-(LEASEHOLD_TEST_POSTGRES_URL, ..._MYSQL_URL, ..._REDIS_URL, ..._ETCD_URL, ..._S3_ENDPOINT,
+(LEASEHOLD_TEST_POSTGRES_URL, ..._MYSQL_URL, ..._ZOOKEEPER_URL, ..._REDIS_URL, ..._ETCD_URL, ..._S3_ENDPOINT,
 ..._DYNAMODB_ENDPOINT, ..._AZBLOB_CONNECTION_STRING). Without one, that
 store's tests are skipped with a message saying which variable is missing;
 with LEASEHOLD_REQUIRE_EMULATORS=1 they fail instead.
@@ -23,7 +23,7 @@ import pytest
 
 import leasehold
 
-STORES = ["sqlite", "postgres", "mysql", "redis", "redis-sentinel", "redis-cluster", "etcd", "s3", "dynamodb", "azblob"]
+STORES = ["sqlite", "postgres", "mysql", "zookeeper", "redis", "redis-sentinel", "redis-cluster", "etcd", "s3", "dynamodb", "azblob"]
 
 # The credentials DynamoDB Local and moto are given in the Rust tests too.
 AWS = {"AWS_ACCESS_KEY_ID": "leaseholdtests", "AWS_SECRET_ACCESS_KEY": "leasehold-test-secret"}
@@ -89,6 +89,11 @@ def _make(store: str, tmp: str) -> Env:
         url = _var(store, f"LEASEHOLD_TEST_{var}_URL", server)
         assert url is not None
         return Env(store, _with_params(url, f"{own}&max_ttl=2s"), {}, 2.0)
+    if store == "zookeeper":
+        url = _var(store, "LEASEHOLD_TEST_ZOOKEEPER_URL", "ZooKeeper")
+        assert url is not None
+        base = url.split("?")[0].rstrip("/")
+        return Env(store, f"{base}/py-{unique}?max_ttl=2s", {}, 2.0)
     if store == "s3":
         endpoint = _var(store, "LEASEHOLD_TEST_S3_ENDPOINT", "moto")
         url = f"s3://leasehold-py-tests/py-{unique}?region=us-east-1&endpoint={endpoint}&max_ttl=4s"

@@ -13,6 +13,7 @@
 //! | `redis://[USER:PASSWORD@]HOST[:PORT][/DB][?prefix=P&max_ttl=D]` (`rediss://` for TLS) | Redis | `redis` |
 //! | `etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][?prefix=P&max_ttl=D]` (`etcds://` for TLS) | etcd | `etcd` |
 //! | `s3://BUCKET[/PREFIX][?region=R&endpoint=URL&max_ttl=D]` | S3 (conditional writes) | `s3` |
+//! | `zk://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][/CHROOT][?max_ttl=D]` | ZooKeeper | `zookeeper` |
 //!
 //! A build without a cloud store's feature still recognises its URLs and
 //! says which feature is missing.
@@ -31,7 +32,7 @@ pub use test_window::apply_test_window;
 
 /// The store URLs leasehold opens, for messages.
 pub const FORMS: &str =
-    "expected sqlite:PATH, sqlite:///ABS/PATH, azblob://CONTAINER[/PREFIX], dynamodb://TABLE, postgres://USER@HOST/DB, mysql://USER@HOST/DB, redis://[:PASSWORD@]HOST[:PORT][/DB] (redis+sentinel://HOST:PORT[,...]/MASTER, redis+cluster://HOST:PORT[,...]), etcd://HOST:PORT or s3://BUCKET[/PREFIX]";
+    "expected sqlite:PATH, sqlite:///ABS/PATH, azblob://CONTAINER[/PREFIX], dynamodb://TABLE, postgres://USER@HOST/DB, mysql://USER@HOST/DB, redis://[:PASSWORD@]HOST[:PORT][/DB] (redis+sentinel://HOST:PORT[,...]/MASTER, redis+cluster://HOST:PORT[,...]), etcd://HOST:PORT, s3://BUCKET[/PREFIX] or zk://HOST:PORT[/CHROOT]";
 
 /// What a command does with the store, which says what opening it may do
 /// ([`Access::creation`], passed to every backend the same way).
@@ -137,6 +138,7 @@ pub async fn open_backend_with(url: &str, creation: Creation) -> leasehold::Resu
         ) => open_redis(url, creation).await,
         Some("etcd" | "etcds") => open_etcd(url, creation).await,
         Some("s3") => open_s3(url, creation).await,
+        Some("zk") => open_zookeeper(url, creation).await,
         Some(scheme) if scheme != "sqlite" => Err(not_a_store_url(url)),
 
         _ if leasehold::backend::sqlite_url_path(url).is_none() && url != "memory:" => {
@@ -374,6 +376,8 @@ openers! {
         leasehold_s3::S3Backend::builder_from_url,
         Some(leasehold_s3::S3Backend::requests_sent)
     );
+    // Backend calls take one to a few requests on one session: no counter.
+    "zookeeper" => open_zookeeper(leasehold_zookeeper::ZkBackendBuilder::from_url, None);
 }
 
 #[cfg(not(all(
@@ -383,7 +387,8 @@ openers! {
     feature = "mysql",
     feature = "redis",
     feature = "etcd",
-    feature = "s3"
+    feature = "s3",
+    feature = "zookeeper"
 )))]
 fn not_in_build(scheme: &str) -> leasehold::Error {
     leasehold::Error::NotSupported(format!(
@@ -409,6 +414,7 @@ const NETWORK_SCHEMES: &[&str] = &[
     "etcd",
     "etcds",
     "s3",
+    "zk",
 ];
 
 /// The scheme `url` starts with (letters, digits, `+ . -`), if a `:` or

@@ -211,6 +211,45 @@ impl ZkBackend {
     pub fn root(&self) -> &str {
         self.inner.paths.root()
     }
+
+    /// Deletes the store: its root node and everything under it, in one
+    /// transaction (an operator's `deleteall`, at once). Every lease and
+    /// fencing counter of the store is lost; the next use begins a new
+    /// epoch. For tests and the torture harness's store-loss fault.
+    ///
+    /// # Errors
+    /// As any request (a node created under the root meanwhile fails the
+    /// transaction: try again).
+    pub async fn delete_store(&self) -> Result<()> {
+        const OP: &str = "delete the store";
+        let client = self.inner.conn.client(OP).await?;
+        let mut nodes = vec![self.root().to_string()];
+        let mut i = 0;
+        while i < nodes.len() {
+            let parent = nodes[i].clone();
+            match client.list_children(&parent).await {
+                Ok(children) => nodes.extend(children.into_iter().map(|c| format!("{parent}/{c}"))),
+                Err(zk::Error::NoNode) => {}
+                Err(e) => return Err(crate::error::zk(OP, e)),
+            }
+            i += 1;
+        }
+        let mut writer = client.new_multi_writer();
+        for node in nodes.iter().rev() {
+            writer
+                .add_delete(node, None)
+                .map_err(|e| crate::error::zk(OP, e))?;
+        }
+        match writer.commit().await {
+            Ok(_) => Ok(()),
+            // Nothing there: nothing to delete.
+            Err(zk::MultiWriteError::OperationFailed {
+                source: zk::Error::NoNode,
+                ..
+            }) if nodes.len() == 1 => Ok(()),
+            Err(e) => Err(Error::backend(NAME, OP, true, e.to_string())),
+        }
+    }
 }
 
 #[async_trait]

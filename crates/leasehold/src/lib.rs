@@ -3,7 +3,7 @@
 //! Many instances of a program on many machines; for a given resource only
 //! one may work at a time. leasehold gives them a named [`Lock`] kept in
 //! storage they already run (the embedded SQLite store on one machine; Azure
-//! Blob Storage, DynamoDB, PostgreSQL, MySQL, Redis, etcd and S3 through their own
+//! Blob Storage, DynamoDB, PostgreSQL, MySQL, Redis, etcd, S3 and ZooKeeper through their own
 //! crates). A holder's lease times out if it dies; a live holder's
 //! [`LeaseGuard`] renews it in the background; a holder that can no longer
 //! renew is told so *before* anyone else can take over; and every grant

@@ -49,7 +49,7 @@ impl Env {
     }
 
     /// An environment on the store named `sqlite`, `azblob`, `dynamodb`,
-    /// `postgres`, `mysql`, `redis`, `etcd` or `s3`;
+    /// `postgres`, `mysql`, `redis`, `etcd`, `s3` or `zookeeper`;
     /// `None` (with a visible SKIPPED line, or a panic under
     /// `LEASEHOLD_REQUIRE_EMULATORS=1`) when that store's emulator is not
     /// configured. Each call gets a container/table of its own.
@@ -91,6 +91,12 @@ impl Env {
                 // when new.
                 let params = format!("{own}&max_ttl=2s");
                 env.store = Some((with_params(&url, &params), vec![]));
+            }
+            "zookeeper" => {
+                let url = test_var(store, "LEASEHOLD_TEST_ZOOKEEPER_URL", "ZooKeeper")?;
+                // A store (chroot) of its own, quarantined for 2 s when new.
+                let base = url.split('?').next().unwrap_or(&url).trim_end_matches('/');
+                env.store = Some((format!("{base}/cli-{unique}?max_ttl=2s"), vec![]));
             }
             "s3" => {
                 let endpoint = test_var(store, "LEASEHOLD_TEST_S3_ENDPOINT", "moto")?;
@@ -575,7 +581,10 @@ pub(crate) use on_stores;
 macro_rules! on_every_store {
     ($($test:ident),+ $(,)?) => {
         $crate::common::on_stores!(
-            [sqlite, azblob, dynamodb, postgres, mysql if "mysql", redis, etcd if "etcd", s3 if "s3"]
+            [
+                sqlite, azblob, dynamodb, postgres, mysql if "mysql", redis, etcd if "etcd",
+                s3 if "s3", zookeeper if "zookeeper"
+            ]
             [$($test),+]
         );
     };
@@ -587,7 +596,10 @@ pub(crate) use on_every_store;
 #[allow(unused_macros)]
 macro_rules! on_every_server {
     ($($test:ident),+ $(,)?) => {
-        $crate::common::on_stores!([postgres, mysql if "mysql", redis, etcd if "etcd"] [$($test),+]);
+        $crate::common::on_stores!(
+            [postgres, mysql if "mysql", redis, etcd if "etcd", zookeeper if "zookeeper"]
+            [$($test),+]
+        );
     };
 }
 #[allow(unused_imports)]

@@ -1,6 +1,6 @@
 """Distributed mutual exclusion on leases: locks, semaphores, reader-writer
 locks and leader election over SQLite, Azure Blob Storage, DynamoDB,
-PostgreSQL, MySQL, Redis, etcd and S3, from Python.
+PostgreSQL, MySQL, Redis, etcd, S3 and ZooKeeper, from Python.
 
     import leasehold
 

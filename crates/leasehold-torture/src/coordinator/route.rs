@@ -80,6 +80,7 @@ pub fn upstream(store: &str) -> anyhow::Result<SocketAddr> {
         || store.starts_with("mysql://")
         || store.starts_with("mariadb://")
         || store.starts_with("redis://")
+        || store.starts_with("zk://")
         || store.starts_with("etcd://")
     {
         // (An etcd URL names one endpoint here: the proxy stands for one

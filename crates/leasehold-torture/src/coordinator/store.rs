@@ -19,7 +19,7 @@ pub async fn open_store(url: &str) -> anyhow::Result<Store> {
 /// deleted, the Azure container deleted (the backend creates it again on
 /// use), the DynamoDB table deleted and created again, the PostgreSQL
 /// or MySQL table dropped, the Redis server flushed (FLUSHALL), the etcd prefix
-/// deleted, the S3 store's objects deleted. A new DynamoDB table is created from `recreate_with`.
+/// deleted, the S3 store's objects deleted, the ZooKeeper root deleted. A new DynamoDB table is created from `recreate_with`.
 pub async fn lose_store(url: &str, recreate_with: &str) -> anyhow::Result<()> {
     if let Some(rest) = url.strip_prefix("sqlite:") {
         let rest = rest.split('?').next().unwrap_or(rest);
@@ -114,6 +114,15 @@ pub async fn lose_store(url: &str, recreate_with: &str) -> anyhow::Result<()> {
             .delete_store()
             .await
             .context("delete the prefix")?;
+        Ok(())
+    } else if url.starts_with("zk://") {
+        // The store's root node deleted with everything under it (an
+        // operator's `deleteall`). The backend starts a new epoch on use.
+        leasehold_zookeeper::ZkBackend::from_url(url)
+            .await?
+            .delete_store()
+            .await
+            .context("delete the root node")?;
         Ok(())
     } else if url.starts_with("s3://") {
         // Every object of the store deleted, the epoch marker first (an

@@ -122,23 +122,19 @@ impl PrivateServer {
 /// The repository's root, whose `scripts/` run the servers.
 const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
-/// Deletes `chroot` with everything under it in one transaction, with a
-/// client of the test's own: in milliseconds, where `zkCli.sh` first
+/// Deletes `chroot` with everything under it in one transaction
+/// ([`ZkBackend::delete_store`]): in milliseconds, where `zkCli.sh` first
 /// starts a JVM (about a second), for tests that lose the store "at once".
 pub async fn delete_store_now(chroot: &str) {
-    use zookeeper_client as zk;
-    let client = zk::Client::connect(&endpoint()).await.expect("connect");
-    let mut nodes = vec![chroot.to_string()];
-    let mut i = 0;
-    while i < nodes.len() {
-        let children = client.list_children(&nodes[i]).await.unwrap_or_default();
-        let parent = nodes[i].clone();
-        nodes.extend(children.into_iter().map(|c| format!("{parent}/{c}")));
-        i += 1;
+    let backend = ZkBackendBuilder::from_url(&format!("zk://{}{chroot}", endpoint()))
+        .expect("URL")
+        .creation(leasehold::Creation::Never)
+        .build()
+        .await;
+    match backend {
+        Ok(b) => b.delete_store().await.expect("delete the store"),
+        // No store there: nothing to delete.
+        Err(leasehold::Error::NoStore { .. }) => {}
+        Err(e) => panic!("open the store to delete it: {e}"),
     }
-    let mut writer = client.new_multi_writer();
-    for node in nodes.iter().rev() {
-        writer.add_delete(node, None).unwrap();
-    }
-    writer.commit().await.expect("delete the store");
 }
