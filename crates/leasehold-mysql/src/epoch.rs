@@ -130,6 +130,11 @@ impl MysqlBackend {
         // clock, so that a table created after this one (dropped and
         // re-created) gets a greater epoch.
         tx.exec_drop(sql.wait_epoch_second.as_str(), ()).await?;
+        // The epoch's age counts only from now, when no lease of the lost
+        // data can be renewed any more: the void above may have waited on
+        // row locks, or taken seconds on a large table, while holders whose
+        // rows it had not reached yet still renewed.
+        tx.exec_drop(sql.stamp_epoch.as_str(), ()).await?;
         let row = locked_epoch(&mut tx, sql.lock_epoch.as_str(), op).await?;
         tx.commit().await?;
         // A new epoch row is a new store; one renewed is the same store's.

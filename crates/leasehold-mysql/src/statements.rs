@@ -15,6 +15,7 @@ pub(crate) struct Statements {
     pub(crate) renew_epoch: String,
     pub(crate) void_leases: String,
     pub(crate) wait_epoch_second: String,
+    pub(crate) stamp_epoch: String,
     pub(crate) lock_key: String,
     pub(crate) insert_grant: String,
     pub(crate) update_grant: String,
@@ -83,6 +84,9 @@ impl Statements {
                 "SELECT SLEEP(LEAST(1.1, GREATEST(0,
                    (SELECT epoch FROM {t} WHERE k = '{EPOCH_KEY}') - {since_origin} / 1000000))) AS slept"
             ),
+            // The epoch's age counts from here: the last statement before
+            // the commit, after every lease was voided (see the crate docs).
+            stamp_epoch: format!("UPDATE {t} SET acquired_at = {NOW} WHERE k = '{EPOCH_KEY}'"),
             // ? key.
             lock_key: format!(
                 "SELECT fence, epoch, lease_id, (lease_id IS NULL OR expires_at <= {NOW}) AS free,

@@ -203,3 +203,57 @@ async fn an_acquire_frozen_mid_transaction_holds_the_key_for_seconds_only() {
     guard.release().await.unwrap();
     drop(frozen);
 }
+
+/// A new epoch's age counts from the end of its transaction, after every
+/// lease of the lost data was voided: here the void waits 1.5 s on a row
+/// another session has locked (a large table's void takes as long), and
+/// the new epoch is no older than a moment when its creator returns. Its
+/// age used to count from before the void, while holders whose rows it
+/// had not reached yet could still renew: the quarantine could end before
+/// such a holder's deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_epochs_age_counts_from_after_the_void() {
+    use leasehold_mysql::mysql_async::prelude::Queryable;
+    use leasehold_test_servers::store::ServerStore;
+    let Some(a) = Mysql::backend_on(&common::unique_table()).await else {
+        return;
+    };
+    let table = a.table().to_string();
+    let key = common::unique_key("void");
+    let store = leasehold_testkit::test_store(a);
+    let guard = store
+        .lock_with(&key, suite::quick_polls(Duration::from_secs(2)))
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    // Another session holds the lease row's lock for 1.5 s.
+    let mut blocker = common::admin().await;
+    blocker.query_drop("START TRANSACTION").await.unwrap();
+    blocker
+        .query_drop(format!(
+            "SELECT * FROM {table} WHERE k = '{key}' FOR UPDATE"
+        ))
+        .await
+        .unwrap();
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        blocker.query_drop("COMMIT").await.unwrap();
+    });
+    // The epoch row deleted by hand: the next opener starts a new epoch.
+    common::sql(&format!("DELETE FROM {table} WHERE k = '#epoch'")).await;
+    let b = common::builder_for(&table).unwrap().build().await.unwrap();
+    let age = b.epoch().await.unwrap().age.unwrap();
+    release.await.unwrap();
+    assert!(
+        age < Duration::from_millis(500),
+        "the new epoch was {age:?} old at once"
+    );
+    let reason = tokio::time::timeout(Duration::from_secs(4), guard.lost())
+        .await
+        .expect("the holder was not told lost");
+    assert!(
+        matches!(reason, leasehold::LossReason::Revoked(_)),
+        "{reason:?}"
+    );
+}

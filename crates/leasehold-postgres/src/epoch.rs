@@ -127,6 +127,11 @@ impl PostgresBackend {
         tx.query_typed(&sql.wait_epoch_second, &[])
             .await
             .map_err(db)?;
+        // The epoch's age counts only from now, when no lease of the lost
+        // data can be renewed any more: the void above may have waited on
+        // row locks, or taken seconds on a large table, while holders whose
+        // rows it had not reached yet still renewed.
+        tx.query_typed(&sql.stamp_epoch, &[]).await.map_err(db)?;
         let row = locked_epoch(&tx, sql, op).await?;
         tx.commit().await.map_err(db)?;
         // A new epoch row is a new store; one renewed is the same store's.

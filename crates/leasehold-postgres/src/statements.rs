@@ -30,6 +30,7 @@ pub(crate) struct Statements {
     pub(crate) renew_epoch: String,
     pub(crate) void_leases: String,
     pub(crate) wait_epoch_second: String,
+    pub(crate) stamp_epoch: String,
     pub(crate) acquire: String,
     pub(crate) renew: String,
     pub(crate) release: String,
@@ -102,6 +103,11 @@ impl Statements {
                 "SELECT pg_sleep(least(1.1, greatest(0,
                    (SELECT epoch FROM {t} WHERE key = '{EPOCH_KEY}') + {origin}
                    - extract(epoch FROM clock_timestamp())::float8)))"
+            ),
+            // The epoch's age counts from here: the last statement before
+            // the commit, after every lease was voided (see the crate docs).
+            stamp_epoch: format!(
+                "UPDATE {t} SET acquired_at = clock_timestamp() WHERE key = '{EPOCH_KEY}'"
             ),
             // $1 key, $2 lease id, $3 ttl ms, $4 epoch, $5 host, $6 pid,
             // $7 label, $8 data.
