@@ -295,7 +295,16 @@ impl MysqlBackend {
                 fence
             }
             Some(row) => {
-                let last = col::<u64>(&row, "fence").unwrap_or(0);
+                // A fence that cannot be read is an error, never 0 (its
+                // next token would repeat an earlier one).
+                let last = col::<u64>(&row, "fence").ok_or_else(|| {
+                    Error::backend(
+                        NAME,
+                        "acquire",
+                        false,
+                        "the key's row has no readable fence",
+                    )
+                })?;
                 let same = col::<String>(&row, "lease_id").as_deref() == Some(ours)
                     && col::<u64>(&row, "epoch") == Some(epoch);
                 let free = col::<i64>(&row, "free").unwrap_or(0) == 1;

@@ -27,6 +27,10 @@ const FORM: &str = "the form is mysql://USER[:PASSWORD]@HOST[:PORT]/DB[?table=NA
 /// its statements holds its key's row lock no longer than this.
 pub(crate) const IDLE_IN_TRANSACTION_SECS: u64 = 2;
 
+/// How long (whole seconds) a statement of this backend waits for a row
+/// lock before it fails (retryably): less than a request's timeout.
+pub(crate) const LOCK_WAIT_SECS: u64 = 2;
+
 /// The table a store URL without `table=` uses.
 pub const DEFAULT_TABLE: &str = "leasehold_leases";
 
@@ -272,6 +276,17 @@ impl MysqlBackendBuilder {
             .prefer_socket(false)
             .after_connect(|conn| {
                 Box::pin(async move {
+                    // The same behaviour whatever the server's defaults:
+                    // no gap locks (two acquirers of new keys never
+                    // deadlock on them; a collision is a duplicate key,
+                    // tried again), lock waits that end within a request,
+                    // and UTC for the table's CREATE_TIME.
+                    conn.query_drop("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                        .await?;
+                    conn.query_drop(format!(
+                        "SET SESSION innodb_lock_wait_timeout = {LOCK_WAIT_SECS}, time_zone = '+00:00'"
+                    ))
+                    .await?;
                     // MariaDB ends a connection left idle inside a
                     // transaction this long, and with it the row locks of an
                     // acquire frozen between its statements (see the crate

@@ -78,9 +78,16 @@
 //!
 //! # Protocol
 //! Every operation is one statement or one short InnoDB transaction; no
-//! session variable, no `GET_LOCK`, no temporary table. Prepared statements
-//! are the only state a connection keeps (each is prepared once per
-//! connection). Expiry is computed and compared by the server
+//! `GET_LOCK`, no temporary table. What a connection keeps: its prepared
+//! statements (each prepared once per connection) and the session settings
+//! it makes when it connects, so that the server's defaults change nothing:
+//! `READ COMMITTED` (no gap locks: two acquirers of new keys never deadlock
+//! on them), `innodb_lock_wait_timeout = 2` (a statement waits for a row
+//! lock no longer than that, failing retryably), `time_zone = '+00:00'`,
+//! and on MariaDB `idle_transaction_timeout = 2` (below). Behind a proxy
+//! that does not carry session settings to the connection a transaction
+//! runs on, the server's defaults apply (the store stays safe; the waits
+//! above are then the server's). Expiry is computed and compared by the server
 //! (`UTC_TIMESTAMP(6)`): no client clock is ever compared with another.
 //!
 //! * **Creating the table** (when a statement finds it missing: a new
@@ -90,9 +97,9 @@
 //!   `tests/concurrent_open.rs`, ten processes on five new tables). Then,
 //!   in one transaction, the epoch row is locked (`FOR UPDATE`), inserted
 //!   if missing (`INSERT IGNORE`: exactly one creator's insert counts), and
-//!   the new epoch committed once its second has begun (below). Two
-//!   creators that meet on the missing row's gap lock deadlock; InnoDB
-//!   rolls one back at once, and it tries again and finds the row.
+//!   the new epoch committed once its second has begun (below); a second
+//!   creator's `INSERT IGNORE` waits for the first's commit and inserts
+//!   nothing (a deadlock, under another isolation level, is tried again).
 //! * **Acquire** (one transaction, 5 round trips: `START TRANSACTION`, the
 //!   epoch row `LOCK IN SHARE MODE`, the key's row `FOR UPDATE`, the
 //!   write, `COMMIT`): the epoch row must name the request's epoch, this
@@ -131,8 +138,9 @@
 //!   ends a connection idle inside a transaction that long and rolls it
 //!   back (test `an_acquire_frozen_mid_transaction_holds_the_key_for_seconds_only`).
 //!   MySQL has no such setting (the statement fails there, ignored): a
-//!   frozen acquirer holds the key until its connection ends. Liveness
-//!   only: exclusion and fencing do not depend on it.
+//!   frozen acquirer holds the key (and, through its shared lock on the
+//!   epoch row, any new epoch) until its connection ends, by default hours
+//!   later. Liveness only: exclusion and fencing do not depend on it.
 //!
 //! # Store epoch and quarantine
 //! The epoch row (key `#epoch`) is written when the table is created: the
@@ -141,7 +149,12 @@
 //! has begun before it commits, so a table created after it gets a greater
 //! epoch), with the max TTL and the table's creation time
 //! (`information_schema.TABLES.CREATE_TIME`). Its age is
-//! `UTC_TIMESTAMP(6) - acquired_at`, on the server's clock, so a process
+//! `UTC_TIMESTAMP(6) - acquired_at`, on the server's clock, where
+//! `acquired_at` is stamped by the transaction's last statement, after
+//! every lease of the table was voided: a void that waits on row locks or
+//! takes seconds on a large table lets the holders it has not reached yet
+//! renew meanwhile, so the quarantine must not count that time (test
+//! `a_new_epochs_age_counts_from_after_the_void`). So a process
 //! opening an established table grants at once, and a new or re-created
 //! table is quarantined for one
 //! [confirmation window](leasehold::CONFIRMATION_WINDOW) (60 s; see
@@ -164,25 +177,30 @@
 //!   holder of a lease in the restored rows may renew it until then, which
 //!   is safe: it held the key when the dump was taken and nobody else is
 //!   granted anything in that table before the new epoch voids it.
-//! * **A table rebuilt in place** (`ALTER TABLE`, `OPTIMIZE TABLE`, which
-//!   InnoDB does by re-creating it) gets a new creation time too: counted
-//!   as a restore, so a new epoch (safe: every holder is told its lease is
-//!   lost, and grants wait the quarantine). Do not rebuild a lease table
-//!   that is in use.
+//! * **Other changes of `CREATE_TIME`**, all counted as a restore, so a new
+//!   epoch (safe: every holder is told its lease is lost, and grants wait
+//!   the quarantine): a table rebuilt in place (`ALTER TABLE`, `OPTIMIZE
+//!   TABLE`), and on MariaDB, where `CREATE_TIME` is the `.frm` file's
+//!   change time, also `RENAME TABLE`, `TRUNCATE`, a `chmod`/`chown` of the
+//!   file, or a copy of the data directory. Each server of a replicated set
+//!   has its own, so a failover to a replica starts a new epoch (which
+//!   also keeps the promise where the replica missed the last grants), and
+//!   **writes to several primaries at once (multi-primary Galera) are not
+//!   supported**: the epoch would change back and forth. Do not rebuild,
+//!   rename or copy a lease table that is in use.
 //! * **The epoch row deleted** by hand: as a new table (new epoch, leases
 //!   voided). This is also the way to force a new epoch by hand.
 //! * Every acquire reads the epoch row `LOCK IN SHARE MODE`, and a new
 //!   epoch is started under that row's exclusive lock, so a grant and an
 //!   epoch change never interleave.
-//! * **Not detected**: a physical restore of the server's files (a
-//!   `mariabackup`/`xtrabackup` copy, a volume snapshot, a point-in-time
-//!   restore from the binary log) and failover to an asynchronous replica
-//!   that had not received the last grants. They bring back an older copy
-//!   of the *same* table (same creation time), so tokens could repeat. Use
-//!   semi-synchronous or Galera replication for a lease table you fail
-//!   over, and after such a restore or failover delete the epoch row
-//!   (`DELETE FROM leasehold_leases WHERE k = '#epoch'`) before the store
-//!   is used again.
+//! * **Not detected**: rows restored into the existing table (`mysqldump
+//!   --no-create-info` or `--replace`, a `DELETE` and reload, a binlog
+//!   flashback) and, on MySQL, a physical restore of the server's files (a
+//!   volume snapshot, an `xtrabackup` copy, a point-in-time restore from
+//!   the binary log) that keeps the table's creation time. They bring back
+//!   older rows of the *same* table, so tokens could repeat: after one,
+//!   delete the epoch row (`DELETE FROM leasehold_leases WHERE k =
+//!   '#epoch'`) before the store is used again.
 //! * **A replica whose clock is ahead.** Expiry is judged on the server's
 //!   clock: if a promoted replica's clock is ahead of the old primary's by
 //!   `d`, every live lease expires `d` early there. Keep the servers'
