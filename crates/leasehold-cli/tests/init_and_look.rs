@@ -286,6 +286,38 @@ fn dump(store: &str, env: &Env) -> Option<String> {
                 (!out.is_empty()).then_some(out)
             },
         ),
+        "zookeeper" => {
+            // zk://HOST:PORT/CHROOT?…: every node under the chroot, with
+            // its data and the zxid of its last change.
+            let base = base(&url).trim_start_matches("zk://");
+            let (endpoint, chroot) = base.split_once('/').unwrap();
+            let (endpoint, chroot) = (endpoint.to_string(), format!("/{chroot}"));
+            tokio::runtime::Runtime::new()
+                .unwrap()
+                .block_on(async move {
+                    use zookeeper_client as zk;
+                    let client = zk::Client::connect(&endpoint).await.unwrap();
+                    match client.get_data(&chroot).await {
+                        Err(zk::Error::NoNode) => return None,
+                        Err(e) => panic!("{e}"),
+                        Ok(_) => {}
+                    }
+                    let mut nodes = vec![chroot];
+                    let mut out = String::new();
+                    while let Some(node) = nodes.pop() {
+                        let (data, stat) = client.get_data(&node).await.unwrap();
+                        out.push_str(&format!(
+                            "{node} {} {}\n",
+                            stat.mzxid,
+                            String::from_utf8_lossy(&data)
+                        ));
+                        let mut children = client.list_children(&node).await.unwrap();
+                        children.sort();
+                        nodes.extend(children.into_iter().rev().map(|c| format!("{node}/{c}")));
+                    }
+                    Some(out)
+                })
+        }
         other => panic!("unknown store {other}"),
     }
 }
