@@ -104,9 +104,13 @@ async fn killed_holder_is_replaced_within_a_ttl() {
     let waited = killed.elapsed();
     // The holder's last renewal was at most a third of a TTL before the
     // kill; the waiter then needs the TTL, the 0.1 % + 200 ms takeover
-    // margin, and up to two polls (one to see the last version, one to act).
+    // margin, and up to two polls (one to see the last version, one to act),
+    // plus the requests' own time: DynamoDB Local (a JVM) answered in up to
+    // a few hundred milliseconds each on a two-core CI machine running the
+    // other stores' tests beside it (3.59 s there against 3.10 s allowed),
+    // so 1.5 s is left for them. A holder never replaced still fails.
     let bound =
-        ttl + ttl / 1000 + Duration::from_millis(200) + poll_max * 2 + Duration::from_millis(500);
+        ttl + ttl / 1000 + Duration::from_millis(200) + poll_max * 2 + Duration::from_millis(1500);
     assert!(
         waited <= bound,
         "took over {waited:?} after the kill (bound {bound:?})"
