@@ -2,7 +2,7 @@
 # Benchmarks: leasehold side by side with the raw SDKs, flock and peer
 # libraries (docs/benchmarks.md describes every figure). Builds the
 # benchmark and the CLI in release mode, installs and starts Azurite,
-# DynamoDB Local, moto (S3), PostgreSQL, Redis and etcd on 127.0.0.1 (stopping again those it started), installs
+# DynamoDB Local, moto (S3), PostgreSQL, MySQL (MariaDB), Redis, etcd and ZooKeeper on 127.0.0.1 (stopping again those it started), installs
 # the Python peer libraries into .cache/bench-venv, runs everything and
 # writes docs/benchmarks.md, docs/benchmarks.png (and results.json beside
 # them when --out is given). A page's hand-written sections (after its
@@ -15,7 +15,7 @@
 #                                  # (uses the emulators and servers only if already running)
 #   scripts/bench.sh --only 1,5 --out DIR   # some figures only, for a quick look
 #   scripts/bench.sh --stores s3 --out DIR  # some stores only (memory, sqlite, azblob,
-#                                  # dynamodb, postgres, mysql, redis, etcd, s3): starts only theirs
+#                                  # dynamodb, postgres, mysql, redis, etcd, s3, zookeeper): starts only theirs
 #
 # It is not a timed test: a --tiny run only checks that everything runs and
 # the report is written.
@@ -97,7 +97,7 @@ else
         fi
     done
     # moto (S3): installed into .cache/moto on first use (about 90 s).
-    for pair in s3:moto postgres:postgres mysql:mysql redis:redis etcd:etcd; do
+    for pair in s3:moto postgres:postgres mysql:mysql redis:redis etcd:etcd zookeeper:zookeeper; do
         store="${pair%%:*}"
         e="${pair##*:}"
         if wants "$store" && ! "scripts/$e.sh" status >/dev/null 2>&1; then
@@ -106,14 +106,14 @@ else
         fi
     done
     # The Python peers run in figure 6, on the stores that have one.
-    if wants_figure 6 && { wants azblob || wants dynamodb || wants postgres || wants mysql || wants redis; }; then
+    if wants_figure 6 && { wants azblob || wants dynamodb || wants postgres || wants mysql || wants redis || wants zookeeper; }; then
         VENV="$ROOT/.cache/bench-venv"
-        if ! "$VENV/bin/python" -c 'import azure.storage.blob, python_dynamodb_lock, boto3, psycopg, redis, pymysql' 2>/dev/null; then
+        if ! "$VENV/bin/python" -c 'import azure.storage.blob, python_dynamodb_lock, boto3, psycopg, redis, pymysql, kazoo' 2>/dev/null; then
             echo "bench.sh: installing the Python peers into $VENV" >&2
             python3 -m venv "$VENV"
             "$VENV/bin/pip" install --quiet --disable-pip-version-check \
                 'azure-storage-blob==12.31.1' 'python-dynamodb-lock==0.9.1' 'boto3>=1.34,<2' \
-                'psycopg[binary]==3.3.9' 'redis==6.4.0' 'PyMySQL==1.2.4' >&2
+                'psycopg[binary]==3.3.9' 'redis==6.4.0' 'PyMySQL==1.2.4' 'kazoo==2.10.0' >&2
         fi
         args+=(--venv "$VENV")
     fi
@@ -140,6 +140,10 @@ fi
 # MySQL's figures run on the test server when it is up.
 if [[ -z "${LEASEHOLD_BENCH_MYSQL_URL:-}" ]] && scripts/mysql.sh status >/dev/null 2>&1; then
     export LEASEHOLD_BENCH_MYSQL_URL="$(scripts/mysql.sh url)"
+fi
+# ZooKeeper's figures run on the test server when it is up.
+if [[ -z "${LEASEHOLD_BENCH_ZOOKEEPER_URL:-}" ]] && scripts/zookeeper.sh status >/dev/null 2>&1; then
+    export LEASEHOLD_BENCH_ZOOKEEPER_URL="$(scripts/zookeeper.sh url)"
 fi
 if [[ -z "${AZURE_STORAGE_CONNECTION_STRING:-}" ]]; then
     export AZURE_STORAGE_CONNECTION_STRING="$(scripts/azurite.sh connection-string)"

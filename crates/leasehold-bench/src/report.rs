@@ -123,10 +123,12 @@ transport, shared-key signing), `aws-sdk-dynamodb` on leasehold's own client wit
 same update and condition expressions, `aws-sdk-s3` on leasehold's own client with the same \
 requests as leasehold's warm path (a conditional `PutObject` of a record of leasehold's layout with a \
 fresh nonce, `If-Match` the ETag of the last write, and a `GetObject` of the store's epoch marker to \
-acquire; a conditional `PutObject` to release), `tokio-postgres` and redis-rs on connections of their own \
-with leasehold's statements and scripts, and `etcd-client` on a client of its own with leasehold's \
+acquire; a conditional `PutObject` to release), `tokio-postgres`, `mysql_async` and redis-rs on connections of their own \
+with leasehold's statements and scripts, `etcd-client` on a client of its own with leasehold's \
 etcd requests (a compare-and-put `Txn` on a session's etcd lease to acquire, a compare-and-delete \
-`Txn` to release, a new session's `LeaseGrant` now and then). Many short rounds (a quarter of a second of each loop) \
+`Txn` to release, a new session's `LeaseGrant` now and then), and `zookeeper-client` on a session of its own \
+with leasehold's ZooKeeper requests (a read of the key's record and a `setData` conditional on its version \
+to acquire, a `setData` conditional on the version of that write to release). Many short rounds (a quarter of a second of each loop) \
 alternate which loop goes first, so that both loops see the same machine (disk and scheduling \
 latency drift over seconds); a quarter of a second is shorter than the fairness probe \
 (section 3: after 1 s of local handoffs, an acquisition first leaves the key free for a poll \
@@ -134,8 +136,8 @@ interval, 100 ms where waiters poll, 10 ms where the store wakes them), so no ro
 where a loop that takes one key back to back for longer does (about 9% and 1% of its time); \
 the ratio is the median of the rounds' ratios, and the rounds' \
 column gives their number and the range of the middle half of them. Requests are counted on the wire (an Azure pipeline policy, \
-the DynamoDB and S3 clients' interceptors, the etcd backend's own count of its gRPC requests; SQLite: \
-transactions; PostgreSQL and Redis: statements and scripts, i.e. backend calls).\n\
+the DynamoDB and S3 clients' interceptors, the etcd and ZooKeeper backends' own counts of their requests; SQLite: \
+transactions; PostgreSQL, MySQL and Redis: statements and scripts, i.e. backend calls, a MySQL acquisition counted as one).\n\
 Targets: leasehold ≥ 0.95× the raw loop (SQLite: ≥ 0.9× the raw loop in async code; the \
 synchronous raw loop has no target), and requests per cycle = the protocol's minimum.\n"
     );
@@ -183,6 +185,7 @@ own last write from one on a restored copy of it), a conditional `PutObject` to 
                 "Redis" => "Both send the same two scripts (EVALSHA), one round trip each, each on one multiplexed connection; the difference is leasehold's per-call work (the guard, metrics, the epoch check of each answer). The server shares the two cores with both.",
                 S3_LABEL => "Both send the same three requests on the same client (a conditional `PutObject` of a whole record of a few hundred bytes with a fresh nonce and a read of the epoch marker to acquire, a conditional `PutObject` to release); the difference is leasehold's per-call work (the guard, encoding the record, the backend's memory of its last write) and the noise of a Python emulator sharing two cores.",
                 "etcd" => "Both send the same two requests on one gRPC channel each, the minimum of the protocol: acquire one `Txn` (comparing the marker's and the record's values with those last seen and the holder key's absence, putting the holder key on the process's session lease and the record with the next fencing token), release one `Txn` (deleting the holder key if it still has our value), and a new session (`LeaseGrant`) every 1.5 s. The difference is leasehold's per-call work (the guard, JSON encoding of the records). etcd commits every write with an fsync and shares the two cores with both.",
+                "ZooKeeper" => "Both send the same three requests on one session each (a read of the record and a version-checked `setData` to acquire, a `setData` checked against that write's version to release), records of the same JSON layout. The difference is leasehold's per-call work (the guard, the record's encoding, the backend's memory of its last write for renewals). ZooKeeper logs every write with an fsync and, a JVM, shares the two cores with both.",
                 _ => "Both send the same two requests on the same client; the difference is leasehold's per-call work (the guard, decoding the returned item) and the noise of a JVM emulator sharing two cores.",
             };
             let _ = writeln!(
@@ -210,8 +213,8 @@ keeps the lock for a random time (same process 25–40 ms, other process 100–2
 the release falls at a random point of the waiter's polling; only acquisitions by a waiter \
 that was already waiting count. Timestamps are `CLOCK_MONOTONIC`, shared by all processes.\n\
 Targets: p50 < 1 ms in the same process; from another process p50 < 5 ms where the store \
-wakes waiters (SQLite on one machine; PostgreSQL, Redis and etcd across machines) and < 50 ms \
-where waiters poll (the emulators); a waiting process makes at most 20 requests/s whatever its \
+wakes waiters (SQLite on one machine; PostgreSQL, Redis, etcd and ZooKeeper across machines) and < 50 ms \
+where waiters poll (the emulators, MySQL); a waiting process makes at most 20 requests/s whatever its \
 number of waiting tasks.\n"
     );
     let _ = writeln!(
@@ -274,8 +277,8 @@ number of waiting tasks.\n"
         "\nA waiter in the same process is woken by the release itself and makes one attempt, so \
 its latency is the release request plus one acquire request. A waiter in another process is \
 woken by the release where the store can tell it (`Backend::watch_release`: PostgreSQL's \
-LISTEN/NOTIFY, Redis's pub/sub, etcd's watch, SQLite's same-machine notification), and \
-otherwise learns of the release at its next poll: with pauses drawn from 50–100 ms the wait \
+LISTEN/NOTIFY, Redis's pub/sub, etcd's watch, ZooKeeper's persistent watch on the store's records, \
+SQLite's same-machine notification), and otherwise learns of the release at its next poll: with pauses drawn from 50–100 ms the wait \
 for that poll is about 37 ms at the median, plus the request(s) of the attempt (Azure: read, \
 write, lease; S3: read, write and a read of the store's epoch marker, as the key was last written \
 by another process). Only the first task of a process polls; the others queue behind it in the \
@@ -288,6 +291,7 @@ process, so the request rate does not grow with the number of tasks.\n"
                 "SQLite" => "The waiter is woken at once, but the holder's release is a transaction and the waiter's attempt another, committed with an fsync (a grant is durable before it is answered), each a hop onto tokio's blocking pool and back: the two transactions are most of the time.",
                 S3_LABEL => "The waiter is woken at once, but the holder's release is one conditional `PutObject`, and the waiter's attempt another and a read of the epoch marker (its process's last write to the key is the holder's release: no read of the key), each a full round trip to a Python emulator sharing the two cores. The target is below one moto round trip on this machine, so it cannot be met by the library alone on this store.",
                 "MySQL" => "The waiter learns of the release at its next poll (MySQL tells no one), then its attempt is a transaction of five statements after the holder's release statement, with a server sharing the two cores.",
+                "ZooKeeper" => "The waiter is woken at once, but the holder's release is a version-checked `setData`, and the waiter's attempt a read and another `setData`, each write logged with an fsync by a JVM server sharing the two cores.",
                 "PostgreSQL" => "The waiter is woken at once, but the holder's release is one statement (committed without waiting for a WAL flush: a lost release only holds the key to its expiry) and the waiter's attempt another, whose commit the server flushes to its WAL before answering (a grant is durable before it is answered), with a server sharing the two cores.",
                 _ => "The waiter is woken at once, but its attempt is a full round trip to the store (Azurite: a read, a conditional write and a lease request; DynamoDB Local: one conditional update), after the holder's own release request. The target is below one emulator round trip on this machine, so it cannot be met by the library alone on these stores.",
             };
@@ -361,7 +365,7 @@ whose tasks queue does not keep the lock, a local waiter taking over from a loca
 leaves the key free for a moment when another process held the key in the last 2 s (the store \
 answered \"held\" to this process, or its fencing token jumped), or after 10 poll intervals of local \
 handoffs (1 s): for 10 ms on stores whose releases wake other processes' waiters (SQLite, \
-PostgreSQL, Redis, etcd), else for one longest poll interval, in which every other process's \
+PostgreSQL, Redis, etcd, ZooKeeper), else for one longest poll interval, in which every other process's \
 waiter polls. Targets (issue 12): no task never \
 served, the longest single wait ≤ 2 s on SQLite and ≤ 5 s on the other stores, and the most served \
 process at most 3× the least served.\n"
@@ -746,7 +750,7 @@ figure).\n",
         s,
         "\nA writer takes the key itself, then reads the reader slots and, while some are held, keeps \
 the key and waits for their releases (woken by them where the store tells releases: SQLite, \
-PostgreSQL, Redis, etcd; else at its next poll, every 50–100 ms); readers that come after find the \
+PostgreSQL, Redis, etcd, ZooKeeper; else at its next poll, every 50–100 ms); readers that come after find the \
 key held and wait behind it. So its wait is about the longest read still running when it asked, \
 plus the time to learn of that read's release and its own request(s); the bound's TTL/3 is the \
 renewal interval, slack for a reader whose release is slow. Readers pay for the writer twice: \
@@ -801,7 +805,7 @@ fn wait_cost(s: &mut String, r: &Results) {
         "On every store at once, {n} waiter(s) per store and way of waiting, each on a key of its own \
 that a holder (the default options: TTL 30 s) keeps, each waiter a store client of its own so \
 that its requests are its own (HTTP requests on Azurite, DynamoDB Local and moto, gRPC requests \
-on etcd, transactions or scripts on the others). The holders release from half the longest wait \
+on etcd and ZooKeeper, transactions or scripts on the others). The holders release from half the longest wait \
 ({half:.0} s) to its end ({longest:.0} s), spread evenly; the handoff is from the release call to \
 the waiter's grant. Two ways of waiting side by side in the same run: backing off to the poll cap \
 (`LockOptions::poll_cap`, default 2 s: quick polls for 2 s and whenever the key changes hands, \

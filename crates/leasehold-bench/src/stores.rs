@@ -58,6 +58,18 @@ pub fn mysql_url() -> Option<String> {
     std::env::var(MYSQL_URL_ENV).ok().filter(|v| !v.is_empty())
 }
 
+/// The ZooKeeper server's store URL (scripts/bench.sh sets it from
+/// `scripts/zookeeper.sh url`); without it ZooKeeper's figures are left
+/// out.
+pub const ZOOKEEPER_URL_ENV: &str = "LEASEHOLD_BENCH_ZOOKEEPER_URL";
+
+/// The ZooKeeper server's store URL, if one is given.
+pub fn zookeeper_url() -> Option<String> {
+    std::env::var(ZOOKEEPER_URL_ENV)
+        .ok()
+        .filter(|v| !v.is_empty())
+}
+
 /// The Redis server's URL (scripts/bench.sh sets it from
 /// `scripts/redis.sh url`); without it Redis's figures are left out.
 pub const REDIS_URL_ENV: &str = "LEASEHOLD_BENCH_REDIS_URL";
@@ -85,7 +97,7 @@ pub fn postgres_url() -> Option<String> {
 
 /// Which store, as passed between processes (`memory:`, `sqlite:PATH`,
 /// `azblob:CONTAINER`, `dynamodb:TABLE`, `postgres:TABLE`, `redis:PREFIX`,
-/// `etcd:PREFIX`, `s3:PREFIX`).
+/// `etcd:PREFIX`, `s3:PREFIX`, `zookeeper:CHROOT`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Spec {
     /// In-process memory store.
@@ -106,11 +118,14 @@ pub enum Spec {
     Etcd(String),
     /// A prefix in [`S3_BUCKET`] on moto, at [`s3_endpoint`].
     S3(String),
+    /// A chroot on the ZooKeeper server of [`zookeeper_url`].
+    Zookeeper(String),
 }
 
 /// The store kinds, as [`Spec::kind`] names them (`run --stores`).
 pub const KINDS: &[&str] = &[
     "memory", "sqlite", "azblob", "dynamodb", "postgres", "mysql", "redis", "etcd", "s3",
+    "zookeeper",
 ];
 
 impl Spec {
@@ -126,6 +141,7 @@ impl Spec {
             Some(("redis", p)) => Spec::Redis(p.to_string()),
             Some(("etcd", p)) => Spec::Etcd(p.to_string()),
             Some(("s3", p)) => Spec::S3(p.to_string()),
+            Some(("zookeeper", c)) => Spec::Zookeeper(c.to_string()),
             _ => bail!("bad store spec {s:?}"),
         })
     }
@@ -142,7 +158,8 @@ impl Spec {
             | Spec::Mysql(name)
             | Spec::Redis(name)
             | Spec::Etcd(name)
-            | Spec::S3(name) => format!("{kind}:{name}"),
+            | Spec::S3(name)
+            | Spec::Zookeeper(name) => format!("{kind}:{name}"),
         }
     }
 
@@ -158,6 +175,7 @@ impl Spec {
             Spec::Redis(_) => "redis",
             Spec::Etcd(_) => "etcd",
             Spec::S3(_) => "s3",
+            Spec::Zookeeper(_) => "zookeeper",
         }
     }
 
@@ -198,6 +216,16 @@ impl Spec {
                 "s3://{S3_BUCKET}/{p}?region=us-east-1&endpoint={}&max_ttl=30s",
                 s3_endpoint()
             ),
+            Spec::Zookeeper(c) => {
+                let base = zookeeper_url().unwrap_or_default();
+                let (hosts, query) = base.split_once('?').unwrap_or((&base, ""));
+                let query = if query.is_empty() {
+                    String::new()
+                } else {
+                    format!("&{query}")
+                };
+                format!("{}{c}?max_ttl=30s{query}", hosts.trim_end_matches('/'))
+            }
         }
     }
 
@@ -213,6 +241,7 @@ impl Spec {
             Spec::Redis(_) => "Redis",
             Spec::Etcd(_) => "etcd",
             Spec::S3(_) => S3_LABEL,
+            Spec::Zookeeper(_) => "ZooKeeper",
         }
     }
 }
@@ -270,6 +299,8 @@ pub struct Opened {
     pub etcd: Option<Arc<leasehold_etcd::EtcdBackend>>,
     /// The S3 backend, for raw requests on the same client.
     pub s3: Option<Arc<S3Backend>>,
+    /// The ZooKeeper backend, for its record paths and epoch.
+    pub zookeeper: Option<Arc<leasehold_zookeeper::ZkBackend>>,
     requests: RequestCount,
 }
 
@@ -330,6 +361,11 @@ pub async fn open(spec: &Spec, track_renewals: bool) -> anyhow::Result<Opened> {
         .clone()
         .downcast::<leasehold_etcd::EtcdBackend>()
         .ok();
+    let zookeeper = opened
+        .concrete
+        .clone()
+        .downcast::<leasehold_zookeeper::ZkBackend>()
+        .ok();
     let s3 = opened.concrete.downcast::<S3Backend>().ok();
     let calls = Arc::new(Counting::new(opened.backend, track_renewals));
     let requests = match opened.requests {
@@ -348,6 +384,7 @@ pub async fn open(spec: &Spec, track_renewals: bool) -> anyhow::Result<Opened> {
         redis,
         etcd,
         s3,
+        zookeeper,
         requests,
     })
 }

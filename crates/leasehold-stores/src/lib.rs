@@ -376,8 +376,12 @@ openers! {
         leasehold_s3::S3Backend::builder_from_url,
         Some(leasehold_s3::S3Backend::requests_sent)
     );
-    // Backend calls take one to a few requests on one session: no counter.
-    "zookeeper" => open_zookeeper(leasehold_zookeeper::ZkBackendBuilder::from_url, None);
+    // Backend calls take one to a few requests (a read before each
+    // conditional write): the backend counts them.
+    "zookeeper" => open_zookeeper(
+        leasehold_zookeeper::ZkBackendBuilder::from_url,
+        Some(leasehold_zookeeper::ZkBackend::requests_sent)
+    );
 }
 
 #[cfg(not(all(

@@ -212,6 +212,22 @@ impl ZkBackend {
         self.inner.paths.root()
     }
 
+    /// Requests this backend sent to the ensemble (reads, conditional
+    /// writes and transactions; not the session's own pings or the
+    /// release watch), for benchmarks: an uncontended acquire + release
+    /// of a key is 3 (see the crate docs' protocol).
+    #[doc(hidden)]
+    pub fn requests_sent(&self) -> u64 {
+        self.inner.conn.requests_sent()
+    }
+
+    /// The path of `key`'s record in `epoch`, for the benchmarks' raw
+    /// loop, which sends leasehold's requests itself.
+    #[doc(hidden)]
+    pub fn record_path(&self, epoch: u64, key: &Key) -> String {
+        self.inner.paths.record(epoch, key)
+    }
+
     /// Deletes the store: its root node and everything under it, in one
     /// transaction (an operator's `deleteall`, at once). Every lease and
     /// fencing counter of the store is lost; the next use begins a new

@@ -4,6 +4,7 @@
 //! request is bounded by the backend's request timeout.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use leasehold::Result;
@@ -24,6 +25,8 @@ pub(crate) struct Connection {
     auth: Option<String>,
     request_timeout: Duration,
     client: Mutex<Option<zk::Client>>,
+    /// Requests sent through [`Connection::run`] (for benchmarks).
+    sent: AtomicU64,
 }
 
 impl std::fmt::Debug for Connection {
@@ -43,7 +46,13 @@ impl Connection {
             auth,
             request_timeout,
             client: Mutex::new(None),
+            sent: AtomicU64::new(0),
         }
+    }
+
+    /// Requests sent through [`Connection::run`] so far.
+    pub(crate) fn requests_sent(&self) -> u64 {
+        self.sent.load(Ordering::Relaxed)
     }
 
     /// Whether nodes this backend creates carry the creator-only ACL
@@ -100,6 +109,7 @@ impl Connection {
     {
         let client = self.client(op).await?;
         let session = client.session_id();
+        self.sent.fetch_add(1, Ordering::Relaxed);
         match tokio::time::timeout(self.request_timeout, request(client)).await {
             Ok(Err(e @ (zk::Error::ConnectionLoss | zk::Error::Custom(_)))) => {
                 self.discard(session).await;

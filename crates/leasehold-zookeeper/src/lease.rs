@@ -1,7 +1,8 @@
 //! The operations on a lease of ours: renew, release, and record a run
 //! under it. Each reads the key's record and writes it back conditional
 //! on the version read, only while the record names our lease id (a
-//! renewal first tries our remembered last write, in one request).
+//! renewal and a release first try our remembered last write, in one
+//! request).
 
 use std::time::SystemTime;
 
@@ -97,7 +98,30 @@ impl Inner {
 
     pub(crate) async fn release(&self, lease: &Lease) -> Result<()> {
         let inner = self;
+        // Our last write, if we remember it: one request instead of a read
+        // and a write, as for a renewal (the version check makes the node
+        // exactly that write, our lease's). Forgotten first: whatever the
+        // answer, a retry reads.
+        let remembered = inner.writes.get(lease);
         inner.writes.forget(lease);
+        if let Some((mut record, version)) = remembered {
+            record.lease = None;
+            record.released_by = Some(lease.lease_id.as_str().to_string());
+            match inner
+                .write("release", lease.epoch, &lease.key, &record, version)
+                .await?
+            {
+                Written::Done(_) => return Ok(()),
+                // Someone wrote since: read and decide below.
+                Written::Changed => {}
+                Written::Gone => {
+                    return Err(lost(
+                        &lease.key,
+                        "the key's record is gone (the store's data lost?)",
+                    ))
+                }
+            }
+        }
         for _ in 0..ROUNDS {
             let Some(mut read) = inner.read("release", lease.epoch, &lease.key).await? else {
                 return Err(lost(

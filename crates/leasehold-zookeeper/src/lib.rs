@@ -81,7 +81,13 @@
 //! * **Release**: `setData(record, version)` without the lease and with
 //!   `released_by` = our lease id, if it names our lease id; a retry that
 //!   finds `released_by` ours succeeds, anything else is
-//!   [`LeaseLost`](leasehold::Error::LeaseLost). **Break**: the same
+//!   [`LeaseLost`](leasehold::Error::LeaseLost). As for a renewal, the
+//!   backend first tries its remembered last write of the record (the
+//!   grant's or a renewal's) with that write's version: one request while
+//!   nobody else wrote since, else a read and the write as above
+//!   (`a_release_is_one_write_while_our_last_write_stands`). An
+//!   uncontended acquire + release is thus three requests: a read and a
+//!   `setData` to acquire, a `setData` to release. **Break**: the same
 //!   without `released_by`, whoever holds it. The fence stays.
 //! * **Record a run**: `setData(record, version)` with the run, if the
 //!   record names our lease id; otherwise a run that did not succeed is
@@ -270,6 +276,10 @@ use std::time::Duration;
 pub use backend::ZkBackend;
 pub use builder::{ZkBackendBuilder, DEFAULT_TAKEOVER_MARGIN};
 pub use names::DEFAULT_ROOT;
+
+/// Re-exported for tools that talk to the same ensemble (the benchmarks'
+/// raw loop).
+pub use zookeeper_client;
 
 /// Shortest TTL this backend accepts.
 pub const MIN_TTL: Duration = Duration::from_secs(1);

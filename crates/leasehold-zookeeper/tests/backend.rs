@@ -278,3 +278,34 @@ async fn digest_credentials_make_the_store_the_users_own() {
         owner.delete(node, None).await.unwrap();
     }
 }
+
+/// A release while our own last write (the grant or a renewal) still
+/// stands is one version-checked write; once anyone else has written the
+/// record (here a break, then another's grant), the release reads first
+/// and ends as before: lost, and the other's lease untouched.
+#[tokio::test]
+async fn a_release_is_one_write_while_our_last_write_stands() {
+    let Some(backend) = common::backend().await else {
+        return;
+    };
+    let key = common::unique_key("release-once");
+    let ttl = Duration::from_secs(2);
+    let lease = raw_lease(&backend, &key, ttl).await;
+    backend.renew(&lease).await.unwrap();
+    let before = backend.requests_sent();
+    backend.release(&lease).await.unwrap();
+    assert_eq!(backend.requests_sent() - before, 1, "requests of a release");
+    let k = Key::new(key.as_str()).unwrap();
+    assert!(backend.inspect(&k).await.unwrap().holder.is_none());
+
+    let stale = raw_lease(&backend, &key, ttl).await;
+    let other = common::backend().await.unwrap();
+    other.break_lease(&k).await.unwrap();
+    let theirs = raw_lease(&other, &key, ttl).await;
+    let err = backend.release(&stale).await.unwrap_err();
+    assert!(err.is_lease_lost(), "{err}");
+    let info = backend.inspect(&k).await.unwrap();
+    assert_eq!(info.fencing_token, theirs.fencing_token);
+    assert!(info.holder.is_some(), "the other's lease was released");
+    other.release(&theirs).await.unwrap();
+}

@@ -64,6 +64,13 @@ pub async fn cleanup(specs: &[Spec]) {
                     .invoke_async::<()>(&mut conn)
                     .await?;
                 }
+                Spec::Zookeeper(_) => {
+                    // The bench's chroot, with everything under it.
+                    let o = stores::open(spec, false).await?;
+                    if let Some(z) = &o.zookeeper {
+                        z.delete_store().await?;
+                    }
+                }
                 Spec::Etcd(_) | Spec::S3(_) => {
                     // Every key or object of the bench's store (its
                     // prefix is its own); etcd's holder keys' etcd

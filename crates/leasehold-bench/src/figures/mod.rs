@@ -107,6 +107,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             stores::etcd_url(),
             stores::ETCD_URL_ENV,
         ),
+        (
+            Spec::Zookeeper(format!("/leasehold-bench-{tag}")),
+            "ZooKeeper",
+            stores::zookeeper_url(),
+            stores::ZOOKEEPER_URL_ENV,
+        ),
     ] {
         candidates.push((
             spec,
@@ -142,7 +148,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             | Spec::Mysql(_)
             | Spec::Redis(_)
             | Spec::Etcd(_)
-            | Spec::S3(_) => {
+            | Spec::S3(_)
+            | Spec::Zookeeper(_) => {
                 eprintln!("[0] creating {} (new, proven: no quarantine)", spec.label());
                 stores::warm_up(spec).await
             }
@@ -202,14 +209,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             | Spec::Postgres(_)
             | Spec::Mysql(_)
             | Spec::Redis(_)
-            | Spec::Etcd(_) => (plan.many_local, plan.many_ttl_ms),
+            | Spec::Etcd(_)
+            | Spec::Zookeeper(_) => (plan.many_local, plan.many_ttl_ms),
             Spec::S3(_) => (plan.many_moto, plan.many_emulator_ttl_ms),
             Spec::Azblob(_) | Spec::Dynamodb(_) => (plan.many_emulator, plan.many_emulator_ttl_ms),
         };
         // The servers refuse TTLs under a second, etcd under two (a
         // --tiny run asks 600 ms).
         let ttl = match spec {
-            Spec::Postgres(_) | Spec::Mysql(_) | Spec::Redis(_) => ttl.max(1_000),
+            Spec::Postgres(_) | Spec::Mysql(_) | Spec::Redis(_) | Spec::Zookeeper(_) => {
+                ttl.max(1_000)
+            }
             Spec::Etcd(_) => ttl.max(leasehold_etcd::MIN_TTL.as_millis() as u64),
             _ => ttl,
         };

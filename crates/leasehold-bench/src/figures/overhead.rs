@@ -65,6 +65,16 @@ impl Run {
                 // Txn (and a new session's LeaseGrant now and then).
                 (RawLoop::etcd(e, &url).await?, 2)
             }
+            // Read the record and write it conditionally to acquire; write
+            // it conditionally on that write's version to release.
+            Spec::Zookeeper(_) => {
+                let z = opened
+                    .zookeeper
+                    .as_ref()
+                    .ok_or_else(|| anyhow!("no client"))?;
+                let url = stores::zookeeper_url().ok_or_else(|| anyhow!("no server"))?;
+                (RawLoop::zookeeper(z, &opened.store, &url).await?, 3)
+            }
             Spec::Memory => bail!("no raw loop for memory"),
         };
         // On etcd, figure 6's peer runs in the same rounds (one more phase

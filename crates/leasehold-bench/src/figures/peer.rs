@@ -40,6 +40,7 @@ impl Run {
             Spec::Mysql(_) => ("mysql_get_lock.py", "GET_LOCK, PyMySQL (Python)"),
             Spec::Redis(_) => ("redis_py_lock.py", "redis-py Lock (Python)"),
             Spec::Etcd(_) => ("", "etcd v3lock Lock/Unlock on a session lease (Rust)"),
+            Spec::Zookeeper(_) => ("zookeeper_kazoo_lock.py", "kazoo Lock recipe (Python)"),
             _ => bail!("no peer for {}", spec.label()),
         };
         let mut cmd = if matches!(spec, Spec::Etcd(_)) {

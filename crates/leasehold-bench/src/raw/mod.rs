@@ -12,6 +12,7 @@ mod postgres;
 mod redis;
 mod s3;
 mod sqlite;
+mod zookeeper;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,6 +35,8 @@ use postgres::postgres_cycle;
 use redis::redis_cycle;
 use s3::S3Raw;
 use sqlite::{sqlite_acquire, sqlite_cycle, sqlite_release};
+pub use zookeeper::zk_hosts;
+use zookeeper::{zk_cycle, ZkRaw};
 
 /// One raw acquire + release loop.
 pub enum RawLoop {
@@ -116,6 +119,15 @@ pub enum RawLoop {
         session: crate::peer_etcd::Session,
         /// The lock's name.
         name: String,
+        /// Requests sent.
+        requests: Arc<AtomicU64>,
+    },
+    /// zookeeper-client on a session of its own: leasehold's read and
+    /// version-checked write of the key's record to acquire, and a write
+    /// checked against that write's version to release; three round trips.
+    Zookeeper {
+        /// The session and the record.
+        raw: ZkRaw,
         /// Requests sent.
         requests: Arc<AtomicU64>,
     },
@@ -311,6 +323,37 @@ impl RawLoop {
         })
     }
 
+    /// A loop on `backend`'s store, on a session of its own to the
+    /// ensemble `url` names; the raw key's record is created first by one
+    /// leasehold cycle on `store` (`backend`'s).
+    pub async fn zookeeper(
+        backend: &leasehold_zookeeper::ZkBackend,
+        store: &leasehold::Store,
+        url: &str,
+    ) -> anyhow::Result<RawLoop> {
+        store
+            .lock(RAW_KEY)?
+            .try_acquire()
+            .await?
+            .release()
+            .await?;
+        let client = leasehold_zookeeper::zookeeper_client::Client::connector()
+            .with_session_timeout(Duration::from_secs(10))
+            .connect(&zk_hosts(url)?)
+            .await
+            .context("connecting the raw ZooKeeper client")?;
+        let epoch = backend.epoch().await?.epoch;
+        let path = backend.record_path(epoch, &leasehold::Key::new(RAW_KEY)?);
+        Ok(RawLoop::Zookeeper {
+            raw: ZkRaw {
+                client,
+                path,
+                epoch,
+            },
+            requests: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
     /// The etcd peer (see [`RawLoop::EtcdPeer`]), its session opened.
     pub async fn etcd_peer() -> anyhow::Result<RawLoop> {
         Ok(RawLoop::EtcdPeer {
@@ -337,6 +380,7 @@ impl RawLoop {
             | RawLoop::Mysql { requests, .. }
             | RawLoop::Redis { requests, .. }
             | RawLoop::Etcd { requests, .. }
+            | RawLoop::Zookeeper { requests, .. }
             | RawLoop::EtcdPeer { requests, .. } => Some(requests.load(Ordering::Relaxed)),
             _ => None,
         }
@@ -434,6 +478,10 @@ impl RawLoop {
                 state,
                 requests,
             } => etcd_cycle(client, prefix, state, requests).await?,
+            RawLoop::Zookeeper { raw, requests } => {
+                zk_cycle(raw).await?;
+                requests.fetch_add(3, Ordering::Relaxed);
+            }
             RawLoop::EtcdPeer {
                 session,
                 name,
