@@ -124,7 +124,15 @@ pub enum Spec {
 
 /// The store kinds, as [`Spec::kind`] names them (`run --stores`).
 pub const KINDS: &[&str] = &[
-    "memory", "sqlite", "azblob", "dynamodb", "postgres", "mysql", "redis", "etcd", "s3",
+    "memory",
+    "sqlite",
+    "azblob",
+    "dynamodb",
+    "postgres",
+    "mysql",
+    "redis",
+    "etcd",
+    "s3",
     "zookeeper",
 ];
 

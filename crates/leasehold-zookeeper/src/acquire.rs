@@ -13,6 +13,22 @@ use crate::backend::{check_ttl, with_lease, Inner, Written};
 use crate::error::{zk as zk_error, NAME};
 use crate::record::Record;
 
+/// How many times an acquisition creates a key's first record again after
+/// losing to another creation in the same epoch (see
+/// [`Inner::create_record`]).
+const CREATION_TRIES: usize = 64;
+
+/// The answer when a key's first record lost every try to other keys'
+/// creations (retryable).
+fn raced_creation() -> Error {
+    Error::backend(
+        NAME,
+        "acquire",
+        true,
+        "the key's first record lost every try to other keys' first records created at the same time",
+    )
+}
+
 /// What creating a key's first record met.
 enum Created {
     /// Created, with this token.
@@ -47,7 +63,9 @@ impl Inner {
         self.settle("acquire", epoch).await?;
         let key = req.key.as_str();
         let mut holder = None;
-        for _ in 0..4 {
+        let (mut rounds, mut creations) = (0, 0);
+        while rounds < 4 {
+            rounds += 1;
             let observed = self.observations.ripe(key, self.clock.now());
             let Some(read) = self.read("acquire", epoch, &req.key).await? else {
                 match self.create_record(req, epoch).await? {
@@ -55,7 +73,17 @@ impl Inner {
                         self.observations.forget(key);
                         return Ok(AcquireOutcome::Acquired(Grant::new(fence)));
                     }
-                    Created::Raced => continue,
+                    // Every first record of the epoch bumps its folder's
+                    // version, so simultaneous creations of other keys
+                    // fail ours: each round one of them wins, so try
+                    // again without counting a round (up to a bound), and
+                    // never answer "held" for a key nobody holds.
+                    Created::Raced if creations < CREATION_TRIES => {
+                        creations += 1;
+                        rounds -= 1;
+                        continue;
+                    }
+                    Created::Raced => return Err(raced_creation()),
                     Created::Gone => return self.other_epoch().await,
                 }
             };

@@ -68,7 +68,10 @@
 //!   marker stayed (a recursive delete under way: ZooKeeper deletes
 //!   children first) is never given its first token again: the backend
 //!   answers a retryable error until the whole store is gone, then begins
-//!   a new epoch.
+//!   a new epoch. A creation fails its folder check when another key's
+//!   first record was created meanwhile (each creation bumps the
+//!   folder's version); it reads and tries again, up to 64 times, and is
+//!   never answered as held (`many_new_keys_at_once_are_all_granted`).
 //! * **Renew**: `setData(record, version)` with our lease (its renewal
 //!   time updated), if the record still names our lease id; otherwise, or
 //!   if the record is gone, the lease is lost

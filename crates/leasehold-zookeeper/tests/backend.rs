@@ -309,3 +309,39 @@ async fn a_release_is_one_write_while_our_last_write_stands() {
     assert!(info.holder.is_some(), "the other's lease was released");
     other.release(&theirs).await.unwrap();
 }
+
+/// Keys new to the epoch, taken at once by many clients: each first
+/// record's creation bumps the epoch folder's version, so all but one of
+/// simultaneous creations fail their version check and read again. Every
+/// one is still granted (a creation that lost to another key's is not
+/// "held"), each with the epoch's first token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_new_keys_at_once_are_all_granted() {
+    let Some(first) = common::backend().await else {
+        return;
+    };
+    let epoch = current_epoch(&first).await.epoch;
+    let mut backends = vec![first];
+    for _ in 1..8 {
+        backends.push(common::backend().await.unwrap());
+    }
+    let backends: Vec<_> = backends.into_iter().map(std::sync::Arc::new).collect();
+    let tasks: Vec<_> = (0..24)
+        .map(|i| {
+            let b = backends[i % backends.len()].clone();
+            let key = common::unique_key(&format!("new-at-once-{i}"));
+            tokio::spawn(async move {
+                let req = acquire_request(&key, Duration::from_secs(2), Some(epoch));
+                b.try_acquire(&req).await
+            })
+        })
+        .collect();
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(AcquireOutcome::Acquired(g)) => {
+                assert_eq!(g.fencing_token, leasehold::backend::next_token(0, epoch))
+            }
+            other => panic!("a new key was not granted: {other:?}"),
+        }
+    }
+}

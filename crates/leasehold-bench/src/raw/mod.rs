@@ -331,12 +331,7 @@ impl RawLoop {
         store: &leasehold::Store,
         url: &str,
     ) -> anyhow::Result<RawLoop> {
-        store
-            .lock(RAW_KEY)?
-            .try_acquire()
-            .await?
-            .release()
-            .await?;
+        store.lock(RAW_KEY)?.try_acquire().await?.release().await?;
         let client = leasehold_zookeeper::zookeeper_client::Client::connector()
             .with_session_timeout(Duration::from_secs(10))
             .connect(&zk_hosts(url)?)
