@@ -15,8 +15,16 @@ use crate::record::Record;
 
 /// How many times an acquisition creates a key's first record again after
 /// losing to another creation in the same epoch (see
-/// [`Inner::create_record`]).
+/// [`Inner::create_record`]), within a quarter of its TTL.
 const CREATION_TRIES: usize = 64;
+
+/// The pause before a key's first record's `tries`-th try again: random,
+/// up to 1 ms doubled with each try, at most 16 ms.
+fn creation_pause(tries: usize) -> Duration {
+    use rand::Rng;
+    let cap = Duration::from_millis(1 << tries.min(4));
+    cap.mul_f64(rand::rng().random_range(0.0..=1.0))
+}
 
 /// The answer when a key's first record lost every try to other keys'
 /// creations (retryable).
@@ -25,7 +33,7 @@ fn raced_creation() -> Error {
         NAME,
         "acquire",
         true,
-        "the key's first record lost every try to other keys' first records created at the same time",
+        "the key's first record lost every try to other keys' first records created at the same time; try again",
     )
 }
 
@@ -63,6 +71,10 @@ impl Inner {
         self.settle("acquire", epoch).await?;
         let key = req.key.as_str();
         let mut holder = None;
+        // Tries again after lost creations only within a quarter of the
+        // TTL: the grant must come back well before the lease's safety
+        // deadline, which counts from the acquisition's start.
+        let started = tokio::time::Instant::now();
         let (mut rounds, mut creations) = (0, 0);
         while rounds < 4 {
             rounds += 1;
@@ -76,11 +88,17 @@ impl Inner {
                     // Every first record of the epoch bumps its folder's
                     // version, so simultaneous creations of other keys
                     // fail ours: each round one of them wins, so try
-                    // again without counting a round (up to a bound), and
-                    // never answer "held" for a key nobody holds.
-                    Created::Raced if creations < CREATION_TRIES => {
+                    // again without counting a round (up to a bound),
+                    // after a random pause that grows with the tries (so
+                    // many creators spread out instead of colliding
+                    // again), and never answer "held" for a key nobody
+                    // holds.
+                    Created::Raced
+                        if creations < CREATION_TRIES && started.elapsed() < req.ttl / 4 =>
+                    {
                         creations += 1;
                         rounds -= 1;
+                        tokio::time::sleep(creation_pause(creations)).await;
                         continue;
                     }
                     Created::Raced => return Err(raced_creation()),

@@ -70,8 +70,10 @@
 //!   answers a retryable error until the whole store is gone, then begins
 //!   a new epoch. A creation fails its folder check when another key's
 //!   first record was created meanwhile (each creation bumps the
-//!   folder's version); it reads and tries again, up to 64 times, and is
-//!   never answered as held (`many_new_keys_at_once_are_all_granted`).
+//!   folder's version); it reads and tries again, up to 64 times within
+//!   a quarter of the TTL, after random pauses that grow with the tries
+//!   (up to 16 ms), then answers a retryable error; it is never
+//!   answered as held (`many_new_keys_at_once_are_all_granted`).
 //! * **Renew**: `setData(record, version)` with our lease (its renewal
 //!   time updated), if the record still names our lease id; otherwise, or
 //!   if the record is gone, the lease is lost
