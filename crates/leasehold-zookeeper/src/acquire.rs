@@ -16,7 +16,7 @@ use crate::record::Record;
 /// How many times an acquisition creates a key's first record again after
 /// losing to another creation in the same epoch (see
 /// [`Inner::create_record`]), within a quarter of its TTL.
-const CREATION_TRIES: usize = 64;
+const CREATION_TRIES: usize = 1024;
 
 /// The pause before a key's first record's `tries`-th try again: random,
 /// up to 1 ms doubled with each try, at most 16 ms.

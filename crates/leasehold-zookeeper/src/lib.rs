@@ -70,7 +70,7 @@
 //!   answers a retryable error until the whole store is gone, then begins
 //!   a new epoch. A creation fails its folder check when another key's
 //!   first record was created meanwhile (each creation bumps the
-//!   folder's version); it reads and tries again, up to 64 times within
+//!   folder's version); it reads and tries again, up to 1024 times within
 //!   a quarter of the TTL, after random pauses that grow with the tries
 //!   (up to 16 ms), then answers a retryable error; it is never
 //!   answered as held (`many_new_keys_at_once_are_all_granted`).
