@@ -38,7 +38,7 @@ async fn server_restart_holder_renews_or_is_told_lost() {
     };
     let (a, b) = suite::two_stores(|| server.backend()).await;
     settle(&server).await;
-    let ttl = Duration::from_secs(8);
+    let ttl = Duration::from_secs(16);
     let key = "restart/job";
     let guard = suite::hold(&a, key, ttl).await;
     suite::holder_survives_a_quick_restart(&guard, &b, key, ttl, server.script("restart")).await;
@@ -64,7 +64,7 @@ async fn killed_server_holder_keeps_its_lease() {
     };
     let (a, b) = suite::two_stores(|| server.backend()).await;
     settle(&server).await;
-    let ttl = Duration::from_secs(8);
+    let ttl = Duration::from_secs(16);
     let key = "crash/job";
     let guard = suite::hold(&a, key, ttl).await;
     let crash_and_start = async {
