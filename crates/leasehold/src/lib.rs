@@ -155,6 +155,7 @@ mod local;
 mod lock;
 pub mod memory;
 pub mod metric;
+mod multi;
 mod options;
 mod renewal;
 mod runs;
@@ -178,6 +179,7 @@ pub use error::{BoxError, Error, LossReason, Result};
 pub use guard::{HeldLease, LeaseGuard};
 pub use key::{Key, MAX_KEY_LEN};
 pub use lock::Lock;
+pub use multi::{MultiGuard, MultiLock, MultiLockBuilder};
 pub use options::{
     LockOptions, LossPolicy, Wait, DEFAULT_POLL_CAP, DEFAULT_POLL_MAX, DEFAULT_POLL_MIN,
     DEFAULT_TTL, MAX_DATA_LEN, MAX_LABEL_LEN, MIN_SAFETY_MARGIN,

@@ -285,6 +285,11 @@ impl Lock {
         &self.engine
     }
 
+    /// This lock's engine, shared (a key of a [`MultiLock`](crate::MultiLock)).
+    pub(crate) fn shared_engine(&self) -> Arc<Engine> {
+        self.engine.clone()
+    }
+
     /// This lock's waits: a grant is the lease's guard.
     fn waits(&self) -> Waits<'_, impl FnOnce(Granted) -> LeaseGuard> {
         Waits::new(&self.engine, |granted: Granted| granted.guard)

@@ -624,6 +624,16 @@ impl RwLock {
         self.write_waits().reporting(wait.into(), on_wait).await
     }
 
+    /// The writer's engine (`write`) or the readers', shared (a key of a
+    /// [`MultiLock`](crate::MultiLock)).
+    pub(crate) fn shared_engine(&self, write: bool) -> Arc<Engine> {
+        if write {
+            self.writer.clone()
+        } else {
+            self.reader.clone()
+        }
+    }
+
     /// The waits of readers: a grant of the reader engine is a read hold.
     fn read_waits(&self) -> Waits<'_, impl FnOnce(Granted) -> ReadGuard + '_> {
         Waits::new(&self.reader, |granted| self.grant_read(granted))

@@ -379,6 +379,35 @@ impl Store {
         Ok(Lock::new(self.clone(), key, resolved, Kind::Lock))
     }
 
+    /// A [`MultiLock`](crate::MultiLock): plain locks on every one of
+    /// `keys`, held all together or not at all, taken in byte order of the
+    /// keys whatever order they are given in (so that two multi-key locks
+    /// never deadlock), with default [`LockOptions`].
+    ///
+    /// # Errors
+    /// As [`lock_all_with`](Self::lock_all_with).
+    pub fn lock_all<K: AsRef<str>>(
+        &self,
+        keys: impl IntoIterator<Item = K>,
+    ) -> Result<crate::MultiLock> {
+        self.lock_all_with(keys, LockOptions::default())
+    }
+
+    /// [`lock_all`](Self::lock_all), every lease taken with `options`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] if there is no key (what: `"keys"`), a key
+    /// breaks the rule of [`lock_with`](Self::lock_with), or the options do
+    /// not fit together or with the backend. A key named twice counts
+    /// once.
+    pub fn lock_all_with<K: AsRef<str>>(
+        &self,
+        keys: impl IntoIterator<Item = K>,
+        options: LockOptions,
+    ) -> Result<crate::MultiLock> {
+        crate::MultiLock::locks(self, keys, options)
+    }
+
     /// A [`Semaphore`] on `key` admitting `limit` holders at once, with
     /// default [`LockOptions`].
     ///
