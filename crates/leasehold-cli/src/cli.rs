@@ -43,7 +43,9 @@ Environment:
                                       dynamodb:// and s3:// credentials
   PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE, PGSSLROOTCERT
                                       postgres:// parts the URL omits
-  Given to CMD: LEASEHOLD_KEY, LEASEHOLD_FENCING_TOKEN, and with --limit
+  Given to CMD: LEASEHOLD_KEY, LEASEHOLD_FENCING_TOKEN (one KEY),
+  LEASEHOLD_KEYS (the keys in byte order, separated by spaces),
+  LEASEHOLD_FENCING_TOKENS ({\"KEY\": token, ...} as JSON), and with --limit
   LEASEHOLD_SLOT (0..N-1).
 
 Exit codes:
@@ -116,11 +118,17 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run a command while holding the lock on KEY.
+    /// Run a command while holding the lock on KEY (or on every KEY).
     ///
     /// Starts CMD only if the lock is obtained (by default without waiting),
     /// renews the lease while CMD runs, and releases it when CMD ends. CMD
     /// gets LEASEHOLD_KEY and LEASEHOLD_FENCING_TOKEN in its environment.
+    /// With several KEYs (`run a b -- CMD`) every one is held, all or none:
+    /// the keys are taken in byte order whatever order they are given in
+    /// (two runs naming the same keys never deadlock), a wait that runs out
+    /// releases those already taken, and the loss of any one stops CMD; CMD
+    /// then gets LEASEHOLD_KEYS and LEASEHOLD_FENCING_TOKENS (one token per
+    /// key) instead. Several KEYs: not with --limit or --once-per.
     /// CMD runs in a process group (and, where possible, a cgroup) of its
     /// own under a watchdog process. SIGINT, SIGTERM and SIGHUP are forwarded
     /// to CMD's whole process tree. If the lease is lost, or its deadline
@@ -262,7 +270,8 @@ pub struct RunArgs {
     /// --shared runs of KEY run at the same time (up to 16), and a plain
     /// run of KEY, its writer, excludes them all. Once a plain run waits,
     /// --shared runs that start after it wait behind it; those already
-    /// running finish first. Not with --limit or --once-per.
+    /// running finish first. With several KEYs, a reader of each. Not with
+    /// --limit or --once-per.
     #[arg(long, conflicts_with_all = ["limit", "once_per"])]
     pub shared: bool,
 
@@ -290,8 +299,9 @@ pub struct RunArgs {
     /// When done, write one JSON object on a line of its own to stderr,
     /// the last line leasehold writes, saying whose exit code this is:
     /// {"result": R, "exit_code": the code leasehold exits with,
-    /// "command_exit_code": CMD's code or null, "key", "fencing_token" and
-    /// "slot" (null when not held), "error": a message or null,
+    /// "command_exit_code": CMD's code or null, "key" (several: separated
+    /// by spaces), "fencing_token" (one key), "fencing_tokens" ({"KEY":
+    /// token, ...}) and "slot" (null when not held), "error": a message or null,
     /// "last_success": with --once-per, the run that made this one skip,
     /// else null}, R one of
     /// "completed" (CMD ran and exited; its code is passed on),
@@ -312,7 +322,14 @@ pub struct ElectArgs {
 #[derive(Debug, Args)]
 pub struct LeaseArgs {
     /// The lock key: 1-256 characters from A-Z a-z 0-9 . _ : / - (no
-    /// leading, trailing or doubled '/').
+    /// leading, trailing or doubled '/'). `run` takes several: every one
+    /// is held, all or none (see `run --help`).
+    #[arg(required = true, value_name = "KEY")]
+    pub keys: Vec<String>,
+
+    /// The key, or the keys in byte order separated by spaces (set by
+    /// [`Cli::parse_args`]; `keys` is then in byte order, each once).
+    #[arg(skip)]
     pub key: String,
 
     /// Lease time to live: how long the lock outlives a dead holder.
@@ -364,6 +381,9 @@ impl LeaseArgs {
     /// Sets [`grace`](Self::grace): the one given, else the default for
     /// the TTL.
     fn resolve(&mut self) {
+        self.keys.sort();
+        self.keys.dedup();
+        self.key = self.keys.join(" ");
         self.grace = self
             .grace_arg
             .unwrap_or_else(|| DEFAULT_GRACE.min(self.ttl / 4));
@@ -474,17 +494,45 @@ pub async fn validate(command: &Command) -> anyhow::Result<Access> {
     match command {
         Command::Run(args) => {
             let opts = lock_options(&args.lease, scratch.confirmation_window())?;
-            match args.limit {
-                None if args.shared => drop(scratch.rw_lock_with(
-                    &args.lease.key,
-                    leasehold::DEFAULT_MAX_READERS,
-                    opts,
-                )?),
-                None => drop(scratch.lock_with(&args.lease.key, opts)?),
-                Some(n) => drop(scratch.semaphore_with(&args.lease.key, n, opts)?),
+            let several = args.lease.keys.len() > 1;
+            for (flag, given) in [
+                ("--limit", args.limit.is_some()),
+                ("--once-per", args.once_per.is_some()),
+            ] {
+                if several && given {
+                    return Err(Error::invalid(
+                        "keys",
+                        format!(
+                            "{flag} takes one KEY; {} were given ({})",
+                            args.lease.keys.len(),
+                            args.lease.key
+                        ),
+                    )
+                    .into());
+                }
+            }
+            for key in &args.lease.keys {
+                match args.limit {
+                    None if args.shared => drop(scratch.rw_lock_with(
+                        key,
+                        leasehold::DEFAULT_MAX_READERS,
+                        opts.clone(),
+                    )?),
+                    None => drop(scratch.lock_with(key, opts.clone())?),
+                    Some(n) => drop(scratch.semaphore_with(key, n, opts.clone())?),
+                }
             }
             Ok(Access::Lease)
         }
+        Command::Elect(args) if args.lease.keys.len() > 1 => Err(Error::invalid(
+            "keys",
+            format!(
+                "elect takes one KEY; {} were given ({})",
+                args.lease.keys.len(),
+                args.lease.key
+            ),
+        )
+        .into()),
         Command::Elect(args) => {
             let opts = lock_options(&args.lease, scratch.confirmation_window())?;
             drop(scratch.election_with(&args.lease.key, opts)?);

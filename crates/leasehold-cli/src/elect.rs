@@ -56,8 +56,11 @@ pub async fn elect(store: &Store, args: ElectArgs) -> anyhow::Result<ExitCode> {
         status.clear();
         let term = leadership.term();
         say!("leader of {} (term {term}); running the command", lease.key);
-        let env = [("LEASEHOLD_FENCING_TOKEN", term.to_string())];
-        let outcome = supervise(&leadership, lease, &env, &mut signals).await?;
+        let env = [
+            ("LEASEHOLD_KEY", lease.key.clone()),
+            ("LEASEHOLD_FENCING_TOKEN", term.to_string()),
+        ];
+        let outcome = supervise(&*leadership, lease, &env, &mut signals).await?;
         let resigned = leadership.resign().await;
         outcome.watchdog.reap().await;
         if !outcome.started {

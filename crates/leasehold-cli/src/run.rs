@@ -5,7 +5,8 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use leasehold::{
-    Error, HolderInfo, LeaseGuard, LockOptions, RunOutcome, RunRecord, RunReport, Store, WaitReason,
+    Error, HolderInfo, LeaseGuard, LockOptions, MultiGuard, MultiLock, RunOutcome, RunRecord,
+    RunReport, Store, WaitReason,
 };
 
 use crate::cli::{lock_options, RunArgs};
@@ -24,6 +25,9 @@ pub async fn run(store: &Store, args: RunArgs) -> anyhow::Result<ExitCode> {
 
 async fn acquire_and_run(store: &Store, args: &RunArgs) -> anyhow::Result<RunResult> {
     let lease = &args.lease;
+    if lease.keys.len() > 1 {
+        return acquire_all_and_run(store, args).await;
+    }
     let mut result = RunResult::new(&lease.key);
     // Key and TTL first, so their errors come before any about --grace.
     let plain = LockOptions::new().ttl(lease.ttl);
@@ -95,24 +99,13 @@ async fn acquire_and_run(store: &Store, args: &RunArgs) -> anyhow::Result<RunRes
         Err(Error::Held {
             holder, readers, ..
         }) => {
-            let by = match readers {
-                0 => describe_holder(holder.as_deref()),
-                1 => "1 --shared run (a reader)".to_string(),
-                n => format!("{n} --shared runs (readers)"),
-            };
-            let this = match holder.as_deref() {
-                Some(h) if readers == 0 && h.owner.is_this_process() => " (this very process)",
-                _ => "",
-            };
+            let by = held_by(holder.as_deref(), readers);
             let message = match limit {
                 Some(n) => format!(
-                    "all {n} permits of {} are held (one by {by}{this}); not running the command",
+                    "all {n} permits of {} are held (one by {by}); not running the command",
                     lease.key
                 ),
-                None => format!(
-                    "{} is held by {by}{this}; not running the command",
-                    lease.key
-                ),
+                None => format!("{} is held by {by}; not running the command", lease.key),
             };
             say!("{message}");
             result.error = Some(message);
@@ -128,26 +121,7 @@ async fn acquire_and_run(store: &Store, args: &RunArgs) -> anyhow::Result<RunRes
             return Ok(result.ended("not_obtained", EXIT_NOT_OBTAINED));
         }
         Err(Error::TimedOut { waited, .. }) => {
-            let now = store.inspect(&lease.key).await.ok();
-            let readers = match side {
-                Side::Writer => store
-                    .rw_lock_with(&lease.key, MAX_READERS, LockOptions::new().ttl(lease.ttl))?
-                    .inspect()
-                    .await
-                    .map(|i| i.holding_readers().count())
-                    .unwrap_or(0),
-                _ => 0,
-            };
-            let by = match (limit, now) {
-                (Some(n), _) => format!("all {n} permits held"),
-                (None, _) if readers > 0 => format!("{readers} --shared runs hold it"),
-                // A wait shorter than opening the store sends nothing.
-                (None, Some(info)) if info.holder.is_none() => "free now".to_string(),
-                (None, info) => format!(
-                    "held by {}",
-                    describe_holder(info.and_then(|i| i.holder).as_ref())
-                ),
-            };
+            let by = who_holds(store, &lease.key, side, limit, lease.ttl).await?;
             let message = format!(
                 "gave up waiting for {} after {} ({by}); not running the command",
                 lease.key,
@@ -191,16 +165,201 @@ async fn acquire_and_run(store: &Store, args: &RunArgs) -> anyhow::Result<RunRes
         }
     }
     tracing::info!(key = %lease.key, token = guard.fencing_token(), ?slot, "running the command");
-    let mut env = vec![("LEASEHOLD_FENCING_TOKEN", guard.fencing_token().to_string())];
+    let token = guard.fencing_token();
+    let mut env = vec![
+        ("LEASEHOLD_KEY", lease.key.clone()),
+        ("LEASEHOLD_FENCING_TOKEN", token.to_string()),
+    ];
+    env.extend(key_vars([(lease.key.as_str(), token)]));
     if let Some(slot) = slot {
         env.push(("LEASEHOLD_SLOT", slot.to_string()));
     }
-    result.fencing_token = Some(guard.fencing_token());
+    result.fencing_token = Some(token);
+    result.fencing_tokens = Some([(lease.key.clone(), token)].into());
     result.slot = slot;
     let started_at = SystemTime::now();
     let outcome = supervise(&guard, lease, &env, &mut signals).await?;
     let run = args.once_per.map(|_| run_report(started_at, &outcome));
-    Ok(finish(guard, result, outcome, run).await)
+    Ok(finish(Hold::One(guard), result, outcome, run).await)
+}
+
+/// `run KEY KEY... -- CMD`: every key held, all or none (a
+/// [`MultiLock`](leasehold::MultiLock): taken in byte order, so two runs
+/// naming the same keys in any order never deadlock), each as a plain run
+/// (or `--shared`) holds one key; the command stopped when any is lost.
+async fn acquire_all_and_run(store: &Store, args: &RunArgs) -> anyhow::Result<RunResult> {
+    let lease = &args.lease;
+    let mut result = RunResult::new(&lease.key);
+    let opts = lock_options(lease, store.confirmation_window())?;
+    let side = |key: &str| match () {
+        () if args.shared => Side::Reader,
+        () if key.len() <= leasehold::MAX_RW_LOCK_KEY_LEN => Side::Writer,
+        () => Side::Lock,
+    };
+    let mut builder = MultiLock::builder(store, opts).max_readers(MAX_READERS);
+    for key in &lease.keys {
+        builder = match side(key) {
+            Side::Reader => builder.read(key),
+            Side::Writer => builder.write(key),
+            Side::Lock => builder.lock(key),
+        };
+    }
+    let all = builder.build()?;
+    let mut signals = Signals::new()?;
+    let acquiring = async {
+        match args.wait {
+            None => all.try_acquire().await,
+            Some(wait) => {
+                let mut status = StatusLine::new(&lease.key);
+                let r = all
+                    .acquire_reporting(wait, |key, reason| {
+                        status.show(&format!("{key} {}", describe_wait(reason, None)))
+                    })
+                    .await;
+                status.clear();
+                r
+            }
+        }
+    };
+    let acquired = tokio::select! {
+        r = acquiring => r,
+        sig = signals.next() => {
+            say!("interrupted while waiting for {}", lease.key);
+            return Ok(result.ended("interrupted", 128 + sig as u8));
+        }
+    };
+    let held = match acquired {
+        Ok(held) => held,
+        Err(Error::Held {
+            key,
+            holder,
+            readers,
+        }) => {
+            let message = format!(
+                "{key} (one of {}) is held by {}; not running the command",
+                lease.key,
+                held_by(holder.as_deref(), readers)
+            );
+            say!("{message}");
+            result.error = Some(message);
+            return Ok(result.ended("not_obtained", EXIT_NOT_OBTAINED));
+        }
+        Err(Error::Quarantined {
+            epoch, remaining, ..
+        }) => {
+            let message =
+                quarantine_message(&lease.key, epoch, remaining, store.confirmation_window());
+            say!("{message}");
+            result.error = Some(message);
+            return Ok(result.ended("not_obtained", EXIT_NOT_OBTAINED));
+        }
+        Err(Error::TimedOut { key, waited }) => {
+            let by = who_holds(store, &key, side(&key), None, lease.ttl).await?;
+            let message = format!(
+                "gave up waiting for {} after {} ({key} {by}; the keys taken before it were released); not running the command",
+                lease.key,
+                short(waited)
+            );
+            say!("{message}");
+            result.error = Some(message);
+            return Ok(result.ended("not_obtained", EXIT_NOT_OBTAINED));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let tokens: Vec<(&str, u64)> = held
+        .iter()
+        .map(|(key, guard)| (key.as_str(), guard.fencing_token()))
+        .collect();
+    tracing::info!(keys = %lease.key, ?tokens, "running the command");
+    let env: Vec<_> = key_vars(tokens.iter().copied()).collect();
+    result.fencing_tokens = Some(
+        tokens
+            .iter()
+            .map(|(key, token)| (key.to_string(), *token))
+            .collect(),
+    );
+    let outcome = supervise(&held, lease, &env, &mut signals).await?;
+    Ok(finish(Hold::All(held), result, outcome, None).await)
+}
+
+/// `LEASEHOLD_KEYS` (the keys in byte order, separated by spaces) and
+/// `LEASEHOLD_FENCING_TOKENS` (`{"KEY": token, ...}`) for the command.
+fn key_vars<'a>(
+    tokens: impl IntoIterator<Item = (&'a str, u64)>,
+) -> impl Iterator<Item = (&'static str, String)> {
+    let tokens: std::collections::BTreeMap<&str, u64> = tokens.into_iter().collect();
+    let keys: Vec<&str> = tokens.keys().copied().collect();
+    let json = serde_json::to_string(&tokens).unwrap_or_default();
+    [
+        ("LEASEHOLD_KEYS", keys.join(" ")),
+        ("LEASEHOLD_FENCING_TOKENS", json),
+    ]
+    .into_iter()
+}
+
+/// Who kept a key from us, for "is held by ...": its holder, or the
+/// `--shared` runs that read it, and whether that is this very process.
+fn held_by(holder: Option<&HolderInfo>, readers: u32) -> String {
+    let by = match readers {
+        0 => describe_holder(holder),
+        1 => "1 --shared run (a reader)".to_string(),
+        n => format!("{n} --shared runs (readers)"),
+    };
+    let this = match holder {
+        Some(h) if readers == 0 && h.owner.is_this_process() => " (this very process)",
+        _ => "",
+    };
+    format!("{by}{this}")
+}
+
+/// Who holds `key` now, asked after a wait for it ran out: "held by ...",
+/// "N --shared runs hold it", "all N permits held" or "free now".
+async fn who_holds(
+    store: &Store,
+    key: &str,
+    side: Side,
+    limit: Option<u32>,
+    ttl: Duration,
+) -> anyhow::Result<String> {
+    let now = store.inspect(key).await.ok();
+    let readers = match side {
+        Side::Writer => store
+            .rw_lock_with(key, MAX_READERS, LockOptions::new().ttl(ttl))?
+            .inspect()
+            .await
+            .map(|i| i.holding_readers().count())
+            .unwrap_or(0),
+        _ => 0,
+    };
+    Ok(match (limit, now) {
+        (Some(n), _) => format!("all {n} permits held"),
+        (None, _) if readers > 0 => format!("{readers} --shared runs hold it"),
+        // A wait shorter than opening the store sends nothing.
+        (None, Some(info)) if info.holder.is_none() => "free now".to_string(),
+        (None, info) => format!(
+            "held by {}",
+            describe_holder(info.and_then(|i| i.holder).as_ref())
+        ),
+    })
+}
+
+/// What `run` holds while the command runs.
+pub enum Hold {
+    /// One key's lease (or permit, or side of a reader-writer lock).
+    One(LeaseGuard),
+    /// Several keys' (`run KEY KEY...`).
+    All(MultiGuard),
+}
+
+impl Hold {
+    /// Ends the lease(s), recording `run` first if given (one key only).
+    async fn release(self, run: Option<RunReport>) -> leasehold::Result<()> {
+        match (self, run) {
+            (Hold::One(guard), Some(run)) => guard.release_with(run).await,
+            (Hold::One(guard), None) => guard.release().await,
+            (Hold::All(held), _) => held.release().await,
+        }
+    }
 }
 
 /// How many `--shared` runs of a key run at once.
@@ -257,8 +416,10 @@ pub struct RunResult {
     /// The command's own exit code (128+S if killed by signal S), if it ran.
     pub command_exit_code: Option<u8>,
     pub key: String,
-    /// The fencing token of the lease held, if it was obtained.
+    /// The fencing token of the lease held, if it was obtained (one key).
     pub fencing_token: Option<u64>,
+    /// Every key held and its fencing token, once obtained.
+    pub fencing_tokens: Option<std::collections::BTreeMap<String, u64>>,
     /// The semaphore slot held (`--limit`), if one was.
     pub slot: Option<u32>,
     /// What went wrong, if anything did.
@@ -275,6 +436,7 @@ impl RunResult {
             command_exit_code: None,
             key: key.to_string(),
             fencing_token: None,
+            fencing_tokens: None,
             slot: None,
             error: None,
             last_success: None,
@@ -321,17 +483,14 @@ pub fn write_json() {
 /// given (`--once-per`); how `run` ended: 76 if the lease was lost while the
 /// command ran, else the command's code.
 pub async fn finish(
-    guard: LeaseGuard,
+    hold: Hold,
     mut result: RunResult,
     outcome: Outcome,
     run: Option<RunReport>,
 ) -> RunResult {
     let key = result.key.clone();
     let recording = run.is_some();
-    let released = match run {
-        Some(run) => guard.release_with(run).await,
-        None => guard.release().await,
-    };
+    let released = hold.release(run).await;
     // The watchdog's own exit (its cgroup removed, its process torn down)
     // goes on while the lease is released; it is reaped after. (Awaiting
     // both at once measured slower, by 0.4 ms a run.)

@@ -17,7 +17,7 @@ use std::sync::Mutex;
 use anyhow::Context;
 use leasehold::{
     backend::{Clock, SystemClock},
-    LeaseGuard,
+    LeaseGuard, LossReason, MultiGuard,
 };
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::signal::unix::{signal, Signal, SignalKind};
@@ -63,6 +63,43 @@ impl Exiting {
     }
 }
 
+/// What a command runs under: one lease, or several held together
+/// ([`MultiGuard`], `run KEY KEY...`), whose earliest safety deadline and
+/// first loss stop the command.
+pub trait Watched {
+    /// The safety deadline, as it moves (see [`LeaseGuard::deadline_watch`]).
+    fn deadline_watch(&self) -> tokio::sync::watch::Receiver<std::time::Duration>;
+    /// Completes when a lease is lost: its key and why.
+    fn lost(&self) -> impl std::future::Future<Output = (String, LossReason)>;
+    /// Whether a lease is lost.
+    fn is_lost(&self) -> bool;
+}
+
+impl Watched for LeaseGuard {
+    fn deadline_watch(&self) -> tokio::sync::watch::Receiver<std::time::Duration> {
+        LeaseGuard::deadline_watch(self)
+    }
+    async fn lost(&self) -> (String, LossReason) {
+        (self.key().to_string(), LeaseGuard::lost(self).await)
+    }
+    fn is_lost(&self) -> bool {
+        LeaseGuard::is_lost(self)
+    }
+}
+
+impl Watched for MultiGuard {
+    fn deadline_watch(&self) -> tokio::sync::watch::Receiver<std::time::Duration> {
+        MultiGuard::deadline_watch(self)
+    }
+    async fn lost(&self) -> (String, LossReason) {
+        let (key, reason) = MultiGuard::lost(self).await;
+        (key.to_string(), reason)
+    }
+    fn is_lost(&self) -> bool {
+        MultiGuard::is_lost(self)
+    }
+}
+
 /// Runs the command while `guard` holds the lease, under a watchdog that
 /// stops its whole process tree (SIGTERM, then SIGKILL after the grace)
 /// when the lease is lost or its safety deadline passes, even if this
@@ -72,7 +109,7 @@ impl Exiting {
 /// # Errors
 /// If the watchdog cannot be started (pipes, exec of this binary).
 pub async fn supervise(
-    guard: &LeaseGuard,
+    guard: &impl Watched,
     lease: &LeaseArgs,
     env: &[(&str, String)],
     signals: &mut Signals,
@@ -120,9 +157,9 @@ pub async fn supervise(
                 deadline = *deadlines.borrow_and_update();
                 order(&mut control, &format!("deadline {}", deadline.as_nanos()));
             }
-            reason = guard.lost(), if !lost => {
+            (key, reason) = guard.lost(), if !lost => {
                 lost = true;
-                say!("lease on {} lost ({reason}); stopping the command", lease.key);
+                say!("lease on {key} lost ({reason}); stopping the command");
                 order(&mut control, "stop");
             }
             // Only if the watchdog is not doing its job (frozen): the
@@ -230,8 +267,7 @@ fn start_spare(
     env: &[(&str, String)],
     deadline: std::time::Duration,
 ) -> Option<watchdog::Spare> {
-    let key = ("LEASEHOLD_KEY", lease.key.clone());
-    let vars: Vec<_> = std::iter::once(&key).chain(env).collect();
+    let vars: Vec<_> = env.iter().collect();
     if vars
         .iter()
         .any(|(name, value)| name.contains([' ', '\n', '=']) || value.contains('\n'))
@@ -280,7 +316,6 @@ fn start_watchdog(
         deadline,
         &lease.command,
     ))
-    .env("LEASEHOLD_KEY", &lease.key)
     .kill_on_drop(false);
     for (k, v) in env {
         cmd.env(k, v);
