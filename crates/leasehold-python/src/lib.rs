@@ -37,7 +37,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use leasehold::{HolderInfo, KeyInfo, LeaseGuard, LockOptions, LossPolicy, RunRecord, RunReport};
+use leasehold::{
+    HolderInfo, KeyInfo, LeaseGuard, LockOptions, LossPolicy, MultiGuard, RunRecord, RunReport,
+};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tokio::runtime::Runtime;
@@ -474,6 +476,35 @@ impl Store {
         })
     }
 
+    /// Plain locks on every one of `keys`, held all or none (a
+    /// `MultiLock`: taken in byte order of the keys).
+    #[pyo3(signature = (keys, ttl=None, data=None, label=None, abort_on_loss=false, renew_interval=None, poll_cap=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn multi_target(
+        slf: Bound<'_, Self>,
+        keys: Vec<String>,
+        ttl: Option<f64>,
+        data: Option<String>,
+        label: Option<String>,
+        abort_on_loss: bool,
+        renew_interval: Option<f64>,
+        poll_cap: Option<f64>,
+    ) -> PyResult<Target> {
+        let this = slf.get();
+        this.home.check("store")?;
+        let options = lock_options(ttl, data, label, abort_on_loss, renew_interval, poll_cap)?;
+        let all = this
+            .inner
+            .lock_all_with(&keys, options)
+            .map_err(|e| this.err(e))?;
+        Ok(Target {
+            kind: Arc::new(Kind::Multi(all)),
+            home: this.home,
+            url: this.url.clone(),
+            store: slf.clone().unbind(),
+        })
+    }
+
     /// What the store holds for `key`, as a dict.
     fn status<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyDict>> {
         let info = self.run(py, self.inner.inspect(key))?;
@@ -599,12 +630,82 @@ enum Kind {
     Election(leasehold::Election),
     Read(leasehold::RwLock),
     Write(leasehold::RwLock),
+    Multi(leasehold::MultiLock),
 }
 
 /// A lease granted: its guard and what the kind adds.
 struct Granted {
-    guard: LeaseGuard,
+    guard: Guard,
     slot: Option<u32>,
+}
+
+/// What a Held holds: one key's lease, or several keys' (a `MultiLock`'s).
+enum Guard {
+    One(LeaseGuard),
+    All(MultiGuard),
+}
+
+impl From<LeaseGuard> for Guard {
+    fn from(guard: LeaseGuard) -> Self {
+        Guard::One(guard)
+    }
+}
+
+impl Guard {
+    /// The key, or the keys in byte order separated by spaces.
+    fn key(&self) -> String {
+        match self {
+            Guard::One(g) => g.key().to_string(),
+            Guard::All(g) => g.keys().map(|k| k.as_str()).collect::<Vec<_>>().join(" "),
+        }
+    }
+
+    /// Each key and its fencing token.
+    fn tokens(&self) -> Vec<(String, u64)> {
+        match self {
+            Guard::One(g) => vec![(g.key().to_string(), g.fencing_token())],
+            Guard::All(g) => g
+                .iter()
+                .map(|(k, g)| (k.to_string(), g.fencing_token()))
+                .collect(),
+        }
+    }
+
+    fn is_lost(&self) -> bool {
+        match self {
+            Guard::One(g) => g.is_lost(),
+            Guard::All(g) => g.is_lost(),
+        }
+    }
+
+    /// Why a lease is lost (with several keys, which one), or None.
+    fn loss_reason(&self) -> Option<String> {
+        match self {
+            Guard::One(g) => g.loss_reason().map(|r| r.to_string()),
+            Guard::All(g) => g.loss().map(|(key, r)| format!("{key}: {r}")),
+        }
+    }
+
+    fn valid_for(&self) -> Duration {
+        match self {
+            Guard::One(g) => g.valid_for(),
+            Guard::All(g) => g.valid_for(),
+        }
+    }
+
+    fn lost_token(&self) -> CancellationToken {
+        match self {
+            Guard::One(g) => g.lost_token(),
+            Guard::All(g) => g.lost_token(),
+        }
+    }
+
+    async fn release(self) -> leasehold::Result<()> {
+        match self {
+            Guard::One(g) => g.release().await,
+            Guard::All(g) => g.release().await,
+        }
+    }
 }
 
 impl Kind {
@@ -613,29 +714,34 @@ impl Kind {
         wait: leasehold::Wait,
         mut waiting: impl FnMut() + Send,
     ) -> leasehold::Result<Granted> {
-        let on_wait = |_: leasehold::WaitReason<'_>| waiting();
+        let mut on_wait = |_: leasehold::WaitReason<'_>| waiting();
+        let on_wait = &mut on_wait;
         Ok(match self {
             Kind::Lock(l) => Granted {
-                guard: l.acquire_reporting(wait, on_wait).await?,
+                guard: l.acquire_reporting(wait, on_wait).await?.into(),
                 slot: None,
             },
             Kind::Semaphore(s) => {
                 let permit = s.acquire_reporting(wait, on_wait).await?;
                 Granted {
                     slot: Some(permit.slot()),
-                    guard: permit.into_guard(),
+                    guard: permit.into_guard().into(),
                 }
             }
             Kind::Election(e) => Granted {
-                guard: e.campaign_reporting(wait, on_wait).await?.into_guard(),
+                guard: e.campaign_reporting(wait, on_wait).await?.into_guard().into(),
                 slot: None,
             },
             Kind::Read(rw) => Granted {
-                guard: rw.read_reporting(wait, on_wait).await?.into_guard(),
+                guard: rw.read_reporting(wait, on_wait).await?.into_guard().into(),
                 slot: None,
             },
             Kind::Write(rw) => Granted {
-                guard: rw.write_reporting(wait, on_wait).await?.into_guard(),
+                guard: rw.write_reporting(wait, on_wait).await?.into_guard().into(),
+                slot: None,
+            },
+            Kind::Multi(all) => Granted {
+                guard: Guard::All(all.acquire_reporting(wait, |_, _| waiting()).await?),
                 slot: None,
             },
         })
@@ -645,24 +751,28 @@ impl Kind {
     /// nothing yet (quarantine).
     async fn try_acquire(&self) -> leasehold::Result<Option<Granted>> {
         let got = match self {
-            Kind::Lock(l) => l
-                .try_acquire()
-                .await
-                .map(|guard| Granted { guard, slot: None }),
+            Kind::Lock(l) => l.try_acquire().await.map(|guard| Granted {
+                guard: guard.into(),
+                slot: None,
+            }),
             Kind::Semaphore(s) => s.try_acquire().await.map(|p| Granted {
                 slot: Some(p.slot()),
-                guard: p.into_guard(),
+                guard: p.into_guard().into(),
             }),
             Kind::Election(e) => e.try_campaign().await.map(|l| Granted {
-                guard: l.into_guard(),
+                guard: l.into_guard().into(),
                 slot: None,
             }),
             Kind::Read(rw) => rw.try_read().await.map(|g| Granted {
-                guard: g.into_guard(),
+                guard: g.into_guard().into(),
                 slot: None,
             }),
             Kind::Write(rw) => rw.try_write().await.map(|g| Granted {
-                guard: g.into_guard(),
+                guard: g.into_guard().into(),
+                slot: None,
+            }),
+            Kind::Multi(all) => all.try_acquire().await.map(|g| Granted {
+                guard: Guard::All(g),
                 slot: None,
             }),
         };
@@ -679,6 +789,7 @@ impl Kind {
             Kind::Semaphore(s) => s.key().to_string(),
             Kind::Election(e) => e.key().to_string(),
             Kind::Read(rw) | Kind::Write(rw) => rw.key().to_string(),
+            Kind::Multi(all) => all.keys().map(|k| k.as_str()).collect::<Vec<_>>().join(" "),
         }
     }
 }
@@ -853,6 +964,10 @@ impl Target {
                     .inspect()
                     .await
                     .map(|i| i.writer.holder.into_iter().collect()),
+                Kind::Multi(all) => all
+                    .inspect()
+                    .await
+                    .map(|infos| infos.into_iter().filter_map(|i| i.holder).collect()),
             }
         })?;
         let holders: Vec<HolderInfo> = got.map_err(|e| to_py(e, &self.url))?;
@@ -895,9 +1010,11 @@ impl Pending {
 /// A lease held: the guard renews it on the runtime until released.
 #[pyclass(frozen, module = "leasehold._leasehold")]
 struct Held {
-    guard: Mutex<Option<LeaseGuard>>,
+    guard: Mutex<Option<Guard>>,
+    /// The key, or the keys in byte order separated by spaces.
     key: String,
-    token: u64,
+    /// Each key held and its fencing token.
+    tokens: Vec<(String, u64)>,
     slot: Option<u32>,
     /// Cancelled when the lease is lost.
     lost: CancellationToken,
@@ -915,8 +1032,8 @@ impl Held {
     fn new(granted: Granted, home: Home, url: String) -> Held {
         let guard = granted.guard;
         Held {
-            key: guard.key().to_string(),
-            token: guard.fencing_token(),
+            key: guard.key(),
+            tokens: guard.tokens(),
             slot: granted.slot,
             lost: guard.lost_token(),
             released: CancellationToken::new(),
@@ -929,13 +1046,13 @@ impl Held {
     }
 
     /// Takes the guard out for its release; None if it was released.
-    fn take(&self) -> PyResult<Option<LeaseGuard>> {
+    fn take(&self) -> PyResult<Option<Guard>> {
         self.home.check("lease")?;
         let taken = self.guard.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(guard) = &taken {
             if let Some(reason) = guard.loss_reason() {
                 self.lost_before_release.store(true, Ordering::Relaxed);
-                *self.reason.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.to_string());
+                *self.reason.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
             }
             self.released.cancel();
         }
@@ -944,7 +1061,7 @@ impl Held {
 
     fn loss_reason_now(&self) -> Option<String> {
         match &*self.guard.lock().unwrap_or_else(|e| e.into_inner()) {
-            Some(guard) => guard.loss_reason().map(|r| r.to_string()),
+            Some(guard) => guard.loss_reason(),
             None => self
                 .reason
                 .lock()
@@ -988,10 +1105,23 @@ impl Held {
         &self.key
     }
 
-    /// The fencing token of this grant.
+    /// The fencing token of this grant (of one key).
     #[getter]
-    fn token(&self) -> u64 {
-        self.token
+    fn token(&self) -> PyResult<u64> {
+        match self.tokens.as_slice() {
+            [(_, token)] => Ok(*token),
+            _ => Err(usage_error(format!(
+                "this lease is on {} keys ({}), each with its own fencing token: use held.tokens",
+                self.tokens.len(),
+                self.key
+            ))),
+        }
+    }
+
+    /// Each key held and its fencing token, in byte order of the keys.
+    #[getter]
+    fn tokens(&self) -> Vec<(String, u64)> {
+        self.tokens.clone()
     }
 
     /// A semaphore permit's slot; None otherwise.
@@ -1071,6 +1201,9 @@ impl Held {
         } else {
             RunReport::failed(started)
         };
+        let Guard::One(guard) = guard else {
+            return Err(usage_error("a run is recorded under the lease of one key"));
+        };
         self.home
             .block_on(py, guard.release_with(report))?
             .map_err(|e| to_py(e, &self.url))
@@ -1119,7 +1252,7 @@ impl Held {
         let guard_reason = {
             let guard = self.guard.lock().unwrap_or_else(|e| e.into_inner());
             match &*guard {
-                Some(g) => g.loss_reason().map(|r| r.to_string()),
+                Some(g) => g.loss_reason(),
                 None => return Ok(()),
             }
         };

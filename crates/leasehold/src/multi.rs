@@ -223,6 +223,18 @@ impl MultiLock {
         self.parts.iter().map(|p| &p.key)
     }
 
+    /// What the store holds for each key, in byte order of the keys.
+    ///
+    /// # Errors
+    /// Backend failures.
+    pub async fn inspect(&self) -> Result<Vec<crate::KeyInfo>> {
+        let mut infos = Vec::with_capacity(self.parts.len());
+        for part in self.parts.iter() {
+            infos.push(part.engine.store().backend().inspect(&part.key).await?);
+        }
+        Ok(infos)
+    }
+
     /// Takes every key if each is free now, with one attempt per key,
     /// without waiting; releases those it took if one is not.
     ///

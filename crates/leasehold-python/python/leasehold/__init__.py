@@ -47,7 +47,7 @@ import os
 import time
 import warnings
 import weakref
-from typing import Any, Callable, Coroutine, Dict, Generator, List, Optional, Tuple
+from typing import Any, Callable, Coroutine, Dict, Generator, Iterable, List, Optional, Tuple
 
 from . import _leasehold as _native
 from ._asyncio import _run_async
@@ -63,6 +63,7 @@ __all__ = [
     "Lock",
     "Semaphore",
     "Election",
+    "MultiLock",
     "RwLock",
     "ReadLock",
     "WriteLock",
@@ -221,6 +222,29 @@ class Store:
         see who does; ``data`` is what the leader publishes."""
         return Election(self, "election", key, 1, ttl, wait, data, label, on_loss, abort_on_loss, renew_interval, poll_cap)
 
+    def lock_all(
+        self,
+        keys: "Iterable[str]",
+        *,
+        ttl: Optional[Duration] = None,
+        wait: Optional[Duration] = None,
+        data: Optional[str] = None,
+        label: Optional[str] = None,
+        on_loss: Optional[LossCallback] = None,
+        abort_on_loss: bool = False,
+        renew_interval: Optional[Duration] = None,
+        poll_cap: Optional[Duration] = None,
+    ) -> "MultiLock":
+        """Locks on every one of ``keys``, held all or none: ``with
+        store.lock_all(["b", "a"]) as held:`` holds both. The keys are taken
+        in one global order (their byte order), whatever order they are
+        given in, so two holders of the same keys never deadlock; a wait
+        that runs out (or is cancelled, or Ctrl-C) releases the keys it
+        took. ``held.tokens`` has each key's fencing token; the Held is lost
+        when any one key is. Options as ``lock``; the same lock as
+        ``leasehold run a b -- CMD`` takes."""
+        return MultiLock(self, "multi", _keys(keys), 1, ttl, wait, data, label, on_loss, abort_on_loss, renew_interval, poll_cap)
+
     def status(self, key: str) -> KeyInfo:
         """What the store holds for ``key``: its holder, last token, runs."""
         return _key_info(self._native.status(_str(key, "key")))
@@ -282,15 +306,23 @@ class Held:
     @property
     def key(self) -> str:
         """The key held (for a semaphore permit, its slot's key; for a
-        reader, its reader slot's)."""
+        reader, its reader slot's; for ``lock_all``, the keys in byte order
+        separated by spaces)."""
         return self._native.key
 
     @property
     def token(self) -> int:
         """The fencing token: greater than every earlier grant's on this key
         (a semaphore permit's: on its slot). Hand it to the resource you
-        protect, to reject stale holders."""
+        protect, to reject stale holders. ``UsageError`` for a lease of
+        several keys (``lock_all``): see ``tokens``."""
         return self._native.token
+
+    @property
+    def tokens(self) -> Dict[str, int]:
+        """Each key held and its fencing token (one key: ``{key: token}``;
+        ``lock_all``: every key's own, in byte order of the keys)."""
+        return dict(self._native.tokens)
 
     @property
     def slot(self) -> Optional[int]:
@@ -428,7 +460,7 @@ class Held:
         try:
             native = self._native
             unreleased = self._pid == os.getpid() and not native.released
-            what = f"{native.key!r} (token {native.token})" if unreleased else ""
+            what = f"{native.key!r} ({_tokens_text(native)})" if unreleased else ""
         except Exception:
             return  # at interpreter exit, or a half-made Held
         if unreleased:
@@ -442,7 +474,27 @@ class Held:
 
     def __repr__(self) -> str:
         state = "lost" if self.lost else "released" if self.released else "held"
-        return f"<leasehold.Held {self.key!r} token={self.token} {state}>"
+        return f"<leasehold.Held {self.key!r} {_tokens_text(self._native).replace(' ', '=', 1)} {state}>"
+
+
+def _tokens_text(native: _native.Held) -> str:
+    """``token 12``, or ``tokens {'a': 12, 'b': 3}`` for several keys."""
+    tokens = native.tokens
+    if len(tokens) == 1:
+        return f"token {tokens[0][1]}"
+    return f"tokens {dict(tokens)}"
+
+
+def _keys(keys: Any) -> List[str]:
+    """``lock_all``'s keys: an iterable of strings, not one string (whose
+    characters would be taken for keys)."""
+    if isinstance(keys, (str, bytes)):
+        raise TypeError(f"keys must be an iterable of str (a list of keys), not one {_type_name(keys)}")
+    try:
+        items = list(keys)
+    except TypeError:
+        raise TypeError(f"keys must be an iterable of str, not {_type_name(keys)}") from None
+    return [_str(k, "key") for k in items]
 
 
 class _Default:
@@ -476,10 +528,7 @@ class _Target:
         poll_cap: Optional[Duration],
     ) -> None:
         self.store = store
-        self._native = store._native.target(
-            kind,
-            _str(key, "key"),
-            _int(limit, "limit"),
+        options = (
             _secs(ttl, "ttl"),
             _str(data, "data", optional=True),
             _str(label, "label", optional=True),
@@ -487,6 +536,10 @@ class _Target:
             _secs(renew_interval, "renew_interval"),
             _secs(poll_cap, "poll_cap"),
         )
+        if kind == "multi":
+            self._native = store._native.multi_target(key, *options)
+        else:
+            self._native = store._native.target(kind, _str(key, "key"), _int(limit, "limit"), *options)
         self._wait = _secs(wait, "wait")
         self._on_loss = _callable(on_loss, "on_loss")
         # Every lease this object granted and has not seen released, with
@@ -678,6 +731,22 @@ class WriteLock(_Acquirable):
         """The writer holding (or waiting for readers to finish), or None."""
         holders = self._native.holders()
         return _holder(holders[0]) if holders else None
+
+
+class MultiLock(_Acquirable):
+    """Locks on several keys held all or none (``Store.lock_all``): ``with
+    all as held:``, ``async with``, ``acquire``, ``try_acquire``,
+    ``acquire_async`` and ``release`` as a Lock has. The Held's ``tokens``
+    has each key's fencing token, and it is lost when any one key is."""
+
+    @property
+    def keys(self) -> List[str]:
+        """The keys, in the order they are taken (byte order), each once."""
+        return self._native.key.split(" ")
+
+    def holders(self) -> List[Holder]:
+        """Who holds each of the keys now (the keys nobody holds left out)."""
+        return [Holder(**d) for d in self._native.holders()]
 
 
 class RwLock:

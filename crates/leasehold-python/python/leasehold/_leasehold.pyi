@@ -1,6 +1,6 @@
 """The native half of leasehold (Rust, PyO3); use the ``leasehold`` package."""
 
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 class Error(Exception):
     """Every error leasehold raises."""
@@ -47,6 +47,16 @@ class Store:
         renew_interval: Optional[float] = None,
         poll_cap: Optional[float] = None,
     ) -> Target: ...
+    def multi_target(
+        self,
+        keys: List[str],
+        ttl: Optional[float] = None,
+        data: Optional[str] = None,
+        label: Optional[str] = None,
+        abort_on_loss: bool = False,
+        renew_interval: Optional[float] = None,
+        poll_cap: Optional[float] = None,
+    ) -> Target: ...
     def status(self, key: str) -> Dict[str, Any]: ...
     def list(self, prefix: str) -> List[Dict[str, Any]]: ...
     def break_lease(self, key: str) -> Optional[Dict[str, Any]]: ...
@@ -69,6 +79,8 @@ class Held:
     def key(self) -> str: ...
     @property
     def token(self) -> int: ...
+    @property
+    def tokens(self) -> List[Tuple[str, int]]: ...
     @property
     def slot(self) -> Optional[int]: ...
     @property
