@@ -720,6 +720,7 @@ mod tests {
 
     fn args(ttl: u64, grace_ms: u64) -> LeaseArgs {
         LeaseArgs {
+            keys: vec!["k".into()],
             key: "k".into(),
             ttl: Duration::from_secs(ttl),
             poll_cap: None,

@@ -729,7 +729,11 @@ impl Kind {
                 }
             }
             Kind::Election(e) => Granted {
-                guard: e.campaign_reporting(wait, on_wait).await?.into_guard().into(),
+                guard: e
+                    .campaign_reporting(wait, on_wait)
+                    .await?
+                    .into_guard()
+                    .into(),
                 slot: None,
             },
             Kind::Read(rw) => Granted {
