@@ -344,6 +344,8 @@ async fn who_holds(
 }
 
 /// What `run` holds while the command runs.
+// One value per process, moved once: the size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Hold {
     /// One key's lease (or permit, or side of a reader-writer lock).
     One(LeaseGuard),

@@ -641,13 +641,13 @@ struct Granted {
 
 /// What a Held holds: one key's lease, or several keys' (a `MultiLock`'s).
 enum Guard {
-    One(LeaseGuard),
+    One(Box<LeaseGuard>),
     All(MultiGuard),
 }
 
 impl From<LeaseGuard> for Guard {
     fn from(guard: LeaseGuard) -> Self {
-        Guard::One(guard)
+        Guard::One(Box::new(guard))
     }
 }
 
@@ -702,7 +702,7 @@ impl Guard {
 
     async fn release(self) -> leasehold::Result<()> {
         match self {
-            Guard::One(g) => g.release().await,
+            Guard::One(g) => (*g).release().await,
             Guard::All(g) => g.release().await,
         }
     }
@@ -1209,7 +1209,7 @@ impl Held {
             return Err(usage_error("a run is recorded under the lease of one key"));
         };
         self.home
-            .block_on(py, guard.release_with(report))?
+            .block_on(py, (*guard).release_with(report))?
             .map_err(|e| to_py(e, &self.url))
     }
 
