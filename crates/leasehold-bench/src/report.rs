@@ -582,6 +582,7 @@ cycles, then a handoff to a waiter in another process (held 0.1–0.2 s, then re
     }
     rw_lock(&mut s, r);
     wait_cost(&mut s, r);
+    multi_key(&mut s, r);
     let _ = writeln!(
         s,
         "## Reproduce\n\n```sh\nscripts/bench.sh          # this page and its chart (several minutes)\nscripts/bench.sh --tiny   # a few seconds, to a temporary directory (CI)\nscripts/bench.sh --stores s3 --only 1,2,3 --out DIR   # some stores and figures only\nscripts/bench.sh --only 9 --out DIR   # section 9 alone\nscripts/setup-times.sh    # section 7 (half an hour)\nscripts/python-bench.py --out docs/python-bench.md sqlite:PATH URL   # section 8 (with the package installed)\nURL=\"$(scripts/postgres.sh url)\" .cache/bench-venv/bin/python scripts/pg-handoff-floor.py   # section 10's last handoff comparison\nscripts/cli-builds.py default=target/release/leasehold slim=target/slim/release/leasehold   # section 11 (builds: see the script)\nURL=\"$(scripts/postgres.sh url)\" cargo run --release -p leasehold-bench --example pg_layers -- --spawned   # section 13 (without --spawned: on the block_on thread)\n```"
@@ -909,4 +910,40 @@ after a long wait no longer than the cap.\n",
 above, and its price per 10,000 operations on the Azure pricing page turns them into dollars the \
 same way.\n"
     );
+}
+
+fn multi_key(s: &mut String, r: &Results) {
+    let _ = writeln!(s, "## 16. Several keys at once\n");
+    if r.multi_key.is_empty() {
+        let _ = writeln!(s, "Not run (see notes).\n");
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "Uncontended cycles of a multi-key lock (`Store::lock_all`, what `leasehold run a b -- CMD` \
+takes: every key taken in byte order, one after the other, then all released side by side) against \
+the same keys' single locks taken one after the other and released one after the other, as code \
+without it would; in alternating rounds, as figure 1's. Requests are counted as figure 1 counts \
+them. A multi-key lock sends what its keys' single locks send: one acquisition per key, each \
+its store's usual requests (no store's batch request, such as a transaction or a Redis script \
+over several keys, is used yet); its releases go side by side.\n"
+    );
+    let _ = writeln!(
+        s,
+        "| store | keys | multi-key cycles/s | single locks cycles/s | ratio (median of rounds) | requests / cycle: multi-key / single locks |\n|---|---|---|---|---|---|"
+    );
+    for m in &r.multi_key {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.0} | {:.0} | {:.2}× | {:.1} / {:.1} |",
+            m.store,
+            m.keys,
+            m.multi_cps,
+            m.singles_cps,
+            m.ratio,
+            m.multi_requests_per_cycle,
+            m.singles_requests_per_cycle
+        );
+    }
+    let _ = writeln!(s);
 }

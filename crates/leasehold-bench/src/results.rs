@@ -350,6 +350,23 @@ pub struct Results {
     /// Figure 15, one row per store and way of waiting.
     #[serde(default)]
     pub wait_cost: Vec<WaitCost>,
+    /// Figure 16, one row per store and number of keys.
+    #[serde(default)]
+    pub multi_key: Vec<MultiKey>,
     /// What was skipped or failed, and why.
     pub notes: Vec<String>,
+}
+
+/// Figure 16: a multi-key lock against its keys' single locks taken one
+/// after the other.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct MultiKey {
+    pub store: String,
+    pub keys: usize,
+    pub multi_cps: f64,
+    pub singles_cps: f64,
+    /// Median of the rounds' ratios, multi-key / singles.
+    pub ratio: f64,
+    pub multi_requests_per_cycle: f64,
+    pub singles_requests_per_cycle: f64,
 }

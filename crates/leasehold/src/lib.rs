@@ -103,6 +103,11 @@
 //!   [`ReadGuard`]), a writer ([`write`](RwLock::write), giving a
 //!   [`WriteGuard`]) excludes everyone, with writer preference; both guards
 //!   deref to a [`LeaseGuard`].
+//! * [`MultiLock`]: several keys held all or none ([`Store::lock_all`];
+//!   mixed with either side of reader-writer locks by [`MultiLockBuilder`]),
+//!   taken in byte order so that two holders never deadlock; its
+//!   [`MultiGuard`] has each key's fencing token and is lost when any key
+//!   is.
 //! * [`Election`]: leader election on a key ([`Store::election`]):
 //!   [`campaign`](Election::campaign) for a [`Leadership`],
 //!   [`leader`](Election::leader) to see who leads and what they published,

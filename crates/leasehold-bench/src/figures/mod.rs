@@ -7,6 +7,7 @@ mod contention;
 mod handoff;
 mod harness;
 mod many;
+mod multi;
 mod overhead;
 mod peer;
 mod rwlock;
@@ -274,6 +275,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         let rw = run.rw_lock(spec).await;
         res.rw_lock
             .extend(noted(&mut res.notes, figure(9, spec), rw));
+    }
+    for spec in specs.iter().filter(|_| want(16)).filter(tiny_store) {
+        eprintln!("[16] several keys at once: {}", spec.label());
+        let multi = run.multi_key(spec).await;
+        res.multi_key
+            .extend(noted(&mut res.notes, figure(16, spec), multi).into_iter().flatten());
     }
     if want(15) {
         // Every store at once: the figure is minutes of waiting.
