@@ -151,12 +151,28 @@ pub enum Command {
     Elect(ElectArgs),
 
     /// Show who leads KEY (the election `elect` runs).
+    ///
+    /// With --follow, show the leader now and then a line at every change,
+    /// until interrupted: asked of the store every --every, and at once
+    /// when the leader resigns or is broken on stores that tell of
+    /// releases (sqlite, postgres, redis, etcd). A leader that lasted
+    /// longer than --every is always shown; terms that began and ended
+    /// between two asks are counted ("N terms missed").
     Leader {
         /// The election key.
         key: String,
-        /// Print JSON instead of text (null when nobody leads).
+        /// Print JSON instead of text (null when nobody leads). With
+        /// --follow, one object per line: {"leader": a holder or null,
+        /// "last_term", "missed_terms"}.
         #[arg(long)]
         json: bool,
+        /// Keep showing the leader: a line at every change, until
+        /// interrupted (exit 128+S).
+        #[arg(long)]
+        follow: bool,
+        /// With --follow, how often to ask the store.
+        #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_positive, requires = "follow")]
+        every: Duration,
     },
 
     /// Show who holds KEY (for a semaphore's KEY, also its slots).

@@ -159,10 +159,50 @@ pub async fn leader(store: &Store, key: &str, json: bool) -> anyhow::Result<Exit
         print(&(serde_json::to_string_pretty(&leader)? + "\n"))?;
         return Ok(ExitCode::SUCCESS);
     }
+    print(&describe_leader(key, leader.as_ref()))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `leader --follow`: the leader now, then a line (or a JSON object) at
+/// every change, until a signal ends it (exit 128+S). A failed ask is said
+/// and asked again at the next interval.
+pub async fn follow_leader(
+    store: &Store,
+    key: &str,
+    json: bool,
+    every: std::time::Duration,
+) -> anyhow::Result<ExitCode> {
+    let caps = store.backend().capabilities();
+    let ttl = leasehold::DEFAULT_TTL.clamp(caps.min_ttl, caps.max_ttl);
+    let election = store.election_with(key, leasehold::LockOptions::new().ttl(ttl))?;
+    let mut observer = election.observe(every);
+    let mut signals = crate::supervisor::Signals::new()?;
+    loop {
+        let change = tokio::select! {
+            change = observer.next() => change,
+            sig = signals.next() => return Ok(ExitCode::from(128 + sig as u8)),
+        };
+        match change {
+            Ok(change) if json => print(&(serde_json::to_string(&change)? + "\n"))?,
+            Ok(change) => {
+                let missed = match change.missed_terms {
+                    0 => String::new(),
+                    1 => "(1 term missed)\n".to_string(),
+                    n => format!("({n} terms missed)\n"),
+                };
+                print(&(missed + &describe_leader(key, change.leader.as_ref())))?;
+            }
+            Err(e) => say!("could not ask who leads {key} ({e}); asking again"),
+        }
+    }
+}
+
+/// "KEY: held by OWNER (term N) for D" and its data, or "KEY: no leader".
+fn describe_leader(key: &str, leader: Option<&HolderInfo>) -> String {
     match leader {
-        None => print(&format!("{key}: no leader\n"))?,
+        None => format!("{key}: no leader\n"),
         Some(h) => {
-            let since = held_for(&h)
+            let since = held_for(h)
                 .map(|d| format!(" for {}", short(d)))
                 .unwrap_or_default();
             let mut out = format!(
@@ -173,10 +213,9 @@ pub async fn leader(store: &Store, key: &str, json: bool) -> anyhow::Result<Exit
             if let Some(data) = &h.data {
                 let _ = writeln!(out, "data: {}", clean(data));
             }
-            print(&out)?;
+            out
         }
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// A multi-line, human description of a key (and its semaphore slots and

@@ -184,7 +184,15 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Run(args) => run::run(&store, args).await,
         Command::Elect(args) => elect::elect(&store, args).await,
-        Command::Leader { key, json } => inspect::leader(&store, &key, json).await,
+        Command::Leader {
+            key,
+            json,
+            follow: false,
+            ..
+        } => inspect::leader(&store, &key, json).await,
+        Command::Leader {
+            key, json, every, ..
+        } => inspect::follow_leader(&store, &key, json, every).await,
         Command::Status { key, json } => inspect::status(&store, &key, json).await,
         Command::List { prefix, json } => inspect::list(&store, &prefix, json).await,
         Command::Break { key } => inspect::break_lease(&store, &key).await,

@@ -246,3 +246,49 @@ fn verbose_prints_a_metrics_summary() {
         out.stderr
     );
 }
+
+/// `leader --follow --json`: the leader now, then one line per change. A
+/// resignation in another process is shown at once though the follower
+/// asks only every minute (SQLite tells of releases), and a new leader at
+/// the follower's next ask.
+#[test]
+fn leader_follow_shows_each_change_and_is_woken_by_a_release() {
+    let env = Env::new();
+    let (mut holder, _out) =
+        env.spawn_until(&sh("run --owner first k", "echo in; exec sleep 300"), "in");
+    let mut follower = env.spawn(&["leader", "k", "--follow", "--json", "--every", "60s"]);
+    let mut lines = stdout_reader(&mut follower);
+    let line = |lines: &mut BufReader<_>| -> serde_json::Value {
+        serde_json::from_str(&read_line(lines)).unwrap()
+    };
+    let now = line(&mut lines);
+    assert_eq!(now["leader"]["owner"]["label"], "first", "{now}");
+    let asked = std::time::Instant::now();
+    kill(holder.id(), libc::SIGTERM);
+    wait_with_timeout(&mut holder, 10 * SECS);
+    let gone = line(&mut lines);
+    assert!(gone["leader"].is_null(), "{gone}");
+    assert!(
+        asked.elapsed() < 20 * SECS,
+        "not woken by the release: {:?}",
+        asked.elapsed()
+    );
+    kill(follower.id(), libc::SIGINT);
+    assert_eq!(wait_with_timeout(&mut follower, 10 * SECS), Some(130));
+
+    // Asking often, it sees the next leader, and its text says so.
+    let mut follower = env.spawn(&["leader", "k", "--follow", "--every", "100ms"]);
+    let mut lines = stdout_reader(&mut follower);
+    assert_eq!(read_line(&mut lines), "k: no leader");
+    let (mut holder, _out) =
+        env.spawn_until(&sh("run --owner second k", "echo in; exec sleep 300"), "in");
+    let shown = read_line(&mut lines);
+    assert!(
+        shown.starts_with("k: held by ") && shown.contains("second"),
+        "{shown}"
+    );
+    kill(holder.id(), libc::SIGTERM);
+    wait_with_timeout(&mut holder, 10 * SECS);
+    kill(follower.id(), libc::SIGTERM);
+    assert_eq!(wait_with_timeout(&mut follower, 10 * SECS), Some(143));
+}

@@ -249,15 +249,23 @@ impl Election {
     }
 
     /// Follows leader changes by asking the store every `every` (at least
-    /// 1 ms; one `inspect` request each). The observer's first
-    /// [`next`](LeaderObserver::next) returns the current state at once.
-    /// Changes made and undone between two polls are not seen, but the
-    /// terms they began are counted ([`LeaderChange::missed_terms`]).
+    /// 1 ms; one `inspect` request each), and at once where the store tells
+    /// of releases (SQLite, PostgreSQL, Redis, etcd; and a release in this
+    /// process on every store): a leader that resigns or is broken is seen
+    /// gone at once, and the poll after that comes
+    /// [`OBSERVER_AFTER_WAKE`] later (or `every`, if shorter), in time to
+    /// see a waiting candidate take over. The observer's first
+    /// [`next`](LeaderObserver::next) returns the current state at once. A
+    /// leader that lasted longer than `every` is always seen; changes made
+    /// and undone between two polls are not, but the terms they began are
+    /// counted ([`LeaderChange::missed_terms`]).
     pub fn observe(&self, every: Duration) -> LeaderObserver {
         LeaderObserver {
             lock: self.lock.clone(),
             every: every.max(Duration::from_millis(1)),
             last: None,
+            watch: None,
+            woke: false,
         }
     }
 }
@@ -316,15 +324,35 @@ pub struct LeaderChange {
     pub missed_terms: u64,
 }
 
-/// Follows an election's leader by polling; made by [`Election::observe`].
-/// Also a [`Stream`](futures_core::Stream) through
-/// [`into_stream`](Self::into_stream).
-#[derive(Debug)]
+/// How long after a release woke a [`LeaderObserver`] it asks the store
+/// again: time for a waiting candidate to take over, so that the next
+/// leader is seen then rather than a whole poll interval later (and a
+/// bound on how often a store's spurious wake-ups make it ask).
+pub const OBSERVER_AFTER_WAKE: Duration = Duration::from_millis(50);
+
+/// Follows an election's leader by polling, woken by releases where the
+/// store tells of them; made by [`Election::observe`]. Also a
+/// [`Stream`](futures_core::Stream) through [`into_stream`](Self::into_stream).
 pub struct LeaderObserver {
     lock: Lock,
     every: Duration,
     /// (current holder's term, last term issued) at the last observation.
     last: Option<(Option<u64>, u64)>,
+    /// Completes when the key may have been released (registered before
+    /// the last poll, so that no release after it is missed).
+    watch: Option<crate::backend::ReleaseWatch>,
+    /// Whether the watch completed since the last poll.
+    woke: bool,
+}
+
+impl std::fmt::Debug for LeaderObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaderObserver")
+            .field("key", self.lock.key())
+            .field("every", &self.every)
+            .field("last", &self.last)
+            .finish_non_exhaustive()
+    }
 }
 
 impl LeaderObserver {
@@ -341,7 +369,35 @@ impl LeaderObserver {
     pub async fn next(&mut self) -> Result<LeaderChange> {
         loop {
             if self.last.is_some() {
-                tokio::time::sleep(self.every).await;
+                let pause = match std::mem::take(&mut self.woke) {
+                    true => self.every.min(OBSERVER_AFTER_WAKE),
+                    false => self.every,
+                };
+                match self.watch.as_mut() {
+                    Some(watch) if pause > OBSERVER_AFTER_WAKE => tokio::select! {
+                        _ = tokio::time::sleep(pause) => {}
+                        _ = watch => {
+                            self.watch = None;
+                            self.woke = true;
+                            continue;
+                        }
+                    },
+                    _ => tokio::time::sleep(pause).await,
+                }
+            }
+            if self.watch.is_none() {
+                let key = std::slice::from_ref(self.lock.key());
+                let local = self.lock.engine().store().local_key(self.lock.key());
+                let store_watch = self.lock.engine().store().backend().watch_release(key);
+                // Both registered now, before the poll: a `Notified` hears
+                // `notify_waiters` from its creation on.
+                let released = local.released.clone().notified_owned();
+                self.watch = Some(Box::pin(async move {
+                    match store_watch {
+                        Some(w) => tokio::select! { _ = w => {}, _ = released => {} },
+                        None => released.await,
+                    }
+                }));
             }
             let info = self.lock.inspect().await?;
             let now = (
@@ -438,6 +494,34 @@ mod tests {
         ));
         l.resign().await.unwrap();
         assert_eq!(e.leader().await.unwrap(), None);
+    }
+
+    /// A resignation is seen at once, not at the next poll a minute away
+    /// (this process's release wakes the observer), and the candidate that
+    /// takes over right after is seen within the short poll after a wake.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn observer_is_woken_by_a_release() {
+        let store = Store::open("memory:").unwrap();
+        let e = store.election_with("woken", opts("a")).unwrap();
+        let first = e.campaign().await.unwrap();
+        let mut observer = e.observe(Duration::from_secs(60));
+        let now = observer.next().await.unwrap();
+        assert_eq!(now.leader.map(|h| h.fencing_token), Some(first.term()));
+        first.resign().await.unwrap();
+        let gone = tokio::time::timeout(Duration::from_secs(5), observer.next())
+            .await
+            .expect("woken by the release, not a minute later")
+            .unwrap();
+        assert_eq!(gone.leader, None);
+        let second = e.campaign().await.unwrap();
+        second.resign().await.unwrap();
+        let third = e.campaign().await.unwrap();
+        let next = tokio::time::timeout(Duration::from_secs(5), observer.next())
+            .await
+            .expect("the next leader seen within the short poll after a wake")
+            .unwrap();
+        assert_eq!(next.leader.map(|h| h.fencing_token), Some(third.term()));
+        third.resign().await.unwrap();
     }
 
     #[tokio::test]

@@ -178,7 +178,9 @@ mod waits;
 // parameters, the wake-up listener) is in [`backend`].
 pub use backend::{Creation, HolderInfo, KeyInfo, Owner, CONFIRMATION_WINDOW};
 pub use detach::finish_background;
-pub use election::{Election, LeaderChange, LeaderObserver, LeaderStream, Leadership};
+pub use election::{
+    Election, LeaderChange, LeaderObserver, LeaderStream, Leadership, OBSERVER_AFTER_WAKE,
+};
 pub use engine::WaitReason;
 pub use error::{BoxError, Error, LossReason, Result};
 pub use guard::{HeldLease, LeaseGuard};

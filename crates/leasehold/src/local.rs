@@ -24,8 +24,9 @@ pub(crate) struct LocalKey {
     /// Held by the one task of this process that polls the backend for the
     /// key, and then by the guard it obtains. tokio's mutex is fair (FIFO).
     pub gate: Arc<tokio::sync::Mutex<()>>,
-    /// Rung when a guard of this process has released the key.
-    pub released: Notify,
+    /// Rung when a guard of this process has released the key (shared: a
+    /// leader observer keeps a wait on it past a borrow).
+    pub released: Arc<Notify>,
     /// The current run of local handoffs, and when the store last said
     /// another process held the key: for giving way (see
     /// [`give_way`](Self::give_way)).

@@ -279,8 +279,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     for spec in specs.iter().filter(|_| want(16)).filter(tiny_store) {
         eprintln!("[16] several keys at once: {}", spec.label());
         let multi = run.multi_key(spec).await;
-        res.multi_key
-            .extend(noted(&mut res.notes, figure(16, spec), multi).into_iter().flatten());
+        res.multi_key.extend(
+            noted(&mut res.notes, figure(16, spec), multi)
+                .into_iter()
+                .flatten(),
+        );
     }
     if want(15) {
         // Every store at once: the figure is minutes of waiting.
