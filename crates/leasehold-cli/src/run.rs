@@ -139,6 +139,7 @@ async fn acquire_and_run(store: &Store, args: &RunArgs) -> anyhow::Result<RunRes
             Ok(None) => {}
             Ok(Some(last)) => {
                 result.fencing_token = Some(guard.fencing_token());
+                result.fencing_tokens = Some([(lease.key.clone(), guard.fencing_token())].into());
                 let released = guard.release().await;
                 say!(
                     "{}: last succeeded {}, within --once-per {}; not running the command",
