@@ -369,7 +369,7 @@ impl MultiLock {
 
 /// Releases `guards` side by side, at once; their errors are logged only
 /// (the acquisition that took them failed, and says why).
-async fn release_all(guards: Vec<LeaseGuard>) {
+pub(crate) async fn release_all(guards: Vec<LeaseGuard>) {
     for result in join_all(guards.into_iter().map(LeaseGuard::release)).await {
         if let Err(e) = result {
             tracing::debug!(error = %e, "releasing a key of a multi-key lock that was not completed");
@@ -401,7 +401,7 @@ impl std::fmt::Debug for MultiGuard {
 }
 
 impl MultiGuard {
-    fn new(keys: Box<[Key]>, guards: Vec<LeaseGuard>) -> Self {
+    pub(crate) fn new(keys: Box<[Key]>, guards: Vec<LeaseGuard>) -> Self {
         let deadlines: Vec<_> = guards.iter().map(LeaseGuard::deadline_watch).collect();
         let earliest = deadlines
             .iter()

@@ -11,7 +11,9 @@ use crate::error::{Error, Result};
 use crate::guard::LeaseGuard;
 use crate::key::{Key, MAX_KEY_LEN};
 use crate::metric::Kind;
+use crate::multi::{release_all, MultiGuard};
 use crate::options::ResolvedOptions;
+use crate::options::Wait;
 use crate::store::Store;
 use crate::waits::Waits;
 
@@ -313,6 +315,154 @@ impl Semaphore {
         on_wait: impl FnMut(crate::WaitReason<'_>),
     ) -> Result<SemaphorePermit> {
         self.waits().reporting(wait.into(), on_wait).await
+    }
+
+    /// Takes `permits` permits at once if they are free now, all or none:
+    /// one attempt at each slot until it has them, the ones it took given
+    /// back if it cannot have them all (see
+    /// [`acquire_many_timeout`](Self::acquire_many_timeout)).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] (what: `"permits"`) unless `permits` is in
+    /// 1..=the limit; [`Error::Held`](crate::Error::Held) (with the
+    /// semaphore's key) when fewer are free; as
+    /// [`try_acquire`](Self::try_acquire) otherwise.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future releases what it took, in the
+    /// background.
+    pub async fn try_acquire_many(&self, permits: u32) -> Result<MultiGuard> {
+        self.take_many(permits, None).await
+    }
+
+    /// Takes `permits` permits at once, all or none, waiting as long as it
+    /// takes (see [`acquire_many_timeout`](Self::acquire_many_timeout)).
+    ///
+    /// # Errors
+    /// As [`acquire_many_timeout`](Self::acquire_many_timeout), without the
+    /// timeout.
+    ///
+    /// # Cancel safety
+    /// As [`try_acquire_many`](Self::try_acquire_many).
+    pub async fn acquire_many(&self, permits: u32) -> Result<MultiGuard> {
+        self.take_many(permits, Some(Wait::Forever)).await
+    }
+
+    /// Takes `permits` permits at once (a job that needs 3 of 10 slots),
+    /// all or none, waiting up to `timeout`: a [`MultiGuard`] over their
+    /// slot keys, each with its own fencing token (per slot), lost when
+    /// any is.
+    ///
+    /// Deadlock-free by never waiting while holding: it waits for one
+    /// permit as [`acquire_timeout`](Self::acquire_timeout) does, then
+    /// makes one attempt at each other free slot; if it cannot have them
+    /// all at once, it gives back what it took at once and tries again
+    /// after a random pause between the poll bounds. So two takers of
+    /// several permits never hold part each while waiting for the rest;
+    /// the price is that a taker of many permits can be kept waiting by a
+    /// steady flow of takers of one (it needs that many free at the same
+    /// moment).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] (what: `"permits"`) unless `permits` is in
+    /// 1..=the limit; [`Error::TimedOut`](crate::Error::TimedOut) when the
+    /// wait runs out (nothing held); non-retryable backend failures.
+    ///
+    /// # Cancel safety
+    /// As [`try_acquire_many`](Self::try_acquire_many).
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> leasehold::Result<()> {
+    /// # let store = leasehold::Store::open("memory:")?;
+    /// let gpus = store.semaphore("gpu-slots", 10)?;
+    /// let three = gpus.acquire_many_timeout(3, Duration::from_secs(60)).await?;
+    /// for (slot_key, permit) in three.iter() {
+    ///     println!("{slot_key}: token {}", permit.fencing_token());
+    /// }
+    /// three.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn acquire_many_timeout(
+        &self,
+        permits: u32,
+        timeout: Duration,
+    ) -> Result<MultiGuard> {
+        self.take_many(permits, Some(Wait::Timeout(timeout))).await
+    }
+
+    /// `permits` permits, all or none: one round of attempts (`wait`
+    /// `None`) or waiting as `wait` says.
+    async fn take_many(&self, permits: u32, wait: Option<Wait>) -> Result<MultiGuard> {
+        if permits == 0 || permits > self.limit() {
+            return Err(Error::invalid(
+                "permits",
+                format!(
+                    "{permits} permits of a semaphore of limit {}: ask for 1 to {}",
+                    self.limit(),
+                    self.limit()
+                ),
+            ));
+        }
+        let started = tokio::time::Instant::now();
+        let deadline = wait.and_then(|w| w.deadline(started));
+        let timed_out = || Error::TimedOut {
+            key: self.key().to_string(),
+            waited: started.elapsed(),
+        };
+        loop {
+            // The first permit: waited for as one permit is.
+            let first = match (wait, deadline) {
+                (None, _) => self.engine.try_acquire().await,
+                (Some(_), None) => self.engine.acquire(Wait::Forever, &mut |_| {}).await,
+                (Some(_), Some(end)) => {
+                    let left = end.saturating_duration_since(tokio::time::Instant::now());
+                    self.engine.acquire(Wait::Timeout(left), &mut |_| {}).await
+                }
+            };
+            let first = match first {
+                Ok(granted) => granted.guard,
+                Err(Error::TimedOut { .. }) => return Err(timed_out()),
+                Err(e) => return Err(e),
+            };
+            // The rest: one attempt each (slots we hold are skipped).
+            let mut held = vec![first];
+            while held.len() < permits as usize {
+                match self.engine.try_acquire().await {
+                    Ok(granted) => held.push(granted.guard),
+                    Err(e) if matches!(e, Error::Held { .. }) || e.is_retryable() => break,
+                    Err(e) => {
+                        release_all(held).await;
+                        return Err(e);
+                    }
+                }
+            }
+            if held.len() == permits as usize {
+                let keys = held.iter().map(|g| g.key().clone()).collect();
+                return Ok(MultiGuard::new(keys, held));
+            }
+            let had = held.len();
+            release_all(held).await;
+            let pause = self.engine.poll_pause();
+            match (wait, deadline) {
+                (None, _) => {
+                    return Err(Error::Held {
+                        key: self.key().to_string(),
+                        holder: None,
+                        readers: 0,
+                    })
+                }
+                (Some(_), Some(end)) if tokio::time::Instant::now() + pause >= end => {
+                    return Err(timed_out())
+                }
+                _ => {}
+            }
+            tracing::debug!(key = %self.key(), permits, had, "not enough permits free at once; trying again");
+            tokio::time::sleep(pause).await;
+        }
     }
 
     /// This semaphore's waits: a grant is a permit.

@@ -29,7 +29,7 @@
 //! share no in-process state with the one the factory gave) take that
 //! store's clock and confirmation window.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};

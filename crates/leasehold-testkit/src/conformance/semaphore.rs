@@ -156,3 +156,75 @@ pub async fn semaphore_dropped_acquire_leaves_no_permit(store: Store) {
     p1.release().await.unwrap();
     p2.release().await.unwrap();
 }
+
+/// Several permits at once: distinct slots, each with its own token; a
+/// taker that cannot have them all takes none (what it took is free again
+/// at once); a count outside 1..=limit is refused.
+pub async fn semaphore_acquire_many_is_all_or_none(store: Store) {
+    const LIMIT: u32 = 4;
+    let key = unique_key("sem-many");
+    let long = opts(&store).ttl(long_ttl(&store));
+    let sem = |s: &Store| s.semaphore_with(&key, LIMIT, long.clone()).unwrap();
+    let three = sem(&store).try_acquire_many(3).await.unwrap();
+    let slots: BTreeSet<String> = three.keys().map(|k| k.to_string()).collect();
+    assert_eq!(slots.len(), 3, "{slots:?}");
+    assert!(slots
+        .iter()
+        .all(|k| k.starts_with(&format!("{key}/:slot:"))));
+    assert!(three.iter().all(|(_, g)| g.fencing_token() > 0));
+    // Two more are not to be had: none is kept.
+    let other = other_process(&store);
+    match sem(&other).try_acquire_many(2).await {
+        Err(Error::Held { key: k, .. }) => assert_eq!(k, key),
+        other => panic!("expected Held, got {other:?}"),
+    }
+    match sem(&other)
+        .acquire_many_timeout(2, Duration::from_millis(300))
+        .await
+    {
+        Err(Error::TimedOut { .. }) => {}
+        other => panic!("expected TimedOut, got {other:?}"),
+    }
+    // The fourth slot is free at once (its leases would last far longer).
+    let last = sem(&other_process(&store)).try_acquire().await.unwrap();
+    last.release().await.unwrap();
+    three.release().await.unwrap();
+    for bad in [0, LIMIT + 1] {
+        assert_invalid_input(
+            &sem(&store).try_acquire_many(bad).await.unwrap_err(),
+            "permits",
+        );
+    }
+}
+
+/// Takers of several permits in several "processes" loop side by side
+/// with takers of one: none waits for ever (two takers holding part of
+/// what each needs would), and never more permits are out than the limit.
+pub async fn takers_of_several_permits_never_deadlock_or_exceed_the_limit(store: Store) {
+    const LIMIT: u32 = 4;
+    let key = unique_key("sem-many-race");
+    let out = Arc::new(AtomicU32::new(0));
+    let mut tasks = Vec::new();
+    for n in [3u32, 3, 2, 1] {
+        let sem = other_process(&store)
+            .semaphore_with(&key, LIMIT, opts(&store))
+            .unwrap();
+        let out = out.clone();
+        tasks.push(tokio::spawn(async move {
+            for round in 0..4 {
+                let held = sem
+                    .acquire_many_timeout(n, Duration::from_secs(60))
+                    .await
+                    .unwrap_or_else(|e| panic!("{n} permits, round {round}: {e}"));
+                let now = out.fetch_add(n, Ordering::SeqCst) + n;
+                assert!(now <= LIMIT, "{now} permits out, limit {LIMIT}");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                out.fetch_sub(n, Ordering::SeqCst);
+                held.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}

@@ -226,6 +226,11 @@ impl Engine {
         self.opts.ttl
     }
 
+    /// A random pause between the poll bounds.
+    pub(crate) fn poll_pause(&self) -> Duration {
+        self.opts.poll_pause()
+    }
+
     pub(crate) fn labels(&self) -> Labels {
         Labels {
             backend: self.store.backend().name(),
