@@ -282,6 +282,15 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = parse_limit)]
     pub limit: Option<u32>,
 
+    /// With --limit, hold P of the N permits at once (a job that needs 3
+    /// of 10 slots), all or none: never some while waiting for the rest,
+    /// so takers of several permits never deadlock. CMD gets LEASEHOLD_SLOTS
+    /// (the slots, separated by spaces) and LEASEHOLD_FENCING_TOKENS (one
+    /// token per slot key) instead of LEASEHOLD_SLOT and
+    /// LEASEHOLD_FENCING_TOKEN. Default 1.
+    #[arg(long, value_name = "P", requires = "limit", allow_hyphen_values = true, value_parser = parse_limit)]
+    pub permits: Option<u32>,
+
     /// Hold KEY as one of its readers (a reader-writer lock on KEY):
     /// --shared runs of KEY run at the same time (up to 16), and a plain
     /// run of KEY, its writer, excludes them all. Once a plain run waits,
@@ -523,6 +532,15 @@ pub async fn validate(command: &Command) -> anyhow::Result<Access> {
                             args.lease.keys.len(),
                             args.lease.key
                         ),
+                    )
+                    .into());
+                }
+            }
+            if let (Some(p), Some(n)) = (args.permits, args.limit) {
+                if p == 0 || p > n {
+                    return Err(Error::invalid(
+                        "permits",
+                        format!("--permits {p} is not in 1..={n} (--limit {n})"),
                     )
                     .into());
                 }

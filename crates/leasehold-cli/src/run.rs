@@ -25,7 +25,7 @@ pub async fn run(store: &Store, args: RunArgs) -> anyhow::Result<ExitCode> {
 
 async fn acquire_and_run(store: &Store, args: &RunArgs) -> anyhow::Result<RunResult> {
     let lease = &args.lease;
-    if lease.keys.len() > 1 {
+    if lease.keys.len() > 1 || args.permits.is_some_and(|p| p > 1) {
         return acquire_all_and_run(store, args).await;
     }
     let mut result = RunResult::new(&lease.key);
@@ -187,11 +187,16 @@ async fn acquire_and_run(store: &Store, args: &RunArgs) -> anyhow::Result<RunRes
 /// `run KEY KEY... -- CMD`: every key held, all or none (a
 /// [`MultiLock`](leasehold::MultiLock): taken in byte order, so two runs
 /// naming the same keys in any order never deadlock), each as a plain run
-/// (or `--shared`) holds one key; the command stopped when any is lost.
+/// (or `--shared`) holds one key; or `run KEY --limit N --permits P`: P
+/// permits at once ([`Semaphore::acquire_many`](leasehold::Semaphore::acquire_many)).
+/// The command is stopped when any is lost.
 async fn acquire_all_and_run(store: &Store, args: &RunArgs) -> anyhow::Result<RunResult> {
     let lease = &args.lease;
     let mut result = RunResult::new(&lease.key);
     let opts = lock_options(lease, store.confirmation_window())?;
+    if let (Some(permits), Some(limit)) = (args.permits, args.limit) {
+        return permits_and_run(store, args, opts, limit, permits, result).await;
+    }
     let side = |key: &str| match () {
         () if args.shared => Side::Reader,
         () if key.len() <= leasehold::MAX_RW_LOCK_KEY_LEN => Side::Writer,
@@ -273,6 +278,90 @@ async fn acquire_all_and_run(store: &Store, args: &RunArgs) -> anyhow::Result<Ru
         .collect();
     tracing::info!(keys = %lease.key, ?tokens, "running the command");
     let env: Vec<_> = key_vars(tokens.iter().copied()).collect();
+    result.fencing_tokens = Some(
+        tokens
+            .iter()
+            .map(|(key, token)| (key.to_string(), *token))
+            .collect(),
+    );
+    let outcome = supervise(&held, lease, &env, &mut signals).await?;
+    Ok(finish(Hold::All(held), result, outcome, None).await)
+}
+
+/// `run KEY --limit N --permits P`: P of the N permits, all or none.
+async fn permits_and_run(
+    store: &Store,
+    args: &RunArgs,
+    opts: LockOptions,
+    limit: u32,
+    permits: u32,
+    mut result: RunResult,
+) -> anyhow::Result<RunResult> {
+    let lease = &args.lease;
+    let sem = store.semaphore_with(&lease.key, limit, opts)?;
+    let mut signals = Signals::new()?;
+    let acquiring = async {
+        let tried = sem.try_acquire_many(permits).await;
+        match (tried, args.wait) {
+            (Err(Error::Held { .. }), Some(wait)) => {
+                let mut status = StatusLine::new(&lease.key);
+                status.show(&format!("fewer than {permits} of its {limit} permits free"));
+                let r = match wait {
+                    leasehold::Wait::Forever => sem.acquire_many(permits).await,
+                    leasehold::Wait::Timeout(t) => sem.acquire_many_timeout(permits, t).await,
+                };
+                status.clear();
+                r
+            }
+            (tried, _) => tried,
+        }
+    };
+    let acquired = tokio::select! {
+        r = acquiring => r,
+        sig = signals.next() => {
+            say!("interrupted while waiting for {}", lease.key);
+            return Ok(result.ended("interrupted", 128 + sig as u8));
+        }
+    };
+    let held = match acquired {
+        Ok(held) => held,
+        Err(e @ (Error::Held { .. } | Error::TimedOut { .. } | Error::Quarantined { .. })) => {
+            let message = match e {
+                Error::TimedOut { waited, .. } => format!(
+                    "gave up waiting for {permits} of the {limit} permits of {} after {}; not running the command",
+                    lease.key,
+                    short(waited)
+                ),
+                Error::Quarantined {
+                    epoch, remaining, ..
+                } => quarantine_message(&lease.key, epoch, remaining, store.confirmation_window()),
+                _ => format!(
+                    "fewer than {permits} of the {limit} permits of {} are free; not running the command",
+                    lease.key
+                ),
+            };
+            say!("{message}");
+            result.error = Some(message);
+            return Ok(result.ended("not_obtained", EXIT_NOT_OBTAINED));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let tokens: Vec<(&str, u64)> = held
+        .iter()
+        .map(|(key, guard)| (key.as_str(), guard.fencing_token()))
+        .collect();
+    let mut slots: Vec<u32> = held
+        .keys()
+        .filter_map(|k| k.as_str().rsplit(':').next()?.parse().ok())
+        .collect();
+    slots.sort_unstable();
+    let slots: Vec<String> = slots.iter().map(u32::to_string).collect();
+    tracing::info!(key = %lease.key, ?tokens, "running the command");
+    let mut env = vec![
+        ("LEASEHOLD_KEY", lease.key.clone()),
+        ("LEASEHOLD_SLOTS", slots.join(" ")),
+    ];
+    env.extend(key_vars(tokens.iter().copied()).filter(|(name, _)| *name != "LEASEHOLD_KEYS"));
     result.fencing_tokens = Some(
         tokens
             .iter()

@@ -292,3 +292,61 @@ fn leader_follow_shows_each_change_and_is_woken_by_a_release() {
     kill(follower.id(), libc::SIGTERM);
     assert_eq!(wait_with_timeout(&mut follower, 10 * SECS), Some(143));
 }
+
+/// `run --limit 4 --permits P`: runs taking 3, 2 and 1 of 4 permits, each
+/// a process waiting for its permits: all of them run (two takers of
+/// several permits never hold part each while waiting), never two on one
+/// slot; a run that cannot have all its permits without waiting takes
+/// none (exit 75) and says so.
+#[test]
+fn runs_of_several_permits_take_turns_without_deadlock() {
+    let env = Env::new();
+    let section = r#"for s in ${LEASEHOLD_SLOTS:-$LEASEHOLD_SLOT}; do mkdir "$D/slot-$s" || exit 99; done
+echo "${LEASEHOLD_SLOTS:-$LEASEHOLD_SLOT}" >> "$D/log"
+sleep 0.1
+for s in ${LEASEHOLD_SLOTS:-$LEASEHOLD_SLOT}; do rmdir "$D/slot-$s"; done"#;
+    let mut children: Vec<_> = ["3", "3", "2", "2", "1", "1"]
+        .iter()
+        .map(|p| {
+            env.spawn(&[
+                "run",
+                "--limit",
+                "4",
+                "--permits",
+                p,
+                "--wait",
+                "60s",
+                "jobs",
+                "--",
+                "sh",
+                "-c",
+                section,
+            ])
+        })
+        .collect();
+    for child in &mut children {
+        let code = wait_with_timeout(child, 90 * SECS);
+        let err = read_all(child.stderr.as_mut().unwrap());
+        assert_eq!(code, Some(0), "{err}");
+    }
+    let log = std::fs::read_to_string(env.path("log")).unwrap();
+    let mut sizes: Vec<usize> = log.lines().map(|l| l.split(' ').count()).collect();
+    sizes.sort_unstable();
+    assert_eq!(sizes, [1, 1, 2, 2, 3, 3], "{log}");
+
+    let (mut holder, _out) = env.spawn_until(
+        &sh("run --limit 4 --permits 2 jobs", "echo in; exec sleep 300"),
+        "in",
+    );
+    let refused = env.output(&sh("run --limit 4 --permits 3 jobs", "echo ran"));
+    assert_eq!(refused.code, Some(75), "{refused:?}");
+    assert!(
+        refused.stderr.contains("fewer than 3 of the 4 permits"),
+        "{refused:?}"
+    );
+    // It took none: two permits are still to be had.
+    let two = env.output(&sh("run --limit 4 --permits 2 jobs", "echo ran"));
+    assert_eq!(two.code, Some(0), "{two:?}");
+    kill(holder.id(), libc::SIGTERM);
+    wait_with_timeout(&mut holder, 10 * SECS);
+}

@@ -862,6 +862,60 @@ impl Target {
         Ok(self.held(granted))
     }
 
+    /// A semaphore's `permits` permits at once, all or none, waiting up to
+    /// `wait` seconds (None: as long as it takes; 0: one attempt, None
+    /// back when fewer are free).
+    #[pyo3(signature = (permits, wait=None, once=false))]
+    fn acquire_many(
+        &self,
+        py: Python<'_>,
+        permits: i64,
+        wait: Option<f64>,
+        once: bool,
+    ) -> PyResult<Option<Held>> {
+        self.home.check("semaphore")?;
+        let Kind::Semaphore(sem) = &*self.kind else {
+            return Err(usage_error("acquire_many() is a semaphore's"));
+        };
+        let permits = u32::try_from(permits).map_err(|_| {
+            usage_error(format!(
+                "invalid permits: {permits} is not in 1..={}",
+                sem.limit()
+            ))
+        })?;
+        let wait = wait_of(wait)?;
+        let kind = self.kind.clone();
+        let got =
+            self.home.block_on_interruptible(
+                py,
+                async move {
+                    let Kind::Semaphore(sem) = &*kind else {
+                        unreachable!("checked above")
+                    };
+                    let got = match (once, wait) {
+                        (true, _) => sem.try_acquire_many(permits).await,
+                        (false, leasehold::Wait::Forever) => sem.acquire_many(permits).await,
+                        (false, leasehold::Wait::Timeout(t)) => {
+                            sem.acquire_many_timeout(permits, t).await
+                        }
+                    };
+                    match got {
+                        Err(
+                            leasehold::Error::Held { .. } | leasehold::Error::Quarantined { .. },
+                        ) if once => Ok(None),
+                        other => other.map(Some),
+                    }
+                },
+                |_| Ok(()),
+            )?;
+        Ok(got.map_err(|e| to_py(e, &self.url))?.map(|g| {
+            self.held(Granted {
+                guard: Guard::All(g),
+                slot: None,
+            })
+        }))
+    }
+
     /// One attempt: a Held, or None when it is taken.
     fn try_acquire(&self, py: Python<'_>) -> PyResult<Option<Held>> {
         self.home.check("lock")?;

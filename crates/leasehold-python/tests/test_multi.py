@@ -144,3 +144,26 @@ def test_bad_lock_all_arguments(sqlite_env: Env) -> None:
         store.lock_all([])
     with pytest.raises(leasehold.UsageError, match="key"):
         store.lock_all(["a", "b//"])
+
+
+def test_semaphore_acquire_many_is_all_or_none(store_env: Env) -> None:
+    store = store_env.open()
+    key = store_env.key("many")
+    sem = store.semaphore(key, 4, ttl=store_env.ttl)
+    with sem.acquire_many(3, wait=30) as held:
+        assert len(held.tokens) == 3, held.tokens
+        assert all(k.startswith(key + "/:slot:") for k in held.tokens)
+        other = store_env.open().semaphore(key, 4, ttl=store_env.ttl)
+        assert other.try_acquire_many(2) is None
+        with pytest.raises(leasehold.Timeout):
+            other.acquire_many(2, wait=0.3)
+        # None was kept: the fourth permit is free.
+        one = other.try_acquire()
+        assert one is not None
+        one.release()
+    assert held.released
+    for bad in (0, 5, -1):
+        with pytest.raises(leasehold.UsageError, match="permits"):
+            sem.acquire_many(bad)
+    with pytest.raises(leasehold.UsageError, match="semaphore"):
+        store.lock(key + "-lock", ttl=store_env.ttl)._native.acquire_many(2)

@@ -705,6 +705,24 @@ class Semaphore(_Acquirable):
 
     _noun = "semaphore"
 
+    def acquire_many(self, permits: int, wait: Optional[Duration] = _DEFAULT) -> Held:
+        """Takes ``permits`` permits at once (a job that needs 3 of 10
+        slots), all or none, waiting up to ``wait`` (None: as long as it
+        takes; default: the one given when it was made); ``Timeout`` when
+        the wait runs out. Never holds some while waiting for the rest, so
+        takers of several permits never deadlock (but need that many free
+        at the same moment). One Held over the slots: ``held.tokens`` has
+        each slot key's token, and it is lost when any permit is."""
+        native = self._native.acquire_many(_int(permits, "permits"), self._wait_of(wait))
+        assert native is not None
+        return self._held(native)
+
+    def try_acquire_many(self, permits: int) -> Optional[Held]:
+        """One attempt at ``permits`` permits at once: the Held, or None
+        when fewer are free (none is kept)."""
+        native = self._native.acquire_many(_int(permits, "permits"), None, True)
+        return None if native is None else self._held(native)
+
     def holders(self) -> List[Holder]:
         """Who holds the slots now."""
         return [Holder(**d) for d in self._native.holders()]
