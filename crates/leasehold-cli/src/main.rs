@@ -287,15 +287,18 @@ fn usage_error(err: &clap::Error) -> ExitCode {
     }
 }
 
-/// For `run KEY CMD` (the `--` left out, so clap takes CMD for an
-/// argument it does not know): what to write instead.
+/// For `run KEY CMD` (the `--` left out, so clap takes CMD for more keys
+/// and says the command is missing, or for an argument it does not know):
+/// what to write instead.
 fn missing_separator_hint(err: &clap::Error) -> Option<&'static str> {
     use clap::error::ErrorKind;
     let args = args().get(1..)?;
-    (err.kind() == ErrorKind::UnknownArgument
-        && args.iter().any(|a| a == "run" || a == "elect")
+    (matches!(
+        err.kind(),
+        ErrorKind::UnknownArgument | ErrorKind::MissingRequiredArgument
+    ) && args.iter().any(|a| a == "run" || a == "elect")
         && !args.iter().any(|a| a == "--"))
-    .then_some("tip: put -- between KEY and the command: leasehold run KEY -- CMD [ARGS...]")
+    .then_some("tip: put -- between KEY and the command: leasehold run KEY -- CMD [ARGS...] (several keys: leasehold run KEY KEY... -- CMD)")
 }
 
 /// `text` with every command-line argument and `LEASEHOLD_STORE` scrubbed

@@ -974,6 +974,7 @@ async fn json_output_has_the_documented_shapes() {
             "error",
             "exit_code",
             "fencing_token",
+            "fencing_tokens",
             "key",
             "last_success",
             "result",
