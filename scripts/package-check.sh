@@ -62,8 +62,12 @@ print(" ".join(public))
 ' <<<"$public")
 
 # The dependencies' own rust-version: the workspace's must be at least the
-# highest of them (the full graph, every feature and platform).
-cargo metadata --format-version 1 --locked --offline 2>/dev/null | python3 -c '
+# highest of them (the full graph, every feature and platform). Offline
+# first; a fresh machine has not downloaded the other platforms' crates
+# (anstyle-wincon, ...), which the full graph needs: then online.
+full=$(cargo metadata --format-version 1 --locked --offline 2>/dev/null ||
+    cargo metadata --format-version 1 --locked)
+python3 -c '
 import json, sys
 m = json.load(sys.stdin)
 members = set(m["workspace_members"])
@@ -74,7 +78,7 @@ deps = [(v(p["rust_version"]), p["name"], p["rust_version"]) for p in m["package
 need = max(deps)
 if v(ours.pop()) < need[0]:
     sys.exit(f"package-check: {need[1]} needs Rust {need[2]}, more than the workspace rust-version")
-' || { echo "package-check: rust-version below a dependency's (or metadata failed)" >&2; exit 1; }
+' <<<"$full" || { echo "package-check: rust-version below a dependency's (or metadata failed)" >&2; exit 1; }
 
 args=()
 for p in $public; do args+=(-p "$p"); done
