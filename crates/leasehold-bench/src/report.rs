@@ -920,8 +920,7 @@ fn multi_key(s: &mut String, r: &Results) {
     }
     let _ = writeln!(
         s,
-        "Uncontended cycles of a multi-key lock (`Store::lock_all`, what `leasehold run a b -- CMD` \
-takes: every key taken in byte order, one after the other, then all released side by side) against \
+        "Uncontended cycles of a multi-key lock (`Store::lock_all`: every key taken in byte order, one after the other, then all released side by side) against \
 the same keys' single locks taken one after the other and released one after the other, as code \
 without it would; in alternating rounds, as figure 1's. Requests are counted as figure 1 counts \
 them. A multi-key lock sends what its keys' single locks send: one acquisition per key, each \

@@ -398,6 +398,9 @@ pub struct LeaseArgs {
     pub command: Vec<OsString>,
 }
 
+/// The most keys one `run` holds.
+pub const MAX_RUN_KEYS: usize = 256;
+
 /// The default grace: 5 s, or a quarter of the TTL when that is shorter,
 /// so that it always fits (the limit is half the TTL).
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
@@ -520,6 +523,18 @@ pub async fn validate(command: &Command) -> anyhow::Result<Access> {
         Command::Run(args) => {
             let opts = lock_options(&args.lease, scratch.confirmation_window())?;
             let several = args.lease.keys.len() > 1;
+            // CMD's environment holds every key and token: within what
+            // exec takes for one variable (128 KiB) at 256-character keys.
+            if args.lease.keys.len() > MAX_RUN_KEYS {
+                return Err(Error::invalid(
+                    "keys",
+                    format!(
+                        "{} keys; run takes at most {MAX_RUN_KEYS}",
+                        args.lease.keys.len()
+                    ),
+                )
+                .into());
+            }
             for (flag, given) in [
                 ("--limit", args.limit.is_some()),
                 ("--once-per", args.once_per.is_some()),

@@ -303,7 +303,7 @@ async fn permits_and_run(
     let acquiring = async {
         let tried = sem.try_acquire_many(permits).await;
         match (tried, args.wait) {
-            (Err(Error::Held { .. }), Some(wait)) => {
+            (Err(e), Some(wait)) if matches!(e, Error::Held { .. }) || e.is_retryable() => {
                 let mut status = StatusLine::new(&lease.key);
                 status.show(&format!("fewer than {permits} of its {limit} permits free"));
                 let r = match wait {

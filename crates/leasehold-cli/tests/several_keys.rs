@@ -148,10 +148,17 @@ fn a_wait_that_runs_out_on_one_key_leaves_the_others_free() {
 }
 
 /// `--limit`, `--once-per` and `elect` take one key: several are a usage
-/// error (exit 2), and nothing runs.
+/// error (exit 2), and nothing runs; so are more keys than `run` takes.
 #[test]
 fn options_of_one_key_refuse_several() {
     let env = Env::new();
+    let many: Vec<String> = (0..257).map(|i| format!("k{i}")).collect();
+    let mut args: Vec<&str> = vec!["run"];
+    args.extend(many.iter().map(String::as_str));
+    args.extend(["--", "echo", "ran"]);
+    let out = env.output(&args);
+    assert_eq!(out.code, Some(2), "{out:?}");
+    assert!(out.stderr.contains("at most 256"), "{out:?}");
     for args in ["run --limit 2 a b", "run --once-per 1h a b", "elect a b"] {
         let out = env.output(&sh(args, "echo ran"));
         assert_eq!(out.code, Some(2), "{args}: {out:?}");

@@ -863,8 +863,8 @@ impl Target {
     }
 
     /// A semaphore's `permits` permits at once, all or none, waiting up to
-    /// `wait` seconds (None: as long as it takes; 0: one attempt, None
-    /// back when fewer are free).
+    /// `wait` seconds (None: as long as it takes); with `once`, one
+    /// attempt, None back when fewer are free.
     #[pyo3(signature = (permits, wait=None, once=false))]
     fn acquire_many(
         &self,
@@ -1247,6 +1247,10 @@ impl Held {
     /// Records a run (succeeded or failed, started at `started_at` Unix
     /// seconds), then ends the lease (`leasehold run --once-per`'s record).
     fn release_with(&self, py: Python<'_>, succeeded: bool, started_at: f64) -> PyResult<()> {
+        if self.tokens.len() > 1 {
+            // Before anything is taken: the lease stays held.
+            return Err(usage_error("a run is recorded under the lease of one key"));
+        }
         let Some(guard) = self.take()? else {
             return Err(usage_error(format!(
                 "the lease on {} was already released",

@@ -144,6 +144,12 @@ def test_bad_lock_all_arguments(sqlite_env: Env) -> None:
         store.lock_all([])
     with pytest.raises(leasehold.UsageError, match="key"):
         store.lock_all(["a", "b//"])
+    # A run record takes one key; the keys stay held when it is refused.
+    held = store.lock_all(["a", "b"], ttl=2).acquire()
+    with pytest.raises(leasehold.UsageError, match="one key"):
+        held._release_with(True, 0.0)
+    assert not held.released
+    held.release()
 
 
 def test_semaphore_acquire_many_is_all_or_none(store_env: Env) -> None:

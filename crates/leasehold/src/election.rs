@@ -252,9 +252,10 @@ impl Election {
     /// 1 ms; one `inspect` request each), and at once where the store tells
     /// of releases (SQLite, PostgreSQL, Redis, etcd; and a release in this
     /// process on every store): a leader that resigns or is broken is seen
-    /// gone at once, and the poll after that comes
-    /// [`OBSERVER_AFTER_WAKE`] later (or `every`, if shorter), in time to
-    /// see a waiting candidate take over. The observer's first
+    /// gone at most [`OBSERVER_AFTER_WAKE`] later, and while nobody leads
+    /// it asks again every [`OBSERVER_AFTER_WAKE`] (up to
+    /// [`OBSERVER_POLLS_AFTER_WAKE`] times; `every` if shorter), in time
+    /// to see a waiting candidate take over. The observer's first
     /// [`next`](LeaderObserver::next) returns the current state at once. A
     /// leader that lasted longer than `every` is always seen; changes made
     /// and undone between two polls are not, but the terms they began are
@@ -266,6 +267,7 @@ impl Election {
             last: None,
             watch: None,
             woke: false,
+            woke_polls: 0,
         }
     }
 }
@@ -341,9 +343,15 @@ pub struct LeaderObserver {
     /// Completes when the key may have been released (registered before
     /// the last poll, so that no release after it is missed).
     watch: Option<crate::backend::ReleaseWatch>,
-    /// Whether the watch completed since the last poll.
+    /// Whether the next pause is a short one (after a wake).
     woke: bool,
+    /// Short polls left after the last wake while nobody leads.
+    woke_polls: u8,
 }
+
+/// How many short polls ([`OBSERVER_AFTER_WAKE`] apart) a
+/// [`LeaderObserver`] makes after a release woke it, while nobody leads.
+pub const OBSERVER_POLLS_AFTER_WAKE: u8 = 4;
 
 impl std::fmt::Debug for LeaderObserver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -379,6 +387,7 @@ impl LeaderObserver {
                         _ = watch => {
                             self.watch = None;
                             self.woke = true;
+                            self.woke_polls = OBSERVER_POLLS_AFTER_WAKE;
                             continue;
                         }
                     },
@@ -404,6 +413,14 @@ impl LeaderObserver {
                 info.holder.as_ref().map(|h| h.fencing_token),
                 info.fencing_token,
             );
+            // Woken by a release and nobody leads yet: look again soon, in
+            // case a candidate takes over (up to a few short polls).
+            if self.woke_polls > 0 && now.0.is_none() {
+                self.woke_polls -= 1;
+                self.woke = self.woke_polls > 0;
+            } else {
+                self.woke_polls = 0;
+            }
             let missed_terms = match self.last {
                 None => 0,
                 Some(last) if last == now => continue,
@@ -522,6 +539,33 @@ mod tests {
             .unwrap();
         assert_eq!(next.leader.map(|h| h.fencing_token), Some(third.term()));
         third.resign().await.unwrap();
+    }
+
+    /// A candidate that takes over a while after the release (more than
+    /// one short poll) is still seen soon, not a minute later.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn observer_sees_a_late_successor_after_a_release() {
+        let store = Store::open("memory:").unwrap();
+        let e = store.election_with("late", opts("a")).unwrap();
+        let first = e.campaign().await.unwrap();
+        let mut observer = e.observe(Duration::from_secs(60));
+        observer.next().await.unwrap();
+        first.resign().await.unwrap();
+        let later = e.clone();
+        let successor = tokio::spawn(async move {
+            tokio::time::sleep(OBSERVER_AFTER_WAKE * 2 + Duration::from_millis(20)).await;
+            later.campaign().await.unwrap()
+        });
+        let mut seen = observer.next().await.unwrap();
+        if seen.leader.is_none() {
+            seen = tokio::time::timeout(Duration::from_secs(5), observer.next())
+                .await
+                .expect("the successor seen by the short polls after the wake")
+                .unwrap();
+        }
+        let successor = successor.await.unwrap();
+        assert_eq!(seen.leader.map(|h| h.fencing_token), Some(successor.term()));
+        successor.resign().await.unwrap();
     }
 
     #[tokio::test]

@@ -180,13 +180,14 @@ pub use backend::{Creation, HolderInfo, KeyInfo, Owner, CONFIRMATION_WINDOW};
 pub use detach::finish_background;
 pub use election::{
     Election, LeaderChange, LeaderObserver, LeaderStream, Leadership, OBSERVER_AFTER_WAKE,
+    OBSERVER_POLLS_AFTER_WAKE,
 };
 pub use engine::WaitReason;
 pub use error::{BoxError, Error, LossReason, Result};
 pub use guard::{HeldLease, LeaseGuard};
 pub use key::{Key, MAX_KEY_LEN};
 pub use lock::Lock;
-pub use multi::{MultiGuard, MultiLock, MultiLockBuilder};
+pub use multi::{MultiGuard, MultiLock, MultiLockBuilder, MAX_MULTI_KEYS};
 pub use options::{
     LockOptions, LossPolicy, Wait, DEFAULT_POLL_CAP, DEFAULT_POLL_MAX, DEFAULT_POLL_MIN,
     DEFAULT_TTL, MAX_DATA_LEN, MAX_LABEL_LEN, MIN_SAFETY_MARGIN,

@@ -14,6 +14,11 @@ use crate::key::Key;
 use crate::options::{LockOptions, Wait};
 use crate::store::Store;
 
+/// The most keys one [`MultiLock`] takes (each is a lease of its own,
+/// renewed by a task of its own, and the guard's loss watch looks at
+/// every one on each renewal).
+pub const MAX_MULTI_KEYS: usize = 1000;
+
 /// Several keys held together: either every key is held or none is.
 /// Made by [`Store::lock_all`], [`Store::lock_all_with`] or, to mix locks
 /// with either side of [reader-writer locks](crate::RwLock),
@@ -143,7 +148,8 @@ impl MultiLockBuilder {
     /// The multi-key lock.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] if there is no key (what: `"keys"`), a key
+    /// [`Error::InvalidInput`] if there is no key or more than
+    /// [`MAX_MULTI_KEYS`] (what: `"keys"`), a key
     /// is named twice in different ways (what: `"keys"`; the same key
     /// named twice the same way counts once), a key breaks the rule of its
     /// kind (as [`Store::lock_with`] and [`Store::rw_lock_with`] say), or
@@ -159,6 +165,15 @@ impl MultiLockBuilder {
             return Err(Error::invalid(
                 "keys",
                 "a multi-key lock needs at least one key".to_string(),
+            ));
+        }
+        if keys.len() > MAX_MULTI_KEYS {
+            return Err(Error::invalid(
+                "keys",
+                format!(
+                    "{} keys; a multi-key lock takes at most {MAX_MULTI_KEYS}",
+                    keys.len()
+                ),
             ));
         }
         keys.sort();
@@ -240,8 +255,9 @@ impl MultiLock {
     ///
     /// # Errors
     /// [`Error::Held`] naming the first key (in byte order) that was held;
-    /// [`Error::Quarantined`] while the store's data is new; backend
-    /// failures.
+    /// [`Error::Quarantined`] while the store's data is new;
+    /// [`Error::LeaseLost`] if a key taken was lost before the last was
+    /// granted (nothing is held); backend failures.
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future releases, in the background, the
@@ -325,7 +341,9 @@ impl MultiLock {
                     let lost = select_all(held.iter().map(|g| Box::pin(g.lost())));
                     match select(Box::pin(acquiring), lost).await {
                         Either::Left((granted, _)) => Ok(granted),
-                        Either::Right(((reason, i, _), _)) => Err((held[i].key().clone(), reason)),
+                        Either::Right(((reason, i, _), _)) => {
+                            Err((self.parts[i].key.clone(), reason))
+                        }
                     }
                 };
                 match outcome {
@@ -359,6 +377,24 @@ impl MultiLock {
                             _ => continue 'attempt,
                         }
                     }
+                }
+            }
+            // A key lost just as the last was granted: all or none still.
+            if let Some(i) = held.iter().position(LeaseGuard::is_lost) {
+                let key = self.parts[i].key.to_string();
+                let reason = held[i]
+                    .loss_reason()
+                    .unwrap_or(crate::error::LossReason::Expired);
+                release_all(held).await;
+                match (wait, deadline) {
+                    (None, _) => return Err(Error::LeaseLost { key, reason }),
+                    (Some(_), Some(end)) if tokio::time::Instant::now() >= end => {
+                        return Err(Error::TimedOut {
+                            key,
+                            waited: started.elapsed(),
+                        })
+                    }
+                    _ => continue 'attempt,
                 }
             }
             let keys = self.parts.iter().map(|p| p.key.clone()).collect();
@@ -490,7 +526,9 @@ impl MultiGuard {
     }
 
     /// The guards, one per key in byte order of the keys, to release or
-    /// keep one by one.
+    /// keep one by one. The combined signals handed out before
+    /// ([`lost_token`](Self::lost_token), [`deadline_watch`](Self::deadline_watch))
+    /// stop with this guard: watch each guard's own from then on.
     pub fn into_guards(self) -> Vec<LeaseGuard> {
         self.guards
     }
@@ -562,8 +600,8 @@ async fn watch_all(
             _ = stop.cancelled() => return,
             () = any_lost => lost.cancel(),
             changed = changed => {
-                // A guard's sender lives as long as the guard: gone only
-                // when the guard is, and then so is this task's purpose.
+                // The senders live in the guards' states, which `helds`
+                // keeps: not expected to close; stop watching if one does.
                 if changed.is_err() {
                     watching = false;
                 }

@@ -357,7 +357,10 @@ impl Semaphore {
     /// permit as [`acquire_timeout`](Self::acquire_timeout) does, then
     /// makes one attempt at each other free slot; if it cannot have them
     /// all at once, it gives back what it took at once and tries again
-    /// after a random pause between the poll bounds. So two takers of
+    /// after a pause that starts between the poll bounds and doubles with
+    /// each such round, up to the poll cap (what it costs: up to the
+    /// limit's number of requests a round). The permits' keys are in byte
+    /// order of the slot keys. So two takers of
     /// several permits never hold part each while waiting for the rest;
     /// the price is that a taker of many permits can be kept waiting by a
     /// steady flow of takers of one (it needs that many free at the same
@@ -413,6 +416,9 @@ impl Semaphore {
             key: self.key().to_string(),
             waited: started.elapsed(),
         };
+        // Rounds that found too few free: the pause after each doubles, up
+        // to the poll cap, as a wait for one permit backs off.
+        let mut short_rounds = 0u32;
         loop {
             // The first permit: waited for as one permit is.
             let first = match (wait, deadline) {
@@ -428,12 +434,17 @@ impl Semaphore {
                 Err(Error::TimedOut { .. }) => return Err(timed_out()),
                 Err(e) => return Err(e),
             };
-            // The rest: one attempt each (slots we hold are skipped).
+            // The rest: one attempt each (slots we hold are skipped); the
+            // first slot found held ends the round.
             let mut held = vec![first];
+            let mut short_by = None;
             while held.len() < permits as usize {
                 match self.engine.try_acquire().await {
                     Ok(granted) => held.push(granted.guard),
-                    Err(e) if matches!(e, Error::Held { .. }) || e.is_retryable() => break,
+                    Err(e) if matches!(e, Error::Held { .. }) || e.is_retryable() => {
+                        short_by = Some(e);
+                        break;
+                    }
                     Err(e) => {
                         release_all(held).await;
                         return Err(e);
@@ -441,26 +452,50 @@ impl Semaphore {
                 }
             }
             if held.len() == permits as usize {
+                // In byte order of the slot keys, as a MultiGuard's keys are.
+                held.sort_by(|a, b| a.key().cmp(b.key()));
                 let keys = held.iter().map(|g| g.key().clone()).collect();
                 return Ok(MultiGuard::new(keys, held));
             }
             let had = held.len();
             release_all(held).await;
-            let pause = self.engine.poll_pause();
-            match (wait, deadline) {
-                (None, _) => {
-                    return Err(Error::Held {
+            if wait.is_none() {
+                // One attempt: a store failure is said as itself.
+                return Err(match short_by {
+                    Some(e @ Error::Held { .. }) | Some(e @ Error::Quarantined { .. }) => {
+                        let _ = e;
+                        Error::Held {
+                            key: self.key().to_string(),
+                            holder: None,
+                            readers: 0,
+                        }
+                    }
+                    Some(e) => e,
+                    None => Error::Held {
                         key: self.key().to_string(),
                         holder: None,
                         readers: 0,
-                    })
-                }
-                (Some(_), Some(end)) if tokio::time::Instant::now() + pause >= end => {
-                    return Err(timed_out())
-                }
-                _ => {}
+                    },
+                });
             }
-            tracing::debug!(key = %self.key(), permits, had, "not enough permits free at once; trying again");
+            let cap = self.engine.poll_cap();
+            let pause = self
+                .engine
+                .poll_pause()
+                .saturating_mul(1 << short_rounds.min(8))
+                .min(cap);
+            short_rounds += 1;
+            let pause = match deadline {
+                Some(end) => {
+                    let left = end.saturating_duration_since(tokio::time::Instant::now());
+                    if left.is_zero() {
+                        return Err(timed_out());
+                    }
+                    pause.min(left)
+                }
+                None => pause,
+            };
+            tracing::debug!(key = %self.key(), permits, had, ?pause, "not enough permits free at once; trying again");
             tokio::time::sleep(pause).await;
         }
     }

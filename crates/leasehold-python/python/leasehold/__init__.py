@@ -241,8 +241,9 @@ class Store:
         given in, so two holders of the same keys never deadlock; a wait
         that runs out (or is cancelled, or Ctrl-C) releases the keys it
         took. ``held.tokens`` has each key's fencing token; the Held is lost
-        when any one key is. Options as ``lock``; the same lock as
-        ``leasehold run a b -- CMD`` takes."""
+        when any one key is. Options as ``lock``. Each key is a plain lock
+        (as ``store.lock(key)``): it excludes ``leasehold run a b`` and
+        ``run a``, but not ``run --shared a`` readers."""
         return MultiLock(self, "multi", _keys(keys), 1, ttl, wait, data, label, on_loss, abort_on_loss, renew_interval, poll_cap)
 
     def status(self, key: str) -> KeyInfo:

@@ -102,6 +102,8 @@ pub async fn multi_key_lock_takes_its_keys_in_byte_order_each_with_its_own_token
     // No key at all is refused.
     let none: [&str; 0] = [];
     assert_invalid_input(&store.lock_all(none).unwrap_err(), "keys");
+    let too_many = (0..=leasehold::MAX_MULTI_KEYS).map(|i| format!("{a}/{i}"));
+    assert_invalid_input(&store.lock_all(too_many).unwrap_err(), "keys");
 }
 
 /// One attempt that finds a key held takes nothing: the keys before it

@@ -166,8 +166,10 @@ pub async fn semaphore_acquire_many_is_all_or_none(store: Store) {
     let long = opts(&store).ttl(long_ttl(&store));
     let sem = |s: &Store| s.semaphore_with(&key, LIMIT, long.clone()).unwrap();
     let three = sem(&store).try_acquire_many(3).await.unwrap();
-    let slots: BTreeSet<String> = three.keys().map(|k| k.to_string()).collect();
+    let in_order: Vec<String> = three.keys().map(|k| k.to_string()).collect();
+    let slots: BTreeSet<String> = in_order.iter().cloned().collect();
     assert_eq!(slots.len(), 3, "{slots:?}");
+    assert!(in_order.windows(2).all(|w| w[0] < w[1]), "{in_order:?}");
     assert!(slots
         .iter()
         .all(|k| k.starts_with(&format!("{key}/:slot:"))));

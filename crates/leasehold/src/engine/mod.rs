@@ -231,6 +231,11 @@ impl Engine {
         self.opts.poll_pause()
     }
 
+    /// The longest pause a long wait backs off to.
+    pub(crate) fn poll_cap(&self) -> Duration {
+        self.opts.poll_cap
+    }
+
     pub(crate) fn labels(&self) -> Labels {
         Labels {
             backend: self.store.backend().name(),
