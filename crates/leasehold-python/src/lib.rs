@@ -996,6 +996,21 @@ impl Target {
         got.map_err(|e| to_py(e, &self.url))
     }
 
+    /// An observer of an election's leader, asking every `every` seconds
+    /// (and woken by releases where the store tells of them).
+    fn observer(&self, every: f64) -> PyResult<Observer> {
+        self.home.check("election")?;
+        let Kind::Election(election) = &*self.kind else {
+            return Err(usage_error("observe() is an election's"));
+        };
+        let every = duration("every", every)?;
+        Ok(Observer {
+            inner: Arc::new(tokio::sync::Mutex::new(election.observe(every))),
+            home: self.home,
+            url: self.url.clone(),
+        })
+    }
+
     /// Who holds the key (a lock's or election's holder; a semaphore's
     /// slots' holders; a reader-writer lock's readers, or its writer), as
     /// a list of dicts.
@@ -1030,6 +1045,53 @@ impl Target {
         })?;
         let holders: Vec<HolderInfo> = got.map_err(|e| to_py(e, &self.url))?;
         holders.iter().map(|h| holder_info(py, h)).collect()
+    }
+}
+
+/// Follows an election's leader (`Election::observe`).
+#[pyclass(frozen, module = "leasehold._leasehold")]
+struct Observer {
+    inner: Arc<tokio::sync::Mutex<leasehold::LeaderObserver>>,
+    home: Home,
+    url: String,
+}
+
+#[pymethods]
+impl Observer {
+    /// The next change: (leader dict or None, last term, missed terms); the
+    /// current state at the first call. None if `timeout` seconds pass
+    /// first (None: wait as long as it takes). Ctrl-C ends the wait.
+    #[pyo3(signature = (timeout=None))]
+    #[allow(clippy::type_complexity)]
+    fn next<'py>(
+        &self,
+        py: Python<'py>,
+        timeout: Option<f64>,
+    ) -> PyResult<Option<(Option<Bound<'py, PyDict>>, u64, u64)>> {
+        self.home.check("observer")?;
+        let limit = timeout.map(|t| duration("timeout", t)).transpose()?;
+        let inner = self.inner.clone();
+        let got = self.home.block_on_interruptible(
+            py,
+            async move {
+                let mut observer = inner.lock().await;
+                match limit {
+                    None => Some(observer.next().await),
+                    Some(t) => tokio::time::timeout(t, observer.next()).await.ok(),
+                }
+            },
+            |_| Ok(()),
+        )?;
+        let Some(change) = got else {
+            return Ok(None);
+        };
+        let change = change.map_err(|e| to_py(e, &self.url))?;
+        let leader = change
+            .leader
+            .as_ref()
+            .map(|h| holder_info(py, h))
+            .transpose()?;
+        Ok(Some((leader, change.last_term, change.missed_terms)))
     }
 }
 
@@ -1415,5 +1477,6 @@ fn _leasehold(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Target>()?;
     m.add_class::<Held>()?;
     m.add_class::<Pending>()?;
+    m.add_class::<Observer>()?;
     Ok(())
 }

@@ -47,6 +47,7 @@ import os
 import time
 import warnings
 import weakref
+from dataclasses import dataclass
 from typing import Any, Callable, Coroutine, Dict, Generator, Iterable, List, Optional, Tuple
 
 from . import _leasehold as _native
@@ -63,6 +64,8 @@ __all__ = [
     "Lock",
     "Semaphore",
     "Election",
+    "LeaderChange",
+    "LeaderObserver",
     "MultiLock",
     "RwLock",
     "ReadLock",
@@ -841,6 +844,19 @@ class Election(_Target):
         """``campaign`` for asyncio, as ``Lock.acquire_async``."""
         return self._acquire_async(wait, on_wait)
 
+    def observe(self, every: Duration = 1.0) -> "LeaderObserver":
+        """Follows the leader: ``for change in election.observe(): ...``
+        gives the leader now, then each change (a ``LeaderChange``),
+        asking the store every ``every`` and at once when the leader lets
+        go on stores that tell of releases (SQLite, PostgreSQL, Redis,
+        etcd). A leader that lasted longer than ``every`` is always seen;
+        terms begun and ended between two asks are counted
+        (``missed_terms``)."""
+        secs = _secs(every, "every")
+        if secs is None:
+            raise TypeError("every must be a duration, not None")
+        return LeaderObserver(self._native.observer(secs))
+
     def resign(self) -> None:
         """Ends the leadership ``campaign()`` took: ``release()``."""
         self.release()
@@ -849,6 +865,43 @@ class Election(_Target):
         """Who leads now (with the data they published), or None."""
         holders = self._native.holders()
         return _holder(holders[0]) if holders else None
+
+@dataclass(frozen=True)
+class LeaderChange:
+    """A change of leader seen by a ``LeaderObserver``."""
+
+    leader: Optional[Holder]
+    """Who leads now (None: nobody)."""
+    last_term: int
+    """The last term ever begun on the key (0 if nobody ever led)."""
+    missed_terms: int
+    """Terms that began and ended unseen since the previous change."""
+
+
+class LeaderObserver:
+    """Follows an election's leader (``Election.observe``): an endless
+    iterator of ``LeaderChange``, or ``next(timeout)``."""
+
+    def __init__(self, native: Any) -> None:
+        self._native = native
+
+    def next(self, timeout: Optional[Duration] = None) -> Optional[LeaderChange]:
+        """The next change (the leader now, at the first call), or None
+        when ``timeout`` passes first. Ctrl-C ends the wait."""
+        got = self._native.next(_secs(timeout, "timeout"))
+        if got is None:
+            return None
+        leader, last_term, missed = got
+        return LeaderChange(_holder(leader), last_term, missed)
+
+    def __iter__(self) -> "LeaderObserver":
+        return self
+
+    def __next__(self) -> LeaderChange:
+        change = self.next()
+        assert change is not None
+        return change
+
 
 class Acquiring(Coroutine[Any, Any, Held]):
     """An acquisition for asyncio (``acquire_async``, ``campaign_async``): a
