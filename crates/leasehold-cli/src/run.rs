@@ -107,18 +107,14 @@ async fn acquire_and_run(store: &Store, args: &RunArgs) -> anyhow::Result<RunRes
                 ),
                 None => format!("{} is held by {by}; not running the command", lease.key),
             };
-            say!("{message}");
-            result.error = Some(message);
-            return Ok(result.ended("not_obtained", EXIT_NOT_OBTAINED));
+            return Ok(result.not_obtained(message));
         }
         Err(Error::Quarantined {
             epoch, remaining, ..
         }) => {
             let message =
                 quarantine_message(&lease.key, epoch, remaining, store.confirmation_window());
-            say!("{message}");
-            result.error = Some(message);
-            return Ok(result.ended("not_obtained", EXIT_NOT_OBTAINED));
+            return Ok(result.not_obtained(message));
         }
         Err(Error::TimedOut { waited, .. }) => {
             let by = who_holds(store, &lease.key, side, limit, lease.ttl).await?;
@@ -127,9 +123,7 @@ async fn acquire_and_run(store: &Store, args: &RunArgs) -> anyhow::Result<RunRes
                 lease.key,
                 short(waited)
             );
-            say!("{message}");
-            result.error = Some(message);
-            return Ok(result.ended("not_obtained", EXIT_NOT_OBTAINED));
+            return Ok(result.not_obtained(message));
         }
         Err(e) => return Err(e.into()),
     };
@@ -246,18 +240,14 @@ async fn acquire_all_and_run(store: &Store, args: &RunArgs) -> anyhow::Result<Ru
                 lease.key,
                 held_by(holder.as_deref(), readers)
             );
-            say!("{message}");
-            result.error = Some(message);
-            return Ok(result.ended("not_obtained", EXIT_NOT_OBTAINED));
+            return Ok(result.not_obtained(message));
         }
         Err(Error::Quarantined {
             epoch, remaining, ..
         }) => {
             let message =
                 quarantine_message(&lease.key, epoch, remaining, store.confirmation_window());
-            say!("{message}");
-            result.error = Some(message);
-            return Ok(result.ended("not_obtained", EXIT_NOT_OBTAINED));
+            return Ok(result.not_obtained(message));
         }
         Err(Error::TimedOut { key, waited }) => {
             let by = who_holds(store, &key, side(&key), None, lease.ttl).await?;
@@ -266,9 +256,7 @@ async fn acquire_all_and_run(store: &Store, args: &RunArgs) -> anyhow::Result<Ru
                 lease.key,
                 short(waited)
             );
-            say!("{message}");
-            result.error = Some(message);
-            return Ok(result.ended("not_obtained", EXIT_NOT_OBTAINED));
+            return Ok(result.not_obtained(message));
         }
         Err(e) => return Err(e.into()),
     };
@@ -340,9 +328,7 @@ async fn permits_and_run(
                     lease.key
                 ),
             };
-            say!("{message}");
-            result.error = Some(message);
-            return Ok(result.ended("not_obtained", EXIT_NOT_OBTAINED));
+            return Ok(result.not_obtained(message));
         }
         Err(e) => return Err(e.into()),
     };
@@ -533,6 +519,13 @@ impl RunResult {
             error: None,
             last_success: None,
         }
+    }
+
+    /// The lock was not obtained: `message` said and kept; exit 75.
+    fn not_obtained(mut self, message: String) -> Self {
+        say!("{message}");
+        self.error = Some(message);
+        self.ended("not_obtained", EXIT_NOT_OBTAINED)
     }
 
     fn ended(mut self, result: &'static str, exit_code: u8) -> Self {
