@@ -21,10 +21,12 @@
 //! without "leasehold" in it (`lh-keeper`, in `comm`; `lh-keeper
 //! WATCHDOG_PID` on its command line), so that what is aimed at leasehold by name does not take it too.
 //! It holds the read end of a pipe whose only write end the watchdog holds
-//! (close-on-exec: the command never gets it). The watchdog writes
-//! `group PGID` once the command runs, and `done` when the tree is gone;
-//! then the keeper exits. End of file without `done` means the watchdog
-//! died; and `leasehold`'s exit (a pidfd on it, the watchdog's parent)
+//! (close-on-exec: the command never gets it). The command's forked
+//! child writes `group PGID` before it execs the command (the watchdog
+//! again after), and the watchdog `done` when the tree is gone; then the
+//! keeper exits. End of file without `done` means the watchdog
+//! died; and `leasehold`'s exit (a pidfd on the watchdog's parent, opened
+//! by the watchdog before the fork)
 //! before `done` means the watchdog did not see it (frozen by SIGSTOP): the
 //! watchdog writes `done` before it tells `leasehold` the tree is gone, so
 //! a `leasehold` that ends normally has always let the keeper know first.
@@ -78,9 +80,19 @@ impl Keeper {
         let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         let watchdog = std::process::id() as libc::pid_t;
         // `leasehold`, the watchdog's parent (1 or a subreaper if it is
-        // already gone: then the watchdog kills the tree itself).
+        // already gone: then the watchdog kills the tree itself), as a
+        // pidfd opened here, before the fork, not by the keeper: a keeper
+        // scheduled late on a busy machine opened it after `leasehold` had
+        // been killed, found no such process, and then waited only for
+        // the watchdog's end of the pipe, which a frozen watchdog keeps
+        // open (the tree ran on; seen with a delay injected into the
+        // keeper's pidfd_open).
         // SAFETY: plain query.
-        let leasehold = unsafe { libc::getppid() };
+        let parent = unsafe { libc::getppid() };
+        let leasehold = (parent > 1).then(|| pidfd(parent)).flatten();
+        // SAFETY: plain query. A parent gone between the two calls (and its
+        // pid taken by another process) is not watched.
+        let leasehold = leasehold.filter(|_| unsafe { libc::getppid() } == parent);
         // SAFETY: this process has one thread (the caller's promise), so
         // the children are consistent copies and may run any code.
         match unsafe { libc::fork() } {
@@ -104,6 +116,7 @@ impl Keeper {
             }
             middle => {
                 drop(read);
+                drop(leasehold);
                 let mut status = 0;
                 // SAFETY: our own child; a valid out-pointer.
                 unsafe { libc::waitpid(middle, &mut status, 0) };
@@ -114,9 +127,19 @@ impl Keeper {
         }
     }
 
-    /// Tells the keeper the command's process group.
+    /// Tells the keeper the command's process group. The command's child
+    /// has already said it before exec ([`tell_group`]); this is in case
+    /// that write failed.
     pub fn group(&mut self, pgid: libc::pid_t) {
-        let _ = writeln!(self.pipe, "group {pgid}");
+        // One write (writeln! makes two): the line stays whole beside
+        // the child's.
+        let _ = self.pipe.write_all(format!("group {pgid}\n").as_bytes());
+    }
+
+    /// The watchdog's end of the pipe, for [`tell_group`] in the command's
+    /// forked child (close-on-exec: the command itself never has it).
+    pub fn fd(&self) -> libc::c_int {
+        self.pipe.as_raw_fd()
     }
 
     /// The tree is gone: the keeper exits without doing anything.
@@ -126,13 +149,21 @@ impl Keeper {
 }
 
 /// The keeper's life (see the module docs).
-fn keep(pipe: OwnedFd, cgroup: Option<&Cgroup>, watchdog: libc::pid_t, leasehold: libc::pid_t) {
-    detach(pipe.as_raw_fd());
+/// `leasehold` is its exit, as a descriptor poll can wait on (none on a
+/// kernel without pidfd_open, before 5.3: then only the watchdog's end is
+/// watched).
+fn keep(
+    pipe: OwnedFd,
+    cgroup: Option<&Cgroup>,
+    watchdog: libc::pid_t,
+    leasehold: Option<OwnedFd>,
+) {
+    let kept = [
+        pipe.as_raw_fd(),
+        leasehold.as_ref().map_or(-1, |fd| fd.as_raw_fd()),
+    ];
+    detach(&kept);
     crate::proctitle::set(&format!("{NAME} {watchdog}"));
-    // `leasehold`'s exit, as a descriptor poll can wait on (none on a
-    // kernel without pidfd_open, before 5.3: then only the watchdog's end
-    // is watched).
-    let leasehold = (leasehold > 1).then(|| pidfd(leasehold)).flatten();
     let mut group = None;
     let mut pending = Vec::new();
     let mut chunk = [0u8; 256];
@@ -211,11 +242,47 @@ fn pidfd(pid: libc::pid_t) -> Option<OwnedFd> {
     (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
 }
 
+/// In the command's forked child, before exec: writes `group PID` (its
+/// own process group, just made) to the keeper's pipe `fd`, so that the
+/// keeper knows the group before the command can start anything. Told by
+/// the watchdog after the fork only, a watchdog frozen (SIGSTOP) in
+/// between left the keeper without a group to kill.
+///
+/// Async-signal-safe: no allocation, only `getpid`, `signal` and `write`.
+/// SIGPIPE is ignored around the write (a keeper gone must not kill the
+/// command before it starts).
+pub fn tell_group(fd: libc::c_int) {
+    let mut line = [0u8; 32];
+    line[..6].copy_from_slice(b"group ");
+    // SAFETY: plain query.
+    let mut pid = unsafe { libc::getpid() } as u32;
+    let mut digits = [0u8; 10];
+    let mut n = 0;
+    loop {
+        digits[n] = b'0' + (pid % 10) as u8;
+        n += 1;
+        pid /= 10;
+        if pid == 0 {
+            break;
+        }
+    }
+    for i in 0..n {
+        line[6 + i] = digits[n - 1 - i];
+    }
+    line[6 + n] = b'\n';
+    // SAFETY: async-signal-safe calls; a valid buffer of the given length.
+    unsafe {
+        let old = libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+        libc::write(fd, line.as_ptr().cast(), 7 + n);
+        libc::signal(libc::SIGPIPE, old);
+    }
+}
+
 /// Cuts the keeper loose from everything the watchdog had: every
-/// descriptor but `keep` closed, stdin, stdout and stderr on /dev/null,
+/// descriptor but those in `keep` closed, stdin, stdout and stderr on /dev/null,
 /// the root as its directory (it keeps no file system busy), default
 /// signal dispositions, nothing blocked.
-fn detach(keep: libc::c_int) {
+fn detach(keep: &[libc::c_int]) {
     let open: Vec<libc::c_int> = std::fs::read_dir("/proc/self/fd")
         .map(|dir| {
             dir.flatten()
@@ -227,7 +294,7 @@ fn detach(keep: libc::c_int) {
     // single-threaded process; closing a descriptor nothing else uses.
     unsafe {
         for fd in open {
-            if fd > 2 && fd != keep {
+            if fd > 2 && !keep.contains(&fd) {
                 libc::close(fd);
             }
         }

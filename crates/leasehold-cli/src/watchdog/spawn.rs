@@ -40,6 +40,7 @@ pub fn spawn_into_cgroup(
     dir: &std::path::Path,
     command: &[OsString],
     watchdog: libc::pid_t,
+    keeper: Option<libc::c_int>,
     foreground: bool,
 ) -> std::io::Result<Option<libc::pid_t>> {
     use std::ffi::CString;
@@ -87,7 +88,7 @@ pub fn spawn_into_cgroup(
         // SAFETY: in the child; see above.
         unsafe {
             libc::close(read_end);
-            let err = match in_child(watchdog, None, foreground) {
+            let err = match in_child(watchdog, None, keeper, foreground) {
                 Ok(()) => {
                     let mut none: libc::sigset_t = std::mem::zeroed();
                     libc::sigemptyset(&mut none);
@@ -146,16 +147,21 @@ pub fn spawn_into_cgroup(
 
 /// In the forked command, before exec: a process group of its own (made the
 /// terminal's foreground group if `leasehold` had the terminal), the
-/// watchdog's cgroup, and death with the watchdog.
+/// watchdog's cgroup, its group told to the keeper (whose pipe is
+/// `keeper`), and death with the watchdog.
 pub fn in_child(
     watchdog: libc::pid_t,
     procs: Option<libc::c_int>,
+    keeper: Option<libc::c_int>,
     foreground: bool,
 ) -> std::io::Result<()> {
     // SAFETY: async-signal-safe syscalls with valid arguments.
     unsafe {
         if libc::setpgid(0, 0) != 0 {
             return Err(std::io::Error::last_os_error());
+        }
+        if let Some(fd) = keeper {
+            super::keeper::tell_group(fd);
         }
         if let Some(fd) = procs {
             // Writing "0" moves the writer; if it fails the watchdog notices

@@ -181,8 +181,9 @@ impl Watchdog {
         // Straight into the cgroup where the kernel can (clone3 with
         // CLONE_INTO_CGROUP, Linux 5.7+): moving a process in afterwards
         // waits for an RCU grace period, ~10 ms, most of a short run.
+        let keeper = self.keeper.as_ref().map(Keeper::fd);
         let direct = match &self.cgroup {
-            Some(c) => spawn_into_cgroup(c.dir(), &command, me, foreground),
+            Some(c) => spawn_into_cgroup(c.dir(), &command, me, keeper, foreground),
             None => Ok(None),
         };
         let procs = match &direct {
@@ -199,7 +200,7 @@ impl Watchdog {
                 // SAFETY: the closure runs in the forked child before exec
                 // and calls only async-signal-safe functions.
                 unsafe {
-                    cmd.pre_exec(move || in_child(me, procs_fd, foreground));
+                    cmd.pre_exec(move || in_child(me, procs_fd, keeper, foreground));
                 }
                 // std's Child neither waits nor kills on drop: the watchdog
                 // reaps with waitpid(-1), which also collects orphans of the
