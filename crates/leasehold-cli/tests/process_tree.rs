@@ -214,7 +214,9 @@ fn a_keeper_that_starts_late_still_kills_the_tree_of_a_killed_leasehold() {
     }
     let mut strace = piped(&mut cmd);
     let mut out = stdout_reader(&mut strace);
-    let pids: Vec<i32> = (0..2).map(|_| read_line(&mut out).parse().unwrap()).collect();
+    let pids: Vec<i32> = (0..2)
+        .map(|_| read_line(&mut out).parse().unwrap())
+        .collect();
     std::thread::spawn(move || read_all(&mut out));
     let holder = child_of(strace.id());
     let watchdog = child_of(holder as u32);

@@ -152,12 +152,7 @@ impl Keeper {
 /// `leasehold` is its exit, as a descriptor poll can wait on (none on a
 /// kernel without pidfd_open, before 5.3: then only the watchdog's end is
 /// watched).
-fn keep(
-    pipe: OwnedFd,
-    cgroup: Option<&Cgroup>,
-    watchdog: libc::pid_t,
-    leasehold: Option<OwnedFd>,
-) {
+fn keep(pipe: OwnedFd, cgroup: Option<&Cgroup>, watchdog: libc::pid_t, leasehold: Option<OwnedFd>) {
     let kept = [
         pipe.as_raw_fd(),
         leasehold.as_ref().map_or(-1, |fd| fd.as_raw_fd()),
