@@ -116,10 +116,12 @@ must_catch() {
 }
 
 # Fails the whole run unless the report $2 of a run with bug $1 injected
-# counts an overlap: a bugged run can also fail for holding nothing.
+# counts a violation of kind $3 (default: an overlap): a bugged run can
+# also fail for holding nothing.
 caught_with_overlap() {
-    if ! grep -qE 'overlap: [1-9]' "$2"; then
-        echo "torture: $1 failed the run without an overlap:" >&2
+    local kind="${3:-overlap}"
+    if ! grep -qE "$kind: [1-9]" "$2"; then
+        echo "torture: $1 failed the run without a violation of kind $kind:" >&2
         cat "$2" >&2
         failed=1
     fi
@@ -179,8 +181,12 @@ mixed_settings() {
 # worker(s) and of the first `leasehold run` loop, those take read holds
 # (`run --shared`), and every other holder of those keys the write hold (a
 # plain `leasehold run` is the writer); the other keys have plain locks.
-holders=(--readers 1 --shared-runs 1)
-[[ $mode == long ]] && holders=(--workers 12 --cli-workers 4 --forking 2 --misbehaving 4 --keys 6 --readers 4 --shared-runs 1)
+# Both have multi-key workers (issue 54), which take every key at once (the
+# writer's hold on keys that have readers), each given the keys in an
+# order of its own; with them the coordinator snapshots the keys' holders
+# for the deadlock and orphan-hold checks.
+holders=(--readers 1 --shared-runs 1 --multi 2)
+[[ $mode == long ]] && holders=(--workers 12 --cli-workers 4 --forking 2 --misbehaving 4 --keys 6 --readers 4 --shared-runs 1 --multi 3)
 [[ -n "${TORTURE_HOLDERS:-}" ]] && holders=(${TORTURE_HOLDERS})
 
 # `leasehold run` holders whose command forks background workers, and the
@@ -435,6 +441,28 @@ if [[ $mode == short && "${TORTURE_SEEDED:-1}" == 1 ]]; then
     # failed for holding nothing (as it did once the gate came to read its
     # own lease too, until the bug hid only other processes' holders).
     caught_with_overlap readers-ignore-writer "$work/readers.md"
+    # Multi-key holders (issue 54), with their acquisition made by hand
+    # with a bug, as a user who rolls their own might. Keys taken in the
+    # caller's order: six workers, each given three keys in an order of
+    # its own and nothing else on the keys, deadlock (until a wait runs
+    # out): 2 to 7 deadlocks in each of 4 runs of 10 s (the library's
+    # MultiLock in the same run: none).
+    echo "== torture: a bug injected on purpose (multi-caller-order) must fail the run" >&2
+    must_catch "the injected bug" "$work/caller-order.md" \
+        "$bin/leasehold-torture" run --store "sqlite:$work/caller-order.db" --duration 10s \
+        --ttl 1s --workers 0 --cli-workers 0 --multi 6 --keys 3 --faults "" \
+        --inject-bug multi-caller-order --witness "$work/caller-order-witness"
+    caught_with_overlap multi-caller-order "$work/caller-order.md" deadlock
+    # The first key kept after a later one's wait ran out: single-key
+    # workers on the keys make later keys' waits run out now and then,
+    # and the kept lease (renewed for ever) outlives its worker's next
+    # attempt. MULTI_KEEPS_FIRST_RUNS below.
+    echo "== torture: a bug injected on purpose (multi-keeps-first) must fail the run" >&2
+    must_catch "the injected bug" "$work/keeps-first.md" \
+        "$bin/leasehold-torture" run --store "sqlite:$work/keeps-first.db" --duration 12s \
+        --ttl 1s --workers 4 --cli-workers 0 --multi 3 --keys 2 --faults "" \
+        --inject-bug multi-keeps-first --witness "$work/keeps-first-witness"
+    caught_with_overlap multi-keeps-first "$work/keeps-first.md" "orphan hold"
     # The mixed variant must catch holders that trust a lease for their
     # whole TTL and quarantine a new store for their own max TTL (the
     # behaviour before issue 28's fix, injected as old-window: each

@@ -37,6 +37,8 @@
 //! * **orphan write**: a `leasehold run` command (or anything it started)
 //!   wrote more than [`Limits::kill_grace`] after its `leasehold run` was
 //!   SIGKILLed.
+//! * **deadlock** and **orphan hold** (multi-key holders): see
+//!   [`crate::liveness`].
 //!
 //! Reader-writer locks: a section written by a reader (its records are
 //! marked shared) may overlap other readers' sections. Two sections
@@ -60,6 +62,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
+use crate::liveness::Liveness;
 use crate::witness::{Fence, Kind, Record};
 
 /// The detail of the epoch record the coordinator writes just before it
@@ -88,6 +91,9 @@ pub struct Limits {
     /// How long after its `leasehold run` was SIGKILLed a command's process
     /// tree may still write (issue 10: it must be dead within 1 s).
     pub kill_grace: Duration,
+    /// The run's lease TTL (for the liveness checks, see
+    /// [`crate::liveness`]).
+    pub ttl: Duration,
 }
 
 impl Limits {
@@ -98,6 +104,7 @@ impl Limits {
         Limits {
             break_notice: ttl / 3 + ttl / 4 + Duration::from_millis(500),
             kill_grace: Duration::from_secs(1),
+            ttl,
         }
     }
 }
@@ -191,6 +198,8 @@ pub struct Findings {
     pub unrecovered: BTreeMap<String, usize>,
     /// How long each break took to answer (it landed somewhere within).
     pub break_latencies: Vec<Duration>,
+    /// Multi-key holders' deadlocks and orphan holds.
+    pub liveness: Liveness,
 }
 
 impl Findings {
@@ -201,10 +210,12 @@ impl Findings {
             + self.work_after_lost.len()
             + self.fencing_errors.len()
             + self.orphan_writes.len()
+            + self.liveness.deadlocks.len()
+            + self.liveness.orphan_holds.len()
     }
 
     /// Every violation, by kind, in report order.
-    pub fn by_kind(&self) -> [(&'static str, &Vec<String>); 6] {
+    pub fn by_kind(&self) -> [(&'static str, &Vec<String>); 8] {
         [
             ("overlap", &self.overlaps),
             ("fenced overlap", &self.fenced_overlaps),
@@ -212,6 +223,8 @@ impl Findings {
             ("work after lost", &self.work_after_lost),
             ("fencing error", &self.fencing_errors),
             ("orphan write", &self.orphan_writes),
+            ("deadlock", &self.liveness.deadlocks),
+            ("orphan hold", &self.liveness.orphan_holds),
         ]
     }
 }
@@ -229,8 +242,11 @@ pub fn check(records: &[Record], limits: Limits) -> Findings {
     // in log order (the witness appends under the key's lock).
     let mut fence: HashMap<String, Fence> = HashMap::new();
     let mut transitions: HashSet<u64> = HashSet::new();
+    f.liveness = crate::liveness::check(records, limits.ttl);
     for r in records {
         match r.kind {
+            // Attempts and snapshots: no writes (see crate::liveness).
+            Kind::Wait | Kind::GaveUp | Kind::Held => continue,
             // A store loss is one fault for the whole store, counted by its
             // epoch record; its fault records (one per holder) only anchor
             // recovery.

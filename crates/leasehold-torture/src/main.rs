@@ -12,6 +12,8 @@
 mod bug;
 mod check;
 mod coordinator;
+mod liveness;
+mod multi;
 mod proxy;
 mod report;
 #[cfg(test)]
@@ -70,6 +72,27 @@ enum Command {
         #[arg(long)]
         misbehave: bool,
         /// Wrap the store in a deliberate bug (see `run --inject-bug`).
+        #[arg(long)]
+        inject_bug: Option<String>,
+    },
+    /// (internal) A multi-key library worker process.
+    MultiWorker {
+        #[arg(long)]
+        store: String,
+        /// The keys in the caller's order: KEY (a plain lock) or KEY=write
+        /// (the writer of its reader-writer lock).
+        #[arg(long = "key", required = true)]
+        keys: Vec<String>,
+        #[arg(long)]
+        witness: PathBuf,
+        #[arg(long)]
+        id: String,
+        #[arg(long, value_parser = humantime::parse_duration)]
+        ttl: Duration,
+        /// Stop taking the locks after this boot-clock time (ns).
+        #[arg(long)]
+        until_ns: u64,
+        /// A multi-key bug (see `run --inject-bug`).
         #[arg(long)]
         inject_bug: Option<String>,
     },
@@ -138,6 +161,33 @@ fn main() -> ExitCode {
                     ttl_max,
                     until_ns,
                     misbehave,
+                })
+                .await
+                .map(|_| ExitCode::SUCCESS)
+            })
+        }),
+        Command::MultiWorker {
+            store,
+            keys,
+            witness,
+            id,
+            ttl,
+            until_ns,
+            inject_bug,
+        } => runtime().and_then(|rt| {
+            rt.block_on(async {
+                let parts = keys
+                    .iter()
+                    .map(|k| multi::Part::parse(k))
+                    .collect::<anyhow::Result<_>>()?;
+                multi::multi_worker(multi::MultiArgs {
+                    store: coordinator::open_store(&store).await?,
+                    parts,
+                    witness: witness::Witness::new(witness),
+                    id,
+                    ttl,
+                    until_ns,
+                    bug: inject_bug.filter(|b| multi::BUGS.contains(&b.as_str())),
                 })
                 .await
                 .map(|_| ExitCode::SUCCESS)

@@ -33,6 +33,8 @@ pub struct RunMeta {
     pub injected_bug: Option<String>,
     /// Mixed max TTLs: the long holders' max TTL, if any.
     pub long_max_ttl: Option<Duration>,
+    /// Multi-key library workers.
+    pub multi: usize,
 }
 
 impl RunMeta {
@@ -44,7 +46,7 @@ impl RunMeta {
             .map(|(c, n)| format!("{c}:{n}"))
             .collect();
         format!(
-            "store {}\nduration_ms {}\nttl_ms {}\nlibrary_workers {}\ncli_workers {}\nkeys {}\norphaned_commands {}\ncli_exits {}\nmisbehaving {}\nreaders {}\nshared_runs {}\nforking {}\npause_run {}\ninjected_bug {}\nlong_max_ttl_ms {}\n{}",
+            "store {}\nduration_ms {}\nttl_ms {}\nlibrary_workers {}\ncli_workers {}\nkeys {}\norphaned_commands {}\ncli_exits {}\nmisbehaving {}\nreaders {}\nshared_runs {}\nforking {}\npause_run {}\ninjected_bug {}\nlong_max_ttl_ms {}\nmulti {}\n{}",
             self.store,
             self.duration.as_millis(),
             self.ttl.as_millis(),
@@ -61,6 +63,7 @@ impl RunMeta {
             self.injected_bug.as_deref().unwrap_or("-"),
             self.long_max_ttl
                 .map_or("-".to_string(), |d| d.as_millis().to_string()),
+            self.multi,
             self.orphans
                 .iter()
                 .map(|o| format!("orphan {}\n", o.replace('\n', " ")))
@@ -111,6 +114,7 @@ impl RunMeta {
                 .filter(|b| *b != "-")
                 .map(String::from),
             long_max_ttl: num("long_max_ttl_ms").ok().map(Duration::from_millis),
+            multi: num("multi").unwrap_or(0) as usize,
         })
     }
 }
@@ -135,6 +139,10 @@ pub fn failures(meta: &RunMeta, f: &Findings) -> Vec<&'static str> {
                 && meta.long_max_ttl.is_none()
                 && f.read_acquisitions == 0,
             "readers, but no read hold",
+        ),
+        (
+            meta.multi > 0 && f.liveness.held == 0,
+            "multi-key workers, but no multi-key hold",
         ),
         (f.violations() > 0, "violations"),
         (meta.orphaned_commands > 0, "orphaned processes"),
@@ -193,6 +201,16 @@ pub fn render(meta: &RunMeta, f: &Findings) -> String {
             format!(
                 "{} library workers and {} `leasehold run --shared` loops took read holds; the other holders on their keys the write hold",
                 meta.readers, meta.shared_runs
+            ),
+        );
+    }
+    if meta.multi > 0 {
+        let l = &f.liveness;
+        row(
+            "multi-key holders",
+            format!(
+                "{} library workers took every key at once, each given them in an order of its own: {} attempts, {} held every key, {} ran out of wait; {} of {} snapshots of the keys' holders judged for deadlocks and orphan holds (those away from faults)",
+                meta.multi, l.attempts, l.held, l.gave_up, l.judged, l.snapshots
             ),
         );
     }
@@ -363,6 +381,7 @@ mod tests {
             pause_run: true,
             injected_bug: Some("grant-held".into()),
             long_max_ttl: Some(Duration::from_secs(60)),
+            multi: 3,
         };
         let back = RunMeta::from_lines(&meta.to_lines()).unwrap();
         assert_eq!(back.to_lines(), meta.to_lines());
@@ -387,6 +406,7 @@ mod tests {
             pause_run: false,
             injected_bug: None,
             long_max_ttl: None,
+            multi: 0,
         };
         let mut findings = Findings::default();
         assert!(!passed(&meta, &findings), "no acquisition, no pass");

@@ -17,6 +17,7 @@ use crate::witness::{Kind, Record};
 const LIMITS: Limits = Limits {
     break_notice: Duration::from_nanos(100),
     kill_grace: Duration::from_nanos(50),
+    ttl: Duration::from_secs(1),
 };
 
 #[derive(Default)]
@@ -807,4 +808,134 @@ fn a_token_granted_again_after_a_restart_is_a_new_section_and_flagged() {
         .check();
     assert_eq!(f.acquisitions, 3);
     only(&f, "token order");
+}
+
+// ---- multi-key holders: deadlocks and orphan holds ----
+
+const S: u64 = 1_000_000_000;
+
+impl History {
+    /// `worker` starts an attempt on `keys`, waiting up to `wait_ms`.
+    fn wait(&mut self, worker: &str, keys: &[&str], wait_ms: u64, t: u64) -> &mut Self {
+        for key in keys {
+            self.raw(Kind::Wait, key, 0, worker, t, true);
+            self.records.last_mut().unwrap().detail = wait_ms.to_string();
+        }
+        self
+    }
+
+    fn gave_up(&mut self, worker: &str, keys: &[&str], t: u64) -> &mut Self {
+        for key in keys {
+            self.raw(Kind::GaveUp, key, 0, worker, t, true);
+        }
+        self
+    }
+
+    /// Snapshot `n`, sent at `sent` and answered 100 ms later: each key's
+    /// holder and token.
+    fn snapshot(&mut self, n: u64, sent: u64, holds: &[(&str, &str, u64)]) -> &mut Self {
+        for (key, worker, token) in holds {
+            self.raw(Kind::Held, key, *token, worker, sent + S / 10, true);
+            self.records.last_mut().unwrap().detail = format!("{n} {sent}");
+        }
+        self
+    }
+}
+
+/// Two workers given {a, b}, each holding one and waiting for the other,
+/// seen so in two snapshots a second apart.
+fn two_waiters_in_a_cycle() -> History {
+    let mut h = History::default();
+    h.wait("m0", &["a", "b"], 10_000, 0)
+        .wait("m1", &["b", "a"], 10_000, S / 100)
+        .snapshot(0, S, &[("a", "m0", 1), ("b", "m1", 1)])
+        .snapshot(1, 2 * S + S / 5, &[("a", "m0", 1), ("b", "m1", 1)]);
+    h
+}
+
+#[test]
+fn waiters_holding_what_each_other_waits_for_for_a_second_are_a_deadlock() {
+    let f = two_waiters_in_a_cycle().check();
+    only(&f, "deadlock");
+    assert_eq!(f.liveness.deadlocks.len(), 1, "{f:#?}");
+}
+
+#[test]
+fn three_waiters_in_a_cycle_are_a_deadlock() {
+    let mut h = History::default();
+    h.wait("m0", &["a", "b"], 10_000, 0)
+        .wait("m1", &["b", "c"], 10_000, 0)
+        .wait("m2", &["c", "a"], 10_000, 0);
+    for (n, t) in [(0, S), (1, 2 * S + S / 5)] {
+        h.snapshot(n, t, &[("a", "m0", 1), ("b", "m1", 1), ("c", "m2", 1)]);
+    }
+    only(&h.check(), "deadlock");
+}
+
+#[test]
+fn a_cycle_seen_for_less_than_a_second_is_no_deadlock() {
+    let mut h = History::default();
+    h.wait("m0", &["a", "b"], 10_000, 0)
+        .wait("m1", &["b", "a"], 10_000, 0)
+        .snapshot(0, S, &[("a", "m0", 1), ("b", "m1", 1)])
+        .snapshot(1, S + S / 2, &[("a", "m0", 1), ("b", "m1", 1)])
+        .snapshot(2, 2 * S + S / 5, &[("a", "m0", 1), ("b", "m1", 2)]);
+    clean(&h.check());
+}
+
+#[test]
+fn a_waiter_behind_one_that_got_every_key_is_no_deadlock() {
+    // m1 took b and a, and works; m0 waits for both.
+    let mut h = History::default();
+    h.wait("m0", &["a", "b"], 10_000, 0)
+        .wait("m1", &["a", "b"], 10_000, 0);
+    h.raw(Kind::Begin, "a", 1, "m1", S / 2, true);
+    h.snapshot(0, S, &[("a", "m1", 1), ("b", "m1", 1)])
+        .snapshot(1, 3 * S, &[("a", "m1", 1), ("b", "m1", 1)]);
+    clean(&h.check());
+}
+
+#[test]
+fn waiters_past_their_waits_are_releasing_not_deadlocked() {
+    let mut h = History::default();
+    h.wait("m0", &["a", "b"], 500, 0)
+        .wait("m1", &["b", "a"], 500, 0)
+        .snapshot(0, S, &[("a", "m0", 1), ("b", "m1", 1)])
+        .snapshot(1, 3 * S, &[("a", "m0", 1), ("b", "m1", 1)]);
+    clean(&h.check());
+}
+
+#[test]
+fn a_cycle_near_a_fault_is_not_judged() {
+    let mut h = two_waiters_in_a_cycle();
+    h.fault("pause", "m0", 1, S / 2);
+    let f = h.check();
+    clean(&f);
+    assert_eq!(f.liveness.judged, 0, "{f:#?}");
+}
+
+#[test]
+fn a_lease_renewed_past_its_workers_next_attempt_is_an_orphan_hold() {
+    // m0 took a, timed out on b, and kept a: seen 3.4 s after its next
+    // attempt began (a TTL is 1 s).
+    let mut h = History::default();
+    h.wait("m0", &["a", "b"], 1_000, 0)
+        .snapshot(0, S / 2, &[("a", "m0", 7)])
+        .gave_up("m0", &["a", "b"], S)
+        .wait("m0", &["a", "b"], 10_000, S + S / 10)
+        .snapshot(1, 3 * S + S / 2, &[("a", "m0", 7)]);
+    only(&h.check(), "orphan hold");
+}
+
+#[test]
+fn a_lease_gone_within_a_ttl_of_the_next_attempt_is_no_orphan_hold() {
+    // A release that failed: the lease ran out within its TTL.
+    let mut h = History::default();
+    h.wait("m0", &["a", "b"], 1_000, 0)
+        .snapshot(0, S / 2, &[("a", "m0", 7)])
+        .gave_up("m0", &["a", "b"], S)
+        .wait("m0", &["a", "b"], 10_000, S + S / 10)
+        .snapshot(1, 2 * S, &[("a", "m0", 7)])
+        .snapshot(2, 4 * S, &[("a", "m0", 8)]);
+    clean(&h.check());
 }

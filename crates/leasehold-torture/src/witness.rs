@@ -49,6 +49,16 @@ pub enum Kind {
     Fault,
     /// The store lost its state; tokens start again (coordinator).
     Epoch,
+    /// A multi-key worker starts an attempt to take the key (with the
+    /// others of its set; DETAIL is the wait's length in ms). Not fenced.
+    Wait,
+    /// A multi-key worker's attempt ended without the key. Not fenced.
+    GaveUp,
+    /// The coordinator saw the key held, with TOKEN, by WORKER (the
+    /// lease's owner label), its lease live; DETAIL is the snapshot's
+    /// number and when its request was sent (T_NS: when answered). Not
+    /// fenced.
+    Held,
 }
 
 impl Kind {
@@ -61,6 +71,9 @@ impl Kind {
             Kind::Late => "late",
             Kind::Fault => "fault",
             Kind::Epoch => "epoch",
+            Kind::Wait => "wait",
+            Kind::GaveUp => "gave-up",
+            Kind::Held => "held",
         }
     }
 
@@ -73,6 +86,9 @@ impl Kind {
             "late" => Kind::Late,
             "fault" => Kind::Fault,
             "epoch" => Kind::Epoch,
+            "wait" => Kind::Wait,
+            "gave-up" => Kind::GaveUp,
+            "held" => Kind::Held,
             _ => return None,
         })
     }
@@ -217,6 +233,44 @@ impl Witness {
             detail: String::new(),
         })?;
         Ok(Some(accepted))
+    }
+
+    /// A record that is no write to the resource (a [`Kind::Wait`], a
+    /// [`Kind::GaveUp`]): appended as it is, not fenced.
+    pub fn mark(
+        &self,
+        kind: Kind,
+        key: &str,
+        token: u64,
+        worker: &str,
+        detail: &str,
+    ) -> std::io::Result<()> {
+        self.mark_at(now_ns(), kind, key, token, worker, detail)
+    }
+
+    /// [`mark`](Self::mark) with the time given (a snapshot's answer).
+    pub fn mark_at(
+        &self,
+        t_ns: u64,
+        kind: Kind,
+        key: &str,
+        token: u64,
+        worker: &str,
+        detail: &str,
+    ) -> std::io::Result<()> {
+        self.append(&Record {
+            kind,
+            key: key.into(),
+            epoch: self.epoch(),
+            token,
+            worker: worker.into(),
+            pid: std::process::id(),
+            ppid: 0,
+            t_ns,
+            accepted: true,
+            shared: false,
+            detail: detail.into(),
+        })
     }
 
     /// Records a fault injected at `t_ns` (`now_ns()` for one injected now)

@@ -37,6 +37,14 @@ pub struct RunArgs {
     /// Keys contended for.
     #[arg(long, default_value_t = 2)]
     pub keys: usize,
+    /// Multi-key library worker processes (multi-0, ...): each takes every
+    /// key at once (a MultiLock), given in an order of its own (rotated by
+    /// its number, reversed for odd ones), works under all of them, and
+    /// releases; its waits run out now and then. With any, the coordinator
+    /// also snapshots who holds each key, for the deadlock and orphan-hold
+    /// checks.
+    #[arg(long, default_value_t = 0)]
+    pub multi: usize,
     /// Lease TTL.
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     pub ttl: Duration,
@@ -80,9 +88,11 @@ pub struct RunArgs {
     /// the `leasehold run` process while its command runs on).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub pause_run: bool,
-    /// Inject a deliberate bug into the library workers' backend (to show
-    /// the checker catches it): grant-held (now and then grant a key someone
-    /// holds). A run with a bug must fail.
+    /// Inject a deliberate bug (to show the checker catches it): into the
+    /// library workers' backend (grant-held: now and then grant a key
+    /// someone holds; ...), the holders' environment (old-window), or the
+    /// multi-key workers' acquisition (multi-caller-order,
+    /// multi-keeps-first). A run with a bug must fail.
     #[arg(long)]
     pub inject_bug: Option<String>,
     /// Shell command that restarts the store with its state lost (for the
@@ -135,6 +145,7 @@ pub fn is_long(args: &RunArgs, worker: &str) -> bool {
     args.long_max_ttl.is_some()
         && match kind {
             "lib" => (n / args.keys.max(1)) % 2 == 1,
+            "multi" => false,
             _ => n % 2 == 1,
         }
 }

@@ -31,10 +31,19 @@ pub async fn run(mut args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
     // `--faults ""` means none.
     args.faults.retain(|f| !f.trim().is_empty());
     if let Some(bug) = &args.inject_bug {
+        let known: Vec<&str> = crate::bug::BUGS
+            .iter()
+            .chain(crate::multi::BUGS)
+            .copied()
+            .collect();
         anyhow::ensure!(
-            crate::bug::BUGS.contains(&bug.as_str()),
+            known.contains(&bug.as_str()),
             "unknown bug {bug:?}; known: {}",
-            crate::bug::BUGS.join(", ")
+            known.join(", ")
+        );
+        anyhow::ensure!(
+            !crate::multi::BUGS.contains(&bug.as_str()) || (args.multi >= 2 && args.keys >= 2),
+            "--inject-bug {bug} needs two multi-key workers (--multi 2) and two keys"
         );
     }
     for f in &args.faults {
@@ -113,6 +122,7 @@ pub async fn run(mut args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
     for id in (0..args.workers)
         .map(|i| format!("lib-{i}"))
         .chain((0..args.cli_workers).map(|i| format!("cli-{i}")))
+        .chain((0..args.multi).map(|i| format!("multi-{i}")))
     {
         let mut route = match upstream {
             Some(up) => Route::through(&args.store, up, FaultProxy::start(up).await?)?,
@@ -210,6 +220,71 @@ pub async fn run(mut args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
                 }
             }
         }));
+    }
+    for i in 0..args.multi {
+        let id = format!("multi-{i}");
+        let route = routes[&id].clone();
+        // Every key, in an order of this worker's own: rotated by its
+        // number, reversed for odd ones (the library must sort them).
+        let mut order: Vec<String> = keys
+            .iter()
+            .map(|k| match read_keys.contains(k) {
+                true => format!("{k}=write"),
+                false => k.clone(),
+            })
+            .collect();
+        let turn = i % order.len();
+        order.rotate_left(turn);
+        if i % 2 == 1 {
+            order.reverse();
+        }
+        let mut flags: Vec<String> = order
+            .iter()
+            .flat_map(|k| ["--key".into(), k.clone()])
+            .collect();
+        if let Some(bug) = args
+            .inject_bug
+            .as_ref()
+            .filter(|b| crate::multi::BUGS.contains(&b.as_str()))
+        {
+            flags.extend(["--inject-bug".to_string(), bug.clone()]);
+        }
+        let (me, witness_dir, store, ttl) =
+            (me.clone(), witness_dir.clone(), route.url.clone(), args.ttl);
+        let own_window = url_max_ttl(&store).filter(|_| old_window);
+        tasks.push(tokio::spawn(async move {
+            // Restarted whenever it dies before the end (killed by a fault).
+            while now_ns() < until_ns {
+                let mut worker = Command::new(&me);
+                if let Some(own) = own_window {
+                    worker.env(WINDOW_VAR, own.as_secs_f64().to_string());
+                }
+                let status = worker
+                    .args(["multi-worker", "--store", &store, "--id", &id])
+                    .arg("--witness")
+                    .arg(&witness_dir)
+                    .args([
+                        "--ttl",
+                        &format!("{}ms", ttl.as_millis()),
+                        "--until-ns",
+                        &until_ns.to_string(),
+                    ])
+                    .args(&flags)
+                    .envs(route.env.clone())
+                    .kill_on_drop(true)
+                    .status()
+                    .await;
+                if let Ok(s) = status {
+                    if !s.success() && s.code().is_some() {
+                        eprintln!("{id} exited with {s}");
+                    }
+                }
+            }
+        }));
+    }
+    if args.multi > 0 {
+        let (admin, witness, keys) = (admin.clone(), witness.clone(), keys.clone());
+        tasks.push(tokio::spawn(snapshots(admin, witness, keys, until_ns)));
     }
     for i in 0..args.cli_workers {
         let key = cli_key(i);
@@ -340,10 +415,51 @@ pub async fn run(mut args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
         pause_run: args.pause_run,
         injected_bug: args.inject_bug.clone(),
         long_max_ttl: args.long_max_ttl,
+        multi: args.multi,
     };
     std::fs::write(witness_dir.join("meta"), meta.to_lines())?;
     finish(&meta, &findings, args.report.as_deref())
 }
+
+/// Every [`SNAPSHOT_EVERY`] until `until_ns`, who holds each key with a
+/// live lease, as the store says (one `inspect` per key), recorded as
+/// [`Kind::Held`](crate::witness::Kind::Held) records: the liveness
+/// checks' view of the multi-key workers' holds (see
+/// [`crate::liveness`]).
+async fn snapshots(admin: leasehold::Store, witness: Witness, keys: Vec<String>, until_ns: u64) {
+    let mut n = 0u64;
+    while now_ns() < until_ns {
+        let sent = now_ns();
+        let mut held = Vec::new();
+        for key in &keys {
+            if let Ok(info) = admin.inspect(key).await {
+                if let Some(h) = info.holder {
+                    if h.expires_in != Some(Duration::ZERO) {
+                        let label = h.owner.label.unwrap_or_else(|| "-".into());
+                        held.push((key, h.fencing_token, label));
+                    }
+                }
+            }
+        }
+        let answered = now_ns();
+        for (key, token, label) in held {
+            let _ = witness.mark_at(
+                answered,
+                crate::witness::Kind::Held,
+                key,
+                token,
+                &label,
+                &format!("{n} {sent}"),
+            );
+        }
+        n += 1;
+        tokio::time::sleep(SNAPSHOT_EVERY).await;
+    }
+}
+
+/// How often the coordinator snapshots the holders of the keys when
+/// multi-key workers run.
+const SNAPSHOT_EVERY: Duration = Duration::from_millis(200);
 
 /// Checks an earlier run's witness directory again.
 pub fn recheck(
