@@ -34,8 +34,20 @@ const FORKS: &str = "sleep 300 & echo $!; setsid sleep 300 & echo $!; wait";
 
 /// Starts `leasehold run KEY` with `script` and reads the pids it prints.
 fn start(env: &Env, store: &str, key: &str, script: &str) -> (std::process::Child, Vec<i32>) {
+    start_keys(env, store, &[key], script)
+}
+
+/// [`start`] with several keys (`leasehold run KEY KEY...`).
+fn start_keys(
+    env: &Env,
+    store: &str,
+    keys: &[&str],
+    script: &str,
+) -> (std::process::Child, Vec<i32>) {
     // --wait: a new DynamoDB table is quarantined for its max TTL first.
-    let mut args = vec!["run", key, "--wait", "60s"];
+    let mut args = vec!["run"];
+    args.extend(keys);
+    args.extend(["--wait", "60s"]);
     args.extend(lease(store));
     args.extend(["--", "sh", "-c", script]);
     let mut child = env.spawn(&args);
@@ -82,6 +94,35 @@ fn grandchildren_die_within_a_second_of_kill_9(store: &str) {
             "process {pid} of the command still runs 1 s after leasehold was killed"
         );
     }
+}
+
+/// The same with several keys: the command's tree dies within a second
+/// of `kill -9` of `leasehold run a b`, and every key is taken again
+/// once its lease has run out.
+fn a_several_key_runs_tree_dies_within_a_second_of_kill_9(store: &str) {
+    let Some(env) = Env::on(store) else { return };
+    let keys = ["tree/many-a", "tree/many-b"];
+    let (mut holder, pids) = start_keys(&env, store, &keys, FORKS);
+    kill(holder.id(), libc::SIGKILL);
+    holder.wait().unwrap();
+    for pid in pids {
+        assert!(
+            wait_gone(pid, Duration::from_secs(1)),
+            "process {pid} of the command still runs 1 s after leasehold run a b was killed"
+        );
+    }
+    let wait = format!("{}s", ttl(store).as_secs() * 3 + 10);
+    let mut args = vec!["run"];
+    args.extend(keys);
+    args.extend(["--wait", &wait]);
+    args.extend(lease(store));
+    args.extend(["--", "true"]);
+    let next = env.output(&args);
+    assert_eq!(
+        next.code,
+        Some(0),
+        "both keys again after the lease ran out: {next:?}"
+    );
 }
 
 fn the_tree_is_dead_before_the_next_holder_starts_while_leasehold_is_frozen(store: &str) {
@@ -244,6 +285,7 @@ fn kill_quietly(pid: i32) -> bool {
 on_every_store!(
     grandchildren_are_stopped_when_the_lease_is_broken,
     grandchildren_die_within_a_second_of_kill_9,
+    a_several_key_runs_tree_dies_within_a_second_of_kill_9,
     grandchildren_die_when_leasehold_and_its_watchdog_are_killed_together,
     the_tree_dies_when_leasehold_is_killed_while_its_watchdog_is_frozen,
     the_tree_is_dead_before_the_next_holder_starts_while_leasehold_is_frozen,
