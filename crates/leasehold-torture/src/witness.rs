@@ -258,13 +258,27 @@ impl Witness {
         worker: &str,
         detail: &str,
     ) -> std::io::Result<()> {
+        self.unfenced(t_ns, kind, key, token, (worker, std::process::id()), detail)
+    }
+
+    /// Appends a record of `kind` that is no write to the resource, by
+    /// `(worker, pid)`.
+    fn unfenced(
+        &self,
+        t_ns: u64,
+        kind: Kind,
+        key: &str,
+        token: u64,
+        (worker, pid): (&str, u32),
+        detail: &str,
+    ) -> std::io::Result<()> {
         self.append(&Record {
             kind,
             key: key.into(),
             epoch: self.epoch(),
             token,
             worker: worker.into(),
-            pid: std::process::id(),
+            pid,
             ppid: 0,
             t_ns,
             accepted: true,
@@ -287,19 +301,7 @@ impl Witness {
         token: u64,
         what: &str,
     ) -> std::io::Result<()> {
-        self.append(&Record {
-            kind: Kind::Fault,
-            key: key.into(),
-            epoch: self.epoch(),
-            token,
-            worker: worker.into(),
-            pid,
-            ppid: 0,
-            t_ns,
-            accepted: true,
-            shared: false,
-            detail: what.into(),
-        })
+        self.unfenced(t_ns, Kind::Fault, key, token, (worker, pid), what)
     }
 
     fn append(&self, r: &Record) -> std::io::Result<()> {

@@ -151,6 +151,20 @@ pub async fn run(mut args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
     let cli_pids: CliPids = Arc::default();
     let mut tasks = Vec::new();
 
+    // A library worker process (`worker` or `multi-worker`), restarted
+    // whenever it dies before the end.
+    let spawn_worker = |subcommand, id, route: Route, flags| {
+        let w = WorkerRun {
+            me: me.clone(),
+            subcommand,
+            id,
+            witness_dir: witness_dir.clone(),
+            ttl: args.ttl,
+            until_ns,
+            own_window: url_max_ttl(&route.url).filter(|_| old_window),
+        };
+        worker_loop(w, route, flags)
+    };
     for i in 0..args.workers {
         let route = routes[&format!("lib-{i}")].clone();
         let side = match i < args.readers {
@@ -175,51 +189,8 @@ pub async fn run(mut args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
         {
             flags.extend(["--ttl-max".to_string(), format!("{}ms", long.as_millis())]);
         }
-        let (me, witness_dir, store, key, ttl) = (
-            me.clone(),
-            witness_dir.clone(),
-            route.url.clone(),
-            lib_key(i),
-            args.ttl,
-        );
-        let own_window = url_max_ttl(&store).filter(|_| old_window);
-        tasks.push(tokio::spawn(async move {
-            // Restarted whenever it dies before the end (killed by a fault).
-            while now_ns() < until_ns {
-                let mut worker = Command::new(&me);
-                if let Some(own) = own_window {
-                    worker.env(WINDOW_VAR, own.as_secs_f64().to_string());
-                }
-                let status = worker
-                    .args([
-                        "worker",
-                        "--store",
-                        &store,
-                        "--key",
-                        &key,
-                        "--id",
-                        &format!("lib-{i}"),
-                    ])
-                    .arg("--witness")
-                    .arg(&witness_dir)
-                    .args([
-                        "--ttl",
-                        &format!("{}ms", ttl.as_millis()),
-                        "--until-ns",
-                        &until_ns.to_string(),
-                    ])
-                    .args(&flags)
-                    .envs(route.env.clone())
-                    .kill_on_drop(true)
-                    .status()
-                    .await;
-                if let Ok(s) = status {
-                    if !s.success() && s.code().is_some() {
-                        eprintln!("lib-{i} exited with {s}");
-                    }
-                }
-            }
-        }));
+        flags.extend(["--key".to_string(), lib_key(i)]);
+        tasks.push(spawn_worker("worker", format!("lib-{i}"), route, flags));
     }
     for i in 0..args.multi {
         let id = format!("multi-{i}");
@@ -249,38 +220,7 @@ pub async fn run(mut args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
         {
             flags.extend(["--inject-bug".to_string(), bug.clone()]);
         }
-        let (me, witness_dir, store, ttl) =
-            (me.clone(), witness_dir.clone(), route.url.clone(), args.ttl);
-        let own_window = url_max_ttl(&store).filter(|_| old_window);
-        tasks.push(tokio::spawn(async move {
-            // Restarted whenever it dies before the end (killed by a fault).
-            while now_ns() < until_ns {
-                let mut worker = Command::new(&me);
-                if let Some(own) = own_window {
-                    worker.env(WINDOW_VAR, own.as_secs_f64().to_string());
-                }
-                let status = worker
-                    .args(["multi-worker", "--store", &store, "--id", &id])
-                    .arg("--witness")
-                    .arg(&witness_dir)
-                    .args([
-                        "--ttl",
-                        &format!("{}ms", ttl.as_millis()),
-                        "--until-ns",
-                        &until_ns.to_string(),
-                    ])
-                    .args(&flags)
-                    .envs(route.env.clone())
-                    .kill_on_drop(true)
-                    .status()
-                    .await;
-                if let Ok(s) = status {
-                    if !s.success() && s.code().is_some() {
-                        eprintln!("{id} exited with {s}");
-                    }
-                }
-            }
-        }));
+        tasks.push(spawn_worker("multi-worker", id, route, flags));
     }
     if args.multi > 0 {
         let (admin, witness, keys) = (admin.clone(), witness.clone(), keys.clone());
@@ -419,6 +359,51 @@ pub async fn run(mut args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
     };
     std::fs::write(witness_dir.join("meta"), meta.to_lines())?;
     finish(&meta, &findings, args.report.as_deref())
+}
+
+/// A library worker process of the run (`worker` or `multi-worker`).
+struct WorkerRun {
+    me: std::path::PathBuf,
+    subcommand: &'static str,
+    id: String,
+    witness_dir: std::path::PathBuf,
+    ttl: Duration,
+    until_ns: u64,
+    /// The confirmation window to give it (the old-window bug).
+    own_window: Option<Duration>,
+}
+
+/// Runs the worker `w` through `route` with its own `flags`, again
+/// whenever it dies before the end (killed by a fault).
+fn worker_loop(w: WorkerRun, route: Route, flags: Vec<String>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        while now_ns() < w.until_ns {
+            let mut worker = Command::new(&w.me);
+            if let Some(own) = w.own_window {
+                worker.env(WINDOW_VAR, own.as_secs_f64().to_string());
+            }
+            let status = worker
+                .args([w.subcommand, "--store", &route.url, "--id", &w.id])
+                .arg("--witness")
+                .arg(&w.witness_dir)
+                .args([
+                    "--ttl",
+                    &format!("{}ms", w.ttl.as_millis()),
+                    "--until-ns",
+                    &w.until_ns.to_string(),
+                ])
+                .args(&flags)
+                .envs(route.env.clone())
+                .kill_on_drop(true)
+                .status()
+                .await;
+            if let Ok(s) = status {
+                if !s.success() && s.code().is_some() {
+                    eprintln!("{} exited with {s}", w.id);
+                }
+            }
+        }
+    })
 }
 
 /// Every [`SNAPSHOT_EVERY`] until `until_ns`, who holds each key with a
