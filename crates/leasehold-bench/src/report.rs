@@ -124,7 +124,8 @@ same update and condition expressions, `aws-sdk-s3` on leasehold's own client wi
 requests as leasehold's warm path (a conditional `PutObject` of a record of leasehold's layout with a \
 fresh nonce, `If-Match` the ETag of the last write, and a `GetObject` of the store's epoch marker to \
 acquire; a conditional `PutObject` to release), `tokio-postgres`, `mysql_async` and redis-rs on connections of their own \
-with leasehold's statements and scripts, `etcd-client` on a client of its own with leasehold's \
+with leasehold's statements and scripts (over TCP to the URL's address, as leasehold connects: \
+`mysql_async` would otherwise move a loopback connection to the server's Unix socket), `etcd-client` on a client of its own with leasehold's \
 etcd requests (a compare-and-put `Txn` on a session's etcd lease to acquire, a compare-and-delete \
 `Txn` to release, a new session's `LeaseGrant` now and then), and `zookeeper-client` on a session of its own \
 with leasehold's ZooKeeper requests (a read of the key's record and a `setData` conditional on its version \

@@ -264,6 +264,12 @@ impl RawLoop {
         let opts = leasehold_mysql::MysqlBackendBuilder::from_url(url)?
             .opts()
             .clone();
+        // Over TCP to the address the URL names, as the backend connects:
+        // left to the client's default, a loopback connection moves to the
+        // server's Unix socket, and the raw loop ran over a faster
+        // transport than leasehold (the general log said "using Socket"
+        // for it, "using TCP/IP" for the backend's pool).
+        let opts = leasehold_mysql::mysql_async::OptsBuilder::from_opts(opts).prefer_socket(false);
         let conn = leasehold_mysql::mysql_async::Conn::new(opts).await?;
         let raw = backend.raw_sql();
         Ok(RawLoop::Mysql {
