@@ -79,8 +79,8 @@ enum Command {
     MultiWorker {
         #[arg(long)]
         store: String,
-        /// The keys in the caller's order: KEY (a plain lock) or KEY=write
-        /// (the writer of its reader-writer lock).
+        /// The keys in the caller's order: KEY (a plain lock), KEY=read or
+        /// KEY=write (either side of its reader-writer lock).
         #[arg(long = "key", required = true)]
         keys: Vec<String>,
         #[arg(long)]

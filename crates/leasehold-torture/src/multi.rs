@@ -16,9 +16,9 @@
 //! * `multi-caller-order`: the keys one by one in the caller's order, each
 //!   held while the next is waited for. Two workers given the keys in other
 //!   orders deadlock (until one's wait runs out).
-//! * `multi-keeps-first`: the keys one by one in byte order; when a later
-//!   key's wait runs out, the keys after the first are released and the
-//!   first is kept (its guard leaked, renewing for ever). Its worker's next
+//! * `multi-keeps-first`: the first key in byte order waited for, the
+//!   later ones only tried; when one is busy, the keys after the first are
+//!   released and the first is kept (its guard leaked, renewing for ever). Its worker's next
 //!   attempt then waits for a key it holds itself, and so does everyone
 //!   else who wants it.
 
@@ -33,27 +33,34 @@ use crate::worker::TICK;
 /// The multi-key bugs `--inject-bug` knows.
 pub const BUGS: &[&str] = &["multi-caller-order", "multi-keeps-first"];
 
-/// A key of a multi-key worker, and how it is held: a plain lock, or the
-/// writer of its reader-writer lock (on keys that readers share).
+/// A key of a multi-key worker, and how it is held: a plain lock, or
+/// either side of its reader-writer lock (on keys that readers share).
 #[derive(Debug, Clone)]
 pub struct Part {
     pub key: String,
-    pub write: bool,
+    pub side: Side,
+}
+
+/// How a multi-key worker holds one of its keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Lock,
+    Read,
+    Write,
 }
 
 impl Part {
-    /// `KEY` (a plain lock) or `KEY=write`.
+    /// `KEY` (a plain lock), `KEY=read` or `KEY=write`.
     pub fn parse(s: &str) -> anyhow::Result<Part> {
-        Ok(match s.split_once('=') {
-            None => Part {
-                key: s.into(),
-                write: false,
-            },
-            Some((key, "write")) => Part {
-                key: key.into(),
-                write: true,
-            },
-            Some(_) => anyhow::bail!("{s:?}: a key, or KEY=write"),
+        let (key, side) = match s.split_once('=') {
+            None => (s, Side::Lock),
+            Some((key, "read")) => (key, Side::Read),
+            Some((key, "write")) => (key, Side::Write),
+            Some(_) => anyhow::bail!("{s:?}: a key, KEY=read or KEY=write"),
+        };
+        Ok(Part {
+            key: key.into(),
+            side,
         })
     }
 }
@@ -118,13 +125,20 @@ pub async fn multi_worker(a: MultiArgs) -> anyhow::Result<()> {
     let options = LockOptions::new().ttl(a.ttl).owner_label(a.id.clone());
     let mut builder = MultiLock::builder(&a.store, options.clone());
     for p in &a.parts {
-        builder = match p.write {
-            true => builder.write(&p.key),
-            false => builder.lock(&p.key),
+        builder = match p.side {
+            Side::Lock => builder.lock(&p.key),
+            Side::Read => builder.read(&p.key),
+            Side::Write => builder.write(&p.key),
         };
     }
     let multi = builder.build()?;
     let keys: Vec<&str> = a.parts.iter().map(|p| p.key.as_str()).collect();
+    // A read's records are marked shared, as a single-key reader's.
+    let witnesses: Vec<Witness> = a
+        .parts
+        .iter()
+        .map(|p| a.witness.clone().shared(p.side == Side::Read))
+        .collect();
     while now_ns() < a.until_ns {
         let left = Duration::from_nanos(a.until_ns.saturating_sub(now_ns()));
         let wait_ms = rand::rng().random_range(a.ttl.as_millis() / 4..=a.ttl.as_millis() * 3);
@@ -150,7 +164,7 @@ pub async fn multi_worker(a: MultiArgs) -> anyhow::Result<()> {
                 continue;
             }
         };
-        work(&a, &keys, &held).await?;
+        work(&a, &keys, &witnesses, &held).await?;
         match held.release().await {
             Ok(()) | Err(Error::LeaseLost { .. }) => {}
             Err(e) => eprintln!("{}: release failed: {e}", a.id),
@@ -162,13 +176,17 @@ pub async fn multi_worker(a: MultiArgs) -> anyhow::Result<()> {
 
 /// A section on every key: `begin`, a few ticks, `end` on each, each
 /// written only while no key is lost; once one is, `lost` on every key.
-async fn work(a: &MultiArgs, keys: &[&str], held: &Held) -> anyhow::Result<()> {
+async fn work(
+    a: &MultiArgs,
+    keys: &[&str],
+    witnesses: &[Witness],
+    held: &Held,
+) -> anyhow::Result<()> {
     // One record of `kind` on every key; false once a key is lost.
     let each = |kind: Kind| -> anyhow::Result<bool> {
-        for key in keys {
-            let written = a
-                .witness
-                .write_if(kind, key, held.token(key), &a.id, || !held.is_lost())?;
+        for (key, witness) in keys.iter().zip(witnesses) {
+            let written =
+                witness.write_if(kind, key, held.token(key), &a.id, || !held.is_lost())?;
             if written.is_none() {
                 return Ok(false);
             }
@@ -188,8 +206,8 @@ async fn work(a: &MultiArgs, keys: &[&str], held: &Held) -> anyhow::Result<()> {
         on = each(Kind::End)?;
     }
     if !on {
-        for key in keys {
-            a.witness.write(Kind::Lost, key, held.token(key), &a.id)?;
+        for (key, witness) in keys.iter().zip(witnesses) {
+            witness.write(Kind::Lost, key, held.token(key), &a.id)?;
         }
     }
     Ok(())
@@ -209,17 +227,28 @@ async fn by_hand(
     let deadline = tokio::time::Instant::now() + wait;
     let mut held: Vec<(String, LeaseGuard)> = Vec::new();
     for p in &parts {
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let got = if p.write {
-            let rw =
-                a.store
-                    .rw_lock_with(&p.key, leasehold::DEFAULT_MAX_READERS, options.clone())?;
-            rw.write_timeout(left).await.map(|g| g.into_guard())
-        } else {
+        let left = match bug {
+            // Later keys are only tried, the way a user who "gives up if
+            // the second key is busy" writes it: the bug then acts as soon
+            // as a single-key worker holds a later key, not only when a
+            // long wait runs out (rare under load: it once never did in a
+            // 15 s run).
+            "multi-keeps-first" if !held.is_empty() => Duration::ZERO,
+            _ => deadline.saturating_duration_since(tokio::time::Instant::now()),
+        };
+        let rw = || {
             a.store
-                .lock_with(&p.key, options.clone())?
-                .acquire_timeout(left)
-                .await
+                .rw_lock_with(&p.key, leasehold::DEFAULT_MAX_READERS, options.clone())
+        };
+        let got = match p.side {
+            Side::Lock => {
+                a.store
+                    .lock_with(&p.key, options.clone())?
+                    .acquire_timeout(left)
+                    .await
+            }
+            Side::Read => rw()?.read_timeout(left).await.map(|g| g.into_guard()),
+            Side::Write => rw()?.write_timeout(left).await.map(|g| g.into_guard()),
         };
         match got {
             Ok(g) => held.push((p.key.clone(), g)),
