@@ -152,6 +152,25 @@
 //!   ambiguous failure), answer `Acquired` again with the same token and
 //!   extend the lease. Otherwise answer `Held`. A TTL above the store's
 //!   max TTL is [`Error::InvalidInput`](crate::Error::InvalidInput).
+//! * [`try_acquire_all`](Backend::try_acquire_all) (optional): the
+//!   requests (at least two, their keys distinct and in byte order, every
+//!   one naming the same epoch, none queued) in **one atomic request**: if
+//!   every key could be granted by `try_acquire`'s rule (free, expired, or
+//!   held by the same request's lease id), grant each one exactly as
+//!   `try_acquire` would (its own token [`next_token`]`(last, epoch)`, its
+//!   TTL counted from no earlier than the request's send), and answer
+//!   [`BatchOutcome::Acquired`]; otherwise change nothing and answer
+//!   [`BatchOutcome::Held`] naming the first held key, or
+//!   [`BatchOutcome::OtherEpoch`]. A store that takes the keys in one
+//!   transaction locks them in the order given, so two batches never wait
+//!   for each other in a circle. Safety is `try_acquire`'s, key by key:
+//!   each grant is written atomically with its own key's check, and the
+//!   caller counts each lease's safety deadline from the batch's send, as
+//!   it does for one key. What a batch adds is all-or-nothing in one round
+//!   trip; [`MultiLock`](crate::MultiLock) uses it for its first attempt
+//!   on plain locks, and takes the keys one by one after it finds one
+//!   held. Tests: the conformance suite's `batch_*` (every store that
+//!   offers it; the others answer [`BatchOutcome::Unsupported`]).
 //! * [`renew`](Backend::renew): extend our lease by its TTL from now. A
 //!   definitive "not yours" (someone else holds it, it was broken, the record
 //!   is gone, the store's epoch is not the lease's) is
@@ -286,6 +305,16 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
 
     /// One attempt to take the lease described by `request`.
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<AcquireOutcome>;
+
+    /// One attempt to take every lease of `requests` in one atomic request:
+    /// all of them, or none (see [the contract](self#the-contract-operation-by-operation)).
+    /// The default, and every [`Wrapper`]'s unless it defines it, is
+    /// [`BatchOutcome::Unsupported`]: the caller then takes the keys one
+    /// by one with [`try_acquire`](Self::try_acquire).
+    async fn try_acquire_all(&self, requests: &[AcquireRequest]) -> Result<BatchOutcome> {
+        let _ = requests;
+        Ok(BatchOutcome::Unsupported)
+    }
 
     /// Extends `lease` by its TTL, counted from the send.
     async fn renew(&self, lease: &Lease) -> Result<()>;
@@ -571,6 +600,27 @@ pub enum AcquireOutcome {
     Held(Option<HolderInfo>),
     /// The store is not in the epoch the request named; nothing was granted.
     OtherEpoch(StoreEpoch),
+}
+
+/// The answer to one [`Backend::try_acquire_all`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum BatchOutcome {
+    /// Every lease is ours: one grant per request, in the requests' order.
+    Acquired(Vec<Grant>),
+    /// The key of request `index` is held by someone else (who, when the
+    /// backend can tell); nothing was granted or changed.
+    Held {
+        /// The first request (in the requests' order) whose key is held.
+        index: usize,
+        /// Its holder, when the backend can tell.
+        holder: Option<HolderInfo>,
+    },
+    /// The store is not in the epoch the requests named; nothing was
+    /// granted.
+    OtherEpoch(StoreEpoch),
+    /// The backend takes keys only one at a time.
+    Unsupported,
 }
 
 /// Seconds since the Unix epoch of store epoch 0: 2024-01-01T00:00:00Z.

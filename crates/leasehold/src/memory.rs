@@ -27,8 +27,8 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 
 use crate::backend::{
-    epoch_at, next_token, AcquireOutcome, AcquireRequest, Backend, Capabilities, Grant, HolderInfo,
-    KeyInfo, Lease, LeaseId, Owner, StoreEpoch, DEFAULT_STORE_MAX_TTL,
+    epoch_at, next_token, AcquireOutcome, AcquireRequest, Backend, BatchOutcome, Capabilities,
+    Grant, HolderInfo, KeyInfo, Lease, LeaseId, Owner, StoreEpoch, DEFAULT_STORE_MAX_TTL,
 };
 use crate::clock::{SharedClock, SystemClock};
 use crate::error::{Error, LossReason, Result};
@@ -201,6 +201,41 @@ fn lease_record<'a>(
         .ok_or_else(|| lost(lease, "the key has no record".into()))
 }
 
+/// One grant or answer of [`MemoryBackend::try_acquire`], under the lock.
+fn acquire_in(
+    records: &mut BTreeMap<Key, Record>,
+    req: &AcquireRequest,
+    now: Duration,
+    epoch: &StoreEpoch,
+) -> Result<AcquireOutcome> {
+    if req.epoch != Some(epoch.epoch) {
+        return Ok(AcquireOutcome::OtherEpoch(epoch.clone()));
+    }
+    check_ttl(req.ttl, epoch)?;
+    let record = records.entry(req.key.clone()).or_default();
+    if let Some(h) = record.live(now) {
+        if h.lease_id != req.lease_id {
+            return Ok(AcquireOutcome::Held(record.holder(now)));
+        }
+        // Our own lease, asked for again: extend it, same token.
+        let fence = record.fence;
+        if let Some(h) = record.lease.as_mut() {
+            h.expires_at = now + req.ttl;
+        }
+        return Ok(AcquireOutcome::Acquired(Grant::new(fence)));
+    }
+    record.fence = next_token(record.fence, epoch.epoch);
+    record.lease = Some(Held {
+        lease_id: req.lease_id.clone(),
+        expires_at: now + req.ttl,
+        ttl: req.ttl,
+        owner: req.owner.clone(),
+        data: req.data.clone(),
+        acquired_at: SystemTime::now(),
+    });
+    Ok(AcquireOutcome::Acquired(Grant::new(record.fence)))
+}
+
 fn lost(lease: &Lease, why: String) -> Error {
     Error::LeaseLost {
         key: lease.key.to_string(),
@@ -219,33 +254,33 @@ impl Backend for MemoryBackend {
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
+        self.with_records(|records, now, epoch| acquire_in(records, req, now, epoch))
+    }
+
+    async fn try_acquire_all(&self, requests: &[AcquireRequest]) -> Result<BatchOutcome> {
         self.with_records(|records, now, epoch| {
-            if req.epoch != Some(epoch.epoch) {
-                return Ok(AcquireOutcome::OtherEpoch(epoch.clone()));
-            }
-            check_ttl(req.ttl, epoch)?;
-            let record = records.entry(req.key.clone()).or_default();
-            if let Some(h) = record.live(now) {
-                if h.lease_id != req.lease_id {
-                    return Ok(AcquireOutcome::Held(record.holder(now)));
+            // Every key checked before any is granted: all or none.
+            for (index, req) in requests.iter().enumerate() {
+                if req.epoch != Some(epoch.epoch) {
+                    return Ok(BatchOutcome::OtherEpoch(epoch.clone()));
                 }
-                // Our own lease, asked for again: extend it, same token.
-                let fence = record.fence;
-                if let Some(h) = record.lease.as_mut() {
-                    h.expires_at = now + req.ttl;
+                check_ttl(req.ttl, epoch)?;
+                if let Some(record) = records.get(&req.key) {
+                    if record.live(now).is_some_and(|h| h.lease_id != req.lease_id) {
+                        let holder = record.holder(now);
+                        return Ok(BatchOutcome::Held { index, holder });
+                    }
                 }
-                return Ok(AcquireOutcome::Acquired(Grant::new(fence)));
             }
-            record.fence = next_token(record.fence, epoch.epoch);
-            record.lease = Some(Held {
-                lease_id: req.lease_id.clone(),
-                expires_at: now + req.ttl,
-                ttl: req.ttl,
-                owner: req.owner.clone(),
-                data: req.data.clone(),
-                acquired_at: SystemTime::now(),
-            });
-            Ok(AcquireOutcome::Acquired(Grant::new(record.fence)))
+            let mut grants = Vec::with_capacity(requests.len());
+            for req in requests {
+                match acquire_in(records, req, now, epoch)? {
+                    AcquireOutcome::Acquired(grant) => grants.push(grant),
+                    // Checked above, under the same lock.
+                    other => unreachable!("a checked key answered {other:?}"),
+                }
+            }
+            Ok(BatchOutcome::Acquired(grants))
         })
     }
 

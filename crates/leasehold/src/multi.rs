@@ -7,7 +7,7 @@ use futures_util::future::{join_all, select, select_all, Either};
 use tokio::sync::watch;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use crate::engine::{Engine, WaitReason};
+use crate::engine::{Batch, Engine, WaitReason};
 use crate::error::{Error, LossReason, Result};
 use crate::guard::LeaseGuard;
 use crate::key::Key;
@@ -318,6 +318,30 @@ impl MultiLock {
     ) -> Result<MultiGuard> {
         let started = tokio::time::Instant::now();
         let deadline = wait.and_then(|w| w.deadline(started));
+        // First, every key in one request where the store can (plain locks
+        // only): all or none at once, in one round trip. Anything but a
+        // grant of every key goes one by one, as below.
+        let engines: Vec<&Engine> = self.parts.iter().map(|p| &*p.engine).collect();
+        let batch = crate::engine::take_all(&engines);
+        let batch = match deadline {
+            None => batch.await?,
+            Some(end) => match tokio::time::timeout_at(end, batch).await {
+                Ok(batch) => batch?,
+                Err(_) => {
+                    return Err(Error::TimedOut {
+                        key: self.parts[0].key.to_string(),
+                        waited: started.elapsed(),
+                    })
+                }
+            },
+        };
+        if let Batch::Granted(held) = batch {
+            if !held.iter().any(LeaseGuard::is_lost) {
+                let keys = self.parts.iter().map(|p| p.key.clone()).collect();
+                return Ok(MultiGuard::new(keys, held));
+            }
+            release_all(held).await;
+        }
         'attempt: loop {
             let mut held: Vec<LeaseGuard> = Vec::with_capacity(self.parts.len());
             for part in self.parts.iter() {

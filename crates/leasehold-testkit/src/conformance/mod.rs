@@ -89,6 +89,7 @@ macro_rules! conformance_tests {
 // `__leasehold_conformance_list!`, written by build.rs from this folder.
 include!(concat!(env!("OUT_DIR"), "/conformance_list.rs"));
 
+mod batch;
 mod contract;
 mod election;
 mod lock;
@@ -99,6 +100,7 @@ mod runs;
 mod rwlock;
 mod semaphore;
 
+pub use batch::*;
 pub use contract::*;
 pub use election::*;
 pub use lock::*;

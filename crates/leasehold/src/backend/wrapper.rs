@@ -9,8 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::{
-    AcquireOutcome, AcquireRequest, Backend, Capabilities, HolderInfo, KeyInfo, Lease,
-    ReleaseWatch, StoreEpoch,
+    AcquireOutcome, AcquireRequest, Backend, BatchOutcome, Capabilities, HolderInfo, KeyInfo,
+    Lease, ReleaseWatch, StoreEpoch,
 };
 use crate::{Key, Result, RunRecord};
 
@@ -65,6 +65,15 @@ pub trait Wrapper: fmt::Debug + Send + Sync + 'static {
     /// [`Backend::try_acquire`].
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<AcquireOutcome> {
         self.inner().try_acquire(request).await
+    }
+
+    /// [`Backend::try_acquire_all`]: not forwarded unless defined (the
+    /// default answers [`BatchOutcome::Unsupported`]), so that a wrapper
+    /// that changes [`try_acquire`](Self::try_acquire) sees every
+    /// acquisition through it.
+    async fn try_acquire_all(&self, requests: &[AcquireRequest]) -> Result<BatchOutcome> {
+        let _ = requests;
+        Ok(BatchOutcome::Unsupported)
     }
 
     /// [`Backend::renew`].
@@ -128,6 +137,9 @@ impl<W: Wrapper> Backend for W {
     }
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<AcquireOutcome> {
         Wrapper::try_acquire(self, request).await
+    }
+    async fn try_acquire_all(&self, requests: &[AcquireRequest]) -> Result<BatchOutcome> {
+        Wrapper::try_acquire_all(self, requests).await
     }
     async fn renew(&self, lease: &Lease) -> Result<()> {
         Wrapper::renew(self, lease).await

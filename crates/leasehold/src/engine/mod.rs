@@ -81,6 +81,7 @@
 //!   holder), or a failure saying it never answered, else
 //!   [`Error::TimedOut`].
 
+mod batch;
 mod gate;
 mod late;
 mod outcome;
@@ -109,6 +110,7 @@ use crate::options::{ResolvedOptions, Wait};
 use crate::semaphore::{numbered_slots, SlotInfo};
 use crate::store::Store;
 
+pub(crate) use batch::{take_all, Batch};
 pub(crate) use gate::Gate;
 use gate::Gated;
 use late::{chase_late_landing, PendingLease};

@@ -14,12 +14,34 @@ pub const GRANT: &str = "INSERT INTO leasehold_leases (key, fence, lease_id, boo
        owner_host = excluded.owner_host, owner_pid = excluded.owner_pid, owner_label = excluded.owner_label,
        data = excluded.data, acquired_at_ms = excluded.acquired_at_ms";
 
-/// The acquire transaction (see the module docs).
+/// The acquire transaction (see the module docs): [`acquire_all_in`] of
+/// one request.
 pub(super) fn acquire_in(
     conn: &mut Connection,
     ctx: &Ctx,
     req: &AcquireRequest,
 ) -> Result<AcquireOutcome> {
+    Ok(
+        match acquire_all_in(conn, ctx, std::slice::from_ref(req))? {
+            BatchOutcome::Acquired(mut grants) => match grants.pop() {
+                Some(grant) => AcquireOutcome::Acquired(grant),
+                None => unreachable!("one request, one grant"),
+            },
+            BatchOutcome::Held { holder, .. } => AcquireOutcome::Held(holder),
+            BatchOutcome::OtherEpoch(epoch) => AcquireOutcome::OtherEpoch(epoch),
+            other => unreachable!("the acquire transaction answered {other:?}"),
+        },
+    )
+}
+
+/// The acquire transaction of one or more keys: every key checked, then
+/// every key granted, in one immediate transaction (nothing else writes
+/// between the checks and the grants), or nothing written.
+pub(super) fn acquire_all_in(
+    conn: &mut Connection,
+    ctx: &Ctx,
+    requests: &[AcquireRequest],
+) -> Result<BatchOutcome> {
     let op = |e| db_error("acquire", e);
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -45,50 +67,59 @@ pub(super) fn acquire_in(
     };
     // Before anything is written: a store moved to an unknown protocol.
     epoch_row.check_protocol()?;
-    if req.epoch != Some(epoch_row.epoch) || epoch_row.boot_id != *ctx.boot_id {
-        return Ok(AcquireOutcome::OtherEpoch(store_epoch(
-            &epoch_row, ctx, now,
-        )));
-    }
-    check_ttl(req.ttl, &store_epoch(&epoch_row, ctx, now))?;
-    let expires = now + req.ttl.as_nanos() as i64;
-    let row = get_row(&tx, req.key.as_str()).map_err(op)?;
-    let fence = match &row {
-        Some(r) if r.is_live(ctx, now) => {
-            if r.lease_id.as_deref() != Some(req.lease_id.as_str()) {
-                return Ok(AcquireOutcome::Held(r.holder(ctx, now)));
-            }
-            // Our own lease, asked for again: extend, same token.
-            tx.prepare_cached("UPDATE leasehold_leases SET expires_at_ns = ?2 WHERE key = ?1")
-                .and_then(|mut st| st.execute(params![req.key.as_str(), expires]))
-                .map_err(op)?;
-            tx.commit().map_err(op)?;
-            return Ok(AcquireOutcome::Acquired(Grant::new(r.fence)));
+    let mut rows = Vec::with_capacity(requests.len());
+    for (index, req) in requests.iter().enumerate() {
+        if req.epoch != Some(epoch_row.epoch) || epoch_row.boot_id != *ctx.boot_id {
+            return Ok(BatchOutcome::OtherEpoch(store_epoch(&epoch_row, ctx, now)));
         }
-        Some(r) => next_token(r.fence, epoch_row.epoch),
-        None => next_token(0, epoch_row.epoch),
-    };
+        check_ttl(req.ttl, &store_epoch(&epoch_row, ctx, now))?;
+        let row = get_row(&tx, req.key.as_str()).map_err(op)?;
+        if let Some(r) = row.as_ref().filter(|r| r.is_live(ctx, now)) {
+            if r.lease_id.as_deref() != Some(req.lease_id.as_str()) {
+                let holder = r.holder(ctx, now);
+                return Ok(BatchOutcome::Held { index, holder });
+            }
+        }
+        rows.push(row);
+    }
     let acquired_at = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(ms)
         .unwrap_or(0);
-    tx.prepare_cached(GRANT)
-        .and_then(|mut st| {
-            st.execute(params![
-                req.key.as_str(),
-                fence as i64,
-                req.lease_id.as_str(),
-                &*ctx.boot_id,
-                expires,
-                ms(req.ttl),
-                req.owner.host,
-                req.owner.pid as i64,
-                req.owner.label,
-                req.data,
-                acquired_at,
-            ])
-        })
-        .map_err(op)?;
+    let mut grants = Vec::with_capacity(requests.len());
+    for (req, row) in requests.iter().zip(rows) {
+        let expires = now + req.ttl.as_nanos() as i64;
+        let fence = match &row {
+            Some(r) if r.is_live(ctx, now) => {
+                // Our own lease, asked for again: extend, same token.
+                tx.prepare_cached("UPDATE leasehold_leases SET expires_at_ns = ?2 WHERE key = ?1")
+                    .and_then(|mut st| st.execute(params![req.key.as_str(), expires]))
+                    .map_err(op)?;
+                grants.push(Grant::new(r.fence));
+                continue;
+            }
+            Some(r) => next_token(r.fence, epoch_row.epoch),
+            None => next_token(0, epoch_row.epoch),
+        };
+        tx.prepare_cached(GRANT)
+            .and_then(|mut st| {
+                st.execute(params![
+                    req.key.as_str(),
+                    fence as i64,
+                    req.lease_id.as_str(),
+                    &*ctx.boot_id,
+                    expires,
+                    ms(req.ttl),
+                    req.owner.host,
+                    req.owner.pid as i64,
+                    req.owner.label,
+                    req.data,
+                    acquired_at,
+                ])
+            })
+            .map_err(op)?;
+        grants.push(Grant::new(fence));
+    }
     tx.commit().map_err(op)?;
-    Ok(AcquireOutcome::Acquired(Grant::new(fence)))
+    Ok(BatchOutcome::Acquired(grants))
 }

@@ -239,8 +239,8 @@ use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, Tran
 
 use crate::backend::protocol::{check_protocol_number, PROTOCOL};
 use crate::backend::{
-    epoch_at, next_token, AcquireOutcome, AcquireRequest, Backend, Capabilities, Creation,
-    EpochRead, Grant, HolderInfo, KeyInfo, Lease, Owner, StoreEpoch, CONFIRMATION_WINDOW,
+    epoch_at, next_token, AcquireOutcome, AcquireRequest, Backend, BatchOutcome, Capabilities,
+    Creation, EpochRead, Grant, HolderInfo, KeyInfo, Lease, Owner, StoreEpoch, CONFIRMATION_WINDOW,
     DEFAULT_STORE_MAX_TTL, EPOCH_ORIGIN_UNIX_SECS,
 };
 use crate::clock::{Clock, SystemClock};
@@ -374,6 +374,68 @@ pub(super) fn db_error(op: &'static str, e: rusqlite::Error) -> Error {
     Error::backend(NAME, op, retryable, e)
 }
 
+/// What an acquisition's answer says of its leases.
+trait Granted {
+    fn granted(&self) -> bool;
+}
+
+impl Granted for AcquireOutcome {
+    fn granted(&self) -> bool {
+        matches!(self, AcquireOutcome::Acquired(_))
+    }
+}
+
+impl Granted for BatchOutcome {
+    fn granted(&self) -> bool {
+        matches!(self, BatchOutcome::Acquired(_))
+    }
+}
+
+impl SqliteBackend {
+    /// Runs the acquire transaction `attempt` of `requests`: the directory
+    /// lock held for each lease id from before the grant is asked for
+    /// (see the module docs), and the commit fsynced.
+    async fn acquiring<T: Granted + Send + 'static>(
+        &self,
+        requests: &[AcquireRequest],
+        attempt: impl FnOnce(&mut Connection, &Ctx) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let holders = self.holders.clone();
+        let lease_ids: Vec<_> = requests.iter().map(|r| r.lease_id.clone()).collect();
+        if requests.iter().any(|r| r.epoch.is_some()) {
+            for id in &lease_ids {
+                holders.hold(id.as_str())?;
+            }
+        }
+        let result = self
+            .run("acquire", false, move |conn, ctx| {
+                let conn = conn.expect("acquire re-opens");
+                // A commit that issues a fencing token is fsynced before it is
+                // acknowledged, so a power cut can never make the same token be
+                // issued twice (in WAL mode that fsync also covers every NORMAL
+                // commit before it).
+                conn.prepare_cached("PRAGMA synchronous = FULL")
+                    .and_then(|mut st| st.execute([]))
+                    .map_err(|e| db_error("acquire", e))?;
+                let result = attempt(conn, ctx);
+                let normal = conn
+                    .prepare_cached("PRAGMA synchronous = NORMAL")
+                    .and_then(|mut st| st.execute([]));
+                let outcome = result?;
+                normal.map_err(|e| db_error("acquire", e))?;
+                Ok(outcome)
+            })
+            .await;
+        match &result {
+            Ok(outcome) if outcome.granted() => {}
+            // An error may hide a grant: keep the lock until it is released.
+            Err(e) if e.is_retryable() => {}
+            _ => lease_ids.iter().for_each(|id| holders.let_go(id.as_str())),
+        }
+        result
+    }
+}
+
 #[async_trait]
 impl Backend for SqliteBackend {
     fn name(&self) -> &'static str {
@@ -386,39 +448,17 @@ impl Backend for SqliteBackend {
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
-        let req = req.clone();
-        let holders = self.holders.clone();
-        // Held from before the grant is asked for (see the module docs).
-        if req.epoch.is_some() {
-            holders.hold(req.lease_id.as_str())?;
-        }
-        let lease_id = req.lease_id.clone();
-        let result = self
-            .run("acquire", false, move |conn, ctx| {
-                let conn = conn.expect("acquire re-opens");
-                // A commit that issues a fencing token is fsynced before it is
-                // acknowledged, so a power cut can never make the same token be
-                // issued twice (in WAL mode that fsync also covers every NORMAL
-                // commit before it).
-                conn.prepare_cached("PRAGMA synchronous = FULL")
-                    .and_then(|mut st| st.execute([]))
-                    .map_err(|e| db_error("acquire", e))?;
-                let result = acquire_in(conn, ctx, &req);
-                let normal = conn
-                    .prepare_cached("PRAGMA synchronous = NORMAL")
-                    .and_then(|mut st| st.execute([]));
-                let outcome = result?;
-                normal.map_err(|e| db_error("acquire", e))?;
-                Ok(outcome)
-            })
-            .await;
-        match &result {
-            Ok(AcquireOutcome::Acquired(_)) => {}
-            // An error may hide a grant: keep the lock until it is released.
-            Err(e) if e.is_retryable() => {}
-            _ => holders.let_go(lease_id.as_str()),
-        }
-        result
+        let owned = req.clone();
+        self.acquiring(std::slice::from_ref(req), move |conn, ctx| {
+            acquire_in(conn, ctx, &owned)
+        })
+        .await
+    }
+
+    async fn try_acquire_all(&self, requests: &[AcquireRequest]) -> Result<BatchOutcome> {
+        let reqs = requests.to_vec();
+        self.acquiring(requests, move |conn, ctx| acquire_all_in(conn, ctx, &reqs))
+            .await
     }
 
     async fn renew(&self, lease: &Lease) -> Result<()> {
