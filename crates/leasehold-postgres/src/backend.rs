@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::{Object, Pool};
+use futures_util::future::{join, join_all};
 use leasehold::backend::{
-    AcquireOutcome, AcquireRequest, Backend, Capabilities, Grant, Lease, ReleaseWatch,
+    AcquireOutcome, AcquireRequest, Backend, BatchOutcome, Capabilities, Grant, Lease, ReleaseWatch,
 };
 use leasehold::{backend::StoreEpoch, Error, HolderInfo, Key, KeyInfo, Result};
 use tokio::time::{timeout_at, Instant};
@@ -177,21 +178,71 @@ impl PostgresBackend {
     ) -> std::result::Result<Vec<Row>, Fail> {
         let deadline = Instant::now() + self.inner.request_timeout;
         let client = self.client(op, deadline).await.map_err(Fail::Other)?;
-        let run = async {
-            if self.inner.prepared {
-                let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
-                let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
-                let statement = client.prepare_typed_cached(sql, &types).await?;
-                client.query(&statement, &values).await
-            } else {
-                client.query_typed(sql, params).await
-            }
-        };
+        let run = self.query_on(&client, sql, params);
         match timeout_at(deadline, run).await {
             Ok(Ok(rows)) => Ok(rows),
             Ok(Err(e)) => Err(Fail::Db(e)),
             Err(_) => {
                 // The connection may be dead (a partition): never reuse it.
+                drop(Object::take(client));
+                Err(Fail::Other(error::timed_out(
+                    op,
+                    self.inner.request_timeout,
+                )))
+            }
+        }
+    }
+
+    /// One statement on `client` (see [`rows`](Self::rows)).
+    async fn query_on(
+        &self,
+        client: &Object,
+        sql: &str,
+        params: &Params<'_>,
+    ) -> std::result::Result<Vec<Row>, tokio_postgres::Error> {
+        if self.inner.prepared {
+            let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
+            let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
+            let statement = client.prepare_typed_cached(sql, &types).await?;
+            client.query(&statement, &values).await
+        } else {
+            client.query_typed(sql, params).await
+        }
+    }
+
+    /// `BEGIN`, `sql` once for each of `each` in their order, then `COMMIT`
+    /// if `keep` says so of the answers, else `ROLLBACK`: two round trips on
+    /// one connection (`BEGIN` and the statements are pipelined), one
+    /// commit. A connection that failed in between is not reused.
+    async fn transaction(
+        &self,
+        op: &'static str,
+        sql: &str,
+        each: &[&Params<'_>],
+        keep: impl FnOnce(&[Vec<Row>]) -> bool,
+    ) -> std::result::Result<Vec<Vec<Row>>, Fail> {
+        let deadline = Instant::now() + self.inner.request_timeout;
+        let client = self.client(op, deadline).await.map_err(Fail::Other)?;
+        let run = async {
+            let statements = join_all(each.iter().map(|p| self.query_on(&client, sql, p)));
+            let (begun, answers) = join(client.batch_execute("BEGIN"), statements).await;
+            let answers: std::result::Result<Vec<Vec<Row>>, _> = answers.into_iter().collect();
+            let end = match (&begun, &answers) {
+                (Ok(()), Ok(rows)) if keep(rows) => "COMMIT",
+                _ => "ROLLBACK",
+            };
+            let ended = client.batch_execute(end).await;
+            begun?;
+            let rows = answers?;
+            ended.map(|()| rows)
+        };
+        match timeout_at(deadline, run).await {
+            Ok(Ok(rows)) => Ok(rows),
+            Ok(Err(e)) => {
+                drop(Object::take(client));
+                Err(Fail::Db(e))
+            }
+            Err(_) => {
                 drop(Object::take(client));
                 Err(Fail::Other(error::timed_out(
                     op,
@@ -253,6 +304,77 @@ impl PostgresBackend {
     }
 }
 
+/// The acquire statement's values of one request that are not in it.
+struct AcquireValues<'a> {
+    key: &'a str,
+    lease_id: &'a str,
+    ttl_ms: i64,
+    epoch: i64,
+    pid: i64,
+}
+
+impl<'a> AcquireValues<'a> {
+    fn of(req: &'a AcquireRequest, epoch: u64) -> Self {
+        AcquireValues {
+            key: req.key.as_str(),
+            lease_id: req.lease_id.as_str(),
+            ttl_ms: req.ttl.as_millis() as i64,
+            epoch: epoch as i64,
+            pid: req.owner.pid as i64,
+        }
+    }
+
+    /// The acquire statement's parameters (see `Statements::acquire`).
+    fn params<'b>(&'b self, req: &'b AcquireRequest) -> [(&'b (dyn ToSql + Sync), Type); 8] {
+        [
+            (&self.key, Type::TEXT),
+            (&self.lease_id, Type::TEXT),
+            (&self.ttl_ms, Type::INT8),
+            (&self.epoch, Type::INT8),
+            (&req.owner.host, Type::TEXT),
+            (&self.pid, Type::INT8),
+            (&req.owner.label, Type::TEXT),
+            (&req.data, Type::TEXT),
+        ]
+    }
+}
+
+impl PostgresBackend {
+    /// What the acquire statement's answer `row` says of `req`.
+    async fn acquire_answer(
+        &self,
+        row: &Row,
+        req: &AcquireRequest,
+        epoch: u64,
+    ) -> Result<AcquireOutcome> {
+        const OP: &str = "acquire";
+        let meta = record::epoch(row);
+        if let Some(m) = &meta {
+            // The statement granted nothing in a store of a protocol this
+            // build does not speak.
+            m.check_protocol(NAME)?;
+        }
+        let meta = match meta {
+            Some(m) if m.same_table => m,
+            // No epoch row, or one restored from another table.
+            _ => {
+                return Ok(AcquireOutcome::OtherEpoch(
+                    self.check_epoch(OP).await?.0.store_epoch(),
+                ))
+            }
+        };
+        self.inner.store_max_ttl.set(meta.max_ttl);
+        if meta.epoch != epoch {
+            return Ok(AcquireOutcome::OtherEpoch(meta.store_epoch()));
+        }
+        self.check_ttl(req.ttl, meta.max_ttl)?;
+        if let Some(fence) = row.get::<_, Option<i64>>("granted") {
+            return Ok(AcquireOutcome::Acquired(Grant::new(fence as u64)));
+        }
+        Ok(AcquireOutcome::Held(record::holder(row)))
+    }
+}
+
 /// Why a renewal or release changed nothing.
 fn why_not_ours(row: &Row, lease: &Lease) -> String {
     if row.get::<_, Option<bool>>("same_epoch") == Some(false) {
@@ -296,24 +418,9 @@ impl Backend for PostgresBackend {
         };
         let cached_max = self.inner.store_max_ttl.get();
         self.check_ttl(req.ttl, cached_max)?;
-        let ttl_ms = req.ttl.as_millis() as i64;
-        let epoch_i = epoch as i64;
-        let pid = req.owner.pid as i64;
+        let values = AcquireValues::of(req, epoch);
         let row = match self
-            .one(
-                OP,
-                &self.inner.sql.acquire,
-                &[
-                    (&req.key.as_str(), Type::TEXT),
-                    (&req.lease_id.as_str(), Type::TEXT),
-                    (&ttl_ms, Type::INT8),
-                    (&epoch_i, Type::INT8),
-                    (&req.owner.host, Type::TEXT),
-                    (&pid, Type::INT8),
-                    (&req.owner.label, Type::TEXT),
-                    (&req.data, Type::TEXT),
-                ],
-            )
+            .one(OP, &self.inner.sql.acquire, &values.params(req))
             .await
         {
             Ok(row) => row,
@@ -325,30 +432,72 @@ impl Backend for PostgresBackend {
             }
             Err(f) => return Err(f.into_error(OP)),
         };
-        let meta = record::epoch(&row);
-        if let Some(m) = &meta {
-            // The statement granted nothing in a store of a protocol this
-            // build does not speak.
-            m.check_protocol(NAME)?;
-        }
-        let meta = match meta {
-            Some(m) if m.same_table => m,
-            // No epoch row, or one restored from another table.
-            _ => {
-                return Ok(AcquireOutcome::OtherEpoch(
-                    self.check_epoch(OP).await?.0.store_epoch(),
-                ))
-            }
+        self.acquire_answer(&row, req, epoch).await
+    }
+
+    async fn try_acquire_all(&self, reqs: &[AcquireRequest]) -> Result<BatchOutcome> {
+        const OP: &str = "acquire";
+        let Some(epoch) = reqs.first().and_then(|r| r.epoch) else {
+            return Ok(BatchOutcome::OtherEpoch(
+                self.check_epoch(OP).await?.0.store_epoch(),
+            ));
         };
-        self.inner.store_max_ttl.set(meta.max_ttl);
-        if meta.epoch != epoch {
-            return Ok(AcquireOutcome::OtherEpoch(meta.store_epoch()));
+        let cached_max = self.inner.store_max_ttl.get();
+        for req in reqs {
+            self.check_ttl(req.ttl, cached_max)?;
         }
-        self.check_ttl(req.ttl, meta.max_ttl)?;
-        if let Some(fence) = row.get::<_, Option<i64>>("granted") {
-            return Ok(AcquireOutcome::Acquired(Grant::new(fence as u64)));
+        let values: Vec<AcquireValues<'_>> =
+            reqs.iter().map(|r| AcquireValues::of(r, epoch)).collect();
+        let params: Vec<_> = reqs.iter().zip(&values).map(|(r, v)| v.params(r)).collect();
+        let each: Vec<&Params<'_>> = params.iter().map(|p| p.as_slice()).collect();
+        // Kept only if every key was granted: a statement grants only in
+        // the request's epoch, in a table of a protocol this build speaks,
+        // within the max TTL, so a grant needs nothing more checked.
+        let granted = |rows: &[Vec<Row>]| {
+            rows.iter().all(|r| {
+                r.first()
+                    .is_some_and(|row| row.get::<_, Option<i64>>("granted").is_some())
+            })
+        };
+        let answers = match self
+            .transaction(OP, &self.inner.sql.acquire, &each, granted)
+            .await
+        {
+            Ok(answers) => answers,
+            Err(f) if f.missing_table() => {
+                return Ok(BatchOutcome::OtherEpoch(
+                    self.check_epoch(OP).await?.0.store_epoch(),
+                ));
+            }
+            Err(f) => return Err(f.into_error(OP)),
+        };
+        let all = granted(&answers);
+        let mut grants = Vec::with_capacity(reqs.len());
+        for (index, (req, rows)) in reqs.iter().zip(&answers).enumerate() {
+            let Some(row) = rows.first() else {
+                return Err(Error::backend(
+                    NAME,
+                    OP,
+                    true,
+                    "the statement returned no row",
+                ));
+            };
+            match self.acquire_answer(row, req, epoch).await? {
+                AcquireOutcome::Acquired(grant) => grants.push(grant),
+                AcquireOutcome::Held(holder) => return Ok(BatchOutcome::Held { index, holder }),
+                AcquireOutcome::OtherEpoch(found) => return Ok(BatchOutcome::OtherEpoch(found)),
+            }
         }
-        Ok(AcquireOutcome::Held(record::holder(&row)))
+        if !all {
+            // Rolled back, though no key answered held: never a grant.
+            return Err(Error::backend(
+                NAME,
+                OP,
+                true,
+                "the keys' transaction was rolled back",
+            ));
+        }
+        Ok(BatchOutcome::Acquired(grants))
     }
 
     async fn renew(&self, lease: &Lease) -> Result<()> {

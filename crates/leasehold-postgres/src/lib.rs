@@ -136,6 +136,22 @@
 //!   for again (a retry after an ambiguous failure) is extended and keeps
 //!   its token. The same answer names the holder when it is held, so a
 //!   failed attempt costs one round trip too.
+//! * **Acquire several keys, all or none** (a multi-key lock's first
+//!   attempt, [`Backend::try_acquire_all`](leasehold::backend::Backend::try_acquire_all);
+//!   2 round trips, one commit): one transaction on one connection, `BEGIN`
+//!   pipelined with the acquire statement above once per key, in byte
+//!   order of the keys, then `COMMIT` if every statement granted, else
+//!   `ROLLBACK` (nothing written; the answer names the first held key).
+//!   Each statement is the one-key statement, so each grant is checked
+//!   and counted as above; the transaction only makes them one. Rows are
+//!   locked in key order by every such transaction (a conflicting row is
+//!   locked even when `ON CONFLICT … WHERE` leaves it unchanged), and a
+//!   one-key statement locks one row, so no two wait for each other in a
+//!   circle. A connection that failed inside the transaction is dropped,
+//!   not returned to the pool; a commit whose answer is lost is an
+//!   ambiguous failure, and the caller releases every lease id. A
+//!   transaction-mode pooler keeps the transaction on one server
+//!   connection. Tests: the conformance suite's `batch_*`.
 //! * **Renew**: `UPDATE … SET expires_at = clock_timestamp() + ttl WHERE
 //!   key AND lease_id = ours AND epoch = ours AND expires_at >
 //!   clock_timestamp() AND` the epoch row still names our epoch and this

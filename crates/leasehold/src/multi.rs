@@ -49,6 +49,14 @@ pub const MAX_MULTI_KEYS: usize = 1000;
 /// this process or across processes. Keys already taken are renewed in
 /// the background while the next is waited for.
 ///
+/// Where the store can take several keys in one atomic request (SQLite:
+/// one transaction and one fsync; PostgreSQL: one transaction, two round
+/// trips; see [`Backend::try_acquire_all`](crate::backend::Backend::try_acquire_all)),
+/// the first attempt of a multi-key lock whose keys are all plain locks
+/// asks for every key in one request: all granted, or nothing written.
+/// Once it finds a key held (or on any other store, or with a reader or
+/// writer among the keys) the keys are taken one by one as above.
+///
 /// All or none: when a wait runs out, fails or is cancelled, the keys
 /// already taken are released at once (awaited before the error is
 /// returned; in the background when the future is dropped). If a key

@@ -42,7 +42,12 @@
 //!   lock, so attempts are serialised): if the key's lease is live and not
 //!   ours, answer held; if it is live and ours (a retry), extend it and
 //!   answer the same token; otherwise set `fence = fence + 1`, write our
-//!   lease and answer the new fence.
+//!   lease and answer the new fence. Several keys at once (a multi-key
+//!   lock's first attempt, [`Backend::try_acquire_all`]) are the same
+//!   transaction over every key: each checked by that rule, then each
+//!   granted by it, or nothing written when one is held; one commit (one
+//!   fsync) for all of them, and each lease id's directory lock is held
+//!   from before the transaction, as for one key.
 //! * **Renew** is `UPDATE … WHERE key AND lease_id = ours AND live`; no row
 //!   changed means the lease is not ours any more (definitive loss).
 //! * **Release** is `UPDATE … SET lease_id = NULL WHERE key AND lease_id =
