@@ -481,6 +481,26 @@ impl Wrapper for Counting {
         out
     }
 
+    // One request for several keys, counted as one (a wrapper that does
+    // not define it makes every multi-key lock go key by key).
+    async fn try_acquire_all(
+        &self,
+        requests: &[AcquireRequest],
+    ) -> leasehold::Result<leasehold::backend::BatchOutcome> {
+        use leasehold::backend::BatchOutcome;
+        let out = self.inner.try_acquire_all(requests).await;
+        // A store that cannot was not asked.
+        if !matches!(out, Ok(BatchOutcome::Unsupported)) {
+            self.acquires.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Ok(BatchOutcome::Acquired(_)) = &out {
+            for request in requests {
+                self.mark(&request.key, false);
+            }
+        }
+        out
+    }
+
     async fn renew(&self, lease: &Lease) -> leasehold::Result<()> {
         self.renews.fetch_add(1, Ordering::Relaxed);
         let out = self.inner.renew(lease).await;
