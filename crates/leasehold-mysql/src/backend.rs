@@ -8,7 +8,8 @@ use async_trait::async_trait;
 use leasehold::backend::shared_builder::{RecordedMaxTtl, ServerCommon};
 use leasehold::backend::table_epoch::check_ttl;
 use leasehold::backend::{
-    next_token, AcquireOutcome, AcquireRequest, Backend, Capabilities, Grant, Lease, ReleaseWatch,
+    next_token, AcquireOutcome, AcquireRequest, Backend, BatchOutcome, Capabilities, Grant, Lease,
+    ReleaseWatch,
 };
 use leasehold::{backend::StoreEpoch, Error, HolderInfo, Key, KeyInfo, Result};
 use mysql_async::prelude::Queryable;
@@ -128,8 +129,10 @@ enum Step {
     NoEpoch,
     /// The store is in another epoch.
     Other(EpochRow),
-    Granted(u64, EpochRow),
-    Held(Option<HolderInfo>, EpochRow),
+    /// Every key granted: their tokens, in the requests' order.
+    Granted(Vec<u64>, EpochRow),
+    /// The key of the request at this index is held; nothing was written.
+    Held(usize, Option<HolderInfo>, EpochRow),
 }
 
 impl MysqlBackend {
@@ -234,11 +237,12 @@ impl MysqlBackend {
         check_ttl(ttl, MIN_TTL, max)
     }
 
-    /// One acquire transaction (see the crate docs, "Acquire").
+    /// One acquire transaction (see the crate docs, "Acquire") of every
+    /// key of `reqs`, in their order: all granted, or none.
     async fn acquire_once(
         &self,
         mut conn: Conn,
-        req: &AcquireRequest,
+        reqs: &[AcquireRequest],
         epoch: u64,
     ) -> Outcome<Step> {
         let sql = &self.inner.sql;
@@ -263,67 +267,110 @@ impl MysqlBackend {
         if meta.epoch != epoch {
             return Ok(Step::Other(meta));
         }
-        self.check_ttl(req.ttl, meta.max_ttl)?;
-        let key = req.key.as_str();
-        let ours = req.lease_id.as_str();
-        let ttl_us = req.ttl.as_micros() as u64;
-        let ttl_ms = req.ttl.as_millis() as u64;
-        let owner = |v: &mut Vec<Value>| {
-            v.extend([
-                Value::from(ttl_us),
-                Value::from(ttl_ms),
-                Value::from(req.owner.host.as_str()),
-                Value::from(req.owner.pid),
-                Value::from(req.owner.label.as_deref()),
-                Value::from(req.data.as_deref()),
-            ])
-        };
-        let row = tx
-            .exec_first::<Row, _, _>(sql.lock_key.as_str(), (key,))
-            .await?;
-        let fence = match row {
-            None => {
-                let fence = next_token(0, epoch);
-                let mut params = vec![
-                    Value::from(key),
-                    Value::from(fence),
-                    Value::from(epoch),
-                    Value::from(ours),
-                ];
-                owner(&mut params);
-                tx.exec_drop(sql.insert_grant.as_str(), params).await?;
-                fence
-            }
-            Some(row) => {
-                // A fence that cannot be read is an error, never 0 (its
-                // next token would repeat an earlier one).
-                let last = col::<u64>(&row, "fence").ok_or_else(|| {
-                    Error::backend(
-                        NAME,
-                        "acquire",
-                        false,
-                        "the key's row has no readable fence",
-                    )
-                })?;
-                let same = col::<String>(&row, "lease_id").as_deref() == Some(ours)
-                    && col::<u64>(&row, "epoch") == Some(epoch);
-                let free = col::<i64>(&row, "free").unwrap_or(0) == 1;
-                if !same && !free {
-                    tx.rollback().await?;
-                    return Ok(Step::Held(record::holder(&row), meta));
+        for req in reqs {
+            self.check_ttl(req.ttl, meta.max_ttl)?;
+        }
+        let mut fences = Vec::with_capacity(reqs.len());
+        for (index, req) in reqs.iter().enumerate() {
+            let key = req.key.as_str();
+            let ours = req.lease_id.as_str();
+            let ttl_us = req.ttl.as_micros() as u64;
+            let ttl_ms = req.ttl.as_millis() as u64;
+            let owner = |v: &mut Vec<Value>| {
+                v.extend([
+                    Value::from(ttl_us),
+                    Value::from(ttl_ms),
+                    Value::from(req.owner.host.as_str()),
+                    Value::from(req.owner.pid),
+                    Value::from(req.owner.label.as_deref()),
+                    Value::from(req.data.as_deref()),
+                ])
+            };
+            let row = tx
+                .exec_first::<Row, _, _>(sql.lock_key.as_str(), (key,))
+                .await?;
+            let fence = match row {
+                None => {
+                    let fence = next_token(0, epoch);
+                    let mut params = vec![
+                        Value::from(key),
+                        Value::from(fence),
+                        Value::from(epoch),
+                        Value::from(ours),
+                    ];
+                    owner(&mut params);
+                    tx.exec_drop(sql.insert_grant.as_str(), params).await?;
+                    fence
                 }
-                // Our own lease asked for again (a retry after an
-                // ambiguous failure) keeps its token.
-                let fence = if same { last } else { next_token(last, epoch) };
-                let mut params = vec![Value::from(fence), Value::from(epoch), Value::from(ours)];
-                owner(&mut params);
-                params.extend([Value::from(same), Value::from(key)]);
-                tx.exec_drop(sql.update_grant.as_str(), params).await?;
-                fence
+                Some(row) => {
+                    // A fence that cannot be read is an error, never 0 (its
+                    // next token would repeat an earlier one).
+                    let last = col::<u64>(&row, "fence").ok_or_else(|| {
+                        Error::backend(
+                            NAME,
+                            "acquire",
+                            false,
+                            "the key's row has no readable fence",
+                        )
+                    })?;
+                    let same = col::<String>(&row, "lease_id").as_deref() == Some(ours)
+                        && col::<u64>(&row, "epoch") == Some(epoch);
+                    let free = col::<i64>(&row, "free").unwrap_or(0) == 1;
+                    if !same && !free {
+                        // Nothing of this transaction is kept: the keys
+                        // before this one are not granted either.
+                        tx.rollback().await?;
+                        return Ok(Step::Held(index, record::holder(&row), meta));
+                    }
+                    // Our own lease asked for again (a retry after an
+                    // ambiguous failure) keeps its token.
+                    let fence = if same { last } else { next_token(last, epoch) };
+                    let mut params =
+                        vec![Value::from(fence), Value::from(epoch), Value::from(ours)];
+                    owner(&mut params);
+                    params.extend([Value::from(same), Value::from(key)]);
+                    tx.exec_drop(sql.update_grant.as_str(), params).await?;
+                    fence
+                }
+            };
+            fences.push(fence);
+        }
+        tx.commit().await?;
+        Ok(Step::Granted(fences, meta))
+    }
+
+    /// The acquire transaction of `reqs`, tried again after a lost race
+    /// (see the crate docs), and what it found.
+    async fn acquire_step(&self, reqs: &[AcquireRequest], epoch: u64) -> Result<Step> {
+        const OP: &str = "acquire";
+        self.check_ttl_all(reqs)?;
+        let mut tries = 0;
+        let step = loop {
+            tries += 1;
+            let outcome = self
+                .on_conn(OP, Duration::ZERO, |conn| {
+                    self.acquire_once(conn, reqs, epoch)
+                })
+                .await;
+            match outcome {
+                Ok(step) => break step,
+                Err(f) if f.missing_table() => break Step::NoEpoch,
+                Err(f) if f.lost_race() && tries < RACE_TRIES => continue,
+                Err(f) => return Err(f.into_error(OP)),
             }
         };
-        tx.commit().await?;
-        Ok(Step::Granted(fence, meta))
+        match &step {
+            Step::NoEpoch => {}
+            Step::Other(meta) | Step::Granted(_, meta) | Step::Held(_, _, meta) => {
+                self.inner.store_max_ttl.set(meta.max_ttl)
+            }
+        }
+        Ok(step)
+    }
+
+    fn check_ttl_all(&self, reqs: &[AcquireRequest]) -> Result<()> {
+        let max = self.inner.store_max_ttl.get();
+        reqs.iter().try_for_each(|r| self.check_ttl(r.ttl, max))
     }
 
     /// Runs a statement on `lease`'s key whose parameters are `params`:
@@ -416,40 +463,37 @@ impl Backend for MysqlBackend {
                 self.check_epoch(OP).await?.0.store_epoch(),
             ));
         };
-        self.check_ttl(req.ttl, self.inner.store_max_ttl.get())?;
-        let mut tries = 0;
-        let step = loop {
-            tries += 1;
-            let outcome = self
-                .on_conn(OP, Duration::ZERO, |conn| {
-                    self.acquire_once(conn, req, epoch)
-                })
-                .await;
-            match outcome {
-                Ok(step) => break step,
-                Err(f) if f.missing_table() => break Step::NoEpoch,
-                Err(f) if f.lost_race() && tries < RACE_TRIES => continue,
-                Err(f) => return Err(f.into_error(OP)),
-            }
-        };
-        match step {
-            // Dropped, or restored: re-created or renewed (a new epoch).
-            Step::NoEpoch => Ok(AcquireOutcome::OtherEpoch(
+        Ok(
+            match self.acquire_step(std::slice::from_ref(req), epoch).await? {
+                // Dropped, or restored: re-created or renewed (a new epoch).
+                Step::NoEpoch => {
+                    AcquireOutcome::OtherEpoch(self.check_epoch(OP).await?.0.store_epoch())
+                }
+                Step::Other(meta) => AcquireOutcome::OtherEpoch(meta.store_epoch()),
+                Step::Granted(fences, _) => match fences[..] {
+                    [fence] => AcquireOutcome::Acquired(Grant::new(fence)),
+                    _ => unreachable!("one request, one grant"),
+                },
+                Step::Held(_, holder, _) => AcquireOutcome::Held(holder),
+            },
+        )
+    }
+
+    async fn try_acquire_all(&self, reqs: &[AcquireRequest]) -> Result<BatchOutcome> {
+        const OP: &str = "acquire";
+        let Some(epoch) = reqs.first().and_then(|r| r.epoch) else {
+            return Ok(BatchOutcome::OtherEpoch(
                 self.check_epoch(OP).await?.0.store_epoch(),
-            )),
-            Step::Other(meta) => {
-                self.inner.store_max_ttl.set(meta.max_ttl);
-                Ok(AcquireOutcome::OtherEpoch(meta.store_epoch()))
+            ));
+        };
+        Ok(match self.acquire_step(reqs, epoch).await? {
+            Step::NoEpoch => BatchOutcome::OtherEpoch(self.check_epoch(OP).await?.0.store_epoch()),
+            Step::Other(meta) => BatchOutcome::OtherEpoch(meta.store_epoch()),
+            Step::Granted(fences, _) => {
+                BatchOutcome::Acquired(fences.into_iter().map(Grant::new).collect())
             }
-            Step::Granted(fence, meta) => {
-                self.inner.store_max_ttl.set(meta.max_ttl);
-                Ok(AcquireOutcome::Acquired(Grant::new(fence)))
-            }
-            Step::Held(holder, meta) => {
-                self.inner.store_max_ttl.set(meta.max_ttl);
-                Ok(AcquireOutcome::Held(holder))
-            }
-        }
+            Step::Held(index, holder, _) => BatchOutcome::Held { index, holder },
+        })
     }
 
     async fn renew(&self, lease: &Lease) -> Result<()> {

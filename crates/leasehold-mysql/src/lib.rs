@@ -114,6 +114,16 @@
 //!   row; the second's insert fails (duplicate key, or a deadlock on the
 //!   gap lock), its transaction is rolled back, and it tries again (up to
 //!   5 times), finding the first's row.
+//! * **Acquire several keys, all or none** (a multi-key lock's first
+//!   attempt, [`Backend::try_acquire_all`](leasehold::backend::Backend::try_acquire_all)):
+//!   the same transaction over every key, in byte order of the keys (3 + 2
+//!   per key round trips, one commit, against 5 per key one by one): the
+//!   epoch row once, then each key's row `FOR UPDATE` and its write, by the
+//!   rule above; the first key found held rolls the whole transaction back
+//!   (nothing written) and is named in the answer. Every such transaction
+//!   locks rows in the same order; a deadlock on gap locks (two of them
+//!   inserting new keys) is a lost race, rolled back and tried again as
+//!   above. Tests: the conformance suite's `batch_*`.
 //! * **Renew**: `UPDATE … SET expires_at = UTC_TIMESTAMP(6) + TTL WHERE k
 //!   AND lease_id = ours AND epoch = ours AND expires_at >
 //!   UTC_TIMESTAMP(6)`; no row matched is a definitive loss (a second

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use leasehold::backend::{
-    AcquireOutcome, AcquireRequest, Backend, Capabilities, Grant, Lease, ReleaseWatch,
+    AcquireOutcome, AcquireRequest, Backend, BatchOutcome, Capabilities, Grant, Lease, ReleaseWatch,
 };
 use leasehold::{backend::StoreEpoch, Error, HolderInfo, Key, KeyInfo, LossReason, Result};
 use redis::aio::ConnectionManagerConfig;
@@ -279,6 +279,49 @@ impl RedisBackend {
         }
     }
 
+    /// Sends an acquire script, asked again while the store's epoch has
+    /// not begun on the server's clock (reply 5, see `acquire.lua`: at
+    /// most a second, after the epoch was started; a few times), and
+    /// answers its reply's items.
+    async fn acquire_call(
+        &self,
+        op: &'static str,
+        inv: &ScriptInvocation<'_>,
+    ) -> Result<Vec<Value>> {
+        let mut reply = self.call(op, Retry::Once, inv).await?;
+        for _ in 0..EPOCH_START_TRIES {
+            let items = array(op, &reply)?;
+            if items.first().and_then(num) != Some(5) {
+                break;
+            }
+            let ms = items.get(1).and_then(num).unwrap_or(0).clamp(1, 1_000) as u64;
+            tokio::time::sleep(Duration::from_millis(ms + 1)).await;
+            reply = self.call(op, Retry::Once, inv).await?;
+        }
+        Ok(array(op, &reply)?.to_vec())
+    }
+
+    /// The error an acquire script's reply 4 (a TTL above the store's max
+    /// TTL; `ttl` the longest asked for) or 5 (the epoch has not begun)
+    /// means, or a bad reply (see `acquire.lua`).
+    fn acquire_refusal(&self, op: &'static str, items: &[Value], ttl: Duration) -> Error {
+        match items.first().and_then(num) {
+            Some(4) => {
+                let max = items.get(1).and_then(num).unwrap_or_default().max(0) as u64;
+                let max = Duration::from_millis(max);
+                self.inner.store_max_ttl.set(max);
+                ttl_error(ttl, max)
+            }
+            Some(5) => Error::backend(
+                NAME,
+                op,
+                true,
+                "the store's epoch has not begun on the server's clock yet".to_string(),
+            ),
+            _ => bad_reply(op, format!("{items:?}")),
+        }
+    }
+
     fn note_max_ttl(&self, epoch: &StoreEpoch) {
         self.inner.store_max_ttl.set(epoch.max_ttl);
     }
@@ -371,20 +414,7 @@ impl Backend for RedisBackend {
             .arg(req.owner.pid)
             .arg(optional(&req.owner.label))
             .arg(optional(&req.data));
-        // The store's epoch may not have begun yet (reply 5: see
-        // `acquire.lua`): that is at most a second, after the epoch was
-        // started; asked again then, a few times.
-        let mut reply = self.call(OP, Retry::Once, &inv).await?;
-        for _ in 0..EPOCH_START_TRIES {
-            let items = array(OP, &reply)?;
-            if items.first().and_then(num) != Some(5) {
-                break;
-            }
-            let ms = items.get(1).and_then(num).unwrap_or(0).clamp(1, 1_000) as u64;
-            tokio::time::sleep(Duration::from_millis(ms + 1)).await;
-            reply = self.call(OP, Retry::Once, &inv).await?;
-        }
-        let items = array(OP, &reply)?;
+        let items = self.acquire_call(OP, &inv).await?;
         match items.first().and_then(num) {
             Some(1) => match items.get(1).and_then(num) {
                 Some(token) if token > 0 => Ok(AcquireOutcome::Acquired(Grant::new(token as u64))),
@@ -396,19 +426,71 @@ impl Backend for RedisBackend {
                 self.note_max_ttl(&epoch);
                 Ok(AcquireOutcome::OtherEpoch(epoch))
             }
-            Some(4) => {
-                let max = items.get(1).and_then(num).unwrap_or_default().max(0) as u64;
-                let max = Duration::from_millis(max);
-                self.inner.store_max_ttl.set(max);
-                Err(ttl_error(req.ttl, max))
+            _ => Err(self.acquire_refusal(OP, &items, req.ttl)),
+        }
+    }
+
+    async fn try_acquire_all(&self, reqs: &[AcquireRequest]) -> Result<BatchOutcome> {
+        const OP: &str = "acquire";
+        let Some(first) = reqs.first() else {
+            return Ok(BatchOutcome::Acquired(Vec::new()));
+        };
+        if let Some(short) = reqs.iter().find(|r| r.ttl < MIN_TTL) {
+            return Err(ttl_error(short.ttl, self.capabilities().max_ttl));
+        }
+        // Every key of a store is in one slot (see the crate docs), so one
+        // script may touch them all, on a cluster too.
+        let mut inv = self.inner.scripts.acquire_all.prepare_invoke();
+        inv.key(&self.inner.names.marker)
+            .key(&self.inner.names.index);
+        for req in reqs {
+            inv.key(self.inner.names.record(req.key.as_str()));
+        }
+        inv.arg(first.epoch.unwrap_or(0))
+            .arg(self.inner.max_ttl.as_millis() as u64);
+        for req in reqs {
+            inv.arg(req.key.as_str())
+                .arg(req.lease_id.as_str())
+                .arg(req.ttl.as_millis() as u64)
+                .arg(&req.owner.host)
+                .arg(req.owner.pid)
+                .arg(optional(&req.owner.label))
+                .arg(optional(&req.data));
+        }
+        let items = self.acquire_call(OP, &inv).await?;
+        match items.first().and_then(num) {
+            Some(1) => {
+                let tokens = match items.get(1) {
+                    Some(v) => array(OP, v)?,
+                    None => return Err(bad_reply(OP, format!("{items:?}"))),
+                };
+                let grants: Option<Vec<Grant>> = tokens
+                    .iter()
+                    .map(|t| num(t).filter(|t| *t > 0).map(|t| Grant::new(t as u64)))
+                    .collect();
+                match grants {
+                    Some(grants) if grants.len() == reqs.len() => {
+                        Ok(BatchOutcome::Acquired(grants))
+                    }
+                    _ => Err(bad_reply(OP, format!("{items:?}"))),
+                }
             }
-            Some(5) => Err(Error::backend(
-                NAME,
-                OP,
-                true,
-                "the store's epoch has not begun on the server's clock yet".to_string(),
-            )),
-            _ => Err(bad_reply(OP, format!("{items:?}"))),
+            Some(2) => match items.get(2).and_then(num) {
+                Some(index) if (0..reqs.len() as i64).contains(&index) => Ok(BatchOutcome::Held {
+                    index: index as usize,
+                    holder: items.get(1).and_then(record::holder),
+                }),
+                _ => Err(bad_reply(OP, format!("{items:?}"))),
+            },
+            Some(3) => {
+                let epoch = record::store_epoch(OP, &items[1..])?;
+                self.note_max_ttl(&epoch);
+                Ok(BatchOutcome::OtherEpoch(epoch))
+            }
+            _ => {
+                let longest = reqs.iter().map(|r| r.ttl).max().unwrap_or_default();
+                Err(self.acquire_refusal(OP, &items, longest))
+            }
         }
     }
 

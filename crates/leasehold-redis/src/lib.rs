@@ -85,6 +85,16 @@
 //!   the holder; otherwise grant: `fence := max(fence, epoch << 22) + 1`
 //!   (for a key the index knows whose record is gone, also above the
 //!   store's highest token), lease id, `expires_ms := TIME + ttl`.
+//! * **Acquire several keys, all or none** (a multi-key lock's first
+//!   attempt, [`Backend::try_acquire_all`](leasehold::backend::Backend::try_acquire_all);
+//!   1 round trip, `acquire_all.lua`): the same checks of the marker and of
+//!   every TTL, then every key's record judged by the rule above before any
+//!   is written; the first held key is answered (nothing written), else
+//!   each key is granted by that rule, one token each (the store's highest
+//!   token kept as the greatest of them). A script runs alone on the
+//!   server, so the keys are taken together or not at all; every key of a
+//!   store shares one hash slot, so it runs on a cluster too. Tests: the
+//!   conformance suite's `batch_*`.
 //! * **Renew**: only if the marker names the lease's epoch and was written
 //!   by this server process, the record carries our lease id in that epoch,
 //!   and it has not expired by `TIME`: `expires_ms := TIME + ttl`.

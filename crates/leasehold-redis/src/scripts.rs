@@ -6,6 +6,7 @@ use redis::Script;
 /// The Lua of every operation, each with the shared prelude in front.
 pub(crate) struct Scripts {
     pub(crate) acquire: Script,
+    pub(crate) acquire_all: Script,
     pub(crate) epoch: Script,
     pub(crate) renew: Script,
     pub(crate) release: Script,
@@ -18,7 +19,8 @@ impl Scripts {
     pub(crate) fn new() -> Self {
         let script = |body: &str| Script::new(&with_prelude(body));
         Scripts {
-            acquire: script(include_str!("lua/acquire.lua")),
+            acquire: script(ACQUIRE),
+            acquire_all: script(ACQUIRE_ALL),
             epoch: script(include_str!("lua/epoch.lua")),
             renew: script(include_str!("lua/renew.lua")),
             release: script(include_str!("lua/release.lua")),
@@ -30,6 +32,18 @@ impl Scripts {
 }
 
 const PRELUDE: &str = include_str!("lua/prelude.lua");
+
+/// One key's acquisition, behind the prelude.
+const ACQUIRE: &str = concat!(
+    include_str!("lua/grant.lua"),
+    include_str!("lua/acquire.lua")
+);
+
+/// Several keys' acquisition, all or none, behind the prelude.
+const ACQUIRE_ALL: &str = concat!(
+    include_str!("lua/grant.lua"),
+    include_str!("lua/acquire_all.lua")
+);
 
 /// The store protocol of a marker whose epoch carries the leases of
 /// earlier ones (after a promotion, see the crate docs): protocol 1, but
@@ -53,7 +67,7 @@ fn with_prelude(body: &str) -> String {
 /// benchmarks' raw client loop): (acquire, release), prelude included.
 pub fn acquire_and_release_scripts() -> (String, String) {
     (
-        with_prelude(include_str!("lua/acquire.lua")),
+        with_prelude(ACQUIRE),
         with_prelude(include_str!("lua/release.lua")),
     )
 }

@@ -333,6 +333,8 @@ impl MultiLock {
         let batch = crate::engine::take_all(&engines);
         let batch = match deadline {
             None => batch.await?,
+            // A wait already over sends nothing (as one key's does not).
+            Some(end) if tokio::time::Instant::now() >= end => Batch::OneByOne,
             Some(end) => match tokio::time::timeout_at(end, batch).await {
                 Ok(batch) => batch?,
                 Err(_) => {

@@ -21,39 +21,9 @@ if now < m.start then
   -- this is the only wait it has; any other is quarantined far longer.)
   return { 5, int(m.start - now) }
 end
-local r = redis.call('HMGET', KEYS[2], 'fence', 'epoch', 'lease_id', 'expires_ms')
-if r[3] and honoured(m, r[2]) then
-  if r[3] == ARGV[2] and tonumber(r[2]) == m.epoch then
-    -- Our own lease asked for again (a retry): extended, same token.
-    redis.call('HSET', KEYS[2], 'expires_ms', int(now + ttl), 'ttl_ms', int(ttl))
-    return { 1, r[1] }
-  end
-  if (tonumber(r[4]) or 0) > now then
-    return { 2, holder(KEYS[2], now) }
-  end
+local verdict, r = judge(m, KEYS[2], ARGV[2], now)
+if verdict == 'held' then
+  return { 2, holder(KEYS[2], now) }
 end
-local base = m.epoch * 4194304
-if not r[1] and redis.call('ZADD', KEYS[3], 'NX', 0, ARGV[1]) == 0 then
-  -- The index knows the key but its record is gone (deleted by hand, or
-  -- evicted): above every token this store issued. (A new key starts at
-  -- the epoch's base, as its observers expect.)
-  if m.high > base then base = m.high end
-end
-local token = (tonumber(r[1]) or 0)
-if token < base then token = base end
-token = token + 1
-redis.call('HSET', KEYS[2], 'fence', int(token), 'epoch', int(m.epoch), 'lease_id', ARGV[2],
-           'expires_ms', int(now + ttl), 'ttl_ms', int(ttl), 'owner_host', ARGV[6],
-           'owner_pid', ARGV[7], 'acquired_ms', int(now))
-for i, field in ipairs({ 'owner_label', 'data' }) do
-  local v = ARGV[7 + i]
-  if v == '' then
-    redis.call('HDEL', KEYS[2], field)
-  else
-    redis.call('HSET', KEYS[2], field, string.sub(v, 2))
-  end
-end
-if token > m.high then
-  redis.call('HSET', KEYS[1], 'high', int(token))
-end
-return { 1, int(token) }
+return { 1, grant(m, now, KEYS[3], KEYS[2], r, verdict, ARGV[1], ARGV[2], ttl, ARGV[6], ARGV[7],
+                  ARGV[8], ARGV[9]) }
