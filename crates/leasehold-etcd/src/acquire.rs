@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use leasehold::{
-    backend::{next_token, AcquireOutcome, AcquireRequest, Grant},
+    backend::{next_token, AcquireOutcome, AcquireRequest, BatchOutcome, Grant},
     Error, Result,
 };
 
@@ -283,5 +283,210 @@ impl EtcdBackend {
             record,
             record_bytes,
         }))
+    }
+}
+
+/// The most keys one batch takes: etcd refuses a `Txn` of more than 128
+/// operations (`--max-txn-ops`), and a batch's failure branch reads four
+/// per key.
+const MAX_BATCH: usize = 30;
+
+/// One key of a batch, as far as it is known.
+enum Part {
+    /// Not known: read it.
+    Unknown,
+    /// Free as last seen: granted by the batch's `Txn`.
+    Free(Free),
+    /// Ours already (the same batch asked again after an ambiguous answer).
+    Ours(Grant),
+}
+
+impl EtcdBackend {
+    /// Several keys in one `Txn`, all or none (see the crate docs'
+    /// protocol): every free key's record and holder compared as one key's
+    /// grant compares them, with the marker once, and every grant written
+    /// on one session. A batch whose requests differ in TTL or are queued,
+    /// or of more than [`MAX_BATCH`] keys, is not taken so.
+    pub(crate) async fn acquire_all(&self, reqs: &[AcquireRequest]) -> Result<BatchOutcome> {
+        const OP: &str = "acquire";
+        let Some(first) = reqs.first() else {
+            return Ok(BatchOutcome::Acquired(Vec::new()));
+        };
+        let ttl = first.ttl;
+        if reqs.len() > MAX_BATCH || reqs.iter().any(|r| r.ttl != ttl || r.queue) {
+            return Ok(BatchOutcome::Unsupported);
+        }
+        if ttl < MIN_TTL {
+            return Err(Error::invalid(
+                "ttl",
+                format!("{ttl:?} is below etcd's minimum of {MIN_TTL:?}"),
+            ));
+        }
+        let mut parts: Vec<Part> = reqs
+            .iter()
+            .map(|r| self.remembered(r).map_or(Part::Unknown, Part::Free))
+            .collect();
+        for _ in 0..RACE_RETRIES {
+            // The keys not known, read at one revision in one round trip.
+            let unknown: Vec<usize> = (0..reqs.len())
+                .filter(|&i| matches!(parts[i], Part::Unknown))
+                .collect();
+            if !unknown.is_empty() {
+                let ops = unknown
+                    .iter()
+                    .flat_map(|&i| self.snapshot_ops(Some(&reqs[i].key)))
+                    .collect();
+                let resp = self.txn(OP, Vec::new(), ops).await?;
+                let judged = self.judge_each(reqs, &unknown, resp.responses).await?;
+                match judged {
+                    Ok(judged) => {
+                        for (i, part) in unknown.into_iter().zip(judged) {
+                            parts[i] = part;
+                        }
+                    }
+                    Err(answer) => return Ok(answer),
+                }
+                if parts.iter().any(|p| matches!(p, Part::Unknown)) {
+                    continue;
+                }
+            }
+            let free: Vec<usize> = (0..reqs.len())
+                .filter(|&i| matches!(parts[i], Part::Free(_)))
+                .collect();
+            let Some(&first_free) = free.first() else {
+                return Ok(BatchOutcome::Acquired(
+                    parts
+                        .iter()
+                        .filter_map(|p| match p {
+                            Part::Ours(g) => Some(g.clone()),
+                            _ => None,
+                        })
+                        .collect(),
+                ));
+            };
+            let Part::Free(lead) = &parts[first_free] else {
+                unreachable!("a free part")
+            };
+            // Every free key judged in the same store (marker): one compare.
+            let marker_bytes = lead.marker_bytes.clone();
+            let epoch = lead.marker.epoch;
+            let stale: Vec<usize> = free
+                .iter()
+                .copied()
+                .filter(|&i| matches!(&parts[i], Part::Free(f) if f.marker_bytes != marker_bytes))
+                .collect();
+            if !stale.is_empty() {
+                for i in stale {
+                    parts[i] = Part::Unknown;
+                }
+                continue;
+            }
+            let session = self.session(OP, ttl, None).await?;
+            let mut compare = vec![grpc::value_is(self.marker_key(), marker_bytes)];
+            let (mut success, mut failure, mut written) = (Vec::new(), Vec::new(), Vec::new());
+            for &i in &free {
+                let Part::Free(f) = &parts[i] else {
+                    unreachable!("a free part")
+                };
+                let req = &reqs[i];
+                let (hk, rk) = (
+                    self.holder_key(req.key.as_str()),
+                    self.record_key(req.key.as_str()),
+                );
+                let token = next_token(f.record.token, epoch);
+                let holder = to_json(&WaiterEntry::of(req, epoch).holder(token));
+                let record = to_json(&KeyRecord {
+                    token,
+                    epoch,
+                    ..f.record.clone()
+                });
+                compare.push(match &f.record_bytes {
+                    Some(bytes) => grpc::value_is(rk.clone(), bytes.clone()),
+                    None => grpc::created_at(rk.clone(), 0),
+                });
+                compare.push(grpc::created_at(hk.clone(), 0));
+                success.push(grpc::put(hk, holder.clone(), session.id));
+                success.push(grpc::put(rk, record.clone(), 0));
+                failure.extend(self.snapshot_ops(Some(&req.key)));
+                written.push((i, token, holder, record));
+            }
+            let ran = session.ran(ttl, self.inner.clock.now());
+            match self.txn_else(OP, compare, success, failure).await? {
+                Ok(r) if r.succeeded => {
+                    for (i, token, holder, record) in written {
+                        let req = &reqs[i];
+                        self.seen().remember(req.key.as_str(), Some(record));
+                        self.held()
+                            .insert(req.lease_id.as_str().to_string(), holder);
+                        parts[i] = Part::Ours(Grant::new(token).ran(ran));
+                    }
+                    self.watch_waiters();
+                    let grants = parts
+                        .into_iter()
+                        .map(|p| match p {
+                            Part::Ours(g) => g,
+                            _ => unreachable!("every key granted"),
+                        })
+                        .collect();
+                    return Ok(BatchOutcome::Acquired(grants));
+                }
+                Ok(r) => {
+                    // Held, granted since, or another store: as the keys
+                    // are now.
+                    match self.judge_each(reqs, &free, r.responses).await? {
+                        Ok(judged) => {
+                            for (i, part) in free.into_iter().zip(judged) {
+                                parts[i] = part;
+                            }
+                        }
+                        Err(answer) => return Ok(answer),
+                    }
+                }
+                Err(e) if is_not_found(&e) => {
+                    // The session's etcd lease is gone: a new one, and again.
+                    self.session_gone(&session).await;
+                }
+                // Ambiguous: the grants may have landed under our lease
+                // ids, which the caller releases.
+                Err(e) => return Err(error::status(OP, e)),
+            }
+        }
+        Err(Error::backend(
+            NAME,
+            OP,
+            true,
+            "lost the race for the keys too many times in a row",
+        ))
+    }
+
+    /// The keys `which` of `reqs` judged from `responses` to their
+    /// [`snapshot_ops`](Self::snapshot_ops) (four per key, in that order):
+    /// what each is, or the batch's answer (the first held key, another
+    /// epoch).
+    async fn judge_each(
+        &self,
+        reqs: &[AcquireRequest],
+        which: &[usize],
+        responses: Vec<grpc::etcdserverpb::ResponseOp>,
+    ) -> Result<std::result::Result<Vec<Part>, BatchOutcome>> {
+        let mut responses = responses.into_iter();
+        let mut parts = Vec::with_capacity(which.len());
+        for &i in which {
+            let per_key = self.snapshot_ops(Some(&reqs[i].key)).len();
+            let chunk: Vec<_> = responses.by_ref().take(per_key).collect();
+            let snap = self.snapshot(Some(&reqs[i].key), chunk)?;
+            parts.push(match self.judge(&reqs[i], snap).await? {
+                Judged::Free(free) => Part::Free(free),
+                Judged::Again => Part::Unknown,
+                Judged::Answer(AcquireOutcome::Acquired(grant)) => Part::Ours(grant),
+                Judged::Answer(AcquireOutcome::Held(holder)) => {
+                    return Ok(Err(BatchOutcome::Held { index: i, holder }))
+                }
+                Judged::Answer(AcquireOutcome::OtherEpoch(epoch)) => {
+                    return Ok(Err(BatchOutcome::OtherEpoch(epoch)))
+                }
+            });
+        }
+        Ok(Ok(parts))
     }
 }

@@ -9,8 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use leasehold::{
     backend::{
-        next_token, AcquireOutcome, AcquireRequest, Backend, Capabilities, Lease, ReleaseWatch,
-        StoreEpoch,
+        next_token, AcquireOutcome, AcquireRequest, Backend, BatchOutcome, Capabilities, Lease,
+        ReleaseWatch, StoreEpoch,
     },
     Error, HolderInfo, Key, KeyInfo, LossReason, Result, RunRecord,
 };
@@ -611,6 +611,10 @@ impl Backend for EtcdBackend {
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<AcquireOutcome> {
         self.acquire(request).await
+    }
+
+    async fn try_acquire_all(&self, requests: &[AcquireRequest]) -> Result<BatchOutcome> {
+        self.acquire_all(requests).await
     }
 
     async fn renew(&self, lease: &Lease) -> Result<()> {

@@ -96,6 +96,18 @@
 //!   whose lease id is already the holder's (a retry after an ambiguous
 //!   answer) moves the holder key onto the current session, as a renewal
 //!   does, and answers the same token.
+//! * **Acquire several keys, all or none** (a multi-key lock's first
+//!   attempt, [`Backend::try_acquire_all`](leasehold::backend::Backend::try_acquire_all)):
+//!   one `Txn` that compares the marker once and each key's record and
+//!   holder as above, and puts every key's holder (on one session) and
+//!   record with its own next token; its failure branch reads each key as
+//!   above, and the answer names the first held key (nothing written). The
+//!   keys this process has not seen are read first, in one more round
+//!   trip. A `Txn` is atomic, so all keys are granted or none; each grant's
+//!   `ran` is the session's, as for one key. Up to 30 keys with the same
+//!   TTL (etcd refuses a `Txn` of more than 128 operations); more, or
+//!   mixed TTLs, are taken one by one. Tests: the conformance suite's
+//!   `batch_*`.
 //! * **Renew** (one `Txn`): puts the holder key again, with the value our
 //!   grant wrote (our lease id is in it), on the current session, if the
 //!   key still has that value; otherwise the lease is lost (released,
