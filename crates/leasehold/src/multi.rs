@@ -50,8 +50,9 @@ pub const MAX_MULTI_KEYS: usize = 1000;
 /// the background while the next is waited for.
 ///
 /// Where the store can take several keys in one atomic request (SQLite:
-/// one transaction and one fsync; PostgreSQL: one transaction, two round
-/// trips; see [`Backend::try_acquire_all`](crate::backend::Backend::try_acquire_all)),
+/// one transaction and one fsync; PostgreSQL and MySQL: one transaction;
+/// Redis: one script; etcd: one `Txn`; see
+/// [`Backend::try_acquire_all`](crate::backend::Backend::try_acquire_all)),
 /// the first attempt of a multi-key lock whose keys are all plain locks
 /// asks for every key in one request: all granted, or nothing written.
 /// Once it finds a key held (or on any other store, or with a reader or
