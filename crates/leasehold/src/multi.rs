@@ -53,10 +53,13 @@ pub const MAX_MULTI_KEYS: usize = 1000;
 /// one transaction and one fsync; PostgreSQL and MySQL: one transaction;
 /// Redis: one script; etcd: one `Txn`; see
 /// [`Backend::try_acquire_all`](crate::backend::Backend::try_acquire_all)),
-/// the first attempt of a multi-key lock whose keys are all plain locks
-/// asks for every key in one request: all granted, or nothing written.
-/// Once it finds a key held (or on any other store, or with a reader or
-/// writer among the keys) the keys are taken one by one as above.
+/// the first attempt of a multi-key lock whose keys are plain locks or
+/// writers of reader-writer locks asks for every key in one request: all
+/// granted (each writer's grant then passes its check that no reader
+/// holds the key, as one key's does; one held back lets every key go),
+/// or nothing written. Once it finds a key held (or on any other store,
+/// or with a reader among the keys) the keys are taken one by one as
+/// above.
 ///
 /// All or none: when a wait runs out, fails or is cancelled, the keys
 /// already taken are released at once (awaited before the error is
@@ -328,8 +331,8 @@ impl MultiLock {
         let started = tokio::time::Instant::now();
         let deadline = wait.and_then(|w| w.deadline(started));
         // First, every key in one request where the store can (plain locks
-        // only): all or none at once, in one round trip. Anything but a
-        // grant of every key goes one by one, as below.
+        // and writers): all or none at once. Anything but a grant of every
+        // key goes one by one, as below.
         let engines: Vec<&Engine> = self.parts.iter().map(|p| &*p.engine).collect();
         let batch = crate::engine::take_all(&engines);
         let batch = match deadline {

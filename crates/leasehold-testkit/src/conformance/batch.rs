@@ -196,3 +196,69 @@ pub async fn batch_takes_a_multi_key_lock_in_one_request(store: Store) {
         );
     }
 }
+
+/// A multi-key lock of reader-writer locks' writers takes its keys in one
+/// request too, where the store batches, and each writer's grant passes
+/// its gate: with a reader on one key, the batch lets every key go and the
+/// wait (one key by one) ends when the reader leaves, never beside it.
+pub async fn batch_takes_writers_and_passes_each_gate(store: Store) {
+    let counted = Arc::new(Requests {
+        inner: store.backend().clone(),
+        singles: AtomicU32::new(0),
+        batches: AtomicU32::new(0),
+    });
+    let process = like(&store, counted.clone());
+    let warm = take(&process, &unique_key("batch-warm"), opts(&store)).await;
+    warm.release().await.unwrap();
+    let base = unique_key("batch-writers");
+    let (a, b) = (format!("{base}/a"), format!("{base}/b"));
+    let writers = leasehold::MultiLock::builder(&process, opts(&store))
+        .write(&b)
+        .write(&a)
+        .build()
+        .unwrap();
+    counted.singles.store(0, Ordering::SeqCst);
+    let held = writers.try_acquire().await.unwrap();
+    let batched = counted.singles.load(Ordering::SeqCst) == 0;
+    assert_eq!(counted.batches.load(Ordering::SeqCst), 1);
+    held.release().await.unwrap();
+    // A reader of b: the writers wait for it.
+    let reader = other_process(&store)
+        .rw_lock_with(&b, leasehold::DEFAULT_MAX_READERS, opts(&store))
+        .unwrap()
+        .read_timeout(Duration::from_secs(30))
+        .await
+        .unwrap();
+    let (waiting_tx, waiting_rx) = tokio::sync::oneshot::channel();
+    let mut waiting = tokio::spawn(async move {
+        let mut waiting = Some(waiting_tx);
+        writers
+            .acquire_reporting(Duration::from_secs(30), |_, _| {
+                if let Some(tx) = waiting.take() {
+                    let _ = tx.send(());
+                }
+            })
+            .await
+    });
+    tokio::select! {
+        _ = waiting_rx => {}
+        done = &mut waiting => panic!(
+            "the writers were done beside b's reader: {:?}",
+            done.map(|r| r.map(|g| g.keys().count()))
+        ),
+    }
+    assert!(
+        !waiting.is_finished(),
+        "the writers got b beside its reader"
+    );
+    reader.release().await.unwrap();
+    let again = waiting.await.unwrap().unwrap();
+    assert!(again.fencing_token(&b).is_some() && again.fencing_token(&a).is_some());
+    again.release().await.unwrap();
+    if !batched {
+        eprintln!(
+            "{} takes keys one by one: no batch to check",
+            store.backend().name()
+        );
+    }
+}

@@ -1,5 +1,7 @@
-//! Several plain locks' keys in one request ([`Backend::try_acquire_all`]),
-//! for a [`MultiLock`](crate::MultiLock)'s first attempt.
+//! Several keys in one request ([`Backend::try_acquire_all`]), for a
+//! [`MultiLock`](crate::MultiLock)'s first attempt on plain locks and
+//! reader-writer locks' writers (a writer's grant then passes its gate, as
+//! one key's does, and one held back by readers lets every key go).
 //!
 //! What a batch keeps of one key's attempt (see the [engine](super) docs):
 //! the request names the epoch this store has cleared (none cleared yet:
@@ -29,16 +31,24 @@ pub(crate) enum Batch {
 }
 
 impl Engine {
-    /// Whether the engine's grants may be made by a batch: a plain lock
-    /// (one slot, its name; no gate).
+    /// Whether the engine's grants may be made by a batch: one slot, its
+    /// name, and a plain lock or a reader-writer lock's writer (whose gate,
+    /// the read of the reader slots, is passed after the batch's grant as
+    /// after one key's).
     pub(crate) fn batchable(&self) -> bool {
-        matches!(self.kind, Kind::Lock) && self.gate.is_none() && *self.slots == [self.name.clone()]
+        let kind = match &self.gate {
+            None => matches!(self.kind, Kind::Lock),
+            Some(Gate::Writer { .. }) => true,
+            Some(Gate::Reader { .. }) => false,
+        };
+        kind && *self.slots == [self.name.clone()]
     }
 }
 
 /// One request for every engine's key, all granted or none (see the
-/// module docs). `engines` are plain locks of one store, their keys
-/// distinct and in byte order.
+/// module docs). `engines` are of one store, their keys distinct and in
+/// byte order; unless every one is [`batchable`](Engine::batchable),
+/// nothing is sent.
 pub(crate) async fn take_all(engines: &[&Engine]) -> Result<Batch> {
     let Some(first) = engines.first() else {
         return Ok(Batch::OneByOne);
@@ -144,7 +154,7 @@ pub(crate) async fn take_all(engines: &[&Engine]) -> Result<Batch> {
         pending.iter_mut().for_each(PendingLease::arm);
         return Ok(Batch::OneByOne);
     }
-    let guards = engines
+    let guards: Vec<LeaseGuard> = engines
         .iter()
         .zip(pending.iter_mut())
         .zip(grants.iter().zip(anchors))
@@ -153,5 +163,34 @@ pub(crate) async fn take_all(engines: &[&Engine]) -> Result<Batch> {
             e.make_guard(0, p, g.fencing_token, anchor, e.queue.clone(), Some(queue))
         })
         .collect();
-    Ok(Batch::Granted(guards))
+    // A writer's grant passes its gate (no reader holds a slot, read after
+    // the grant) as one key's does; one held back lets every key go.
+    let mut passed = Vec::with_capacity(guards.len());
+    let mut back = Vec::new();
+    let mut failure = None;
+    let mut blocked = false;
+    for (engine, guard) in engines.iter().zip(guards) {
+        if blocked || failure.is_some() {
+            back.push(guard);
+            continue;
+        }
+        match engine.pass_gate(Granted { slot: 0, guard }).await {
+            Ok(Gated::Pass(g)) => passed.push(g.guard),
+            Ok(Gated::Blocked { kept, .. }) => {
+                back.extend(kept.map(|k| k.guard));
+                blocked = true;
+            }
+            // The gate released the grant.
+            Err(e) => failure = Some(e),
+        }
+    }
+    if !blocked && failure.is_none() {
+        return Ok(Batch::Granted(passed));
+    }
+    passed.extend(back);
+    crate::multi::release_all(passed).await;
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(Batch::OneByOne),
+    }
 }
