@@ -211,7 +211,7 @@ pub fn render(meta: &RunMeta, f: &Findings) -> String {
         row(
             "multi-key holders",
             format!(
-                "{} library workers took several keys at once (every key; every third one only the keys without readers, where there are two), each given them in an order of its own: {} attempts, {} held all their keys, {} ran out of wait; {} of {} snapshots of the keys' holders judged for deadlocks and orphan holds (those away from faults)",
+                "{} library workers took every key at once, each given them in an order of its own: {} attempts, {} held every key, {} ran out of wait; {} of {} snapshots of the keys' holders judged for deadlocks and orphan holds (those away from faults)",
                 meta.multi, l.attempts, l.held, l.gave_up, l.judged, l.snapshots
             ),
         );

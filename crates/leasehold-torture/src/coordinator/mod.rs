@@ -195,21 +195,17 @@ pub async fn run(mut args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
     for i in 0..args.multi {
         let id = format!("multi-{i}");
         let route = routes[&id].clone();
-        // Its keys, in an order of this worker's own: rotated by its
+        // Every key, in an order of this worker's own: rotated by its
         // number, reversed for odd ones (the library must sort them). On
         // keys that readers share, even workers read and odd ones write:
         // two multi-key writers, each holding the readers' key while it
         // waits for later keys, kept a run's readers out for all of its
         // 20 s under the test command's load.
-        // Every third one takes only the keys without readers (plain
-        // locks all): on stores that take several keys in one request,
-        // its first attempts are batches.
+        // (Odd ones, writers and plain locks only, take their keys in one
+        // request first on stores that can.)
         let side = if i % 2 == 0 { "read" } else { "write" };
-        let plain = keys.iter().filter(|k| !read_keys.contains(*k)).count();
-        let only_plain = i % 3 == 2 && plain >= 2;
         let mut order: Vec<String> = keys
             .iter()
-            .filter(|k| !(only_plain && read_keys.contains(*k)))
             .map(|k| match read_keys.contains(k) {
                 true => format!("{k}={side}"),
                 false => k.clone(),
