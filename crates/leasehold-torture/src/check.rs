@@ -17,7 +17,11 @@
 //!   could have learned of it ([`Limits::break_notice`]: its next renewal
 //!   plus grace, counted from when the break had landed: its answer, or the
 //!   later holder's first write if that came first; on a loaded store a
-//!   break can take many seconds to land). Such overlaps are counted apart
+//!   break can take many seconds to land). Its mirror is the same excuse:
+//!   a section that *began* after its own lease was broken, within that
+//!   notice (granted, broken, then begun: a writer between its grant and
+//!   its first write while others took the key), holds no lease and is
+//!   not ordered either (see token order). Such overlaps are counted apart
 //!   and must be fenced.
 //! * **fenced overlap**: two sections' *accepted* writes (late ones
 //!   included) interleave: the fenced resource saw two holders at once. The
@@ -433,9 +437,13 @@ pub fn check(records: &[Record], limits: Limits) -> Findings {
                 // learned of it: the break took effect by the time its
                 // answer came back, and by the time `b` began (if `b` was
                 // granted because of it), whichever is first.
+                // Or `b`'s own lease was broken before it began, and it
+                // began before it could have learned of it (the key was
+                // taken by `a` after the break): no holder's section, as
+                // for the token order, and the resource refuses it.
                 let excused = broken(a, &|sent, returned| {
                     sent <= start && a.stop <= returned.min(start) + ns(limits.break_notice)
-                });
+                }) || broken_before(b);
                 if excused {
                     f.overlaps_after_break += 1;
                 } else {
