@@ -92,7 +92,8 @@
 //! atomic on its own, keeps no session state, takes no session-level lock,
 //! and works through a transaction-mode pooler (tested through PgBouncer,
 //! with `wake_ups=off`). Only the rare table creation and epoch set-up
-//! below are short transactions. Expiry is computed and compared by the
+//! below, and a multi-key lock's first attempt (several keys, all or
+//! none), are short transactions. Expiry is computed and compared by the
 //! server (`clock_timestamp()`): no client clock is ever compared with
 //! another.
 //!
