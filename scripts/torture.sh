@@ -185,7 +185,10 @@ mixed_settings() {
 # each given the keys in an order of its own (on keys that have readers,
 # even-numbered ones read and odd ones write: two writers there kept the
 # readers of Redis's CI run out of the key for its whole 20 s once, under
-# the test command's load); with them the coordinator snapshots the keys'
+# the test command's load; and the keys that have readers sort after the
+# others, so that a multi-key writer holds their writer side only once it
+# has every other key: taken first, it kept Redis's readers out of a 20 s
+# run again); with them the coordinator snapshots the keys'
 # holders for the deadlock and orphan-hold checks. TORTURE_MULTI sets how
 # many the CI run has (2).
 holders=(--readers 1 --shared-runs 1 --multi "${TORTURE_MULTI:-2}")

@@ -137,9 +137,13 @@ pub async fn run(mut args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
 
     let started = now_ns();
     let until_ns = started + args.duration.as_nanos() as u64;
-    let keys: Vec<String> = (0..args.keys.max(1))
-        .map(|k| format!("torture/k{k}"))
-        .collect();
+    // Numbered downwards, so that the keys that have readers (the first
+    // ones) sort last: a multi-key writer takes them last, and holds their
+    // writer side (which keeps new readers out) only once it has every
+    // other key. Taken first, it kept the readers out while it waited for
+    // the other keys: a Redis CI run got no read hold in 20 s, twice.
+    let n = args.keys.max(1);
+    let keys: Vec<String> = (0..n).map(|k| format!("torture/k{}", n - 1 - k)).collect();
     // Which key each holder works on, and the keys that have readers.
     let lib_key = |i: usize| keys[i % keys.len()].clone();
     let cli_key = |i: usize| keys[(args.workers + i) % keys.len()].clone();
