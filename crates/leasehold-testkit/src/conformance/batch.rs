@@ -134,20 +134,26 @@ impl Wrapper for Requests {
     }
 }
 
-/// A multi-key lock on free keys takes them in one request where the store
-/// batches (one key by one otherwise), each with a token of its own; one
-/// that finds a key held falls back to the keys one by one and still takes
-/// every key once it is free.
-pub async fn batch_takes_a_multi_key_lock_in_one_request(store: Store) {
+/// Another process of `store` whose acquisition requests are counted, its
+/// store's epoch learnt (and any quarantine waited out) before counting.
+async fn counting(store: &Store) -> (Arc<Requests>, Store) {
     let counted = Arc::new(Requests {
         inner: store.backend().clone(),
         singles: AtomicU32::new(0),
         batches: AtomicU32::new(0),
     });
-    let process = like(&store, counted.clone());
-    // Epoch learnt (and any quarantine waited out) before counting.
-    let warm = take(&process, &unique_key("batch-warm"), opts(&store)).await;
+    let process = like(store, counted.clone());
+    let warm = take(&process, &unique_key("batch-warm"), opts(store)).await;
     warm.release().await.unwrap();
+    (counted, process)
+}
+
+/// A multi-key lock on free keys takes them in one request where the store
+/// batches (one key by one otherwise), each with a token of its own; one
+/// that finds a key held falls back to the keys one by one and still takes
+/// every key once it is free.
+pub async fn batch_takes_a_multi_key_lock_in_one_request(store: Store) {
+    let (counted, process) = counting(&store).await;
     let base = unique_key("batch-multi");
     let keys = ["c", "a", "b"].map(|k| format!("{base}/{k}"));
     counted.singles.store(0, Ordering::SeqCst);
@@ -202,14 +208,7 @@ pub async fn batch_takes_a_multi_key_lock_in_one_request(store: Store) {
 /// its gate: with a reader on one key, the batch lets every key go and the
 /// wait (one key by one) ends when the reader leaves, never beside it.
 pub async fn batch_takes_writers_and_passes_each_gate(store: Store) {
-    let counted = Arc::new(Requests {
-        inner: store.backend().clone(),
-        singles: AtomicU32::new(0),
-        batches: AtomicU32::new(0),
-    });
-    let process = like(&store, counted.clone());
-    let warm = take(&process, &unique_key("batch-warm"), opts(&store)).await;
-    warm.release().await.unwrap();
+    let (counted, process) = counting(&store).await;
     let base = unique_key("batch-writers");
     let (a, b) = (format!("{base}/a"), format!("{base}/b"));
     let writers = leasehold::MultiLock::builder(&process, opts(&store))
