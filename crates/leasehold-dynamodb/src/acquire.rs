@@ -7,7 +7,9 @@
 use std::time::Duration;
 
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{ConditionCheck, ReturnValue, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{
+    ConditionCheck, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+};
 use leasehold::{
     backend::{AcquireOutcome, AcquireRequest, Grant},
     Error, Result,
@@ -38,6 +40,7 @@ impl DynamoDbBackend {
                 Write::Done(item) => {
                     self.observations.forget(key);
                     let fence = Stored::decode(&item)?.fence;
+                    self.fences.note(key, fence);
                     return Ok(AcquireOutcome::Acquired(Grant::new(fence)));
                 }
                 Write::Refused(Some(old)) => {
@@ -45,11 +48,14 @@ impl DynamoDbBackend {
                         // An item of another epoch: the table was re-created.
                         return Ok(AcquireOutcome::OtherEpoch(self.refresh_epoch().await?));
                     }
-                    Stored::decode(&old)?
+                    let old = Stored::decode(&old)?;
+                    self.fences.note(key, old.fence);
+                    old
                 }
                 Write::Refused(None) => match self.create_item(req, epoch).await? {
                     Created::Item(fence) => {
                         self.observations.forget(key);
+                        self.fences.note(key, fence);
                         return Ok(AcquireOutcome::Acquired(Grant::new(fence)));
                     }
                     Created::Raced => continue,
@@ -67,6 +73,7 @@ impl DynamoDbBackend {
                 match self.extend(req).await? {
                     Some(fence) => {
                         self.observations.forget(key);
+                        self.fences.note(key, fence);
                         return Ok(AcquireOutcome::Acquired(Grant::new(fence)));
                     }
                     None => continue,
@@ -89,7 +96,7 @@ impl DynamoDbBackend {
     }
 
     /// How long a holder's version must stay unchanged before a takeover.
-    fn observation_wait(&self, holder_ttl: Option<Duration>) -> Duration {
+    pub(crate) fn observation_wait(&self, holder_ttl: Option<Duration>) -> Duration {
         let ttl = holder_ttl.unwrap_or(MAX_TTL);
         ttl + ttl / 1000 + self.settings.margin
     }
@@ -136,10 +143,39 @@ impl DynamoDbBackend {
         observed: Option<&str>,
         epoch: u64,
     ) -> Result<Write> {
+        let (e, update, condition) = self.grant_parts(req, observed, epoch, None);
+        self.update(
+            "acquire",
+            req.key.as_str(),
+            e,
+            update,
+            condition,
+            ReturnValue::AllNew,
+        )
+        .await
+    }
+
+    /// The update and condition of [`grant`](Self::grant). With `last`
+    /// (a batch, which gets no values back), the write also requires the
+    /// item's fence to be `last`, so that the token it grants is `last + 1`.
+    pub(crate) fn grant_parts(
+        &self,
+        req: &AcquireRequest,
+        observed: Option<&str>,
+        epoch: u64,
+        last: Option<u64>,
+    ) -> (Expr, String, String) {
         let mut e = Expr::default();
         let (mut set, remove) = self.lease_update(&mut e, req, epoch);
         let fence = e.n(record::FENCE);
-        set.push(format!("{fence} = {fence} + {}", e.v("one", n(1))));
+        let mut condition = format!("attribute_exists({fence})");
+        match last {
+            None => set.push(format!("{fence} = {fence} + {}", e.v("one", n(1)))),
+            Some(last) => {
+                set.push(format!("{fence} = {}", e.v("next", n(last + 1))));
+                condition.push_str(&format!(" AND {fence} = {}", e.v("last", n(last))));
+            }
+        }
         let epoch_attr = e.n(EPOCH);
         let mut free = format!("attribute_not_exists({})", e.n(record::LEASE_ID));
         if let Some(rvn) = observed {
@@ -158,18 +194,10 @@ impl DynamoDbBackend {
                 e.v("cutoff", n(cutoff))
             ));
         }
-        let condition = format!(
-            "attribute_exists({fence}) AND (attribute_not_exists({epoch_attr}) OR {epoch_attr} = :epoch) AND ({free})"
-        );
-        self.update(
-            "acquire",
-            req.key.as_str(),
-            e,
-            update_expression(&set, &remove),
-            condition,
-            ReturnValue::AllNew,
-        )
-        .await
+        condition.push_str(&format!(
+            " AND (attribute_not_exists({epoch_attr}) OR {epoch_attr} = :epoch) AND ({free})"
+        ));
+        (e, update_expression(&set, &remove), condition)
     }
 
     /// Creates the item of a key the table has none for, with the first
@@ -177,29 +205,8 @@ impl DynamoDbBackend {
     /// that the table's epoch marker still says `epoch` (so that a table
     /// re-created meanwhile cannot get an item of the old epoch).
     async fn create_item(&self, req: &AcquireRequest, epoch: u64) -> Result<Created> {
-        let mut e = Expr::default();
-        let (mut set, remove) = self.lease_update(&mut e, req, epoch);
-        let first = leasehold::backend::next_token(0, epoch);
-        set.push(e.equals(record::FENCE, "first", n(first)));
-        let key_attr = e.n(record::KEY);
-        let (names, values) = e.into_parts();
-        let update = Update::builder()
-            .table_name(&self.table)
-            .key(record::KEY, s(req.key.as_str()))
-            .update_expression(update_expression(&set, &remove))
-            .condition_expression(format!("attribute_not_exists({key_attr})"))
-            .set_expression_attribute_names(names)
-            .set_expression_attribute_values(values)
-            .build()
-            .map_err(|err| Error::backend(BACKEND, "acquire", false, err))?;
-        let check = ConditionCheck::builder()
-            .table_name(&self.table)
-            .key(record::KEY, s(MARKER_KEY))
-            .condition_expression("#epoch = :epoch")
-            .expression_attribute_names("#epoch", EPOCH)
-            .expression_attribute_values(":epoch", n(epoch))
-            .build()
-            .map_err(|err| Error::backend(BACKEND, "acquire", false, err))?;
+        let (update, first) = self.create_update(req, epoch)?;
+        let check = self.marker_check(epoch)?;
         let result = self
             .client
             .transact_write_items()
@@ -231,6 +238,58 @@ impl DynamoDbBackend {
                 _ => Err(SERVICE.map_sdk(&self.table, "acquire", err)),
             },
         }
+    }
+
+    /// The transaction's write that creates `req`'s key's item with the
+    /// first token of `epoch` and `req`'s lease, if the item does not exist;
+    /// and that token.
+    pub(crate) fn create_update(&self, req: &AcquireRequest, epoch: u64) -> Result<(Update, u64)> {
+        let mut e = Expr::default();
+        let (mut set, remove) = self.lease_update(&mut e, req, epoch);
+        let first = leasehold::backend::next_token(0, epoch);
+        set.push(e.equals(record::FENCE, "first", n(first)));
+        let condition = format!("attribute_not_exists({})", e.n(record::KEY));
+        let update = update_expression(&set, &remove);
+        Ok((
+            self.tx_update(req.key.as_str(), e, update, condition)?,
+            first,
+        ))
+    }
+
+    /// One conditional write of `key`'s item in a transaction; a failed
+    /// condition answers the item as it was.
+    pub(crate) fn tx_update(
+        &self,
+        key: &str,
+        e: Expr,
+        update: String,
+        condition: String,
+    ) -> Result<Update> {
+        let (names, values) = e.into_parts();
+        Update::builder()
+            .table_name(&self.table)
+            .key(record::KEY, s(key))
+            .update_expression(update)
+            .condition_expression(condition)
+            .set_expression_attribute_names(names)
+            .set_expression_attribute_values(values)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(|err| Error::backend(BACKEND, "acquire", false, err))
+    }
+
+    /// The transaction's check that the table's epoch marker still names
+    /// `epoch` (so that a table re-created meanwhile cannot get an item of
+    /// the old epoch).
+    pub(crate) fn marker_check(&self, epoch: u64) -> Result<ConditionCheck> {
+        ConditionCheck::builder()
+            .table_name(&self.table)
+            .key(record::KEY, s(MARKER_KEY))
+            .condition_expression("#epoch = :epoch")
+            .expression_attribute_names("#epoch", EPOCH)
+            .expression_attribute_values(":epoch", n(epoch))
+            .build()
+            .map_err(|err| Error::backend(BACKEND, "acquire", false, err))
     }
 
     /// Extends a lease that `req`'s lease id already holds; `None` if it

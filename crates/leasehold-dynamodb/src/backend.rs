@@ -1,5 +1,6 @@
 //! [`DynamoDbBackend`]: the protocol of the crate docs, request by request.
-//! The acquire path is in `acquire.rs`, run records in `runs.rs`, the
+//! The acquire path is in `acquire.rs` (several keys at once in
+//! `batch.rs`), run records in `runs.rs`, the
 //! table's epoch in `epoch.rs` and `table.rs`.
 
 use std::time::Duration;
@@ -11,7 +12,9 @@ use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
 use leasehold::backend::shared_builder::shared_capabilities;
 use leasehold::{
-    backend::{AcquireOutcome, AcquireRequest, Backend, Capabilities, Lease, StoreEpoch},
+    backend::{
+        AcquireOutcome, AcquireRequest, Backend, BatchOutcome, Capabilities, Lease, StoreEpoch,
+    },
     Error, HolderInfo, Key, KeyInfo, Result, RunRecord,
 };
 use leasehold_aws::StoreSettings;
@@ -37,6 +40,8 @@ pub struct DynamoDbBackend {
     pub(crate) settings: StoreSettings,
     pub(crate) dates: leasehold_aws::ServiceDate,
     pub(crate) observations: Observations,
+    /// The last fence seen per key, for batches' conditions.
+    pub(crate) fences: crate::batch::Fences,
 }
 
 impl std::fmt::Debug for DynamoDbBackend {
@@ -130,6 +135,17 @@ impl DynamoDbBackend {
         ttl: Duration,
         returns: ReturnValue,
     ) -> Result<Write> {
+        let (e, update, condition) = self.refresh_parts(lease_id, ttl);
+        self.update(operation, key.as_str(), e, update, condition, returns)
+            .await
+    }
+
+    /// The update and condition of [`refresh`](Self::refresh).
+    pub(crate) fn refresh_parts(
+        &self,
+        lease_id: &leasehold::backend::LeaseId,
+        ttl: Duration,
+    ) -> (Expr, String, String) {
         let mut e = Expr::default();
         let now = (self.settings.wall)();
         let set = vec![
@@ -137,17 +153,8 @@ impl DynamoDbBackend {
             e.equals(record::TTL_MS, "ttl", n(ttl.as_millis())),
             e.equals(record::EXPIRES_MS, "exp", n(unix_ms(now + ttl))),
         ];
-        let remove = Vec::new();
         let condition = e.equals(record::LEASE_ID, "lid", s(lease_id.as_str()));
-        self.update(
-            operation,
-            key.as_str(),
-            e,
-            update_expression(&set, &remove),
-            condition,
-            returns,
-        )
-        .await
+        (e, update_expression(&set, &[]), condition)
     }
 }
 
@@ -189,6 +196,11 @@ impl Backend for DynamoDbBackend {
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         self.acquire(req).await
+    }
+
+    /// One `TransactWriteItems` (see `batch.rs`).
+    async fn try_acquire_all(&self, requests: &[AcquireRequest]) -> Result<BatchOutcome> {
+        self.acquire_all(requests).await
     }
 
     async fn renew(&self, lease: &Lease) -> Result<()> {

@@ -207,6 +207,7 @@ impl DynamoDbBackendBuilder {
             settings: self.options.settings(region, requests),
             dates,
             observations: Default::default(),
+            fences: Default::default(),
         };
         backend.refresh_epoch().await?;
         // A table created again later is not the operator's new store.

@@ -124,8 +124,9 @@
 //!
 //! # Protocol
 //! Every write is one `UpdateItem` whose condition is what the writer last
-//! saw or expects; nothing is ever put or deleted blindly, and items are
-//! never deleted by leasehold.
+//! saw or expects (or several such writes in one `TransactWriteItems`: a
+//! key's first grant, and several keys at once, below); nothing is ever
+//! put or deleted blindly, and items are never deleted by leasehold.
 //!
 //! * **Acquire** (in the epoch the request names, see below) sets
 //!   `fence = fence + 1`, a new `rvn` and our lease, on
@@ -138,6 +139,26 @@
 //!   holder is our own lease id (a retry after an ambiguous failure, the
 //!   SDK's or the caller's), the lease is extended on condition `lease_id =
 //!   ours` and the *same* token is answered.
+//! * **Several keys at once** (a multi-key lock's first attempt,
+//!   [`Backend::try_acquire_all`](leasehold::backend::Backend::try_acquire_all)):
+//!   one `TransactWriteItems` holding, per key, the acquire's own write
+//!   with its own condition, plus `fence = :last` and `SET fence = :last +
+//!   1`: a transaction answers no values, so the token is fixed before the
+//!   send from the fence this backend last saw for the key (its own grants,
+//!   and every item a refused write answered). A key seen nowhere yet is
+//!   written as a first grant (`attribute_not_exists`, with the marker's
+//!   `ConditionCheck`); a key already held by the request's own lease id
+//!   (a retry) is extended on `lease_id = ours` and answers its stored
+//!   token. A cancelled transaction wrote nothing; each refused write
+//!   answers its item (`ReturnValuesOnConditionCheckFailure = ALL_OLD`): a
+//!   live holder (its version noted, as for one key) ends the batch, naming
+//!   it; a stale fence or a missing item is sent again with what was learnt,
+//!   a few rounds at most, then the keys go one by one. Each grant is
+//!   therefore the one-key grant's write, under the one-key grant's
+//!   condition (and one more), so the arguments below hold key by key.
+//!   Cost: one request for keys whose fences this process knows, one more
+//!   where it does not; twice the write units of single writes, the
+//!   transactions' price.
 //! * **Renew** sets a new `rvn` and `expires_ms` on condition `lease_id =
 //!   ours`; a failed condition is a definitive loss
 //!   ([`leasehold::Error::LeaseLost`]).
@@ -231,6 +252,7 @@
 
 mod acquire;
 mod backend;
+mod batch;
 mod builder;
 mod epoch;
 mod error;

@@ -51,7 +51,8 @@ pub const MAX_MULTI_KEYS: usize = 1000;
 ///
 /// Where the store can take several keys in one atomic request (SQLite:
 /// one transaction and one fsync; PostgreSQL and MySQL: one transaction;
-/// Redis: one script; etcd: one `Txn`; see
+/// Redis: one script; etcd: one `Txn`; DynamoDB: one
+/// `TransactWriteItems`; see
 /// [`Backend::try_acquire_all`](crate::backend::Backend::try_acquire_all)),
 /// the first attempt of a multi-key lock whose keys are plain locks or
 /// writers of reader-writer locks asks for every key in one request: all
