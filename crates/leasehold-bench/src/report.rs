@@ -925,12 +925,14 @@ fn multi_key(s: &mut String, r: &Results) {
 can, else in byte order one after the other; then all released side by side) against \
 the same keys' single locks taken one after the other and released one after the other, as code \
 without it would; in alternating rounds, as figure 1's. Requests are counted as figure 1 counts \
-them, a batch as one request. On SQLite, PostgreSQL, MySQL, Redis and etcd a multi-key lock's \
-first attempt asks for every key in one request (`Backend::try_acquire_all`: one transaction and \
-one commit on the SQL stores, PostgreSQL's two round trips, `BEGIN` pipelined with each key's \
-statement, then `COMMIT`; one script on Redis; one `Txn` on etcd); on the other stores it sends \
-what its keys' single locks send, one acquisition per key (DynamoDB's `TransactWriteItems` and \
-ZooKeeper's `multi` are not used yet). Its releases go side by side.\n"
+them, a batch as one request. On SQLite, PostgreSQL, MySQL, Redis, etcd and DynamoDB a \
+multi-key lock's first attempt asks for every key in one request (`Backend::try_acquire_all`: \
+one transaction and one commit on the SQL stores, PostgreSQL's two round trips, `BEGIN` \
+pipelined with each key's statement, then `COMMIT`; one script on Redis; one `Txn` on etcd; one \
+`TransactWriteItems` on DynamoDB, each key's write conditional on the fence last seen for it); \
+on the other stores it sends what its keys' single locks send, one acquisition per key \
+(ZooKeeper's `multi` is not used yet; Azure and S3 have no request over several blobs or \
+objects). Its releases go side by side.\n"
     );
     let _ = writeln!(
         s,
