@@ -295,6 +295,17 @@ fn parse_duration(text: &str) -> PyResult<f64> {
         .map_err(|e| usage_error(format!("invalid duration {text:?}: {e} (expected {FORM})")))
 }
 
+/// Calls into Python from the runtime: `call` runs with the GIL on one of
+/// the runtime's blocking threads, never on a worker, so that Python code
+/// that keeps the GIL (a long call into a C extension) holds up only this
+/// call, never the renewals and loss signals the workers run (test:
+/// `tests/test_gil.py`).
+fn call_python(
+    call: impl for<'py> FnOnce(Python<'py>) + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    tokio::task::spawn_blocking(move || Python::attach(call))
+}
+
 /// Waits (up to `timeout` seconds) for the releases that dropped guards
 /// left in the background; called at exit.
 #[pyfunction]
@@ -314,7 +325,7 @@ fn finish_background(py: Python<'_>, timeout: f64) -> PyResult<()> {
     Ok(())
 }
 
-/// Calls `done()` (on a runtime thread, with the GIL) once the releases
+/// Calls `done()` (on a blocking thread of the runtime, with the GIL) once the releases
 /// left in the background (dropped guards, cancelled acquisitions) have
 /// ended, or after 5 s.
 #[pyfunction]
@@ -322,11 +333,12 @@ fn settle(done: Py<PyAny>) -> PyResult<()> {
     let home = Home::here()?;
     home.rt.spawn(async move {
         let _ = tokio::time::timeout(SETTLE, leasehold::finish_background()).await;
-        Python::attach(|py| {
+        let _ = call_python(move |py| {
             if let Err(e) = done.call0(py) {
                 e.write_unraisable(py, None);
             }
-        });
+        })
+        .await;
     });
     Ok(())
 }
@@ -927,10 +939,10 @@ impl Target {
     }
 
     /// Starts taking it on the runtime; `done(ok, value)` is called (on a
-    /// runtime thread, with the GIL) with the Held or the exception. The
-    /// returned Pending cancels it.
-    /// `on_wait()` is called once (on a runtime thread, with the GIL) if
-    /// the first attempt finds it taken.
+    /// blocking thread of the runtime, with the GIL) with the Held or the
+    /// exception. The returned Pending cancels it.
+    /// `on_wait()` is called once (on such a thread, with the GIL, and
+    /// before `done`) if the first attempt finds it taken.
     #[pyo3(signature = (wait, on_wait, done))]
     fn acquire_start(
         &self,
@@ -943,19 +955,35 @@ impl Target {
         let kind = self.kind.clone();
         let home = self.home;
         let url = self.url.clone();
-        let task = self.home.rt.spawn(async move {
+        // The call of on_wait, awaited before done's.
+        let told = Arc::new(Mutex::new(None));
+        let telling = told.clone();
+        let acquiring = self.home.rt.spawn(async move {
             let mut on_wait = on_wait;
             let waiting = move || {
                 if let Some(cb) = on_wait.take() {
-                    Python::attach(|py| {
+                    let call = call_python(move |py| {
                         if let Err(e) = cb.call0(py) {
                             e.write_unraisable(py, None);
                         }
                     });
+                    *telling.lock().unwrap_or_else(|e| e.into_inner()) = Some(call);
                 }
             };
-            let got = kind.acquire(wait, waiting).await;
-            Python::attach(|py| {
+            kind.acquire(wait, waiting).await
+        });
+        let abort = acquiring.abort_handle();
+        // Not aborted by a cancel (only `acquiring` is): once it has an
+        // outcome, done is called, and a cancel waits for that call.
+        let task = self.home.rt.spawn(async move {
+            let got = acquiring.await;
+            let told = told.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(call) = told {
+                let _ = call.await;
+            }
+            // Cancelled: the cancel tells the caller.
+            let Ok(got) = got else { return };
+            let _ = call_python(move |py| {
                 let args = match got {
                     Ok(granted) => match Py::new(py, Held::new(granted, home, url.clone())) {
                         Ok(held) => (true, held.into_any()),
@@ -966,10 +994,11 @@ impl Target {
                 if let Err(e) = done.call1(py, args) {
                     e.write_unraisable(py, None);
                 }
-            });
+            })
+            .await;
         });
         Ok(Pending {
-            task: Mutex::new(Some(task)),
+            task: Mutex::new(Some((abort, task))),
             rt: self.home.rt,
         })
     }
@@ -1098,7 +1127,9 @@ impl Observer {
 /// An async operation under way on the runtime.
 #[pyclass(frozen, module = "leasehold._leasehold")]
 struct Pending {
-    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The acquisition (aborted by a cancel), and the task that calls
+    /// `done` once it has an outcome (awaited by a cancel).
+    task: Mutex<Option<(tokio::task::AbortHandle, tokio::task::JoinHandle<()>)>>,
     rt: &'static Runtime,
 }
 
@@ -1108,21 +1139,23 @@ const SETTLE: Duration = Duration::from_secs(5);
 #[pymethods]
 impl Pending {
     /// Cancels it (if it has not completed), then calls `done()` (on a
-    /// runtime thread, with the GIL) once the operation has stopped: a
-    /// lease it was granted is being released in the background then
+    /// blocking thread of the runtime, with the GIL) once the operation has
+    /// stopped and its own `done` (if it completed first) has been called:
+    /// a lease it was granted is being released in the background then
     /// (see `settle`).
     fn cancel(&self, done: Py<PyAny>) {
         let task = self.task.lock().unwrap_or_else(|e| e.into_inner()).take();
         self.rt.spawn(async move {
-            if let Some(task) = task {
-                task.abort();
+            if let Some((abort, task)) = task {
+                abort.abort();
                 let _ = task.await;
             }
-            Python::attach(|py| {
+            let _ = call_python(move |py| {
                 if let Err(e) = done.call0(py) {
                     e.write_unraisable(py, None);
                 }
-            });
+            })
+            .await;
         });
     }
 }
@@ -1343,7 +1376,7 @@ impl Held {
         let url = self.url.clone();
         self.home.rt.spawn(async move {
             let result = guard.release().await;
-            Python::attach(|py| {
+            let _ = call_python(move |py| {
                 let args = match result {
                     Ok(()) => (true, py.None()),
                     Err(e) => (false, to_py(e, &url).into_value(py).into_any()),
@@ -1351,7 +1384,8 @@ impl Held {
                 if let Err(e) = done.call1(py, args) {
                     e.write_unraisable(py, None);
                 }
-            });
+            })
+            .await;
         });
         Ok(())
     }
@@ -1396,15 +1430,11 @@ impl Held {
                 }
             }
             let reason = guard_reason.unwrap_or_else(|| format!("lease on {key} lost"));
-            // On a blocking thread: the callback is the user's, and a slow
-            // one must not hold up a worker (and the renewals it runs).
             // Not awaited: the handle is dropped and the call runs on.
-            drop(tokio::task::spawn_blocking(move || {
-                Python::attach(|py| {
-                    if let Err(e) = callback.call1(py, (reason,)) {
-                        e.write_unraisable(py, None);
-                    }
-                })
+            drop(call_python(move |py| {
+                if let Err(e) = callback.call1(py, (reason,)) {
+                    e.write_unraisable(py, None);
+                }
             }));
         });
         Ok(())
