@@ -5,8 +5,15 @@
 //! its only caller.
 //!
 //! # What runs where
-//! * Each process has one tokio runtime (two worker threads), made when it
-//!   first opens a store. Renewals run there, without the GIL.
+//! * Each process has one tokio runtime (one worker thread), made when it
+//!   first opens a store. Renewals and loss signals run there, without the
+//!   GIL, and nothing that runs there ever waits for the GIL: every call
+//!   into Python from the runtime (asyncio completions, `on_wait` and
+//!   `on_loss` callbacks) runs on one of the runtime's blocking threads
+//!   ([`call_python`]), so Python code that keeps the GIL (a long call into
+//!   a C extension) holds up no renewal (test: `tests/test_gil.py`). One
+//!   worker rather than two: each blocking call's requests cross between
+//!   fewer threads (measured: docs/benchmarks.md, section 8).
 //! * Blocking calls release the GIL. A wait for a lease runs on the calling
 //!   thread in slices of [`SLICE`]; between slices it takes the GIL back and
 //!   runs Python's signal handlers, so Ctrl-C (KeyboardInterrupt) ends the
@@ -72,7 +79,7 @@ fn runtime() -> PyResult<&'static Runtime> {
         return Err(usage_error(forked_message(owner, pid, None)));
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(1)
         .thread_name("leasehold")
         .enable_all()
         .build()
