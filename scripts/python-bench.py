@@ -72,7 +72,17 @@ def alternate(rounds: int, seconds: float, ours, theirs) -> dict:
 def our_lock(url: str, new: bool):
     # --new: the caller states the stores are new (`leasehold init --new`),
     # so they grant at once, without a new store's quarantine.
-    store = leasehold.init(url, new=True) if new else leasehold.open(url)
+    # A store that already exists (a peer's URL names the default table or
+    # prefix, which an earlier run made) is opened as it is.
+    store = None
+    if new:
+        try:
+            store = leasehold.init(url, new=True)
+        except leasehold.UsageError as e:
+            if "already exists" not in str(e):
+                raise
+    if store is None:
+        store = leasehold.open(url)
     lock = store.lock(f"bench-{uuid.uuid4().hex[:8]}")
     lock.acquire().release()  # warm: connections, the store's epoch
     return store, lock
