@@ -205,17 +205,14 @@ impl DynamoDbBackend {
                     expect[i] = Expect::Ours { fence: old.fence };
                     continue;
                 }
-                let previous = match &expect[i] {
-                    Expect::Item { observed, .. } => observed.clone(),
-                    _ => None,
-                };
                 let ripe = old.rvn.as_deref().filter(|rvn| {
                     self.observations
                         .saw(key, rvn, self.observation_wait(lease.ttl), now)
-                        && previous.as_deref() != Some(*rvn)
                 });
                 match ripe {
-                    // Ripe only now: take over, conditional on that version.
+                    // Watched for the holder's whole TTL (the condition
+                    // failed on the fence, or it became ripe only now): take
+                    // over, conditional on that version.
                     Some(rvn) => {
                         expect[i] = Expect::Item {
                             last: old.fence,
