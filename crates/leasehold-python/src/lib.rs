@@ -306,11 +306,18 @@ fn parse_duration(text: &str) -> PyResult<f64> {
 /// the runtime's blocking threads, never on a worker, so that Python code
 /// that keeps the GIL (a long call into a C extension) holds up only this
 /// call, never the renewals and loss signals the workers run (test:
-/// `tests/test_gil.py`).
+/// `tests/test_gil.py`). What `call` raises is reported as unraisable:
+/// there is no Python caller to raise it to.
 fn call_python(
-    call: impl for<'py> FnOnce(Python<'py>) + Send + 'static,
+    call: impl for<'py> FnOnce(Python<'py>) -> PyResult<Py<PyAny>> + Send + 'static,
 ) -> tokio::task::JoinHandle<()> {
-    tokio::task::spawn_blocking(move || Python::attach(call))
+    tokio::task::spawn_blocking(move || {
+        Python::attach(|py| {
+            if let Err(e) = call(py) {
+                e.write_unraisable(py, None);
+            }
+        })
+    })
 }
 
 /// Waits (up to `timeout` seconds) for the releases that dropped guards
@@ -340,12 +347,7 @@ fn settle(done: Py<PyAny>) -> PyResult<()> {
     let home = Home::here()?;
     home.rt.spawn(async move {
         let _ = tokio::time::timeout(SETTLE, leasehold::finish_background()).await;
-        let _ = call_python(move |py| {
-            if let Err(e) = done.call0(py) {
-                e.write_unraisable(py, None);
-            }
-        })
-        .await;
+        let _ = call_python(move |py| done.call0(py)).await;
     });
     Ok(())
 }
@@ -969,11 +971,7 @@ impl Target {
             let mut on_wait = on_wait;
             let waiting = move || {
                 if let Some(cb) = on_wait.take() {
-                    let call = call_python(move |py| {
-                        if let Err(e) = cb.call0(py) {
-                            e.write_unraisable(py, None);
-                        }
-                    });
+                    let call = call_python(move |py| cb.call0(py));
                     *telling.lock().unwrap_or_else(|e| e.into_inner()) = Some(call);
                 }
             };
@@ -998,9 +996,7 @@ impl Target {
                     },
                     Err(e) => (false, to_py(e, &url).into_value(py).into_any()),
                 };
-                if let Err(e) = done.call1(py, args) {
-                    e.write_unraisable(py, None);
-                }
+                done.call1(py, args)
             })
             .await;
         });
@@ -1157,12 +1153,7 @@ impl Pending {
                 abort.abort();
                 let _ = task.await;
             }
-            let _ = call_python(move |py| {
-                if let Err(e) = done.call0(py) {
-                    e.write_unraisable(py, None);
-                }
-            })
-            .await;
+            let _ = call_python(move |py| done.call0(py)).await;
         });
     }
 }
@@ -1388,9 +1379,7 @@ impl Held {
                     Ok(()) => (true, py.None()),
                     Err(e) => (false, to_py(e, &url).into_value(py).into_any()),
                 };
-                if let Err(e) = done.call1(py, args) {
-                    e.write_unraisable(py, None);
-                }
+                done.call1(py, args)
             })
             .await;
         });
@@ -1438,11 +1427,7 @@ impl Held {
             }
             let reason = guard_reason.unwrap_or_else(|| format!("lease on {key} lost"));
             // Not awaited: the handle is dropped and the call runs on.
-            drop(call_python(move |py| {
-                if let Err(e) = callback.call1(py, (reason,)) {
-                    e.write_unraisable(py, None);
-                }
-            }));
+            drop(call_python(move |py| callback.call1(py, (reason,))));
         });
         Ok(())
     }
