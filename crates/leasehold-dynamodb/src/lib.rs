@@ -156,6 +156,11 @@
 //!   a few rounds at most, then the keys go one by one. Each grant is
 //!   therefore the one-key grant's write, under the one-key grant's
 //!   condition (and one more), so the arguments below hold key by key.
+//!   Tests: the conformance suite's `batch_*`; `tests/batch.rs`
+//!   (`batch_learns_a_fence_another_process_moved`: a stale fence costs a
+//!   round and the token is still one above the other process's;
+//!   `batch_takes_over_only_after_watching_the_holder_for_its_ttl`: a
+//!   renewal seen meanwhile voids the takeover).
 //!   Cost: one request for keys whose fences this process knows, one more
 //!   where it does not; twice the write units of single writes, the
 //!   transactions' price.
