@@ -14,8 +14,10 @@
 //!   a C extension) holds up no renewal (test: `tests/test_gil.py`). One
 //!   worker rather than two: each blocking call's requests cross between
 //!   fewer threads (measured: docs/benchmarks.md, section 8).
-//! * Blocking calls release the GIL. A wait for a lease runs on the calling
-//!   thread in slices of [`SLICE`]; between slices it takes the GIL back and
+//! * Blocking calls release the GIL and are polled on the calling thread,
+//!   which spins briefly before it sleeps ([`drive`]: a request's answer
+//!   then reaches it without a wake-up). A wait for a lease runs in slices
+//!   of [`SLICE`]; between slices it takes the GIL back and
 //!   runs Python's signal handlers, so Ctrl-C (KeyboardInterrupt) ends the
 //!   wait: the acquisition is dropped, which is cancel safe (a lease granted
 //!   to a request in flight is released), and nothing stays held.
@@ -42,7 +44,7 @@ use std::future::Future;
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use leasehold::{
     HolderInfo, KeyInfo, LeaseGuard, LockOptions, LossPolicy, MultiGuard, RunRecord, RunReport,
@@ -52,6 +54,7 @@ use pyo3::types::PyDict;
 use tokio::runtime::Runtime;
 use tokio_util::sync::CancellationToken;
 
+mod drive;
 mod errors;
 
 use errors::{to_py, usage_error, LeaseLost, StoreError};
@@ -150,7 +153,7 @@ impl Home {
     {
         refuse_runtime_thread()?;
         let rt = self.rt;
-        Ok(py.detach(|| rt.block_on(fut)))
+        Ok(py.detach(|| drive::run(rt, fut)))
     }
 
     /// Runs `fut` to completion on this thread, without the GIL, in slices
@@ -169,10 +172,10 @@ impl Home {
         refuse_runtime_thread()?;
         let rt = self.rt;
         let mut fut = Box::pin(fut);
+        let spin_until = Instant::now() + drive::WINDOW;
         loop {
-            let done = py.detach(|| {
-                rt.block_on(async { tokio::time::timeout(SLICE, fut.as_mut()).await.ok() })
-            });
+            let end = Instant::now() + SLICE;
+            let done = py.detach(|| drive::run_until(rt, fut.as_mut(), Some(end), spin_until));
             if let Some(out) = done {
                 return Ok(out);
             }
@@ -1009,22 +1012,38 @@ impl Target {
     /// For the benchmark (scripts/python-bench.py): acquire + release
     /// cycles of this lock in a Rust loop (no Python between them) for
     /// `seconds`, on this thread as a Rust program's `block_on` would run
-    /// them; the number of cycles.
-    fn bench_rust_cycles(&self, py: Python<'_>, seconds: f64) -> PyResult<u64> {
+    /// them (`same_wait`: as this package's blocking calls wait instead,
+    /// [`drive`]); the number of cycles.
+    #[pyo3(signature = (seconds, same_wait=false))]
+    fn bench_rust_cycles(&self, py: Python<'_>, seconds: f64, same_wait: bool) -> PyResult<u64> {
         self.home.check("lock")?;
         let Kind::Lock(lock) = &*self.kind else {
             return Err(usage_error("the benchmark runs on a lock"));
         };
         let span = duration("seconds", seconds)?;
-        let got = self.home.block_on(py, async move {
+        refuse_runtime_thread()?;
+        let rt = self.home.rt;
+        let got = py.detach(|| {
             let start = std::time::Instant::now();
             let mut cycles = 0u64;
-            while start.elapsed() < span {
-                lock.acquire().await?.release().await?;
-                cycles += 1;
+            if same_wait {
+                // Two calls a cycle, each waited for as a blocking call of
+                // this package waits (its spin is per call).
+                while start.elapsed() < span {
+                    let held = drive::run(rt, lock.acquire())?;
+                    drive::run(rt, held.release())?;
+                    cycles += 1;
+                }
+                return Ok(cycles);
             }
-            Ok::<_, leasehold::Error>(cycles)
-        })?;
+            rt.block_on(async {
+                while start.elapsed() < span {
+                    lock.acquire().await?.release().await?;
+                    cycles += 1;
+                }
+                Ok::<_, leasehold::Error>(cycles)
+            })
+        });
         got.map_err(|e| to_py(e, &self.url))
     }
 

@@ -183,6 +183,35 @@ def test_ctrl_c_during_a_wait_raises_keyboard_interrupt_and_holds_nothing(store_
     again.release()
 
 
+# Waits `wait` seconds for a key held elsewhere; prints the CPU time the
+# waiting thread used.
+CPU_OF_A_WAIT = r"""
+import os, sys, time, leasehold
+key, ttl, wait = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+lock = leasehold.open(os.environ["LEASEHOLD_URL"]).lock(key, ttl=ttl)
+start = time.thread_time()
+try:
+    lock.acquire(wait=wait)
+    print("acquired")
+except leasehold.Timeout:
+    print(f"{time.thread_time() - start:.3f}")
+"""
+
+
+def test_a_long_wait_keeps_no_core_busy(store_env: Env) -> None:
+    # A blocking call's thread spins briefly before it sleeps (a call's
+    # first few ms, for quick answers): a wait for a held key must not.
+    store = store_env.open()
+    key = store_env.key("cpu")
+    wait = 1.5
+    with store.lock(key, ttl=store_env.ttl).acquire(wait=30):
+        waiter = store_env.child(CPU_OF_A_WAIT, key, str(store_env.ttl), str(wait))
+        out = finish(waiter, timeout=60)
+    assert waiter.returncode == 0, waiter.stderr_text  # type: ignore[attr-defined]
+    cpu = float(out[0])
+    assert cpu < wait / 5, f"the waiting thread used {cpu} s of CPU in a {wait} s wait"
+
+
 def test_a_forked_child_gets_a_clear_error_and_holds_nothing(store_env: Env) -> None:
     store = store_env.open()
     key = store_env.key("fork")
