@@ -17,6 +17,10 @@
 //! a call that waits longer (for a held key, or a slow store) sleeps
 //! between wake-ups as `block_on` does, so a long wait keeps no core busy
 //! (test: `tests/test_processes.py`'s `test_a_long_wait_keeps_no_core_busy`).
+//! And only while few blocking calls are in flight in the process (up to
+//! half the processors): many threads' calls at once are answered no
+//! faster by spinning, and their spinning would take the processors that
+//! the runtime's worker and a local server need.
 //!
 //! Neither tokio nor `futures`/`pollster` offers a `block_on` that spins
 //! before it parks, hence these few lines. The future runs inside the
@@ -25,8 +29,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
@@ -57,11 +61,42 @@ impl Wake for Signal {
     }
 }
 
+/// How many blocking calls are in flight in this process.
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+
+/// Up to how many blocking calls in flight their waits spin: half the
+/// processors (at least one). More calls at once are answered no faster by
+/// spinning (the runtime's worker answers them all), and spinning threads
+/// would take the processors the worker and a local server need.
+fn most_spinning() -> usize {
+    static MOST: OnceLock<usize> = OnceLock::new();
+    *MOST.get_or_init(|| thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1)))
+}
+
+/// A blocking call in flight, counted in [`IN_FLIGHT`] until dropped.
+struct InFlight;
+
+impl InFlight {
+    fn enter() -> InFlight {
+        IN_FLIGHT.fetch_add(1, Ordering::AcqRel);
+        InFlight
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        IN_FLIGHT.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 impl Signal {
     /// Waits until woken (true) or until `end` (false): spinning up to
-    /// `SPIN` while before `spin_until`, then parked.
+    /// `SPIN` while before `spin_until` (if no more than [`most_spinning`]
+    /// blocking calls are in flight), then parked.
     fn wait(&self, end: Option<Instant>, spin_until: Instant) -> bool {
-        let spin_end = (Instant::now() + SPIN).min(spin_until);
+        let now = Instant::now();
+        let mut spin = now < spin_until && IN_FLIGHT.load(Ordering::Acquire) <= most_spinning();
+        let spin_end = (now + SPIN).min(spin_until);
         loop {
             if self.woken.swap(false, Ordering::AcqRel) {
                 return true;
@@ -70,9 +105,12 @@ impl Signal {
             if end.is_some_and(|end| now >= end) {
                 return false;
             }
-            if now < spin_end {
-                thread::yield_now();
-                continue;
+            if spin {
+                if now < spin_end {
+                    thread::yield_now();
+                    continue;
+                }
+                spin = false;
             }
             // Parks can end early (a wake-up meant for an earlier call's
             // waker, or none at all): the flag above decides.
@@ -105,6 +143,7 @@ pub(crate) fn run_until<F: Future + ?Sized>(
     spin_until: Instant,
 ) -> Option<F::Output> {
     let _entered = rt.enter();
+    let _in_flight = InFlight::enter();
     let signal = Arc::new(Signal {
         woken: AtomicBool::new(false),
         thread: thread::current(),
