@@ -27,6 +27,7 @@ is the caller's to say: see docs/benchmarks.md).
 """
 
 import argparse
+import json
 import pathlib
 import statistics
 import sys
@@ -259,12 +260,14 @@ def main() -> int:
     ]
     for line in lines:
         print(line, flush=True)
+    results, peer_results = [], []
     for arg in args.urls:
         # LABEL=URL names the store in the table (else its URL, redacted).
         label, _, url = arg.partition("=") if "=" in arg.split(":", 1)[0] else ("", "", arg)
         r = measure(url, args.rounds, args.seconds, args.new)
         if label:
             r["store"] = label
+        results.append(r)
         met = "**met**" if r["ratio"] >= 0.95 else "**missed**"
         same = r["same"]
         line = (
@@ -288,6 +291,7 @@ def main() -> int:
         name, store_name, make, url_for = PEERS[kind]
         _, lock = our_lock(url_for(where), args.new)
         r = alternate(args.rounds, args.seconds, lambda s: python_cycles(lock, s), cycles_of(make(where)))
+        peer_results.append({"peer": name, "store": store_name, "ratio": r["ratio"]})
         line = (
             f"| {name} | {store_name} | {r['ours']:.0f} | {r['theirs']:.0f} | **{r['ratio']:.2f}×** "
             f"| {r['rounds']}: {r['q1']:.2f}–{r['q3']:.2f} |"
@@ -312,6 +316,13 @@ def main() -> int:
                 f.write(PEER_SECTION + "\n".join(peer_lines) + "\n")
             if kept:
                 f.write("\n" + kept)
+        # The ratios, for the summary of docs/benchmarks.md (its targets).
+        figures = {
+            "date": when,
+            "stores": [{"store": r["store"], "ratio": r["ratio"]} for r in results],
+            "peers": peer_results,
+        }
+        pathlib.Path(args.out).with_suffix(".json").write_text(json.dumps(figures, indent=1) + "\n")
     return 0
 
 

@@ -6,7 +6,8 @@
 use std::fmt::Write as _;
 
 use crate::report::{
-    contention_ok, handoff_target_ms, many_ok, overhead_ok, rw_lock_ok, verdict, writer_longest_ms,
+    contention_ok, handoff_target_ms, many_ok, overhead_ok, rw_lock_ok, verdict, wait_cost_ok,
+    writer_longest_ms, CLI_TARGET, ETCD_PEER_CYCLES_TARGET,
 };
 use crate::results::{Results, SQLITE_HOP};
 
@@ -16,8 +17,9 @@ struct Target {
     met: bool,
 }
 
-/// Every target the run's figures have, in the page's order.
-fn targets(r: &Results) -> Vec<Target> {
+/// Every target the run's figures have, in the page's order (`python`:
+/// section 8's, measured apart).
+fn targets(r: &Results, python: &[(String, bool)]) -> Vec<Target> {
     let mut t = Vec::new();
     let mut add = |what: String, met: bool| t.push(Target { what, met });
     for o in &r.overhead {
@@ -55,12 +57,79 @@ fn targets(r: &Results) -> Vec<Target> {
         add(format!("4 ({})", m.store), many_ok(&m.report));
     }
     if let Some(c) = &r.cli {
-        add(format!("5 ({:.1}× `flock`)", c.ratio), c.ratio <= 2.0);
+        add(
+            format!("5 ({:.1}× `flock`)", c.ratio),
+            c.ratio <= CLI_TARGET,
+        );
+    }
+    for p in r.peers.iter().filter(|p| p.store == "etcd") {
+        if let Some(ratio) = p.ratio.or(p.leasehold_cps.map(|l| l / p.peer_cps)) {
+            add(
+                format!("6 (etcd: {ratio:.2}× the peer's cycles)"),
+                ratio >= ETCD_PEER_CYCLES_TARGET,
+            );
+        }
+        if let (Some(ours), Some(theirs)) = (p.leasehold_handoff, p.peer_handoff) {
+            add(
+                format!(
+                    "6 (etcd: handoff p50 {:.2} ms against the peer's {:.2} ms)",
+                    ours.p50_ms, theirs.p50_ms
+                ),
+                ours.p50_ms <= theirs.p50_ms,
+            );
+        }
+    }
+    for (what, met) in python {
+        add(what.clone(), *met);
     }
     for f in &r.rw_lock {
         add(format!("9 ({})", f.store), rw_lock_ok(f));
     }
+    for w in &r.wait_cost {
+        if let Some(met) = wait_cost_ok(r, w) {
+            add(
+                format!("15 ({}: {:.2} requests/s)", w.store, w.requests_per_s),
+                met,
+            );
+        }
+    }
     t
+}
+
+/// Section 8's targets (issue 55), from the figures `scripts/python-bench.py`
+/// wrote beside the section (docs/python-bench.json; measured apart, so
+/// they are named with their date): Python ≥ 0.95× the Rust loop on each
+/// store, and ≥ 1× redis-py's `Lock`.
+fn python_targets() -> Vec<(String, bool)> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/python-bench.json");
+    std::fs::read_to_string(path).map_or_else(|_| Vec::new(), |text| python_targets_of(&text))
+}
+
+/// [`python_targets`] from the file's text.
+fn python_targets_of(text: &str) -> Vec<(String, bool)> {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(text) else {
+        return Vec::new();
+    };
+    let when = v["date"].as_str().unwrap_or("undated");
+    let mut out = Vec::new();
+    for row in v["stores"].as_array().into_iter().flatten() {
+        if let (Some(store), Some(ratio)) = (row["store"].as_str(), row["ratio"].as_f64()) {
+            out.push((
+                format!("8 (Python on {store}: {ratio:.2}× the Rust loop, measured {when})"),
+                ratio >= 0.95,
+            ));
+        }
+    }
+    for row in v["peers"].as_array().into_iter().flatten() {
+        if let (Some("redis-py Lock"), Some(ratio)) = (row["peer"].as_str(), row["ratio"].as_f64())
+        {
+            out.push((
+                format!("8 (Python: {ratio:.2}× redis-py's `Lock`, measured {when})"),
+                ratio >= 1.0,
+            ));
+        }
+    }
+    out
 }
 
 /// The stores of the run, in the order the figures first name them.
@@ -132,8 +201,14 @@ fn date(unix: u64) -> String {
     format!("{year:04}-{month:02}-{day:02}")
 }
 
-/// The summary section.
+/// The summary section, with section 8's targets from
+/// docs/python-bench.json.
 pub fn markdown(r: &Results) -> String {
+    markdown_with(r, &python_targets())
+}
+
+/// The summary section, with section 8's targets `python`.
+fn markdown_with(r: &Results, python: &[(String, bool)]) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "## Summary\n");
     let when = match r.started_unix {
@@ -148,7 +223,7 @@ compared to: an uncontended lock's cycles against a loop of the raw SDK's same r
 held and renewed (4), `leasehold run` against `flock` (5), the lock most code takes on each \
 store (6) and a writer among readers (9). The figures below are one run of \
 `scripts/bench.sh`{when}, {0:.0} s on {1}; sections 7, 8 and 10–14 are measured apart, each \
-dated where it stands.\n",
+dated where it stands (section 8's targets are counted below with their date).\n",
         r.seconds,
         r.machine,
         r.contention
@@ -206,7 +281,7 @@ dated where it stands.\n",
             backed.join(", ")
         );
     }
-    let all = targets(r);
+    let all = targets(r, python);
     if !all.is_empty() {
         let missed: Vec<&str> = all
             .iter()
@@ -294,7 +369,7 @@ mod tests {
             }),
             ..Results::default()
         };
-        let s = markdown(&r);
+        let s = markdown_with(&r, &[]);
         assert!(
             s.contains("`scripts/bench.sh` of 2026-11-27, 1278 s on 2 cores;"),
             "{s}"
@@ -320,10 +395,33 @@ mod tests {
 
     #[test]
     fn an_empty_run_has_a_summary_without_figures() {
-        let s = markdown(&Results::default());
+        let s = markdown_with(&Results::default(), &[]);
         assert!(s.starts_with("## Summary\n"), "{s}");
         assert!(!s.contains("Targets"), "{s}");
         assert!(!s.contains(" of 1970"), "{s}");
+    }
+
+    #[test]
+    fn section_8s_targets_are_counted_with_their_date() {
+        let python = python_targets_of(
+            r#"{"date": "2026-11-29",
+                "stores": [{"store": "SQLite", "ratio": 1.06}, {"store": "Redis", "ratio": 0.9}],
+                "peers": [{"peer": "redis-py Lock", "store": "Redis", "ratio": 0.8},
+                          {"peer": "python-dynamodb-lock", "store": "DynamoDB Local", "ratio": 3.2}]}"#,
+        );
+        // Each store against the Rust loop, and redis-py's Lock (the only
+        // peer with a target).
+        assert_eq!(python.len(), 3, "{python:?}");
+        let s = markdown_with(&Results::default(), &python);
+        assert!(s.contains("**1 of 3 met**"), "{s}");
+        assert!(
+            s.contains(
+                "figure 8 (Python on Redis: 0.90× the Rust loop, measured 2026-11-29); \
+                 8 (Python: 0.80× redis-py's `Lock`, measured 2026-11-29)."
+            ),
+            "{s}"
+        );
+        assert!(python_targets_of("not json").is_empty());
     }
 
     #[test]
