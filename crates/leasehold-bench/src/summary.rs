@@ -425,6 +425,53 @@ mod tests {
     }
 
     #[test]
+    fn etcds_peer_and_figure_15s_waits_have_targets() {
+        let ms = |p50_ms| crate::stats::Latency {
+            n: 10,
+            p50_ms,
+            p99_ms: p50_ms,
+            max_ms: p50_ms,
+        };
+        let wait = |mode: &str, cap_ms, requests_per_s, p50| crate::results::WaitCost {
+            store: "DynamoDB Local".into(),
+            mode: mode.into(),
+            cap_ms,
+            waits_s: vec![600.0],
+            requests: vec![0],
+            requests_per_s,
+            handoff: Some(ms(p50)),
+        };
+        let r = Results {
+            peers: vec![crate::results::Peer {
+                peer: "etcd-client Lock".into(),
+                store: "etcd".into(),
+                peer_cps: 100.0,
+                leasehold_cps: Some(90.0),
+                ratio: Some(0.9),
+                round_ratios: vec![0.9],
+                peer_requests_per_cycle: Some(2.0),
+                peer_handoff: Some(ms(3.0)),
+                leasehold_handoff: Some(ms(3.5)),
+                note: String::new(),
+            }],
+            wait_cost: vec![
+                wait("polling", 100, 13.0, 50.0),
+                wait("backing off", 2000, 0.7, 900.0),
+            ],
+            ..Results::default()
+        };
+        let s = markdown_with(&r, &[]);
+        // etcd's cycles (0.90× ≥ 0.88×) met, its handoff (3.5 > 3.0 ms)
+        // missed; the wait that backed off met (0.7 requests/s, 19× fewer,
+        // p50 under the cap); the polling row has no target.
+        assert!(s.contains("**2 of 3 met**"), "{s}");
+        assert!(
+            s.contains("figure 6 (etcd: handoff p50 3.50 ms against the peer's 3.00 ms)."),
+            "{s}"
+        );
+    }
+
+    #[test]
     fn dates() {
         assert_eq!(date(0), "1970-01-01");
         assert_eq!(date(951_782_400), "2000-02-29");
