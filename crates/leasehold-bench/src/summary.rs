@@ -222,7 +222,7 @@ compared to: an uncontended lock's cycles against a loop of the raw SDK's same r
 (figure 1), the handoff from a release to a waiter (2), {2} contending tasks (3), many leases \
 held and renewed (4), `leasehold run` against `flock` (5), the lock most code takes on each \
 store (6) and a writer among readers (9). The figures below are one run of \
-`scripts/bench.sh`{when}, {0:.0} s on {1}; sections 7, 8 and 10–14 are measured apart, each \
+`scripts/bench.sh`{when}, {0:.0} s on {1}; sections 7, 8, 10–14 and 17 are measured apart, each \
 dated where it stands (section 8's targets are counted below with their date).\n",
         r.seconds,
         r.machine,
