@@ -15,11 +15,12 @@
 //! the process still has one thread (before the async runtime), with two
 //! pipes: the control pipe, which `leasehold` writes and the watchdog reads,
 //! and the report pipe, the other way. The spare makes the command's cgroup
-//! at once (while `leasehold` takes the lock), then waits for lines
+//! and starts the [keeper] at once (while `leasehold` takes the lock), then
+//! waits for lines
 //! `env NAME VALUE` (variables for the command, such as its fencing token)
 //! and `start DEADLINE_NS GRACE_NS`, sent once the lease is held; end of file
-//! before `start` (the lock was not obtained) ends it quietly, the cgroup
-//! removed. Forking
+//! before `start` (the lock was not obtained) ends it quietly, the keeper
+//! told `done` and the cgroup removed. Forking
 //! without exec saves loading this binary a second time, a large part of a
 //! short `leasehold run`. Where there is no spare (fork failed, or an
 //! `elect`'s later terms), `leasehold` starts `/proc/self/exe __watchdog
@@ -142,6 +143,7 @@ use crate::exit::EXIT_USAGE;
 use crate::fd::{is_pipe, pipe, set_cloexec};
 use crate::output::say;
 use crate::proctree::Cgroup;
+use keeper::Keeper;
 use orders::Orders;
 pub use protocol::{command_line, Stop, ARG};
 use signals::catch_stop_signals;
@@ -177,6 +179,9 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     let orders = Orders::new(control);
     let grace = Duration::from_nanos(grace);
     let cgroup = Cgroup::create(&std::process::id().to_string());
+    // Before this process is a subreaper (which would adopt it), and
+    // before the command exists.
+    let keeper = Keeper::start(cgroup.as_ref());
     serve(
         orders,
         report,
@@ -184,6 +189,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         Duration::from_nanos(deadline),
         command,
         cgroup,
+        keeper,
     );
     ExitCode::SUCCESS
 }
@@ -233,7 +239,14 @@ fn spare(control: OwnedFd, report: OwnedFd, command: Vec<OsString>) {
     // it. Removed if the command does not run; if this process is killed
     // first, the next watchdog removes it (see `Cgroup::create`).
     let cgroup = Cgroup::create(&std::process::id().to_string());
-    let unused = |cgroup: Option<Cgroup>| {
+    // The keeper too, for the same reason: its double fork took a few
+    // tenths of a millisecond between the lock's grant and the command's
+    // start. Told `done` before the cgroup goes if the command does not run.
+    let keeper = Keeper::start(cgroup.as_ref());
+    let unused = |cgroup: Option<Cgroup>, keeper: Option<Keeper>| {
+        if let Some(k) = keeper {
+            k.done();
+        }
         if let Some(c) = cgroup {
             c.remove();
         }
@@ -242,7 +255,7 @@ fn spare(control: OwnedFd, report: OwnedFd, command: Vec<OsString>) {
     let (deadline, grace) = loop {
         // End of file: `leasehold` ends without running the command.
         let Some(line) = orders.next_line() else {
-            return unused(cgroup);
+            return unused(cgroup, keeper);
         };
         let mut words = line.splitn(3, ' ');
         match (words.next(), words.next(), words.next()) {
@@ -253,11 +266,19 @@ fn spare(control: OwnedFd, report: OwnedFd, command: Vec<OsString>) {
             (Some("start"), Some(deadline), Some(grace)) => {
                 match (deadline.parse(), grace.parse()) {
                     (Ok(d), Ok(g)) => break (Duration::from_nanos(d), Duration::from_nanos(g)),
-                    _ => return unused(cgroup),
+                    _ => return unused(cgroup, keeper),
                 }
             }
             _ => {}
         }
     };
-    serve(orders, File::from(report), grace, deadline, command, cgroup);
+    serve(
+        orders,
+        File::from(report),
+        grace,
+        deadline,
+        command,
+        cgroup,
+        keeper,
+    );
 }

@@ -34,8 +34,11 @@ pub fn serve(
     deadline: Duration,
     command: Vec<OsString>,
     cgroup: Option<Cgroup>,
+    keeper: Option<Keeper>,
 ) {
-    Watchdog::new(orders, report, grace, deadline, cgroup).run(command);
+    let mut watchdog = Watchdog::new(orders, report, grace, deadline, cgroup);
+    watchdog.keeper = keeper;
+    watchdog.run(command);
 }
 
 struct Watchdog {
@@ -102,9 +105,6 @@ impl Watchdog {
     }
 
     fn run(&mut self, command: Vec<OsString>) {
-        // Before this process is a subreaper (which would adopt it), and
-        // before the command exists.
-        self.keeper = Keeper::start(self.cgroup.as_ref());
         // SAFETY: plain prctl; makes orphans of the command's tree ours.
         unsafe {
             libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1);
