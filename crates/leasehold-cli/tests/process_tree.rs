@@ -333,6 +333,49 @@ fn a_command_that_exits_leaves_nothing_running() {
     );
 }
 
+/// The processes whose command line has `marker` and that are not
+/// zombies, with their names: what a run left behind.
+fn processes_with(marker: &str) -> Vec<String> {
+    let mut found = vec![];
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let dir = entry.path();
+        let Ok(cmdline) = std::fs::read(dir.join("cmdline")) else {
+            continue;
+        };
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        // The keeper renames itself and ends on its own once told.
+        if comm.trim() != "lh-keeper" && String::from_utf8_lossy(&cmdline).contains(marker) {
+            found.push(format!(
+                "{} {}",
+                entry.file_name().to_string_lossy(),
+                comm.trim()
+            ));
+        }
+    }
+    found
+}
+
+/// A run that does not get the lock has started its watchdog and the
+/// command's process, waiting to exec (forked ahead, while the lock is
+/// taken): neither is left when it exits.
+#[test]
+fn a_run_that_is_refused_leaves_no_process_behind() {
+    let env = Env::new();
+    let (mut holder, _out) = env.spawn_until(&sh("run tree/refused", "echo in; sleep 30"), "in");
+    let marker = format!("refused-{}", std::process::id());
+    // Its exit, not its pipes' end: a process left behind would hold them.
+    let mut refused = env.spawn(&["run", "tree/refused", "--", "true", &marker]);
+    let code = wait_with_timeout(&mut refused, Duration::from_secs(10));
+    let left = processes_with(&marker);
+    for p in &left {
+        kill(p.split(' ').next().unwrap().parse().unwrap(), libc::SIGKILL);
+    }
+    assert_eq!(code, Some(75));
+    assert_eq!(left, Vec::<String>::new());
+    kill(holder.id(), libc::SIGTERM);
+    wait_with_timeout(&mut holder, Duration::from_secs(10));
+}
+
 #[test]
 fn the_command_inherits_the_callers_open_files() {
     let env = Env::new();

@@ -14,13 +14,16 @@
 //! `leasehold run` and `elect` fork a *spare* watchdog as they start, while
 //! the process still has one thread (before the async runtime), with two
 //! pipes: the control pipe, which `leasehold` writes and the watchdog reads,
-//! and the report pipe, the other way. The spare makes the command's cgroup
-//! and starts the [keeper] at once (while `leasehold` takes the lock), then
-//! waits for lines
+//! and the report pipe, the other way. The spare makes the command's cgroup,
+//! starts the [keeper] and forks the command's process into the cgroup (a
+//! [`Stub`], which waits to exec it) at once, while `leasehold` takes the
+//! lock; then it waits for lines
 //! `env NAME VALUE` (variables for the command, such as its fencing token)
 //! and `start DEADLINE_NS GRACE_NS`, sent once the lease is held; end of file
-//! before `start` (the lock was not obtained) ends it quietly, the keeper
-//! told `done` and the cgroup removed. Forking
+//! before `start` (the lock was not obtained) ends it quietly, the stub
+//! ended and collected, the keeper told `done` and the cgroup removed. The
+//! `env` lines are passed on to the stub, and `start` has it exec the
+//! command. Forking
 //! without exec saves loading this binary a second time, a large part of a
 //! short `leasehold run`. Where there is no spare (fork failed, or an
 //! `elect`'s later terms), `leasehold` starts `/proc/self/exe __watchdog
@@ -147,7 +150,8 @@ use keeper::Keeper;
 use orders::Orders;
 pub use protocol::{command_line, Stop, ARG};
 use signals::catch_stop_signals;
-use watch::serve;
+use spawn::Stub;
+use watch::{serve, Made};
 
 /// Entry point of `leasehold __watchdog CONTROL_FD REPORT_FD GRACE_NS
 /// DEADLINE_NS -- CMD...`.
@@ -188,8 +192,11 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         grace,
         Duration::from_nanos(deadline),
         command,
-        cgroup,
-        keeper,
+        Made {
+            cgroup,
+            keeper,
+            stub: None,
+        },
     );
     ExitCode::SUCCESS
 }
@@ -243,7 +250,19 @@ fn spare(control: OwnedFd, report: OwnedFd, command: Vec<OsString>) {
     // tenths of a millisecond between the lock's grant and the command's
     // start. Told `done` before the cgroup goes if the command does not run.
     let keeper = Keeper::start(cgroup.as_ref());
-    let unused = |cgroup: Option<Cgroup>, keeper: Option<Keeper>| {
+    // And the command's process, waiting to exec (see `Stub`).
+    let mut stub = cgroup.as_ref().and_then(|c| {
+        Stub::fork(
+            c.dir(),
+            &command,
+            std::process::id() as libc::pid_t,
+            keeper.as_ref().map(Keeper::fd),
+        )
+    });
+    let unused = |cgroup: Option<Cgroup>, keeper: Option<Keeper>, stub: Option<Stub>| {
+        if let Some(s) = stub {
+            s.discard();
+        }
         if let Some(k) = keeper {
             k.done();
         }
@@ -255,18 +274,21 @@ fn spare(control: OwnedFd, report: OwnedFd, command: Vec<OsString>) {
     let (deadline, grace) = loop {
         // End of file: `leasehold` ends without running the command.
         let Some(line) = orders.next_line() else {
-            return unused(cgroup, keeper);
+            return unused(cgroup, keeper, stub);
         };
         let mut words = line.splitn(3, ' ');
         match (words.next(), words.next(), words.next()) {
             (Some("env"), Some(name), Some(value)) => {
                 // One thread: nothing reads the environment concurrently.
                 std::env::set_var(name, value);
+                if let Some(s) = &mut stub {
+                    s.env(name, value);
+                }
             }
             (Some("start"), Some(deadline), Some(grace)) => {
                 match (deadline.parse(), grace.parse()) {
                     (Ok(d), Ok(g)) => break (Duration::from_nanos(d), Duration::from_nanos(g)),
-                    _ => return unused(cgroup, keeper),
+                    _ => return unused(cgroup, keeper, stub),
                 }
             }
             _ => {}
@@ -278,7 +300,10 @@ fn spare(control: OwnedFd, report: OwnedFd, command: Vec<OsString>) {
         grace,
         deadline,
         command,
-        cgroup,
-        keeper,
+        Made {
+            cgroup,
+            keeper,
+            stub,
+        },
     );
 }

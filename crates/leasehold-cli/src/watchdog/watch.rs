@@ -14,7 +14,7 @@ use super::keeper::Keeper;
 use super::orders::Orders;
 use super::protocol::{now, Stop};
 use super::signals::{catch_stop_signals, with_sigttou_blocked};
-use super::spawn::{in_child, spawn_into_cgroup};
+use super::spawn::{in_child, spawn_into_cgroup, Stub};
 use crate::output::say;
 use crate::proctree::{self, Cgroup};
 
@@ -25,7 +25,15 @@ const KILL_WAIT: Duration = Duration::from_secs(5);
 /// itself remain (their exits give no event we can wait on).
 const TICK: Duration = Duration::from_millis(10);
 
-/// Starts the command (in `cgroup`, if there is one) and watches over it
+/// What a watchdog makes before the command: its cgroup, the keeper and
+/// the command's process forked ahead (each where it could).
+pub struct Made {
+    pub cgroup: Option<Cgroup>,
+    pub keeper: Option<Keeper>,
+    pub stub: Option<Stub>,
+}
+
+/// Starts the command (in the cgroup, if there is one) and watches over it
 /// until its tree is gone.
 pub fn serve(
     orders: Orders,
@@ -33,11 +41,11 @@ pub fn serve(
     grace: Duration,
     deadline: Duration,
     command: Vec<OsString>,
-    cgroup: Option<Cgroup>,
-    keeper: Option<Keeper>,
+    made: Made,
 ) {
-    let mut watchdog = Watchdog::new(orders, report, grace, deadline, cgroup);
-    watchdog.keeper = keeper;
+    let mut watchdog = Watchdog::new(orders, report, grace, deadline, made.cgroup);
+    watchdog.keeper = made.keeper;
+    watchdog.stub = made.stub;
     watchdog.run(command);
 }
 
@@ -69,6 +77,8 @@ struct Watchdog {
     alarm: Option<Alarm>,
     /// Kills the tree if this process and `leasehold` both die.
     keeper: Option<Keeper>,
+    /// The command's process forked ahead, if any (a spare's).
+    stub: Option<Stub>,
     /// The tree left by a command that exited while stopping on a signal
     /// was sent SIGTERM.
     leftovers_told: bool,
@@ -100,6 +110,7 @@ impl Watchdog {
             childless: false,
             alarm: Alarm::new(),
             keeper: None,
+            stub: None,
             leftovers_told: false,
         }
     }
@@ -182,9 +193,20 @@ impl Watchdog {
         // CLONE_INTO_CGROUP, Linux 5.7+): moving a process in afterwards
         // waits for an RCU grace period, ~10 ms, most of a short run.
         let keeper = self.keeper.as_ref().map(Keeper::fd);
+        let stub = self.stub.take();
         let direct = match &self.cgroup {
-            Some(c) => spawn_into_cgroup(c.dir(), &command, me, keeper, foreground),
-            None => Ok(None),
+            Some(c) => match stub.map(|s| s.go(foreground)) {
+                Some(Ok(None)) | None => {
+                    spawn_into_cgroup(c.dir(), &command, me, keeper, foreground)
+                }
+                Some(started) => started,
+            },
+            None => {
+                if let Some(s) = stub {
+                    s.discard();
+                }
+                Ok(None)
+            }
         };
         let procs = match &direct {
             Ok(None) => self.cgroup.as_ref().and_then(|c| c.procs_file().ok()),
