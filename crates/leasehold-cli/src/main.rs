@@ -156,7 +156,24 @@ fn main() -> ExitCode {
     }
     // `run --json`'s line, the last one written.
     run::write_json();
-    code
+    drop(runtime);
+    exit_now(code)
+}
+
+/// Ends the process with `code` once everything of leasehold's is done
+/// (the store closed, the runtime shut down): stdout flushed, then
+/// `_exit`. Returning from `main` runs the C library's exit handlers and
+/// every linked library's destructors, which leasehold needs none of and
+/// which took a tenth of a millisecond, 2-3 % of a short `leasehold run`.
+fn exit_now(code: ExitCode) -> ! {
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let code = (0..=u8::MAX)
+        .find(|&c| ExitCode::from(c) == code)
+        .unwrap_or(1);
+    // SAFETY: _exit ends the process at once; nothing is left to run (see
+    // above), and stdout, the only buffered stream, is flushed.
+    unsafe { libc::_exit(i32::from(code)) }
 }
 
 async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
