@@ -486,8 +486,10 @@ tokio runtime, opens SQLite (WAL; the store's epoch is read once, at opening), c
 acquisition (`synchronous=FULL`: one fsync, and SQLite syncs the directory on a connection's first \
 WAL write) and the release (`NORMAL`: none), and runs the command \
 under the watchdog that stops its whole process tree on its own (a copy of leasehold forked as it \
-starts: a second process, which makes the command's cgroup while the lock is taken; the command in \
-a process group and, where the machine allows, that cgroup). The WAL is left for the next run \
+starts: a second process, which makes the command's cgroup, starts the keeper and forks the \
+command's process into the cgroup while the lock is taken, so that the grant is followed by the \
+command's exec alone; the command in a process group and, where the machine allows, that \
+cgroup). The WAL is left for the next run \
 while it is under 256 KiB (checkpointing it at every close cost two more fsyncs, and re-creating \
 it one more). A few milliseconds in all, for a lease that survives a crash of its holder, carries \
 a fencing token and works the same on every store.\n",
