@@ -179,8 +179,9 @@ fn one_malloc_arena() {
 /// Ends the process with `code` once everything of leasehold's is done
 /// (the store closed, the runtime shut down): stdout flushed, then
 /// `_exit`. Returning from `main` runs the C library's exit handlers and
-/// every linked library's destructors, which leasehold needs none of and
-/// which took a tenth of a millisecond, 2-3 % of a short `leasehold run`.
+/// every linked library's destructors (cold code in a large binary), which
+/// leasehold needs none of: about 0.6 ms of a short `leasehold run` in
+/// side-by-side runs (docs/benchmarks.md, section 11).
 fn exit_now(code: ExitCode) -> ! {
     use std::io::Write;
     let _ = std::io::stdout().flush();
