@@ -19,6 +19,14 @@ of the rounds (time from before the spawn to the child's exit, as Python's
 subprocess sees it). The SQLite file is in a temporary directory, made by
 each build's first `run` and then shared (every build reads and writes the
 same schema); nothing else is left behind.
+
+What is timed is a copy of each binary, written into that directory when
+the script starts, not the file named. The same bytes started up to 0.15 ms
+slower per process from a file that had been in the page cache for hours
+(one the kernel's reclaim had been trimming) than from a copy just written,
+and `run`, four processes of the binary, up to 0.5 ms slower
+(docs/benchmarks.md section 11, 2026-11-29): builds of different ages were
+not on the same footing. Fresh copies are, as a fresh install is.
 """
 import argparse
 import os
@@ -50,7 +58,14 @@ def main():
         if not sep or not os.access(path, os.X_OK):
             parser.error(f"{spec}: want NAME=BINARY, an executable file")
         builds.append((name, path))
+    sizes = {name: os.path.getsize(path) / 1e6 for name, path in builds}
     with tempfile.TemporaryDirectory(prefix="leasehold-cli-builds.") as tmp:
+        copies = []
+        for i, (name, path) in enumerate(builds):
+            copy = os.path.join(tmp, f"build-{i}")
+            shutil.copy2(path, copy)
+            copies.append((name, copy))
+        builds = copies
         store = f"sqlite:{tmp}/cli.db"
         lockfile = f"{tmp}/cli.lock"
         commands = {
@@ -73,8 +88,8 @@ def main():
     print(f"{opts.rounds} rounds; flock {flock:.2f} ms, true {median['true']:.2f} ms")
     print("| build | size | " + " | ".join(f"`{c}`" for c in commands) + " | `run` / flock |")
     print("|---|---|" + "---|" * (len(commands) + 1))
-    for name, path in builds:
-        size = os.path.getsize(path) / 1e6
+    for name, _ in builds:
+        size = sizes[name]
         cells = " | ".join(f"{median[(name, c)]:.2f} ms" for c in commands)
         print(f"| {name} | {size:.1f} MB | {cells} | {median[(name, 'run')] / flock:.2f}× |")
 

@@ -180,8 +180,9 @@ fn one_malloc_arena() {
 /// (the store closed, the runtime shut down): stdout flushed, then
 /// `_exit`. Returning from `main` runs the C library's exit handlers and
 /// every linked library's destructors (cold code in a large binary), which
-/// leasehold needs none of: about 0.6 ms of a short `leasehold run` in
-/// side-by-side runs (docs/benchmarks.md, section 11).
+/// leasehold needs none of: 0.04-0.06 ms of a short `leasehold run`, timed
+/// side by side from fresh copies of both builds (docs/benchmarks.md,
+/// section 11).
 fn exit_now(code: ExitCode) -> ! {
     use std::io::Write;
     let _ = std::io::stdout().flush();
