@@ -227,6 +227,17 @@
 //! (see `wake.rs`); waiters still poll, so a missed wake-up costs at most a
 //! poll interval.
 //!
+//! # Threads
+//! A connection's statements can wait (for the disk, for another process's
+//! lock, up to the busy timeout), so operations run in tokio's blocking
+//! pool, one at a time on the store's connection. Reads (`inspect`, `list`)
+//! run on the calling thread instead when they need not wait: the
+//! connection free, open on the file the path names, and SQLite answering
+//! with its busy handler off (a WAL reader almost never waits); a read
+//! that would have waited goes to the pool and waits there as before
+//! (tests: `tests/sqlite_reads.rs`, `open.rs`'s unit tests). The hop to
+//! the pool and back cost more than such a read.
+//!
 //! The file must be on a local file system: SQLite's locking is not reliable
 //! over network file systems, and the clock is only shared on one machine.
 
@@ -590,13 +601,12 @@ impl Backend for SqliteBackend {
 
     async fn inspect(&self, key: &Key) -> Result<KeyInfo> {
         let key = key.clone();
-        self.run("inspect", false, move |conn, ctx| {
-            let conn = conn.expect("inspect re-opens");
+        self.read("inspect", move |conn, ctx| {
             let row = get_row(conn, key.as_str()).map_err(|e| db_error("inspect", e))?;
             let now = ctx.now_ns();
             match row {
-                Some(r) => r.info(key, ctx, now),
-                None => Ok(KeyInfo::new(key, 0, None)),
+                Some(r) => r.info(key.clone(), ctx, now),
+                None => Ok(KeyInfo::new(key.clone(), 0, None)),
             }
         })
         .await
@@ -646,15 +656,14 @@ impl Backend for SqliteBackend {
         // Key characters include no GLOB metacharacters, so a prefix GLOB is
         // an exact prefix match (and can use the primary key index).
         let pattern = format!("{prefix}*");
-        self.run("list", false, move |conn, ctx| {
-            let conn = conn.expect("list re-opens");
+        self.read("list", move |conn, ctx| {
             let op = |e| db_error("list", e);
             let now = ctx.now_ns();
             let mut stmt = conn
                 .prepare(&format!("{SELECT} WHERE key GLOB ?1 ORDER BY key"))
                 .map_err(op)?;
             let rows = stmt
-                .query_map([pattern], read_row)
+                .query_map([&pattern], read_row)
                 .map_err(op)?
                 .collect::<rusqlite::Result<Vec<_>>>()
                 .map_err(op)?;

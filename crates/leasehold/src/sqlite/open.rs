@@ -512,6 +512,51 @@ impl SqliteBackend {
         .map_err(|e| Error::backend(NAME, op, false, format!("database task failed: {e}")))?
     }
 
+    /// Runs the read `f` (no write, a statement or two) on the calling
+    /// thread when it can do so without waiting: the connection free and
+    /// open on the file the path names, and SQLite answering without its
+    /// busy handler (a WAL reader almost never waits). Otherwise, or if the
+    /// read found the file locked, as [`run`](Self::run) does, in the
+    /// blocking pool. A read on the caller's thread is tens of
+    /// microseconds; the hop to the pool and back cost more than the read
+    /// (a `leasehold run`'s two reads of its reader-writer gate after the
+    /// grant took 0.21 ms that way, docs/benchmarks.md section 11).
+    pub(super) async fn read<T: Send + 'static>(
+        &self,
+        op: &'static str,
+        f: impl Fn(&mut Connection, &Ctx) -> Result<T> + Send + Sync + 'static,
+    ) -> Result<T> {
+        if let Some(answer) = self.read_here(&f) {
+            return answer;
+        }
+        self.run(op, false, move |conn, ctx| {
+            f(conn.expect("a read re-opens a replaced file"), ctx)
+        })
+        .await
+    }
+
+    /// [`read`](Self::read) on this thread, or `None` if it would wait.
+    fn read_here<T>(&self, f: &impl Fn(&mut Connection, &Ctx) -> Result<T>) -> Option<Result<T>> {
+        let mut slot = self.conn.try_lock().ok()?;
+        let open = slot.as_mut()?;
+        if FileId::of(&self.path).ok()? != open.file {
+            return None;
+        }
+        // No busy handler for this read: a lock it would wait for sends it
+        // to the pool instead, where waiting blocks no task.
+        open.conn.busy_handler(None::<fn(i32) -> bool>).ok()?;
+        let answer = f(&mut open.conn, &self.ctx_for(open.file));
+        if open.conn.busy_handler(Some(retry_while_busy)).is_err() {
+            // Not expected (it only sets a callback); a connection that
+            // would not wait must not be kept.
+            *slot = None;
+        }
+        match answer {
+            Err(e) if e.is_retryable() => None,
+            answer => Some(answer),
+        }
+    }
+
     pub(super) fn ctx(&self) -> Ctx {
         self.ctx_for(FileId { dev: 0, ino: 0 })
     }
@@ -620,4 +665,68 @@ pub(super) fn retry_while_busy(attempt: i32) -> bool {
     }
     std::thread::sleep(STEP);
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backend() -> (tempfile::TempDir, SqliteBackend) {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = SqliteBackend::open(dir.path().join("r.db")).unwrap();
+        (dir, backend)
+    }
+
+    #[test]
+    fn a_read_is_answered_here_when_nothing_holds_the_connection() {
+        let (_dir, backend) = backend();
+        let answer = backend.read_here(&|conn, _| {
+            conn.query_row("SELECT 7", [], |r| r.get::<_, i64>(0))
+                .map_err(|e| db_error("test", e))
+        });
+        assert_eq!(answer.map(|a| a.unwrap()), Some(7));
+    }
+
+    #[test]
+    fn a_read_goes_to_the_pool_while_another_operation_holds_the_connection() {
+        let (_dir, backend) = backend();
+        let held = backend.conn.lock().unwrap();
+        let answer = backend.read_here(&|_, _| -> Result<()> { panic!("read here") });
+        assert!(answer.is_none());
+        drop(held);
+    }
+
+    #[test]
+    fn a_read_that_found_the_file_locked_goes_to_the_pool_with_the_busy_handler_back() {
+        let (_dir, backend) = backend();
+        let busy = || {
+            db_error(
+                "test",
+                rusqlite::Error::SqliteFailure(
+                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
+                    None,
+                ),
+            )
+        };
+        assert!(backend
+            .read_here(&|_, _| -> Result<()> { Err(busy()) })
+            .is_none());
+        // The busy handler is back for the operations that wait: a
+        // connection that answered BUSY at once would fail them.
+        let mut slot = backend.conn.lock().unwrap();
+        let conn = &mut slot.as_mut().unwrap().conn;
+        let other = Connection::open(conn.path().unwrap()).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let waited = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            other.execute_batch("COMMIT").unwrap();
+        });
+        conn.execute_batch("BEGIN IMMEDIATE; COMMIT;")
+            .expect("the write waited for the other connection");
+        waited.join().unwrap();
+        drop(slot);
+        // Any other failure is the read's answer.
+        let failed = backend.read_here(&|_, _| -> Result<()> { Err(Error::invalid("x", "y")) });
+        assert!(matches!(failed, Some(Err(Error::InvalidInput { .. }))));
+    }
 }
