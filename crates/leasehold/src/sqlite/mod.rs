@@ -329,6 +329,14 @@ pub(super) struct Open {
 /// it is, for the next process to use. See [`Open`]'s `Drop`.
 pub(super) const WAL_KEPT_AT_CLOSE: u64 = 256 * 1024;
 
+impl Open {
+    /// Whether `path` names the file this connection was opened on now (a
+    /// file deleted or replaced since does not).
+    pub(super) fn is_at(&self, path: &Path) -> bool {
+        FileId::of(path).is_ok_and(|now| now == self.file)
+    }
+}
+
 impl Drop for Open {
     /// SQLite's last connection to a database checkpoints the WAL into the
     /// database file and deletes it when it closes: two fsyncs, and the next

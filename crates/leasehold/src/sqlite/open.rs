@@ -493,8 +493,7 @@ impl SqliteBackend {
         let this = self.clone();
         tokio::task::spawn_blocking(move || {
             let mut slot = this.conn.lock().unwrap_or_else(|e| e.into_inner());
-            let current = FileId::of(&this.path).ok();
-            let fresh = matches!((&*slot, current), (Some(o), Some(c)) if o.file == c);
+            let fresh = slot.as_ref().is_some_and(|o| o.is_at(&this.path));
             if !fresh {
                 if same_file {
                     *slot = None;
@@ -538,10 +537,7 @@ impl SqliteBackend {
     /// [`read`](Self::read) on this thread, or `None` if it would wait.
     fn read_here<T>(&self, f: &impl Fn(&mut Connection, &Ctx) -> Result<T>) -> Option<Result<T>> {
         let mut slot = self.conn.try_lock().ok()?;
-        let open = slot.as_mut()?;
-        if FileId::of(&self.path).ok()? != open.file {
-            return None;
-        }
+        let open = slot.as_mut().filter(|o| o.is_at(&self.path))?;
         // No busy handler for this read: a lock it would wait for sends it
         // to the pool instead, where waiting blocks no task.
         open.conn.busy_handler(None::<fn(i32) -> bool>).ok()?;
