@@ -22,7 +22,9 @@ pub async fn open_within(
     let mut pause = std::time::Duration::from_millis(50);
     let mut last: Option<anyhow::Error> = None;
     loop {
-        let attempt = tokio::time::timeout_at(deadline, stores::open_with(url, access)).await;
+        let attempt =
+            tokio::time::timeout_at(deadline, stores::open_with_in(crate::linked(), url, access))
+                .await;
         let err = match attempt {
             Ok(Ok(store)) => return Ok(store),
             Ok(Err(err)) => anyhow::Error::from(err).context(format!(

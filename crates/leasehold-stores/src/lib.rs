@@ -118,6 +118,95 @@ pub async fn open_backend(url: &str) -> leasehold::Result<Opened> {
 /// # Errors
 /// As [`open_backend`]; [`Error::NoStore`] as above.
 pub async fn open_backend_with(url: &str, creation: Creation) -> leasehold::Result<Opened> {
+    open_backend_in(Linked::every(), url, creation, false).await
+}
+
+/// The stores a binary links, for [`open_with_in`]: every store of the
+/// build ([`Linked::every`]), or all but the cloud stores
+/// ([`Linked::WITHOUT_CLOUD`]: Azure Blob, DynamoDB and S3, whose SDKs are
+/// most of a binary with every store).
+///
+/// A binary that names only [`Linked::WITHOUT_CLOUD`] links none of the
+/// cloud stores' code: they are reached only through the function
+/// [`Linked::every`] puts here. The `leasehold` command is such a binary;
+/// for a cloud store's URL it runs `leasehold-cloud` instead (a short run
+/// on the default SQLite store starts a quarter faster without the cloud
+/// SDKs' code to load: docs/benchmarks.md, section 11).
+#[derive(Clone, Copy)]
+pub struct Linked {
+    cloud: Option<CloudOpener>,
+}
+
+/// Opens a cloud store's URL: `(url, creation, contact)`, where `contact`
+/// asks Azure to look for its container while opening whatever the
+/// creation mode (the other stores always do).
+type CloudOpener = for<'a> fn(
+    &'a str,
+    Creation,
+    bool,
+) -> std::pin::Pin<
+    Box<dyn std::future::Future<Output = leasehold::Result<Opened>> + Send + 'a>,
+>;
+
+impl Linked {
+    /// Every store of the build but the cloud stores ([`CLOUD_SCHEMES`]).
+    pub const WITHOUT_CLOUD: Linked = Linked { cloud: None };
+
+    /// Every store of the build.
+    pub fn every() -> Linked {
+        Linked {
+            cloud: Some(|url, creation, contact| Box::pin(open_cloud(url, creation, contact))),
+        }
+    }
+
+    /// Whether `url` names a store this binary has not linked: a cloud
+    /// store's URL, spelled as one (a mistyped one is refused the same by
+    /// every binary), in a binary without the cloud stores.
+    pub fn lacks(&self, url: &str) -> bool {
+        self.cloud.is_none() && cloud_scheme(url).is_some()
+    }
+}
+
+/// The schemes of the cloud stores, which [`Linked::WITHOUT_CLOUD`] leaves
+/// out.
+pub const CLOUD_SCHEMES: &[&str] = &["azblob", "dynamodb", "s3"];
+
+/// The cloud store `url` names ([`CLOUD_SCHEMES`]), if its scheme is
+/// spelled as a store URL's (with `://`; white space around the URL, as
+/// the opener takes it, allowed).
+pub fn cloud_scheme(url: &str) -> Option<&'static str> {
+    let url = url.trim();
+    let scheme = scheme_of(url)?;
+    if !url[scheme.len()..].starts_with("://") {
+        return None;
+    }
+    CLOUD_SCHEMES.iter().copied().find(|c| *c == scheme)
+}
+
+/// A cloud store's URL opened by a binary that did not link it.
+fn not_linked(scheme: &str) -> Error {
+    Error::NotSupported(format!(
+        "this binary does not link the {scheme}:// store (the `leasehold` command runs `leasehold-cloud` for it)"
+    ))
+}
+
+async fn open_cloud(url: &str, creation: Creation, contact: bool) -> leasehold::Result<Opened> {
+    match split_scheme(url).map(|(scheme, _)| scheme) {
+        Some("azblob") => open_azblob(url, creation, contact).await,
+        Some("dynamodb") => open_dynamodb(url, creation).await,
+        Some("s3") => open_s3(url, creation).await,
+        _ => Err(not_a_store_url(url)),
+    }
+}
+
+/// [`open_backend_with`], among the stores `linked`; `contact` as
+/// [`CloudOpener`]'s.
+async fn open_backend_in(
+    linked: Linked,
+    url: &str,
+    creation: Creation,
+    contact: bool,
+) -> leasehold::Result<Opened> {
     // A store's scheme with its `//` mistyped (`postgres:/user:pw@h`,
     // `s3:bucket`): named, and nothing of the rest repeated (it may hold a
     // password).
@@ -128,8 +217,10 @@ pub async fn open_backend_with(url: &str, creation: Creation) -> leasehold::Resu
         ));
     }
     match split_scheme(url).map(|(scheme, _)| scheme) {
-        Some("azblob") => open_azblob(url, creation).await,
-        Some("dynamodb") => open_dynamodb(url, creation).await,
+        Some(scheme @ ("azblob" | "dynamodb" | "s3")) => match linked.cloud {
+            Some(open) => open(url, creation, contact).await,
+            None => Err(not_linked(scheme)),
+        },
         Some("postgres" | "postgresql") => open_postgres(url, creation).await,
         Some("mysql" | "mariadb") => open_mysql(url, creation).await,
         Some(
@@ -137,7 +228,6 @@ pub async fn open_backend_with(url: &str, creation: Creation) -> leasehold::Resu
             | "rediss+cluster",
         ) => open_redis(url, creation).await,
         Some("etcd" | "etcds") => open_etcd(url, creation).await,
-        Some("s3") => open_s3(url, creation).await,
         Some("zk") => open_zookeeper(url, creation).await,
         Some(scheme) if scheme != "sqlite" => Err(not_a_store_url(url)),
 
@@ -168,7 +258,20 @@ pub async fn open_backend_with(url: &str, creation: Creation) -> leasehold::Resu
 /// store that does not exist (but the default SQLite file). Messages never
 /// carry the URL's secrets, and, as [`open`]'s, may not name the URL.
 pub async fn open_with(url: Option<&str>, access: Access) -> leasehold::Result<Store> {
-    open_url(effective_url(url), access)
+    open_with_in(Linked::every(), url, access).await
+}
+
+/// [`open_with`], among the stores `linked`.
+///
+/// # Errors
+/// As [`open_with`]; [`Error::NotSupported`] for a store `linked` leaves
+/// out.
+pub async fn open_with_in(
+    linked: Linked,
+    url: Option<&str>,
+    access: Access,
+) -> leasehold::Result<Store> {
+    open_url(linked, effective_url(url), access)
         .await
         .map(apply_test_window)
 }
@@ -184,7 +287,7 @@ pub fn effective_url(url: Option<&str>) -> &str {
     )
 }
 
-async fn open_url(url: &str, access: Access) -> leasehold::Result<Store> {
+async fn open_url(linked: Linked, url: &str, access: Access) -> leasehold::Result<Store> {
     if url.trim().is_empty() {
         // Most likely `--store "$UNSET"`: falling back to the local default
         // would give a lock that other machines do not see.
@@ -209,23 +312,14 @@ async fn open_url(url: &str, access: Access) -> leasehold::Result<Store> {
     if url == "memory:" {
         return Err(private_store(url));
     }
-    let opened = open_backend_with(url, access.creation()).await?;
     // Azure's builder sends nothing: the command asks for the container
-    // and its epoch now, so that opening, with its own bound (the CLI's
-    // `--connect-timeout`), is where an endpoint that does not answer is
-    // found, as on every other store, not the first attempt, which the
-    // SDK's retries stretched to 20 s. (The first attempt then names the
-    // epoch at once instead of learning it: no request more in all.)
-    #[cfg(feature = "azblob")]
-    if access.creation() == Creation::IfMissing {
-        if let Ok(azure) = opened
-            .concrete
-            .clone()
-            .downcast::<leasehold_azure::AzureBackend>()
-        {
-            azure.open_store().await?;
-        }
-    }
+    // and its epoch now (`contact`), so that opening, with its own bound
+    // (the CLI's `--connect-timeout`), is where an endpoint that does not
+    // answer is found, as on every other store, not the first attempt,
+    // which the SDK's retries stretched to 20 s. (The first attempt then
+    // names the epoch at once instead of learning it: no request more in
+    // all.)
+    let opened = open_backend_in(linked, url, access.creation(), true).await?;
     Ok(Store::from_backend(opened.backend))
 }
 
@@ -267,14 +361,14 @@ fn private_store(url: &str) -> Error {
 }
 
 #[cfg(feature = "azblob")]
-async fn open_azblob(url: &str, creation: Creation) -> leasehold::Result<Opened> {
+async fn open_azblob(url: &str, creation: Creation, contact: bool) -> leasehold::Result<Opened> {
     use std::sync::atomic::{AtomicU64, Ordering};
     let count = Arc::new(AtomicU64::new(0));
     let backend = leasehold_azure::AzureBackend::builder_from_url(url)?
         .per_try_policy(Arc::new(CountTries(count.clone())))
         .creation(creation)
         .build()?;
-    if creation != Creation::IfMissing {
+    if contact || creation != Creation::IfMissing {
         // The builder sends nothing: look for (or create) the container
         // now, as the other stores do while opening.
         backend.open_store().await?;
@@ -312,7 +406,7 @@ impl azure_core::http::policies::Policy for CountTries {
 }
 
 #[cfg(not(feature = "azblob"))]
-async fn open_azblob(_url: &str, _creation: Creation) -> leasehold::Result<Opened> {
+async fn open_azblob(_url: &str, _creation: Creation, _contact: bool) -> leasehold::Result<Opened> {
     Err(not_in_build("azblob"))
 }
 
