@@ -5,7 +5,8 @@
 # directory, and no LEASEHOLD_* variable:
 #
 #   SHA256SUMS       sha256sum -c
-#   the tarball      unpacked; `leasehold run demo -- echo ok`; the man
+#   the tarball      unpacked; `leasehold run demo -- echo ok`, and an s3://
+#                    URL answered by leasehold-cloud beside it; the man
 #                    pages and completions are there
 #   the .deb         `dpkg-deb -x` into a temporary root (no system change);
 #                    its control fields; the same run; man pages and completions
@@ -71,6 +72,12 @@ run_demo() { # WHAT DIR
     [[ "$where" == "$2/leasehold" ]] || { echo "dist-check: $1: leasehold found at $where, not $2" >&2; exit 1; }
     [[ "$(tail -1 <<<"$got")" == ok ]] || { echo "dist-check: $1: the run printed: $got" >&2; exit 1; }
     echo "dist-check: $1: $(sed -n 2p <<<"$got"): leasehold run demo -- echo ok: ok"
+    # A cloud store's URL reaches leasehold-cloud, installed beside it: its
+    # S3 opener, not `leasehold`'s "cannot run leasehold-cloud", refuses
+    # the bucket's name (no request is sent).
+    got=$(clean "$2" sh -c 'leasehold --store s3://b status k 2>&1; echo "exit $?"')
+    [[ "$got" == *"not an S3 bucket name"*"exit 2" ]] || { echo "dist-check: $1: leasehold with an s3:// store: $got" >&2; exit 1; }
+    echo "dist-check: $1: an s3:// store runs leasehold-cloud: ok"
 }
 
 must_exist() { # WHAT FILE...

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Builds what a user installs without Rust, into dist/ (emptied first):
 #
-#   leasehold-VERSION-x86_64-linux-gnu.tar.gz   the binary, man pages,
+#   leasehold-VERSION-x86_64-linux-gnu.tar.gz   the binaries (leasehold, leasehold-cloud), man pages,
 #                          completions (bash, zsh, fish), README, CHANGELOG, licences
-#   leasehold_VERSION-1_amd64.deb                the same binary, man pages, completions
+#   leasehold_VERSION-1_amd64.deb                the same binaries, man pages, completions
 #   leasehold_cli-VERSION-py3-none-manylinux_2_17_x86_64...whl
-#                          the binary as a wheel of its own: pipx / uv tool install
+#                          the binaries as a wheel of their own: pipx / uv tool install
 #   leasehold-VERSION-cp39-abi3-manylinux_2_17_x86_64...whl
 #                          the Python package (`import leasehold`), CPython 3.9+
 #   SHA256SUMS
@@ -88,20 +88,26 @@ check_glibc() { # FILE NAME
 maturin build --release --locked --zig --target "$target" --compatibility "$compat" \
     -m crates/leasehold-cli/Cargo.toml -o "$out"
 bin="$release/leasehold"
+# leasehold runs leasehold-cloud (every store) for the cloud stores' URLs:
+# every artifact installs the two side by side.
+cloud_bin="$release/leasehold-cloud"
 cli_wheel=$(ls "$out"/leasehold_cli-"$version"-*.whl)
-# The wheel's binary is the one in the target directory, which the tarball
-# and the .deb take.
-python3 - "$cli_wheel" "$bin" <<'EOF'
-import hashlib, sys, zipfile
-wheel, binary = sys.argv[1:]
+# The wheel's binaries are the ones in the target directory, which the
+# tarball and the .deb take.
+python3 - "$cli_wheel" "$bin" "$cloud_bin" <<'EOF'
+import hashlib, os, sys, zipfile
+wheel, *binaries = sys.argv[1:]
 with zipfile.ZipFile(wheel) as z:
-    inside = [n for n in z.namelist() if n.endswith(".data/scripts/leasehold")]
-    assert len(inside) == 1, f"{wheel}: no leasehold script in {z.namelist()}"
-    packed = hashlib.sha256(z.read(inside[0])).hexdigest()
-built = hashlib.sha256(open(binary, "rb").read()).hexdigest()
-assert packed == built, f"{wheel}'s binary is not {binary}"
+    for binary in binaries:
+        name = os.path.basename(binary)
+        inside = [n for n in z.namelist() if n.endswith(".data/scripts/" + name)]
+        assert len(inside) == 1, f"{wheel}: no {name} script in {z.namelist()}"
+        packed = hashlib.sha256(z.read(inside[0])).hexdigest()
+        built = hashlib.sha256(open(binary, "rb").read()).hexdigest()
+        assert packed == built, f"{wheel}'s {name} is not {binary}"
 EOF
 check_glibc "$bin" leasehold
+check_glibc "$cloud_bin" leasehold-cloud
 took "CLI wheel (release build of leasehold with zig, glibc $glibc_floor)"
 
 # --- man pages and completions, from the binary itself
@@ -124,7 +130,7 @@ name="leasehold-$version-x86_64-linux-gnu"
 stage="$target_dir/dist-stage"
 rm -rf "$stage"
 mkdir -p "$stage/$name"
-cp "$bin" "$stage/$name/"
+cp "$bin" "$cloud_bin" "$stage/$name/"
 cp -r "$extra/man" "$extra/completions" "$stage/$name/"
 cp README.md CHANGELOG.md LICENSE-MIT LICENSE-APACHE "$stage/$name/"
 tar -C "$stage" --owner=0 --group=0 --sort=name -czf "$out/$name.tar.gz" "$name"
