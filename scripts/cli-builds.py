@@ -9,7 +9,8 @@ The builds of section 11 (each into a target directory of its own, so that
 none overwrites another; the second and fourth link the binary without PIE,
 the others as cargo does by default):
 
-  cargo build --release -p leasehold-cli                                  # default: every store
+  cargo build --release -p leasehold-cli      # default: target/release/leasehold (every store
+                                              # but the cloud stores) and leasehold-cloud (every store)
   CARGO_TARGET_DIR=target/nopie cargo rustc --release -p leasehold-cli --bin leasehold -- -C relocation-model=static
   CARGO_TARGET_DIR=target/slim cargo build --release -p leasehold-cli --no-default-features   # SQLite only
   CARGO_TARGET_DIR=target/slim-nopie cargo rustc --release -p leasehold-cli --no-default-features --bin leasehold -- -C relocation-model=static

@@ -481,7 +481,7 @@ docs, \"A key's first object\"), so acquiring them all takes N / 32 seconds at l
 restated by issue 55): leasehold ≤ 2.75× flock on a quiet machine.\n\n\
 | leasehold run | flock | ratio | target ≤ 2.75× |\n|---|---|---|---|\n| {:.2} ms | {:.2} ms | **{:.1}×** | {} |\n\n\
 `flock` is one `flock(2)` on a file and a fork/exec. `leasehold run` also loads a larger binary \
-(every store's client is in it, for the dynamic loader to relocate at every start), starts a \
+(every store's client but the cloud stores', which `leasehold-cloud` has, for the dynamic loader to relocate at every start), starts a \
 tokio runtime, opens SQLite (WAL; the store's epoch is read once, at opening), commits the \
 acquisition (`synchronous=FULL`: one fsync, and SQLite syncs the directory on a connection's first \
 WAL write) and the release (`NORMAL`: none), and runs the command \

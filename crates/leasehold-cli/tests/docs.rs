@@ -566,14 +566,17 @@ fn schemes_in(text: &str) -> BTreeSet<String> {
 }
 
 /// The schemes the store opener dispatches on (`Some("postgres" |
-/// "postgresql") => …` in `open_backend_with`).
+/// "postgresql") => …` in `open_backend_in`, and the cloud stores' in
+/// `open_cloud`).
 fn opener_schemes() -> BTreeSet<String> {
     let source = read("crates/leasehold-stores/src/lib.rs");
-    let body = &source[source
-        .find("fn open_backend_with(")
-        .expect("fn open_backend_with")..];
-    let body = &body[..body.find("\n}\n").unwrap()];
-    body.lines()
+    let body = |name: &str| {
+        let body = &source[source.find(name).expect(name)..];
+        body[..body.find("\n}\n").unwrap()].to_string()
+    };
+    [body("fn open_backend_in("), body("fn open_cloud(")]
+        .concat()
+        .lines()
         .filter_map(|l| l.trim().strip_prefix("Some(\""))
         .flat_map(|l| {
             let patterns = l.split(')').next().unwrap();
