@@ -48,6 +48,10 @@ fn args() -> &'static [std::ffi::OsString] {
 /// The name of the binary with every store, installed beside `leasehold`.
 pub const CLOUD_BINARY: &str = "leasehold-cloud";
 
+/// The variable `leasehold` sets for the binary it runs in its place (see
+/// [`main`]).
+const EXECED_MARK: &str = "LEASEHOLD_RAN_CLOUD_BINARY";
+
 /// The stores this binary links, as its `main` gave them.
 static LINKED: std::sync::OnceLock<stores::Linked> = std::sync::OnceLock::new();
 
@@ -77,6 +81,13 @@ pub fn main(linked: stores::Linked) -> ExitCode {
     #[cfg(not(any(feature = "azblob", feature = "dynamodb", feature = "s3")))]
     let linked = stores::Linked::every();
     let _ = LINKED.set(linked);
+    // Set by `leasehold` for the binary it runs in its place: seen by a
+    // binary that still lacks the store, that binary was not
+    // leasehold-cloud (a copy of `leasehold` under its name would run
+    // itself for ever). Removed at once, while this process has one
+    // thread: the commands it runs must not inherit it.
+    let came_from_leasehold = std::env::var_os(EXECED_MARK).is_some();
+    std::env::remove_var(EXECED_MARK);
     let mut args = args().iter().cloned();
     match args.nth(1) {
         Some(a) if a == watchdog::ARG => return watchdog::main(args.collect()),
@@ -101,7 +112,7 @@ pub fn main(linked: stores::Linked) -> ExitCode {
         return print_generated(&text);
     }
     if linked.lacks(stores::effective_url(cli.store.as_deref())) {
-        return exec_cloud_binary();
+        return exec_cloud_binary(came_from_leasehold);
     }
     hide_secrets(cli.store.as_deref());
     // While this process has one thread: before tracing, metrics and the
@@ -204,11 +215,17 @@ pub fn main(linked: stores::Linked) -> ExitCode {
 /// process's place, with the command line as it was given (`argv[0]`
 /// too, so that its messages name the command the user typed); returns
 /// only if that fails, saying why.
-fn exec_cloud_binary() -> ExitCode {
+/// `again`: this process is already the binary `leasehold` ran, and it
+/// lacks the store too (it is not leasehold-cloud): says so instead.
+fn exec_cloud_binary(again: bool) -> ExitCode {
     use std::os::unix::ffi::OsStrExt;
     let cloud = std::env::current_exe().map(|exe| exe.with_file_name(CLOUD_BINARY));
     let why = match &cloud {
+        Ok(_) if again => std::io::Error::other(
+            "it has no cloud store either (a copy of `leasehold` under its name?)",
+        ),
         Ok(path) => {
+            std::env::set_var(EXECED_MARK, "1");
             let c = |s: &std::ffi::OsStr| std::ffi::CString::new(s.as_bytes());
             match (
                 c(path.as_os_str()),

@@ -178,3 +178,54 @@ fn without_leasehold_cloud_beside_it_leasehold_says_so_and_still_opens_the_other
     );
     assert_eq!((code, stdout.as_str()), (Some(0), "ran\n"), "{stderr}");
 }
+
+#[test]
+fn a_copy_of_leasehold_under_leasehold_clouds_name_is_refused_not_run_for_ever() {
+    let dir = tempfile::tempdir().unwrap();
+    let leasehold = dir.path().join("leasehold");
+    std::fs::copy(LEASEHOLD, &leasehold).unwrap();
+    std::fs::copy(LEASEHOLD, dir.path().join("leasehold-cloud")).unwrap();
+    let child = Command::new(&leasehold)
+        .args(["--store", "s3://my-bucket", "status", "k"])
+        .env_remove("LEASEHOLD_STORE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(child.wait_with_output().unwrap()));
+    // Each exec takes a few milliseconds: a loop would still run then.
+    let out = match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+        Ok(out) => out,
+        Err(_) => {
+            // SAFETY: a plain kill(2) of the child this test spawned, not
+            // yet reaped (its waiter is blocked in wait).
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            panic!("leasehold kept running itself");
+        }
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("no cloud store either"), "{stderr}");
+}
+
+#[test]
+fn the_command_run_by_leasehold_cloud_does_not_see_leaseholds_mark() {
+    // leasehold-cloud removes the variable leasehold sets for it: what it
+    // runs sees the environment leasehold was given.
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("leases.db").display());
+    let out = Command::new(CLOUD)
+        .args(["--store", &store, "run", "k", "--", "env"])
+        .env("LEASEHOLD_RAN_CLOUD_BINARY", "1")
+        .env_remove("LEASEHOLD_STORE")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(stdout.contains("PATH="), "{stdout}");
+    assert!(!stdout.contains("LEASEHOLD_RAN_CLOUD_BINARY"), "{stdout}");
+}
