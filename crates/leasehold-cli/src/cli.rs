@@ -116,7 +116,11 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Each subcommand's arguments are built only when the command line names
+// it (or help, completions and man pages need them all): clap builds the
+// whole tree otherwise, at every start.
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub enum Command {
     /// Run a command while holding the lock on KEY (or on every KEY).
     ///
@@ -343,7 +347,9 @@ pub struct ElectArgs {
     pub lease: LeaseArgs,
 }
 
-/// What `run` and `elect` share: the key, the lease and the command.
+// What `run` and `elect` share: the key, the lease and the command (a
+// plain comment: a doc comment here would become the about text of the
+// subcommands, whose arguments are deferred).
 #[derive(Debug, Args)]
 pub struct LeaseArgs {
     /// The lock key: 1-256 characters from A-Z a-z 0-9 . _ : / - (no
