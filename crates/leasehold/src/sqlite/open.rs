@@ -258,11 +258,16 @@ impl SqliteBackend {
             }
             db_error("open", e)
         })?;
+        // A file whose epoch row names its protocol has every table and
+        // column: the protocol column came last, after the run columns, in
+        // every build that writes it.
+        let mut complete = false;
         if ours {
             // An unknown protocol is refused before anything is written
             // (the journal mode, the schema, the epoch).
             let found = stored_protocol(&conn).map_err(|e| db_error("open", e))?;
             check_protocol_number(NAME, found)?;
+            complete = found.is_some();
         }
         if look && !ours {
             return Err(Error::no_store(format!(
@@ -291,9 +296,10 @@ impl SqliteBackend {
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(|e| db_error("open", e))?;
         // Idempotent, whoever created the file; skipped when the file has
-        // it all, which one query tells (parsing the statements is a fifth
-        // of opening a store in a short-lived process).
-        if !look && !has_schema(&conn).map_err(|e| db_error("open", e))? {
+        // it all, which its protocol or one query tells (parsing the
+        // statements is a fifth of opening a store in a short-lived
+        // process).
+        if !look && !complete && !has_schema(&conn).map_err(|e| db_error("open", e))? {
             conn.execute_batch(SCHEMA)
                 .map_err(|e| db_error("open", e))?;
             add_run_columns(&mut conn).map_err(|e| db_error("open", e))?;
