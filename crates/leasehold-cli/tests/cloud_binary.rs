@@ -65,6 +65,20 @@ fn output(bin: &Path, args: &[&str]) -> (Option<i32>, String, String) {
     )
 }
 
+/// `bin` with `args` started, its stderr piped (test credentials for S3).
+fn spawned(bin: &Path, args: &[&str]) -> std::process::Child {
+    Command::new(bin)
+        .args(args)
+        .env_remove("LEASEHOLD_STORE")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 #[test]
 fn a_cloud_store_url_gets_the_answer_leasehold_cloud_gives() {
     let (_dir, leasehold) = installed(true);
@@ -92,16 +106,7 @@ fn leasehold_becomes_leasehold_cloud_in_the_same_process() {
     let port = listener.local_addr().unwrap().port();
     let url = format!("s3://leasehold-bucket?region=us-east-1&endpoint=http://127.0.0.1:{port}");
     let given = ["--store", &url, "--connect-timeout", "60s", "status", "k"];
-    let child = Command::new(&leasehold)
-        .args(given)
-        .env_remove("LEASEHOLD_STORE")
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawned(&leasehold, &given);
     let pid = child.id();
     // Should the process end without sending anything, a connection of
     // this thread's says so (and the test fails instead of waiting).
@@ -185,14 +190,7 @@ fn a_copy_of_leasehold_under_leasehold_clouds_name_is_refused_not_run_for_ever()
     let leasehold = dir.path().join("leasehold");
     std::fs::copy(LEASEHOLD, &leasehold).unwrap();
     std::fs::copy(LEASEHOLD, dir.path().join("leasehold-cloud")).unwrap();
-    let child = Command::new(&leasehold)
-        .args(["--store", "s3://my-bucket", "status", "k"])
-        .env_remove("LEASEHOLD_STORE")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawned(&leasehold, &["--store", "s3://my-bucket", "status", "k"]);
     let pid = child.id();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || tx.send(child.wait_with_output().unwrap()));
