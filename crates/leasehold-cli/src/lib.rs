@@ -215,6 +215,7 @@ pub fn main(linked: stores::Linked) -> ExitCode {
 /// process's place, with the command line as it was given (`argv[0]`
 /// too, so that its messages name the command the user typed); returns
 /// only if that fails, saying why.
+///
 /// `again`: this process is already the binary `leasehold` ran, and it
 /// lacks the store too (it is not leasehold-cloud): says so instead.
 fn exec_cloud_binary(again: bool) -> ExitCode {

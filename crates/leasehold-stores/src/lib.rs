@@ -217,7 +217,7 @@ async fn open_backend_in(
         ));
     }
     match split_scheme(url).map(|(scheme, _)| scheme) {
-        Some(scheme @ ("azblob" | "dynamodb" | "s3")) => match linked.cloud {
+        Some(scheme) if CLOUD_SCHEMES.contains(&scheme) => match linked.cloud {
             Some(open) => open(url, creation, contact).await,
             None => Err(not_linked(scheme)),
         },

@@ -261,14 +261,15 @@ impl SqliteBackend {
         // A file whose epoch row names its protocol has every table and
         // column: the protocol column came last, after the run columns, in
         // every build that writes it.
-        let mut complete = false;
-        if ours {
+        let complete = if ours {
             // An unknown protocol is refused before anything is written
             // (the journal mode, the schema, the epoch).
             let found = stored_protocol(&conn).map_err(|e| db_error("open", e))?;
             check_protocol_number(NAME, found)?;
-            complete = found.is_some();
-        }
+            found.is_some()
+        } else {
+            false
+        };
         if look && !ours {
             return Err(Error::no_store(format!(
                 "{} has no leasehold tables",
