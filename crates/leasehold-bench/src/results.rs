@@ -102,7 +102,8 @@ impl Plan {
                 many_ttl_ms: 15_000,
                 many_emulator_ttl_ms: 15_000,
                 many_hold_ms: 20_000,
-                cli_runs: 40,
+                // Figure 5's rounds: about 12 ms each.
+                cli_runs: 200,
                 peer_cycles_ms: 10_000,
                 peer_handoff_ms: 45_000,
                 start_ms: 2_000,
@@ -207,6 +208,10 @@ pub struct Cli {
     /// An `fsync` of the directory, median.
     #[serde(default)]
     pub synced_dir_ms: f64,
+    /// Measured before `scripts/bench.sh` started the servers (a quiet
+    /// machine), by a run of its own.
+    #[serde(default)]
+    pub before_servers: bool,
 }
 
 /// Figure 5's ladder (`figures::cli`), in the order the page lists it:

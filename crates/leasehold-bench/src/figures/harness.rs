@@ -39,6 +39,11 @@ pub struct RunArgs {
     /// quick look at one; the report then says the others were not run.
     #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(stores::KINDS))]
     pub stores: Vec<String>,
+    /// Figure 5 as an earlier run measured it (its results.json), instead
+    /// of measuring it again: `scripts/bench.sh` measures it before it
+    /// starts the servers, on a quiet machine, as its target asks.
+    #[arg(long)]
+    pub cli_from: Option<PathBuf>,
 }
 
 /// One run: its plan, this binary (the child processes' too), its scratch

@@ -16,11 +16,26 @@ mod wait_cost;
 use std::path::Path;
 use std::time::Instant;
 
-use crate::results::{Many, Plan, Results, SQLITE_HOP};
+use crate::results::{Cli, Many, Plan, Results, SQLITE_HOP};
 use crate::stores::{self, Spec};
 use crate::sys::{port_answers, url_answers};
 use harness::Run;
 pub use harness::RunArgs;
+
+/// Figure 5 from the results.json of a run that measured it before the
+/// servers started (`--cli-from`).
+fn cli_before_servers(path: &Path) -> anyhow::Result<Cli> {
+    use anyhow::Context;
+    let earlier: Results = serde_json::from_str(
+        &std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
+    )
+    .with_context(|| format!("parsing {}", path.display()))?;
+    let mut cli = earlier
+        .cli
+        .with_context(|| format!("{} has no figure 5", path.display()))?;
+    cli.before_servers = true;
+    Ok(cli)
+}
 
 /// Runs every figure and writes the report.
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -235,7 +250,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         res.many
             .extend(noted(&mut res.notes, figure(4, spec), many));
     }
-    if want(5) {
+    if !want(5) {
+    } else if let Some(path) = &args.cli_from {
+        eprintln!("[5] CLI vs flock: as measured before the servers started");
+        res.cli = noted(&mut res.notes, "figure 5".into(), cli_before_servers(path));
+    } else {
         eprintln!("[5] CLI vs flock");
         let cli = run.cli().await;
         res.cli = noted(&mut res.notes, "figure 5".into(), cli);
