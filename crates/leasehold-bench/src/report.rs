@@ -477,7 +477,8 @@ docs, \"A key's first object\"), so acquiring them all takes N / 32 seconds at l
         let _ = writeln!(
             s,
             "Wall time of one `leasehold --store sqlite:FILE run k -- true` against \
-`flock FILE.lock true` (util-linux), alternating, median of {} runs each{}. Target (issue 12, \
+`flock FILE.lock true` (util-linux), in pairs (`flock`, then `leasehold run`, nothing else \
+between them, as issue 55 timed it), median of {} pairs{}. Target (issue 12, \
 restated by issue 55): leasehold ≤ 2.75× flock on a quiet machine.\n\n\
 | leasehold run | flock | ratio | target ≤ 2.75× |\n|---|---|---|---|\n| {:.2} ms | {:.2} ms | **{:.2}×** | {} |\n\n\
 `flock` is one `flock(2)` on a file and a fork/exec. `leasehold run` also loads a larger binary \
@@ -629,8 +630,9 @@ a copy of the binary written as the figure started"
 fn cli_parts(s: &mut String, c: &crate::results::Cli) {
     let _ = writeln!(
         s,
-        "What a run is made of, measured in the same rounds (each round runs the commands in \
-another order; median of {} each): each command does a part more than the one before.\n\n\
+        "What a run is made of, measured in rounds of their own after the pairs (each round runs \
+the commands in another order; median of {} each), so its `run` row need not equal the figure \
+above: each command does a part more than the one before.\n\n\
 | command | what it adds | wall time | more than the row before |\n|---|---|---|---|",
         c.runs
     );
