@@ -380,15 +380,25 @@ pub fn assert_backend_error(err: &Error, retryable: bool) {
     );
 }
 
-/// Every row of a SQLite store's tables (the file at `path`, opened read
-/// only), as text: for tests that a store is left byte-for-byte as it was.
+/// The schema and every row of a SQLite store's tables (the file at
+/// `path`, opened read only; a table it lacks is left out), as text: for
+/// tests that a store is left byte-for-byte as it was.
 #[cfg(feature = "sqlite")]
 pub fn sqlite_dump(path: &std::path::Path) -> String {
     let conn =
         rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
             .unwrap();
     let mut out = String::new();
-    for table in ["leasehold_leases", "leasehold_store"] {
+    let tables: Vec<(String, String)> = conn
+        .prepare("SELECT name, sql FROM sqlite_schema WHERE type = 'table' ORDER BY name")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    for (table, sql) in tables {
+        out.push_str(&sql);
+        out.push('\n');
         let mut stmt = conn
             .prepare(&format!("SELECT * FROM {table} ORDER BY 1"))
             .unwrap();

@@ -105,9 +105,10 @@
 //!   re-opens the path, so a missing file is never an empty store without
 //!   the epoch rule below. A renewal checks the epoch in the same `UPDATE`.
 //! * **Many processes creating one file** at once all open it: the schema
-//!   is `CREATE TABLE IF NOT EXISTS` (SQLite runs each under its write lock
-//!   and re-reads the schema first, so a creator that waited finds the
-//!   other's tables), the run columns and the epoch row are written in
+//!   is `CREATE TABLE IF NOT EXISTS`, both tables in one `BEGIN IMMEDIATE`
+//!   transaction (SQLite re-reads the schema under the write lock, so a
+//!   creator that waited finds the other's tables, and a look finds both
+//!   tables or neither), the run columns and the epoch row are written in
 //!   `BEGIN IMMEDIATE` transactions that look first, every lock is waited
 //!   on (busy handler), and opening is tried again on `SQLITE_BUSY` for up
 //!   to 5 s (creating a file and its schema takes locks a busy handler does
@@ -174,8 +175,10 @@
 //!   --new`: its creator states that no earlier store existed there) is
 //!   settled at once too, recorded the same way (`settled_at_ns` = PROVEN).
 //!   Opened with [`Creation::Never`] (`leasehold list`, `status`,
-//!   `leader`), nothing is created or written: no file, or a file without
-//!   the lease table, is [`Error::NoStore`], and an epoch row of another
+//!   `leader`), nothing is created or written: no file, a file without
+//!   the lease table, or one with the tables but no epoch row yet and no
+//!   lease (a creator between its two transactions, or one cut short) is
+//!   [`Error::NoStore`], and an epoch row of another
 //!   file or boot is reported as it is, not renewed.
 //!
 //!   The directory and the file name are the ones the file really has

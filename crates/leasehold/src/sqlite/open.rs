@@ -301,8 +301,7 @@ impl SqliteBackend {
         // statements is a fifth of opening a store in a short-lived
         // process).
         if !look && !complete && !has_schema(&conn).map_err(|e| db_error("open", e))? {
-            conn.execute_batch(SCHEMA)
-                .map_err(|e| db_error("open", e))?;
+            create_tables(&mut conn).map_err(|e| db_error("open", e))?;
             add_run_columns(&mut conn).map_err(|e| db_error("open", e))?;
             add_protocol_column(&mut conn).map_err(|e| db_error("open", e))?;
         }
@@ -334,7 +333,14 @@ impl SqliteBackend {
         file: FileId,
     ) -> Result<(EpochRow, bool)> {
         let op = |e| db_error("open", e);
-        let found = read_epoch(conn).map_err(op)?;
+        // A look may find the lease table alone: a file a creator of an
+        // older build was making (its tables were committed one by one),
+        // or left so when cut short. Opening to lease has made both.
+        let found = if self.creation == Creation::Never && !has_store_table(conn).map_err(op)? {
+            None
+        } else {
+            read_epoch(conn).map_err(op)?
+        };
         if let Some(row) = &found {
             row.check_protocol()?;
             if row.file == file && row.boot_id == *self.boot_id {

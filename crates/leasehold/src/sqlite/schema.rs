@@ -2,7 +2,7 @@
 
 use super::*;
 
-pub(super) const SCHEMA: &str = "
+const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS leasehold_leases (
     key            TEXT PRIMARY KEY NOT NULL,
     fence          INTEGER NOT NULL,
@@ -38,6 +38,25 @@ pub(super) fn has_lease_table(conn: &Connection) -> rusqlite::Result<bool> {
         [],
         |r| r.get(0),
     )
+}
+
+/// Whether the file has leasehold's store table (the epoch row's).
+pub(super) fn has_store_table(conn: &Connection) -> rusqlite::Result<bool> {
+    conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'leasehold_store')",
+        [],
+        |r| r.get(0),
+    )
+}
+
+/// Makes the tables a file lacks, in one write transaction: a look never
+/// finds one table without the other. (Run as a plain batch, each
+/// `CREATE TABLE` committed on its own, and a look between the two failed
+/// with "no such table".)
+pub(super) fn create_tables(conn: &mut Connection) -> rusqlite::Result<()> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    tx.execute_batch(SCHEMA)?;
+    tx.commit()
 }
 
 /// Whether the lease table has any row (a key ever granted).
