@@ -113,8 +113,7 @@ fn main() -> anyhow::Result<()> {
             // (a task woken at every grant; docs/benchmarks.md, section 13).
             Command::Run(args) => tokio::spawn(figures::run(args)).await?,
             Command::Report { results, out } => {
-                let mut res: results::Results =
-                    serde_json::from_str(&std::fs::read_to_string(&results)?)?;
+                let mut res = results::Results::read(&results)?;
                 std::fs::create_dir_all(&out)?;
                 figures::write(&mut res, &out)
             }

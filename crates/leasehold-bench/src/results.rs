@@ -362,6 +362,16 @@ pub struct Results {
     pub notes: Vec<String>,
 }
 
+impl Results {
+    /// The results.json at `path`, as a run wrote it.
+    pub fn read(path: &std::path::Path) -> anyhow::Result<Results> {
+        use anyhow::Context;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+    }
+}
+
 /// Figure 16: a multi-key lock against its keys' single locks taken one
 /// after the other.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]

@@ -26,11 +26,7 @@ pub use harness::RunArgs;
 /// servers started (`--cli-from`).
 fn cli_before_servers(path: &Path) -> anyhow::Result<Cli> {
     use anyhow::Context;
-    let earlier: Results = serde_json::from_str(
-        &std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
-    )
-    .with_context(|| format!("parsing {}", path.display()))?;
-    let mut cli = earlier
+    let mut cli = Results::read(path)?
         .cli
         .with_context(|| format!("{} has no figure 5", path.display()))?;
     cli.before_servers = true;
