@@ -19,7 +19,8 @@
 #
 # The previous release: commit PREV (for 0.1.0, the protocol of main before
 # protocol versions were recorded), its CLI built once into
-# .cache/prev-<commit>/leasehold-prev from `git archive` of that commit, with
+# .cache/prev-<commit>/leasehold-prev (and, from a release that has it, its
+# leasehold-cloud beside it) from `git archive` of that commit, with
 # this checkout's target/ as CARGO_TARGET_DIR so that every dependency
 # already built is reused (only the ten workspace crates are compiled,
 # about 90 s on 2 cores); later runs reuse the binary. The clone must have
@@ -62,9 +63,26 @@ if [[ ! -x "$OLD" ]]; then
     rm -rf "$src"
     mkdir -p "$src"
     git archive "$PREV" | tar -x -C "$src"
-    # Its own binary name, so that it never replaces target/debug/leasehold.
-    sed -i 's/^name = "leasehold"$/name = "leasehold-prev"/' "$src/crates/leasehold-cli/Cargo.toml"
-    (cd "$src" && CARGO_TARGET_DIR="$ROOT/target" cargo build --locked -p leasehold-cli --bin leasehold-prev)
+    # Its own binary names, so that they never replace this build's in
+    # target/debug. A release with `leasehold-cloud` (which its `leasehold`
+    # runs, from its own directory, for a cloud store's URL) gets it beside
+    # leasehold-prev under its real name: without it the old build would
+    # say it is not installed, and with this build's the old one would be
+    # compared with the new.
+    toml="$src/crates/leasehold-cli/Cargo.toml"
+    sed -i -e 's/^name = "leasehold"$/name = "leasehold-prev"/' \
+        -e 's/^default-run = "leasehold"$/default-run = "leasehold-prev"/' "$toml"
+    bins=(--bin leasehold-prev)
+    if grep -q '^name = "leasehold-cloud"$' "$toml"; then
+        sed -i 's/^name = "leasehold-cloud"$/name = "leasehold-cloud-prev"/' "$toml"
+        bins+=(--bin leasehold-cloud-prev)
+    fi
+    (cd "$src" && CARGO_TARGET_DIR="$ROOT/target" cargo build --locked -p leasehold-cli "${bins[@]}")
+    if [[ " ${bins[*]} " == *" leasehold-cloud-prev "* ]]; then
+        cp "$ROOT/target/debug/leasehold-cloud-prev" "$PREV_DIR/leasehold-cloud.tmp"
+        mv "$PREV_DIR/leasehold-cloud.tmp" "$PREV_DIR/leasehold-cloud"
+    fi
+    # Last: the old binary in place is what says the build is done.
     cp "$ROOT/target/debug/leasehold-prev" "$OLD.tmp"
     mv "$OLD.tmp" "$OLD"
     rm -rf "$src"
