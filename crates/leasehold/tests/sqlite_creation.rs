@@ -70,39 +70,7 @@ async fn looking_creates_nothing_and_writes_nothing() {
 /// exist yet. The file is left as it is; creating goes on from it.
 #[test]
 fn tables_without_an_epoch_row_or_a_lease_are_no_store_yet() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("half.db");
-    // What a creator commits first: the tables (taken from a made store).
-    {
-        let made = dir.path().join("made.db");
-        drop(open(&made, Creation::IfMissing).unwrap());
-        let conn = rusqlite::Connection::open(&path).unwrap();
-        conn.execute("ATTACH DATABASE ?1 AS made", [made.to_str().unwrap()])
-            .unwrap();
-        let schema: Vec<String> = conn
-            .prepare("SELECT sql FROM made.sqlite_schema WHERE type = 'table' AND name LIKE 'leasehold%'")
-            .unwrap()
-            .query_map([], |r| r.get(0))
-            .unwrap()
-            .collect::<rusqlite::Result<_>>()
-            .unwrap();
-        assert_eq!(schema.len(), 2, "{schema:?}");
-        conn.execute("DETACH DATABASE made", []).unwrap();
-        for sql in schema {
-            conn.execute(&sql, []).unwrap();
-        }
-    }
-    let before = dump(&path);
-    let err = open(&path, Creation::Never).unwrap_err();
-    assert!(matches!(err, Error::NoStore { .. }), "{err}");
-    assert!(err.to_string().contains("no store epoch yet"), "{err}");
-    assert_eq!(dump(&path), before, "looking wrote to the file");
-    // Creating from there makes the store, and says it did.
-    let created = open(&path, Creation::IfMissing).unwrap();
-    assert_eq!(created.created_at_open(), Some(true));
-    drop(created);
-    let look = open(&path, Creation::Never).unwrap();
-    assert_eq!(look.created_at_open(), Some(false));
+    no_store_yet(&["leasehold_leases", "leasehold_store"]);
 }
 
 /// A file with leasehold's lease table and no store table is no store to
@@ -113,6 +81,13 @@ fn tables_without_an_epoch_row_or_a_lease_are_no_store_yet() {
 /// creating goes on from it.
 #[test]
 fn a_lease_table_without_the_store_table_is_no_store_yet() {
+    no_store_yet(&["leasehold_leases"]);
+}
+
+/// Makes a file with `tables` of a made store and nothing else (what a
+/// creator commits first), then: a look is `NoStore` and writes nothing,
+/// and opening to lease creates the store from there, and says so.
+fn no_store_yet(tables: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("half.db");
     {
@@ -121,15 +96,21 @@ fn a_lease_table_without_the_store_table_is_no_store_yet() {
         let conn = rusqlite::Connection::open(&path).unwrap();
         conn.execute("ATTACH DATABASE ?1 AS made", [made.to_str().unwrap()])
             .unwrap();
-        let sql: String = conn
-            .query_row(
-                "SELECT sql FROM made.sqlite_schema WHERE type = 'table' AND name = 'leasehold_leases'",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
+        let schema: Vec<String> = tables
+            .iter()
+            .map(|table| {
+                conn.query_row(
+                    "SELECT sql FROM made.sqlite_schema WHERE type = 'table' AND name = ?1",
+                    [table],
+                    |r| r.get(0),
+                )
+                .unwrap()
+            })
+            .collect();
         conn.execute("DETACH DATABASE made", []).unwrap();
-        conn.execute(&sql, []).unwrap();
+        for sql in schema {
+            conn.execute(&sql, []).unwrap();
+        }
     }
     let before = dump(&path);
     let err = open(&path, Creation::Never).unwrap_err();
@@ -138,6 +119,9 @@ fn a_lease_table_without_the_store_table_is_no_store_yet() {
     assert_eq!(dump(&path), before, "looking wrote to the file");
     let created = open(&path, Creation::IfMissing).unwrap();
     assert_eq!(created.created_at_open(), Some(true));
+    drop(created);
+    let look = open(&path, Creation::Never).unwrap();
+    assert_eq!(look.created_at_open(), Some(false));
 }
 
 #[tokio::test(flavor = "multi_thread")]
