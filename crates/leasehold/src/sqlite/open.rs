@@ -246,7 +246,7 @@ impl SqliteBackend {
         // The busy handler before anything that takes a lock.
         conn.busy_handler(Some(retry_while_busy))
             .map_err(|e| db_error("open", e))?;
-        let ours = has_lease_table(&conn).map_err(|e| {
+        let ours = has_table(&conn, "leasehold_leases").map_err(|e| {
             if e.sqlite_error_code() == Some(ErrorCode::NotADatabase) {
                 return Error::invalid(
                     "store URL",
@@ -335,11 +335,16 @@ impl SqliteBackend {
         let op = |e| db_error("open", e);
         // A look may find the lease table alone: a file a creator of an
         // older build was making (its tables were committed one by one),
-        // or left so when cut short. Opening to lease has made both.
-        let found = if self.creation == Creation::Never && !has_store_table(conn).map_err(op)? {
-            None
-        } else {
-            read_epoch(conn).map_err(op)?
+        // or left so when cut short. Opening to lease has made both. (The
+        // schema is asked only when the read fails.)
+        let found = match read_epoch(conn) {
+            Err(_)
+                if self.creation == Creation::Never
+                    && !has_table(conn, "leasehold_store").map_err(op)? =>
+            {
+                None
+            }
+            read => read.map_err(op)?,
         };
         if let Some(row) = &found {
             row.check_protocol()?;

@@ -31,20 +31,12 @@ CREATE TABLE IF NOT EXISTS leasehold_store (
 );
 ";
 
-/// Whether the file has leasehold's lease table (looking needs no more).
-pub(super) fn has_lease_table(conn: &Connection) -> rusqlite::Result<bool> {
+/// Whether the file has the table `name` (`leasehold_leases`: looking
+/// needs no more).
+pub(super) fn has_table(conn: &Connection, name: &str) -> rusqlite::Result<bool> {
     conn.query_row(
-        "SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'leasehold_leases')",
-        [],
-        |r| r.get(0),
-    )
-}
-
-/// Whether the file has leasehold's store table (the epoch row's).
-pub(super) fn has_store_table(conn: &Connection) -> rusqlite::Result<bool> {
-    conn.query_row(
-        "SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'leasehold_store')",
-        [],
+        "SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ?1)",
+        [name],
         |r| r.get(0),
     )
 }
