@@ -73,12 +73,14 @@ if [[ ! -x "$OLD" ]]; then
     sed -i -e 's/^name = "leasehold"$/name = "leasehold-prev"/' \
         -e 's/^default-run = "leasehold"$/default-run = "leasehold-prev"/' "$toml"
     bins=(--bin leasehold-prev)
+    cloud=false
     if grep -q '^name = "leasehold-cloud"$' "$toml"; then
         sed -i 's/^name = "leasehold-cloud"$/name = "leasehold-cloud-prev"/' "$toml"
         bins+=(--bin leasehold-cloud-prev)
+        cloud=true
     fi
     (cd "$src" && CARGO_TARGET_DIR="$ROOT/target" cargo build --locked -p leasehold-cli "${bins[@]}")
-    if [[ " ${bins[*]} " == *" leasehold-cloud-prev "* ]]; then
+    if $cloud; then
         cp "$ROOT/target/debug/leasehold-cloud-prev" "$PREV_DIR/leasehold-cloud.tmp"
         mv "$PREV_DIR/leasehold-cloud.tmp" "$PREV_DIR/leasehold-cloud"
     fi
